@@ -1,0 +1,39 @@
+# Two commands set everything up on a fresh machine:
+#   make quickstart   create .venv, install, pretrain -> fine-tune -> eval on data/quickstart (CPU, minutes)
+#   make test         install the dev dependencies and run the test suite
+# TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
+# the project's CI machines; on a GPU machine use e.g. `make quickstart TORCH=torch`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+
+.PHONY: install dev quickstart test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+dev: $(VENV)/.dev-installed
+
+quickstart: install
+	$(BIN)/finetune pretrain recipes/quickstart/pretrain.yaml
+	$(BIN)/finetune finetune recipes/quickstart/finetune.yaml
+	$(BIN)/finetune finetune recipes/quickstart/finetune.yaml model.init=random run_dir=runs/quickstart/finetune-random-init
+	$(BIN)/finetune eval recipes/quickstart/eval.yaml
+
+test: dev
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf runs .pytest_cache

@@ -1,0 +1,5 @@
+"""Allow `python -m finetune ...`."""
+
+from finetune.cli import app
+
+app()

@@ -1,0 +1,61 @@
+"""BERT's masking rule, as a pure function of the tokens and a random generator.
+
+Of the non-special tokens, `probability` are chosen as prediction targets; of those,
+`mask_fraction` become [MASK], `random_fraction` a random non-special token, the rest stay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from finetune.models.masked_lm import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class MaskingRule:
+    """The masking rates and the token ids they act on; `apply` is deterministic given the generator."""
+
+    mask_token_id: int
+    special_ids: np.ndarray  # never chosen, never drawn as a random replacement
+    vocab_size: int
+    probability: float = 0.15
+    mask_fraction: float = 0.8
+    random_fraction: float = 0.1
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, masking_config) -> "MaskingRule":
+        """The rule for a Hugging Face tokenizer and a recipe's `masking` section."""
+        return cls(
+            mask_token_id=tokenizer.mask_token_id,
+            special_ids=np.array(sorted(set(tokenizer.all_special_ids))),
+            vocab_size=len(tokenizer),
+            probability=masking_config.probability,
+            mask_fraction=masking_config.mask_fraction,
+            random_fraction=masking_config.random_fraction,
+        )
+
+    @property
+    def replacement_ids(self) -> np.ndarray:
+        """The ordinary vocabulary that random replacements are drawn from (cached on first use)."""
+        cached = self.__dict__.get("_replacement_ids")
+        if cached is None:
+            cached = np.setdiff1d(np.arange(self.vocab_size), self.special_ids)
+            object.__setattr__(self, "_replacement_ids", cached)
+        return cached
+
+    def apply(self, token_ids: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Return (inputs, labels): labels hold the original id where chosen and IGNORE_INDEX elsewhere."""
+        token_ids = np.asarray(token_ids)
+        candidates = ~np.isin(token_ids, self.special_ids)
+        chosen = candidates & (rng.random(token_ids.shape) < self.probability)
+        labels = np.where(chosen, token_ids, IGNORE_INDEX)
+        # One uniform draw per position splits the chosen ones three ways: [MASK] / random / unchanged.
+        action = rng.random(token_ids.shape)
+        to_mask = chosen & (action < self.mask_fraction)
+        to_randomise = chosen & (action >= self.mask_fraction) & (action < self.mask_fraction + self.random_fraction)
+        inputs = token_ids.copy()
+        inputs[to_mask] = self.mask_token_id
+        inputs[to_randomise] = rng.choice(self.replacement_ids, size=int(to_randomise.sum()))
+        return inputs, labels

@@ -1,0 +1,1 @@
+"""GLUE: the task table, offline metrics and (later) leaderboard submissions."""

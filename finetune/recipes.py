@@ -1,0 +1,388 @@
+"""Recipes: typed, validated YAML configs with dotted `key=value` overrides.
+
+A recipe is checked completely before any work starts: unknown keys, wrong types, values out
+of range and missing input files are reported as one line that names the key and the file.
+Relative paths are read relative to the working directory the command runs in.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from finetune.errors import UserError
+
+
+class MustExist:
+    """Marks a path field whose file or folder must exist before a run starts."""
+
+
+InputPath = Annotated[Path, MustExist()]
+
+
+class Section(BaseModel):
+    """Base of every recipe section: unknown keys are errors, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections shared by the stages
+# ---------------------------------------------------------------------------------------------
+
+
+class TrainingConfig(Section):
+    """How the optimisation runs: length, batch, optimiser, logging, device."""
+
+    epochs: int = Field(1, gt=0, description="passes over the training data")
+    max_steps: Optional[int] = Field(None, gt=0, description="stop after this many optimizer steps (overrides epochs)")
+    batch_size: int = Field(32, gt=0, description="examples (or blocks) per optimizer step, per process")
+    gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches summed into one optimizer step")
+    lr: float = Field(5e-4, gt=0, description="peak learning rate of the top layer group")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decay; biases and norm weights are never decayed")
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    max_grad_norm: Optional[float] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
+    log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
+    device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 on GPUs that support it, off on CPUs (bf16 on CPUs is very slow)"
+    )
+    num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
+
+
+class ScheduleConfig(Section):
+    """The learning-rate schedule: a pure function of the optimizer step (see training/schedules.py)."""
+
+    kind: Literal["stlr", "linear", "constant"] = Field(
+        "stlr", description="stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; constant"
+    )
+    cut_frac: float = Field(0.1, gt=0, lt=1, description="stlr: fraction of steps spent increasing the LR")
+    ratio: float = Field(32.0, ge=1, description="stlr: how much smaller the lowest LR is than the peak")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="linear: fraction of steps of linear warmup")
+
+
+class PretrainScheduleConfig(ScheduleConfig):
+    """Language-model pretraining defaults to linear warmup then decay, as BERT does."""
+
+    kind: Literal["stlr", "linear", "constant"] = Field(
+        "linear", description="stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; constant"
+    )
+
+
+class TaskConfig(Section):
+    """A classification or regression task: a GLUE task by name, or a custom one described here."""
+
+    name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or a custom name")
+    data_dir: InputPath = Field(description="folder with train.tsv / dev.tsv / test.tsv in the GLUE layout")
+    max_length: int = Field(128, gt=1, description="truncate each example to this many tokens")
+    # Custom tasks only (a GLUE task brings its own):
+    text_columns: Optional[list[str]] = Field(None, min_length=1, max_length=2, description="custom: 1 or 2 text columns")
+    label_column: Optional[str] = Field(None, description="custom: the label column")
+    labels: Optional[list[str]] = Field(None, min_length=2, description="custom: label strings; omit for regression")
+    metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
+        None, min_length=1, description="custom: metrics to report, the first one selects the best model"
+    )
+
+    @model_validator(mode="after")
+    def _custom_or_known(self) -> "TaskConfig":
+        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
+
+        custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics") if getattr(self, k) is not None]
+        if self.name in GLUE_TASKS:
+            if custom_keys:
+                raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(custom_keys)}")
+        elif self.text_columns is None or self.label_column is None:
+            known = ", ".join(sorted(GLUE_TASKS))
+            raise ValueError(
+                f"unknown task '{self.name}' (GLUE tasks: {known}); a custom task needs text_columns and label_column"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# pretrain
+# ---------------------------------------------------------------------------------------------
+
+
+class MaskedLMModelConfig(Section):
+    """A BERT-style encoder trained from scratch; sizes as in BERT-tiny (2/128) ... BERT-small (4/512)."""
+
+    family: Literal["bert"] = Field("bert", description="model family (masked LM: bert)")
+    layers: int = Field(2, gt=0, description="transformer blocks")
+    hidden: int = Field(128, gt=0, description="hidden size")
+    heads: int = Field(2, gt=0, description="attention heads; must divide hidden")
+    intermediate: Optional[int] = Field(None, gt=0, description="feed-forward size; null: 4 x hidden")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout on hidden states and attention")
+    max_positions: Optional[int] = Field(
+        None, gt=0, description="position embeddings (longest input); null: corpus.block_size"
+    )
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "MaskedLMModelConfig":
+        if self.hidden % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
+        return self
+
+
+class TokenizerConfig(Section):
+    """The WordPiece tokenizer: trained on the corpus inside the pretrain stage, or an existing one reused."""
+
+    path: Optional[InputPath] = Field(
+        None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
+    )
+    vocab_size: int = Field(8000, ge=100, description="WordPiece vocabulary size, special tokens included")
+    lowercase: bool = Field(True, description="lowercase and strip accents before tokenizing")
+    min_frequency: int = Field(2, gt=0, description="ignore pieces seen fewer times than this")
+
+
+class CorpusConfig(Section):
+    """Raw text: one document per non-empty line, packed into fixed-length blocks."""
+
+    train_files: list[InputPath] = Field(min_length=1, description="text files to pretrain on")
+    validation_files: list[InputPath] = Field(default_factory=list, description="held-out text; empty: split off")
+    validation_fraction: float = Field(0.05, gt=0, lt=1, description="documents held out when no validation_files")
+    block_size: int = Field(128, ge=8, description="tokens per training block, [CLS] included")
+
+
+class MaskingConfig(Section):
+    """BERT masking: choose `probability` of the tokens; of those, mask / randomise / keep."""
+
+    probability: float = Field(0.15, gt=0, lt=1, description="fraction of (non-special) tokens chosen")
+    mask_fraction: float = Field(0.8, ge=0, le=1, description="of the chosen, fraction replaced by [MASK]")
+    random_fraction: float = Field(0.1, ge=0, le=1, description="of the chosen, fraction replaced by a random token")
+
+    @model_validator(mode="after")
+    def _fractions_fit(self) -> "MaskingConfig":
+        if self.mask_fraction + self.random_fraction > 1:
+            raise ValueError(
+                f"mask_fraction + random_fraction = {self.mask_fraction + self.random_fraction:g} exceeds 1"
+            )
+        return self
+
+
+class PretrainRecipe(Section):
+    """`finetune pretrain`: train a masked language model on raw text."""
+
+    stage: Literal["pretrain"]
+    description: str = Field("", description="one line shown by `finetune recipes`")
+    run_dir: Path = Field(description="folder for everything the run writes")
+    overwrite: bool = Field(False, description="replace an existing run directory")
+    seed: int = Field(0, description="seed for initialisation, data order and masking")
+    model: MaskedLMModelConfig = Field(default_factory=MaskedLMModelConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    corpus: CorpusConfig
+    masking: MaskingConfig = Field(default_factory=MaskingConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    schedule: PretrainScheduleConfig = Field(default_factory=PretrainScheduleConfig)
+    eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
+
+    @model_validator(mode="after")
+    def _blocks_fit_positions(self) -> "PretrainRecipe":
+        if self.model.max_positions is not None and self.model.max_positions < self.corpus.block_size:
+            raise ValueError(f"model.max_positions ({self.model.max_positions}) is smaller than "
+                             f"corpus.block_size ({self.corpus.block_size})")
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
+# finetune
+# ---------------------------------------------------------------------------------------------
+
+
+class BackboneConfig(Section):
+    """Where the pretrained weights come from."""
+
+    checkpoint: str = Field(description="a Hugging Face model folder (e.g. a pretrain run's checkpoint) or hub name")
+    init: Literal["pretrained", "random"] = Field(
+        "pretrained", description="random: same architecture, fresh weights (the baseline pretraining must beat)"
+    )
+
+
+class DiscriminativeConfig(Section):
+    """Discriminative learning rates: group l gets lr / factor ** (depth of l from the top)."""
+
+    factor: float = Field(2.6, ge=1, description="ULMFiT: 2.6; 1.0 turns it off; BERT layer decay 0.9 -> 1/0.9")
+
+
+class UnfreezingConfig(Section):
+    """Gradual unfreezing: start with the top groups trainable and thaw more each epoch."""
+
+    mode: Literal["gradual", "none"] = Field("gradual", description="none: every group trainable from the start")
+    initial_groups: int = Field(1, gt=0, description="groups trainable in the first epoch, from the top")
+    groups_per_epoch: int = Field(1, gt=0, description="groups thawed at the start of each later epoch")
+
+
+class FinetuneRecipe(Section):
+    """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
+
+    stage: Literal["finetune"]
+    description: str = Field("", description="one line shown by `finetune recipes`")
+    run_dir: Path = Field(description="folder for everything the run writes")
+    overwrite: bool = Field(False, description="replace an existing run directory")
+    seed: int = Field(0, description="seed for the head's initialisation, data order and dropout")
+    model: BackboneConfig
+    task: TaskConfig
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    discriminative: DiscriminativeConfig = Field(default_factory=DiscriminativeConfig)
+    unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
+    classifier_dropout: float = Field(0.1, ge=0, lt=1, description="dropout before the classification layer")
+
+
+# ---------------------------------------------------------------------------------------------
+# eval
+# ---------------------------------------------------------------------------------------------
+
+
+class EvalRecipe(Section):
+    """`finetune eval`: score fine-tuned checkpoints on a task split and write a report."""
+
+    stage: Literal["eval"]
+    description: str = Field("", description="one line shown by `finetune recipes`")
+    run_dir: Path = Field(description="folder for report.json and report.md")
+    overwrite: bool = Field(False, description="replace an existing run directory")
+    task: TaskConfig
+    split: str = Field("dev", description="which split file to score: dev -> dev.tsv")
+    models: dict[str, str] = Field(min_length=1, description="report row name -> fine-tuned checkpoint folder")
+    batch_size: int = Field(64, gt=0, description="examples per forward pass")
+    device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+
+
+Recipe = Union[PretrainRecipe, FinetuneRecipe, EvalRecipe]
+RECIPE_TYPES: dict[str, type[Section]] = {"pretrain": PretrainRecipe, "finetune": FinetuneRecipe, "eval": EvalRecipe}
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------
+
+_OVERRIDE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)=(.*)$", re.DOTALL)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a recipe file with the safe loader; any problem is a one-line UserError."""
+    if not path.is_file():
+        raise UserError(f"recipe {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise UserError(f"recipe {path}{where}: invalid YAML: {problem}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"recipe {path}: not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {path}: expected a mapping of keys at the top level")
+    return data
+
+
+def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
+    """Set one dotted `key=value` in the raw recipe; the value is parsed as YAML (`[1, 2]`, `true`, `1e-3`)."""
+    match = _OVERRIDE.match(override)
+    if not match:
+        raise UserError(f"override '{override}': expected key=value, e.g. training.lr=1e-3")
+    key, raw_value = match.groups()
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+    except yaml.YAMLError:
+        value = raw_value
+    node = data
+    parts = key.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"recipe {source}: override '{key}': '{'.'.join(parts[: depth + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_validation_error(error: ValidationError, source: Path) -> str:
+    """All problems of a recipe on one line, each naming its dotted key."""
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required key is missing"
+        elif "input" in item and not isinstance(item["input"], (dict, list)):
+            message += f" (got {item['input']!r})"
+        problems.append(f"{key}: {message}")
+    return f"recipe {source}: " + "; ".join(problems)
+
+
+def missing_paths(section: BaseModel, prefix: str = "") -> list[tuple[str, Path]]:
+    """Every `InputPath` field (also inside lists and sub-sections) whose file or folder does not exist."""
+    missing = []
+    for name, field in type(section).model_fields.items():
+        value = getattr(section, name)
+        key = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            missing += missing_paths(value, key + ".")
+        elif value is not None and _declares_input_path(field):
+            paths = value if isinstance(value, list) else [value]
+            missing += [(key, path) for path in paths if not Path(path).exists()]
+    return missing
+
+
+def _declares_input_path(field: Any) -> bool:
+    """True for `InputPath`, `Optional[InputPath]` and `list[InputPath]` fields."""
+    if any(isinstance(meta, MustExist) for meta in field.metadata):
+        return True
+    inner = getattr(field.annotation, "__args__", ())
+    return any(isinstance(meta, MustExist) for arg in inner for meta in getattr(arg, "__metadata__", ()))
+
+
+def load_recipe(
+    path: Path | str,
+    overrides: list[str] = (),
+    expected_stage: Optional[str] = None,
+    check_paths: bool = True,
+) -> Recipe:
+    """Load, override and validate a recipe; raise UserError naming the key and file on any problem."""
+    path = Path(path)
+    data = read_yaml(path)
+    for override in overrides:
+        apply_override(data, override, path)
+    stage = data.get("stage")
+    if stage not in RECIPE_TYPES:
+        raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {stage!r})")
+    if expected_stage is not None and stage != expected_stage:
+        raise UserError(f"recipe {path}: stage: this is a '{stage}' recipe; run it with `finetune {stage}`")
+    try:
+        recipe = RECIPE_TYPES[stage].model_validate(data)
+    except ValidationError as error:
+        raise UserError(_format_validation_error(error, path)) from None
+    if check_paths:
+        for key, missing in missing_paths(recipe):
+            raise UserError(f"recipe {path}: {key}: no such file or folder: {missing}")
+    return recipe
+
+
+def recipe_to_yaml(recipe: BaseModel) -> str:
+    """The fully resolved recipe (defaults filled in) as YAML, as saved in the run directory."""
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)
+
+
+def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) for every key of a recipe type, for `finetune recipes --keys`."""
+    rows = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            rows += describe_keys(annotation, f"{prefix}{name}.")
+            continue
+        if field.is_required():
+            default = "(required)"
+        elif field.default_factory is not None:
+            default = repr(field.default_factory())
+        else:
+            default = repr(field.default)
+        type_name = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+        rows.append((f"{prefix}{name}", type_name, default, field.description or ""))
+    return rows

@@ -1,0 +1,144 @@
+"""The one training loop, on accelerate, shared by pretrain and finetune.
+
+A stage builds the model, the optimizer groups and the schedule, then calls `train_epoch` once
+per epoch, deciding in its own code what changes between epochs (e.g. unfreezing).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
+
+from finetune.console import console, progress_bar
+from finetune.run_dir import MetricsLog
+from finetune.training.optim import set_learning_rates
+
+# compute_loss(model, batch) -> (mean loss of the batch, items in it: tokens or examples)
+LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+
+
+def make_accelerator(training_config, parameters_change_trainability: bool = False) -> Accelerator:
+    """An Accelerator for the recipe: mixed precision only where the hardware does it well.
+
+    `parameters_change_trainability`: gradual unfreezing freezes parameters after DDP has wrapped
+    the model, so DDP must be told that some parameters may receive no gradient.
+    """
+    on_cpu = training_config.device == "cpu" or not torch.cuda.is_available()
+    precision = training_config.mixed_precision
+    if precision == "auto":
+        # bf16 matmuls on CPUs without AMX run hundreds of times slower than fp32.
+        precision = "bf16" if not on_cpu and torch.cuda.is_bf16_supported() else "no"
+    elif precision != "no" and on_cpu:
+        warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
+    accelerator = Accelerator(
+        cpu=on_cpu,
+        mixed_precision=precision,
+        gradient_accumulation_steps=training_config.gradient_accumulation_steps,
+        # Shuffling from a seeded sampler: the same seed gives the same order on any number of processes.
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=parameters_change_trainability)],
+    )
+    console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
+    return accelerator
+
+
+def total_optimizer_steps(batches_per_epoch: int, training_config) -> int:
+    """Optimizer steps of the whole run: epochs x steps per epoch, capped by max_steps."""
+    per_epoch = math.ceil(batches_per_epoch / training_config.gradient_accumulation_steps)
+    total = per_epoch * training_config.epochs
+    return min(total, training_config.max_steps) if training_config.max_steps else total
+
+
+class TrainingLoop:
+    """Optimizer steps with accumulation, clipping, the LR schedule, logging and a progress bar."""
+
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        schedule: Callable[[int], float],
+        total_steps: int,
+        training_config,
+        metrics_log: MetricsLog,
+        throughput_unit: str,
+    ):
+        self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
+        self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
+        self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
+        self.step = 0  # optimizer steps taken so far
+
+    @property
+    def finished(self) -> bool:
+        """True once the run's step budget is spent."""
+        return self.step >= self.total_steps
+
+    def train_epoch(
+        self,
+        loader,
+        epoch: int,
+        compute_loss: LossFunction,
+        evaluate: Optional[Callable[[], dict[str, Any]]] = None,
+        eval_every: Optional[int] = None,
+    ) -> float:
+        """One pass over `loader` (or until the step budget ends); returns the mean training loss."""
+        accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
+        model.train()
+        window_loss, window_batches, window_items, window_start = 0.0, 0, 0, time.perf_counter()
+        epoch_loss, epoch_batches = 0.0, 0
+        steps_this_epoch = min(
+            math.ceil(len(loader) / self.config.gradient_accumulation_steps), self.total_steps - self.step
+        )
+        with progress_bar(accelerator.is_main_process) as progress:
+            bar = progress.add_task(f"epoch {epoch + 1}", total=steps_this_epoch, status="")
+            for batch in loader:
+                with accelerator.accumulate(model):
+                    loss, items = compute_loss(model, batch)
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients and self.config.max_grad_norm:
+                        accelerator.clip_grad_norm_(
+                            [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
+                        )
+                    if accelerator.sync_gradients:
+                        lrs = set_learning_rates(optimizer, self.schedule(self.step))
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                batch_loss = loss.detach().item()
+                window_loss += batch_loss
+                epoch_loss += batch_loss
+                window_batches += 1
+                epoch_batches += 1
+                window_items += int(items)
+                if not accelerator.sync_gradients:
+                    continue
+                self.step += 1
+                progress.advance(bar)
+                if self.step % self.config.log_every == 0 or self.finished:
+                    elapsed = time.perf_counter() - window_start
+                    # Every process counts its own items; throughput is for all of them together.
+                    throughput = window_items * accelerator.num_processes / elapsed
+                    record = {
+                        "phase": "train", "step": self.step, "epoch": epoch, "loss": window_loss / window_batches,
+                        "lr": lrs, f"{self.throughput_unit}_per_s": round(throughput, 1),
+                    }
+                    self.metrics_log.write(record)
+                    progress.update(bar, status=f"loss {record['loss']:.4f}  lr {max(lrs.values()):.2e}  "
+                                                f"{throughput:,.0f} {self.throughput_unit}/s")
+                    window_loss, window_batches, window_items, window_start = 0.0, 0, 0, time.perf_counter()
+                if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
+                    self.log_evaluation(evaluate(), epoch)
+                    model.train()
+                    window_start = time.perf_counter()
+                if self.finished:
+                    break
+        return epoch_loss / max(1, epoch_batches)
+
+    def log_evaluation(self, metrics: dict[str, Any], epoch: int) -> None:
+        """Write an evaluation record for the current step."""
+        self.metrics_log.write({"phase": "eval", "step": self.step, "epoch": epoch, **metrics})

@@ -1,0 +1,157 @@
+"""Shared fixtures: tiny generated data in tmp_path and helpers that write recipe YAML files."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+# Set before the tokenizers library is imported anywhere: no fork warnings, no extra threads.
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the suite never downloads anything
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+SUBJECTS = ["the film", "the plot", "the acting", "the music", "the ending", "the story", "the cast", "the script"]
+POSITIVE = ["great", "lovely", "superb", "charming", "brilliant", "delightful"]
+NEGATIVE = ["awful", "boring", "dreadful", "tedious", "clumsy", "dull"]
+FILLERS = ["really", "very", "quite", "so", "truly"]
+
+
+def make_sentence(rng: random.Random, positive: bool) -> str:
+    """A short review-like sentence whose adjective carries the label."""
+    adjective = rng.choice(POSITIVE if positive else NEGATIVE)
+    return f"{rng.choice(SUBJECTS)} was {rng.choice(FILLERS)} {adjective} ."
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    """Write a dict as YAML (the way a user writes a recipe)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def write_corpus(folder: Path, lines: int = 200) -> Path:
+    """A text corpus of short generated lines (one document per line) in folder/train.txt."""
+    rng = random.Random(1)
+    documents = [make_sentence(rng, rng.random() < 0.5) for _ in range(lines)]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "train.txt"
+    path.write_text("\n".join(documents) + "\n", encoding="utf-8")
+    return path
+
+
+def write_task(folder: Path, train_rows: int = 40, dev_rows: int = 24, test_rows: int = 10) -> Path:
+    """A GLUE-layout task folder: train.tsv / dev.tsv (`sentence\\tlabel`, 0/1) and test.tsv (`index\\tsentence`)."""
+    rng = random.Random(2)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", train_rows), ("dev", dev_rows)):
+        rows = ["sentence\tlabel"]
+        for index in range(count):
+            positive = index % 2 == 0
+            rows.append(f"{make_sentence(rng, positive)}\t{int(positive)}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    test = ["index\tsentence"] + [f"{index}\t{make_sentence(rng, index % 2 == 0)}" for index in range(test_rows)]
+    (folder / "test.tsv").write_text("\n".join(test) + "\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def corpus_file(tmp_path: Path) -> Path:
+    """200 short generated lines in tmp_path/corpus/train.txt."""
+    return write_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture
+def task_dir(tmp_path: Path) -> Path:
+    """A GLUE-layout task folder in tmp_path/task (40 train, 24 dev, 10 test rows)."""
+    return write_task(tmp_path / "task")
+
+
+def custom_task_section(data_dir: Path, max_length: int = 16) -> dict[str, Any]:
+    """A recipe `task` section for the generated task (a custom, non-GLUE task)."""
+    return {
+        "name": "tiny-sentiment",
+        "data_dir": str(data_dir),
+        "text_columns": ["sentence"],
+        "label_column": "label",
+        "labels": ["0", "1"],
+        "metrics": ["accuracy", "f1"],
+        "max_length": max_length,
+    }
+
+
+def pretrain_recipe(corpus: Path, run_dir: Path) -> dict[str, Any]:
+    """A tiny, valid pretrain recipe (hidden 32, 2 layers, 2 heads, vocab ~200, blocks of 16, 10 steps)."""
+    return {
+        "stage": "pretrain",
+        "description": "tiny test pretraining",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"family": "bert", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.0},
+        "tokenizer": {"vocab_size": 200, "min_frequency": 1},
+        "corpus": {"train_files": [str(corpus)], "validation_fraction": 0.1, "block_size": 16},
+        "training": {"epochs": 1, "max_steps": 10, "batch_size": 8, "lr": 1e-3, "log_every": 2, "device": "cpu"},
+    }
+
+
+def finetune_recipe(checkpoint: Path, task: Path, run_dir: Path) -> dict[str, Any]:
+    """A tiny, valid finetune recipe: 2 epochs, STLR, discriminative LRs, gradual unfreezing."""
+    return {
+        "stage": "finetune",
+        "description": "tiny test fine-tuning",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint), "init": "pretrained"},
+        "task": custom_task_section(task),
+        "training": {"epochs": 2, "batch_size": 8, "lr": 2e-3, "log_every": 1, "device": "cpu"},
+        "schedule": {"kind": "stlr", "cut_frac": 0.1, "ratio": 32},
+        "discriminative": {"factor": 2.6},
+        "unfreezing": {"mode": "gradual", "initial_groups": 1, "groups_per_epoch": 1},
+    }
+
+
+def eval_recipe(task: Path, run_dir: Path, models: dict[str, str]) -> dict[str, Any]:
+    """A tiny eval recipe scoring `models` on the dev split."""
+    return {
+        "stage": "eval",
+        "run_dir": str(run_dir),
+        "task": custom_task_section(task),
+        "split": "dev",
+        "models": models,
+        "batch_size": 16,
+        "device": "cpu",
+    }
+
+
+@pytest.fixture
+def pretrain_recipe_data(tmp_path: Path, corpus_file: Path) -> dict[str, Any]:
+    """A tiny, valid pretrain recipe as a dict, run_dir inside tmp_path."""
+    return pretrain_recipe(corpus_file, tmp_path / "runs" / "pretrain")
+
+
+@pytest.fixture
+def finetune_recipe_data(tmp_path: Path, task_dir: Path) -> dict[str, Any]:
+    """A tiny, valid finetune recipe as a dict; its checkpoint folder does not exist."""
+    return finetune_recipe(tmp_path / "runs" / "pretrain" / "checkpoint", task_dir, tmp_path / "runs" / "finetune")
+
+
+@pytest.fixture
+def eval_recipe_data(tmp_path: Path, task_dir: Path) -> dict[str, Any]:
+    """A tiny eval recipe as a dict; its model folder does not exist."""
+    return eval_recipe(task_dir, tmp_path / "runs" / "eval", {"model": str(tmp_path / "runs" / "ft" / "checkpoint")})
+
+
+@pytest.fixture
+def write_recipe(tmp_path: Path) -> Callable[..., Path]:
+    """Write a recipe dict to tmp_path/recipes/<name>.yaml and return the path."""
+
+    def write(data: dict[str, Any], name: str = "recipe") -> Path:
+        return write_yaml(tmp_path / "recipes" / f"{name}.yaml", data)
+
+    return write
