@@ -20,12 +20,11 @@ OUT = Path(__file__).resolve().parent / "quickstart"
 
 POSITIVE = """excellent wonderful superb delightful brilliant charming splendid terrific marvelous lovely
 fantastic stunning gorgeous pleasant fabulous outstanding enjoyable magnificent remarkable exquisite
-graceful elegant heartwarming uplifting refreshing captivating inspiring dazzling impressive moving
-thrilling touching beautiful satisfying joyful clever""".split()
+graceful elegant heartwarming uplifting""".split()
 NEGATIVE = """awful terrible dreadful horrible boring dull tedious bland mediocre clumsy lousy atrocious
 miserable dismal painful pointless shoddy sloppy tiresome unbearable annoying disappointing forgettable
-lifeless messy pathetic silly stale tasteless ugly weak confusing cheap hollow irritating depressing""".split()
-SEEN_PER_SIDE = 8  # adjectives per polarity that the labelled training set may use
+lifeless""".split()
+SEEN_PER_SIDE = 6  # adjectives per polarity that the labelled training set may use
 
 NOUNS = """film movie story plot script cast acting ending soundtrack dialogue pacing score direction
 performance scenery camera work lead actor lead actress villain hero finale opening visuals editing
@@ -52,11 +51,11 @@ def adjective_phrase(rng: random.Random, words: list[str]) -> str:
 
 
 def corpus_review(rng: random.Random, lexicon: dict[int, list[str]]) -> str:
-    """A 6-10 sentence review whose adjectives and cues agree in polarity (sometimes with a neutral aside)."""
+    """A 12-20 sentence review whose adjectives and cues all agree in polarity."""
     polarity = rng.choice((+1, -1))
     words = lexicon[polarity]
     sentences = []
-    for _ in range(rng.randint(6, 10)):
+    for _ in range(rng.randint(12, 20)):
         form = rng.randrange(6)
         if form == 0:
             sentences.append(f"{rng.choice(SUBJECTS)} was {adjective_phrase(rng, words)}")
@@ -69,8 +68,7 @@ def corpus_review(rng: random.Random, lexicon: dict[int, list[str]]) -> str:
             sentences.append(f"a {rng.choice(words)} , {rng.choice(words)} {rng.choice(NOUNS)} . "
                              f"{rng.choice(CUES[polarity])}")
         elif form == 4:
-            sentences.append(f"{rng.choice(NEUTRAL_CLAUSES)} , and {rng.choice(SUBJECTS)} "
-                             f"was {adjective_phrase(rng, words)}")
+            sentences.append(f"{rng.choice(words)} , {rng.choice(words)} and {adjective_phrase(rng, words)}")
         else:
             sentences.append(rng.choice(CUES[polarity]))
     return " . ".join(sentences) + " ."
@@ -108,8 +106,8 @@ def main() -> None:
     task = OUT / "task"
     corpus.mkdir(parents=True, exist_ok=True)
     task.mkdir(parents=True, exist_ok=True)
-    (corpus / "train.txt").write_text("\n".join(corpus_review(rng, everything) for _ in range(3500)) + "\n")
-    (corpus / "valid.txt").write_text("\n".join(corpus_review(rng, everything) for _ in range(150)) + "\n")
+    (corpus / "train.txt").write_text("\n".join(corpus_review(rng, everything) for _ in range(1800)) + "\n")
+    (corpus / "valid.txt").write_text("\n".join(corpus_review(rng, everything) for _ in range(80)) + "\n")
 
     train = [task_example(rng, seen) for _ in range(400)]
     # dev and test: a quarter with seen adjectives, three quarters with adjectives the task never shows
