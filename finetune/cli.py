@@ -111,6 +111,7 @@ def recipes(
         if keys not in RECIPE_TYPES:
             _fail(f"--keys: expected one of {', '.join(RECIPE_TYPES)} (got '{keys}')")
         table = Table("key", "type", "default", "meaning", title=f"{keys} recipe keys")
+        table.columns[0].no_wrap = True
         for row in describe_keys(RECIPE_TYPES[keys]):
             table.add_row(*row)
         console.print(table)
@@ -118,6 +119,7 @@ def recipes(
     if not directory.is_dir():
         _fail(f"--dir: no such folder: {directory} (run from the project root or pass --dir)")
     table = Table("recipe", "stage", "description")
+    table.columns[0].no_wrap = True  # paths are copied from here: never cut them
     for path in sorted(directory.rglob("*.yaml")):
         try:
             data = read_yaml(path)

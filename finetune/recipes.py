@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -383,6 +383,20 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
             default = repr(field.default_factory())
         else:
             default = repr(field.default)
-        type_name = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
-        rows.append((f"{prefix}{name}", type_name, default, field.description or ""))
+        rows.append((f"{prefix}{name}", type_label(annotation), default, field.description or ""))
     return rows
+
+
+def type_label(annotation: Any) -> str:
+    """A short human name for a field's type: `int`, `stlr|linear|constant`, `list[Path]`, `float or null`."""
+    origin, arguments = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "|".join(str(argument) for argument in arguments)
+    if origin is Annotated:
+        return type_label(arguments[0])
+    if origin is Union:
+        labels = [type_label(argument) for argument in arguments if argument is not type(None)]
+        return " or ".join(labels) + (" or null" if type(None) in arguments else "")
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_label(a) for a in arguments)}]"
+    return getattr(annotation, "__name__", str(annotation))
