@@ -164,13 +164,19 @@ class MaskingConfig(Section):
         return self
 
 
-class PretrainRecipe(Section):
-    """`finetune pretrain`: train a masked language model on raw text."""
+class RunRecipe(Section):
+    """What every stage's recipe has: its stage, a description and the run directory."""
 
-    stage: Literal["pretrain"]
+    stage: str
     description: str = Field("", description="one line shown by `finetune recipes`")
     run_dir: Path = Field(description="folder for everything the run writes")
     overwrite: bool = Field(False, description="replace an existing run directory")
+
+
+class PretrainRecipe(RunRecipe):
+    """`finetune pretrain`: train a masked language model on raw text."""
+
+    stage: Literal["pretrain"]
     seed: int = Field(0, description="seed for initialisation, data order and masking")
     model: MaskedLMModelConfig = Field(default_factory=MaskedLMModelConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
@@ -196,7 +202,7 @@ class PretrainRecipe(Section):
 class BackboneConfig(Section):
     """Where the pretrained weights come from."""
 
-    checkpoint: str = Field(description="a Hugging Face model folder (e.g. a pretrain run's checkpoint) or hub name")
+    checkpoint: str = Field(description="a Hugging Face model folder (a pretrain run's checkpoint) or hub name")
     init: Literal["pretrained", "random"] = Field(
         "pretrained", description="random: same architecture, fresh weights (the baseline pretraining must beat)"
     )
@@ -216,13 +222,10 @@ class UnfreezingConfig(Section):
     groups_per_epoch: int = Field(1, gt=0, description="groups thawed at the start of each later epoch")
 
 
-class FinetuneRecipe(Section):
+class FinetuneRecipe(RunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
     stage: Literal["finetune"]
-    description: str = Field("", description="one line shown by `finetune recipes`")
-    run_dir: Path = Field(description="folder for everything the run writes")
-    overwrite: bool = Field(False, description="replace an existing run directory")
     seed: int = Field(0, description="seed for the head's initialisation, data order and dropout")
     model: BackboneConfig
     task: TaskConfig
@@ -238,13 +241,10 @@ class FinetuneRecipe(Section):
 # ---------------------------------------------------------------------------------------------
 
 
-class EvalRecipe(Section):
+class EvalRecipe(RunRecipe):
     """`finetune eval`: score fine-tuned checkpoints on a task split and write a report."""
 
     stage: Literal["eval"]
-    description: str = Field("", description="one line shown by `finetune recipes`")
-    run_dir: Path = Field(description="folder for report.json and report.md")
-    overwrite: bool = Field(False, description="replace an existing run directory")
     task: TaskConfig
     split: str = Field("dev", description="which split file to score: dev -> dev.tsv")
     models: dict[str, str] = Field(min_length=1, description="report row name -> fine-tuned checkpoint folder")

@@ -36,8 +36,8 @@ def run_eval(recipe: EvalRecipe) -> dict:
     results = {}
     for name, model in models.items():
         tokenizer = load_tokenizer(recipe.models[name], f"models.{name}")
-        loader = DataLoader(EncodedTask(examples, tokenizer, fitted_max_length(recipe.task.max_length, model)), batch_size=recipe.batch_size,
-                            collate_fn=DataCollatorWithPadding(tokenizer))
+        encoded = EncodedTask(examples, tokenizer, fitted_max_length(recipe.task.max_length, model))
+        loader = DataLoader(encoded, batch_size=recipe.batch_size, collate_fn=DataCollatorWithPadding(tokenizer))
         model, loader = accelerator.prepare(model, loader)
         predictions = logits_to_predictions(spec, predict_logits(accelerator, model, loader))
         results[name] = {"checkpoint": recipe.models[name], **compute_metrics(spec, predictions, examples.labels)}
