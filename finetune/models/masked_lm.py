@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig, BertForMaskedLM
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (the convention of torch and transformers)
+
+# (mean loss, masked tokens, correct predictions or None while training)
+MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
 
 
 def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token_id: int) -> BertForMaskedLM:
@@ -27,21 +32,22 @@ def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token
 
 
 def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor,
-                   attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
     """Cross-entropy at the masked positions only (Cramming's sparse prediction).
 
     `BertForMaskedLM.forward` projects every position onto the vocabulary; only ~15% carry a
     label, so we run the encoder, pick the labelled positions and decode just those.
-    Returns (mean loss, number of masked tokens, number of correct predictions).
+    Returns (mean loss, number of masked tokens, number of correct predictions); the last is
+    counted only in eval mode (None while training: the argmax over the vocabulary is not free).
     """
     hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     selected = labels != IGNORE_INDEX
     logits = model.cls(hidden[selected])
     targets = labels[selected]
     if targets.numel() == 0:  # a batch where nothing was chosen: a zero loss that still has a graph
-        return hidden.sum() * 0.0, selected.sum(), selected.sum()
+        return hidden.sum() * 0.0, selected.sum(), None if model.training else selected.sum()
     loss = F.cross_entropy(logits.float(), targets)
-    correct = (logits.argmax(dim=-1) == targets).sum()
+    correct = None if model.training else (logits.argmax(dim=-1) == targets).sum()
     return loss, selected.sum(), correct
 
 
@@ -53,5 +59,5 @@ class SparseMaskedLM(nn.Module):
         self.masked_lm = masked_lm
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
         return masked_lm_loss(self.masked_lm, input_ids, labels, attention_mask)
