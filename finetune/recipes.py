@@ -108,10 +108,17 @@ class TaskConfig(Section):
 # ---------------------------------------------------------------------------------------------
 
 
+ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
+
+
 class MaskedLMModelConfig(Section):
-    """A BERT-style encoder trained from scratch; sizes as in BERT-tiny (2/128) ... BERT-small (4/512)."""
+    """A BERT-style encoder, from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
 
     family: Literal["bert"] = Field("bert", description="model family (masked LM: bert)")
+    checkpoint: Optional[str] = Field(
+        None, description="continue pretraining this BERT-family folder or hub name (ULMFiT's target-domain "
+        "LM stage); its architecture and tokenizer are kept"
+    )
     layers: int = Field(2, gt=0, description="transformer blocks")
     hidden: int = Field(128, gt=0, description="hidden size")
     heads: int = Field(2, gt=0, description="attention heads; must divide hidden")
@@ -123,6 +130,9 @@ class MaskedLMModelConfig(Section):
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "MaskedLMModelConfig":
+        given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
+        if self.checkpoint is not None and given:
+            raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
         if self.hidden % self.heads:
             raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
         return self
@@ -188,6 +198,8 @@ class PretrainRecipe(RunRecipe):
 
     @model_validator(mode="after")
     def _blocks_fit_positions(self) -> "PretrainRecipe":
+        if self.model.checkpoint is not None and self.tokenizer.path is not None:
+            raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
         if self.model.max_positions is not None and self.model.max_positions < self.corpus.block_size:
             raise ValueError(f"model.max_positions ({self.model.max_positions}) is smaller than "
                              f"corpus.block_size ({self.corpus.block_size})")

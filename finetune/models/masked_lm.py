@@ -7,7 +7,10 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertConfig, BertForMaskedLM
+from transformers import AutoConfig, BertConfig, BertForMaskedLM
+
+from finetune.errors import UserError
+from finetune.models.hub import load_pretrained, resolve_checkpoint
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (the convention of torch and transformers)
 
@@ -29,6 +32,19 @@ def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token
         pad_token_id=pad_token_id,
     )
     return BertForMaskedLM._from_config(config, attn_implementation="sdpa")
+
+
+def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
+    """A pretrained BERT-family checkpoint as a masked LM to continue training (a missing MLM head starts fresh)."""
+    source = resolve_checkpoint(name)
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    if config.model_type != "bert":
+        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; "
+                        "continued masked-LM pretraining supports the bert family")
+    if dropout is not None:
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
+    return load_pretrained(BertForMaskedLM.from_pretrained, source, "model.checkpoint", config=config,
+                           attn_implementation="sdpa")
 
 
 def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor,

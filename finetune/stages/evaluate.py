@@ -14,7 +14,8 @@ from finetune.data.tasks import EncodedTask, read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
-from finetune.models.heads import fitted_max_length, load_finetuned, load_tokenizer
+from finetune.models.heads import fitted_max_length, load_finetuned
+from finetune.models.hub import load_tokenizer
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, prepare_run_dir
 from finetune.training.predict import logits_to_predictions, predict_logits

@@ -19,7 +19,8 @@ from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
-from finetune.models.heads import fitted_max_length, load_classifier, load_tokenizer
+from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, prepare_run_dir
 from finetune.training.checkpoints import save_checkpoint

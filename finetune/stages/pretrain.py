@@ -17,9 +17,9 @@ from finetune.data.corpus import MaskedBlocks, pack_blocks, read_documents, spli
 from finetune.data.masking import MaskingRule
 from finetune.data.tokenizers import shared_tokenizer, train_wordpiece
 from finetune.models.backbones import layer_groups
-from finetune.models.heads import load_tokenizer
+from finetune.models.hub import load_tokenizer
 from finetune.errors import UserError
-from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm
+from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.recipes import PretrainRecipe
 from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, prepare_run_dir
 from finetune.training.checkpoints import save_checkpoint
@@ -43,12 +43,20 @@ def run_pretrain(recipe: PretrainRecipe) -> Path:
         documents, validation_documents = split_documents(documents, recipe.corpus.validation_fraction, recipe.seed)
     block_size = recipe.corpus.block_size
     max_positions = recipe.model.max_positions or block_size
+    continued = None
+    if recipe.model.checkpoint is not None:  # ULMFiT's second stage: keep training an existing LM
+        dropout = recipe.model.dropout if "dropout" in recipe.model.model_fields_set else None
+        continued = load_masked_lm(recipe.model.checkpoint, dropout)
+        max_positions = continued.config.max_position_embeddings
+        if block_size > max_positions:
+            raise UserError(f"corpus.block_size {block_size} exceeds the {max_positions} positions of "
+                            f"{recipe.model.checkpoint}")
 
     # 2. text -> tokenizer -> packed blocks
-    if recipe.tokenizer.path is not None:
-        tokenizer = load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
-        if None in (tokenizer.mask_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id):
-            raise UserError(f"tokenizer.path: {recipe.tokenizer.path} lacks a mask, cls or sep token for masked LM")
+    if continued is not None:
+        tokenizer = reused_tokenizer(recipe.model.checkpoint, "model.checkpoint", continued.config.vocab_size)
+    elif recipe.tokenizer.path is not None:
+        tokenizer = reused_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
     else:
         console.print(f"training a WordPiece tokenizer ({recipe.tokenizer.vocab_size} pieces) "
                       f"on {len(documents):,} documents")
@@ -71,7 +79,7 @@ def run_pretrain(recipe: PretrainRecipe) -> Path:
                   f"of {block_size} tokens")
 
     # 3. model and optimizer (one parameter group per layer group; pretraining uses one LR for all)
-    masked_lm = build_masked_lm(recipe.model, len(tokenizer), max_positions, tokenizer.pad_token_id)
+    masked_lm = continued or build_masked_lm(recipe.model, len(tokenizer), max_positions, tokenizer.pad_token_id)
     model = SparseMaskedLM(masked_lm)
     groups = layer_groups(masked_lm)
     optimizer = build_optimizer(model, groups, [recipe.training.lr] * len(groups), recipe.training.weight_decay,
@@ -129,3 +137,12 @@ def validation_metrics(accelerator, model, loader) -> dict[str, float]:
     return {"validation_loss": loss, "validation_perplexity": math.exp(min(loss, 50.0)),
             "masked_accuracy": (totals[2] / totals[1].clamp(min=1)).item()}
 
+
+def reused_tokenizer(source: str, key: str, vocab_limit: int | None = None):
+    """An existing tokenizer, checked for what masked-LM training needs."""
+    tokenizer = load_tokenizer(source, key)
+    if None in (tokenizer.mask_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id):
+        raise UserError(f"{key}: the tokenizer of {source} lacks a mask, cls or sep token for masked LM")
+    if vocab_limit is not None and len(tokenizer) > vocab_limit:
+        raise UserError(f"{key}: the tokenizer of {source} has {len(tokenizer)} tokens, the model only {vocab_limit}")
+    return tokenizer
