@@ -40,7 +40,8 @@ def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[l
     return train, [documents[index] for index in sorted(validation)]
 
 
-def pack_blocks(token_lists: list[list[int]], block_size: int, cls_id: int, sep_id: int) -> np.ndarray:
+def pack_blocks(token_lists: list[list[int]], block_size: int, cls_id: int, sep_id: int,
+                name: str = "the corpus") -> np.ndarray:
     """Concatenate documents with [SEP] after each, cut into blocks of `block_size` that start with [CLS].
 
     Packing leaves no padding anywhere, so every position in a batch is real text; the last
@@ -56,7 +57,7 @@ def pack_blocks(token_lists: list[list[int]], block_size: int, cls_id: int, sep_
     body = block_size - 1
     count = len(stream) // body
     if count == 0:
-        raise UserError(f"the corpus has {len(stream)} tokens, fewer than one block of {block_size}")
+        raise UserError(f"{name} has {len(stream)} tokens, fewer than one block of {block_size} (corpus.block_size)")
     blocks = np.empty((count, block_size), dtype=np.int64)
     blocks[:, 0] = cls_id
     blocks[:, 1:] = stream[: count * body].reshape(count, body)

@@ -64,13 +64,14 @@ def run_pretrain(recipe: PretrainRecipe) -> Path:
             documents, recipe.tokenizer.vocab_size, recipe.tokenizer.lowercase, recipe.tokenizer.min_frequency))
     tokenizer.model_max_length = max_positions
 
-    def blocks_of(texts: list[str]):
+    def blocks_of(texts: list[str], name: str):
         return pack_blocks(tokenize_documents(tokenizer, texts), block_size, tokenizer.cls_token_id,
-                           tokenizer.sep_token_id)
+                           tokenizer.sep_token_id, name)
 
     rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
-    train_data = MaskedBlocks(blocks_of(documents), rule, recipe.seed)
-    validation_data = MaskedBlocks(blocks_of(validation_documents), rule, recipe.seed + 1, fixed_masks=True)
+    train_data = MaskedBlocks(blocks_of(documents, "the training text"), rule, recipe.seed)
+    validation_data = MaskedBlocks(blocks_of(validation_documents, "the validation text"), rule, recipe.seed + 1,
+                                   fixed_masks=True)
     if len(train_data) < recipe.training.batch_size:
         raise UserError(f"the corpus gives {len(train_data)} training blocks, "
                         f"fewer than training.batch_size={recipe.training.batch_size}")
