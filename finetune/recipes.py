@@ -164,6 +164,9 @@ class MaskingConfig(Section):
     probability: float = Field(0.15, gt=0, lt=1, description="fraction of (non-special) tokens chosen")
     mask_fraction: float = Field(0.8, ge=0, le=1, description="of the chosen, fraction replaced by [MASK]")
     random_fraction: float = Field(0.1, ge=0, le=1, description="of the chosen, fraction replaced by a random token")
+    whole_word: bool = Field(
+        False, description="choose whole words (a WordPiece token and its ## continuations) instead of single tokens"
+    )
 
     @model_validator(mode="after")
     def _fractions_fit(self) -> "MaskingConfig":

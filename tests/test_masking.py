@@ -7,7 +7,9 @@ import pytest
 
 from finetune.data.corpus import MaskedBlocks
 from finetune.data.masking import MaskingRule
+from finetune.data.tokenizers import train_wordpiece
 from finetune.models.masked_lm import IGNORE_INDEX
+from finetune.recipes import MaskingConfig
 
 VOCAB = 1000
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
@@ -124,13 +126,51 @@ def test_rule_for_tokenizer():
         def __len__(self):
             return VOCAB
 
-    class Rates:
-        probability, mask_fraction, random_fraction = 0.2, 0.7, 0.2
-
-    rule = MaskingRule.for_tokenizer(FakeTokenizer(), Rates())
+    rule = MaskingRule.for_tokenizer(FakeTokenizer(), MaskingConfig(probability=0.2, mask_fraction=0.7,
+                                                                     random_fraction=0.2))
     assert rule.mask_token_id == MASK and rule.vocab_size == VOCAB
     np.testing.assert_array_equal(rule.special_ids, SPECIAL)
     assert (rule.probability, rule.mask_fraction, rule.random_fraction) == (0.2, 0.7, 0.2)
+    assert rule.continues_word is None  # token-level unless whole_word is asked for
+
+
+def whole_word_rule(probability: float = 0.15):
+    """A whole-word rule on a real WordPiece tokenizer whose vocabulary splits long words into pieces."""
+    words = ["un", "believ", "able", "the", "film", "was", "unbelievable", "remarkably", "dull", "and", "long"]
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(words, size=12)) for _ in range(300)]
+    tokenizer = train_wordpiece(lines, vocab_size=60, min_frequency=1)
+    config = MaskingConfig(probability=probability, whole_word=True)
+    return tokenizer, MaskingRule.for_tokenizer(tokenizer, config)
+
+
+def test_whole_word_masking_chooses_every_piece_of_a_word_together():
+    tokenizer, rule = whole_word_rule()
+    text = " ".join(["unbelievable remarkably dull film"] * 400)
+    ids = np.array(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert rule.continues_word[ids].any(), "the test text must contain multi-piece words"
+    inputs, labels = rule.apply(ids, np.random.default_rng(3))
+    chosen = labels != IGNORE_INDEX
+    word = np.cumsum(~rule.continues_word[ids]) - 1
+    for index in np.unique(word):
+        pieces = chosen[word == index]
+        assert pieces.all() or not pieces.any(), "a word was split between chosen and not chosen"
+        if pieces.all():  # the whole word shares one action: all [MASK], or none
+            masked = inputs[word == index] == tokenizer.mask_token_id
+            assert masked.all() or not masked.any()
+    words_chosen = len(np.unique(word[chosen])) / len(np.unique(word))
+    assert abs(words_chosen - 0.15) < 0.03
+    # 80/10/10 still holds, counted per token
+    assert abs((inputs[chosen] == tokenizer.mask_token_id).mean() - 0.8) < 0.06
+
+
+def test_whole_word_masking_never_chooses_special_tokens():
+    tokenizer, rule = whole_word_rule(probability=0.9)
+    ids = np.array(tokenizer(["remarkably dull", "unbelievable film"] * 50, add_special_tokens=True,
+                             is_split_into_words=False)["input_ids"][0])
+    for seed in range(20):
+        _, labels = rule.apply(ids, np.random.default_rng(seed))
+        assert not np.isin(ids[labels != IGNORE_INDEX], rule.special_ids).any()
 
 
 # ---------------------------------------------------------------------------------------------

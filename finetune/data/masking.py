@@ -7,6 +7,7 @@ Of the non-special tokens, `probability` are chosen as prediction targets; of th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -23,6 +24,8 @@ class MaskingRule:
     probability: float = 0.15
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
+    # Whole-word masking: True at the ids of word-continuing pieces (WordPiece's "##..."); None: per token.
+    continues_word: Optional[np.ndarray] = None
 
     @classmethod
     def for_tokenizer(cls, tokenizer, masking_config) -> "MaskingRule":
@@ -34,6 +37,7 @@ class MaskingRule:
             probability=masking_config.probability,
             mask_fraction=masking_config.mask_fraction,
             random_fraction=masking_config.random_fraction,
+            continues_word=continuation_ids(tokenizer) if masking_config.whole_word else None,
         )
 
     @property
@@ -49,13 +53,33 @@ class MaskingRule:
         """Return (inputs, labels): labels hold the original id where chosen and IGNORE_INDEX elsewhere."""
         token_ids = np.asarray(token_ids)
         candidates = ~np.isin(token_ids, self.special_ids)
-        chosen = candidates & (rng.random(token_ids.shape) < self.probability)
+        # Draws are made per unit (a token, or a whole word) and spread over the unit's tokens, so
+        # with whole-word masking a word is chosen, and masked / randomised / kept, as one piece.
+        unit = self._unit_index(token_ids)
+        units = int(unit[-1]) + 1 if unit.size else 0
+        chosen = candidates & (rng.random(units) < self.probability)[unit]
         labels = np.where(chosen, token_ids, IGNORE_INDEX)
-        # One uniform draw per position splits the chosen ones three ways: [MASK] / random / unchanged.
-        action = rng.random(token_ids.shape)
+        action = rng.random(units)[unit]
         to_mask = chosen & (action < self.mask_fraction)
         to_randomise = chosen & (action >= self.mask_fraction) & (action < self.mask_fraction + self.random_fraction)
         inputs = token_ids.copy()
         inputs[to_mask] = self.mask_token_id
         inputs[to_randomise] = rng.choice(self.replacement_ids, size=int(to_randomise.sum()))
         return inputs, labels
+
+    def _unit_index(self, token_ids: np.ndarray) -> np.ndarray:
+        """For each position, the index of the unit it belongs to: itself, or the word it continues."""
+        if self.continues_word is None:
+            return np.arange(token_ids.size).reshape(token_ids.shape)
+        starts = ~self.continues_word[token_ids]
+        starts[..., 0] = True  # a block may open in the middle of a word: that piece starts a unit
+        return np.cumsum(starts.ravel()).reshape(token_ids.shape) - 1
+
+
+def continuation_ids(tokenizer) -> np.ndarray:
+    """A boolean per vocabulary id: True for WordPiece pieces that continue a word ("##ing")."""
+    continues = np.zeros(len(tokenizer), dtype=bool)
+    for token, index in tokenizer.get_vocab().items():
+        if token.startswith("##") and len(token) > 2 and index < len(continues):
+            continues[index] = True
+    return continues
