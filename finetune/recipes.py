@@ -129,7 +129,7 @@ class MaskedLMModelConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> "MaskedLMModelConfig":
+    def _consistent_architecture(self) -> "MaskedLMModelConfig":
         given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
@@ -200,7 +200,7 @@ class PretrainRecipe(RunRecipe):
     eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
 
     @model_validator(mode="after")
-    def _blocks_fit_positions(self) -> "PretrainRecipe":
+    def _consistent_sections(self) -> "PretrainRecipe":
         if self.model.checkpoint is not None and self.tokenizer.path is not None:
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
         if self.model.max_positions is not None and self.model.max_positions < self.corpus.block_size:

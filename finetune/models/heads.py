@@ -9,6 +9,7 @@ from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.models.hub import load_pretrained, resolve_checkpoint
 
+
 def label_config(spec: TaskSpec) -> dict:
     """The config entries that store the task's label mapping with the checkpoint."""
     if spec.is_regression:
@@ -25,11 +26,11 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised."""
     source = resolve_checkpoint(backbone_config.checkpoint)
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint",
-                               classifier_dropout=classifier_dropout, **label_config(spec))
+                             classifier_dropout=classifier_dropout, **label_config(spec))
     if backbone_config.init == "random":
         return AutoModelForSequenceClassification.from_config(config)
     return load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
-                             config=config)
+                           config=config)
 
 
 def fitted_max_length(requested: int, model) -> int:

@@ -80,7 +80,10 @@ def run_pretrain(recipe: PretrainRecipe) -> Path:
                   f"of {block_size} tokens")
 
     # 3. model and optimizer (one parameter group per layer group; pretraining uses one LR for all)
-    masked_lm = continued or build_masked_lm(recipe.model, len(tokenizer), max_positions, tokenizer.pad_token_id)
+    if continued is not None:
+        masked_lm = continued
+    else:
+        masked_lm = build_masked_lm(recipe.model, len(tokenizer), max_positions, tokenizer.pad_token_id)
     model = SparseMaskedLM(masked_lm)
     groups = layer_groups(masked_lm)
     optimizer = build_optimizer(model, groups, [recipe.training.lr] * len(groups), recipe.training.weight_decay,
