@@ -1,12 +1,27 @@
-"""Corpus: documents from text files, train/validation split, packing into [CLS]-led blocks."""
+"""Corpus: documents from text files or a dataset, train/validation split, flat cached token ids, packing."""
 
 from __future__ import annotations
+
+import random
+import warnings
 
 import numpy as np
 import pytest
 
-from finetune.data.corpus import pack_blocks, read_documents, split_documents, tokenize_documents
+from finetune.data import corpus
+from finetune.data.corpus import (
+    TokenizedDocuments,
+    document_stream,
+    pack_blocks,
+    read_dataset_documents,
+    read_documents,
+    split_documents,
+    tokenize_corpus,
+    tokenize_documents,
+)
+from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
+from tests.conftest import make_sentence
 
 CLS, SEP = 2, 3
 
@@ -27,7 +42,7 @@ def _stream(documents):
 def test_pack_blocks(block_size):
     documents = _documents()
     stream = _stream(documents)
-    blocks = pack_blocks(documents, block_size, CLS, SEP)
+    blocks = pack_blocks(documents, block_size, SEP, start_id=CLS)
     body = block_size - 1
     assert blocks.shape == (len(stream) // body, block_size)
     assert blocks.dtype == np.int64
@@ -40,19 +55,21 @@ def test_pack_blocks(block_size):
 
 def test_pack_blocks_sep_after_every_document():
     documents = [[11, 12], [13], [14, 15, 16]]
-    blocks = pack_blocks(documents, 4, CLS, SEP)  # stream: 11 12 S 13 S 14 15 16 S  -> 3 bodies of 3
+    blocks = pack_blocks(documents, 4, SEP, start_id=CLS)  # stream: 11 12 S 13 S 14 15 16 S  -> 3 bodies of 3
     assert blocks.tolist() == [[CLS, 11, 12, SEP], [CLS, 13, SEP, 14], [CLS, 15, 16, SEP]]
 
 
 def test_pack_blocks_drops_the_tail():
     documents = [[11, 12], [13], [14, 15, 16, 17]]  # 10 stream tokens -> 3 bodies of 3, 1 token dropped
-    blocks = pack_blocks(documents, 4, CLS, SEP)
+    blocks = pack_blocks(documents, 4, SEP, start_id=CLS)
     assert blocks.tolist() == [[CLS, 11, 12, SEP], [CLS, 13, SEP, 14], [CLS, 15, 16, 17]]
 
 
 def test_pack_blocks_too_little_text():
-    with pytest.raises(UserError, match="fewer than one block"):
-        pack_blocks([[11, 12]], 8, CLS, SEP)
+    with pytest.raises(UserError, match="the validation text has 3 tokens, fewer than one block of 8"):
+        pack_blocks([[11, 12]], 8, SEP, start_id=CLS, name="the validation text")
+    with pytest.raises(UserError, match="the corpus has 3 tokens, fewer than one block of 4"):
+        pack_blocks(TokenizedDocuments.from_lists([[11, 12]]), 4, SEP)
 
 
 def test_read_documents_skips_empty_lines(tmp_path):
@@ -117,3 +134,217 @@ def test_tokenize_documents_batches(corpus_file):
     assert len(ids) == len(documents)
     assert ids == [tokenizer(document, add_special_tokens=False)["input_ids"] for document in documents]
     assert all(tokenizer.cls_token_id not in doc and tokenizer.sep_token_id not in doc for doc in ids)
+
+
+# Packing without a start token (causal LMs) and from flat arrays
+
+
+def test_pack_blocks_without_start_token():
+    documents = [[11, 12], [13], [14, 15, 16]]  # stream: 11 12 S 13 S 14 15 16 S
+    assert pack_blocks(documents, 3, SEP).tolist() == [[11, 12, SEP], [13, SEP, 14], [15, 16, SEP]]
+    # 9 tokens make 2 blocks of 4; the last token is dropped, and no block gains a start token.
+    assert pack_blocks(documents, 4, SEP).tolist() == [[11, 12, SEP, 13], [SEP, 14, 15, 16]]
+
+
+@pytest.mark.parametrize("start_id", [None, CLS])
+@pytest.mark.parametrize("block_size", [8, 13])
+def test_pack_blocks_flat_documents_match_lists(block_size, start_id):
+    documents = _documents()
+    blocks = pack_blocks(TokenizedDocuments.from_lists(documents), block_size, SEP, start_id=start_id)
+    assert blocks.dtype == np.int64
+    assert blocks.tolist() == pack_blocks(documents, block_size, SEP, start_id=start_id).tolist()
+    body = blocks if start_id is None else blocks[:, 1:]
+    if start_id is not None:
+        assert (blocks[:, 0] == CLS).all()
+    # The separator sits exactly at each document end that the kept blocks reach, and nowhere else.
+    ends = np.cumsum([len(ids) + 1 for ids in documents]) - 1
+    kept = body.size
+    assert np.flatnonzero(body.reshape(-1) == SEP).tolist() == ends[ends < kept].tolist()
+    assert len(_stream(documents)) - kept < body.shape[1]
+
+
+# Flat token ids
+
+
+def test_tokenized_documents_round_trip(tmp_path):
+    lists = [[5, 6, 7], [], [8], [9, 10]]
+    documents = TokenizedDocuments.from_lists(lists)
+    assert len(documents) == 4
+    assert documents.ids.dtype == np.int32 and documents.offsets.dtype == np.int64
+    assert documents.offsets.tolist() == [0, 3, 3, 4, 6]
+    assert [documents.document(index).tolist() for index in range(4)] == lists
+    assert documents.lengths.tolist() == [3, 0, 1, 2]
+    documents.save(tmp_path / "tokens.npz")
+    loaded = TokenizedDocuments.load(tmp_path / "tokens.npz")
+    assert loaded.ids.tolist() == documents.ids.tolist() and loaded.offsets.tolist() == documents.offsets.tolist()
+    both = TokenizedDocuments.concatenate([documents, TokenizedDocuments.from_lists([[1], [2, 3]])])
+    assert [both.document(index).tolist() for index in range(len(both))] == lists + [[1], [2, 3]]
+    assert len(TokenizedDocuments.concatenate([])) == 0
+
+
+def test_tokenized_documents_rejects_inconsistent_offsets():
+    with pytest.raises(ValueError):
+        TokenizedDocuments(np.arange(5), np.array([0, 3, 4]))  # the offsets stop before the last id
+    with pytest.raises(ValueError):
+        TokenizedDocuments(np.arange(5), np.array([0, 4, 3, 5]))  # a negative length
+
+
+def test_document_stream_in_order():
+    lists = [[5, 6, 7], [], [8], [9, 10]]
+    documents = TokenizedDocuments.from_lists(lists)
+    assert document_stream(documents, SEP).tolist() == _stream(lists)
+    order = np.array([3, 1, 0, 2])
+    assert document_stream(documents, SEP, order).tolist() == _stream([lists[index] for index in order])
+    assert document_stream(documents, SEP, np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_document_stream_random_orders():
+    lists = _documents()
+    documents = TokenizedDocuments.from_lists(lists)
+    for seed in range(5):
+        order = np.random.default_rng(seed).permutation(len(lists))
+        assert document_stream(documents, SEP, order).tolist() == _stream([lists[index] for index in order])
+
+
+# tokenize_corpus and its cache
+
+LINES = [make_sentence(random.Random(index), index % 2 == 0) for index in range(60)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_byte_level_bpe(LINES, vocab_size=300, min_frequency=1)
+
+
+class CountingTokenizer:
+    """A tokenizer that counts its calls, to prove a cache hit does not tokenize."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, 0
+
+    @property
+    def backend_tokenizer(self):
+        return self.tokenizer.backend_tokenizer
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return self.tokenizer(*args, **kwargs)
+
+
+def _as_lists(documents: TokenizedDocuments) -> list[list[int]]:
+    return [documents.document(index).tolist() for index in range(len(documents))]
+
+
+def test_tokenize_corpus_matches_per_document_ids(tokenizer):
+    tokenized = tokenize_corpus(tokenizer, LINES, None, "test", batch_size=7)  # 9 batches, the last partial
+    assert len(tokenized) == len(LINES)
+    assert _as_lists(tokenized) == [tokenizer(line, add_special_tokens=False)["input_ids"] for line in LINES]
+    assert _as_lists(tokenized) == tokenize_documents(tokenizer, LINES, batch_size=11)
+
+
+def test_tokenize_corpus_cache_hit(tokenizer, tmp_path, capsys):
+    counting = CountingTokenizer(tokenizer)
+    first = tokenize_corpus(counting, LINES, tmp_path, "training text", batch_size=25)
+    assert counting.calls == 3
+    assert len(list(tmp_path.iterdir())) == 1  # the cache file, no temporary left behind
+    capsys.readouterr()
+    second = tokenize_corpus(counting, list(LINES), tmp_path, "training text", batch_size=25)
+    assert counting.calls == 3  # loaded, not tokenized
+    assert _as_lists(second) == _as_lists(first)
+    assert "training text" in capsys.readouterr().err
+
+
+def test_tokenize_corpus_cache_misses_on_changed_text_or_tokenizer(tokenizer, tmp_path):
+    counting = CountingTokenizer(tokenizer)
+    tokenize_corpus(counting, LINES, tmp_path, "test")
+    changed = LINES[:-1] + [LINES[-1] + " again"]
+    tokenize_corpus(counting, changed, tmp_path, "test")
+    assert counting.calls == 2
+    # Moving text between documents changes the documents even though the characters are the same.
+    tokenize_corpus(counting, [LINES[0] + LINES[1]] + LINES[2:], tmp_path, "test")
+    assert counting.calls == 3
+    other = CountingTokenizer(train_byte_level_bpe(LINES, vocab_size=280, min_frequency=1))
+    tokenized = tokenize_corpus(other, LINES, tmp_path, "test")
+    assert other.calls == 1
+    assert _as_lists(tokenized) == tokenize_documents(other.tokenizer, LINES)
+    assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_tokenize_corpus_recovers_from_a_corrupt_cache(tokenizer, tmp_path):
+    expected = _as_lists(tokenize_corpus(tokenizer, LINES, tmp_path, "test"))
+    (cache_file,) = tmp_path.iterdir()
+    cache_file.write_bytes(cache_file.read_bytes()[:100])  # as a disk filling up mid-write would leave it
+    counting = CountingTokenizer(tokenizer)
+    with pytest.warns(UserWarning, match="unreadable token cache"):
+        assert _as_lists(tokenize_corpus(counting, LINES, tmp_path, "test")) == expected
+    assert counting.calls == 1
+    # Rewritten: the next call loads it without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _as_lists(tokenize_corpus(counting, LINES, tmp_path, "test")) == expected
+    assert counting.calls == 1
+
+
+def test_tokenize_corpus_cache_of_another_corpus_is_not_trusted(tokenizer, tmp_path):
+    """A valid file with the wrong number of documents under this key is treated as corrupt."""
+    key = corpus.corpus_cache_key(tokenizer, LINES)
+    TokenizedDocuments.from_lists([[1, 2]]).save(tmp_path / f"tokens-{key}.npz")
+    with pytest.warns(UserWarning, match="1 documents instead of 60"):
+        assert len(tokenize_corpus(tokenizer, LINES, tmp_path, "test")) == len(LINES)
+
+
+def test_cache_write_is_atomic(tokenizer, tmp_path, monkeypatch):
+    def interrupted_savez(handle, **arrays):
+        handle.write(b"PK\x03\x04 half a file")
+        raise KeyboardInterrupt  # a run killed in the middle of writing
+
+    monkeypatch.setattr(corpus.np, "savez", interrupted_savez)
+    with pytest.raises(KeyboardInterrupt):
+        tokenize_corpus(tokenizer, LINES, tmp_path, "test")
+    assert list(tmp_path.iterdir()) == []  # neither a cache file nor a temporary one
+    monkeypatch.undo()
+    counting = CountingTokenizer(tokenizer)
+    tokenize_corpus(counting, LINES, tmp_path, "test")
+    assert counting.calls == 1 and len(list(tmp_path.iterdir())) == 1
+
+
+def test_wordpiece_corpus_packs_into_bert_blocks():
+    tokenizer = train_wordpiece(LINES, vocab_size=200, min_frequency=1)
+    blocks = pack_blocks(tokenize_corpus(tokenizer, LINES), 16, tokenizer.sep_token_id,
+                         start_id=tokenizer.cls_token_id)
+    assert (blocks[:, 0] == tokenizer.cls_token_id).all() and tokenizer.cls_token_id not in blocks[:, 1:]
+    assert (blocks == tokenizer.sep_token_id).sum() >= len(blocks)  # sentences of ~7 tokens: one [SEP] a block
+
+
+# A `datasets` dataset as the corpus
+
+
+@pytest.fixture
+def jsonl_dataset(tmp_path, monkeypatch):
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")  # leave ~/.cache alone
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": " = Title = \\n", "id": 1}\n{"text": "", "id": 2}\n{"text": "a line .", "id": 3}\n',
+                    encoding="utf-8")
+    return str(path)
+
+
+def test_read_dataset_documents(jsonl_dataset):
+    assert read_dataset_documents("json", None, "train", "text", data_files=jsonl_dataset) == ["= Title =", "a line ."]
+
+
+def test_read_dataset_documents_missing_column(jsonl_dataset):
+    with pytest.raises(UserError) as info:
+        read_dataset_documents("json", None, "train", "body", data_files=jsonl_dataset)
+    message = str(info.value)
+    assert "dataset json" in message and "'body'" in message and "text, id" in message and "\n" not in message
+
+
+def test_read_dataset_documents_unloadable(jsonl_dataset, tmp_path):
+    with pytest.raises(UserError, match="dataset json.*'validation'"):
+        read_dataset_documents("json", None, "validation", "text", data_files=jsonl_dataset)
+    with pytest.raises(UserError, match="missing.jsonl"):
+        read_dataset_documents("json", None, "train", "text", data_files=str(tmp_path / "missing.jsonl"))
+    with pytest.raises(UserError, match="dataset surely-not-a-dataset-xyz"):  # the suite runs with HF_HUB_OFFLINE=1
+        read_dataset_documents("surely-not-a-dataset-xyz")

@@ -1,15 +1,26 @@
-"""Raw text -> documents -> token ids packed into fixed-length blocks, masked on the fly."""
+"""Raw text -> documents -> token ids (flat arrays, cached) packed into fixed-length blocks, masked on the fly."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
+import tempfile
+import warnings
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from finetune.console import console, progress_bar
 from finetune.data.masking import MaskingRule
 from finetune.errors import UserError
+
+CACHE_FORMAT = 1  # part of every cache key: bump it when the cached arrays change meaning
 
 
 def read_documents(paths: list[Path]) -> list[str]:
@@ -29,6 +40,26 @@ def read_documents(paths: list[Path]) -> list[str]:
     return documents
 
 
+def read_dataset_documents(name: str, config: str | None = None, split: str = "train", text_column: str = "text",
+                           data_files: str | list[str] | None = None) -> list[str]:
+    """Each non-empty row of a `datasets` dataset's text column is one document (stripped, as lines are)."""
+    import datasets  # only this path needs it, and it is slow to import
+
+    label = f"dataset {name}" + (f" ({config})" if config else "") + (f" files {data_files}" if data_files else "")
+    try:
+        dataset = datasets.load_dataset(name, config, split=split, data_files=data_files)
+    except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"{label}: cannot load split {split!r}: {reason}") from None
+    if text_column not in dataset.column_names:
+        raise UserError(f"{label}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
+                        "set corpus.text_column)")
+    documents = [text.strip() for text in dataset[text_column] if isinstance(text, str) and text.strip()]
+    if not documents:
+        raise UserError(f"{label}: no text in column {text_column!r} of split {split!r}")
+    return documents
+
+
 def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
     """Hold out `fraction` of the documents (at least one), chosen with the seed, for validation."""
     if len(documents) < 2:
@@ -40,36 +71,175 @@ def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[l
     return train, [documents[index] for index in sorted(validation)]
 
 
-def pack_blocks(token_lists: list[list[int]], block_size: int, cls_id: int, sep_id: int,
-                name: str = "the corpus") -> np.ndarray:
-    """Concatenate documents with [SEP] after each, cut into blocks of `block_size` that start with [CLS].
+@dataclass
+class TokenizedDocuments:
+    """The token ids of many documents as two flat arrays: a WikiText-103-sized corpus stays a few hundred MB."""
 
+    ids: np.ndarray  # int32: every document's ids, one document after another
+    offsets: np.ndarray  # int64, one more than the documents: document i is ids[offsets[i]:offsets[i + 1]]
+
+    def __post_init__(self):
+        self.ids = np.asarray(self.ids, dtype=np.int32)
+        self.offsets = np.asarray(self.offsets, dtype=np.int64)
+        # A cache file that loads but does not hold this shape is corrupt: fail here, not mid-training.
+        if (self.ids.ndim != 1 or self.offsets.ndim != 1 or len(self.offsets) == 0 or self.offsets[0] != 0
+                or self.offsets[-1] != len(self.ids) or (np.diff(self.offsets) < 0).any()):
+            raise ValueError("offsets do not delimit the ids")
+
+    @classmethod
+    def from_lists(cls, id_lists: list[list[int]]) -> TokenizedDocuments:
+        """The flat form of a list of id lists."""
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int32, count=int(lengths.sum()))
+        return cls(ids, _offsets(lengths))
+
+    @classmethod
+    def concatenate(cls, parts: list[TokenizedDocuments]) -> TokenizedDocuments:
+        """The documents of `parts`, one part after another."""
+        ids = np.concatenate([np.empty(0, dtype=np.int32)] + [part.ids for part in parts])
+        lengths = np.concatenate([np.empty(0, dtype=np.int64)] + [part.lengths for part in parts])
+        return cls(ids, _offsets(lengths))
+
+    @classmethod
+    def load(cls, path: Path) -> TokenizedDocuments:
+        """Documents saved by `save`."""
+        with np.load(path) as arrays:
+            return cls(arrays["ids"], arrays["offsets"])
+
+    def save(self, path: Path) -> None:
+        """Write under a temporary name in the same folder, then rename: a killed run leaves no half file at `path`."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False)
+        try:
+            with handle:
+                np.savez(handle, ids=self.ids, offsets=self.offsets)
+            os.replace(handle.name, path)
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Tokens in each document."""
+        return np.diff(self.offsets)
+
+    def document(self, index: int) -> np.ndarray:
+        """The ids of one document."""
+        return self.ids[self.offsets[index] : self.offsets[index + 1]]
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    """Where each document starts, and the end of the last: [0, cumulative lengths...]."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def document_stream(documents: TokenizedDocuments, separator_id: int, order: np.ndarray | None = None) -> np.ndarray:
+    """The documents (all, or those of `order` in that order) in one int32 stream with `separator_id` after each."""
+    with_separators = np.insert(documents.ids, documents.offsets[1:], separator_id)
+    if order is None:
+        return with_separators
+    # Each document and its separator is a segment of `with_separators`; gather the segments in order by
+    # cumulating steps of 1 that jump, at each segment start, from the previous segment's end to the next start.
+    order = np.asarray(order, dtype=np.int64)
+    if len(order) == 0:
+        return with_separators[:0]
+    segment_starts = documents.offsets[:-1] + np.arange(len(documents))
+    segment_lengths = documents.lengths[order] + 1
+    output_starts = _offsets(segment_lengths)
+    steps = np.ones(output_starts[-1], dtype=np.int64)
+    sources = segment_starts[order]
+    steps[0] = sources[0]
+    steps[output_starts[1:-1]] = sources[1:] - (sources[:-1] + segment_lengths[:-1] - 1)
+    return with_separators[np.cumsum(steps, out=steps)]
+
+
+def pack_blocks(documents: TokenizedDocuments | list[list[int]], block_size: int, separator_id: int, *,
+                start_id: int | None = None, name: str = "the corpus") -> np.ndarray:
+    """Documents with `separator_id` after each, cut into int64 blocks of `block_size`, each led by `start_id` if given.
+
+    BERT gives start_id=[CLS], separator_id=[SEP]; causal LMs give no start and separator_id=<|endoftext|>.
     Packing leaves no padding anywhere, so every position in a batch is real text; the last
     incomplete block is dropped.
     """
-    lengths = np.fromiter((len(ids) + 1 for ids in token_lists), dtype=np.int64, count=len(token_lists))
-    stream = np.empty(int(lengths.sum()), dtype=np.int64)
-    position = 0
-    for ids in token_lists:
-        stream[position : position + len(ids)] = ids
-        stream[position + len(ids)] = sep_id
-        position += len(ids) + 1
-    body = block_size - 1
+    if not isinstance(documents, TokenizedDocuments):
+        documents = TokenizedDocuments.from_lists(documents)
+    stream = document_stream(documents, separator_id)
+    body = block_size if start_id is None else block_size - 1
     count = len(stream) // body
     if count == 0:
         raise UserError(f"{name} has {len(stream)} tokens, fewer than one block of {block_size} (corpus.block_size)")
     blocks = np.empty((count, block_size), dtype=np.int64)
-    blocks[:, 0] = cls_id
-    blocks[:, 1:] = stream[: count * body].reshape(count, body)
+    blocks[:, block_size - body :] = stream[: count * body].reshape(count, body)
+    if start_id is not None:
+        blocks[:, 0] = start_id
     return blocks
 
 
-def tokenize_documents(tokenizer, documents: list[str], batch_size: int = 2000) -> list[list[int]]:
-    """Token ids of each document without special tokens (the fast tokenizer works in parallel batches)."""
-    ids: list[list[int]] = []
+def _tokenized_batches(tokenizer, documents: list[str], batch_size: int) -> Iterator[list[list[int]]]:
+    """Token ids without special tokens, one batch of documents at a time (the fast tokenizer works in parallel)."""
     for start in range(0, len(documents), batch_size):
-        ids += tokenizer(documents[start : start + batch_size], add_special_tokens=False)["input_ids"]
+        yield tokenizer(documents[start : start + batch_size], add_special_tokens=False)["input_ids"]
+
+
+def tokenize_documents(tokenizer, documents: list[str], batch_size: int = 2000) -> list[list[int]]:
+    """Token ids of each document without special tokens, as Python lists (small corpora; see tokenize_corpus)."""
+    ids: list[list[int]] = []
+    for batch in _tokenized_batches(tokenizer, documents, batch_size):
+        ids += batch
     return ids
+
+
+def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = None, description: str = "tokenizing",
+                    batch_size: int = 2000, show_progress: bool = True) -> TokenizedDocuments:
+    """Token ids of every document without special tokens; from `cache_dir` if this text and tokenizer were seen."""
+    cache_path = None
+    if cache_dir is not None:
+        cache_path = Path(cache_dir).expanduser() / f"tokens-{corpus_cache_key(tokenizer, documents)}.npz"
+        cached = _read_cache(cache_path, len(documents))
+        if cached is not None:
+            console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache_path}")
+            return cached
+    parts = []
+    with progress_bar(show_progress and len(documents) > batch_size) as progress:
+        task = progress.add_task(description, total=len(documents), status="")
+        for batch in _tokenized_batches(tokenizer, documents, batch_size):
+            parts.append(TokenizedDocuments.from_lists(batch))
+            progress.advance(task, len(batch))
+    tokenized = TokenizedDocuments.concatenate(parts)
+    if cache_path is not None:
+        tokenized.save(cache_path)
+    return tokenized
+
+
+def corpus_cache_key(tokenizer, documents: list[str]) -> str:
+    """A digest of the tokenizer's full JSON and the documents' text: a change to either gives another key."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"finetune tokens v{CACHE_FORMAT}".encode())
+    for text in itertools.chain([tokenizer.backend_tokenizer.to_str()], documents):
+        encoded = text.encode("utf-8")
+        # Length-prefixed, so that ["ab", "c"] and ["a", "bc"] differ.
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()
+
+
+def _read_cache(path: Path, document_count: int) -> TokenizedDocuments | None:
+    """The cached documents at `path`; None when absent, or (with a warning) unreadable, so they are made again."""
+    if not path.is_file():
+        return None
+    try:
+        cached = TokenizedDocuments.load(path)
+        if len(cached) != document_count:
+            raise ValueError(f"{len(cached)} documents instead of {document_count}")
+        return cached
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        warnings.warn(f"ignoring the unreadable token cache {path} ({error}); tokenizing again", stacklevel=3)
+        return None
 
 
 class MaskedBlocks(Dataset):

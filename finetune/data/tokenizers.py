@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable
 
 from accelerate.utils import broadcast_object_list
@@ -9,6 +10,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 WORDPIECE_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+END_OF_TEXT, PAD = "<|endoftext|>", "<|pad|>"  # GPT-2's document separator; a pad for fine-tuning batches
 
 
 def train_wordpiece(lines: Iterable[str], vocab_size: int, lowercase: bool = True,
@@ -37,6 +39,35 @@ def train_wordpiece(lines: Iterable[str], vocab_size: int, lowercase: bool = Tru
     return wrap_tokenizer(tokenizer)
 
 
+def train_byte_level_bpe(lines: Iterable[str], vocab_size: int, lowercase: bool = False,
+                         min_frequency: int = 2) -> PreTrainedTokenizerFast:
+    """A GPT-2-style byte-level BPE tokenizer learnt from `lines`: any text round-trips, nothing is unknown."""
+    tokenizer = Tokenizer(models.BPE())
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    # No space invented before the first word (as GPT-2), so decoding gives back exactly the text encoded.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    # Fixes offsets only; it adds no special tokens (packing puts <|endoftext|> between documents).
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT, PAD],
+        # All 256 bytes from the start, so text unseen in training still encodes.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+    )
+    # Training does not split off special tokens as encoding does; without this, their literal text in the
+    # corpus would spend merges on "<|", "endoftext" and "|>".
+    specials = re.compile("|".join(map(re.escape, [END_OF_TEXT, PAD])))
+    tokenizer.train_from_iterator((piece for line in lines for piece in specials.split(line) if piece),
+                                  trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token=END_OF_TEXT, eos_token=END_OF_TEXT, unk_token=END_OF_TEXT,
+        pad_token=PAD, model_max_length=1024,  # GPT-2's context; the stage sets the model's own
+        # WordPiece's decode clean-up would turn " ." into "." and break the round trip; saved as off.
+        clean_up_tokenization_spaces=False, model_input_names=["input_ids", "attention_mask"],
+    )
+
+
 def wrap_tokenizer(tokenizer: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """A transformers tokenizer around a `tokenizers` object with BERT's special tokens."""
     return PreTrainedTokenizerFast(
@@ -49,8 +80,9 @@ def wrap_tokenizer(tokenizer: Tokenizer, model_max_length: int = 512) -> PreTrai
 
 def shared_tokenizer(accelerator, train: Callable[[], PreTrainedTokenizerFast]) -> PreTrainedTokenizerFast:
     """Train on the main process only and send the result to the others, so every rank uses the same ids."""
-    payload = [train().backend_tokenizer.to_str() if accelerator.is_main_process else None]
+    payload = [train() if accelerator.is_main_process else None]
     if accelerator.num_processes > 1:
+        # The whole tokenizer travels (pickled, its backend as JSON), so it keeps its own special tokens.
         payload = broadcast_object_list(payload, from_process=0)
-    return wrap_tokenizer(Tokenizer.from_str(payload[0]))
+    return payload[0]
 
