@@ -1,0 +1,301 @@
+"""ULMFiT's AWD-LSTM language model (Merity et al. 2017; Howard & Ruder 2018) as a Hugging Face model.
+
+Importing this module registers model type "awd_lstm" with AutoConfig, AutoModel and AutoModelForCausalLM, so a
+folder written by `save_pretrained` loads with `AutoModelForCausalLM.from_pretrained(folder)`.
+
+Checkpoint format:
+
+- config.json: "model_type": "awd_lstm", "architectures", vocab_size, embedding_size, hidden_size, num_layers,
+  output_dropout, hidden_dropout, input_dropout, embedding_dropout, weight_dropout, tie_word_embeddings,
+  pad_token_id, embedding_init_range (plus the keys every transformers config writes).
+- model.safetensors, for AWDLSTMForCausalLM (AWDLSTMModel writes the same names without "awd_lstm."):
+  awd_lstm.embedding.weight                        (vocab_size, embedding_size)
+  awd_lstm.layers.{i}.weight_hh_l0_raw             (4 * out_i, out_i)  hidden-to-hidden, before DropConnect
+  awd_lstm.layers.{i}.lstm.weight_ih_l0            (4 * out_i, in_i)
+  awd_lstm.layers.{i}.lstm.bias_ih_l0, bias_hh_l0  (4 * out_i,)
+  decoder.bias                                     (vocab_size,)
+  decoder.weight only when tie_word_embeddings is false: tied, it is the embedding and is stored once.
+  Here in_i is embedding_size for layer 0 and hidden_size above; out_i is hidden_size, except for the last
+  layer, whose output is embedding_size so the decoder can share the embedding. Gate rows are in PyTorch's
+  order (input, forget, cell, output).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+# One (h, c) pair per layer, each (1, batch, layer output size): the layers differ in size, so no single tensor.
+HiddenState = tuple[tuple[Tensor, Tensor], ...]
+
+# cuDNN warns at every call when an LSTM's weights are not one packed buffer; under DropConnect they never are.
+_UNPACKED_WEIGHTS_WARNING = "RNN module weights are not part of single contiguous chunk of memory"
+
+
+class RNNDropout(nn.Module):
+    """Variational dropout: one mask per sequence, shared by all its time steps, on (batch, time, features)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        """`inputs` with the same features of each sequence zeroed at every step, the rest scaled by 1/(1-p)."""
+        if not self.training or self.p == 0:
+            return inputs
+        keep = inputs.new_empty(inputs.shape[0], 1, inputs.shape[2]).bernoulli_(1 - self.p)
+        return inputs * keep / (1 - self.p)
+
+
+class EmbeddingDropout(nn.Module):
+    """Word dropout on an embedding matrix: whole rows (every occurrence of a word) zeroed, the rest scaled."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, weight: Tensor) -> Tensor:
+        """The (vocab, dim) matrix with rows dropped; look tokens up in it with `F.embedding`."""
+        if not self.training or self.p == 0:
+            return weight
+        keep = weight.new_empty(weight.shape[0], 1).bernoulli_(1 - self.p)
+        return weight * keep / (1 - self.p)
+
+
+class _UnpackedLSTM(nn.LSTM):
+    """An nn.LSTM that never packs its weights into cuDNN's single buffer."""
+
+    def flatten_parameters(self) -> None:
+        """Do nothing: WeightDropout hands the LSTM a new hidden-to-hidden tensor at every call.
+
+        nn.LSTM re-packs (on cuDNN) whenever a weight object changes: at every call here, copying all weights and
+        moving the real parameters to new storage in place, under graphs that may still need them (ULMFiT's
+        classifier runs the encoder over many chunks of a document before one backward).
+        """
+
+
+class WeightDropout(nn.Module):
+    """One batch-first LSTM layer with DropConnect on its hidden-to-hidden weights (a fresh mask per call)."""
+
+    def __init__(self, input_size: int, hidden_size: int, p: float):
+        super().__init__()
+        self.p = p
+        self.lstm = _UnpackedLSTM(input_size, hidden_size, batch_first=True)
+        # The raw weight lives here, so it is what optimizers train and checkpoints store; the LSTM only ever
+        # sees a masked copy, set just for the duration of a call.
+        self.weight_hh_l0_raw = self.lstm.weight_hh_l0
+        del self.lstm.weight_hh_l0  # unregister first: assigning None to a parameter name keeps the name
+        self.lstm.weight_hh_l0 = None
+
+    def forward(
+        self, inputs: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """The LSTM's (outputs, (h, c)) for `inputs` of shape (batch, time, input_size)."""
+        raw = self.weight_hh_l0_raw
+        # view_as in eval: assigning the Parameter itself would register it as a parameter of the LSTM.
+        weight = F.dropout(raw, self.p, training=True) if self.training and self.p > 0 else raw.view_as(raw)
+        # nn.LSTM reads a cached list of weights; its __setattr__ updates that list for names it knows.
+        self.lstm.weight_hh_l0 = weight
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_UNPACKED_WEIGHTS_WARNING)
+                return self.lstm(inputs, state)
+        finally:
+            # Drop the masked copy: a module holding a non-leaf tensor cannot be deep-copied or pickled.
+            self.lstm.weight_hh_l0 = None
+
+
+def detach_hidden_state(hidden_state: HiddenState) -> HiddenState:
+    """The same state cut from the graph: truncated backpropagation through time between batches."""
+    return tuple((hidden.detach(), cell.detach()) for hidden, cell in hidden_state)
+
+
+@strict
+class AWDLSTMConfig(PretrainedConfig):
+    """Sizes and dropouts of an AWD-LSTM; defaults are fastai's ULMFiT language model (`awd_lstm_lm_config`)."""
+
+    model_type = "awd_lstm"
+
+    vocab_size: int = 60000  # fastai's WikiText-103 vocabulary cap
+    embedding_size: int = 400  # also the top layer's output size
+    hidden_size: int = 1152  # every layer but the last, whose output is embedding_size (for the tied decoder)
+    num_layers: int = 3  # LSTM layers, each its own module (and its own layer group)
+    output_dropout: float = 0.1  # RNNDropout before the decoder
+    hidden_dropout: float = 0.15  # RNNDropout between LSTM layers
+    input_dropout: float = 0.25  # RNNDropout on the embedded tokens
+    embedding_dropout: float = 0.02  # EmbeddingDropout: whole words
+    weight_dropout: float = 0.2  # DropConnect on each layer's hidden-to-hidden weights
+    tie_word_embeddings: bool = True  # decoder weight is the embedding (the name transformers' tying reads)
+    pad_token_id: int | None = 1  # fastai's xxpad
+    embedding_init_range: float = 0.1  # embedding and decoder uniform in [-range, range], as in AWD-LSTM
+
+
+@dataclass
+class AWDLSTMOutput(ModelOutput):
+    """Encoder output: the top layer's outputs and the recurrent state to pass to the next batch."""
+
+    last_hidden_state: Tensor | None = None
+    hidden_state: HiddenState | None = None
+
+
+@dataclass
+class AWDLSTMCausalLMOutput(ModelOutput):
+    """Language-model output: loss (when labels are given), logits and the recurrent state."""
+
+    loss: Tensor | None = None
+    logits: Tensor | None = None
+    hidden_state: HiddenState | None = None
+
+
+class AWDLSTMPreTrainedModel(PreTrainedModel):
+    """Shared transformers plumbing: config class, weight prefix and initialisation."""
+
+    config_class = AWDLSTMConfig
+    config: AWDLSTMConfig
+    base_model_prefix = "awd_lstm"
+    _input_embed_layer = "embedding"  # where transformers' get/set_input_embeddings look
+    main_input_name = "input_ids"
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Uniform embedding and decoder (AWD-LSTM's scheme), PyTorch's LSTM init, zero decoder bias."""
+        bound = self.config.embedding_init_range
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -bound, bound)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.Linear):
+            init.uniform_(module.weight, -bound, bound)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, WeightDropout):
+            # The raw weight sits outside the inner LSTM, so the whole layer is initialised here.
+            lstm_bound = 1 / math.sqrt(module.lstm.hidden_size)
+            for parameter in module.parameters():
+                init.uniform_(parameter, -lstm_bound, lstm_bound)
+
+
+class AWDLSTMModel(AWDLSTMPreTrainedModel):
+    """The encoder: embedding with word dropout, then a stack of weight-dropped LSTM layers."""
+
+    def __init__(self, config: AWDLSTMConfig):
+        super().__init__(config)
+        self.embedding = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.embedding_dropout = EmbeddingDropout(config.embedding_dropout)
+        self.input_dropout = RNNDropout(config.input_dropout)
+        self.hidden_dropout = RNNDropout(config.hidden_dropout)
+        sizes = [config.embedding_size] + [config.hidden_size] * (config.num_layers - 1) + [config.embedding_size]
+        self.layers = nn.ModuleList(
+            WeightDropout(sizes[index], sizes[index + 1], config.weight_dropout) for index in range(config.num_layers)
+        )
+        self.post_init()
+
+    def forward(
+        self, input_ids: Tensor, hidden_state: HiddenState | None = None, attention_mask: Tensor | None = None
+    ) -> AWDLSTMOutput:
+        """Encode (batch, time) token ids, starting from `hidden_state` (zeros when None).
+
+        A state from a batch of another size is dropped (zeros), as fastai does, so a short last batch works.
+        `attention_mask` is accepted for tokenizer outputs and ignored: reading left to right, an LSTM is
+        unaffected by right padding. The caller keeps the returned state, detaching it between batches.
+        """
+        if hidden_state is not None and hidden_state[0][0].shape[1] != input_ids.shape[0]:
+            hidden_state = None
+        weight = self.embedding_dropout(self.embedding.weight)
+        outputs = self.input_dropout(F.embedding(input_ids, weight, self.embedding.padding_idx))
+        new_state = []
+        for index, layer in enumerate(self.layers):
+            outputs, state = layer(outputs, None if hidden_state is None else hidden_state[index])
+            new_state.append(state)
+            if index < len(self.layers) - 1:
+                outputs = self.hidden_dropout(outputs)
+        return AWDLSTMOutput(last_hidden_state=outputs, hidden_state=tuple(new_state))
+
+
+class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
+    """The encoder with output dropout and a linear decoder over the vocabulary, tied to the embedding."""
+
+    _tied_weights_keys = {"decoder.weight": "awd_lstm.embedding.weight"}
+
+    def __init__(self, config: AWDLSTMConfig):
+        super().__init__(config)
+        self.awd_lstm = AWDLSTMModel(config)
+        self.output_dropout = RNNDropout(config.output_dropout)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.post_init()  # ties decoder.weight to the embedding when config.tie_word_embeddings
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.decoder
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.decoder = value
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        labels: Tensor | None = None,
+        hidden_state: HiddenState | None = None,
+        attention_mask: Tensor | None = None,
+        **kwargs,
+    ) -> AWDLSTMCausalLMOutput:
+        """Logits for every position; with `labels` (usually the input ids) the next-token loss.
+
+        As everywhere in transformers, labels are shifted inside (position t predicts label t+1; -100 is ignored).
+        Truncated BPTT over a token stream can pass `shift_labels` (targets already aligned) instead, so the last
+        token of each chunk is trained too.
+        """
+        encoded = self.awd_lstm(input_ids, hidden_state=hidden_state)
+        logits = self.decoder(self.output_dropout(encoded.last_hidden_state))
+        loss = None
+        if labels is not None or kwargs.get("shift_labels") is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return AWDLSTMCausalLMOutput(loss=loss, logits=logits, hidden_state=encoded.hidden_state)
+
+
+def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:
+    """ULMFiT's groups: [embedding], [LSTM layer 0], ..., [top LSTM layer]; `layer_groups` adds the head."""
+    encoder = model.base_model
+    return [list(encoder.embedding.parameters())] + [list(layer.parameters()) for layer in encoder.layers]
+
+
+def remap_vocabulary_rows(weight: Tensor, old_vocab: dict[str, int], new_vocab: dict[str, int]) -> Tensor:
+    """Rows (or entries of a bias) for `new_vocab`: known tokens keep theirs, new tokens get the old rows' mean."""
+    weight = weight.detach()
+    remapped = weight.mean(dim=0).expand(len(new_vocab), *weight.shape[1:]).clone()
+    kept = [(new_index, old_vocab[token]) for token, new_index in new_vocab.items() if token in old_vocab]
+    if kept:
+        new_rows, old_rows = torch.tensor(kept, device=weight.device).T
+        remapped[new_rows] = weight[old_rows]
+    return remapped
+
+
+def with_new_vocabulary(model: AWDLSTMPreTrainedModel, old_vocab: dict[str, int], new_vocab: dict[str, int]):
+    """`model`, changed in place and returned, reading and predicting `new_vocab` (ULMFiT's target-domain stage)."""
+    config = model.config
+    old_pad_token = next((token for token, index in old_vocab.items() if index == config.pad_token_id), None)
+    config.pad_token_id = new_vocab.get(old_pad_token)
+    embedding = remap_vocabulary_rows(model.get_input_embeddings().weight, old_vocab, new_vocab)
+    model.set_input_embeddings(nn.Embedding.from_pretrained(embedding, freeze=False, padding_idx=config.pad_token_id))
+    decoder = model.get_output_embeddings()
+    if decoder is not None:
+        decoder.bias = nn.Parameter(remap_vocabulary_rows(decoder.bias, old_vocab, new_vocab))
+        decoder.out_features = len(new_vocab)
+        if not config.tie_word_embeddings:
+            decoder.weight = nn.Parameter(remap_vocabulary_rows(decoder.weight, old_vocab, new_vocab))
+    config.vocab_size = len(new_vocab)
+    model.tie_weights()  # with a tied config, the decoder's weight becomes the new embedding
+    return model
+
+
+AutoConfig.register(AWDLSTMConfig.model_type, AWDLSTMConfig, exist_ok=True)
+AutoModel.register(AWDLSTMConfig, AWDLSTMModel, exist_ok=True)
+AutoModelForCausalLM.register(AWDLSTMConfig, AWDLSTMForCausalLM, exist_ok=True)
