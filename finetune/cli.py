@@ -61,15 +61,21 @@ def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], ru
 
 
 @app.command()
-def pretrain(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
-    """Pretrain a masked language model (BERT-style) from scratch on text files.
+def pretrain(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in the recipe's run_dir from its newest "
+                                         "periodic checkpoint (see checkpoint_every).")] = False,
+) -> None:
+    """Pretrain a language model on text files: masked (bert), causal (gpt2) or ULMFiT's AWD-LSTM.
 
-    Trains a WordPiece tokenizer on the corpus, packs it into blocks, masks 15% of tokens
-    (80% [MASK] / 10% random / 10% unchanged) and writes a Hugging Face checkpoint to RUN_DIR/checkpoint.
+    Trains a tokenizer on the corpus (WordPiece for bert, byte-level BPE for the causal families) or
+    reuses one, packs the text into blocks (BPTT streams for awd_lstm), and writes a Hugging Face
+    checkpoint to RUN_DIR/checkpoint.
     """
     from finetune.stages.pretrain import run_pretrain
 
-    _run_stage("pretrain", recipe, overrides, run_pretrain)
+    _run_stage("pretrain", recipe, overrides, lambda loaded: run_pretrain(loaded, resume=resume))
 
 
 @app.command()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
 
 from finetune.errors import UserError
 
@@ -111,12 +111,11 @@ class TaskConfig(Section):
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
 
 
-class MaskedLMModelConfig(Section):
-    """A BERT-style encoder, from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
+class TransformerModelConfig(Section):
+    """A transformer from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
 
-    family: Literal["bert"] = Field("bert", description="model family (masked LM: bert)")
     checkpoint: Optional[str] = Field(
-        None, description="continue pretraining this BERT-family folder or hub name (ULMFiT's target-domain "
+        None, description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
         "LM stage); its architecture and tokenizer are kept"
     )
     layers: int = Field(2, gt=0, description="transformer blocks")
@@ -129,7 +128,7 @@ class MaskedLMModelConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _consistent_architecture(self) -> "MaskedLMModelConfig":
+    def _consistent_architecture(self) -> "TransformerModelConfig":
         given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
@@ -138,24 +137,110 @@ class MaskedLMModelConfig(Section):
         return self
 
 
+class MaskedLMModelConfig(TransformerModelConfig):
+    """A BERT-style encoder trained to fill in masked tokens."""
+
+    family: Literal["bert"] = Field("bert", description="bert: masked LM; gpt2: causal transformer; "
+                                    "awd_lstm: ULMFiT's causal LSTM")
+
+
+class CausalLMModelConfig(TransformerModelConfig):
+    """A GPT-2-style decoder trained to predict the next token."""
+
+    family: Literal["gpt2"] = Field(description="bert: masked LM; gpt2: causal transformer; "
+                                    "awd_lstm: ULMFiT's causal LSTM")
+
+
+class AWDLSTMModelConfig(Section):
+    """ULMFiT's AWD-LSTM: an LSTM language model regularised by five kinds of dropout, decoder tied."""
+
+    family: Literal["awd_lstm"] = Field(description="bert: masked LM; gpt2: causal transformer; "
+                                        "awd_lstm: ULMFiT's causal LSTM")
+    checkpoint: Optional[str] = Field(
+        None, description="continue pretraining this AWD-LSTM checkpoint folder (ULMFiT's target-domain LM stage)"
+    )
+    embedding_size: int = Field(400, gt=0, description="embedding size (also the last LSTM's size: tied decoder)")
+    hidden: int = Field(1152, gt=0, description="hidden size of the inner LSTM layers")
+    layers: int = Field(3, gt=0, description="stacked LSTM layers")
+    # The five dropouts at fastai's ULMFiT language-model defaults.
+    output_dropout: float = Field(0.1, ge=0, lt=1, description="dropout on the last LSTM's output")
+    hidden_dropout: float = Field(0.15, ge=0, lt=1, description="variational dropout between LSTM layers")
+    input_dropout: float = Field(0.25, ge=0, lt=1, description="variational dropout on the embedded input")
+    embedding_dropout: float = Field(0.02, ge=0, lt=1, description="drops whole embedding rows (words)")
+    weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights")
+
+    @model_validator(mode="after")
+    def _architecture_from_checkpoint(self) -> "AWDLSTMModelConfig":
+        given = [key for key in ("embedding_size", "hidden", "layers") if key in self.model_fields_set]
+        if self.checkpoint is not None and given:
+            raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
+        return self
+
+
+MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm")
+
+
+def _model_family(value: Any) -> str:
+    """The `family` key of a model section (bert when absent, the historical default)."""
+    if isinstance(value, dict):
+        return value.get("family", "bert")
+    return getattr(value, "family", "bert")
+
+
+LanguageModelConfig = Annotated[
+    Union[
+        Annotated[MaskedLMModelConfig, Tag("bert")],
+        Annotated[CausalLMModelConfig, Tag("gpt2")],
+        Annotated[AWDLSTMModelConfig, Tag("awd_lstm")],
+    ],
+    Discriminator(_model_family),
+]
+
+
 class TokenizerConfig(Section):
-    """The WordPiece tokenizer: trained on the corpus inside the pretrain stage, or an existing one reused."""
+    """The tokenizer: trained on the corpus inside the pretrain stage (WordPiece for masked LMs, byte-level BPE
+    for causal ones), or an existing one reused."""
 
     path: Optional[InputPath] = Field(
         None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
     )
-    vocab_size: int = Field(8000, ge=100, description="WordPiece vocabulary size, special tokens included")
-    lowercase: bool = Field(True, description="lowercase and strip accents before tokenizing")
+    vocab_size: int = Field(8000, ge=100, description="vocabulary size of a trained tokenizer, special tokens included")
+    lowercase: Optional[bool] = Field(
+        None, description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
+        "(uncased, as BERT), false for the byte-level BPE of causal LMs"
+    )
     min_frequency: int = Field(2, gt=0, description="ignore pieces seen fewer times than this")
+    new_vocabulary: bool = Field(
+        False, description="awd_lstm with model.checkpoint: train a tokenizer on this corpus and map the "
+        "checkpoint's rows onto it (new tokens start at the mean row), as ULMFiT's LM fine-tuning does"
+    )
 
 
 class CorpusConfig(Section):
-    """Raw text: one document per non-empty line, packed into fixed-length blocks."""
+    """Raw text: one document per non-empty line of text files (or a `datasets` dataset), packed into blocks."""
 
-    train_files: list[InputPath] = Field(min_length=1, description="text files to pretrain on")
+    train_files: list[InputPath] = Field(default_factory=list, description="text files to pretrain on")
     validation_files: list[InputPath] = Field(default_factory=list, description="held-out text; empty: split off")
+    dataset: Optional[str] = Field(
+        None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
+    )
+    dataset_config: Optional[str] = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
+    text_column: str = Field("text", description="the dataset's column holding the text")
     validation_fraction: float = Field(0.05, gt=0, lt=1, description="documents held out when no validation_files")
-    block_size: int = Field(128, ge=8, description="tokens per training block, [CLS] included")
+    block_size: int = Field(
+        128, ge=8, description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
+        "the truncated-BPTT length (awd_lstm; ULMFiT: 70)"
+    )
+    cache_dir: Optional[Path] = Field(
+        Path("~/.cache/finetune/corpus"),
+        description="tokenized corpora are cached here by content and tokenizer; null: no cache",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CorpusConfig":
+        if bool(self.train_files) == bool(self.dataset):
+            raise ValueError("give exactly one of train_files and dataset")
+        return self
 
 
 class MaskingConfig(Section):
@@ -187,24 +272,48 @@ class RunRecipe(Section):
 
 
 class PretrainRecipe(RunRecipe):
-    """`finetune pretrain`: train a masked language model on raw text."""
+    """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text."""
 
     stage: Literal["pretrain"]
     seed: int = Field(0, description="seed for initialisation, data order and masking")
-    model: MaskedLMModelConfig = Field(default_factory=MaskedLMModelConfig)
+    model: LanguageModelConfig = Field(default_factory=MaskedLMModelConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     corpus: CorpusConfig
-    masking: MaskingConfig = Field(default_factory=MaskingConfig)
+    masking: Optional[MaskingConfig] = Field(None, description="masked LMs only; filled in with defaults for bert")
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     schedule: PretrainScheduleConfig = Field(default_factory=PretrainScheduleConfig)
     eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
+    checkpoint_every: Optional[int] = Field(
+        None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
+    )
+    keep_checkpoints: int = Field(2, gt=0, description="how many of the periodic checkpoints to keep (newest)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        """Fill in what depends on the model family, so the saved recipe shows every value used."""
+        if not isinstance(data, dict):
+            return data
+        family = _model_family(data.get("model") or {})
+        if family == "bert" and data.get("masking") is None:
+            data = {**data, "masking": {}}
+        tokenizer = data.get("tokenizer") or {}
+        if isinstance(tokenizer, dict) and tokenizer.get("lowercase") is None:
+            data = {**data, "tokenizer": {**tokenizer, "lowercase": family == "bert"}}
+        return data
 
     @model_validator(mode="after")
     def _consistent_sections(self) -> "PretrainRecipe":
-        if self.model.checkpoint is not None and self.tokenizer.path is not None:
+        family, checkpoint = self.model.family, self.model.checkpoint
+        if family != "bert" and self.masking is not None:
+            raise ValueError(f"masking applies to masked LMs (model.family: bert), not {family}; remove it")
+        if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):
+            raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
+        if checkpoint is not None and self.tokenizer.path is not None:
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
-        if self.model.max_positions is not None and self.model.max_positions < self.corpus.block_size:
-            raise ValueError(f"model.max_positions ({self.model.max_positions}) is smaller than "
+        max_positions = getattr(self.model, "max_positions", None)
+        if max_positions is not None and max_positions < self.corpus.block_size:
+            raise ValueError(f"model.max_positions ({max_positions}) is smaller than "
                              f"corpus.block_size ({self.corpus.block_size})")
         return self
 
@@ -319,9 +428,14 @@ def _format_validation_error(error: ValidationError, source: Path) -> str:
     """All problems of a recipe on one line, each naming its dotted key."""
     problems = []
     for item in error.errors():
-        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        # A model section is validated as its family's type; pydantic puts that tag in the location.
+        location = [part for index, part in enumerate(item["loc"])
+                    if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")]
+        key = ".".join(str(part) for part in location) or "(top level)"
         message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
+        if item["type"] == "union_tag_invalid":
+            key, message = f"{key}.family", f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})"
+        elif item["type"] == "extra_forbidden":
             message = "unknown key"
         elif item["type"] == "missing":
             message = "required key is missing"
@@ -389,8 +503,14 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
     rows = []
     for name, field in model.model_fields.items():
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows += describe_keys(annotation, f"{prefix}{name}.")
+        section = annotation
+        if get_origin(section) is Union and len(get_args(section)) == 2 and type(None) in get_args(section):
+            section = next(argument for argument in get_args(section) if argument is not type(None))
+        if isinstance(section, type) and issubclass(section, BaseModel):
+            rows += describe_keys(section, f"{prefix}{name}.")
+            continue
+        if _section_variants(annotation):
+            rows += _describe_variants(_section_variants(annotation), f"{prefix}{name}.")
             continue
         if field.is_required():
             default = "(required)"
@@ -400,6 +520,35 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
             default = repr(field.default)
         rows.append((f"{prefix}{name}", type_label(annotation), default, field.description or ""))
     return rows
+
+
+def _section_variants(annotation: Any) -> list[type[BaseModel]]:
+    """The section types of a field that is one of several sections (the model families), else []."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) is not Union:
+        return []
+    members = [get_args(member)[0] if get_origin(member) is Annotated else member for member in get_args(annotation)]
+    return members if all(isinstance(member, type) and issubclass(member, BaseModel) for member in members) else []
+
+
+def _describe_variants(variants: list[type[BaseModel]], prefix: str) -> list[tuple[str, str, str, str]]:
+    """Keys of alternative sections (one per model family), each marked with the families it applies to."""
+    rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}  # (key, meaning) -> row: same key, other meaning
+    families: dict[tuple[str, str], list[str]] = {}
+    for variant in variants:
+        family = type_label(variant.model_fields["family"].annotation)
+        for row in describe_keys(variant, prefix):
+            identity = (row[0], "" if row[0] == f"{prefix}family" else row[3])
+            rows.setdefault(identity, row)
+            families.setdefault(identity, []).append(family)
+    described = []
+    for identity, (key, label, default, meaning) in rows.items():
+        if key == f"{prefix}family":
+            described.append((key, "|".join(families[identity]), default, meaning))
+        else:
+            described.append((key, label, default, f"({', '.join(families[identity])}) {meaning}"))
+    return described
 
 
 def type_label(annotation: Any) -> str:

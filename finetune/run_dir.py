@@ -36,6 +36,37 @@ def prepare_run_dir(recipe, is_main_process: bool = True) -> Path:
     return path
 
 
+def check_resumable(recipe, latest_checkpoint) -> Path:
+    """The checkpoint a `--resume` run continues from; the recipe must be the one the run started with."""
+    from finetune.recipes import load_recipe  # late import: recipes imports nothing from here
+
+    path = Path(recipe.run_dir)
+    if not (path / RECIPE_FILE).is_file():
+        raise UserError(f"--resume: run_dir {path} holds no run to resume (no {RECIPE_FILE})")
+    started = _flatten(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
+    given = _flatten(recipe.model_dump(mode="json"))
+    changed = sorted(key for key in given.keys() | started.keys()
+                     if key != "overwrite" and given.get(key) != started.get(key))
+    if changed:
+        raise UserError(f"--resume: the recipe differs from the one {path} was started with in: {', '.join(changed)}")
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is None:
+        raise UserError(f"--resume: {path} has no complete periodic checkpoint yet (they are written every "
+                        "checkpoint_every steps)")
+    return checkpoint
+
+
+def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested recipe dump as dotted keys: {"training.lr": 0.001, ...}."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 class MetricsLog:
     """Appends JSON lines to metrics.jsonl; silent on every process but the main one."""
 
@@ -46,6 +77,20 @@ class MetricsLog:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+
+    def line_count(self) -> int:
+        """Records written so far (0 before the first)."""
+        if not self.path.is_file():
+            return 0
+        with open(self.path, encoding="utf-8") as handle:
+            return sum(1 for line in handle if line.strip())
+
+    def truncate(self, lines: int) -> None:
+        """Keep the first `lines` records: a resumed run drops what was logged after its checkpoint."""
+        if self.enabled and self.path.is_file():
+            with open(self.path, encoding="utf-8") as handle:
+                kept = [line for line in handle if line.strip()][:lines]
+            self.path.write_text("".join(kept), encoding="utf-8")
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -95,7 +95,7 @@ def pretrain_recipe(corpus: Path, run_dir: Path) -> dict[str, Any]:
         "seed": 0,
         "model": {"family": "bert", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.0},
         "tokenizer": {"vocab_size": 200, "min_frequency": 1},
-        "corpus": {"train_files": [str(corpus)], "validation_fraction": 0.1, "block_size": 16},
+        "corpus": {"train_files": [str(corpus)], "validation_fraction": 0.1, "block_size": 16, "cache_dir": None},
         "training": {"epochs": 1, "max_steps": 10, "batch_size": 8, "lr": 1e-3, "log_every": 2, "device": "cpu"},
     }
 

@@ -54,7 +54,7 @@ def assert_user_error(result, *fragments: str) -> str:
 @pytest.mark.parametrize(
     ("command", "purpose"),
     [
-        ("pretrain", "Pretrain a masked language model"),
+        ("pretrain", "Pretrain a language model"),
         ("finetune", "Fine-tune a pretrained checkpoint"),
         ("eval", "Score fine-tuned checkpoints"),
         ("recipes", "List the recipes"),

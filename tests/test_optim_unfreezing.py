@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
+from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, DistilBertConfig, DistilBertModel,
+                          GPT2Config, GPT2LMHeadModel)
 
 from finetune.errors import UserError
 from finetune.models.backbones import layer_groups
@@ -82,11 +83,20 @@ def test_layer_groups_of_a_masked_lm_with_tied_weights():
     assert id(model.cls.predictions.decoder.weight) in _ids(groups[0])
 
 
-def test_unsupported_family_names_it():
+def test_layer_groups_of_a_gpt2_language_model():
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2))
+    groups = layer_groups(model)
+    assert len(groups) == 4  # embeddings, 2 blocks, head (final norm; the output layer is tied to wte)
+    assert _ids(groups[0]) == _ids(list(model.transformer.wte.parameters()) + list(model.transformer.wpe.parameters()))
+    assert _ids(groups[-1]) == _ids(list(model.transformer.ln_f.parameters()))
+    assert id(model.lm_head.weight) in _ids(groups[0])
+
+
+def test_unsupported_family_names_it():
+    model = DistilBertModel(DistilBertConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, hidden_dim=64))
     with pytest.raises(UserError) as info:
         layer_groups(model)
-    assert "gpt2" in str(info.value) and "bert" in str(info.value)
+    assert "distilbert" in str(info.value) and "gpt2" in str(info.value) and "LAYER_GROUP_FINDERS" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -325,10 +326,53 @@ def test_describe_keys_for_pretrain():
     assert keys["training.lr"][1] == "float"
     assert keys["training.lr"][2] == repr(5e-4)
     assert "peak learning rate" in keys["training.lr"][3]
-    assert keys["corpus.train_files"][2] == "(required)"
-    assert len(keys) == len(rows), "a key is listed twice"
+    assert keys["run_dir"][2] == "(required)"
+    assert keys["model.family"][1] == "bert|gpt2|awd_lstm"
+    # A key the families share with one meaning is listed once, marked with the families that have it.
+    assert [row[3] for row in rows if row[0] == "model.heads"] == ["(bert, gpt2) attention heads; must divide hidden"]
+    # The same key with a different meaning per family is listed once per meaning.
+    hidden = [row for row in rows if row[0] == "model.hidden"]
+    assert [(row[2], row[3].split(")")[0]) for row in hidden] == [("128", "(bert, gpt2"), ("1152", "(awd_lstm")]
+    assert keys["model.weight_dropout"][3].startswith("(awd_lstm) ")
     # Sections themselves are not keys.
-    assert "training" not in keys and "model" not in keys
+    assert "training" not in keys and "model" not in keys and "masking" not in keys
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "named"),
+    [
+        ({"family": "gpt2", "layerz": 2}, {}, "model.layerz: unknown key"),
+        ({"family": "lstm"}, {}, "model.family: unknown model family lstm"),
+        ({"family": "gpt2"}, {"masking": {"probability": 0.2}}, "masking applies to masked LMs"),
+        ({"family": "awd_lstm", "heads": 2}, {}, "model.heads: unknown key"),
+        ({"family": "awd_lstm", "checkpoint": "x", "layers": 2}, {}, "the architecture comes from model.checkpoint"),
+        ({"family": "gpt2"}, {"tokenizer": {"new_vocabulary": True}}, "tokenizer.new_vocabulary needs"),
+    ],
+)
+def test_model_family_problems_name_the_key(pretrain_recipe_data, write_recipe, model, extra, named):
+    pretrain_recipe_data["model"] = model
+    pretrain_recipe_data.update(extra)
+    with pytest.raises(UserError, match=re.escape(named)):
+        load_recipe(write_recipe(pretrain_recipe_data))
+
+
+def test_family_defaults_are_filled_in(pretrain_recipe_data, write_recipe):
+    pretrain_recipe_data["model"] = {"family": "gpt2", "layers": 1, "hidden": 32, "heads": 2}
+    recipe = load_recipe(write_recipe(pretrain_recipe_data))
+    assert recipe.masking is None and recipe.tokenizer.lowercase is False  # causal LMs: cased byte-level BPE
+    pretrain_recipe_data["model"] = {"layers": 1, "hidden": 32, "heads": 2}  # no family: bert
+    recipe = load_recipe(write_recipe(pretrain_recipe_data))
+    assert recipe.model.family == "bert" and recipe.masking.probability == 0.15 and recipe.tokenizer.lowercase
+
+
+def test_corpus_needs_exactly_one_source(pretrain_recipe_data, write_recipe):
+    pretrain_recipe_data["corpus"]["dataset"] = "wikitext"
+    with pytest.raises(UserError, match="corpus: give exactly one of train_files and dataset"):
+        load_recipe(write_recipe(pretrain_recipe_data))
+    del pretrain_recipe_data["corpus"]["dataset"]
+    pretrain_recipe_data["corpus"]["train_files"] = []
+    with pytest.raises(UserError, match="corpus: give exactly one of train_files and dataset"):
+        load_recipe(write_recipe(pretrain_recipe_data))
 
 
 def test_describe_keys_for_finetune():

@@ -11,6 +11,7 @@ from typing import Callable
 from torch import nn
 
 from finetune.errors import UserError
+from finetune.models.awd_lstm import awd_lstm_layer_groups
 
 Groups = list[list[nn.Parameter]]
 
@@ -23,9 +24,17 @@ def _encoder_groups(model: nn.Module) -> Groups:
     return groups
 
 
+def _gpt2_groups(model: nn.Module) -> Groups:
+    """GPT-2 decoders: [token and position embeddings], [block 0], ..., [block N-1], [final norm, head]."""
+    base = model.base_model
+    return [list(base.wte.parameters()) + list(base.wpe.parameters())] + [list(block.parameters()) for block in base.h]
+
+
 LAYER_GROUP_FINDERS: dict[str, Callable[[nn.Module], Groups]] = {
     "bert": _encoder_groups,
     "roberta": _encoder_groups,
+    "awd_lstm": awd_lstm_layer_groups,
+    "gpt2": _gpt2_groups,
 }
 
 

@@ -12,12 +12,16 @@ from finetune.errors import UserError
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-def resolve_checkpoint(name: str, key: str = "model.checkpoint") -> str:
-    """A local model folder as is; a hub name (`org/model`) for transformers to fetch; anything else an error."""
+def resolve_checkpoint(name: str, key: str = "model.checkpoint", marker_files: tuple[str, ...] = ("config.json",)) -> str:
+    """A local model folder as is; a hub name (`org/model`) for transformers to fetch; anything else an error.
+
+    A local folder must hold one of `marker_files` (a model's config.json, or a tokenizer's files).
+    """
     path = Path(name)
     if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise UserError(f"{key}: {path} has no config.json (not a Hugging Face model folder)")
+        if not any((path / marker).is_file() for marker in marker_files):
+            what = "a Hugging Face model folder" if marker_files == ("config.json",) else "a tokenizer folder"
+            raise UserError(f"{key}: {path} has no {' or '.join(marker_files)} (not {what})")
         return str(path)
     if path.exists() or not _HUB_NAME.match(name):
         raise UserError(f"{key}: no such model folder: {name}")
@@ -34,5 +38,6 @@ def load_pretrained(loader, name: str, key: str, **kwargs):
 
 
 def load_tokenizer(name: str, key: str = "model.checkpoint"):
-    """The tokenizer saved with a checkpoint."""
-    return load_pretrained(AutoTokenizer.from_pretrained, resolve_checkpoint(name, key), key)
+    """The tokenizer saved with a checkpoint, or in a folder of its own."""
+    source = resolve_checkpoint(name, key, marker_files=("tokenizer_config.json", "tokenizer.json", "config.json"))
+    return load_pretrained(AutoTokenizer.from_pretrained, source, key)

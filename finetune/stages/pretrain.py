@@ -1,10 +1,13 @@
-"""`finetune pretrain`: a masked language model trained from scratch on raw text.
+"""`finetune pretrain`: a masked (bert) or causal (gpt2, awd_lstm) language model trained on raw text.
 
-setup (tokenizer, blocks, model, optimizer) -> train (epochs of the shared loop) -> save (HF checkpoint).
+setup (text, tokenizer, model) -> data (packed blocks or BPTT streams) -> train (epochs of the shared
+loop, periodic checkpoints) -> save (HF checkpoint). `resume=True` continues from the newest
+periodic checkpoint of the run directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -13,16 +16,22 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from finetune.console import console
-from finetune.data.corpus import MaskedBlocks, pack_blocks, read_documents, split_documents, tokenize_documents
+from finetune.data.causal import BPTTBatches, NextTokenBlocks
+from finetune.data.corpus import (MaskedBlocks, TokenizedDocuments, pack_blocks, read_dataset_documents,
+                                  read_documents, split_documents, tokenize_corpus)
 from finetune.data.masking import MaskingRule
-from finetune.data.tokenizers import shared_tokenizer, train_wordpiece
+from finetune.data.sampling import ResumableSampler
+from finetune.data.tokenizers import shared_tokenizer
+from finetune.errors import UserError
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
-from finetune.errors import UserError
-from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
+from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
+                                             document_separator_id, load_language_model, loss_module,
+                                             train_tokenizer)
 from finetune.recipes import PretrainRecipe
-from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, prepare_run_dir
-from finetune.training.checkpoints import save_checkpoint
+from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, check_resumable, prepare_run_dir
+from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
+                                           save_training_checkpoint, step_checkpoint_dir)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer
 from finetune.training.schedules import make_schedule
@@ -30,123 +39,224 @@ from finetune.training.schedules import make_schedule
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory
 
 
-def run_pretrain(recipe: PretrainRecipe) -> Path:
+def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
-    # 1. setup: read everything that can fail on user input before the run directory exists
-    check_run_dir_free(recipe)
+    # 1. setup: read everything that can fail on user input before the run directory is touched
+    family = recipe.model.family
+    resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
+    if not resume:
+        check_run_dir_free(recipe)
     accelerator = make_accelerator(recipe.training)
     set_seed(recipe.seed)
-    documents = read_documents(recipe.corpus.train_files)
-    if recipe.corpus.validation_files:
-        validation_documents = read_documents(recipe.corpus.validation_files)
-    else:
-        documents, validation_documents = split_documents(documents, recipe.corpus.validation_fraction, recipe.seed)
-    block_size = recipe.corpus.block_size
-    max_positions = recipe.model.max_positions or block_size
-    continued = None
-    if recipe.model.checkpoint is not None:  # ULMFiT's second stage: keep training an existing LM
-        dropout = recipe.model.dropout if "dropout" in recipe.model.model_fields_set else None
-        continued = load_masked_lm(recipe.model.checkpoint, dropout)
-        max_positions = continued.config.max_position_embeddings
-        if block_size > max_positions:
-            raise UserError(f"corpus.block_size {block_size} exceeds the {max_positions} positions of "
-                            f"{recipe.model.checkpoint}")
+    documents, validation_documents = read_corpus(recipe)
+    continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
+    max_positions = None  # an LSTM has no position table
+    if family != "awd_lstm":
+        max_positions = recipe.model.max_positions or recipe.corpus.block_size
+    if continued is not None and family != "awd_lstm":
+        max_positions = continued.config.max_position_embeddings if family == "bert" else continued.config.n_positions
+        if recipe.corpus.block_size > max_positions:
+            raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
+                            f"of {recipe.model.checkpoint}")
 
-    # 2. text -> tokenizer -> packed blocks
-    if continued is not None:
-        tokenizer = reused_tokenizer(recipe.model.checkpoint, "model.checkpoint", continued.config.vocab_size)
-    elif recipe.tokenizer.path is not None:
-        tokenizer = reused_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
-    else:
-        console.print(f"training a WordPiece tokenizer ({recipe.tokenizer.vocab_size} pieces) "
-                      f"on {len(documents):,} documents")
-        tokenizer = shared_tokenizer(accelerator, lambda: train_wordpiece(
-            documents, recipe.tokenizer.vocab_size, recipe.tokenizer.lowercase, recipe.tokenizer.min_frequency))
-    tokenizer.model_max_length = max_positions
+    # 2. text -> tokenizer -> token ids (cached) -> training data
+    tokenizer = pretraining_tokenizer(recipe, accelerator, documents, continued, resume_from)
+    if continued is not None and recipe.tokenizer.new_vocabulary and resume_from is None:
+        from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
 
-    def blocks_of(texts: list[str], name: str):
-        return pack_blocks(tokenize_documents(tokenizer, texts), block_size, tokenizer.cls_token_id,
-                           tokenizer.sep_token_id, name)
-
-    rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
-    train_data = MaskedBlocks(blocks_of(documents, "the training text"), rule, recipe.seed)
-    validation_data = MaskedBlocks(blocks_of(validation_documents, "the validation text"), rule, recipe.seed + 1,
-                                   fixed_masks=True)
-    if len(train_data) < recipe.training.batch_size:
-        raise UserError(f"the corpus gives {len(train_data)} training blocks, "
-                        f"fewer than training.batch_size={recipe.training.batch_size}")
-    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
-    console.print(f"{len(train_data):,} training blocks and {len(validation_data):,} validation blocks "
-                  f"of {block_size} tokens")
+        old_tokenizer = load_tokenizer(recipe.model.checkpoint)
+        continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
+    if max_positions is not None:
+        tokenizer.model_max_length = max_positions
+    with accelerator.main_process_first():  # the main process fills the cache, the others then read it
+        cache_dir, show = recipe.corpus.cache_dir, accelerator.is_main_process
+        train_tokens = tokenize_corpus(tokenizer, documents, cache_dir, "tokenizing the training text",
+                                       show_progress=show)
+        validation_tokens = tokenize_corpus(tokenizer, validation_documents, cache_dir,
+                                            "tokenizing the validation text", show_progress=show)
+    train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
+                                                      accelerator)
+    run_dir = Path(recipe.run_dir) if resume else prepare_run_dir(recipe, accelerator.is_main_process)
+    console.print(f"{family}: {len(train_tokens.ids):,} training and {len(validation_tokens.ids):,} validation "
+                  f"tokens, in {len(train_data):,} and {len(validation_data):,} "
+                  f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
 
     # 3. model and optimizer (one parameter group per layer group; pretraining uses one LR for all)
-    if continued is not None:
-        masked_lm = continued
-    else:
-        masked_lm = build_masked_lm(recipe.model, len(tokenizer), max_positions, tokenizer.pad_token_id)
-    model = SparseMaskedLM(masked_lm)
-    groups = layer_groups(masked_lm)
+    language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
+                                                                                   max_positions)
+    groups = layer_groups(language_model)
+    model = loss_module(family, language_model)
     optimizer = build_optimizer(model, groups, [recipe.training.lr] * len(groups), recipe.training.weight_decay,
                                 recipe.training.adam_betas)
-    train_loader = DataLoader(train_data, batch_size=recipe.training.batch_size, shuffle=True, drop_last=True,
-                              num_workers=recipe.training.num_workers)
-    validation_loader = DataLoader(validation_data, batch_size=recipe.training.batch_size,
-                                   num_workers=recipe.training.num_workers)
-    model, optimizer, train_loader, validation_loader = accelerator.prepare(
-        model, optimizer, train_loader, validation_loader
-    )
+    # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
+    # must be read in order (each row continues the one before).
+    train_order = ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
+    train_loader, validation_loader = data_loaders(recipe, train_data, validation_data, train_order)
+    if family == "awd_lstm":  # the BPTT batches are already split per process: only the model goes to accelerate
+        model, optimizer = accelerator.prepare(model, optimizer)
+    else:
+        model, optimizer, train_loader, validation_loader = accelerator.prepare(
+            model, optimizer, train_loader, validation_loader)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
+    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process)
+
+    def save_state(progress: dict[str, int]) -> None:
+        unwrapped = accelerator.unwrap_model(model)
+        save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
+                                 step_checkpoint_dir(run_dir, progress["step"]), recipe,
+                                 {**progress, "metrics_lines": log.line_count()}, recipe.keep_checkpoints,
+                                 carried_state(unwrapped))
+
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
-                        recipe.training, MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process), "tokens")
+                        recipe.training, log, "tokens", recipe.checkpoint_every, save_state)
 
     def compute_loss(model, batch):
-        loss, _, _ = model(batch["input_ids"], batch["labels"])
-        return loss, torch.tensor(batch["input_ids"].numel())
+        input_ids = batch["input_ids"].to(accelerator.device)
+        loss, _, _ = model(input_ids, batch["labels"].to(accelerator.device))
+        return loss, torch.tensor(input_ids.numel())
 
     def evaluate():
-        return validation_metrics(accelerator, model, validation_loader)
+        return validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME[family])
 
-    # 4. train
-    epoch = 0
+    # 4. train, from the start or from where the resumed run stopped
+    epoch, batches_done = 0, 0
+    if resume_from is not None:
+        progress, tensors = load_training_state(accelerator, resume_from)
+        restore_carried_state(accelerator.unwrap_model(model), tensors)
+        loop.step, epoch, batches_done = progress["step"], progress["epoch"], progress["batches_in_epoch"]
+        log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after its checkpoint
+        console.print(f"resuming from {resume_from} (step {loop.step}, epoch {epoch + 1})")
     while not loop.finished:
-        train_data.set_epoch(epoch)
-        train_loader.set_epoch(epoch)
-        loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every)
+        train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
+        if hasattr(train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
+            train_loader.set_epoch(epoch)
+        train_order.set_epoch(epoch)
+        # Skip what a resumed run trained on; under accelerate the processes take turns at the batches of one
+        # order, so a batch done by each process is batch_size x processes items of it.
+        train_order.skip(batches_done if family == "awd_lstm" else
+                         batches_done * recipe.training.batch_size * accelerator.num_processes)
+        loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
         metrics = evaluate()
         loop.log_evaluation(metrics, epoch)
-        console.print(f"epoch {epoch + 1}: validation loss {metrics['validation_loss']:.4f}, "
-                      f"perplexity {metrics['validation_perplexity']:.1f}, "
-                      f"masked-token accuracy {metrics['masked_accuracy']:.3f}")
-        epoch += 1
+        console.print(f"epoch {epoch + 1}: validation loss {metrics['validation_loss']:.4f}, perplexity "
+                      f"{metrics['validation_perplexity']:.1f}, {ACCURACY_NAME[family].replace('_', ' ')} "
+                      f"{metrics[ACCURACY_NAME[family]]:.3f}")
+        epoch, batches_done = epoch + 1, 0
 
     # 5. save
     checkpoint = run_dir / CHECKPOINT_DIR
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        save_checkpoint(accelerator.unwrap_model(model).masked_lm, tokenizer, checkpoint, recipe)
+        save_checkpoint(accelerator.unwrap_model(model).language_model, tokenizer, checkpoint, recipe)
         console.print(f"checkpoint saved to {checkpoint}")
     return checkpoint
 
 
+def read_corpus(recipe: PretrainRecipe) -> tuple[list[str], list[str]]:
+    """Training and validation documents: files (or a `datasets` dataset), validation given or split off."""
+    corpus = recipe.corpus
+    if corpus.dataset is not None:
+        documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column)
+    else:
+        documents = read_documents(corpus.train_files)
+    if corpus.validation_files:
+        return documents, read_documents(corpus.validation_files)
+    return split_documents(documents, corpus.validation_fraction, recipe.seed)
+
+
+def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, documents: list[str], continued, resume_from):
+    """The run's tokenizer: the resumed checkpoint's, the continued model's, a reused one, or one trained here."""
+    family = recipe.model.family
+    if resume_from is not None:  # training a tokenizer twice can give other ids: always take the saved one
+        return load_tokenizer(str(resume_from), "--resume")
+    if continued is not None and not recipe.tokenizer.new_vocabulary:
+        tokenizer = load_tokenizer(recipe.model.checkpoint)
+        check_tokenizer(family, tokenizer, recipe.model.checkpoint, "model.checkpoint")
+        if len(tokenizer) > continued.config.vocab_size:
+            raise UserError(f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
+                            f"tokens, the model only {continued.config.vocab_size}")
+        return tokenizer
+    if recipe.tokenizer.path is not None:
+        tokenizer = load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
+        check_tokenizer(family, tokenizer, str(recipe.tokenizer.path), "tokenizer.path")
+        return tokenizer
+    kind = "WordPiece" if family == "bert" else "byte-level BPE"
+    console.print(f"training a {kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {len(documents):,} "
+                  "documents")
+    return shared_tokenizer(accelerator, lambda: train_tokenizer(family, documents, recipe.tokenizer))
+
+
+def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: TokenizedDocuments,
+                        validation_tokens: TokenizedDocuments, accelerator):
+    """Training and validation datasets in the family's layout (masked blocks, next-token blocks, BPTT batches)."""
+    family, block_size = recipe.model.family, recipe.corpus.block_size
+    separator = document_separator_id(family, tokenizer)
+    names = ("the training text", "the validation text")
+    if family == "bert":
+        rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
+        blocks = [pack_blocks(tokens, block_size, separator, start_id=tokenizer.cls_token_id, name=name)
+                  for tokens, name in zip((train_tokens, validation_tokens), names)]
+        # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
+        train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
+                             MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True))
+    elif family == "gpt2":
+        train, validation = (NextTokenBlocks(pack_blocks(tokens, block_size + 1, separator, name=name))
+                             for tokens, name in zip((train_tokens, validation_tokens), names))
+    else:
+        split = {"process_index": accelerator.process_index, "num_processes": accelerator.num_processes}
+        train = BPTTBatches(train_tokens, separator, recipe.training.batch_size, block_size, recipe.seed,
+                            shuffle=True, name=names[0], **split)
+        rows = BPTTBatches.rows_that_fit(validation_tokens, block_size, accelerator.num_processes,
+                                         recipe.training.batch_size)
+        validation = BPTTBatches(validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False,
+                                 name=names[1], **split)
+    if family != "awd_lstm" and len(train) < recipe.training.batch_size:
+        raise UserError(f"the corpus gives {len(train)} training blocks, "
+                        f"fewer than training.batch_size={recipe.training.batch_size}")
+    return train, validation
+
+
+def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
+                 train_order: ResumableSampler) -> tuple[DataLoader, DataLoader]:
+    """Batches of blocks in `train_order`, or the BPTT batches in order (each item is already a batch)."""
+    # Starting a loader's iteration draws a seed for its workers from the loader's generator; a private one
+    # leaves the global random state (dropout) untouched, so a resumed run draws the same dropout masks.
+    common = {"num_workers": recipe.training.num_workers, "generator": torch.Generator().manual_seed(recipe.seed)}
+    if recipe.model.family == "awd_lstm":
+        return (DataLoader(train_data, batch_size=None, sampler=train_order, **common),
+                DataLoader(validation_data, batch_size=None, **common))
+    return (DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order,
+                       **common),
+            DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
+
+
+def carried_state(model) -> dict[str, torch.Tensor]:
+    """The recurrent state a model carries between batches (AWD-LSTM), to save with a checkpoint."""
+    return model.carried_state() if hasattr(model, "carried_state") else {}
+
+
+def restore_carried_state(model, tensors: dict[str, torch.Tensor]) -> None:
+    """Put back what `carried_state` saved, so a resumed BPTT run continues exactly."""
+    if tensors:
+        model.restore_carried_state(tensors)
+
+
+def fresh_state(model):
+    """Validation reads its text from a clean recurrent state, and training continues from its own after."""
+    return model.fresh_state() if hasattr(model, "fresh_state") else contextlib.nullcontext()
+
+
 @torch.no_grad()
-def validation_metrics(accelerator, model, loader) -> dict[str, float]:
-    """Validation loss (per masked token), perplexity and masked-token accuracy over all processes."""
+def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[str, float]:
+    """Validation loss (per labelled token), perplexity and accuracy over all processes."""
     model.eval()
-    totals = torch.zeros(3, device=accelerator.device)  # summed loss, masked tokens, correct
-    for batch in loader:
-        loss, count, correct = model(batch["input_ids"], batch["labels"])
-        totals += torch.stack([loss.float() * count, count.float(), correct.float()])
+    totals = torch.zeros(3, device=accelerator.device)  # summed loss, labelled tokens, correct
+    with fresh_state(accelerator.unwrap_model(model)):
+        for batch in loader:
+            loss, count, correct = model(batch["input_ids"].to(accelerator.device),
+                                         batch["labels"].to(accelerator.device))
+            totals += torch.stack([loss.float() * count, count.float(), correct.float()])
     totals = accelerator.reduce(totals, reduction="sum")
     loss = (totals[0] / totals[1].clamp(min=1)).item()
     return {"validation_loss": loss, "validation_perplexity": math.exp(min(loss, 50.0)),
-            "masked_accuracy": (totals[2] / totals[1].clamp(min=1)).item()}
-
-
-def reused_tokenizer(source: str, key: str, vocab_limit: int | None = None):
-    """An existing tokenizer, checked for what masked-LM training needs."""
-    tokenizer = load_tokenizer(source, key)
-    if None in (tokenizer.mask_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id):
-        raise UserError(f"{key}: the tokenizer of {source} lacks a mask, cls or sep token for masked LM")
-    if vocab_limit is not None and len(tokenizer) > vocab_limit:
-        raise UserError(f"{key}: the tokenizer of {source} has {len(tokenizer)} tokens, the model only {vocab_limit}")
-    return tokenizer
+            accuracy_name: (totals[2] / totals[1].clamp(min=1)).item()}

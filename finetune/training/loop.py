@@ -68,10 +68,14 @@ class TrainingLoop:
         training_config,
         metrics_log: MetricsLog,
         throughput_unit: str,
+        checkpoint_every: Optional[int] = None,
+        save_checkpoint: Optional[Callable[[dict[str, int]], None]] = None,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
+        # save_checkpoint(progress) is called every `checkpoint_every` steps with the position to resume from.
+        self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
         self.step = 0  # optimizer steps taken so far
 
     @property
@@ -86,8 +90,12 @@ class TrainingLoop:
         compute_loss: LossFunction,
         evaluate: Optional[Callable[[], dict[str, Any]]] = None,
         eval_every: Optional[int] = None,
+        batches_done: int = 0,
     ) -> float:
-        """One pass over `loader` (or until the step budget ends); returns the mean training loss."""
+        """One pass over `loader` (or until the step budget ends); returns the mean training loss.
+
+        `batches_done`: batches of this epoch already trained before a resume; `loader` then holds the rest.
+        """
         accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
         model.train()
         window_loss, window_batches, window_items, window_start = 0.0, 0, 0, time.perf_counter()
@@ -114,6 +122,7 @@ class TrainingLoop:
                 epoch_loss += batch_loss
                 window_batches += 1
                 epoch_batches += 1
+                batches_done += 1
                 window_items += int(items)
                 if not accelerator.sync_gradients:
                     continue
@@ -134,6 +143,9 @@ class TrainingLoop:
                 if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
                     self.log_evaluation(evaluate(), epoch)
                     model.train()
+                    window_start = time.perf_counter()
+                if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+                    self.save_checkpoint({"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done})
                     window_start = time.perf_counter()
                 if self.finished:
                     break

@@ -1,0 +1,42 @@
+"""The order in which a loader reads a dataset: a pure function of (seed, epoch), resumable mid-epoch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+from torch.utils.data import Sampler
+
+
+class ResumableSampler(Sampler[int]):
+    """Indices of an epoch, shuffled by (seed, epoch) or in order, starting after the ones already trained on.
+
+    The order never depends on the global random state, so a resumed run reads exactly the
+    indices the interrupted run had not reached: `skip(n)` leaves out the epoch's first n.
+    Under accelerate several processes share one sampler's order, each taking its own batches.
+    """
+
+    def __init__(self, size: int, seed: int, shuffle: bool = True):
+        self.size, self.seed, self.shuffle = size, seed, shuffle
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Take the order of `epoch`, from its beginning when the epoch changes.
+
+        Setting the current epoch again keeps the skip: accelerate's loaders call this at the start of
+        every iteration with their own epoch count.
+        """
+        if epoch != self.epoch:
+            self.epoch, self.start = epoch, 0
+
+    def skip(self, count: int) -> None:
+        """Leave out the first `count` indices of the current epoch (those trained on before a resume)."""
+        self.start = count
+
+    def __iter__(self) -> Iterator[int]:
+        order = np.random.default_rng((self.seed, self.epoch)).permutation(self.size) if self.shuffle \
+            else np.arange(self.size)
+        return iter(order[self.start :].tolist())
+
+    def __len__(self) -> int:
+        return max(0, self.size - self.start)

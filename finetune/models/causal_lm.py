@@ -1,0 +1,120 @@
+"""Causal language models: a GPT-2-style decoder, and the next-token loss shared with the AWD-LSTM.
+
+Both causal families train on (input_ids, labels) pairs whose labels are already the next tokens
+(`labels[t] = stream[t + 1]`), so the loss needs no shift and no position is wasted at a block edge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
+
+from finetune.errors import UserError
+from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.masked_lm import IGNORE_INDEX, MaskedLMOutput
+
+
+def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer) -> GPT2LMHeadModel:
+    """A randomly initialised GPT-2 of the recipe's size (tied input/output embeddings, fused attention)."""
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=max_positions,
+        n_embd=model_config.hidden,
+        n_layer=model_config.layers,
+        n_head=model_config.heads,
+        n_inner=model_config.intermediate,  # None: 4 x hidden, as GPT-2
+        resid_pdrop=model_config.dropout,
+        embd_pdrop=model_config.dropout,
+        attn_pdrop=model_config.dropout,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+
+
+def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
+    """A pretrained GPT-2-family checkpoint to continue training on new text."""
+    source = resolve_checkpoint(name)
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    if config.model_type != "gpt2":
+        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; "
+                        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
+    if dropout is not None:
+        config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = dropout
+    return load_pretrained(GPT2LMHeadModel.from_pretrained, source, "model.checkpoint", config=config,
+                           attn_implementation="sdpa")
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, training: bool) -> MaskedLMOutput:
+    """Mean cross-entropy over the labelled positions, their count, and (in eval) the correct predictions."""
+    selected = labels != IGNORE_INDEX
+    logits, targets = logits[selected], labels[selected]
+    loss = F.cross_entropy(logits.float(), targets)
+    correct = None if training else (logits.argmax(dim=-1) == targets).sum()
+    return loss, selected.sum(), correct
+
+
+class NextTokenLM(nn.Module):
+    """A GPT-2 whose forward returns the next-token loss, so that DDP sees (and syncs) the real forward."""
+
+    def __init__(self, causal_lm: GPT2LMHeadModel):
+        super().__init__()
+        self.causal_lm = causal_lm
+
+    @property
+    def language_model(self) -> GPT2LMHeadModel:
+        """The Hugging Face model inside, the one a checkpoint saves."""
+        return self.causal_lm
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
+        hidden = self.causal_lm.transformer(input_ids=input_ids).last_hidden_state
+        return next_token_loss(self.causal_lm.lm_head(hidden), labels, self.training)
+
+
+class RecurrentNextTokenLM(nn.Module):
+    """An AWD-LSTM whose forward returns the next-token loss and carries its LSTM state to the next batch.
+
+    Truncated BPTT: row i of each batch continues row i of the previous one, so the state flows on,
+    cut from the graph so that gradients stop at the batch edge.
+    """
+
+    def __init__(self, lstm_lm: nn.Module):
+        super().__init__()
+        self.lstm_lm = lstm_lm
+        self.state: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+
+    @property
+    def language_model(self) -> nn.Module:
+        """The Hugging Face model inside, the one a checkpoint saves."""
+        return self.lstm_lm
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
+        output = self.lstm_lm(input_ids, hidden_state=self.state)
+        self.state = tuple((hidden.detach(), cell.detach()) for hidden, cell in output.hidden_state)
+        return next_token_loss(output.logits, labels, self.training)
+
+    @contextlib.contextmanager
+    def fresh_state(self):
+        """Start from zeros inside the block (validation), and give training back its own state after it."""
+        saved, self.state = self.state, None
+        try:
+            yield
+        finally:
+            self.state = saved
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        """The state as named tensors, to save in a checkpoint."""
+        if self.state is None:
+            return {}
+        return {f"{kind}_{layer}": tensor for layer, pair in enumerate(self.state)
+                for kind, tensor in zip(("hidden", "cell"), pair)}
+
+    def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back a state saved by `carried_state`."""
+        layers = len(tensors) // 2
+        self.state = tuple((tensors[f"hidden_{layer}"], tensors[f"cell_{layer}"]) for layer in range(layers)) or None

@@ -1,0 +1,92 @@
+"""The three language-model families of `finetune pretrain`, behind one interface.
+
+| family   | objective        | tokenizer trained on the corpus | Hugging Face class            |
+|----------|------------------|---------------------------------|-------------------------------|
+| bert     | masked tokens    | WordPiece (uncased by default)  | BertForMaskedLM               |
+| gpt2     | next token       | byte-level BPE                  | GPT2LMHeadModel               |
+| awd_lstm | next token, BPTT | byte-level BPE                  | AWDLSTMForCausalLM (ours)     |
+
+Each family's model is wrapped in a module whose forward is `(input_ids, labels) -> (mean loss,
+labelled tokens, correct predictions or None)`, so the training loop and validation never branch on it.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from transformers import AutoConfig
+
+from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
+from finetune.errors import UserError
+from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
+from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
+from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
+
+# What validation calls the share of labelled tokens predicted right.
+ACCURACY_NAME = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
+
+
+def train_tokenizer(family: str, documents: list[str], tokenizer_config):
+    """WordPiece for the masked LM (as BERT), byte-level BPE for the causal families (as GPT-2)."""
+    train = train_wordpiece if family == "bert" else train_byte_level_bpe
+    return train(documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency)
+
+
+def check_tokenizer(family: str, tokenizer, source: str, key: str) -> None:
+    """An existing tokenizer must have the special tokens the family's data layout uses."""
+    needed = ("mask_token", "cls_token", "sep_token") if family == "bert" else ("eos_token",)
+    missing = [name for name in needed if getattr(tokenizer, name) is None]
+    if missing:
+        raise UserError(f"{key}: the tokenizer of {source} has no {', '.join(missing)}, which {family} "
+                        "pretraining needs")
+
+
+def document_separator_id(family: str, tokenizer) -> int:
+    """The token packed after every document: [SEP] for BERT, the end-of-text token for causal LMs."""
+    return tokenizer.sep_token_id if family == "bert" else tokenizer.eos_token_id
+
+
+def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Module:
+    """A randomly initialised Hugging Face model of the recipe's family and size."""
+    if model_config.family == "bert":
+        return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
+    if model_config.family == "gpt2":
+        return build_causal_lm(model_config, len(tokenizer), max_positions, tokenizer)
+    config = AWDLSTMConfig(
+        vocab_size=len(tokenizer), embedding_size=model_config.embedding_size, hidden_size=model_config.hidden,
+        num_layers=model_config.layers, pad_token_id=tokenizer.pad_token_id, **awd_lstm_dropouts(model_config),
+    )
+    return AWDLSTMForCausalLM._from_config(config)
+
+
+def load_language_model(model_config) -> nn.Module:
+    """An existing checkpoint of the recipe's family, to continue pretraining (ULMFiT's second stage).
+
+    Dropout keys given in the recipe replace the checkpoint's; the others keep its values.
+    """
+    given = model_config.model_fields_set
+    if model_config.family == "bert":
+        return load_masked_lm(model_config.checkpoint, model_config.dropout if "dropout" in given else None)
+    if model_config.family == "gpt2":
+        return load_causal_lm(model_config.checkpoint, model_config.dropout if "dropout" in given else None)
+    dropouts = {name: value for name, value in awd_lstm_dropouts(model_config).items() if name in given}
+    source = resolve_checkpoint(model_config.checkpoint)
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    if config.model_type != "awd_lstm":
+        raise UserError(f"model.checkpoint: {model_config.checkpoint} is a '{config.model_type}' model; "
+                        "model.family awd_lstm continues awd_lstm checkpoints")
+    for name, value in dropouts.items():
+        setattr(config, name, value)
+    return load_pretrained(AWDLSTMForCausalLM.from_pretrained, source, "model.checkpoint", config=config)
+
+
+def awd_lstm_dropouts(model_config) -> dict[str, float]:
+    """The five AWD-LSTM dropouts of a recipe, named as in AWDLSTMConfig."""
+    return {name: getattr(model_config, name) for name in
+            ("output_dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")}
+
+
+def loss_module(family: str, model: nn.Module) -> nn.Module:
+    """The model wrapped so that its forward returns the family's training loss (see the module docstring)."""
+    wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM, "awd_lstm": RecurrentNextTokenLM}
+    return wrappers[family](model)

@@ -1,0 +1,209 @@
+"""`finetune pretrain` for the three model families: checkpoints, metrics, periodic checkpoints and `--resume`."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from typer.testing import CliRunner
+
+import finetune.models.awd_lstm  # noqa: F401  (registers awd_lstm with the Auto classes)
+from finetune.cli import app
+from finetune.data.corpus import read_documents
+from finetune.errors import UserError
+from finetune.models.language_models import train_tokenizer
+from finetune.recipes import TokenizerConfig, load_recipe
+from finetune.run_dir import read_metrics
+from finetune.stages.pretrain import run_pretrain
+from finetune.training import loop as loop_module
+from finetune.training.checkpoints import TRAINING_STATE_DIR
+from tests.conftest import REPO_ROOT, pretrain_recipe, write_yaml
+
+MODELS = {
+    "bert": {"family": "bert", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.1},
+    "gpt2": {"family": "gpt2", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.1},
+    "awd_lstm": {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2},
+}
+AUTO_CLASS = {"bert": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "awd_lstm": AutoModelForCausalLM}
+ACCURACY = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory) -> dict[str, Path]:
+    """One saved tokenizer per kind, so that runs compared with each other use the same ids."""
+    folder = tmp_path_factory.mktemp("tokenizers")
+    from tests.conftest import write_corpus
+
+    documents = read_documents([write_corpus(folder / "corpus", lines=300)])
+    saved = {}
+    for family in ("bert", "gpt2"):
+        tokenizer = train_tokenizer(family, documents, TokenizerConfig(vocab_size=200, min_frequency=1,
+                                                                       lowercase=family == "bert"))
+        tokenizer.save_pretrained(folder / family)
+        saved[family] = folder / family
+    saved["awd_lstm"] = saved["gpt2"]
+    return saved
+
+
+def family_recipe(family: str, corpus: Path, run_dir: Path, tokenizer: Path | None = None, **extra) -> dict:
+    """A tiny pretrain recipe for `family`: 12 steps, a periodic checkpoint every 4, evaluations every 6."""
+    data = pretrain_recipe(corpus, run_dir)
+    data["model"] = dict(MODELS[family])
+    data["training"].update({"epochs": 2, "max_steps": 12, "log_every": 1})
+    data["checkpoint_every"] = 4
+    data["eval_every"] = 6
+    if tokenizer is not None:
+        data["tokenizer"] = {"path": str(tokenizer)}
+    data.update(extra)
+    return data
+
+
+@pytest.mark.parametrize("family", list(MODELS))
+def test_family_trains_and_its_checkpoint_loads_with_transformers(family, tmp_path, corpus_file):
+    path = write_yaml(tmp_path / "recipe.yaml", family_recipe(family, corpus_file, tmp_path / "run"))
+    result = runner.invoke(app, ["pretrain", str(path)])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    records = read_metrics(run / "metrics.jsonl")
+    evaluations = [record for record in records if record["phase"] == "eval"]
+    # Every 6 steps and at each epoch end (the epoch length depends on the family's tokenizer).
+    train = [record for record in records if record["phase"] == "train"]
+    epoch_ends = {max(record["step"] for record in train if record["epoch"] == epoch) for epoch in (0, train[-1]["epoch"])}
+    assert [record["step"] for record in evaluations] == sorted({6} | epoch_ends) and 12 in epoch_ends
+    assert all(0 <= record[ACCURACY[family]] <= 1 and record["validation_loss"] > 0 for record in evaluations)
+    # The final checkpoint is a plain Hugging Face folder that transformers' Auto classes load.
+    model = AUTO_CLASS[family].from_pretrained(run / "checkpoint").eval()
+    tokenizer = AutoTokenizer.from_pretrained(run / "checkpoint")
+    ids = tokenizer(["the film was great ."], return_tensors="pt", add_special_tokens=family == "bert")["input_ids"]
+    ids = ids[:, :12]  # within the 16 positions of the tiny transformers
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tokenizer))
+    # Periodic checkpoints: the newest two of steps 4, 8, 12, each with the state to resume from.
+    periodic = sorted(path.name for path in (run / "checkpoints").iterdir())
+    assert periodic == ["step-00000008", "step-00000012"]
+    progress = json.loads((run / "checkpoints" / "step-00000008" / TRAINING_STATE_DIR / "progress.json").read_text())
+    assert progress["step"] == 8 and progress["epoch"] == 0 and progress["batches_in_epoch"] == 8
+    assert AUTO_CLASS[family].from_pretrained(run / "checkpoints" / "step-00000008") is not None
+
+
+class Interrupted(Exception):
+    """Stands for the run being killed right after a periodic checkpoint."""
+
+
+@pytest.mark.parametrize("family", list(MODELS))
+def test_resume_continues_exactly_where_the_interrupted_run_stopped(family, tmp_path, corpus_file, tokenizers,
+                                                                    monkeypatch):
+    """Uninterrupted vs interrupted at step 8 (mid-epoch 2) and resumed: the same weights and metrics, bit for bit."""
+    # Two whole epochs of about 9 steps: the interruption falls inside the second epoch.
+    extra = {"training": {"epochs": 2, "batch_size": 8, "lr": 1e-3, "log_every": 2, "device": "cpu"}}
+    full = load_recipe(write_yaml(tmp_path / "full.yaml", family_recipe(
+        family, corpus_file, tmp_path / "full", tokenizers[family], **extra)))
+    run_pretrain(full)
+
+    interrupted_data = family_recipe(family, corpus_file, tmp_path / "resumed", tokenizers[family], **extra)
+    interrupted = load_recipe(write_yaml(tmp_path / "resumed.yaml", interrupted_data))
+    original_init = loop_module.TrainingLoop.__init__
+    interrupt_at = 4 * (len_of_epoch(tmp_path / "full") // 4 + 1)  # the first checkpoint inside epoch 2
+
+    def init_that_interrupts(self, *arguments, **keywords):
+        original_init(self, *arguments, **keywords)
+        save = self.save_checkpoint
+
+        def save_then_stop(progress):
+            save(progress)
+            if progress["step"] == interrupt_at:
+                raise Interrupted
+
+        self.save_checkpoint = save_then_stop
+
+    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
+    with pytest.raises(Interrupted):
+        run_pretrain(interrupted)
+    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", original_init)
+    assert not (tmp_path / "resumed" / "checkpoint").exists()
+    run_pretrain(interrupted, resume=True)
+
+    full_weights = load_file(tmp_path / "full" / "checkpoint" / "model.safetensors")
+    resumed_weights = load_file(tmp_path / "resumed" / "checkpoint" / "model.safetensors")
+    assert full_weights.keys() == resumed_weights.keys()
+    for name in full_weights:
+        assert torch.equal(full_weights[name], resumed_weights[name]), name
+    assert comparable_metrics(tmp_path / "full") == comparable_metrics(tmp_path / "resumed")
+
+
+def len_of_epoch(run_dir: Path) -> int:
+    """Optimizer steps in the first epoch of a finished run, from its metrics."""
+    return max(record["step"] for record in read_metrics(run_dir / "metrics.jsonl")
+               if record["phase"] == "eval" and record["epoch"] == 0)
+
+
+def comparable_metrics(run_dir: Path) -> list[dict]:
+    """The run's metrics without wall-clock throughput (the only field that may differ between runs)."""
+    return [{key: value for key, value in record.items() if not key.endswith("_per_s")}
+            for record in read_metrics(run_dir / "metrics.jsonl")]
+
+
+def test_resume_refuses_a_changed_recipe(tmp_path, corpus_file):
+    data = family_recipe("gpt2", corpus_file, tmp_path / "run")
+    run_pretrain(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
+    data["training"]["lr"] = 5e-3
+    changed = load_recipe(write_yaml(tmp_path / "changed.yaml", data))
+    with pytest.raises(UserError, match=r"--resume: the recipe differs .* in: training\.lr"):
+        run_pretrain(changed, resume=True)
+
+
+def test_resume_without_a_run_or_a_checkpoint_is_a_one_line_error(tmp_path, corpus_file):
+    data = family_recipe("gpt2", corpus_file, tmp_path / "run", checkpoint_every=None)
+    path = write_yaml(tmp_path / "recipe.yaml", data)
+    result = runner.invoke(app, ["pretrain", str(path), "--resume"])
+    assert result.exit_code == 2 and "holds no run to resume" in result.output
+    assert runner.invoke(app, ["pretrain", str(path)]).exit_code == 0
+    result = runner.invoke(app, ["pretrain", str(path), "--resume"])
+    assert result.exit_code == 2 and "no complete periodic checkpoint" in result.output, result.output
+    assert result.output.count("\n") == 1
+
+
+def test_awd_lstm_continued_with_a_new_vocabulary(tmp_path, corpus_file):
+    """ULMFiT's stage 2: an AWD-LSTM continued on new text with a tokenizer trained there (rows remapped)."""
+    first = family_recipe("awd_lstm", corpus_file, tmp_path / "general", checkpoint_every=None)
+    first["tokenizer"] = {"vocab_size": 400, "min_frequency": 1}  # byte-level BPE: 258 pieces before any merge
+    run_pretrain(load_recipe(write_yaml(tmp_path / "general.yaml", first)))
+    target = tmp_path / "target.txt"
+    target.write_text("\n".join(f"the soundtrack was {word} and moving ." for word in
+                                ["haunting", "soaring", "grating", "tinny"] * 30) + "\n", encoding="utf-8")
+    second = family_recipe("awd_lstm", target, tmp_path / "target", checkpoint_every=None)
+    second["model"] = {"family": "awd_lstm", "checkpoint": str(tmp_path / "general" / "checkpoint")}
+    second["tokenizer"] = {"new_vocabulary": True, "vocab_size": 300, "min_frequency": 1}
+    run_pretrain(load_recipe(write_yaml(tmp_path / "target.yaml", second)))
+    general = AutoTokenizer.from_pretrained(tmp_path / "general" / "checkpoint")
+    continued = AutoTokenizer.from_pretrained(tmp_path / "target" / "checkpoint")
+    assert len(continued) > 258 and "Ġsoundtrack" in continued.get_vocab()  # merges learnt from the new text
+    assert "Ġsoundtrack" not in general.get_vocab()
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "target" / "checkpoint")
+    assert model.config.vocab_size == len(continued)
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "recipes" / "pretrain").glob("*.yaml")), ids=lambda path: path.stem)
+def test_shipped_pretrain_recipe_runs_on_the_projects_own_data(path, tmp_path, monkeypatch):
+    """Each shipped family recipe, unchanged but for its data and length, trains on data/quickstart."""
+    monkeypatch.chdir(REPO_ROOT)
+    recipe = load_recipe(path, [
+        f"run_dir={tmp_path / 'run'}", "corpus.train_files=[data/quickstart/corpus/train.txt]",
+        "corpus.validation_files=[data/quickstart/corpus/valid.txt]", "corpus.cache_dir=null",
+        "tokenizer.vocab_size=1000", "training.max_steps=2", "training.batch_size=16", "eval_every=null",
+        "checkpoint_every=2",
+    ])
+    checkpoint = run_pretrain(recipe)
+    family = recipe.model.family
+    model = AUTO_CLASS[family].from_pretrained(checkpoint)
+    assert model.config.model_type == family
+    assert [path.name for path in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000002"]
+    final = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "eval"][-1]
+    assert final["step"] == 2 and math.isfinite(final["validation_loss"])
