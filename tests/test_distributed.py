@@ -100,3 +100,39 @@ def test_finetune_with_gradual_unfreezing_on_two_processes(tmp_path):
     # 40 examples over 2 processes of 8 per batch: 3 steps per epoch, written once (by the main process).
     assert [r["step"] for r in records if r["phase"] == "train"] == [1, 2, 3, 4, 5, 6]
     assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
+
+
+def test_awd_lstm_on_two_processes_matches_one_process_with_the_same_global_batch(tmp_path):
+    """BPTT streams split by process: 2 x 4 rows train the same model as 1 x 8 rows (dropouts off, same data)."""
+    from finetune.data.tokenizers import train_byte_level_bpe
+    from finetune.recipes import load_recipe
+    from finetune.stages.pretrain import run_pretrain
+    from safetensors.torch import load_file
+
+    corpus = write_corpus(tmp_path / "corpus", lines=300)
+    tokenizer = train_byte_level_bpe(read_documents([corpus]), vocab_size=300, min_frequency=1)
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+
+    def recipe(run_dir: Path, batch_size: int) -> dict:
+        data = pretrain_recipe(corpus, run_dir)
+        data["model"] = {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2, "output_dropout": 0,
+                         "hidden_dropout": 0, "input_dropout": 0, "embedding_dropout": 0, "weight_dropout": 0}
+        data["tokenizer"] = {"path": str(tmp_path / "tokenizer")}
+        data["training"].update({"batch_size": batch_size, "max_steps": 6})
+        return data
+
+    single = load_recipe(write_yaml(tmp_path / "single.yaml", recipe(tmp_path / "single", 8)))
+    run_pretrain(single)
+    result = torchrun(tmp_path, "pretrain", str(write_yaml(tmp_path / "double.yaml", recipe(tmp_path / "double", 4))))
+    check_two_processes(result)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+    def final_validation_loss(run_dir: Path) -> float:
+        return [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"][-1]["validation_loss"]
+
+    assert final_validation_loss(tmp_path / "double") == pytest.approx(final_validation_loss(tmp_path / "single"),
+                                                                       rel=1e-5)
+    single_weights = load_file(tmp_path / "single" / "checkpoint" / "model.safetensors")
+    double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
+    for name, weight in single_weights.items():
+        assert torch.allclose(weight, double_weights[name], atol=1e-6), name

@@ -207,3 +207,17 @@ def test_shipped_pretrain_recipe_runs_on_the_projects_own_data(path, tmp_path, m
     assert [path.name for path in (tmp_path / "run" / "checkpoints").iterdir()] == ["step-00000002"]
     final = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "eval"][-1]
     assert final["step"] == 2 and math.isfinite(final["validation_loss"])
+
+
+def test_finetuning_an_awd_lstm_says_its_head_is_missing(tmp_path, tokenizers, task_dir):
+    from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
+    from finetune.training.checkpoints import save_checkpoint
+    from tests.conftest import finetune_recipe
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizers["awd_lstm"])
+    model = AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=len(tokenizer), embedding_size=8, hidden_size=8, num_layers=1))
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "lstm")
+    path = write_yaml(tmp_path / "finetune.yaml", finetune_recipe(checkpoint, task_dir, tmp_path / "run"))
+    result = runner.invoke(app, ["finetune", str(path)])
+    assert result.exit_code == 2 and "'awd_lstm' model, which has no sequence-classification head" in result.output
+    assert not (tmp_path / "run").exists()

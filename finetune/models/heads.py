@@ -27,10 +27,16 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float):
     source = resolve_checkpoint(backbone_config.checkpoint)
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint",
                              classifier_dropout=classifier_dropout, **label_config(spec))
-    if backbone_config.init == "random":
-        return AutoModelForSequenceClassification.from_config(config)
-    return load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
-                           config=config)
+    try:
+        if backbone_config.init == "random":
+            return AutoModelForSequenceClassification.from_config(config)
+        return load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
+                               config=config)
+    except ValueError as error:
+        if "Unrecognized configuration class" not in str(error):
+            raise
+        raise UserError(f"model.checkpoint: {backbone_config.checkpoint} is a '{config.model_type}' model, which has "
+                        "no sequence-classification head yet") from None
 
 
 def fitted_max_length(requested: int, model) -> int:

@@ -1,4 +1,17 @@
-"""A BERT-style masked language model, with the vocabulary projection computed only where it is needed."""
+"""A BERT-style masked language model, with the vocabulary projection computed only where it is needed.
+
+Training takes a faster route through the same `BertForMaskedLM` parameters (checkpoints are
+unchanged); what it computes is the same model, dropout and loss. Measured on a 2-core CPU (BERT-mini,
+batch 32 x 128, bench/mlm_pretrain.py), the Hugging Face forward spent its time beyond matrix products on:
+- the decoder: ~75 MB of logits per batch, allocated fresh (page faults), then log-softmax, its
+  gradient and a zero-filled copy: `ChunkedDecoderLoss` goes through the masked rows a chunk at a
+  time and turns each chunk's softmax into its gradient in place;
+- dropout: `bernoulli_` draws one random float per element; `cpu_dropout` compares 32-bit random
+  integers with a threshold instead (the same keep probability to 2^-32, about twice as fast);
+- attention dropout forces SDPA's unfused CPU path anyway, so `encode` writes attention out
+  (with the cheaper dropout) and projects Q, K and V in one product.
+Evaluation keeps Hugging Face's forward, which is also the reference the tests compare with.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +20,13 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, BertConfig, BertForMaskedLM
+from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertModel
 
 from finetune.errors import UserError
 from finetune.models.hub import load_pretrained, resolve_checkpoint
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (the convention of torch and transformers)
+CHUNK_BYTES = 30 * 1024**2  # fp32 logits per decoder chunk: large products, yet below glibc's 32 MiB mmap limit
 
 # (mean loss, masked tokens, correct predictions or None while training)
 MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
@@ -47,6 +61,112 @@ def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
                            attn_implementation="sdpa")
 
 
+class CpuDropout(torch.autograd.Function):
+    """Dropout with a keep-mask from 32-bit random integers: P(drop) = round(p * 2^32) / 2^32."""
+
+    @staticmethod
+    def forward(ctx, inputs: torch.Tensor, p: float) -> torch.Tensor:
+        count = inputs.numel()
+        # Full-range int64 draws viewed as two int32 lanes each: half the generator calls of one per element.
+        draws = torch.empty((count + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
+        lanes = draws.view(torch.int32)[:count].view(inputs.shape)
+        keep = lanes >= round(p * 2**32) - 2**31
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return torch.mul(inputs, keep).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        (keep,) = ctx.saved_tensors
+        return torch.mul(grad_output, keep).mul_(ctx.scale), None
+
+
+def dropout(inputs: torch.Tensor, p: float) -> torch.Tensor:
+    """Training-mode dropout: the integer-threshold mask on CPU, PyTorch's fused kernel elsewhere."""
+    if p == 0.0:
+        return inputs
+    if inputs.device.type == "cpu":
+        return CpuDropout.apply(inputs, p)
+    return F.dropout(inputs, p, training=True)
+
+
+def encode(bert: BertModel, input_ids: torch.Tensor, hidden_dropout: float, attention_dropout: float) -> torch.Tensor:
+    """`BertModel`'s forward for blocks without padding (no attention mask), written out for training.
+
+    The same parameters and arithmetic as Hugging Face's (tests/test_masked_lm.py compares them with
+    dropout off); token type 0 and positions 0..n-1 are the same for every block, so they are added once.
+    """
+    embeddings = bert.embeddings
+    seq_len = input_ids.shape[1]
+    position_and_type = embeddings.position_embeddings.weight[:seq_len] + embeddings.token_type_embeddings.weight[0]
+    hidden = dropout(embeddings.LayerNorm(embeddings.word_embeddings(input_ids) + position_and_type), hidden_dropout)
+    for layer in bert.encoder.layer:
+        hidden = encoder_layer(layer, hidden, hidden_dropout, attention_dropout)
+    return hidden
+
+
+def encoder_layer(layer, hidden: torch.Tensor, hidden_dropout: float, attention_dropout: float) -> torch.Tensor:
+    """One `BertLayer`: self-attention and feed-forward, each followed by dropout, residual and LayerNorm."""
+    attention = layer.attention.self
+    batch, seq_len, width = hidden.shape
+    # Q, K and V in one (width x 3 width) product: one pass over `hidden` instead of three.
+    weight = torch.cat([attention.query.weight, attention.key.weight, attention.value.weight])
+    bias = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
+    qkv = F.linear(hidden, weight, bias).view(batch, seq_len, 3, attention.num_attention_heads, -1)
+    query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq_len, head size)
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling)
+    context = torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
+    context = context.transpose(1, 2).reshape(batch, seq_len, width)
+    output = layer.attention.output
+    hidden = output.LayerNorm(dropout(output.dense(context), hidden_dropout) + hidden)
+    output = layer.output
+    return output.LayerNorm(dropout(output.dense(layer.intermediate(hidden)), hidden_dropout) + hidden)
+
+
+class ChunkedDecoderLoss(torch.autograd.Function):
+    """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, a chunk of rows at a time.
+
+    Each chunk's logits become its softmax, then, in place, the gradient of the loss with respect to
+    them; the gradients of `hidden`, `weight` and `bias` are taken right there in the forward (as
+    Liger-Kernel's fused linear cross-entropy does) and backward only scales them. No full
+    (rows x vocabulary) tensor and no second pass over one ever exist.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor):
+        rows, vocab = hidden.shape[0], weight.shape[0]
+        most = max(1, CHUNK_BYTES // (4 * vocab))
+        chunk = -(-rows // -(-rows // most))  # equal chunks: 614 rows -> 3 x 205, not 257 + 257 + 100
+        grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)
+        grad_bias = torch.zeros(vocab, dtype=torch.float32, device=bias.device)
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        buffer = hidden.new_empty((chunk, vocab), dtype=torch.float32)  # reused by every chunk
+        for start in range(0, rows, chunk):
+            part, part_targets = hidden[start:start + chunk], targets[start:start + chunk]
+            logits = buffer[: part.shape[0]]
+            torch.addmm(bias, part, weight.t(), out=logits)
+            logits -= logits.amax(dim=1, keepdim=True)  # log-sum-exp without overflow
+            total -= logits.gather(1, part_targets[:, None]).sum()
+            logits.exp_()
+            sums = logits.sum(dim=1, keepdim=True)
+            total += sums.log().sum()
+            logits /= sums  # softmax; minus one at the target: d(sum of losses)/d(logits)
+            logits[torch.arange(part.shape[0], device=logits.device), part_targets] -= 1.0
+            torch.mm(logits, weight, out=grad_hidden[start:start + chunk])
+            grad_weight.addmm_(logits.t(), part)
+            grad_bias += logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+        ctx.rows, ctx.bias_dtype = rows, bias.dtype
+        return total / rows
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        scale = grad_loss / ctx.rows  # the gradients above are of the sum; the loss is the mean
+        # In place: these tensors exist for this one backward (the graph is not retained in training).
+        return grad_hidden.mul_(scale), grad_weight.mul_(scale), grad_bias.mul_(scale).to(ctx.bias_dtype), None
+
+
 def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor,
                    attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
     """Cross-entropy at the masked positions only (Cramming's sparse prediction).
@@ -56,12 +176,24 @@ def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torc
     Returns (mean loss, number of masked tokens, number of correct predictions); the last is
     counted only in eval mode (None while training: the argmax over the vocabulary is not free).
     """
-    hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    config = model.config
+    # The fast route covers fp32 training on packed blocks; autocast, bf16 and padding take Hugging Face's.
+    fast = (model.training and attention_mask is None and model.dtype == torch.float32
+            and not torch.is_autocast_enabled(input_ids.device.type))
+    if fast:
+        hidden = encode(model.bert, input_ids, config.hidden_dropout_prob, config.attention_probs_dropout_prob)
+    else:
+        hidden = model.bert(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     selected = labels != IGNORE_INDEX
-    logits = model.cls(hidden[selected])
     targets = labels[selected]
     if targets.numel() == 0:  # a batch where nothing was chosen: a zero loss that still has a graph
         return hidden.sum() * 0.0, selected.sum(), None if model.training else selected.sum()
+    head = model.cls.predictions
+    transformed = head.transform(hidden[selected])
+    if fast:
+        loss = ChunkedDecoderLoss.apply(transformed, head.decoder.weight, head.decoder.bias, targets)
+        return loss, selected.sum(), None
+    logits = head.decoder(transformed)
     loss = F.cross_entropy(logits.float(), targets)
     correct = None if model.training else (logits.argmax(dim=-1) == targets).sum()
     return loss, selected.sum(), correct
@@ -73,11 +205,6 @@ class SparseMaskedLM(nn.Module):
     def __init__(self, masked_lm: BertForMaskedLM):
         super().__init__()
         self.masked_lm = masked_lm
-
-    @property
-    def language_model(self) -> BertForMaskedLM:
-        """The Hugging Face model inside, the one a checkpoint saves."""
-        return self.masked_lm
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
