@@ -100,6 +100,13 @@ class TaskConfig(Section):
             raise ValueError(
                 f"unknown task '{self.name}' (GLUE tasks: {known}); a custom task needs text_columns and label_column"
             )
+        regression = self.labels is None
+        for metric in self.metrics or []:
+            if (metric in ("pearson", "spearman")) != regression:
+                kind = "regression (no labels)" if metric in ("pearson", "spearman") else "classification (labels)"
+                raise ValueError(f"metric {metric} is for {kind} tasks")
+            if metric == "f1" and len(self.labels) != 2:
+                raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
         return self
 
 
@@ -344,6 +351,19 @@ class UnfreezingConfig(Section):
     mode: Literal["gradual", "none"] = Field("gradual", description="none: every group trainable from the start")
     initial_groups: int = Field(1, gt=0, description="groups trainable in the first epoch, from the top")
     groups_per_epoch: int = Field(1, gt=0, description="groups thawed at the start of each later epoch")
+    schedule: Optional[list[int]] = Field(
+        None, min_length=1, description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
+        "last entry holds for later epochs; replaces initial_groups/groups_per_epoch"
+    )
+
+    @model_validator(mode="after")
+    def _schedule_grows(self) -> "UnfreezingConfig":
+        if self.schedule is not None:
+            if any(count <= 0 for count in self.schedule):
+                raise ValueError("unfreezing.schedule entries must be positive group counts")
+            if any(later < earlier for earlier, later in zip(self.schedule, self.schedule[1:])):
+                raise ValueError(f"unfreezing.schedule {self.schedule} refreezes groups: counts must not decrease")
+        return self
 
 
 class FinetuneRecipe(RunRecipe):
@@ -351,6 +371,10 @@ class FinetuneRecipe(RunRecipe):
 
     stage: Literal["finetune"]
     seed: int = Field(0, description="seed for the head's initialisation, data order and dropout")
+    seeds: Optional[list[int]] = Field(
+        None, min_length=1, description="run once per seed (into run_dir/seed-N) and report mean, median and "
+        "spread of the dev metrics; replaces seed"
+    )
     model: BackboneConfig
     task: TaskConfig
     training: TrainingConfig = Field(default_factory=TrainingConfig)
@@ -358,6 +382,20 @@ class FinetuneRecipe(RunRecipe):
     discriminative: DiscriminativeConfig = Field(default_factory=DiscriminativeConfig)
     unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
     classifier_dropout: float = Field(0.1, ge=0, lt=1, description="dropout before the classification layer")
+    eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
+    keep_best: bool = Field(
+        True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
+        "false: the one after the last step"
+    )
+    early_stopping_patience: Optional[int] = Field(
+        None, gt=0, description="stop after this many dev evaluations without a new best score; null: never"
+    )
+
+    @model_validator(mode="after")
+    def _seeds_are_distinct(self) -> "FinetuneRecipe":
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeats a seed")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,6 +410,10 @@ class EvalRecipe(RunRecipe):
     task: TaskConfig
     split: str = Field("dev", description="which split file to score: dev -> dev.tsv")
     models: dict[str, str] = Field(min_length=1, description="report row name -> fine-tuned checkpoint folder")
+    write_predictions: bool = Field(
+        False, description="also write predictions/MODEL.tsv (index, predicted label name or score); a split "
+        "without labels (test) is then predicted but not scored"
+    )
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
 

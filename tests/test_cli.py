@@ -188,6 +188,7 @@ def pipeline(tmp_path_factory):
         "pretrain": pretrain_recipe(corpus, runs / "pretrain"),
         "finetune": finetune_recipe(runs / "pretrain" / "checkpoint", task, runs / "finetune"),
     }
+    recipes["finetune"]["keep_best"] = False  # the checkpoint after both epochs, for the unfreezing checks
     paths = {stage: write_yaml(root / f"{stage}.yaml", data) for stage, data in recipes.items()}
     results = {}
     results["pretrain"] = invoke("pretrain", paths["pretrain"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, DistilBertConfig, DistilBertModel,
-                          GPT2Config, GPT2LMHeadModel)
+from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel,
+                          T5Config, T5Model)
 
 from finetune.errors import UserError
 from finetune.models.backbones import layer_groups
@@ -93,10 +93,10 @@ def test_layer_groups_of_a_gpt2_language_model():
 
 
 def test_unsupported_family_names_it():
-    model = DistilBertModel(DistilBertConfig(vocab_size=64, dim=32, n_layers=1, n_heads=2, hidden_dim=64))
+    model = T5Model(T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2))
     with pytest.raises(UserError) as info:
         layer_groups(model)
-    assert "distilbert" in str(info.value) and "gpt2" in str(info.value) and "LAYER_GROUP_FINDERS" in str(info.value)
+    assert "'t5'" in str(info.value) and "gpt2" in str(info.value) and "LAYER_GROUP_FINDERS" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------

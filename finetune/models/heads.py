@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from torch import nn
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from finetune.console import console
@@ -23,25 +24,66 @@ def label_config(spec: TaskSpec) -> dict:
 
 
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float):
-    """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised."""
+    """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
+
+    A backbone that is itself a fine-tuned classifier is a warm start (e.g. an MNLI model for RTE):
+    its head is kept when its labels are the task's, and replaced by a fresh one when they differ.
+    """
     source = resolve_checkpoint(backbone_config.checkpoint)
+    stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint",
                              classifier_dropout=classifier_dropout, **label_config(spec))
     try:
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config)
-        return load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
-                               config=config)
+        model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
+                                config=config, ignore_mismatched_sizes=replace_head)
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
         raise UserError(f"model.checkpoint: {backbone_config.checkpoint} is a '{config.model_type}' model, which has "
                         "no sequence-classification head yet") from None
+    if replace_head:
+        reinitialise_output_layer(model, config.num_labels)
+        console.print(f"warm start from {backbone_config.checkpoint}: its head for labels "
+                      f"{list(stored_labels(stored).values())} is replaced by a new one for {spec.name}")
+    return model
+
+
+def is_classifier(config) -> bool:
+    """True for the config of a fine-tuned sequence classifier (not of a language model or bare encoder)."""
+    return any(name.endswith("ForSequenceClassification") for name in (config.architectures or []))
+
+
+def stored_labels(config) -> dict[int, str]:
+    """The label mapping saved in a config, with integer keys."""
+    return {int(index): label for index, label in config.id2label.items()}
+
+
+def reinitialise_output_layer(model, num_labels: int) -> None:
+    """Fresh weights for the head's last linear layer (the one producing the logits), as a new head gets.
+
+    Loading with `ignore_mismatched_sizes` renews it when the label count changed; with the same count
+    but other labels the old weights would load and mean the wrong classes.
+    """
+    outputs = [module for module in model.modules() if isinstance(module, nn.Linear) and module.out_features == num_labels]
+    if not outputs:
+        raise UserError(f"cannot find the output layer ({num_labels} outputs) of {type(model).__name__} to replace")
+    for parameter in outputs[-1].parameters():
+        parameter._is_hf_initialized = False  # transformers' initialisers skip tensors marked as loaded
+    model._init_weights(outputs[-1])
+
+
+# RoBERTa-style embeddings number positions from pad_token_id + 1: the first pad_token_id + 1 rows are never used.
+POSITION_OFFSET_FAMILIES = {"roberta", "xlm-roberta"}
 
 
 def fitted_max_length(requested: int, model) -> int:
     """`task.max_length`, shortened to the positions the model has (a checkpoint pretrained on short blocks)."""
     limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and model.config.model_type in POSITION_OFFSET_FAMILIES:
+        limit -= model.config.pad_token_id + 1
     if limit is not None and requested > limit:
         console.print(f"task.max_length {requested} exceeds the model's {limit} positions: truncating to {limit}")
         return limit
@@ -53,7 +95,7 @@ def load_finetuned(name: str, spec: TaskSpec, key: str):
     source = resolve_checkpoint(name, key)
     model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, key)
     expected = label_config(spec)["id2label"]
-    stored = {int(index): label for index, label in model.config.id2label.items()}
+    stored = stored_labels(model.config)
     if stored != expected:
         raise UserError(f"{key}: {name} predicts labels {stored}, but task '{spec.name}' has {expected}")
     return model

@@ -206,6 +206,11 @@ class SparseMaskedLM(nn.Module):
         super().__init__()
         self.masked_lm = masked_lm
 
+    @property
+    def language_model(self) -> BertForMaskedLM:
+        """The Hugging Face model inside, the one a checkpoint saves."""
+        return self.masked_lm
+
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
                 attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
         return masked_lm_loss(self.masked_lm, input_ids, labels, attention_mask)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import torch
 from accelerate import Accelerator
@@ -21,6 +22,7 @@ from finetune.run_dir import check_run_dir_free, prepare_run_dir
 from finetune.training.predict import logits_to_predictions, predict_logits
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
+PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
 
 
 def run_eval(recipe: EvalRecipe) -> dict:
@@ -29,8 +31,9 @@ def run_eval(recipe: EvalRecipe) -> dict:
     accelerator = Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available())
     spec = task_spec(recipe.task)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
-    if examples.labels is None:
-        raise UserError(f"task '{spec.name}': split '{recipe.split}' has no labels to score against")
+    if examples.labels is None and not recipe.write_predictions:
+        raise UserError(f"task '{spec.name}': split '{recipe.split}' has no labels to score against "
+                        "(set write_predictions=true to predict it)")
     models = {name: load_finetuned(path, spec, f"models.{name}") for name, path in recipe.models.items()}
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
 
@@ -41,7 +44,11 @@ def run_eval(recipe: EvalRecipe) -> dict:
         loader = DataLoader(encoded, batch_size=recipe.batch_size, collate_fn=DataCollatorWithPadding(tokenizer))
         model, loader = accelerator.prepare(model, loader)
         predictions = logits_to_predictions(spec, predict_logits(accelerator, model, loader))
-        results[name] = {"checkpoint": recipe.models[name], **compute_metrics(spec, predictions, examples.labels)}
+        results[name] = {"checkpoint": recipe.models[name]}
+        if examples.labels is not None:
+            results[name].update(compute_metrics(spec, predictions, examples.labels))
+        if recipe.write_predictions and accelerator.is_main_process:
+            write_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids, predictions)
 
     report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
               "metrics": list(spec.metrics), "results": results}
@@ -51,6 +58,15 @@ def run_eval(recipe: EvalRecipe) -> dict:
         console.print(report_markdown(report))
         console.print(f"report written to {run_dir / REPORT_MARKDOWN}")
     return report
+
+
+def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:
+    """`index<TAB>prediction` per example: the label name for classes, the score for regression."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    values = [f"{value:.3f}" for value in predictions] if spec.is_regression else \
+        [spec.labels[int(index)] for index in predictions]
+    rows = ["index\tprediction"] + [f"{example_id}\t{value}" for example_id, value in zip(ids, values)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
 def report_markdown(report: dict) -> str:
@@ -63,5 +79,6 @@ def report_markdown(report: dict) -> str:
         "|---|" + "---:|" * len(metrics),
     ]
     for name, result in report["results"].items():
-        lines.append(f"| {name} | " + " | ".join(f"{100 * result[metric]:.1f}" for metric in metrics) + " |")
+        scores = [f"{100 * result[metric]:.1f}" if metric in result else "-" for metric in metrics]
+        lines.append(f"| {name} | " + " | ".join(scores) + " |")
     return "\n".join(lines) + "\n"

@@ -1,11 +1,13 @@
 """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's three techniques.
 
-setup (data, model, layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch)
--> save (HF checkpoint with the label mapping).
+setup (data, model, layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch,
+evaluate, keep the best, stop early) -> save (HF checkpoint with the label mapping). With `seeds`,
+the whole stage runs once per seed and the dev scores are summarised across seeds.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -23,6 +25,7 @@ from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, prepare_run_dir
+from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
@@ -31,10 +34,18 @@ from finetune.training.schedules import make_schedule
 from finetune.training.unfreezing import freeze_below, trainable_group_count
 
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory
+RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 
 
 def run_finetune(recipe: FinetuneRecipe) -> Path:
-    """Run the whole stage; returns the checkpoint folder."""
+    """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds)."""
+    if recipe.seeds is not None:
+        return run_each_seed(recipe, run_single_seed, RESULT_FILE)
+    return run_single_seed(recipe)
+
+
+def run_single_seed(recipe: FinetuneRecipe) -> Path:
+    """One fine-tuning run; returns the checkpoint folder."""
     # 1. setup: read everything that can fail on user input before the run directory exists
     check_run_dir_free(recipe)
     accelerator = make_accelerator(recipe.training, parameters_change_trainability=recipe.unfreezing.mode != "none")
@@ -49,7 +60,7 @@ def run_finetune(recipe: FinetuneRecipe) -> Path:
     max_length = fitted_max_length(recipe.task.max_length, model)
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
-                  f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights)")
+                  f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
 
     # 2. layer groups -> discriminative learning rates -> optimizer
     groups = layer_groups(model)
@@ -66,36 +77,82 @@ def run_finetune(recipe: FinetuneRecipe) -> Path:
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process)
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
                         recipe.training, log, "examples")
+    checkpoint = run_dir / CHECKPOINT_DIR
+    best = BestCheckpoint(spec.main_metric, recipe.early_stopping_patience)
+
+    def save() -> None:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            save_checkpoint(accelerator.unwrap_model(model), tokenizer, checkpoint, recipe)
 
     def compute_loss(model, batch):
         return model(**batch).loss, torch.tensor(batch["input_ids"].shape[0])
 
     def evaluate() -> dict[str, float]:
+        """Dev scores; with keep_best a new best is saved at once, and patience runs out after no gains."""
         predictions = logits_to_predictions(spec, predict_logits(accelerator, model, dev_loader))
-        return {f"dev_{name}": value for name, value in
-                compute_metrics(spec, predictions, dev_examples.labels).items()}
+        metrics = {f"dev_{name}": value for name, value in
+                   compute_metrics(spec, predictions, dev_examples.labels).items()}
+        if best.update(metrics, loop.step) and recipe.keep_best:
+            save()
+        loop.stop_requested = best.patience_exhausted
+        return {**metrics, "best_so_far": best.step == loop.step}
 
     # 3. train: gradual unfreezing decides, per epoch, how many groups from the top learn
     for epoch in range(recipe.training.epochs):
         if loop.finished:
             break
-        trainable = trainable_group_count(epoch, len(groups), recipe.unfreezing.mode,
-                                          recipe.unfreezing.initial_groups, recipe.unfreezing.groups_per_epoch)
+        unfreezing = recipe.unfreezing
+        trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
+                                          unfreezing.groups_per_epoch, unfreezing.schedule)
         freeze_below(groups, trainable)
         log.write({"phase": "unfreeze", "step": loop.step, "epoch": epoch, "trainable_groups": trainable,
                    "total_groups": len(groups)})
         train_loader.set_epoch(epoch)
-        loop.train_epoch(train_loader, epoch, compute_loss)
-        metrics = evaluate()
-        loop.log_evaluation(metrics, epoch)
-        scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in metrics.items())
+        loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every)
+        if loop.step != best.last_evaluated_step:  # the epoch did not end on a periodic evaluation
+            loop.log_evaluation(evaluate(), epoch)
+        scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in best.last.items())
         console.print(f"epoch {epoch + 1}: {trainable}/{len(groups)} groups trainable; dev {scores}")
+        if best.patience_exhausted:
+            console.print(f"early stopping: no better dev {spec.main_metric} in "
+                          f"{recipe.early_stopping_patience} evaluations")
 
-    # 4. save, with every parameter trainable again so the checkpoint loads like any other
-    freeze_below(groups, len(groups))
-    checkpoint = run_dir / CHECKPOINT_DIR
-    accelerator.wait_for_everyone()
+    # 4. save: the best evaluation's weights (already written), or the last ones
+    freeze_below(groups, len(groups))  # every parameter trainable again, as in any loaded checkpoint
+    if not recipe.keep_best:
+        save()
     if accelerator.is_main_process:
-        save_checkpoint(accelerator.unwrap_model(model), tokenizer, checkpoint, recipe)
-        console.print(f"checkpoint saved to {checkpoint}")
+        result = {"main_metric": spec.main_metric, "saved": "best" if recipe.keep_best else "last",
+                  "best_step": best.step, "best": best.scores, "last_step": loop.step, "last": best.last}
+        (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        which = f"best dev {spec.main_metric} {best.scores['dev_' + spec.main_metric]:.4f} at step {best.step}" \
+            if recipe.keep_best else "after the last step"
+        console.print(f"checkpoint ({which}) saved to {checkpoint}")
     return checkpoint
+
+
+class BestCheckpoint:
+    """Tracks the best dev score (higher is better for every GLUE metric) and the patience left."""
+
+    def __init__(self, metric: str, patience: int | None):
+        self.key, self.patience = f"dev_{metric}", patience
+        self.step: int | None = None  # step of the best evaluation
+        self.scores: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.last_evaluated_step: int | None = None
+        self.evaluations_without_gain = 0
+
+    def update(self, metrics: dict[str, float], step: int) -> bool:
+        """Record an evaluation; True when it is a new best."""
+        self.last, self.last_evaluated_step = metrics, step
+        if self.step is None or metrics[self.key] > self.scores[self.key]:
+            self.step, self.scores, self.evaluations_without_gain = step, metrics, 0
+            return True
+        self.evaluations_without_gain += 1
+        return False
+
+    @property
+    def patience_exhausted(self) -> bool:
+        """True after `patience` evaluations in a row without a new best."""
+        return self.patience is not None and self.evaluations_without_gain >= self.patience

@@ -77,11 +77,12 @@ class TrainingLoop:
         # save_checkpoint(progress) is called every `checkpoint_every` steps with the position to resume from.
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
         self.step = 0  # optimizer steps taken so far
+        self.stop_requested = False  # set by a stage (e.g. from an evaluation) to end the run after this step
 
     @property
     def finished(self) -> bool:
-        """True once the run's step budget is spent."""
-        return self.step >= self.total_steps
+        """True once the run's step budget is spent, or a stage asked to stop (early stopping)."""
+        return self.step >= self.total_steps or self.stop_requested
 
     def train_epoch(
         self,

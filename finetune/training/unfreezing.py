@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Optional, Sequence
+
 from torch import nn
 
 
 def trainable_group_count(epoch: int, num_groups: int, mode: str, initial_groups: int = 1,
-                          groups_per_epoch: int = 1) -> int:
-    """How many groups, from the top, are trainable in `epoch` (0-based)."""
+                          groups_per_epoch: int = 1, schedule: Optional[Sequence[int]] = None) -> int:
+    """How many groups, from the top, are trainable in `epoch` (0-based).
+
+    ULMFiT thaws one more group per epoch from the top; `schedule` lists the counts per epoch
+    explicitly instead (its last entry holds for the epochs after it).
+    """
     if mode == "none":
         return num_groups
+    if schedule is not None:
+        return min(num_groups, schedule[min(epoch, len(schedule) - 1)])
     return min(num_groups, initial_groups + epoch * groups_per_epoch)
 
 

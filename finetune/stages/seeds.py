@@ -1,0 +1,60 @@
+"""Multi-seed runs: one full run per seed, then the dev scores summarised across seeds.
+
+Small GLUE tasks move by several points from seed to seed; a single run says little. Each seed
+runs into RUN_DIR/seed-N; RUN_DIR/seeds.json and seeds.md hold the mean, median, standard
+deviation, minimum and maximum of every dev metric.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Callable
+
+from finetune.console import console
+from finetune.run_dir import check_run_dir_free, prepare_run_dir
+
+SUMMARY_JSON, SUMMARY_MARKDOWN = "seeds.json", "seeds.md"
+
+
+def run_each_seed(recipe, run_one: Callable, result_file: str) -> Path:
+    """Run `run_one` on a copy of the recipe per seed, then write the summary; returns the run directory."""
+    check_run_dir_free(recipe)
+    run_dir = prepare_run_dir(recipe)
+    results = {}
+    for seed in recipe.seeds:
+        console.print(f"[bold]seed {seed}[/bold] ({recipe.seeds.index(seed) + 1} of {len(recipe.seeds)})")
+        single = recipe.model_copy(update={"seed": seed, "seeds": None, "run_dir": run_dir / f"seed-{seed}",
+                                           "overwrite": False})
+        run_one(single)
+        results[seed] = json.loads((single.run_dir / result_file).read_text(encoding="utf-8"))
+    summary = summarise_seeds(results)
+    (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (run_dir / SUMMARY_MARKDOWN).write_text(seeds_markdown(summary), encoding="utf-8")
+    console.print(seeds_markdown(summary))
+    return run_dir
+
+
+def summarise_seeds(results: dict[int, dict]) -> dict:
+    """Per dev metric of the saved checkpoints: every seed's value and their mean, median, std, min and max."""
+    metrics = [name for name in next(iter(results.values()))["best"] if name.startswith("dev_")]
+    summary = {"seeds": list(results), "saved": next(iter(results.values()))["saved"], "metrics": {}}
+    for name in metrics:
+        # The saved checkpoint's scores: the best evaluation's with keep_best, else the last one's.
+        values = [result["best" if result["saved"] == "best" else "last"][name] for result in results.values()]
+        summary["metrics"][name] = {
+            "values": values, "mean": statistics.fmean(values), "median": statistics.median(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values),
+        }
+    return summary
+
+
+def seeds_markdown(summary: dict) -> str:
+    """A Markdown table of the summary, scores x 100 as GLUE reports them."""
+    lines = [f"# dev scores over seeds {', '.join(map(str, summary['seeds']))} ({summary['saved']} checkpoints)", "",
+             "| metric | mean | median | std | min | max |", "|---|---:|---:|---:|---:|---:|"]
+    for name, values in summary["metrics"].items():
+        cells = " | ".join(f"{100 * values[key]:.1f}" for key in ("mean", "median", "std", "min", "max"))
+        lines.append(f"| {name.removeprefix('dev_')} | {cells} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,188 @@
+"""`finetune finetune` hygiene: keep-best, early stopping, multi-seed summaries, warm starts, predictions."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSequenceClassification
+
+from finetune.data.corpus import read_documents
+from finetune.data.tokenizers import train_wordpiece
+from finetune.glue.specs import task_spec
+from finetune.models.heads import load_classifier
+from finetune.models.masked_lm import build_masked_lm
+from finetune.recipes import BackboneConfig, MaskedLMModelConfig, TaskConfig, load_recipe
+from finetune.run_dir import read_metrics
+from finetune.stages.evaluate import run_eval
+from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.training.checkpoints import save_checkpoint
+from finetune.training.unfreezing import trainable_group_count
+from tests.conftest import custom_task_section, eval_recipe, finetune_recipe, write_corpus, write_task, write_yaml
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer, saved as a checkpoint."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64), len(tokenizer),
+                            max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    return save_checkpoint(model, tokenizer, folder / "checkpoint")
+
+
+def run(recipe_data: dict, tmp_path: Path, name: str = "recipe") -> Path:
+    return run_finetune(load_recipe(write_yaml(tmp_path / f"{name}.yaml", recipe_data)))
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    return [record for record in read_metrics(run_dir / "metrics.jsonl") if record["phase"] == "eval"]
+
+
+def test_keep_best_saves_the_best_evaluation(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    data.update({"eval_every": 2, "unfreezing": {"mode": "none"}})
+    data["training"].update({"epochs": 3, "lr": 5e-3})
+    run(data, tmp_path)
+    records = evaluations(tmp_path / "run")
+    assert len(records) >= 6  # every 2 steps and at each of the 3 epoch ends (3 steps an epoch)
+    best = max(records, key=lambda record: record["dev_accuracy"])  # the first of equal bests counts
+    result = json.loads((tmp_path / "run" / RESULT_FILE).read_text())
+    assert result["saved"] == "best" and result["best_step"] == best["step"]
+    assert result["best"]["dev_accuracy"] == best["dev_accuracy"]
+    assert [record["step"] for record in records if record["best_so_far"]][-1] == best["step"]
+    # The saved checkpoint scores what the best evaluation scored.
+    report = run_eval(load_recipe(write_yaml(tmp_path / "eval.yaml", eval_recipe(
+        task_dir, tmp_path / "eval", {"best": str(tmp_path / "run" / "checkpoint")}))))
+    assert report["results"]["best"]["accuracy"] == pytest.approx(best["dev_accuracy"])
+
+
+def test_early_stopping_ends_the_run_when_patience_runs_out(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    # A learning rate too small to change any prediction: the dev score never improves after the first evaluation.
+    data.update({"eval_every": 1, "early_stopping_patience": 2, "unfreezing": {"mode": "none"}})
+    data["training"].update({"epochs": 5, "lr": 1e-12})
+    run(data, tmp_path)
+    records = evaluations(tmp_path / "run")
+    assert [record["step"] for record in records] == [1, 2, 3]
+    train_steps = [record["step"] for record in read_metrics(tmp_path / "run" / "metrics.jsonl")
+                   if record["phase"] == "train"]
+    assert max(train_steps) == 3  # of the 15 planned
+
+
+def test_multi_seed_runs_each_seed_and_summarises(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    data["seeds"] = [3, 4, 5]
+    data["training"]["epochs"] = 1
+    assert run(data, tmp_path) == tmp_path / "run"
+    summary = json.loads((tmp_path / "run" / "seeds.json").read_text())
+    values = [json.loads((tmp_path / "run" / f"seed-{seed}" / RESULT_FILE).read_text())["best"]["dev_accuracy"]
+              for seed in (3, 4, 5)]
+    accuracy = summary["metrics"]["dev_accuracy"]
+    assert summary["seeds"] == [3, 4, 5] and accuracy["values"] == values
+    assert accuracy["mean"] == pytest.approx(statistics.fmean(values))
+    assert accuracy["median"] == statistics.median(values) and accuracy["std"] == pytest.approx(statistics.stdev(values))
+    for seed in (3, 4, 5):
+        assert (tmp_path / "run" / f"seed-{seed}" / "checkpoint" / "model.safetensors").is_file()
+        assert load_recipe(tmp_path / "run" / f"seed-{seed}" / "recipe.yaml", check_paths=False).seed == seed
+    assert "| accuracy |" in (tmp_path / "run" / "seeds.md").read_text()
+
+
+def test_repeated_seeds_are_refused(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    data["seeds"] = [1, 1]
+    with pytest.raises(Exception, match="repeats a seed"):
+        load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+
+
+def three_label_task(folder: Path) -> Path:
+    """The generated task relabelled into three classes (a different head than the 2-class task)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    source = write_task(folder.parent / "source")
+    for split in ("train", "dev"):
+        lines = (source / f"{split}.tsv").read_text().splitlines()
+        relabelled = [lines[0]] + [f"{line.rsplit(chr(9), 1)[0]}\t{index % 3}" for index, line in enumerate(lines[1:])]
+        (folder / f"{split}.tsv").write_text("\n".join(relabelled) + "\n")
+    return folder
+
+
+def test_warm_start_keeps_the_backbone_and_replaces_a_head_with_other_labels(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "first")
+    data["training"]["epochs"] = 1
+    first = run(data, tmp_path, "first")
+    stored = load_file(first / "model.safetensors")
+    # Three labels instead of two: the head's shape changes; the fine-tuned encoder is kept.
+    section = custom_task_section(three_label_task(tmp_path / "three"))
+    section.update({"labels": ["0", "1", "2"], "metrics": ["accuracy"]})
+    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**section)), 0.1)
+    weights = model.state_dict()
+    assert model.classifier.out_features == 3
+    assert torch.equal(weights["bert.encoder.layer.1.output.dense.weight"], stored["bert.encoder.layer.1.output.dense.weight"])
+    # Two labels with other names: same shape, but the old head would mean the wrong classes, so it is renewed.
+    section = custom_task_section(task_dir)
+    section["labels"] = ["1", "0"]
+    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**section)), 0.1)
+    assert not torch.equal(model.classifier.weight, stored["classifier.weight"])
+    assert torch.equal(model.bert.pooler.dense.weight, stored["bert.pooler.dense.weight"])
+    # The same labels: the head carries on (continued fine-tuning).
+    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**custom_task_section(task_dir))), 0.1)
+    assert torch.equal(model.classifier.weight, stored["classifier.weight"])
+
+
+def test_warm_started_run_trains_the_new_head(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "first")
+    data["training"]["epochs"] = 1
+    first = run(data, tmp_path, "first")
+    data = finetune_recipe(first, three_label_task(tmp_path / "three"), tmp_path / "second")
+    data["task"].update({"labels": ["0", "1", "2"], "metrics": ["accuracy"]})
+    data["training"]["epochs"] = 1
+    second = run(data, tmp_path, "second")
+    model = AutoModelForSequenceClassification.from_pretrained(second)
+    assert model.config.id2label == {0: "0", 1: "1", 2: "2"}
+
+
+def test_unfreezing_schedule_lists_groups_per_epoch():
+    assert [trainable_group_count(epoch, 5, "gradual", schedule=[1, 3, 4]) for epoch in range(5)] == [1, 3, 4, 4, 4]
+    assert [trainable_group_count(epoch, 3, "gradual", schedule=[2, 9]) for epoch in range(3)] == [2, 3, 3]
+    assert trainable_group_count(0, 5, "none", schedule=[1]) == 5
+
+
+def test_metrics_must_fit_the_task(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, three_label_task(tmp_path / "three"), tmp_path / "run")
+    data["task"]["labels"] = ["0", "1", "2"]  # metrics: accuracy, f1
+    with pytest.raises(Exception, match="task: metric f1 .* needs 2 labels, not 3"):
+        load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+    data["task"].update({"labels": None, "metrics": ["accuracy"]})
+    with pytest.raises(Exception, match="metric accuracy is for classification"):
+        load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+
+
+@pytest.mark.parametrize("schedule", [[2, 1], [0, 1]])
+def test_bad_unfreezing_schedules_are_refused(pretrained, task_dir, tmp_path, schedule):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    data["unfreezing"] = {"mode": "gradual", "schedule": schedule}
+    with pytest.raises(Exception, match="unfreezing.schedule"):
+        load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+
+
+def test_eval_writes_predictions_with_label_names_for_an_unlabeled_split(pretrained, task_dir, tmp_path):
+    data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
+    data["training"]["epochs"] = 1
+    checkpoint = run(data, tmp_path)
+    recipe = eval_recipe(task_dir, tmp_path / "eval", {"tiny": str(checkpoint)})
+    recipe.update({"split": "test", "write_predictions": True})
+    report = run_eval(load_recipe(write_yaml(tmp_path / "eval.yaml", recipe)))
+    assert set(report["results"]["tiny"]) == {"checkpoint"}  # nothing to score on a test split
+    lines = (tmp_path / "eval" / "predictions" / "tiny.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 11
+    assert [line.split("\t")[0] for line in lines[1:]] == [str(index) for index in range(10)]
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    recipe["write_predictions"] = False
+    recipe["run_dir"] = str(tmp_path / "eval2")
+    with pytest.raises(Exception, match="no labels to score against"):
+        run_eval(load_recipe(write_yaml(tmp_path / "eval2.yaml", recipe)))
