@@ -233,6 +233,14 @@ class CorpusConfig(Section):
     )
     dataset_config: Optional[str] = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
     text_column: str = Field("text", description="the dataset's column holding the text")
+    task: Optional[TaskConfig] = Field(
+        None, description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
+        "fine-tuning), each text one document; labels are not read"
+    )
+    task_splits: list[str] = Field(
+        default_factory=lambda: ["train"], min_length=1,
+        description="with task: the splits whose text is read (train; add test for its unlabeled text)",
+    )
     validation_fraction: float = Field(0.05, gt=0, lt=1, description="documents held out when no validation_files")
     block_size: int = Field(
         128, ge=8, description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
@@ -245,8 +253,8 @@ class CorpusConfig(Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> "CorpusConfig":
-        if bool(self.train_files) == bool(self.dataset):
-            raise ValueError("give exactly one of train_files and dataset")
+        if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
+            raise ValueError("give exactly one of train_files, dataset and task")
         return self
 
 
@@ -289,6 +297,11 @@ class PretrainRecipe(RunRecipe):
     masking: Optional[MaskingConfig] = Field(None, description="masked LMs only; filled in with defaults for bert")
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     schedule: PretrainScheduleConfig = Field(default_factory=PretrainScheduleConfig)
+    discriminative: "DiscriminativeConfig" = Field(
+        default_factory=lambda: DiscriminativeConfig(factor=1.0),
+        description="layer-wise learning rates; 1.0 (off) for pretraining from scratch, ULMFiT uses 2.6 when "
+        "fine-tuning a language model on target-task text",
+    )
     eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
     checkpoint_every: Optional[int] = Field(
         None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
@@ -381,7 +394,10 @@ class FinetuneRecipe(RunRecipe):
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     discriminative: DiscriminativeConfig = Field(default_factory=DiscriminativeConfig)
     unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
-    classifier_dropout: float = Field(0.1, ge=0, lt=1, description="dropout before the classification layer")
+    classifier_dropout: Optional[float] = Field(
+        None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
+        "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
+    )
     eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
         True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
@@ -417,6 +433,8 @@ class EvalRecipe(RunRecipe):
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
 
+
+PretrainRecipe.model_rebuild()  # its discriminative section is defined with the finetune sections below
 
 Recipe = Union[PretrainRecipe, FinetuneRecipe, EvalRecipe]
 RECIPE_TYPES: dict[str, type[Section]] = {"pretrain": PretrainRecipe, "finetune": FinetuneRecipe, "eval": EvalRecipe}

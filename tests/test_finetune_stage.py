@@ -186,3 +186,33 @@ def test_eval_writes_predictions_with_label_names_for_an_unlabeled_split(pretrai
     recipe["run_dir"] = str(tmp_path / "eval2")
     with pytest.raises(Exception, match="no labels to score against"):
         run_eval(load_recipe(write_yaml(tmp_path / "eval2.yaml", recipe)))
+
+
+@pytest.fixture(scope="module")
+def pretrained_without_dropout(tmp_path_factory) -> Path:
+    """The tiny checkpoint with dropout off, so that runs differing only in batching can be compared exactly."""
+    folder = tmp_path_factory.mktemp("no-dropout")
+    tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
+                            len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    return save_checkpoint(model, tokenizer, folder / "checkpoint")
+
+
+def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropout, task_dir, tmp_path):
+    """16 examples a step as 1 x 16 or 2 x 8 micro-batches; 40 examples, so the last step holds 8 (one micro-batch)."""
+    weights = {}
+    for batch_size, accumulation in ((16, 1), (8, 2)):
+        data = finetune_recipe(pretrained_without_dropout, task_dir, tmp_path / f"run-{accumulation}")
+        data.update({"classifier_dropout": 0.0, "keep_best": False})
+        data["training"].update({"batch_size": batch_size, "gradient_accumulation_steps": accumulation,
+                                 "epochs": 2, "max_grad_norm": None})
+        checkpoint = run(data, tmp_path, f"run-{accumulation}")
+        weights[accumulation] = load_file(checkpoint / "model.safetensors")
+        train = [r for r in read_metrics(tmp_path / f"run-{accumulation}" / "metrics.jsonl") if r["phase"] == "train"]
+        assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+    changed = [name for name in weights[1] if not torch.equal(weights[1][name], load_file(
+        pretrained_without_dropout / "model.safetensors").get(name, weights[1][name] + 1))]
+    assert changed, "training changed nothing: the comparison would prove nothing"
+    for name, weight in weights[1].items():
+        assert torch.allclose(weight, weights[2][name], atol=1e-6, rtol=1e-5), name

@@ -209,15 +209,38 @@ def test_shipped_pretrain_recipe_runs_on_the_projects_own_data(path, tmp_path, m
     assert final["step"] == 2 and math.isfinite(final["validation_loss"])
 
 
-def test_finetuning_an_awd_lstm_says_its_head_is_missing(tmp_path, tokenizers, task_dir):
-    from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
-    from finetune.training.checkpoints import save_checkpoint
-    from tests.conftest import finetune_recipe
+def test_ulmfit_flow_awd_lstm_language_model_then_classifier_then_eval(tmp_path, corpus_file, task_dir):
+    """An AWD-LSTM pretrained here fine-tunes into ULMFiT's classifier, which `finetune eval` scores."""
+    from tests.conftest import eval_recipe, finetune_recipe
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizers["awd_lstm"])
-    model = AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=len(tokenizer), embedding_size=8, hidden_size=8, num_layers=1))
-    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "lstm")
-    path = write_yaml(tmp_path / "finetune.yaml", finetune_recipe(checkpoint, task_dir, tmp_path / "run"))
-    result = runner.invoke(app, ["finetune", str(path)])
-    assert result.exit_code == 2 and "'awd_lstm' model, which has no sequence-classification head" in result.output
-    assert not (tmp_path / "run").exists()
+    lm = family_recipe("awd_lstm", corpus_file, tmp_path / "lm", checkpoint_every=None)
+    assert runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "lm.yaml", lm))]).exit_code == 0
+    classifier = finetune_recipe(tmp_path / "lm" / "checkpoint", task_dir, tmp_path / "classifier")
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "classifier.yaml", classifier))])
+    assert result.exit_code == 0, result.output
+    records = read_metrics(tmp_path / "classifier" / "metrics.jsonl")
+    # embedding, 2 LSTM layers, head: one more group trainable each epoch
+    assert [r["trainable_groups"] for r in records if r["phase"] == "unfreeze"] == [1, 2]
+    assert {r["total_groups"] for r in records if r["phase"] == "unfreeze"} == {4}
+    evaluation = eval_recipe(task_dir, tmp_path / "eval", {"ulmfit": str(tmp_path / "classifier" / "checkpoint")})
+    result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", evaluation))])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert 0 <= report["results"]["ulmfit"]["accuracy"] <= 1
+
+
+def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, task_dir):
+    """ULMFiT's stage 2 reads the task's text columns (train and the unlabeled test split) as its corpus."""
+    from finetune.stages.pretrain import read_corpus
+    from tests.conftest import custom_task_section
+
+    data = family_recipe("gpt2", corpus_file, tmp_path / "run", checkpoint_every=None)
+    data["corpus"] = {"task": custom_task_section(task_dir), "task_splits": ["train", "test"], "block_size": 8,
+                      "validation_fraction": 0.2, "cache_dir": None}
+    recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+    train, validation = read_corpus(recipe)
+    expected = [line.split("\t")[0] for line in (task_dir / "train.tsv").read_text().splitlines()[1:]]
+    expected += [line.split("\t")[1] for line in (task_dir / "test.tsv").read_text().splitlines()[1:]]
+    assert sorted(train + validation) == sorted(expected) and len(validation) == 10  # 20% of 50
+    run_pretrain(recipe)
+    assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()

@@ -367,11 +367,11 @@ def test_family_defaults_are_filled_in(pretrain_recipe_data, write_recipe):
 
 def test_corpus_needs_exactly_one_source(pretrain_recipe_data, write_recipe):
     pretrain_recipe_data["corpus"]["dataset"] = "wikitext"
-    with pytest.raises(UserError, match="corpus: give exactly one of train_files and dataset"):
+    with pytest.raises(UserError, match="corpus: give exactly one of train_files, dataset and task"):
         load_recipe(write_recipe(pretrain_recipe_data))
     del pretrain_recipe_data["corpus"]["dataset"]
     pretrain_recipe_data["corpus"]["train_files"] = []
-    with pytest.raises(UserError, match="corpus: give exactly one of train_files and dataset"):
+    with pytest.raises(UserError, match="corpus: give exactly one of train_files, dataset and task"):
         load_recipe(write_recipe(pretrain_recipe_data))
 
 

@@ -81,6 +81,15 @@ def _parse_label(spec: TaskSpec, value: str, path: Path, line: int) -> float | i
     return spec.labels.index(value)
 
 
+def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[str]:
+    """Every non-empty text of the splits, one document each: a task's own text for language-model fine-tuning."""
+    documents = []
+    for split in splits:
+        for texts in read_task_split(spec, data_dir, split).texts:
+            documents += [text.strip() for text in texts if text.strip()]
+    return documents
+
+
 class EncodedTask(Dataset):
     """Tokenized examples (truncated, unpadded); `DataCollatorWithPadding` pads each batch to its longest."""
 

@@ -7,7 +7,8 @@ Checkpoint format:
 
 - config.json: "model_type": "awd_lstm", "architectures", vocab_size, embedding_size, hidden_size, num_layers,
   output_dropout, hidden_dropout, input_dropout, embedding_dropout, weight_dropout, tie_word_embeddings,
-  pad_token_id, embedding_init_range (plus the keys every transformers config writes).
+  pad_token_id, embedding_init_range, classifier_dropout (plus the keys every transformers config writes;
+  a classifier adds the other classifier_* keys of awd_lstm_classifier.py).
 - model.safetensors, for AWDLSTMForCausalLM (AWDLSTMModel writes the same names without "awd_lstm."):
   awd_lstm.embedding.weight                        (vocab_size, embedding_size)
   awd_lstm.layers.{i}.weight_hh_l0_raw             (4 * out_i, out_i)  hidden-to-hidden, before DropConnect
@@ -137,6 +138,9 @@ class AWDLSTMConfig(PretrainedConfig):
     tie_word_embeddings: bool = True  # decoder weight is the embedding (the name transformers' tying reads)
     pad_token_id: int | None = 1  # fastai's xxpad
     embedding_init_range: float = 0.1  # embedding and decoder uniform in [-range, range], as in AWD-LSTM
+    # Declared so `AutoConfig.from_pretrained(..., classifier_dropout=p)` keeps it (it drops unknown keys); None:
+    # the classifier's own default (awd_lstm_classifier.CLASSIFIER_DEFAULTS).
+    classifier_dropout: float | None = None
 
 
 @dataclass

@@ -14,27 +14,65 @@ from finetune.errors import UserError
 from finetune.models.awd_lstm import awd_lstm_layer_groups
 
 Groups = list[list[nn.Parameter]]
+Finder = Callable[[nn.Module], Groups]
 
 
-def _encoder_groups(model: nn.Module) -> Groups:
-    """BERT-shaped encoders: [embeddings], [block 0], ..., [block N-1], [everything above: pooler, head]."""
-    base = model.base_model
-    groups = [list(base.embeddings.parameters())]
-    groups += [list(block.parameters()) for block in base.encoder.layer]
-    return groups
+def _module_at(root: nn.Module, path: str) -> nn.Module | None:
+    """The submodule at a dotted `path`, or None where this config does not build it."""
+    module = root
+    for name in path.split("."):
+        module = getattr(module, name, None)
+    return module
 
 
-def _gpt2_groups(model: nn.Module) -> Groups:
-    """GPT-2 decoders: [token and position embeddings], [block 0], ..., [block N-1], [final norm, head]."""
-    base = model.base_model
-    return [list(base.wte.parameters()) + list(base.wpe.parameters())] + [list(block.parameters()) for block in base.h]
+def _parameters_of(root: nn.Module, paths: tuple[str, ...]) -> list[nn.Parameter]:
+    """The parameters of the submodules at `paths`, skipping those this config does not build."""
+    return [parameter for path in paths if (module := _module_at(root, path)) is not None
+            for parameter in module.parameters()]
 
 
-LAYER_GROUP_FINDERS: dict[str, Callable[[nn.Module], Groups]] = {
-    "bert": _encoder_groups,
-    "roberta": _encoder_groups,
+def stacked_groups(embeddings: tuple[str, ...], blocks: str, with_first_block: tuple[str, ...] = ()) -> Finder:
+    """A finder for a stack of blocks: [modules at `embeddings`], [block 0 and `with_first_block`], ..., [block N-1].
+
+    Paths are dotted and relative to `model.base_model`, so one finder serves the bare backbone and every head
+    on it. A path may name a module that only some configs build (ELECTRA's projection, DeBERTa's conv).
+    """
+
+    def finder(model: nn.Module) -> Groups:
+        base = model.base_model
+        groups = [_parameters_of(base, embeddings)] + [list(block.parameters()) for block in _module_at(base, blocks)]
+        if with_first_block:
+            groups[1] += _parameters_of(base, with_first_block)
+        return groups
+
+    return finder
+
+
+_bert_groups = stacked_groups(("embeddings",), "encoder.layer")
+
+
+LAYER_GROUP_FINDERS: dict[str, Finder] = {
+    "bert": _bert_groups,
+    "roberta": _bert_groups,
+    "xlm-roberta": _bert_groups,
+    # ELECTRA projects small embeddings up to the hidden size before block 0: part of the embedding layer.
+    "electra": stacked_groups(("embeddings", "embeddings_project"), "encoder.layer"),
+    "distilbert": stacked_groups(("embeddings",), "transformer.layer"),
+    # DeBERTa's relative-position table (and, in v2, the LayerNorm the encoder applies to it alone) is position
+    # information every block reads, like BERT's position embeddings: in the bottom group it learns at the lowest
+    # rate and thaws last, and while frozen no gradient flows back into the frozen blocks that read it. v2's conv
+    # mixes the embeddings into block 0's output before block 1 sees it, so it thaws with block 0.
+    "deberta": stacked_groups(("embeddings", "encoder.rel_embeddings"), "encoder.layer"),
+    "deberta-v2": stacked_groups(("embeddings", "encoder.rel_embeddings", "encoder.LayerNorm"), "encoder.layer",
+                                 with_first_block=("encoder.conv",)),
+    # ModernBERT has rotary positions (no table); its final_norm sits above the last block, so the head gets it.
+    "modernbert": stacked_groups(("embeddings",), "layers"),
+    # ALBERT shares one set of block weights across all layers: one group per shared set (usually one in all),
+    # and the projection up to the hidden size belongs to the embeddings as in ELECTRA.
+    "albert": stacked_groups(("embeddings", "encoder.embedding_hidden_mapping_in"), "encoder.albert_layer_groups"),
     "awd_lstm": awd_lstm_layer_groups,
-    "gpt2": _gpt2_groups,
+    # GPT-2's final norm sits above the last block (the head group); its output layer is tied to wte.
+    "gpt2": stacked_groups(("wte", "wpe"), "h"),
 }
 
 

@@ -23,7 +23,7 @@ def label_config(spec: TaskSpec) -> dict:
     }
 
 
-def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float):
+def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
     A backbone that is itself a fine-tuned classifier is a warm start (e.g. an MNLI model for RTE):
@@ -32,8 +32,8 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float):
     source = resolve_checkpoint(backbone_config.checkpoint)
     stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint",
-                             classifier_dropout=classifier_dropout, **label_config(spec))
+    dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", **dropout, **label_config(spec))
     try:
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config)

@@ -86,7 +86,8 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
             save_checkpoint(accelerator.unwrap_model(model), tokenizer, checkpoint, recipe)
 
     def compute_loss(model, batch):
-        return model(**batch).loss, torch.tensor(batch["input_ids"].shape[0])
+        examples = batch["input_ids"].shape[0]
+        return model(**batch).loss, examples, examples
 
     def evaluate() -> dict[str, float]:
         """Dev scores; with keep_best a new best is saved at once, and patience runs out after no gains."""

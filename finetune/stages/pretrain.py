@@ -21,8 +21,10 @@ from finetune.data.corpus import (MaskedBlocks, TokenizedDocuments, pack_blocks,
                                   read_documents, split_documents, tokenize_corpus)
 from finetune.data.masking import MaskingRule
 from finetune.data.sampling import ResumableSampler
+from finetune.data.tasks import task_documents
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
+from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
@@ -33,7 +35,7 @@ from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, check
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
-from finetune.training.optim import build_optimizer
+from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.schedules import make_schedule
 
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory
@@ -81,13 +83,13 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                   f"tokens, in {len(train_data):,} and {len(validation_data):,} "
                   f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
 
-    # 3. model and optimizer (one parameter group per layer group; pretraining uses one LR for all)
+    # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
                                                                                    max_positions)
     groups = layer_groups(language_model)
     model = loss_module(family, language_model)
-    optimizer = build_optimizer(model, groups, [recipe.training.lr] * len(groups), recipe.training.weight_decay,
-                                recipe.training.adam_betas)
+    lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
+    optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
     # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
     # must be read in order (each row continues the one before).
     train_order = ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
@@ -112,8 +114,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
 
     def compute_loss(model, batch):
         input_ids = batch["input_ids"].to(accelerator.device)
-        loss, _, _ = model(input_ids, batch["labels"].to(accelerator.device))
-        return loss, torch.tensor(input_ids.numel())
+        loss, labelled, _ = model(input_ids, batch["labels"].to(accelerator.device))
+        return loss, labelled, input_ids.numel()
 
     def evaluate():
         return validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME[family])
@@ -157,6 +159,8 @@ def read_corpus(recipe: PretrainRecipe) -> tuple[list[str], list[str]]:
     corpus = recipe.corpus
     if corpus.dataset is not None:
         documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column)
+    elif corpus.task is not None:
+        documents = task_documents(task_spec(corpus.task), corpus.task.data_dir, corpus.task_splits)
     else:
         documents = read_documents(corpus.train_files)
     if corpus.validation_files:

@@ -19,8 +19,9 @@ from finetune.console import console, progress_bar
 from finetune.run_dir import MetricsLog
 from finetune.training.optim import set_learning_rates
 
-# compute_loss(model, batch) -> (mean loss of the batch, items in it: tokens or examples)
-LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+# compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
+# throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
+LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, Any, int]]
 
 
 def make_accelerator(training_config, parameters_change_trainability: bool = False) -> Accelerator:
@@ -99,8 +100,11 @@ class TrainingLoop:
         """
         accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
         model.train()
-        window_loss, window_batches, window_items, window_start = 0.0, 0, 0, time.perf_counter()
-        epoch_loss, epoch_batches = 0.0, 0
+        # Summed on the device and read once per log window: no host synchronisation at every step.
+        window_loss = torch.zeros((), device=accelerator.device)
+        window_terms, step_terms = torch.zeros_like(window_loss), torch.zeros_like(window_loss)
+        epoch_loss, epoch_terms = torch.zeros_like(window_loss), torch.zeros_like(window_loss)
+        window_items, window_start = 0, time.perf_counter()
         steps_this_epoch = min(
             math.ceil(len(loader) / self.config.gradient_accumulation_steps), self.total_steps - self.step
         )
@@ -108,21 +112,28 @@ class TrainingLoop:
             bar = progress.add_task(f"epoch {epoch + 1}", total=steps_this_epoch, status="")
             for batch in loader:
                 with accelerator.accumulate(model):
-                    loss, items = compute_loss(model, batch)
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients and self.config.max_grad_norm:
-                        accelerator.clip_grad_norm_(
-                            [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
-                        )
+                    loss, terms, items = compute_loss(model, batch)
+                    terms = torch.as_tensor(terms, device=loss.device, dtype=torch.float32)
+                    # Backward of the *summed* loss; the gradients are divided by the step's total number of
+                    # loss terms below. So k accumulated micro-batches (or k processes) give exactly the
+                    # gradient of one k-times larger batch, however unevenly the terms are split.
+                    accelerator.backward(loss * terms)
+                    step_terms += terms
                     if accelerator.sync_gradients:
+                        self._average_gradients(step_terms)
+                        step_terms.zero_()
+                        if self.config.max_grad_norm:
+                            accelerator.clip_grad_norm_(
+                                [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
+                            )
                         lrs = set_learning_rates(optimizer, self.schedule(self.step))
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
-                batch_loss = loss.detach().item()
-                window_loss += batch_loss
-                epoch_loss += batch_loss
-                window_batches += 1
-                epoch_batches += 1
+                summed = loss.detach().float() * terms
+                window_loss += summed
+                epoch_loss += summed
+                window_terms += terms
+                epoch_terms += terms
                 batches_done += 1
                 window_items += int(items)
                 if not accelerator.sync_gradients:
@@ -134,13 +145,15 @@ class TrainingLoop:
                     # Every process counts its own items; throughput is for all of them together.
                     throughput = window_items * accelerator.num_processes / elapsed
                     record = {
-                        "phase": "train", "step": self.step, "epoch": epoch, "loss": window_loss / window_batches,
+                        "phase": "train", "step": self.step, "epoch": epoch,
+                        "loss": (window_loss / window_terms.clamp(min=1)).item(),
                         "lr": lrs, f"{self.throughput_unit}_per_s": round(throughput, 1),
                     }
                     self.metrics_log.write(record)
                     progress.update(bar, status=f"loss {record['loss']:.4f}  lr {max(lrs.values()):.2e}  "
                                                 f"{throughput:,.0f} {self.throughput_unit}/s")
-                    window_loss, window_batches, window_items, window_start = 0.0, 0, 0, time.perf_counter()
+                    window_loss.zero_(), window_terms.zero_()
+                    window_items, window_start = 0, time.perf_counter()
                 if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
                     self.log_evaluation(evaluate(), epoch)
                     model.train()
@@ -150,7 +163,21 @@ class TrainingLoop:
                     window_start = time.perf_counter()
                 if self.finished:
                     break
-        return epoch_loss / max(1, epoch_batches)
+        return (epoch_loss / epoch_terms.clamp(min=1)).item()
+
+    def _average_gradients(self, step_terms: torch.Tensor) -> None:
+        """Turn the summed-loss gradients of this step into the gradient of the mean over all its loss terms.
+
+        accelerate divided each backward by the accumulation steps and DDP averaged over the processes;
+        both factors are undone and the global count of terms divided instead.
+        """
+        accelerator = self.accelerator
+        total_terms = accelerator.reduce(step_terms.clone(), reduction="sum") if accelerator.num_processes > 1 \
+            else step_terms
+        scale = self.config.gradient_accumulation_steps * accelerator.num_processes / total_terms.clamp(min=1)
+        gradients = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if gradients:
+            torch._foreach_mul_(gradients, scale.to(gradients[0].dtype))
 
     def log_evaluation(self, metrics: dict[str, Any], epoch: int) -> None:
         """Write an evaluation record for the current step."""

@@ -1,0 +1,164 @@
+"""ULMFiT's text classifier: the AWD-LSTM encoder read in chunks (BPT3C) under a concat-pooling head.
+
+Importing this module registers `AWDLSTMForSequenceClassification` with AutoModelForSequenceClassification, so
+`AutoModelForSequenceClassification.from_pretrained(language_model_folder, num_labels=...)` loads a pretrained
+AWD-LSTM's encoder (the decoder is left behind) under a freshly initialised head.
+
+Config keys read here (missing ones get the defaults below, written back so a saved classifier records them):
+classifier_hidden, classifier_dropout, classifier_hidden_dropout, classifier_bptt, classifier_max_len.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel
+
+# fastai's ULMFiT classifier (`get_text_classifier` with `awd_lstm_clas_config`), before any drop_mult.
+CLASSIFIER_DEFAULTS = {
+    "classifier_hidden": 50,  # fastai's lin_ftrs: one hidden layer of 50 between pooling and the labels
+    "classifier_dropout": 0.4,  # fastai's output_p: dropout on the pooled features, before the hidden layer
+    "classifier_hidden_dropout": 0.1,  # fastai's ps: dropout before the output layer
+    "classifier_bptt": 70,  # tokens read per chunk, the state carried from one chunk to the next
+    "classifier_max_len": 1400,  # gradients reach the encoder through at most this many last tokens (fastai v1)
+}
+
+
+def real_token_mask(input_ids: Tensor, attention_mask: Tensor | None, pad_token_id: int | None) -> Tensor:
+    """(batch, time) booleans: the attention mask, else every non-pad id; an empty text keeps its first position."""
+    if attention_mask is not None:
+        mask = attention_mask.bool()
+    elif pad_token_id is not None:
+        mask = input_ids != pad_token_id
+    else:
+        mask = torch.ones_like(input_ids, dtype=torch.bool)
+    # An all-padding row pools its first position rather than nothing: an empty max or mean would give inf or NaN.
+    first = torch.arange(mask.shape[1], device=mask.device) == 0
+    return mask | (first & ~mask.any(dim=1, keepdim=True))
+
+
+def last_real_positions(mask: Tensor) -> Tensor:
+    """(batch,) index of each row's last real position (right padding or not)."""
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return torch.where(mask, positions, -1).amax(dim=1)
+
+
+def concat_pool(outputs: Tensor, mask: Tensor) -> Tensor:
+    """ULMFiT's [last, max, mean] over each row's real positions: (batch, time, size) -> (batch, 3 * size)."""
+    last = outputs[torch.arange(outputs.shape[0], device=outputs.device), last_real_positions(mask)]
+    real = mask.unsqueeze(-1)
+    maximum = outputs.masked_fill(~real, float("-inf")).amax(dim=1)
+    mean = outputs.masked_fill(~real, 0.0).sum(dim=1) / real.sum(dim=1)
+    return torch.cat([last, maximum, mean], dim=1)
+
+
+class BatchNorm1dAnySize(nn.BatchNorm1d):
+    """BatchNorm1d that normalises a training batch of one with its running statistics instead of failing."""
+
+    def forward(self, inputs: Tensor) -> Tensor:
+        """Batch statistics as usual; a single example (the short last batch of a loader) has none to give."""
+        if self.training and inputs.shape[0] == 1:
+            return F.batch_norm(inputs, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
+                                self.eps)
+        return super().forward(inputs)
+
+
+def norm_dropout_linear(in_features: int, out_features: int, dropout: float) -> nn.Sequential:
+    """fastai's block (`LinBnDrop` with BatchNorm first): BatchNorm1d -> Dropout -> Linear."""
+    return nn.Sequential(OrderedDict(
+        norm=BatchNorm1dAnySize(in_features), dropout=nn.Dropout(dropout), linear=nn.Linear(in_features, out_features)
+    ))
+
+
+class ConcatPoolingClassifier(nn.Module):
+    """fastai's `PoolingLinearClassifier`: concat pooling, then two norm-dropout-linear blocks with a ReLU between."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_labels: int, dropout: float, hidden_dropout: float):
+        super().__init__()
+        self.hidden = norm_dropout_linear(3 * input_size, hidden_size, dropout)
+        self.output = norm_dropout_linear(hidden_size, num_labels, hidden_dropout)
+
+    def forward(self, outputs: Tensor, mask: Tensor) -> Tensor:
+        """Logits (batch, num_labels) from the encoder's outputs (batch, time, size) at the `mask`ed positions."""
+        return self.output(F.relu(self.hidden(concat_pool(outputs, mask))))
+
+
+class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
+    """ULMFiT's classifier: the AWD-LSTM encoder read `classifier_bptt` tokens at a time, concat pooling, two blocks.
+
+    The encoder keeps its config's dropouts; ULMFiT's recipe scales the language model's by drop_mult 0.5 for
+    classification (fastai's default), which a caller sets in the config before loading.
+    """
+
+    # A language-model checkpoint also holds the decoder; a classifier has no use for it.
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]
+
+    def __init__(self, config: AWDLSTMConfig):
+        super().__init__(config)
+        for key, default in CLASSIFIER_DEFAULTS.items():
+            if getattr(config, key, None) is None:
+                setattr(config, key, default)
+        if config.classifier_max_len < config.classifier_bptt:
+            # Otherwise the last chunk could be longer than max_len, and no gradient would reach the encoder.
+            raise ValueError(f"classifier_max_len ({config.classifier_max_len}) must be at least "
+                             f"classifier_bptt ({config.classifier_bptt})")
+        self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
+        self.classifier = ConcatPoolingClassifier(config.embedding_size, config.classifier_hidden, config.num_labels,
+                                                  config.classifier_dropout, config.classifier_hidden_dropout)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """The encoder as AWD-LSTM does; the head as PyTorch and fastai do (default Linear, unit BatchNorm)."""
+        if isinstance(module, nn.Linear):
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))  # nn.Linear's own reset_parameters
+            init.uniform_(module.bias, -1 / math.sqrt(module.in_features), 1 / math.sqrt(module.in_features))
+        elif isinstance(module, nn.BatchNorm1d):
+            PreTrainedModel._init_weights(self, module)  # ones, zeros and fresh running statistics
+        else:
+            super()._init_weights(module)
+
+    def read_document(self, input_ids: Tensor) -> Tensor:
+        """Top-layer outputs (batch, time, embedding_size), read in chunks with the state carried (BPT3C).
+
+        Only chunks within the last `classifier_max_len` positions keep their graph, so memory stays bounded for
+        long documents; earlier chunks still feed the pooling and the carried state, without gradients.
+        """
+        bptt, max_len = self.config.classifier_bptt, self.config.classifier_max_len
+        length = input_ids.shape[1]
+        outputs, state = [], None
+        for start in range(0, length, bptt):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len):
+                encoded = self.awd_lstm(input_ids[:, start:start + bptt], hidden_state=state)
+            outputs.append(encoded.last_hidden_state)
+            state = encoded.hidden_state
+        return torch.cat(outputs, dim=1)
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None
+    ) -> SequenceClassifierOutput:
+        """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules).
+
+        Padding (positions outside `attention_mask`, or pad ids when there is none) is left out of the pooling.
+        With right padding it never reaches a real position either: the LSTM reads left to right.
+        """
+        mask = real_token_mask(input_ids, attention_mask, self.config.pad_token_id)
+        # Read no further than the batch's last real token: trailing padding would only cost time.
+        width = int(last_real_positions(mask).max()) + 1
+        outputs = self.read_document(input_ids[:, :width])
+        logits = self.classifier(outputs, mask[:, :width])
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+AutoModelForSequenceClassification.register(AWDLSTMConfig, AWDLSTMForSequenceClassification, exist_ok=True)
