@@ -216,3 +216,22 @@ def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropou
     assert changed, "training changed nothing: the comparison would prove nothing"
     for name, weight in weights[1].items():
         assert torch.allclose(weight, weights[2][name], atol=1e-6, rtol=1e-5), name
+
+
+def test_gpt2_checkpoint_without_a_pad_token_fine_tunes(tmp_path, task_dir):
+    """Hub GPT-2 checkpoints have no pad token: batches pad with end-of-text and the head pools the last real token."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from finetune.data.tokenizers import train_byte_level_bpe
+
+    tokenizer = train_byte_level_bpe(read_documents([write_corpus(tmp_path / "corpus")]), 300, min_frequency=1)
+    tokenizer.pad_token = None
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "gpt2")
+    assert AutoModelForSequenceClassification.from_pretrained(checkpoint).config.pad_token_id is None
+    data = finetune_recipe(checkpoint, task_dir, tmp_path / "run")
+    data["training"]["epochs"] = 1
+    saved = run(data, tmp_path)
+    model = AutoModelForSequenceClassification.from_pretrained(saved)
+    assert model.config.pad_token_id == tokenizer.eos_token_id

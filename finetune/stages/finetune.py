@@ -56,7 +56,12 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
     dev_examples = read_task_split(spec, recipe.task.data_dir, "dev")
     if dev_examples.labels is None:
         raise UserError(f"task '{spec.name}': the dev file has no '{spec.label_column}' column to score against")
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
+        tokenizer.pad_token = tokenizer.eos_token
     model = load_classifier(recipe.model, spec, recipe.classifier_dropout)
+    if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
+        model.config.pad_token_id = tokenizer.pad_token_id
     max_length = fitted_max_length(recipe.task.max_length, model)
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
