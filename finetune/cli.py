@@ -92,10 +92,56 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
 
 @app.command(name="eval")
 def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
-    """Score fine-tuned checkpoints on a task split and write RUN_DIR/report.json and report.md."""
+    """Score fine-tuned checkpoints on a task split, or on GLUE tasks; write RUN_DIR/report.json and report.md.
+
+    With `tasks` (GLUE task -> checkpoints) the report has each task's dev scores over its runs, the
+    GLUE score under each convention and the missing tasks; `submission: true` also writes
+    RUN_DIR/submission.zip for the leaderboard (check it with `finetune validate-submission`).
+    """
     from finetune.stages.evaluate import run_eval
 
     _run_stage("eval", recipe, overrides, run_eval)
+
+
+@app.command(name="validate-submission")
+def validate_submission_command(
+    archive: Annotated[Path, typer.Argument(help="The GLUE submission zip, e.g. RUN_DIR/submission.zip.",
+                                            show_default=False)],
+    glue_dir: Annotated[Optional[Path], typer.Option(
+        "--glue-dir", help="GLUE root (download_glue_data.py's layout): rows are checked against its test files, "
+        "index by index; without it, against the official test-set sizes.", show_default=False)] = None,
+    allow_incomplete: Annotated[bool, typer.Option(
+        "--allow-incomplete", help="Accept an archive without some tasks' files (they are listed).")] = False,
+) -> None:
+    """Check a GLUE leaderboard archive: file names at its root, headers, labels, row counts, index coverage.
+
+    Exits 0 when the archive is valid, 1 when it has problems or lacks tasks (each one printed).
+    """
+    from finetune.glue.specs import GLUE_TASKS
+    from finetune.glue.submission import glue_test_ids, validate_submission
+
+    try:
+        if not archive.is_file():
+            raise UserError(f"{archive}: no such file")
+        if glue_dir is not None and not glue_dir.is_dir():
+            raise UserError(f"--glue-dir: no such folder: {glue_dir}")
+        test_ids = glue_test_ids(glue_dir) if glue_dir is not None else {}
+        check = validate_submission(archive, test_ids)
+    except UserError as error:
+        _fail(str(error))
+    for name in check.present:
+        file_name = GLUE_TASKS[name].submission_file
+        against = "test file" if name in test_ids else "official test-set size"
+        typer.echo(f"{file_name}: {check.rows[file_name]} rows (checked against the {against})")
+    if check.missing:
+        typer.echo("missing: " + ", ".join(GLUE_TASKS[name].submission_file for name in check.missing))
+    for problem in check.problems:
+        typer.echo(f"problem: {problem}", err=True)
+    if not check.accepted(allow_incomplete):
+        typer.echo(f"{archive}: not valid" + ("" if check.problems else " (incomplete; --allow-incomplete "
+                                                                         "accepts it)"), err=True)
+        raise typer.Exit(code=1)
+    typer.echo(f"{archive}: valid" + (f", {len(check.missing)} task(s) missing" if check.missing else ", complete"))
 
 
 @app.command()

@@ -76,8 +76,15 @@ class PretrainScheduleConfig(ScheduleConfig):
 class TaskConfig(Section):
     """A classification or regression task: a GLUE task by name, or a custom one described here."""
 
-    name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli) or a custom name")
-    data_dir: InputPath = Field(description="folder with train.tsv / dev.tsv / test.tsv in the GLUE layout")
+    name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
+                      "or a custom name")
+    data_dir: Optional[InputPath] = Field(
+        None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
+        "task: also CSV or JSON Lines); not with source hub"
+    )
+    source: Literal["files", "hub"] = Field(
+        "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
+    )
     max_length: int = Field(128, gt=1, description="truncate each example to this many tokens")
     # Custom tasks only (a GLUE task brings its own):
     text_columns: Optional[list[str]] = Field(None, min_length=1, max_length=2, description="custom: 1 or 2 text columns")
@@ -86,15 +93,28 @@ class TaskConfig(Section):
     metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
         None, min_length=1, description="custom: metrics to report, the first one selects the best model"
     )
+    format: Optional[Literal["tsv", "csv", "jsonl"]] = Field(
+        None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl)"
+    )
+    files: Optional[dict[str, str]] = Field(
+        None, description="custom: split -> file name in data_dir; null: train/dev/test with the format's extension"
+    )
+    index_column: Optional[str] = Field(None, description="custom: the id column of test files; null: index")
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
         from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
 
-        custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics") if getattr(self, k) is not None]
+        custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics", "format", "files",
+                                   "index_column") if getattr(self, k) is not None]
+        if (self.source == "files") == (self.data_dir is None):
+            raise ValueError("give data_dir (source files) or source hub, not both" if self.data_dir is not None
+                             else "data_dir is required (or source: hub for a GLUE task)")
         if self.name in GLUE_TASKS:
             if custom_keys:
                 raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(custom_keys)}")
+        elif self.source == "hub":
+            raise ValueError(f"source hub reads GLUE tasks; '{self.name}' is a custom task: give data_dir")
         elif self.text_columns is None or self.label_column is None:
             known = ", ".join(sorted(GLUE_TASKS))
             raise ValueError(
@@ -419,19 +439,108 @@ class FinetuneRecipe(RunRecipe):
 # ---------------------------------------------------------------------------------------------
 
 
+class GlueTaskEntry(Section):
+    """One GLUE task of an eval recipe's `tasks`: its fine-tuned checkpoints and, optionally, its own folder."""
+
+    checkpoints: list[str] = Field(
+        min_length=1, description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
+    )
+    data_dir: Optional[InputPath] = Field(
+        None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoints_alone(cls, value: Any) -> Any:
+        """`rte: runs/rte/checkpoint` and `rte: [a, b]` are short for `rte: {checkpoints: [...]}`."""
+        if isinstance(value, str):
+            return {"checkpoints": [value]}
+        return {"checkpoints": value} if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _distinct_checkpoints(self) -> "GlueTaskEntry":
+        repeated = sorted({path for path in self.checkpoints if self.checkpoints.count(path) > 1})
+        if repeated:
+            raise ValueError(f"checkpoint {repeated[0]} is listed twice (it would count twice in the mean)")
+        return self
+
+
+GLUE_ONLY_EVAL_KEYS = ("glue_dir", "source", "max_length", "submission", "allow_incomplete")
+SINGLE_TASK_EVAL_KEYS = ("models", "split", "write_predictions")
+
+
 class EvalRecipe(RunRecipe):
-    """`finetune eval`: score fine-tuned checkpoints on a task split and write a report."""
+    """`finetune eval`: score fine-tuned checkpoints on one task split, or on GLUE tasks (GLUE scores, submission)."""
 
     stage: Literal["eval"]
-    task: TaskConfig
-    split: str = Field("dev", description="which split file to score: dev -> dev.tsv")
-    models: dict[str, str] = Field(min_length=1, description="report row name -> fine-tuned checkpoint folder")
+    # One task (custom or GLUE): `models` scored on `split`.
+    task: Optional[TaskConfig] = Field(None, description="the one task to score models on (or use tasks)")
+    split: str = Field("dev", description="task: which split file to score: dev -> dev.tsv")
+    models: Optional[dict[str, str]] = Field(
+        None, min_length=1, description="task: report row name -> fine-tuned checkpoint folder"
+    )
     write_predictions: bool = Field(
-        False, description="also write predictions/MODEL.tsv (index, predicted label name or score); a split "
+        False, description="task: also write predictions/MODEL.tsv (index, predicted label name or score); a split "
         "without labels (test) is then predicted but not scored"
+    )
+    # GLUE: a map of tasks to checkpoints.
+    tasks: Optional[dict[str, GlueTaskEntry]] = Field(
+        None, min_length=1, description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
+        "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX"
+    )
+    glue_dir: Optional[InputPath] = Field(
+        None, description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, "
+        "diagnostic/)"
+    )
+    source: Literal["files", "hub"] = Field(
+        "files", description="tasks: files (glue_dir or each data_dir) or hub (nyu-mll/glue; needs a network)"
+    )
+    max_length: int = Field(128, gt=1, description="tasks: truncate each example to this many tokens")
+    submission: bool = Field(
+        False, description="tasks: also predict every test file (each task's best checkpoint on dev) into "
+        "RUN_DIR/submission.zip for the GLUE leaderboard"
+    )
+    allow_incomplete: bool = Field(
+        False, description="submission: write the archive although tasks are missing (they are listed)"
     )
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+
+    @model_validator(mode="after")
+    def _one_task_or_a_map(self) -> "EvalRecipe":
+        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
+
+        if (self.task is None) == (self.tasks is None):
+            raise ValueError("give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
+                             if self.task is not None else "give task and models (one task) or tasks (GLUE tasks)")
+        # Keys of the other shape must keep their defaults (a saved, resolved recipe holds every key).
+        changed = {key for key, field in type(self).model_fields.items() if getattr(self, key) != field.default}
+        if self.task is not None:
+            if self.models is None:
+                raise ValueError("models: required key is missing (report row name -> checkpoint folder)")
+            misplaced = [key for key in GLUE_ONLY_EVAL_KEYS if key in changed]
+            if misplaced:
+                raise ValueError(f"{', '.join(misplaced)}: only with tasks (GLUE), not with a single task")
+            return self
+        misplaced = [key for key in SINGLE_TASK_EVAL_KEYS if key in changed]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)}: only with task; tasks are scored on dev (and test with "
+                             "submission)")
+        if self.source == "hub" and (self.glue_dir is not None or any(entry.data_dir for entry in self.tasks.values())):
+            raise ValueError("source hub reads no folders; remove glue_dir and data_dir")
+        for name, entry in self.tasks.items():
+            spec = GLUE_TASKS.get(name)
+            if spec is None:
+                raise ValueError(f"tasks.{name}: not a GLUE task ({', '.join(GLUE_TASKS)}); score a custom task "
+                                 "with task and models")
+            if spec.predicted_by is not None:
+                raise ValueError(f"tasks.{name}: predicted by the {spec.predicted_by} model; give the checkpoints "
+                                 f"under tasks.{spec.predicted_by}")
+            if self.source == "files" and entry.data_dir is None and self.glue_dir is None:
+                raise ValueError(f"tasks.{name}: no data: give its data_dir, or glue_dir for every task")
+        if self.allow_incomplete and not self.submission:
+            raise ValueError("allow_incomplete applies to submission; set submission: true")
+        return self
 
 
 PretrainRecipe.model_rebuild()  # its discriminative section is defined with the finetune sections below

@@ -57,6 +57,7 @@ def assert_user_error(result, *fragments: str) -> str:
         ("pretrain", "Pretrain a language model"),
         ("finetune", "Fine-tune a pretrained checkpoint"),
         ("eval", "Score fine-tuned checkpoints"),
+        ("validate-submission", "Check a GLUE leaderboard archive"),
         ("recipes", "List the recipes"),
     ],
 )
@@ -70,7 +71,7 @@ def test_command_help(command, purpose):
 def test_app_help_lists_the_commands():
     result = invoke("--help", env={"COLUMNS": "200"})
     assert result.exit_code == 0
-    for command in ("pretrain", "finetune", "eval", "recipes"):
+    for command in ("pretrain", "finetune", "eval", "validate-submission", "recipes"):
         assert command in result.output
 
 

@@ -1,1 +1,1 @@
-"""GLUE: the task table, offline metrics and (later) leaderboard submissions."""
+"""GLUE: the task table, offline metrics, GLUE-score conventions, hub reading and leaderboard submissions."""

@@ -1,14 +1,29 @@
 """The task table: one record per task, so that reading, metrics and submissions never branch on names.
 
-Column names follow the original GLUE TSV files (the layout of `download_glue_data.py`).
+Column names follow the original GLUE TSV files (the layout of `download_glue_data.py`); the hub
+columns and label order are those of the `nyu-mll/glue` dataset.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Optional
 
 STANDARD_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+STANDARD_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+HUB_DATASET = "nyu-mll/glue"
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where the hub's GLUE dataset keeps a task: its configuration, text columns, split names and label order."""
+
+    config: str
+    text_columns: tuple[str, ...]
+    splits: dict[str, str] = field(default_factory=lambda: dict(STANDARD_HUB_SPLITS))
+    # The task's label strings in the order of the hub's class ids; None: the task's own order.
+    labels: Optional[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -24,8 +39,16 @@ class TaskSpec:
     # Files without a header row get these column names (CoLA's train/dev).
     headerless_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     index_column: str = "index"  # test files: the id each submission row must carry
+    file_format: Optional[str] = None  # tsv, csv or jsonl; None: by each file's extension
+    source: str = "files"  # files: read from a folder; hub: from the hub's GLUE dataset (see `hub`)
+    # GLUE only:
+    glue_folder: Optional[str] = None  # the task's folder in a GLUE root (download_glue_data.py's layout)
+    hub: Optional[HubSource] = None
+    predicted_by: Optional[str] = None  # a task without a model of its own, predicted by this task's model
     submission_file: Optional[str] = None  # file name in the leaderboard archive
     submission_labels: Optional[tuple[str, ...]] = None  # what a submission writes per class; None: the labels
+    submission_range: Optional[tuple[float, float]] = None  # regression predictions are clipped to this
+    test_rows: Optional[int] = None  # rows of the official test file: what a submission must have
 
     @property
     def is_regression(self) -> bool:
@@ -42,10 +65,18 @@ class TaskSpec:
         """The metric that picks the best checkpoint."""
         return self.metrics[0]
 
+    @property
+    def display_name(self) -> str:
+        """The task's name on the leaderboard (CoLA, MNLI-mm, ...), or its own name."""
+        return Path(self.submission_file).stem if self.submission_file else self.name
+
 
 _BINARY = ("0", "1")
 _NLI = ("contradiction", "entailment", "neutral")
+_HUB_NLI = ("entailment", "neutral", "contradiction")  # the hub numbers MNLI's classes in this order
 _ENTAILMENT = ("entailment", "not_entailment")
+_PAIR = ("sentence1", "sentence2")
+_PREMISE_HYPOTHESIS = ("premise", "hypothesis")
 
 GLUE_TASKS: dict[str, TaskSpec] = {
     spec.name: spec
@@ -53,49 +84,83 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         TaskSpec(
             "cola", ("sentence",), "label", _BINARY, ("mcc", "accuracy"),
             headerless_columns={split: ("source", "label", "star", "sentence") for split in ("train", "dev")},
-            submission_file="CoLA.tsv",
-        ),
-        TaskSpec("sst2", ("sentence",), "label", _BINARY, ("accuracy",), submission_file="SST-2.tsv"),
-        TaskSpec(
-            "mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, ("f1", "accuracy"), submission_file="MRPC.tsv"
+            glue_folder="CoLA", hub=HubSource("cola", ("sentence",)), submission_file="CoLA.tsv", test_rows=1063,
         ),
         TaskSpec(
-            "stsb", ("sentence1", "sentence2"), "score", None, ("pearson", "spearman"), submission_file="STS-B.tsv"
+            "sst2", ("sentence",), "label", _BINARY, ("accuracy",),
+            glue_folder="SST-2", hub=HubSource("sst2", ("sentence",)), submission_file="SST-2.tsv", test_rows=1821,
         ),
         TaskSpec(
-            "qqp", ("question1", "question2"), "is_duplicate", _BINARY, ("f1", "accuracy"),
-            index_column="id", submission_file="QQP.tsv",
+            "mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, ("f1", "accuracy"),
+            glue_folder="MRPC", hub=HubSource("mrpc", _PAIR), submission_file="MRPC.tsv", test_rows=1725,
         ),
         TaskSpec(
-            "mnli", ("sentence1", "sentence2"), "gold_label", _NLI, ("accuracy",),
+            "stsb", _PAIR, "score", None, ("pearson", "spearman"),
+            glue_folder="STS-B", hub=HubSource("stsb", _PAIR), submission_file="STS-B.tsv",
+            submission_range=(0.0, 5.0), test_rows=1379,
+        ),
+        TaskSpec(
+            "qqp", ("question1", "question2"), "is_duplicate", _BINARY, ("f1", "accuracy"), index_column="id",
+            glue_folder="QQP", hub=HubSource("qqp", ("question1", "question2")), submission_file="QQP.tsv",
+            test_rows=390965,
+        ),
+        TaskSpec(
+            "mnli", _PAIR, "gold_label", _NLI, ("accuracy",),
             files={"train": "train.tsv", "dev": "dev_matched.tsv", "test": "test_matched.tsv"},
-            submission_file="MNLI-m.tsv",
+            glue_folder="MNLI", submission_file="MNLI-m.tsv", test_rows=9796,
+            hub=HubSource("mnli", _PREMISE_HYPOTHESIS, {"train": "train", "dev": "validation_matched",
+                                                        "test": "test_matched"}, _HUB_NLI),
         ),
         TaskSpec(
-            "mnli-mm", ("sentence1", "sentence2"), "gold_label", _NLI, ("accuracy",),
+            "mnli-mm", _PAIR, "gold_label", _NLI, ("accuracy",),
             files={"train": "train.tsv", "dev": "dev_mismatched.tsv", "test": "test_mismatched.tsv"},
-            submission_file="MNLI-mm.tsv",
+            glue_folder="MNLI", predicted_by="mnli", submission_file="MNLI-mm.tsv", test_rows=9847,
+            hub=HubSource("mnli", _PREMISE_HYPOTHESIS, {"train": "train", "dev": "validation_mismatched",
+                                                        "test": "test_mismatched"}, _HUB_NLI),
         ),
-        TaskSpec("qnli", ("question", "sentence"), "label", _ENTAILMENT, ("accuracy",), submission_file="QNLI.tsv"),
-        TaskSpec("rte", ("sentence1", "sentence2"), "label", _ENTAILMENT, ("accuracy",), submission_file="RTE.tsv"),
-        TaskSpec("wnli", ("sentence1", "sentence2"), "label", _BINARY, ("accuracy",), submission_file="WNLI.tsv"),
-        # The diagnostic set has no training data: it is predicted by an MNLI model.
         TaskSpec(
-            "ax", ("sentence1", "sentence2"), "label", _NLI, ("mcc",),
-            files={"test": "diagnostic.tsv"}, submission_file="AX.tsv",
+            "qnli", ("question", "sentence"), "label", _ENTAILMENT, ("accuracy",),
+            glue_folder="QNLI", hub=HubSource("qnli", ("question", "sentence")), submission_file="QNLI.tsv",
+            test_rows=5463,
+        ),
+        TaskSpec(
+            "rte", _PAIR, "label", _ENTAILMENT, ("accuracy",),
+            glue_folder="RTE", hub=HubSource("rte", _PAIR), submission_file="RTE.tsv", test_rows=3000,
+        ),
+        TaskSpec(
+            "wnli", _PAIR, "label", _BINARY, ("accuracy",),
+            glue_folder="WNLI", hub=HubSource("wnli", _PAIR), submission_file="WNLI.tsv", test_rows=146,
+        ),
+        # The diagnostic set has no training data and no public labels: the MNLI model predicts it.
+        TaskSpec(
+            "ax", _PAIR, "label", _NLI, ("mcc",), files={"test": "diagnostic.tsv"},
+            glue_folder="diagnostic", predicted_by="mnli", submission_file="AX.tsv", test_rows=1104,
+            hub=HubSource("ax", _PREMISE_HYPOTHESIS, {"test": "test"}, _HUB_NLI),
         ),
     ]
 }
+
+SUBMISSION_TASKS = [spec for spec in GLUE_TASKS.values() if spec.submission_file]  # the 11 files of an archive
+
+
+def predicted_with(name: str) -> list[TaskSpec]:
+    """The GLUE task and those its model also predicts (mnli: mnli, mnli-mm and ax)."""
+    return [GLUE_TASKS[name]] + [spec for spec in GLUE_TASKS.values() if spec.predicted_by == name]
 
 
 def task_spec(task_config) -> TaskSpec:
     """The spec for a recipe's `task` section: the GLUE record, or one built from the custom keys."""
     if task_config.name in GLUE_TASKS:
-        return GLUE_TASKS[task_config.name]
+        spec = GLUE_TASKS[task_config.name]
+        return replace(spec, source="hub") if task_config.source == "hub" else spec
+    extension = task_config.format or "tsv"
     return TaskSpec(
         name=task_config.name,
         text_columns=tuple(task_config.text_columns),
         label_column=task_config.label_column,
         labels=tuple(task_config.labels) if task_config.labels is not None else None,
         metrics=tuple(task_config.metrics or (["pearson", "spearman"] if task_config.labels is None else ["accuracy"])),
+        files=dict(task_config.files or {split: f"{split}.{extension}" for split in STANDARD_FILES}),
+        index_column=task_config.index_column or "index",
+        file_format=task_config.format,
     )

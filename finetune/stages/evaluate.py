@@ -1,34 +1,78 @@
-"""`finetune eval`: score fine-tuned checkpoints on a task split; write report.json and report.md."""
+"""`finetune eval`: score fine-tuned checkpoints; write report.json and report.md.
+
+Two shapes of recipe. `task` + `models`: each model scored on one split of one task. `tasks`: GLUE
+tasks mapped to checkpoints (several runs or seeds are aggregated): dev scores per task, the GLUE
+score under each convention, the tasks missing and, with `submission`, the leaderboard archive
+predicted by each task's best checkpoint on dev. Every file is read before any model runs, and the
+run directory is written only once everything has worked.
+"""
 
 from __future__ import annotations
 
 import json
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from finetune.console import console
-from finetune.data.tasks import EncodedTask, read_task_split
+from finetune.data.tasks import EncodedTask, TaskExamples, read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
-from finetune.glue.specs import task_spec
+from finetune.glue.report import glue_report_markdown
+from finetune.glue.score import glue_scores
+from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
+from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import fitted_max_length, load_finetuned
-from finetune.models.hub import load_tokenizer
+from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, prepare_run_dir
+from finetune.stages.seeds import summarise_values
 from finetune.training.predict import logits_to_predictions, predict_logits
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
+SUBMISSION_FILE = "submission.zip"  # with submission: the leaderboard archive
 
 
 def run_eval(recipe: EvalRecipe) -> dict:
-    """Score every model of the recipe; returns the report written to the run directory."""
+    """Score the recipe's checkpoints (one task, or a map of GLUE tasks); returns the report written."""
     check_run_dir_free(recipe)
     accelerator = Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available())
+    return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)
+
+
+def predict(accelerator, model, tokenizer, spec: TaskSpec, examples: TaskExamples, max_length: int,
+            batch_size: int) -> np.ndarray:
+    """Class indices (or scores) of a model for every example, in order."""
+    # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
+    model.to(accelerator.device)
+    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model))
+    loader = DataLoader(encoded, batch_size=batch_size, collate_fn=DataCollatorWithPadding(tokenizer))
+    loader = accelerator.prepare(loader)
+    return logits_to_predictions(spec, predict_logits(accelerator, model, loader))
+
+
+def write_report(run_dir: Path, report: dict, markdown: str) -> None:
+    """report.json and report.md in the run directory; the table is also printed."""
+    (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (run_dir / REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
+    console.print(markdown)
+    console.print(f"report written to {run_dir / REPORT_MARKDOWN}")
+
+
+# ---------------------------------------------------------------------------------------------
+# One task: models scored on a split
+# ---------------------------------------------------------------------------------------------
+
+
+def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
+    """Score every model of `models` on `split` of `task`."""
     spec = task_spec(recipe.task)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
@@ -40,10 +84,8 @@ def run_eval(recipe: EvalRecipe) -> dict:
     results = {}
     for name, model in models.items():
         tokenizer = load_tokenizer(recipe.models[name], f"models.{name}")
-        encoded = EncodedTask(examples, tokenizer, fitted_max_length(recipe.task.max_length, model))
-        loader = DataLoader(encoded, batch_size=recipe.batch_size, collate_fn=DataCollatorWithPadding(tokenizer))
-        model, loader = accelerator.prepare(model, loader)
-        predictions = logits_to_predictions(spec, predict_logits(accelerator, model, loader))
+        predictions = predict(accelerator, model, tokenizer, spec, examples, recipe.task.max_length,
+                              recipe.batch_size)
         results[name] = {"checkpoint": recipe.models[name]}
         if examples.labels is not None:
             results[name].update(compute_metrics(spec, predictions, examples.labels))
@@ -53,10 +95,7 @@ def run_eval(recipe: EvalRecipe) -> dict:
     report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
               "metrics": list(spec.metrics), "results": results}
     if accelerator.is_main_process:
-        (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        (run_dir / REPORT_MARKDOWN).write_text(report_markdown(report), encoding="utf-8")
-        console.print(report_markdown(report))
-        console.print(f"report written to {run_dir / REPORT_MARKDOWN}")
+        write_report(run_dir, report, report_markdown(report))
     return report
 
 
@@ -82,3 +121,139 @@ def report_markdown(report: dict) -> str:
         scores = [f"{100 * result[metric]:.1f}" if metric in result else "-" for metric in metrics]
         lines.append(f"| {name} | " + " | ".join(scores) + " |")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# GLUE: a map of tasks to checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GlueTask:
+    """A task of the map: the checkpoints of its model and the data of every task that model predicts."""
+
+    name: str
+    checkpoints: list[str]
+    specs: dict[str, TaskSpec]  # this task and those its model also predicts (mnli: mnli-mm, ax)
+    dev: dict[str, TaskExamples]  # by task, for the tasks with a dev split
+    test: dict[str, TaskExamples]  # by task, with submission: the test files present
+
+
+def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
+    """The task's dev files (and test files for a submission); a missing test file leaves its task out."""
+    entry = recipe.tasks[name]
+    specs, dev, test = {}, {}, {}
+    for spec in predicted_with(name):
+        if recipe.source == "hub":
+            spec, data_dir = replace(spec, source="hub"), None
+        else:
+            data_dir = entry.data_dir or Path(recipe.glue_dir) / spec.glue_folder
+        specs[spec.name] = spec
+        if "dev" in spec.files:
+            dev[spec.name] = read_task_split(spec, data_dir, "dev")
+            if dev[spec.name].labels is None:
+                raise UserError(f"task '{spec.name}': the dev file has no '{spec.label_column}' column to "
+                                "score against")
+        if recipe.submission and spec.submission_file and (data_dir is None or
+                                                             (Path(data_dir) / spec.files["test"]).is_file()):
+            test[spec.name] = read_task_split(spec, data_dir, "test")
+    return GlueTask(name, list(entry.checkpoints), specs, dev, test)
+
+
+def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
+    """Dev scores of every task's checkpoints, the GLUE scores, and with `submission` the archive."""
+    # 1. read everything that can fail on user input before any model runs
+    tasks = [read_glue_task(recipe, name) for name in GLUE_TASKS if name in recipe.tasks]
+    if recipe.submission:
+        missing = missing_submission_tasks([spec_name for task in tasks for spec_name in task.test])
+        if missing and not recipe.allow_incomplete:
+            raise UserError(f"submission: no test predictions for {', '.join(missing)} (no checkpoint or no test "
+                            "file); set allow_incomplete=true to write the archive without them")
+    for task in tasks:
+        for checkpoint in task.checkpoints:
+            resolve_checkpoint(checkpoint, f"tasks.{task.name}")
+
+    # 2. every checkpoint on the dev files; the best one (first metric of the task) predicts the test files
+    results, submitted, test_predictions = {}, {}, {}
+    for task in tasks:
+        dev = {(spec_name, "dev"): examples for spec_name, examples in task.dev.items()}
+        test = {(spec_name, "test"): examples for spec_name, examples in task.test.items()}
+        single = len(task.checkpoints) == 1  # the best by definition: dev and test in one pass
+        runs = {spec_name: [] for spec_name in task.dev}
+        for checkpoint in task.checkpoints:
+            predictions = predict_task(recipe, accelerator, task, checkpoint, {**dev, **test} if single else dev)
+            for spec_name, examples in task.dev.items():
+                scores = compute_metrics(task.specs[spec_name], predictions[spec_name, "dev"], examples.labels)
+                runs[spec_name].append({"checkpoint": checkpoint, **scores})
+        for spec_name, task_runs in runs.items():
+            results[spec_name] = summarise_runs(task.specs[spec_name], task_runs, len(task.dev[spec_name].texts))
+        if test:
+            main_metric = task.specs[task.name].main_metric
+            best = max(runs[task.name], key=lambda run: run[main_metric])["checkpoint"]
+            if not single:
+                predictions = predict_task(recipe, accelerator, task, best, test)
+            for spec_name, examples in task.test.items():
+                test_predictions[spec_name] = (examples.ids, predictions[spec_name, "test"])
+                submitted[spec_name] = best
+
+    # 3. the GLUE scores from the mean over runs, the archive, the report
+    report = {
+        "split": "dev",
+        "tasks": results,
+        "glue_scores": glue_scores({name: {metric: summary["mean"] for metric, summary in result["summary"].items()}
+                                    for name, result in results.items()}),
+        "missing_tasks": [name for name in GLUE_TASKS if not any(name in task.specs for task in tasks)],
+        "submission": None,
+    }
+    if not accelerator.is_main_process:
+        return report
+    with tempfile.TemporaryDirectory() as scratch:
+        if recipe.submission:
+            report["submission"] = build_submission(Path(scratch) / SUBMISSION_FILE, tasks, test_predictions,
+                                                    submitted, recipe.allow_incomplete)
+        run_dir = prepare_run_dir(recipe)
+        if recipe.submission:
+            (Path(scratch) / SUBMISSION_FILE).replace(run_dir / SUBMISSION_FILE)
+    write_report(run_dir, report, glue_report_markdown(report))
+    return report
+
+
+def predict_task(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str,
+                 splits: dict[tuple[str, str], TaskExamples]) -> dict[tuple[str, str], np.ndarray]:
+    """One checkpoint's predictions for the examples of each (task, split) in `splits`."""
+    key = f"tasks.{task.name}"
+    console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
+    # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
+    model = load_finetuned(checkpoint, task.specs[task.name], key)
+    tokenizer = load_tokenizer(checkpoint, key)
+    return {(spec_name, split): predict(accelerator, model, tokenizer, task.specs[spec_name], examples,
+                                        recipe.max_length, recipe.batch_size)
+            for (spec_name, split), examples in splits.items()}
+
+
+def summarise_runs(spec: TaskSpec, runs: list[dict], examples: int) -> dict:
+    """A task's dev result: every run's scores and, per metric, their mean, median and spread."""
+    return {
+        "display_name": spec.display_name,
+        "examples": examples,
+        "metrics": list(spec.metrics),
+        "runs": runs,
+        "summary": {metric: summarise_values([run[metric] for run in runs]) for metric in spec.metrics},
+    }
+
+
+def build_submission(path: Path, tasks: list[GlueTask], predictions: dict, submitted: dict[str, str],
+                     allow_incomplete: bool) -> dict:
+    """Write the archive and check it against the test files it was predicted from."""
+    missing = write_submission(path, predictions, allow_incomplete)
+    test_ids = {spec_name: examples.ids for task in tasks for spec_name, examples in task.test.items()}
+    check = validate_submission(path, test_ids)
+    if check.problems:  # e.g. a test file whose index repeats
+        raise UserError(f"submission: the archive fails validation: {'; '.join(check.problems)}")
+    return {
+        "archive": SUBMISSION_FILE,
+        "files": {GLUE_TASKS[name].submission_file: {"task": name, "checkpoint": submitted[name],
+                                                      "rows": len(predictions[name][0])}
+                  for name in GLUE_TASKS if name in predictions},
+        "missing": missing,
+    }

@@ -43,11 +43,16 @@ def summarise_seeds(results: dict[int, dict]) -> dict:
     for name in metrics:
         # The saved checkpoint's scores: the best evaluation's with keep_best, else the last one's.
         values = [result["best" if result["saved"] == "best" else "last"][name] for result in results.values()]
-        summary["metrics"][name] = {
-            "values": values, "mean": statistics.fmean(values), "median": statistics.median(values),
-            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values),
-        }
+        summary["metrics"][name] = summarise_values(values)
     return summary
+
+
+def summarise_values(values: list[float]) -> dict:
+    """The values of several runs and their mean, median, std (0.0 for one run), min and max."""
+    return {
+        "values": values, "mean": statistics.fmean(values), "median": statistics.median(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values),
+    }
 
 
 def seeds_markdown(summary: dict) -> str:

@@ -1,0 +1,45 @@
+"""The Markdown report of a GLUE evaluation: dev scores over runs, GLUE scores, missing tasks, submission."""
+
+from __future__ import annotations
+
+from finetune.glue.score import CONVENTIONS
+
+STATISTICS = ("mean", "median", "std", "min", "max")
+
+
+def percent(value: float) -> str:
+    """A score x 100 with one decimal, as GLUE reports them."""
+    return f"{100 * value:.1f}"
+
+
+def glue_report_markdown(report: dict) -> str:
+    """Tables of the report; scores x 100."""
+    lines = ["# GLUE dev scores", "", "| task | metric | runs | " + " | ".join(STATISTICS) + " |",
+             "|---|---|---:|" + "---:|" * len(STATISTICS)]
+    for result in report["tasks"].values():
+        for metric, summary in result["summary"].items():
+            cells = " | ".join(percent(summary[statistic]) for statistic in STATISTICS)
+            lines.append(f"| {result['display_name']} | {metric} | {len(summary['values'])} | {cells} |")
+    lines += ["", "## GLUE score (dev, mean over runs)", "", "| convention | score | components | missing |",
+              "|---|---:|---:|---|"]
+    for convention in CONVENTIONS:
+        score = report["glue_scores"][convention.name]
+        present, total = len(score["components"]), len(convention.components)
+        if score["score"] is not None:
+            value = percent(score["score"])
+        elif score["mean_of_present"] is not None:
+            value = f"incomplete (mean of the {present} present: {percent(score['mean_of_present'])})"
+        else:
+            value = "incomplete"
+        lines.append(f"| {convention.name} | {value} | {present} of {total} | {', '.join(score['missing']) or '-'} |")
+    lines += [""] + [f"- **{convention.name}**: {convention.description}" for convention in CONVENTIONS]
+    lines += ["", "## Missing tasks", "", ", ".join(report["missing_tasks"]) or "none: every GLUE task is scored"]
+    submission = report.get("submission")
+    if submission is not None:
+        lines += ["", f"## Submission: {submission['archive']}", "",
+                  "| file | task | rows | checkpoint (best on dev) |", "|---|---|---:|---|"]
+        for file_name, entry in submission["files"].items():
+            lines.append(f"| {file_name} | {entry['task']} | {entry['rows']} | {entry['checkpoint']} |")
+        lines += ["", f"Missing from the archive: {', '.join(submission['missing'])}" if submission["missing"]
+                  else "Complete: every task of the leaderboard has its file."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,183 @@
+"""Leaderboard submissions: one zip with a file per task at its root, written atomically, and a validator.
+
+Each file is `index<TAB>prediction` with the test file's own index; file names, label strings and
+the range of regression scores come from the task table.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from finetune.data.tasks import read_task_split
+from finetune.errors import UserError
+from finetune.glue.specs import SUBMISSION_TASKS, TaskSpec
+
+HEADER = "index\tprediction"
+DECIMALS = 3  # regression scores, as the leaderboard's sample submission writes them
+PROBLEMS_PER_FILE = 5  # a broken file reports its first few bad rows, then a count
+
+
+def submission_value(spec: TaskSpec, prediction) -> str:
+    """What the leaderboard expects for one prediction: a label string, or a clipped score with 3 decimals."""
+    if not spec.is_regression:
+        return (spec.submission_labels or spec.labels)[int(prediction)]
+    value = float(prediction)
+    if spec.submission_range is not None:
+        value = min(max(value, spec.submission_range[0]), spec.submission_range[1])
+    return f"{value:.{DECIMALS}f}"
+
+
+def submission_text(spec: TaskSpec, ids: Sequence[str], predictions: Sequence) -> str:
+    """The file of one task: the header, then one `index<TAB>prediction` row per test example."""
+    rows = [HEADER] + [f"{index}\t{submission_value(spec, prediction)}" for index, prediction in zip(ids, predictions)]
+    return "\n".join(rows) + "\n"
+
+
+def missing_submission_tasks(names) -> list[str]:
+    """The tasks of a complete submission that are not among `names`."""
+    return [spec.name for spec in SUBMISSION_TASKS if spec.name not in names]
+
+
+def write_submission(path: Path, predictions: dict[str, tuple[Sequence[str], Sequence]],
+                     allow_incomplete: bool = False) -> list[str]:
+    """Write the archive from {task: (test ids, predictions)}; returns the missing tasks.
+
+    An incomplete archive is refused unless `allow_incomplete`. The zip is assembled under a
+    temporary name and renamed into place, so a failure never leaves a partial archive behind.
+    """
+    missing = missing_submission_tasks(predictions)
+    if missing and not allow_incomplete:
+        raise UserError(f"submission: no predictions for {', '.join(missing)}; set allow_incomplete=true to write "
+                        "an archive without them")
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for spec in SUBMISSION_TASKS:
+                if spec.name in predictions:
+                    ids, values = predictions[spec.name]
+                    archive.writestr(spec.submission_file, submission_text(spec, ids, values))
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return missing
+
+
+@dataclass
+class SubmissionCheck:
+    """What the validator found: the tasks present and missing, the rows per file, and every problem."""
+
+    present: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    rows: dict[str, int] = field(default_factory=dict)  # submission file -> prediction rows
+    problems: list[str] = field(default_factory=list)
+
+    def accepted(self, allow_incomplete: bool = False) -> bool:
+        """True without problems and, unless `allow_incomplete`, with every task present."""
+        return not self.problems and (allow_incomplete or not self.missing)
+
+
+def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = None) -> SubmissionCheck:
+    """Check names, headers, labels, row counts and index coverage of an archive.
+
+    Rows are checked against the test files' ids in `test_ids` ({task: ids}) where given, else
+    against the official test-set sizes of the task table.
+    """
+    check = SubmissionCheck()
+    try:
+        archive = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as error:
+        check.problems.append(f"{path}: not a readable zip archive ({error})")
+        check.missing = [spec.name for spec in SUBMISSION_TASKS]
+        return check
+    with archive:
+        names = archive.namelist()
+        by_file = {spec.submission_file: spec for spec in SUBMISSION_TASKS}
+        for name, count in Counter(names).items():
+            if count > 1:
+                check.problems.append(f"{name}: in the archive {count} times")
+        for name in dict.fromkeys(names):
+            if "/" in name or "\\" in name:
+                check.problems.append(f"{name}: in a subfolder; the leaderboard reads files at the archive's root")
+            elif name not in by_file:
+                check.problems.append(f"{name}: not a GLUE submission file (expected {', '.join(by_file)})")
+        for spec in SUBMISSION_TASKS:
+            if spec.submission_file not in names:
+                check.missing.append(spec.name)
+                continue
+            check.present.append(spec.name)
+            expected = (test_ids or {}).get(spec.name)
+            rows, problems = check_file(spec, archive.read(spec.submission_file), expected)
+            check.rows[spec.submission_file] = rows
+            check.problems += problems
+    return check
+
+
+def check_file(spec: TaskSpec, data: bytes, test_ids: Optional[list[str]]) -> tuple[int, list[str]]:
+    """(rows, problems) of one submission file."""
+    name = spec.submission_file
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        return 0, [f"{name}: not UTF-8 text"]
+    if not lines or lines[0] != HEADER:
+        found = repr(lines[0]) if lines else "an empty file"
+        return 0, [f"{name} line 1: header must be {HEADER!r}, found {found}"]
+    problems, indices = [], []
+    for line, text in enumerate(lines[1:], start=2):
+        fields = text.split("\t")
+        if len(fields) != 2:
+            problems.append(f"{name} line {line}: expected index<TAB>prediction, found {len(fields)} field(s)")
+            continue
+        indices.append(fields[0])
+        problem = value_problem(spec, fields[1])
+        if problem:
+            problems.append(f"{name} line {line}: {problem}")
+    if len(problems) > PROBLEMS_PER_FILE:
+        problems = problems[:PROBLEMS_PER_FILE] + [f"{name}: {len(problems) - PROBLEMS_PER_FILE} more bad rows"]
+    rows = len(lines) - 1
+    expected_rows = len(test_ids) if test_ids is not None else spec.test_rows
+    against = "the test file" if test_ids is not None else "the official test set"
+    if expected_rows is not None and rows != expected_rows:
+        problems.append(f"{name}: {rows} prediction rows, {against} has {expected_rows}")
+    repeated = [index for index, count in Counter(indices).items() if count > 1]
+    if repeated:
+        problems.append(f"{name}: {len(repeated)} index value(s) repeated, e.g. {repeated[0]}")
+    if test_ids is not None:
+        absent, unknown = set(test_ids) - set(indices), set(indices) - set(test_ids)
+        if absent:
+            problems.append(f"{name}: {len(absent)} test index value(s) without a prediction, e.g. {min(absent)}")
+        if unknown:
+            problems.append(f"{name}: {len(unknown)} index value(s) not in the test file, e.g. {min(unknown)}")
+    return rows, problems
+
+
+def value_problem(spec: TaskSpec, value: str) -> Optional[str]:
+    """Why one prediction is not what the leaderboard accepts for the task, or None."""
+    if not spec.is_regression:
+        vocabulary = spec.submission_labels or spec.labels
+        return None if value in vocabulary else f"prediction {value!r} is not one of {', '.join(vocabulary)}"
+    try:
+        score = float(value)
+    except ValueError:
+        return f"prediction {value!r} is not a number"
+    low, high = spec.submission_range or (-math.inf, math.inf)
+    if not low <= score <= high:  # also refuses NaN
+        return f"prediction {value} is outside [{low:g}, {high:g}]"
+    return None
+
+
+def glue_test_ids(glue_dir: Path) -> dict[str, list[str]]:
+    """{task: ids} from every test file present in a GLUE folder (download_glue_data.py's layout)."""
+    test_ids = {}
+    for spec in SUBMISSION_TASKS:
+        data_dir = Path(glue_dir) / spec.glue_folder
+        if (data_dir / spec.files["test"]).is_file():
+            test_ids[spec.name] = read_task_split(spec, data_dir, "test").ids
+    return test_ids

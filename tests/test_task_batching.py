@@ -1,0 +1,121 @@
+"""Task batching: length-grouped order (also sharded by accelerate) and padding like `DataCollatorWithPadding`."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from accelerate.data_loader import prepare_data_loader
+from torch.utils.data import DataLoader
+from transformers import DataCollatorWithPadding
+
+from finetune.data.corpus import read_documents
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, TaskExamples
+from finetune.data.tokenizers import train_wordpiece
+from tests.conftest import make_sentence, write_corpus
+
+BATCH = 8
+
+
+def random_lengths(count: int, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randint(3, 60) for _ in range(count)]
+
+
+def batches_of(sampler: LengthGroupedSampler, batch_size: int = BATCH) -> list[list[int]]:
+    return [batch.tolist() for batch in DataLoader(range(len(sampler)), batch_size=batch_size, sampler=sampler)]
+
+
+@pytest.mark.parametrize("count", [1, 7, 8, 100, 403, 1000])
+def test_every_index_once_per_epoch(count):
+    sampler = LengthGroupedSampler(random_lengths(count), BATCH, seed=0, chunk_batches=4)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        assert sorted(sampler) == list(range(count)) and len(sampler) == count
+
+
+def test_order_comes_from_seed_and_epoch_alone():
+    lengths = random_lengths(500)
+    first, second = LengthGroupedSampler(lengths, BATCH, seed=3), LengthGroupedSampler(lengths, BATCH, seed=3)
+    torch.manual_seed(0), np.random.seed(0)
+    order = list(first)
+    torch.manual_seed(1), np.random.seed(1)  # the global random state plays no part
+    assert list(second) == order
+    first.set_epoch(1)
+    assert list(first) != order  # a new order every epoch
+    assert list(LengthGroupedSampler(lengths, BATCH, seed=4)) != order
+
+
+def test_batches_hold_similar_lengths_and_only_the_last_is_short():
+    lengths = random_lengths(1003)
+    grouped = batches_of(LengthGroupedSampler(lengths, BATCH, seed=0))
+    assert [len(batch) for batch in grouped] == [BATCH] * 125 + [3]
+    padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in grouped)
+    shuffled = np.random.default_rng(0).permutation(len(lengths))
+    random_padded = sum(max(lengths[i] for i in shuffled[start:start + BATCH]) * len(shuffled[start:start + BATCH])
+                        for start in range(0, len(lengths), BATCH))
+    assert padded < 0.6 * random_padded
+    assert max(max(lengths[i] for i in batch) - min(lengths[i] for i in batch) for batch in grouped) <= 6
+    # The batches themselves come in random order, not longest first.
+    longest = [max(lengths[i] for i in batch) for batch in grouped[:-1]]
+    assert longest != sorted(longest, reverse=True) and longest != sorted(longest)
+
+
+def test_two_processes_share_out_the_batches_of_one():
+    """Grouped by the global batch, accelerate's shards of 2 x 4 make up the batches of 1 x 8, step by step."""
+    lengths = random_lengths(203)
+    sampler = LengthGroupedSampler(lengths, BATCH, seed=0)
+    sampler.set_epoch(2)
+    single = batches_of(sampler)
+    shards = []
+    for process in range(2):
+        loader = prepare_data_loader(DataLoader(range(len(lengths)), batch_size=BATCH // 2, sampler=sampler),
+                                     num_processes=2, process_index=process, put_on_device=False)
+        loader.set_epoch(2)
+        shards.append([batch.tolist() for batch in loader])
+    assert sampler.epoch == 2  # accelerate passes the epoch on to the sampler inside its shard
+    assert len(shards[0]) == len(shards[1]) == len(single)
+    for step, batch in enumerate(single[:-1]):
+        assert shards[0][step] + shards[1][step] == batch
+    # 203 = 25 x 8 + 3: the short tail goes to process 0, which accelerate tops up from the start of the epoch.
+    assert shards[0][-1][:3] == single[-1] and len(single[-1]) == 3
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return train_wordpiece(read_documents([write_corpus(tmp_path_factory.mktemp("corpus"))]), vocab_size=200,
+                           min_frequency=1)
+
+
+def encoded(tokenizer, pairs: bool, labels: np.ndarray) -> list[dict]:
+    rng = random.Random(0)
+    texts = [tuple(" ".join(make_sentence(rng, True) for _ in range(rng.randint(1, 3))) for _ in range(1 + pairs))
+             for _ in range(len(labels))]
+    task = EncodedTask(TaskExamples(texts, labels, [str(i) for i in range(len(labels))]), tokenizer, max_length=40)
+    assert len(set(task.lengths)) > 1 and task.lengths == [len(task[i]["input_ids"]) for i in range(len(task))]
+    return [task[index] for index in range(len(task))]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize("labels", [np.array([0, 1, 1, 0, 1, 0]), np.array([0.5, 4.0, 2.25, 1.0, 3.0, 0.0],
+                                                                            dtype=np.float32)])
+def test_padding_matches_data_collator_with_padding(tokenizer, padding_side, pairs, labels):
+    tokenizer.padding_side = padding_side
+    examples = encoded(tokenizer, pairs, labels)
+    expected = DataCollatorWithPadding(tokenizer)(examples)
+    batch = PaddingCollator(tokenizer)(examples)
+    assert sorted(batch) == sorted(expected) == ["attention_mask", "input_ids", "labels", "token_type_ids"]
+    for key, tensor in expected.items():
+        assert batch[key].dtype == tensor.dtype and torch.equal(batch[key], tensor), key
+    assert pairs == bool(batch["token_type_ids"].any())  # segment ids of the second sentence are kept
+    tokenizer.padding_side = "right"
+
+
+def test_padding_adds_the_attention_mask_the_model_takes(tokenizer):
+    examples = [{key: value for key, value in example.items() if key != "attention_mask"}
+                for example in encoded(tokenizer, False, np.array([0, 1, 0]))]
+    assert torch.equal(PaddingCollator(tokenizer)(examples)["attention_mask"],
+                       DataCollatorWithPadding(tokenizer)(examples)["attention_mask"])
