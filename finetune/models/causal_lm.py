@@ -16,6 +16,7 @@ from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
 from finetune.errors import UserError
 from finetune.models.hub import load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import IGNORE_INDEX, MaskedLMOutput
+from finetune.models.objectives import LanguageModelLoss
 
 
 def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer) -> GPT2LMHeadModel:
@@ -59,7 +60,7 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, training: bool) 
     return loss, selected.sum(), correct
 
 
-class NextTokenLM(nn.Module):
+class NextTokenLM(LanguageModelLoss):
     """A GPT-2 whose forward returns the next-token loss, so that DDP sees (and syncs) the real forward."""
 
     def __init__(self, causal_lm: GPT2LMHeadModel):
@@ -76,7 +77,7 @@ class NextTokenLM(nn.Module):
         return next_token_loss(self.causal_lm.lm_head(hidden), labels, self.training)
 
 
-class RecurrentNextTokenLM(nn.Module):
+class RecurrentNextTokenLM(LanguageModelLoss):
     """An AWD-LSTM whose forward returns the next-token loss and carries its LSTM state to the next batch.
 
     Truncated BPTT: row i of each batch continues row i of the previous one, so the state flows on,

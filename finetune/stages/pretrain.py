@@ -7,7 +7,6 @@ periodic checkpoint of the run directory.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from pathlib import Path
 
@@ -107,7 +106,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
         save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
                                  step_checkpoint_dir(run_dir, progress["step"]), recipe,
                                  {**progress, "metrics_lines": log.line_count()}, recipe.keep_checkpoints,
-                                 carried_state(unwrapped))
+                                 unwrapped.carried_state())
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
                         recipe.training, log, "tokens", recipe.checkpoint_every, save_state)
@@ -124,7 +123,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     epoch, batches_done = 0, 0
     if resume_from is not None:
         progress, tensors = load_training_state(accelerator, resume_from)
-        restore_carried_state(accelerator.unwrap_model(model), tensors)
+        accelerator.unwrap_model(model).restore_carried_state(tensors)
         loop.step, epoch, batches_done = progress["step"], progress["epoch"], progress["batches_in_epoch"]
         log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after its checkpoint
         console.print(f"resuming from {resume_from} (step {loop.step}, epoch {epoch + 1})")
@@ -234,28 +233,12 @@ def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
             DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
 
 
-def carried_state(model) -> dict[str, torch.Tensor]:
-    """The recurrent state a model carries between batches (AWD-LSTM), to save with a checkpoint."""
-    return model.carried_state() if hasattr(model, "carried_state") else {}
-
-
-def restore_carried_state(model, tensors: dict[str, torch.Tensor]) -> None:
-    """Put back what `carried_state` saved, so a resumed BPTT run continues exactly."""
-    if tensors:
-        model.restore_carried_state(tensors)
-
-
-def fresh_state(model):
-    """Validation reads its text from a clean recurrent state, and training continues from its own after."""
-    return model.fresh_state() if hasattr(model, "fresh_state") else contextlib.nullcontext()
-
-
 @torch.no_grad()
 def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[str, float]:
     """Validation loss (per labelled token), perplexity and accuracy over all processes."""
     model.eval()
     totals = torch.zeros(3, device=accelerator.device)  # summed loss, labelled tokens, correct
-    with fresh_state(accelerator.unwrap_model(model)):
+    with accelerator.unwrap_model(model).fresh_state():  # a recurrent model reads validation from a clean state
         for batch in loader:
             loss, count, correct = model(batch["input_ids"].to(accelerator.device),
                                          batch["labels"].to(accelerator.device))
