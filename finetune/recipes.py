@@ -52,6 +52,10 @@ class TrainingConfig(Section):
         "auto", description="auto: bf16 on GPUs that support it, off on CPUs (bf16 on CPUs is very slow)"
     )
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
+    group_by_length: bool = Field(
+        True, description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
+        "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle"
+    )
 
 
 class ScheduleConfig(Section):

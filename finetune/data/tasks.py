@@ -215,8 +215,9 @@ class LengthGroupedSampler(Sampler[int]):
     Per (seed, epoch): shuffle; sort by length within chunks of `chunk_batches` batches; cut the chunks
     into batches; shuffle the whole batches, the one short batch staying last. So a DataLoader with the
     same batch size cuts exactly these batches, and the order never depends on the global random state.
-    Under accelerate give it the global batch (per-process batch x processes): every process computes the
-    same order and takes its own slice of each group, so N processes train on the batches of one process.
+    Give it the examples of a whole optimizer step (batch x processes x accumulated micro-batches): under
+    accelerate every process computes the same order and takes its own slice of each group, so a step
+    holds the same examples however it is split.
     """
 
     def __init__(self, lengths: list[int], batch_size: int, seed: int, chunk_batches: int = 50):

@@ -13,10 +13,9 @@ from pathlib import Path
 import torch
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding
 
 from finetune.console import console
-from finetune.data.tasks import EncodedTask, read_task_split
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
@@ -71,10 +70,14 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
     groups = layer_groups(model)
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
     optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
-    collate = DataCollatorWithPadding(tokenizer)
-    train_loader = DataLoader(EncodedTask(train_examples, tokenizer, max_length),
-                              batch_size=recipe.training.batch_size, shuffle=True, collate_fn=collate,
-                              num_workers=recipe.training.num_workers)
+    collate = PaddingCollator(tokenizer)
+    train_data = EncodedTask(train_examples, tokenizer, max_length)
+    # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
+    step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
+    grouped = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
+        if recipe.training.group_by_length else None
+    train_loader = DataLoader(train_data, batch_size=recipe.training.batch_size, shuffle=grouped is None,
+                              sampler=grouped, collate_fn=collate, num_workers=recipe.training.num_workers)
     dev_loader = DataLoader(EncodedTask(dev_examples, tokenizer, max_length),
                             batch_size=recipe.training.batch_size * 2, collate_fn=collate)
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)
