@@ -80,7 +80,7 @@ def train_ours(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
 def validation_blocks(tokenizer, limit: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """valid.txt in both training layouts, masked once with a fixed seed: {layout: (input_ids, labels)}."""
     lines = [line.strip() for line in open(VALID, encoding="utf-8") if line.strip()]
-    plain = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    plain = tokenizer(lines, add_special_tokens=False, verbose=False)["input_ids"]  # long lines are fine: cut below
     # ours (finetune's pack_blocks): [SEP] after every document, blocks of [CLS] + 127 tokens
     stream = np.concatenate([ids + [tokenizer.sep_token_id] for ids in plain])
     body = stream[: len(stream) // (SEQ_LEN - 1) * (SEQ_LEN - 1)].reshape(-1, SEQ_LEN - 1)
