@@ -58,6 +58,7 @@ def run_ours(checkpoint: str, data_dir: Path, epochs: int, variant: list[str], r
              environment: dict) -> dict:
     """`finetune finetune` with the variant's overrides: examples/s over the epochs' training time, dev accuracy."""
     batches_per_epoch = math.ceil(TRAIN_ROWS / BATCH_SIZE)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
     recipe.write_text(json.dumps({
         "stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False,
