@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-import os
-import warnings
+import errno
+import shlex
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import typer
 
 from finetune import __version__
-from finetune.errors import UserError
+from finetune.errors import RunFailed, RunInterrupted, UserError
 
 app = typer.Typer(
     help="Transfer learning for NLP: pretrain a language model, fine-tune it with ULMFiT's techniques, "
@@ -28,44 +27,56 @@ OverridesArgument = Annotated[
     typer.Argument(help="Dotted key=value overrides applied on top of the recipe, e.g. training.lr=1e-3 "
                    "run_dir=runs/try2. Values are parsed as YAML.", show_default=False),
 ]
+ResumeOption = Annotated[bool, typer.Option(
+    "--resume", help="Continue the stopped run in the recipe's run_dir from its newest periodic checkpoint (see "
+    "checkpoint_every), exactly as if it had not stopped; the recipe must be the one it started with.")]
 
 
-def _fail(message: str) -> None:
-    """Print a one-line error to stderr and exit with code 2 (a user mistake, not a crash)."""
+def _fail(message: str, code: int = 2) -> None:
+    """Print a one-line error to stderr and exit with `code`: 2 for a user mistake, 1 for a run that failed."""
     typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=2)
-
-
-def _quiet_libraries() -> None:
-    """Silence library chatter that does not concern the user (expected missing-head weights, hub hints)."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.set_verbosity_error()
-    transformers_logging.disable_progress_bar()
-    logging.getLogger("accelerate").setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", message=".*TRANSFORMERS_CACHE.*")
+    raise typer.Exit(code=code)
 
 
 def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], runner: Callable) -> None:
-    """Validate the recipe completely, then run the stage; user mistakes become one-line errors."""
+    """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
+
+    Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
+    130 interrupted with Ctrl-C (the line printed says how to resume).
+    """
+    from finetune.console import quiet_library_chatter
     from finetune.recipes import load_recipe
 
     try:
         recipe = load_recipe(recipe_path, overrides or [], expected_stage=stage)
-        _quiet_libraries()
+        quiet_library_chatter()
         runner(recipe)
     except UserError as error:
         _fail(str(error))
+    except RunFailed as error:
+        _fail(str(error), code=1)
+    except RunInterrupted as interrupted:
+        if interrupted.checkpoint is None:
+            typer.echo(f"interrupted at step {interrupted.step}; no checkpoint was saved", err=True)
+        else:
+            command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
+            typer.echo(f"interrupted at step {interrupted.step}; checkpoint saved to {interrupted.checkpoint}; "
+                       f"continue with: {command}", err=True)
+        raise typer.Exit(code=130)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; nothing was saved", err=True)
+        raise typer.Exit(code=130)
+    except OSError as error:  # a full disk outside the checkpoints (which report it themselves): metrics, reports
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _fail(f"no space left on the device writing {error.filename or 'the run directory'}", code=1)
 
 
 @app.command()
 def pretrain(
     recipe: RecipeArgument,
     overrides: OverridesArgument = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the run in the recipe's run_dir from its newest "
-                                         "periodic checkpoint (see checkpoint_every).")] = False,
+    resume: ResumeOption = False,
 ) -> None:
     """Pretrain a language model on text files: masked (bert), causal (gpt2) or ULMFiT's AWD-LSTM.
 
@@ -79,15 +90,16 @@ def pretrain(
 
 
 @app.command()
-def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
+def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
     """Fine-tune a pretrained checkpoint on a classification or regression task.
 
     Uses ULMFiT's discriminative learning rates, gradual unfreezing and slanted triangular
     learning rates, each set in the recipe; writes a Hugging Face checkpoint to RUN_DIR/checkpoint.
+    With `seeds`, --resume keeps the seeds already finished and continues the one in progress.
     """
     from finetune.stages.finetune import run_finetune
 
-    _run_stage("finetune", recipe, overrides, run_finetune)
+    _run_stage("finetune", recipe, overrides, lambda loaded: run_finetune(loaded, resume=resume))
 
 
 @app.command(name="eval")
@@ -180,6 +192,70 @@ def recipes(
             continue
         table.add_row(str(path), str(data.get("stage", "?")), str(data.get("description", "")))
     console.print(table)
+
+
+@app.command()
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A pretrain or finetune run directory (it holds metrics.jsonl).",
+                                            show_default=False)],
+) -> None:
+    """Draw a run's plots again from its metrics.jsonl into RUN_DIR/plots/: loss, LRs, evaluations, throughput.
+
+    Every run draws them when it ends; a multi-seed run directory gets the plots of each seed-N folder.
+    """
+    import json
+
+    from finetune.reporting.plots import write_plots
+    from finetune.run_dir import METRICS_FILE
+
+    if not run_dir.is_dir():
+        _fail(f"{run_dir}: no such folder")
+    targets = [run_dir] if (run_dir / METRICS_FILE).is_file() else \
+        sorted(path.parent for path in run_dir.glob(f"seed-*/{METRICS_FILE}"))
+    if not targets:
+        _fail(f"{run_dir}: not a run directory (no {METRICS_FILE})")
+    for target in targets:
+        try:
+            written = write_plots(target)
+        except json.JSONDecodeError as error:
+            _fail(f"{target / METRICS_FILE}: line {error.lineno}: not JSON")
+        for path in written:
+            typer.echo(str(path))
+
+
+runs_app = typer.Typer(no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+
+@runs_app.callback()
+def runs() -> None:
+    """Look at finished runs side by side (`finetune runs compare`)."""
+
+
+@runs_app.command()
+def compare(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (pretrain or finetune) to compare.",
+                                                   show_default=False)],
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Write the Markdown report to this file and the overlay PNG beside it (report.md -> "
+        "report.png); without it the report is printed and the PNG written to ./runs-compare.png.",
+        show_default=False)] = None,
+) -> None:
+    """Compare runs: a Markdown table of the recipe keys that differ, final metrics, wall time and throughput.
+
+    Also draws the runs' training loss and main evaluation metric over each other in one PNG.
+    """
+    from finetune.reporting.compare import compare_runs
+
+    try:
+        markdown, curves = compare_runs(run_dirs, output)
+    except UserError as error:
+        _fail(str(error))
+    if output is None:
+        typer.echo(markdown, nl=False)
+    else:
+        typer.echo(f"report written to {output}", err=True)
+    typer.echo(f"curves written to {curves}", err=True)
 
 
 def _version(value: bool) -> None:

@@ -1,16 +1,41 @@
-"""The console: one rich Console for messages and a progress-bar factory for long loops."""
+"""The console: one rich Console for messages, progress bars for long phases, and the one filter of library chatter."""
 
 from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 console = Console(stderr=True)
+_live: Optional["PhaseProgress"] = None  # the progress display on screen now (rich allows one at a time)
 
 
-def progress_bar(enabled: bool = True) -> Progress:
+class PhaseProgress(Progress):
+    """A Progress that phases started while it is shown (an evaluation during an epoch) add their bars to."""
+
+    def __enter__(self) -> "PhaseProgress":
+        global _live
+        super().__enter__()
+        if _live is None:
+            _live = self
+        return self
+
+    def __exit__(self, *exception) -> None:
+        global _live
+        if _live is self:
+            _live = None
+        super().__exit__(*exception)
+
+
+def progress_bar(enabled: bool = True, transient: bool = False) -> Progress:
     """A progress bar with a free-text field for loss, lr and throughput; disabled off the main process."""
-    return Progress(
+    return PhaseProgress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -19,4 +44,78 @@ def progress_bar(enabled: bool = True) -> Progress:
         TextColumn("{task.fields[status]}"),
         console=console,
         disable=not enabled,
+        transient=transient,
     )
+
+
+@contextmanager
+def phase_bar(description: str, total: Optional[int], enabled: bool = True) -> Iterator[Callable[[int], None]]:
+    """A bar for a short phase (an evaluation), gone when it ends; yields `advance(count=1)`.
+
+    Started while another bar is shown (a periodic evaluation inside a training epoch), it becomes a
+    second line of that display instead of a second display, which rich refuses.
+    """
+    host = _live
+    if host is not None and enabled:
+        task = host.add_task(description, total=total, status="")
+        try:
+            yield lambda count=1: host.advance(task, count)
+        finally:
+            host.remove_task(task)
+        return
+    # Quiet: not the main process; not a terminal (a log file): a bar that vanishes leaves only a blank line.
+    with progress_bar(enabled and not console.quiet and console.is_terminal, transient=True) as progress:
+        task = progress.add_task(description, total=total, status="")
+        yield lambda count=1: progress.advance(task, count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Library chatter: what transformers, accelerate and torch print that is noise in this toolkit's flows
+# ---------------------------------------------------------------------------------------------
+
+
+# Weights of a task head or of a language-model head: new (or left behind) by design when fine-tuning.
+_HEAD_KEY = re.compile(r"^(\w+\.)?(classifier|score|pre_classifier|pooler|cls|lm_head|decoder)(\.|$)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EXPECTED_STATUSES = {"MISSING", "UNEXPECTED", "MISMATCH"}
+# Pretraining tokenises whole documents and packs them into blocks; task examples are truncated to task.max_length.
+_LONG_SEQUENCE = "Token indices sequence length is longer than the specified maximum"
+
+
+class LibraryNoise(logging.Filter):
+    """Drops the transformers warnings that are expected in this toolkit's flows, and only those.
+
+    - the load report ("Some weights ... newly initialized") when it lists head weights only: a fresh
+      classification head on a pretrained backbone is what fine-tuning means, and a pretraining head
+      (masked-LM `cls.*`, `lm_head`, the LSTM decoder) is left behind on purpose. A report naming any
+      backbone weight still comes through: that is a real problem;
+    - "Token indices sequence length is longer than ...": no sequence reaches the model untruncated.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(_LONG_SEQUENCE):
+            return False
+        if "LOAD REPORT" not in message:
+            return True
+        rows = [[cell.strip() for cell in _ANSI.sub("", line).split("|")] for line in message.splitlines()]
+        reported = [row for row in rows if len(row) >= 2 and row[1] in _EXPECTED_STATUSES | {"CONVERSION"}]
+        return not reported or not all(row[1] in _EXPECTED_STATUSES and _HEAD_KEY.match(row[0]) for row in reported)
+
+
+_LIBRARY_NOISE = LibraryNoise()
+
+
+def quiet_library_chatter() -> None:
+    """Silence, once and only here, the library messages that do not concern a user of this toolkit."""
+    # The tokenizers library warns at every fork after it ran (DataLoader workers); our workers never tokenise.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" bars for checkpoints that load in a blink
+    for name in ("transformers.modeling_utils", "transformers.tokenization_utils_base"):  # where those are logged
+        transformers_logging.get_logger(name).addFilter(_LIBRARY_NOISE)
+    logging.getLogger("accelerate").setLevel(logging.ERROR)  # notes on its defaults (e.g. the CPU backend)
+    # Deprecation notices of the libraries (this toolkit raises none): nothing a recipe can change.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*TRANSFORMERS_CACHE.*")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from finetune.errors import UserError
 
@@ -47,6 +47,11 @@ class TrainingConfig(Section):
     adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
     max_grad_norm: Optional[float] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
     log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
+    log_with: list[str] = Field(
+        default_factory=list, description="experiment trackers that also get every metrics.jsonl record, through "
+        "accelerate: tensorboard (into RUN_DIR/trackers), wandb, mlflow, comet_ml, aim, clearml, dvclive, ...; all: "
+        "every installed one; empty: none"
+    )
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, off on CPUs (bf16 on CPUs is very slow)"
@@ -56,6 +61,20 @@ class TrainingConfig(Section):
         True, description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
         "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle"
     )
+
+    @field_validator("log_with", mode="before")
+    @classmethod
+    def _known_trackers(cls, names: Any) -> Any:
+        """One name is a list of one; every name must be a tracker accelerate knows."""
+        names = [names] if isinstance(names, str) else names
+        if isinstance(names, list) and names:
+            from finetune.reporting.trackers import accelerate_tracker_names  # late: imports accelerate
+
+            known = accelerate_tracker_names()
+            unknown = [name for name in names if name not in known]
+            if unknown:
+                raise ValueError(f"unknown tracker {unknown[0]!r} (accelerate supports {', '.join(known)})")
+        return names
 
 
 class ScheduleConfig(Section):
@@ -310,7 +329,16 @@ class RunRecipe(Section):
     overwrite: bool = Field(False, description="replace an existing run directory")
 
 
-class PretrainRecipe(RunRecipe):
+class TrainingRunRecipe(RunRecipe):
+    """What the training stages (pretrain, finetune) share: periodic checkpoints that `--resume` continues from."""
+
+    checkpoint_every: Optional[int] = Field(
+        None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
+    )
+    keep_checkpoints: int = Field(2, gt=0, description="how many of the periodic checkpoints to keep (newest)")
+
+
+class PretrainRecipe(TrainingRunRecipe):
     """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text."""
 
     stage: Literal["pretrain"]
@@ -327,10 +355,6 @@ class PretrainRecipe(RunRecipe):
         "fine-tuning a language model on target-task text",
     )
     eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
-    checkpoint_every: Optional[int] = Field(
-        None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
-    )
-    keep_checkpoints: int = Field(2, gt=0, description="how many of the periodic checkpoints to keep (newest)")
 
     @model_validator(mode="before")
     @classmethod
@@ -374,6 +398,10 @@ class BackboneConfig(Section):
     init: Literal["pretrained", "random"] = Field(
         "pretrained", description="random: same architecture, fresh weights (the baseline pretraining must beat)"
     )
+    trust_remote_code: bool = Field(
+        False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
+        "only for code you have read: false refuses such checkpoints"
+    )
 
 
 class DiscriminativeConfig(Section):
@@ -403,7 +431,7 @@ class UnfreezingConfig(Section):
         return self
 
 
-class FinetuneRecipe(RunRecipe):
+class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
     stage: Literal["finetune"]
@@ -509,6 +537,10 @@ class EvalRecipe(RunRecipe):
     )
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+    trust_remote_code: bool = Field(
+        False, strict=True, description="run Python code shipped with the checkpoints (their config's auto_map); "
+        "only for code you have read: false refuses such checkpoints"
+    )
 
     @model_validator(mode="after")
     def _one_task_or_a_map(self) -> "EvalRecipe":
@@ -604,7 +636,7 @@ def _format_validation_error(error: ValidationError, source: Path) -> str:
         # A model section is validated as its family's type; pydantic puts that tag in the location.
         location = [part for index, part in enumerate(item["loc"])
                     if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")]
-        key = ".".join(str(part) for part in location) or "(top level)"
+        key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "union_tag_invalid":
             key, message = f"{key}.family", f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})"
@@ -614,7 +646,7 @@ def _format_validation_error(error: ValidationError, source: Path) -> str:
             message = "required key is missing"
         elif "input" in item and not isinstance(item["input"], (dict, list)):
             message += f" (got {item['input']!r})"
-        problems.append(f"{key}: {message}")
+        problems.append(f"{key}: {message}" if key else message)
     return f"recipe {source}: " + "; ".join(problems)
 
 

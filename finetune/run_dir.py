@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from finetune.errors import UserError
 from finetune.recipes import recipe_to_yaml
@@ -38,6 +38,16 @@ def prepare_run_dir(recipe, is_main_process: bool = True) -> Path:
 
 def check_resumable(recipe, latest_checkpoint) -> Path:
     """The checkpoint a `--resume` run continues from; the recipe must be the one the run started with."""
+    path = check_same_recipe(recipe)
+    checkpoint = latest_checkpoint(path)
+    if checkpoint is None:
+        raise UserError(f"--resume: {path} has no complete periodic checkpoint yet (they are written every "
+                        "checkpoint_every steps)")
+    return checkpoint
+
+
+def check_same_recipe(recipe) -> Path:
+    """For `--resume`: the run directory, once its saved recipe equals `recipe` (else an error naming the keys)."""
     from finetune.recipes import load_recipe  # late import: recipes imports nothing from here
 
     path = Path(recipe.run_dir)
@@ -49,11 +59,7 @@ def check_resumable(recipe, latest_checkpoint) -> Path:
                      if key != "overwrite" and given.get(key) != started.get(key))
     if changed:
         raise UserError(f"--resume: the recipe differs from the one {path} was started with in: {', '.join(changed)}")
-    checkpoint = latest_checkpoint(path)
-    if checkpoint is None:
-        raise UserError(f"--resume: {path} has no complete periodic checkpoint yet (they are written every "
-                        "checkpoint_every steps)")
-    return checkpoint
+    return path
 
 
 def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -70,13 +76,16 @@ def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class MetricsLog:
     """Appends JSON lines to metrics.jsonl; silent on every process but the main one."""
 
-    def __init__(self, path: Path, enabled: bool = True):
+    def __init__(self, path: Path, enabled: bool = True, forward_to: Optional[Callable[[dict[str, Any]], None]] = None):
         self.path, self.enabled = path, enabled
+        self.forward_to = forward_to  # also given every record: the experiment trackers (reporting/trackers.py)
 
     def write(self, record: dict[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+            if self.forward_to is not None:
+                self.forward_to(record)
 
     def line_count(self) -> int:
         """Records written so far (0 before the first)."""

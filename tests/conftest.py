@@ -86,6 +86,24 @@ def custom_task_section(data_dir: Path, max_length: int = 16) -> dict[str, Any]:
     }
 
 
+def save_tiny_masked_lm(folder: Path, layers: int = 2, hidden: int = 32, dropout: float = 0.1) -> Path:
+    """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer trained on generated text, saved as a
+    checkpoint in `folder/checkpoint` (seeded: the same arguments give the same weights)."""
+    import torch
+
+    from finetune.data.corpus import read_documents
+    from finetune.data.tokenizers import train_wordpiece
+    from finetune.models.masked_lm import build_masked_lm
+    from finetune.recipes import MaskedLMModelConfig
+    from finetune.training.checkpoints import save_checkpoint
+
+    tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    config = MaskedLMModelConfig(layers=layers, hidden=hidden, heads=2, intermediate=2 * hidden, dropout=dropout)
+    model = build_masked_lm(config, len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    return save_checkpoint(model, tokenizer, folder / "checkpoint")
+
+
 def pretrain_recipe(corpus: Path, run_dir: Path) -> dict[str, Any]:
     """A tiny, valid pretrain recipe (hidden 32, 2 layers, 2 heads, vocab ~200, blocks of 16, 10 steps)."""
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import yaml
-from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertForMaskedLM
+from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM
 
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_wordpiece

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -136,3 +137,156 @@ def test_awd_lstm_on_two_processes_matches_one_process_with_the_same_global_batc
     double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
     for name, weight in single_weights.items():
         assert torch.allclose(weight, double_weights[name], atol=1e-6), name
+
+
+# Runs CLI commands (separated by "+") one after the other under torchrun, in one start-up, and reports every
+# file each process opens for writing: the main process alone may write into a run directory.
+TRACKING_LAUNCHER = textwrap.dedent("""
+    import builtins, io, itertools, os, sys
+    from accelerate import PartialState
+    from finetune.cli import app
+
+    rank, real_open = os.environ.get("RANK", "0"), builtins.open
+
+    def tracking_open(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and any(flag in mode for flag in "wax+"):
+            print(f"WRITE {rank} {os.path.abspath(file)}", flush=True)
+        return real_open(file, mode, *args, **kwargs)
+
+    builtins.open = io.open = tracking_open
+    state = PartialState(cpu=True)  # the process group every stage's Accelerator joins
+    print(f"NUM_PROCESSES {state.num_processes} {state.distributed_type}", flush=True)
+    for plus, command in itertools.groupby(sys.argv[1:], key=lambda argument: argument == "+"):
+        if not plus and app(list(command), prog_name="finetune", standalone_mode=False):
+            sys.exit(1)
+""")
+
+
+def torchrun_tracking_writes(tmp_path: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `finetune ARGUMENTS` (commands separated by "+") on 2 processes; the result and process 1's writes."""
+    launcher = tmp_path / "launch_tracking.py"
+    launcher.write_text(TRACKING_LAUNCHER, encoding="utf-8")
+    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(launcher), *arguments]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
+    check_two_processes(result)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return result, re.findall(r"^WRITE 1 (.+)$", result.stdout, flags=re.MULTILINE)
+
+
+# Stated in the README ("Running on GPUs and clusters"): with dropout off, N processes x batch B follow the loss
+# curve of 1 process x batch N*B to this relative tolerance (only the order of float sums differs).
+LOSS_TOLERANCE = 1e-5
+
+
+def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
+    """Same global batch and seed: the same loss curve, weights, dev scores and predictions as on one process.
+
+    33 training examples in steps of 16 leave a last step of 1 example: on 2 processes one of them runs a
+    zero-weight padding batch, and nothing is repeated. 23 dev examples are not a multiple of 2 x the eval
+    batch: accelerate's gather_for_metrics must drop the rows it repeated to even out the processes.
+    """
+    from safetensors.torch import load_file
+
+    from finetune.recipes import load_recipe
+    from finetune.stages.evaluate import run_eval
+    from finetune.stages.finetune import run_finetune
+    from tests.conftest import eval_recipe
+
+    documents = read_documents([write_corpus(tmp_path / "corpus")])
+    tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
+                            len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    pretrained = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
+    task = write_task(tmp_path / "task", train_rows=33, dev_rows=23)
+
+    def finetune_data(name: str, batch_size: int) -> dict:
+        data = finetune_recipe(pretrained, task, tmp_path / name)
+        data["classifier_dropout"] = 0.0
+        data["training"]["batch_size"] = batch_size
+        return data
+
+    # eval: the same checkpoint scored on 1 and on 2 processes must give the same scores and predictions.
+    models = {"single": str(tmp_path / "single" / "checkpoint")}
+
+    def eval_data(name: str) -> dict:
+        data = eval_recipe(task, tmp_path / name, models)  # batch 16: 2 x 16 does not divide the 23 dev examples
+        data["write_predictions"] = True
+        return data
+
+    run_finetune(load_recipe(write_yaml(tmp_path / "single.yaml", finetune_data("single", 16))))
+    run_eval(load_recipe(write_yaml(tmp_path / "eval-single.yaml", eval_data("eval-single"))))
+    _, written = torchrun_tracking_writes(
+        tmp_path, "finetune", str(write_yaml(tmp_path / "double.yaml", finetune_data("double", 8))),
+        "+", "eval", str(write_yaml(tmp_path / "eval-double.yaml", eval_data("eval-double"))))
+    run_dirs = (str(tmp_path / "double"), str(tmp_path / "eval-double"))
+    assert not [path for path in written if path.startswith(run_dirs)], f"process 1 wrote into a run_dir: {written}"
+
+    single, double = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("single", "double"))
+    assert len(double) == len({json.dumps(record, sort_keys=True) for record in double}), "a record was logged twice"
+    for phase in ("train", "eval"):
+        steps = [[record["step"] for record in records if record["phase"] == phase] for records in (single, double)]
+        assert steps[0] == steps[1] and steps[0], phase
+    train = [[record for record in records if record["phase"] == "train"] for records in (single, double)]
+    assert [record["step"] for record in train[0]] == [1, 2, 3, 4, 5, 6]  # 3 steps an epoch: 16 + 16 + 1
+    for one, two in zip(*train):
+        assert two["loss"] == pytest.approx(one["loss"], rel=LOSS_TOLERANCE), f"step {one['step']}"
+        assert two["lr"] == pytest.approx(one["lr"])
+    evaluations = [[record for record in records if record["phase"] == "eval"] for records in (single, double)]
+    for one, two in zip(*evaluations):
+        assert (two["dev_accuracy"], two["dev_f1"]) == (one["dev_accuracy"], one["dev_f1"])
+        assert two["validation_loss"] == pytest.approx(one["validation_loss"], rel=LOSS_TOLERANCE)
+    single_weights = load_file(tmp_path / "single" / "checkpoint" / "model.safetensors")
+    double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
+    for name, weight in single_weights.items():
+        assert torch.allclose(weight, double_weights[name], rtol=LOSS_TOLERANCE, atol=1e-6), name
+
+    reports = [json.loads((tmp_path / name / "report.json").read_text()) for name in ("eval-single", "eval-double")]
+    assert reports[0]["results"] == reports[1]["results"] and reports[0]["examples"] == 23
+    predictions = [(tmp_path / name / "predictions" / "single.tsv").read_text().splitlines()
+                   for name in ("eval-single", "eval-double")]
+    assert predictions[0] == predictions[1], "2 processes predicted other rows (or repeated some)"
+    assert [row.split("\t")[0] for row in predictions[1][1:]] == [str(index) for index in range(23)]
+
+
+def test_masked_lm_pretraining_on_two_processes_matches_one_process(tmp_path):
+    """bert blocks: 2 x 4 a step train as 1 x 8, and the validation loss counts every block once.
+
+    The ~10 validation blocks in batches of 4 do not split evenly over 2 processes: blocks repeated to even
+    them out would count twice and move the validation loss away from the one-process figure.
+    """
+    from safetensors.torch import load_file
+
+    from finetune.recipes import load_recipe
+    from finetune.stages.pretrain import run_pretrain
+
+    corpus = write_corpus(tmp_path / "corpus")
+    # A saved tokenizer: WordPiece training is not deterministic (huggingface/tokenizers#1794).
+    train_wordpiece(read_documents([corpus]), vocab_size=200, min_frequency=1).save_pretrained(tmp_path / "tokenizer")
+
+    def recipe(name: str, batch_size: int) -> Path:
+        data = pretrain_recipe(corpus, tmp_path / name)
+        data["tokenizer"] = {"path": str(tmp_path / "tokenizer")}
+        data["training"].update({"batch_size": batch_size, "log_every": 1})
+        data["eval_every"] = 5
+        return write_yaml(tmp_path / f"{name}.yaml", data)
+
+    run_pretrain(load_recipe(recipe("single", 8)))
+    _, written = torchrun_tracking_writes(tmp_path, "pretrain", str(recipe("double", 4)))
+    assert not [path for path in written if path.startswith(str(tmp_path / "double"))], written
+
+    single, double = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("single", "double"))
+    assert [(r["phase"], r["step"]) for r in single] == [(r["phase"], r["step"]) for r in double]
+    evaluations = 0
+    for one, two in zip(single, double):
+        key = "loss" if one["phase"] == "train" else "validation_loss"
+        assert two[key] == pytest.approx(one[key], rel=LOSS_TOLERANCE), (one["phase"], one["step"])
+        evaluations += one["phase"] == "eval"
+    assert evaluations >= 2
+    single_weights = load_file(tmp_path / "single" / "checkpoint" / "model.safetensors")
+    double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
+    for name, weight in single_weights.items():
+        assert torch.allclose(weight, double_weights[name], rtol=LOSS_TOLERANCE, atol=1e-6), name

@@ -12,28 +12,23 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification
 
 from finetune.data.corpus import read_documents
-from finetune.data.tokenizers import train_wordpiece
 from finetune.glue.specs import task_spec
 from finetune.models.heads import load_classifier
-from finetune.models.masked_lm import build_masked_lm
-from finetune.recipes import BackboneConfig, MaskedLMModelConfig, TaskConfig, load_recipe
+from finetune.recipes import BackboneConfig, TaskConfig, load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.evaluate import run_eval
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import trainable_group_count
-from tests.conftest import custom_task_section, eval_recipe, finetune_recipe, write_corpus, write_task, write_yaml
+from tests.conftest import (custom_task_section, eval_recipe, finetune_recipe, save_tiny_masked_lm, write_corpus,
+                            write_task, write_yaml)
 
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
     """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer, saved as a checkpoint."""
     folder = tmp_path_factory.mktemp("pretrained")
-    tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64), len(tokenizer),
-                            max_positions=32, pad_token_id=tokenizer.pad_token_id)
-    return save_checkpoint(model, tokenizer, folder / "checkpoint")
+    return save_tiny_masked_lm(folder)
 
 
 def run(recipe_data: dict, tmp_path: Path, name: str = "recipe") -> Path:
@@ -192,11 +187,7 @@ def test_eval_writes_predictions_with_label_names_for_an_unlabeled_split(pretrai
 def pretrained_without_dropout(tmp_path_factory) -> Path:
     """The tiny checkpoint with dropout off, so that runs differing only in batching can be compared exactly."""
     folder = tmp_path_factory.mktemp("no-dropout")
-    tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
-                            len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
-    return save_checkpoint(model, tokenizer, folder / "checkpoint")
+    return save_tiny_masked_lm(folder, dropout=0.0)
 
 
 def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropout, task_dir, tmp_path):

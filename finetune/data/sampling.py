@@ -14,6 +14,7 @@ class ResumableSampler(Sampler[int]):
     The order never depends on the global random state, so a resumed run reads exactly the
     indices the interrupted run had not reached: `skip(n)` leaves out the epoch's first n.
     Under accelerate several processes share one sampler's order, each taking its own batches.
+    Another order (e.g. `data.tasks.LengthGroupedSampler`) only overrides `epoch_order`.
     """
 
     def __init__(self, size: int, seed: int, shuffle: bool = True):
@@ -33,10 +34,19 @@ class ResumableSampler(Sampler[int]):
         """Leave out the first `count` indices of the current epoch (those trained on before a resume)."""
         self.start = count
 
+    def skip_batches(self, batches: int, batch_size: int, num_processes: int = 1) -> None:
+        """Leave out what `batches` batches of each process read: under accelerate the processes take turns at
+        the batches of one order, so each batch done by every process is batch_size x processes indices of it."""
+        self.skip(batches * batch_size * num_processes)
+
+    def epoch_order(self) -> np.ndarray:
+        """Every index of the current epoch, in the order it is read."""
+        if not self.shuffle:
+            return np.arange(self.size)
+        return np.random.default_rng((self.seed, self.epoch)).permutation(self.size)
+
     def __iter__(self) -> Iterator[int]:
-        order = np.random.default_rng((self.seed, self.epoch)).permutation(self.size) if self.shuffle \
-            else np.arange(self.size)
-        return iter(order[self.start :].tolist())
+        return iter(self.epoch_order()[self.start :].tolist())
 
     def __len__(self) -> int:
         return max(0, self.size - self.start)

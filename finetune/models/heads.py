@@ -29,16 +29,17 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     A backbone that is itself a fine-tuned classifier is a warm start (e.g. an MNLI model for RTE):
     its head is kept when its labels are the task's, and replaced by a fresh one when they differ.
     """
-    source = resolve_checkpoint(backbone_config.checkpoint)
-    stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
+    stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", **dropout, **label_config(spec))
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
+                             **label_config(spec))
     try:
         if backbone_config.init == "random":
-            return AutoModelForSequenceClassification.from_config(config)
+            return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
         model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
-                                config=config, ignore_mismatched_sizes=replace_head)
+                                trusted, config=config, ignore_mismatched_sizes=replace_head)
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
@@ -90,10 +91,10 @@ def fitted_max_length(requested: int, model) -> int:
     return requested
 
 
-def load_finetuned(name: str, spec: TaskSpec, key: str):
+def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool = False):
     """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
     source = resolve_checkpoint(name, key)
-    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, key)
+    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, key, trust_remote_code)
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:

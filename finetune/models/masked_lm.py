@@ -19,7 +19,6 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertModel
 
 from finetune.errors import UserError

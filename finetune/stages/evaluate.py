@@ -44,6 +44,7 @@ def run_eval(recipe: EvalRecipe) -> dict:
     """Score the recipe's checkpoints (one task, or a map of GLUE tasks); returns the report written."""
     check_run_dir_free(recipe)
     accelerator = Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available())
+    console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
     return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)
 
 
@@ -78,12 +79,13 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': split '{recipe.split}' has no labels to score against "
                         "(set write_predictions=true to predict it)")
-    models = {name: load_finetuned(path, spec, f"models.{name}") for name, path in recipe.models.items()}
+    models = {name: load_finetuned(path, spec, f"models.{name}", recipe.trust_remote_code)
+              for name, path in recipe.models.items()}
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
 
     results = {}
     for name, model in models.items():
-        tokenizer = load_tokenizer(recipe.models[name], f"models.{name}")
+        tokenizer = load_tokenizer(recipe.models[name], f"models.{name}", recipe.trust_remote_code)
         predictions = predict(accelerator, model, tokenizer, spec, examples, recipe.task.max_length,
                               recipe.batch_size)
         results[name] = {"checkpoint": recipe.models[name]}
@@ -224,8 +226,8 @@ def predict_task(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: st
     key = f"tasks.{task.name}"
     console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
     # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
-    model = load_finetuned(checkpoint, task.specs[task.name], key)
-    tokenizer = load_tokenizer(checkpoint, key)
+    model = load_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
+    tokenizer = load_tokenizer(checkpoint, key, recipe.trust_remote_code)
     return {(spec_name, split): predict(accelerator, model, tokenizer, task.specs[spec_name], examples,
                                         recipe.max_length, recipe.batch_size)
             for (spec_name, split), examples in splits.items()}

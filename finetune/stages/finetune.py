@@ -2,11 +2,14 @@
 
 setup (data, model, layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch,
 evaluate, keep the best, stop early) -> save (HF checkpoint with the label mapping). With `seeds`,
-the whole stage runs once per seed and the dev scores are summarised across seeds.
+the whole stage runs once per seed and the dev scores are summarised across seeds. `resume=True`
+continues from the newest periodic checkpoint (`checkpoint_every`) bit for bit: weights, optimizer,
+random states, unfreezing stage, data position, best score so far (and its weights), patience.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -15,6 +18,8 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from finetune.console import console
+from finetune.data.sampling import ResumableSampler
+from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
@@ -23,34 +28,50 @@ from finetune.models.backbones import layer_groups
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
-from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, prepare_run_dir
+from finetune.reporting.finish import finish_run
+from finetune.reporting.trackers import start_trackers
+from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
+                               prepare_run_dir)
 from finetune.stages.seeds import run_each_seed
-from finetune.training.checkpoints import save_checkpoint
+from finetune.training.checkpoints import (commit_checkpoint, latest_training_checkpoint, load_training_state,
+                                           save_checkpoint, save_training_checkpoint, step_checkpoint_dir)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
-from finetune.training.predict import logits_to_predictions, predict_logits
+from finetune.training.predict import logits_loss, logits_to_predictions, predict_logits
 from finetune.training.schedules import make_schedule
 from finetune.training.unfreezing import freeze_below, trainable_group_count
 
-CHECKPOINT_DIR = "checkpoint"  # inside the run directory
+CHECKPOINT_DIR = "checkpoint"  # inside the run directory: written when the run ends, so it means "finished"
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
+BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 
 
-def run_finetune(recipe: FinetuneRecipe) -> Path:
-    """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds)."""
+def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
+    """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds).
+
+    `resume`: continue a stopped run from its newest periodic checkpoint; with seeds, finished seeds are kept.
+    """
     if recipe.seeds is not None:
-        return run_each_seed(recipe, run_single_seed, RESULT_FILE)
-    return run_single_seed(recipe)
+        return run_each_seed(recipe, run_single_seed, RESULT_FILE, resume)
+    return run_single_seed(recipe, resume)
 
 
-def run_single_seed(recipe: FinetuneRecipe) -> Path:
-    """One fine-tuning run; returns the checkpoint folder."""
+def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
+    """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
     # 1. setup: read everything that can fail on user input before the run directory exists
-    check_run_dir_free(recipe)
-    accelerator = make_accelerator(recipe.training, parameters_change_trainability=recipe.unfreezing.mode != "none")
+    resume_from = None
+    if resume:
+        if (check_same_recipe(recipe) / RESULT_FILE).is_file():
+            console.print(f"{recipe.run_dir} finished before: nothing to resume")
+            return Path(recipe.run_dir) / CHECKPOINT_DIR
+        resume_from = check_resumable(recipe, latest_training_checkpoint)
+    else:
+        check_run_dir_free(recipe)
+    accelerator = make_accelerator(recipe.training, parameters_change_trainability=recipe.unfreezing.mode != "none",
+                                   run_dir=recipe.run_dir)
     set_seed(recipe.seed)
     spec = task_spec(recipe.task)
-    tokenizer = load_tokenizer(recipe.model.checkpoint)
+    tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
     train_examples = read_task_split(spec, recipe.task.data_dir, "train")
     dev_examples = read_task_split(spec, recipe.task.data_dir, "dev")
     if dev_examples.labels is None:
@@ -62,7 +83,7 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
     if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
         model.config.pad_token_id = tokenizer.pad_token_id
     max_length = fitted_max_length(recipe.task.max_length, model)
-    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
+    run_dir = Path(recipe.run_dir) if resume else prepare_run_dir(recipe, accelerator.is_main_process)
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
                   f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
 
@@ -74,63 +95,100 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
     train_data = EncodedTask(train_examples, tokenizer, max_length)
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
     step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
-    grouped = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
-        if recipe.training.group_by_length else None
-    train_loader = DataLoader(train_data, batch_size=recipe.training.batch_size, shuffle=grouped is None,
-                              sampler=grouped, collate_fn=collate, num_workers=recipe.training.num_workers)
+    order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
+        if recipe.training.group_by_length else ResumableSampler(len(train_data), recipe.seed)
+    # Each step holds the same examples on any number of processes, and no example comes twice an epoch.
+    batches = StepBatches(order, recipe.training.batch_size, accelerator.num_processes,
+                          recipe.training.gradient_accumulation_steps)
+    # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
+    # untouched, so a resumed run draws the same dropout masks as one that never stopped.
+    train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
+                              num_workers=recipe.training.num_workers,
+                              generator=torch.Generator().manual_seed(recipe.seed))
     dev_loader = DataLoader(EncodedTask(dev_examples, tokenizer, max_length),
                             batch_size=recipe.training.batch_size * 2, collate_fn=collate)
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
-    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process)
-    loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
-                        recipe.training, log, "examples")
-    checkpoint = run_dir / CHECKPOINT_DIR
+    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
+    checkpoint, best_dir = run_dir / CHECKPOINT_DIR, run_dir / BEST_DIR
     best = BestCheckpoint(spec.main_metric, recipe.early_stopping_patience)
 
-    def save() -> None:
+    def save_state(progress: dict[str, int]) -> Path:
+        # The best evaluation so far (scores, patience and weights) travels with the periodic checkpoint.
+        return save_training_checkpoint(accelerator, accelerator.unwrap_model(model), tokenizer,
+                                        step_checkpoint_dir(run_dir, progress["step"]), recipe,
+                                        {**progress, "best": best.state()}, recipe.keep_checkpoints,
+                                        attachments={"best": best_dir})
+
+    loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
+                        recipe.training, log, "examples", recipe.checkpoint_every, save_state)
+
+    def save(directory: Path) -> None:
         accelerator.wait_for_everyone()
         if accelerator.is_main_process:
-            save_checkpoint(accelerator.unwrap_model(model), tokenizer, checkpoint, recipe)
+            save_checkpoint(accelerator.unwrap_model(model), tokenizer, directory, recipe)
 
     def compute_loss(model, batch):
-        examples = batch["input_ids"].shape[0]
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
         return model(**batch).loss, examples, examples
 
     def evaluate() -> dict[str, float]:
         """Dev scores; with keep_best a new best is saved at once, and patience runs out after no gains."""
-        predictions = logits_to_predictions(spec, predict_logits(accelerator, model, dev_loader))
+        logits = predict_logits(accelerator, model, dev_loader)
+        predictions = logits_to_predictions(spec, logits)
         metrics = {f"dev_{name}": value for name, value in
                    compute_metrics(spec, predictions, dev_examples.labels).items()}
         if best.update(metrics, loop.step) and recipe.keep_best:
-            save()
+            save(best_dir)
         loop.stop_requested = best.patience_exhausted
-        return {**metrics, "best_so_far": best.step == loop.step}
+        # The dev loss goes to metrics.jsonl (the loss plot) only; scores and the best checkpoint use the metrics.
+        return {**metrics, "validation_loss": logits_loss(spec, logits, dev_examples.labels),
+                "best_so_far": best.step == loop.step}
 
     # 3. train: gradual unfreezing decides, per epoch, how many groups from the top learn
-    for epoch in range(recipe.training.epochs):
-        if loop.finished:
-            break
-        unfreezing = recipe.unfreezing
-        trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
-                                          unfreezing.groups_per_epoch, unfreezing.schedule)
-        freeze_below(groups, trainable)
-        log.write({"phase": "unfreeze", "step": loop.step, "epoch": epoch, "trainable_groups": trainable,
-                   "total_groups": len(groups)})
-        train_loader.set_epoch(epoch)
-        loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every)
-        if loop.step != best.last_evaluated_step:  # the epoch did not end on a periodic evaluation
-            loop.log_evaluation(evaluate(), epoch)
-        scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in best.last.items())
-        console.print(f"epoch {epoch + 1}: {trainable}/{len(groups)} groups trainable; dev {scores}")
-        if best.patience_exhausted:
-            console.print(f"early stopping: no better dev {spec.main_metric} in "
-                          f"{recipe.early_stopping_patience} evaluations")
+    first_epoch, batches_done = 0, 0
+    if resume_from is not None:
+        progress, _ = load_training_state(accelerator, resume_from, attachments={"best": best_dir})
+        first_epoch, batches_done = loop.restore(progress, resume_from)
+        best.load_state(progress["best"])
+        loop.stop_requested = best.patience_exhausted
+        console.print(f"resuming from {resume_from} (step {loop.step}, epoch {first_epoch + 1})")
+    with loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
+        for epoch in range(first_epoch, recipe.training.epochs):
+            # A resumed epoch (batches_done > 0) logged its unfreezing before; it may owe only its evaluation.
+            if loop.finished and not batches_done:
+                break
+            unfreezing = recipe.unfreezing
+            trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
+                                              unfreezing.groups_per_epoch, unfreezing.schedule)
+            freeze_below(groups, trainable)
+            if not batches_done:
+                log.write({"phase": "unfreeze", "step": loop.step, "epoch": epoch, "trainable_groups": trainable,
+                           "total_groups": len(groups)})
+            train_loader.set_epoch(epoch)
+            order.set_epoch(epoch)
+            order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
+            if not loop.finished:
+                loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
+            if loop.step != best.last_evaluated_step:  # the epoch did not end on a periodic evaluation
+                loop.log_evaluation(evaluate(), epoch)
+            scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in best.last.items())
+            console.print(f"epoch {epoch + 1}: {trainable}/{len(groups)} groups trainable; dev {scores}")
+            if best.patience_exhausted:
+                console.print(f"early stopping: no better dev {spec.main_metric} in "
+                              f"{recipe.early_stopping_patience} evaluations")
+            batches_done = 0
 
-    # 4. save: the best evaluation's weights (already written), or the last ones
+    # 4. save: the best evaluation's weights (in RUN_DIR/checkpoints/best until now), or the last ones
     freeze_below(groups, len(groups))  # every parameter trainable again, as in any loaded checkpoint
-    if not recipe.keep_best:
-        save()
+    if recipe.keep_best:
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            commit_checkpoint(best_dir, checkpoint)  # every run ends with an evaluation: the best exists
+            with contextlib.suppress(OSError):  # the folder stays when it holds periodic checkpoints
+                best_dir.parent.rmdir()
+    else:
+        save(checkpoint)
     if accelerator.is_main_process:
         result = {"main_metric": spec.main_metric, "saved": "best" if recipe.keep_best else "last",
                   "best_step": best.step, "best": best.scores, "last_step": loop.step, "last": best.last}
@@ -138,6 +196,7 @@ def run_single_seed(recipe: FinetuneRecipe) -> Path:
         which = f"best dev {spec.main_metric} {best.scores['dev_' + spec.main_metric]:.4f} at step {best.step}" \
             if recipe.keep_best else "after the last step"
         console.print(f"checkpoint ({which}) saved to {checkpoint}")
+    finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
 
 
@@ -160,6 +219,18 @@ class BestCheckpoint:
             return True
         self.evaluations_without_gain += 1
         return False
+
+    def state(self) -> dict:
+        """What a periodic checkpoint keeps of it, so that keep-best and early stopping continue after a resume."""
+        return {"step": self.step, "scores": self.scores, "last": self.last,
+                "last_evaluated_step": self.last_evaluated_step,
+                "evaluations_without_gain": self.evaluations_without_gain}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from `state()` of a stopped run."""
+        self.step, self.scores, self.last = state["step"], state["scores"], state["last"]
+        self.last_evaluated_step = state["last_evaluated_step"]
+        self.evaluations_without_gain = state["evaluations_without_gain"]
 
     @property
     def patience_exhausted(self) -> bool:

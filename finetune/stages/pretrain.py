@@ -2,7 +2,7 @@
 
 setup (text, tokenizer, model) -> data (packed blocks or BPTT streams) -> train (epochs of the shared
 loop, periodic checkpoints) -> save (HF checkpoint). `resume=True` continues from the newest
-periodic checkpoint of the run directory.
+periodic checkpoint of the run directory, bit for bit as if the run had not stopped.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import math
 from pathlib import Path
 
 import torch
+from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
-from finetune.console import console
+from finetune.console import console, phase_bar
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
 from finetune.data.corpus import (MaskedBlocks, TokenizedDocuments, pack_blocks, read_dataset_documents,
                                   read_documents, split_documents, tokenize_corpus)
@@ -30,6 +31,8 @@ from finetune.models.language_models import (ACCURACY_NAME, build_language_model
                                              document_separator_id, load_language_model, loss_module,
                                              train_tokenizer)
 from finetune.recipes import PretrainRecipe
+from finetune.reporting.finish import finish_run
+from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, check_resumable, prepare_run_dir
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir)
@@ -47,7 +50,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
     if not resume:
         check_run_dir_free(recipe)
-    accelerator = make_accelerator(recipe.training)
+    accelerator = make_accelerator(recipe.training, run_dir=recipe.run_dir)
     set_seed(recipe.seed)
     documents, validation_documents = read_corpus(recipe)
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
@@ -96,17 +99,19 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     if family == "awd_lstm":  # the BPTT batches are already split per process: only the model goes to accelerate
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
-        model, optimizer, train_loader, validation_loader = accelerator.prepare(
-            model, optimizer, train_loader, validation_loader)
+        model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+        # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
+        # twice in the validation loss); validation_metrics sums over however many each process gets.
+        validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
+                                                process_index=accelerator.process_index, even_batches=False)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
-    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process)
+    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
 
-    def save_state(progress: dict[str, int]) -> None:
+    def save_state(progress: dict[str, int]) -> Path:
         unwrapped = accelerator.unwrap_model(model)
-        save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
-                                 step_checkpoint_dir(run_dir, progress["step"]), recipe,
-                                 {**progress, "metrics_lines": log.line_count()}, recipe.keep_checkpoints,
-                                 unwrapped.carried_state())
+        return save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
+                                        step_checkpoint_dir(run_dir, progress["step"]), recipe, progress,
+                                        recipe.keep_checkpoints, unwrapped.carried_state())
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
                         recipe.training, log, "tokens", recipe.checkpoint_every, save_state)
@@ -124,25 +129,27 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     if resume_from is not None:
         progress, tensors = load_training_state(accelerator, resume_from)
         accelerator.unwrap_model(model).restore_carried_state(tensors)
-        loop.step, epoch, batches_done = progress["step"], progress["epoch"], progress["batches_in_epoch"]
-        log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after its checkpoint
+        epoch, batches_done = loop.restore(progress, resume_from)
         console.print(f"resuming from {resume_from} (step {loop.step}, epoch {epoch + 1})")
-    while not loop.finished:
-        train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
-        if hasattr(train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
-            train_loader.set_epoch(epoch)
-        train_order.set_epoch(epoch)
-        # Skip what a resumed run trained on; under accelerate the processes take turns at the batches of one
-        # order, so a batch done by each process is batch_size x processes items of it.
-        train_order.skip(batches_done if family == "awd_lstm" else
-                         batches_done * recipe.training.batch_size * accelerator.num_processes)
-        loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
-        metrics = evaluate()
-        loop.log_evaluation(metrics, epoch)
-        console.print(f"epoch {epoch + 1}: validation loss {metrics['validation_loss']:.4f}, perplexity "
-                      f"{metrics['validation_perplexity']:.1f}, {ACCURACY_NAME[family].replace('_', ' ')} "
-                      f"{metrics[ACCURACY_NAME[family]]:.3f}")
-        epoch, batches_done = epoch + 1, 0
+    with loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
+        # A run resumed from a checkpoint at its last step still owes that epoch's evaluation (batches_done > 0).
+        while not loop.finished or batches_done:
+            train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
+            if hasattr(train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
+                train_loader.set_epoch(epoch)
+            train_order.set_epoch(epoch)
+            if family == "awd_lstm":  # each item of the order is a whole BPTT batch of every process
+                train_order.skip(batches_done)
+            else:
+                train_order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
+            if not loop.finished:
+                loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
+            metrics = evaluate()
+            loop.log_evaluation(metrics, epoch)
+            console.print(f"epoch {epoch + 1}: validation loss {metrics['validation_loss']:.4f}, perplexity "
+                          f"{metrics['validation_perplexity']:.1f}, {ACCURACY_NAME[family].replace('_', ' ')} "
+                          f"{metrics[ACCURACY_NAME[family]]:.3f}")
+            epoch, batches_done = epoch + 1, 0
 
     # 5. save
     checkpoint = run_dir / CHECKPOINT_DIR
@@ -150,6 +157,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     if accelerator.is_main_process:
         save_checkpoint(accelerator.unwrap_model(model).language_model, tokenizer, checkpoint, recipe)
         console.print(f"checkpoint saved to {checkpoint}")
+    finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
 
 
@@ -238,11 +246,13 @@ def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[s
     """Validation loss (per labelled token), perplexity and accuracy over all processes."""
     model.eval()
     totals = torch.zeros(3, device=accelerator.device)  # summed loss, labelled tokens, correct
-    with accelerator.unwrap_model(model).fresh_state():  # a recurrent model reads validation from a clean state
-        for batch in loader:
-            loss, count, correct = model(batch["input_ids"].to(accelerator.device),
-                                         batch["labels"].to(accelerator.device))
+    network = accelerator.unwrap_model(model)  # not through DDP: processes may hold different numbers of batches
+    with network.fresh_state(), phase_bar("evaluating", len(loader), accelerator.is_main_process) as advance:
+        for batch in loader:  # a recurrent model reads validation from a clean state (fresh_state)
+            loss, count, correct = network(batch["input_ids"].to(accelerator.device),
+                                           batch["labels"].to(accelerator.device))
             totals += torch.stack([loss.float() * count, count.float(), correct.float()])
+            advance()
     totals = accelerator.reduce(totals, reduction="sum")
     loss = (totals[0] / totals[1].clamp(min=1)).item()
     return {"validation_loss": loss, "validation_perplexity": math.exp(min(loss, 50.0)),

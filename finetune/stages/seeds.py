@@ -2,7 +2,8 @@
 
 Small GLUE tasks move by several points from seed to seed; a single run says little. Each seed
 runs into RUN_DIR/seed-N; RUN_DIR/seeds.json and seeds.md hold the mean, median, standard
-deviation, minimum and maximum of every dev metric.
+deviation, minimum and maximum of every dev metric. `--resume` keeps the seeds already finished and
+continues the one in progress.
 """
 
 from __future__ import annotations
@@ -13,21 +14,34 @@ from pathlib import Path
 from typing import Callable
 
 from finetune.console import console
-from finetune.run_dir import check_run_dir_free, prepare_run_dir
+from finetune.run_dir import check_run_dir_free, check_same_recipe, prepare_run_dir
+from finetune.training.checkpoints import latest_training_checkpoint
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "seeds.json", "seeds.md"
 
 
-def run_each_seed(recipe, run_one: Callable, result_file: str) -> Path:
-    """Run `run_one` on a copy of the recipe per seed, then write the summary; returns the run directory."""
-    check_run_dir_free(recipe)
-    run_dir = prepare_run_dir(recipe)
+def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = False) -> Path:
+    """Run `run_one` on a copy of the recipe per seed, then write the summary; returns the run directory.
+
+    `resume`: the recipe must be the one the run started with; a seed whose `result_file` exists is kept as it
+    is, one with a periodic checkpoint continues from it (`run_one(recipe, resume=True)`), any other runs anew.
+    """
+    if resume:
+        run_dir = check_same_recipe(recipe)
+    else:
+        check_run_dir_free(recipe)
+        run_dir = prepare_run_dir(recipe)
     results = {}
     for seed in recipe.seeds:
         console.print(f"[bold]seed {seed}[/bold] ({recipe.seeds.index(seed) + 1} of {len(recipe.seeds)})")
         single = recipe.model_copy(update={"seed": seed, "seeds": None, "run_dir": run_dir / f"seed-{seed}",
                                            "overwrite": False})
-        run_one(single)
+        if resume and (single.run_dir / result_file).is_file():
+            console.print(f"seed {seed} finished before: kept")
+        elif resume and latest_training_checkpoint(single.run_dir) is not None:
+            run_one(single, resume=True)
+        else:  # not started yet, or stopped before its first periodic checkpoint: from the beginning
+            run_one(single.model_copy(update={"overwrite": resume}))
         results[seed] = json.loads((single.run_dir / result_file).read_text(encoding="utf-8"))
     summary = summarise_seeds(results)
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

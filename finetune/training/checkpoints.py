@@ -1,21 +1,29 @@
 """Checkpoints in Hugging Face format, written atomically, and the training state that `--resume` reads.
 
 A periodic checkpoint is a Hugging Face model folder (loadable with `from_pretrained`) that also
-holds `training_state/`: accelerate's saved state (model, optimizer, random number generators)
-and `progress.json` (the step, epoch and batch to continue from).
+holds `training_state/`: accelerate's saved state (model, optimizer, random number generators),
+`progress.json` (the step, epoch and batch to continue from, and whatever the stage adds) and
+copies of folders the stage attaches (finetune: the best evaluation's weights).
+
+Every checkpoint is assembled under `NAME.partial` and renamed into place when complete: a run killed
+or out of disk space during a save leaves the previous checkpoints as they were, and nothing that
+`latest_training_checkpoint` (or a user) would take for a complete checkpoint.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from finetune.errors import RunFailed
 from finetune.recipes import recipe_to_yaml
 
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
@@ -55,11 +63,17 @@ def commit_checkpoint(partial: Path, directory: Path) -> Path:
 
 
 def save_checkpoint(model, tokenizer, directory: Path, recipe=None) -> Path:
-    """Save a Hugging Face checkpoint atomically (see `commit_checkpoint`)."""
+    """Save a Hugging Face checkpoint atomically (see `commit_checkpoint`); a failed write is a one-line RunFailed."""
     directory = Path(directory)
     partial = partial_path(directory)
-    shutil.rmtree(partial, ignore_errors=True)
-    write_model(model, tokenizer, partial, recipe)
+    try:
+        shutil.rmtree(partial, ignore_errors=True)
+        write_model(model, tokenizer, partial, recipe)
+    except Exception as error:
+        shutil.rmtree(partial, ignore_errors=True)  # frees what the failed write took
+        if not is_write_failure(error):
+            raise
+        raise save_failed(directory, error) from None
     return commit_checkpoint(partial, directory)
 
 
@@ -69,31 +83,102 @@ def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, recipe, progress: dict[str, Any],
-                             keep: int, process_tensors: Optional[dict[str, torch.Tensor]] = None) -> None:
-    """A Hugging Face checkpoint plus everything needed to resume; call on every process.
+                             keep: int, process_tensors: Optional[dict[str, torch.Tensor]] = None,
+                             attachments: Optional[dict[str, Path]] = None) -> Path:
+    """A Hugging Face checkpoint plus everything needed to resume; call on every process. Returns its folder.
 
     Every process saves its own random-number state through accelerate, and its `process_tensors`
-    (e.g. the LSTM state carried between batches); the main process writes the model folder and
-    `progress.json`, renames the folder into place and prunes old checkpoints.
+    (e.g. the LSTM state carried between batches); the main process writes the model folder,
+    `progress.json` and a copy of each existing `attachments` folder (hard links where the file system
+    allows: saved folders are only ever replaced, never changed in place), renames the folder into
+    place and prunes old checkpoints. A failed write on any process (a full disk) removes the partial
+    folder and raises RunFailed on every process; the older checkpoints stay.
     """
     directory = Path(directory)
-    partial = partial_path(directory)
+    partial, state = partial_path(directory), partial_path(directory) / TRAINING_STATE_DIR
+    main = accelerator.is_main_process
+
+    def start() -> None:
+        if main:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+
+    def save_process_state() -> None:
+        accelerator.save_state(str(state), safe_serialization=True)
+        if process_tensors:
+            tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in process_tensors.items()}
+            save_file(tensors, str(state / _process_tensors_file(accelerator)))
+
+    def finish() -> None:
+        if main:
+            write_model(model, tokenizer, partial, recipe)
+            for name, folder in (attachments or {}).items():
+                if Path(folder).is_dir():
+                    shutil.copytree(folder, state / name, copy_function=_link_or_copy)
+            (state / PROGRESS_FILE).write_text(json.dumps(progress), encoding="utf-8")
+            commit_checkpoint(partial, directory)
+
+    for phase in (start, save_process_state, finish):
+        _run_on_every_process(accelerator, phase, directory, partial)
+    if main:
+        for old in training_checkpoints(directory.parent)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+    return directory
+
+
+def _run_on_every_process(accelerator, phase: Callable[[], None], directory: Path, partial: Path) -> None:
+    """Run one phase of a save, then learn whether it failed on any process (a barrier that cannot hang)."""
+    failure = None
+    try:
+        phase()
+    except Exception as error:  # noqa: BLE001 - every process must reach the barrier below
+        failure = error
+    failed = failure is not None
+    if accelerator.num_processes > 1:
+        failed = accelerator.reduce(torch.tensor(float(failed), device=accelerator.device), reduction="sum").item() > 0
+    if not failed:
+        return
     if accelerator.is_main_process:
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(partial / TRAINING_STATE_DIR), safe_serialization=True)
-    if process_tensors:
-        tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in process_tensors.items()}
-        save_file(tensors, str(partial / TRAINING_STATE_DIR / _process_tensors_file(accelerator)))
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        write_model(model, tokenizer, partial, recipe)
-        (partial / TRAINING_STATE_DIR / PROGRESS_FILE).write_text(json.dumps(progress), encoding="utf-8")
-        commit_checkpoint(partial, directory)
-        for old in training_checkpoints(directory.parent)[:-keep]:
-            shutil.rmtree(old)
-    accelerator.wait_for_everyone()
+    if failure is not None and not is_write_failure(failure):
+        raise failure  # a bug, not the disk: keep its traceback
+    raise save_failed(directory, failure) from None
+
+
+def is_write_failure(error: BaseException) -> bool:
+    """An error of the file system: OSError, or what safetensors and torch raise for a failed write."""
+    text = str(error)
+    return isinstance(error, OSError) or "No space left on device" in text or "StorageFull" in text
+
+
+def save_failed(directory: Path, error: Optional[BaseException]) -> RunFailed:
+    """One line for a failed save: the checkpoint, why, and the last complete checkpoint that was kept."""
+    disk_full = error is not None and (getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+                                       or "No space left on device" in str(error) or "StorageFull" in str(error))
+    if error is None:
+        reason = "the save failed on another process"
+    elif disk_full:
+        reason = "no space left on the device"
+    else:
+        reason = getattr(error, "strerror", None) or str(error)
+    where = getattr(error, "filename", None)
+    message = f"could not save the checkpoint {directory}: {reason}" + (f" (writing {where})" if where else "")
+    # A periodic checkpoint's siblings, or the periodic checkpoints beside a run's final or best checkpoint.
+    kept = training_checkpoints(directory.parent) or training_checkpoints(directory.parent / "checkpoints")
+    if kept:
+        message += f"; the last complete checkpoint, {kept[-1]}, is kept"
+        if disk_full:
+            message += " - free some space (or lower keep_checkpoints) and continue with --resume"
+    elif disk_full:
+        message += " - free some space and run again"
+    return RunFailed(" ".join(message.split()))  # one line, whatever the library's message held
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 def training_checkpoints(folder: Path) -> list[Path]:
@@ -114,9 +199,11 @@ def latest_training_checkpoint(run_dir: Path) -> Optional[Path]:
     return checkpoints[-1] if checkpoints else None
 
 
-def load_training_state(accelerator, checkpoint: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dict[str, Path]] = None
+                        ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Restore model, optimizer and random states saved by `save_training_checkpoint`.
 
+    `attachments`: name -> folder to put back as it was at the checkpoint (removed if it did not exist then).
     Returns the progress and this process's saved tensors (empty when none were saved).
     """
     state = Path(checkpoint) / TRAINING_STATE_DIR
@@ -124,6 +211,17 @@ def load_training_state(accelerator, checkpoint: Path) -> tuple[dict[str, Any], 
     progress = json.loads((state / PROGRESS_FILE).read_text(encoding="utf-8"))
     tensors_file = state / _process_tensors_file(accelerator)
     tensors = load_file(str(tensors_file), device=str(accelerator.device)) if tensors_file.is_file() else {}
+    if accelerator.is_main_process:
+        for name, folder in (attachments or {}).items():
+            folder = Path(folder)
+            if (state / name).is_dir():
+                partial = partial_path(folder)
+                shutil.rmtree(partial, ignore_errors=True)
+                shutil.copytree(state / name, partial, copy_function=_link_or_copy)
+                commit_checkpoint(partial, folder)
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+    accelerator.wait_for_everyone()
     return progress, tensors
 
 

@@ -1,14 +1,21 @@
 """The one training loop, on accelerate, shared by pretrain and finetune.
 
 A stage builds the model, the optimizer groups and the schedule, then calls `train_epoch` once
-per epoch, deciding in its own code what changes between epochs (e.g. unfreezing).
+per epoch inside `with loop.watching():`, deciding in its own code what changes between epochs
+(e.g. unfreezing). The loop also owns what can go wrong while training: a non-finite loss stops the
+run before anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step boundary, and
+running out of GPU memory becomes one line of advice.
 """
 
 from __future__ import annotations
 
 import math
+import signal
+import threading
 import time
 import warnings
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
@@ -16,6 +23,8 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
 
 from finetune.console import console, progress_bar
+from finetune.errors import RunFailed, RunInterrupted
+from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
 from finetune.training.optim import set_learning_rates
 
@@ -24,11 +33,13 @@ from finetune.training.optim import set_learning_rates
 LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, Any, int]]
 
 
-def make_accelerator(training_config, parameters_change_trainability: bool = False) -> Accelerator:
+def make_accelerator(training_config, parameters_change_trainability: bool = False,
+                     run_dir: Optional[Path] = None) -> Accelerator:
     """An Accelerator for the recipe: mixed precision only where the hardware does it well.
 
     `parameters_change_trainability`: gradual unfreezing freezes parameters after DDP has wrapped
-    the model, so DDP must be told that some parameters may receive no gradient.
+    the model, so DDP must be told that some parameters may receive no gradient. `run_dir`: where
+    the trackers of `training.log_with` write (they start in `reporting.trackers.start_trackers`).
     """
     on_cpu = training_config.device == "cpu" or not torch.cuda.is_available()
     precision = training_config.mixed_precision
@@ -37,6 +48,7 @@ def make_accelerator(training_config, parameters_change_trainability: bool = Fal
         precision = "bf16" if not on_cpu and torch.cuda.is_bf16_supported() else "no"
     elif precision != "no" and on_cpu:
         warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
+    check_trackers_installed(training_config.log_with)  # before accelerate drops a missing one with a warning
     accelerator = Accelerator(
         cpu=on_cpu,
         mixed_precision=precision,
@@ -44,6 +56,8 @@ def make_accelerator(training_config, parameters_change_trainability: bool = Fal
         # Shuffling from a seeded sampler: the same seed gives the same order on any number of processes.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=parameters_change_trainability)],
+        log_with=training_config.log_with or None,
+        project_dir=run_dir if training_config.log_with else None,
     )
     console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
     return accelerator
@@ -70,14 +84,21 @@ class TrainingLoop:
         metrics_log: MetricsLog,
         throughput_unit: str,
         checkpoint_every: Optional[int] = None,
-        save_checkpoint: Optional[Callable[[dict[str, int]], None]] = None,
+        save_checkpoint: Optional[Callable[[dict[str, int]], Optional[Path]]] = None,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
-        # save_checkpoint(progress) is called every `checkpoint_every` steps with the position to resume from.
+        # save_checkpoint(progress) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the
+        # position to resume from: step, epoch, batches_in_epoch and metrics_lines (see `restore`).
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
         self.step = 0  # optimizer steps taken so far
+        self.last_checkpoint: Optional[Path] = None  # the newest periodic checkpoint, named when a run fails
+        self._saved_step = 0  # the step of the newest checkpoint: Ctrl-C right after one saves nothing new
+        self._interrupt_requested = False  # set by the Ctrl-C handler of `watching`
+        # First step (1-based; 0: none) with a non-finite loss / gradient norm, kept on the device: no sync per step.
+        self._nonfinite = torch.zeros(2, dtype=torch.long, device=accelerator.device)
+        self.started = time.perf_counter()  # for the run's wall time (reporting.finish)
         self.stop_requested = False  # set by a stage (e.g. from an evaluation) to end the run after this step
 
     @property
@@ -97,6 +118,9 @@ class TrainingLoop:
         """One pass over `loader` (or until the step budget ends); returns the mean training loss.
 
         `batches_done`: batches of this epoch already trained before a resume; `loader` then holds the rest.
+        Losses and gradient norms are checked for nan/inf at every logged step, before every evaluation and
+        save, and at the end of the epoch (reading them at every step would stall the GPU): the first bad
+        step raises RunFailed, so a diverged model is never evaluated, checkpointed or saved as the result.
         """
         accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
         model.train()
@@ -113,6 +137,7 @@ class TrainingLoop:
             for batch in loader:
                 with accelerator.accumulate(model):
                     loss, terms, items = compute_loss(model, batch)
+                    self._mark_nonfinite(0, loss)
                     terms = torch.as_tensor(terms, device=loss.device, dtype=torch.float32)
                     # Backward of the *summed* loss; the gradients are divided by the step's total number of
                     # loss terms below. So k accumulated micro-batches (or k processes) give exactly the
@@ -123,9 +148,11 @@ class TrainingLoop:
                         self._average_gradients(step_terms)
                         step_terms.zero_()
                         if self.config.max_grad_norm:
-                            accelerator.clip_grad_norm_(
+                            norm = accelerator.clip_grad_norm_(
                                 [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
                             )
+                            if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
+                                self._mark_nonfinite(1, norm)
                         lrs = set_learning_rates(optimizer, self.schedule(self.step))
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
@@ -141,12 +168,15 @@ class TrainingLoop:
                 self.step += 1
                 progress.advance(bar)
                 if self.step % self.config.log_every == 0 or self.finished:
+                    self._check_finite()
                     elapsed = time.perf_counter() - window_start
                     # Every process counts its own items; throughput is for all of them together.
                     throughput = window_items * accelerator.num_processes / elapsed
+                    # The mean over every process's loss terms, not over the main process's share alone.
+                    loss_sum, loss_terms = self._summed_over_processes(window_loss, window_terms)
                     record = {
                         "phase": "train", "step": self.step, "epoch": epoch,
-                        "loss": (window_loss / window_terms.clamp(min=1)).item(),
+                        "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
                         "lr": lrs, f"{self.throughput_unit}_per_s": round(throughput, 1),
                     }
                     self.metrics_log.write(record)
@@ -155,15 +185,116 @@ class TrainingLoop:
                     window_loss.zero_(), window_terms.zero_()
                     window_items, window_start = 0, time.perf_counter()
                 if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
+                    self._check_finite()
                     self.log_evaluation(evaluate(), epoch)
                     model.train()
                     window_start = time.perf_counter()
                 if self.checkpoint_every and self.step % self.checkpoint_every == 0:
-                    self.save_checkpoint({"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done})
+                    self._save(epoch, batches_done)
                     window_start = time.perf_counter()
+                if self._interrupt_agreed():
+                    if self._saved_step != self.step:
+                        self._save(epoch, batches_done)
+                    raise RunInterrupted(self.step, self.last_checkpoint if self._saved_step == self.step else None)
                 if self.finished:
                     break
+        self._check_finite()  # what follows an epoch (evaluation, the final save) must not see poisoned weights
+        epoch_loss, epoch_terms = self._summed_over_processes(epoch_loss, epoch_terms)
         return (epoch_loss / epoch_terms.clamp(min=1)).item()
+
+    def _summed_over_processes(self, *sums: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Each process's running sums added up over all processes (one all-reduce), so logs cover every process."""
+        stacked = torch.stack(sums)
+        if self.accelerator.num_processes > 1:
+            stacked = self.accelerator.reduce(stacked, reduction="sum")
+        return tuple(stacked.unbind())
+
+    def restore(self, progress: dict[str, Any], checkpoint: Path) -> tuple[int, int]:
+        """Continue from a periodic checkpoint's progress: its step, metrics.jsonl cut back to what was logged by then.
+
+        Returns the epoch to continue and how many of its batches were already trained on.
+        """
+        self.step = self._saved_step = progress["step"]
+        self.last_checkpoint = Path(checkpoint)
+        self.metrics_log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after it
+        return progress["epoch"], progress["batches_in_epoch"]
+
+    @contextmanager
+    def watching(self):
+        """Wrap a stage's training: Ctrl-C, out-of-memory errors and (inside `train_epoch`) non-finite losses.
+
+        The first Ctrl-C (SIGINT) asks for a checkpoint at the end of the current optimizer step, after which
+        RunInterrupted is raised (the CLI prints how to resume and exits 130); a second one stops at once.
+        Under several processes the request is acted on at the next logged step, when they all agree on it.
+        torch.OutOfMemoryError becomes a one-line RunFailed with what to change in the recipe.
+        """
+        in_main_thread = threading.current_thread() is threading.main_thread()  # only it may handle signals
+        previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+        if in_main_thread:
+            signal.signal(signal.SIGINT, self._on_interrupt)
+        try:
+            yield self
+        except torch.OutOfMemoryError:
+            config = self.config
+            raise RunFailed(
+                f"out of GPU memory after {self.step} optimizer steps (training.batch_size={config.batch_size}, "
+                f"gradient_accumulation_steps={config.gradient_accumulation_steps}, mixed_precision="
+                f"{config.mixed_precision}): lower training.batch_size and raise training.gradient_accumulation_steps "
+                "by the same factor (the effective batch stays the same), shorten the sequences (task.max_length "
+                "or corpus.block_size), or use training.mixed_precision=bf16"
+            ) from None
+        finally:
+            if in_main_thread:
+                signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+    def _on_interrupt(self, signal_number, frame) -> None:
+        if self._interrupt_requested:  # the second Ctrl-C: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self._interrupt_requested = True
+        console.print("[bold]Ctrl-C: saving a checkpoint at the end of this step[/bold] (press again to stop at once)")
+
+    def _interrupt_agreed(self) -> bool:
+        """Whether to stop for a Ctrl-C now; several processes decide together, at logged steps (no sync per step)."""
+        accelerator = self.accelerator
+        if accelerator.num_processes == 1:
+            return self._interrupt_requested
+        if self.step % self.config.log_every != 0 and not self.finished:
+            return False
+        flag = torch.tensor(float(self._interrupt_requested), device=accelerator.device)
+        return accelerator.reduce(flag, reduction="sum").item() > 0
+
+    def _save(self, epoch: int, batches_done: int) -> None:
+        """A periodic (or Ctrl-C) checkpoint at this step boundary, after checking that the weights are sound."""
+        if self.save_checkpoint is None:
+            return
+        self._check_finite()
+        progress = {"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done,
+                    "metrics_lines": self.metrics_log.line_count()}
+        self.last_checkpoint = self.save_checkpoint(progress) or self.last_checkpoint
+        self._saved_step = self.step
+
+    def _mark_nonfinite(self, kind: int, value: torch.Tensor) -> None:
+        """Remember, on the device, the first step whose loss (kind 0) or gradient norm (kind 1) was nan or inf."""
+        first = self._nonfinite[kind]
+        self._nonfinite[kind] = torch.where(~torch.isfinite(value.detach()).all() & (first == 0), self.step + 1, first)
+
+    def _check_finite(self) -> None:
+        """Raise RunFailed (on every process together) if any step so far had a non-finite loss or gradient norm."""
+        found = self._nonfinite
+        if self.accelerator.num_processes > 1:
+            found = self.accelerator.gather(found[None])
+        bad = [(step, kind) for row in found.view(-1, 2).tolist() for kind, step in enumerate(row) if step > 0]
+        if not bad:
+            return
+        step, kind = min(bad)
+        kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint is not None \
+            else "no checkpoint was saved before it"
+        raise RunFailed(
+            f"training diverged: the {'loss' if kind == 0 else 'gradient norm'} was not finite (nan or inf) at step "
+            f"{step}; the run stopped without saving these weights ({kept}) - lower training.lr, keep gradient "
+            "clipping on (training.max_grad_norm), check the data, or train without mixed precision "
+            "(training.mixed_precision=no)"
+        )
 
     def _average_gradients(self, step_terms: torch.Tensor) -> None:
         """Turn the summed-loss gradients of this step into the gradient of the mean over all its loss terms.
