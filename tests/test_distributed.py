@@ -172,7 +172,7 @@ def torchrun_tracking_writes(tmp_path: Path, *arguments: str) -> tuple[subproces
                str(launcher), *arguments]
     result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
     check_two_processes(result)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert result.returncode == 0, (result.stdout + result.stderr)[-30000:]
     return result, re.findall(r"^WRITE 1 (.+)$", result.stdout, flags=re.MULTILINE)
 
 

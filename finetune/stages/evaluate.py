@@ -45,6 +45,9 @@ def run_eval(recipe: EvalRecipe) -> dict:
     check_run_dir_free(recipe)
     accelerator = Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available())
     console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
+    # Every process checked the run directory above; none may create it before all have (a later run in the same
+    # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
+    accelerator.wait_for_everyone()
     return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)
 
 

@@ -69,6 +69,9 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         check_run_dir_free(recipe)
     accelerator = make_accelerator(recipe.training, parameters_change_trainability=recipe.unfreezing.mode != "none",
                                    run_dir=recipe.run_dir)
+    # Every process checked the run directory above; none may create it before all have (a later run in the same
+    # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
+    accelerator.wait_for_everyone()
     set_seed(recipe.seed)
     spec = task_spec(recipe.task)
     tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)

@@ -51,6 +51,9 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     if not resume:
         check_run_dir_free(recipe)
     accelerator = make_accelerator(recipe.training, run_dir=recipe.run_dir)
+    # Every process checked the run directory above; none may create it before all have (a later run in the same
+    # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
+    accelerator.wait_for_everyone()
     set_seed(recipe.seed)
     documents, validation_documents = read_corpus(recipe)
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None

@@ -13,6 +13,9 @@ import statistics
 from pathlib import Path
 from typing import Callable
 
+import torch
+from accelerate import PartialState
+
 from finetune.console import console
 from finetune.run_dir import check_run_dir_free, check_same_recipe, prepare_run_dir
 from finetune.training.checkpoints import latest_training_checkpoint
@@ -30,7 +33,11 @@ def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = Fa
         run_dir = check_same_recipe(recipe)
     else:
         check_run_dir_free(recipe)
-        run_dir = prepare_run_dir(recipe)
+        # Under several processes only the main one creates the folder, after every process has checked it.
+        state = PartialState(cpu=recipe.training.device == "cpu" or not torch.cuda.is_available())
+        state.wait_for_everyone()
+        run_dir = prepare_run_dir(recipe, state.is_main_process)
+        state.wait_for_everyone()
     results = {}
     for seed in recipe.seeds:
         console.print(f"[bold]seed {seed}[/bold] ({recipe.seeds.index(seed) + 1} of {len(recipe.seeds)})")
@@ -44,8 +51,9 @@ def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = Fa
             run_one(single.model_copy(update={"overwrite": resume}))
         results[seed] = json.loads((single.run_dir / result_file).read_text(encoding="utf-8"))
     summary = summarise_seeds(results)
-    (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (run_dir / SUMMARY_MARKDOWN).write_text(seeds_markdown(summary), encoding="utf-8")
+    if PartialState().is_main_process:
+        (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (run_dir / SUMMARY_MARKDOWN).write_text(seeds_markdown(summary), encoding="utf-8")
     console.print(seeds_markdown(summary))
     return run_dir
 
