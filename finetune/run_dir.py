@@ -53,8 +53,8 @@ def check_same_recipe(recipe) -> Path:
     path = Path(recipe.run_dir)
     if not (path / RECIPE_FILE).is_file():
         raise UserError(f"--resume: run_dir {path} holds no run to resume (no {RECIPE_FILE})")
-    started = _flatten(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
-    given = _flatten(recipe.model_dump(mode="json"))
+    started = flatten_keys(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
+    given = flatten_keys(recipe.model_dump(mode="json"))
     changed = sorted(key for key in given.keys() | started.keys()
                      if key != "overwrite" and given.get(key) != started.get(key))
     if changed:
@@ -62,12 +62,12 @@ def check_same_recipe(recipe) -> Path:
     return path
 
 
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten_keys(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested recipe dump as dotted keys: {"training.lr": 0.001, ...}."""
     flat = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten_keys(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat

@@ -53,9 +53,10 @@ LAUNCHER = textwrap.dedent("""
 """)
 
 
-def torchrun(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess:
+def torchrun(tmp_path: Path, *arguments: str, launcher_source: str = LAUNCHER) -> subprocess.CompletedProcess:
+    """`launcher_source` (a script taking the CLI's arguments) on 2 CPU processes, one thread each."""
     launcher = tmp_path / "launch.py"
-    launcher.write_text(LAUNCHER, encoding="utf-8")
+    launcher.write_text(launcher_source, encoding="utf-8")
     environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
                    "PYTHONPATH": str(REPO_ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
@@ -164,13 +165,7 @@ TRACKING_LAUNCHER = textwrap.dedent("""
 
 def torchrun_tracking_writes(tmp_path: Path, *arguments: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     """Run `finetune ARGUMENTS` (commands separated by "+") on 2 processes; the result and process 1's writes."""
-    launcher = tmp_path / "launch_tracking.py"
-    launcher.write_text(TRACKING_LAUNCHER, encoding="utf-8")
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(launcher), *arguments]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
+    result = torchrun(tmp_path, *arguments, launcher_source=TRACKING_LAUNCHER)
     check_two_processes(result)
     assert result.returncode == 0, (result.stdout + result.stderr)[-30000:]
     return result, re.findall(r"^WRITE 1 (.+)$", result.stdout, flags=re.MULTILINE)

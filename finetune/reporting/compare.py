@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from finetune.errors import UserError
 from finetune.reporting.finish import read_timing
 from finetune.reporting.plots import evaluation_metrics, is_number, new_figure, records_of, save_figure
-from finetune.run_dir import METRICS_FILE, RECIPE_FILE, _flatten, read_metrics
+from finetune.run_dir import METRICS_FILE, RECIPE_FILE, flatten_keys, read_metrics
 
 IGNORED_KEYS = ("run_dir", "overwrite", "description")  # where a run went and how it is described, not what it did
 RESULT_FILE = "result.json"  # a finetune run's dev scores; its main_metric picks the curve to overlay
@@ -67,7 +67,7 @@ def load_run(path: Path) -> Run:
         main_metric = "validation_loss"
     elif evaluation_metrics(evaluations):
         main_metric = evaluation_metrics(evaluations)[0]
-    return Run(str(path), _flatten(recipe), records, read_timing(path), main_metric)
+    return Run(str(path), flatten_keys(recipe), records, read_timing(path), main_metric)
 
 
 def differing_keys(runs: list[Run]) -> list[str]:

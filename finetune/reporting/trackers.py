@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from finetune.errors import UserError
-from finetune.run_dir import _flatten
+from finetune.run_dir import flatten_keys
 
 TRACKER_PROJECT = "trackers"  # accelerate's project name: tensorboard writes to RUN_DIR/trackers/
 
@@ -37,7 +37,7 @@ def check_trackers_installed(requested: list[str]) -> None:
 
 def tracker_config(recipe) -> dict[str, Any]:
     """The resolved recipe as flat dotted keys with scalar values, as trackers store hyperparameters."""
-    flat = _flatten(recipe.model_dump(mode="json"))
+    flat = flatten_keys(recipe.model_dump(mode="json"))
     return {key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
             for key, value in flat.items()}
 
