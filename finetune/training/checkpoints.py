@@ -147,14 +147,19 @@ def _run_on_every_process(accelerator, phase: Callable[[], None], directory: Pat
 
 def is_write_failure(error: BaseException) -> bool:
     """An error of the file system: OSError, or what safetensors and torch raise for a failed write."""
+    return isinstance(error, OSError) or _is_disk_full(error)
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """A full disk or quota: by errno for OSError, by message for safetensors' and torch's own error types."""
     text = str(error)
-    return isinstance(error, OSError) or "No space left on device" in text or "StorageFull" in text
+    return (getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+            or "No space left on device" in text or "StorageFull" in text)
 
 
 def save_failed(directory: Path, error: Optional[BaseException]) -> RunFailed:
     """One line for a failed save: the checkpoint, why, and the last complete checkpoint that was kept."""
-    disk_full = error is not None and (getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-                                       or "No space left on device" in str(error) or "StorageFull" in str(error))
+    disk_full = error is not None and _is_disk_full(error)
     if error is None:
         reason = "the save failed on another process"
     elif disk_full:
