@@ -218,10 +218,16 @@ class AWDLSTMModelConfig(Section):
     input_dropout: float = Field(0.25, ge=0, lt=1, description="variational dropout on the embedded input")
     embedding_dropout: float = Field(0.02, ge=0, lt=1, description="drops whole embedding rows (words)")
     weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights")
+    # fastai's 0.1 leaves the embedded input so small that, with Adam on a corpus of a few million tokens, the LM
+    # sits at the unigram plateau for hundreds of steps; 0.5 leaves it within ~20 (recipes/pretrain/awd-lstm-*).
+    embedding_init_range: float = Field(
+        0.1, gt=0, description="embedding (and tied decoder) drawn uniform in [-range, range] (fastai: 0.1)"
+    )
 
     @model_validator(mode="after")
     def _architecture_from_checkpoint(self) -> "AWDLSTMModelConfig":
-        given = [key for key in ("embedding_size", "hidden", "layers") if key in self.model_fields_set]
+        given = [key for key in ("embedding_size", "hidden", "layers", "embedding_init_range")
+                 if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
         return self

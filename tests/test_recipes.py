@@ -7,8 +7,11 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
+from finetune.models.language_models import build_language_model
 from finetune.recipes import (
     RECIPE_TYPES,
     FinetuneRecipe,
@@ -346,6 +349,9 @@ def test_describe_keys_for_pretrain():
         ({"family": "gpt2"}, {"masking": {"probability": 0.2}}, "masking applies to masked LMs"),
         ({"family": "awd_lstm", "heads": 2}, {}, "model.heads: unknown key"),
         ({"family": "awd_lstm", "checkpoint": "x", "layers": 2}, {}, "the architecture comes from model.checkpoint"),
+        ({"family": "awd_lstm", "checkpoint": "x", "embedding_init_range": 0.5}, {},
+         "the architecture comes from model.checkpoint; remove embedding_init_range"),
+        ({"family": "awd_lstm", "embedding_init_range": 0}, {}, "model.embedding_init_range"),
         ({"family": "gpt2"}, {"tokenizer": {"new_vocabulary": True}}, "tokenizer.new_vocabulary needs"),
     ],
 )
@@ -378,3 +384,16 @@ def test_corpus_needs_exactly_one_source(pretrain_recipe_data, write_recipe):
 def test_describe_keys_for_finetune():
     keys = {row[0] for row in describe_keys(FinetuneRecipe)}
     assert {"discriminative.factor", "unfreezing.mode", "schedule.cut_frac", "model.checkpoint"} <= keys
+
+
+def test_awd_lstm_embedding_init_range_reaches_the_built_model(pretrain_recipe_data, write_recipe):
+    pretrain_recipe_data["model"] = {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2,
+                                     "embedding_init_range": 0.5}
+    recipe = load_recipe(write_recipe(pretrain_recipe_data))
+    tokenizer = train_byte_level_bpe(["a few words of text to learn pieces from"] * 4, 300)
+    torch.manual_seed(0)
+    model = build_language_model(recipe.model, tokenizer, max_positions=64)
+    embedding = model.awd_lstm.embedding.weight
+    assert model.config.embedding_init_range == 0.5
+    assert 0.45 < embedding.abs().max() <= 0.5  # uniform in [-0.5, 0.5], not fastai's [-0.1, 0.1]
+    assert model.decoder.weight is embedding  # tied: the decoder starts from the same draw
