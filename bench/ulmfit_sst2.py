@@ -1,6 +1,6 @@
 """ULMFiT's three stages on SST-2 against the same AWD-LSTM classifier trained from scratch.
 
-    .venv/bin/python bench/ulmfit_sst2.py                          # ~45 minutes on 2 CPU cores, default sizes
+    .venv/bin/python bench/ulmfit_sst2.py                          # about an hour on one CPU thread, default sizes
     .venv/bin/python bench/ulmfit_sst2.py --embedding 400 --hidden 1152 --lm-steps 0   # ULMFiT's sizes, hours
 
 Stage 1 pretrains an AWD-LSTM language model on WikiText-2 (recipes/pretrain/awd-lstm-wikitext2.yaml),
@@ -14,7 +14,7 @@ best dev evaluation (keep_best, as the shipped recipe does).
 
 The shipped recipes use ULMFiT's sizes (embedding 400, 3 x 1,152 hidden), which a 2-core CPU trains at a
 few hundred tokens per second; the defaults here shrink the model and cap stage 1 at --lm-steps steps
-so that the whole comparison fits in under an hour. The printed table states the sizes it ran with.
+so that the whole comparison fits in about an hour. The printed table states the sizes it ran with.
 """
 
 from __future__ import annotations
@@ -100,8 +100,8 @@ def main() -> None:
         stage1, stage2 = last_validation(general), last_validation(target)
     print(f"\nAWD-LSTM embedding {arguments.embedding}, 3 x {arguments.hidden} hidden, BPE {arguments.vocab}; "
           f"stage 1: {'%d steps' % arguments.lm_steps if arguments.lm_steps else 'the recipe'} on WikiText-2 "
-          f"(validation perplexity {stage1.get('perplexity', float('nan')):.1f}); stage 2: "
-          f"{arguments.lm_finetune_epochs} epoch(s) on SST-2 text (perplexity {stage2.get('perplexity', float('nan')):.1f}); "
+          f"(validation perplexity {stage1['validation_perplexity']:.1f}); stage 2: "
+          f"{arguments.lm_finetune_epochs} epoch(s) on SST-2 text (perplexity {stage2['validation_perplexity']:.1f}); "
           f"classifier: {arguments.classifier_epochs} epochs, best dev evaluation\n")
     print("| SST-2 training labels | ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier) | same classifier from scratch |")
     print("|---:|---:|---:|")
