@@ -87,6 +87,19 @@ def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
     return result["last"][f"dev_{TASKS[task][1]}"]
 
 
+def print_median_table(scores: dict[tuple[str, str], list[float]], tasks: list[str], sides: list[str],
+                       show_counts: bool = False) -> None:
+    """A Markdown table of the median over seeds (x100) per task and side; "-" where a side has no run."""
+    print("| task (metric) | " + " | ".join(sides) + " |\n|---|" + "---:|" * len(sides))
+    for task in tasks:
+        cells = []
+        for side in sides:
+            runs = scores.get((task, side))
+            cell = "-" if not runs else f"{100 * statistics.median(runs):.1f}"
+            cells.append(cell + (f" ({len(runs)})" if show_counts and runs else ""))
+        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+
+
 def print_recorded_table(log: Path) -> None:
     """Median over seeds of every (task, side) recorded in `log`, with the seed count, as a Markdown table."""
     if not log.is_file():
@@ -98,11 +111,7 @@ def print_recorded_table(log: Path) -> None:
         scores.setdefault((record["task"], record["side"]), []).append(record[TASKS[record["task"]][1]])
         sides += [] if record["side"] in sides else [record["side"]]
     tasks = [task for task in TASKS if any(key[0] == task for key in scores)]
-    print("| task (metric) | " + " | ".join(sides) + " |\n|---|" + "---:|" * len(sides))
-    for task in tasks:
-        cells = [f"{100 * statistics.median(scores[(task, side)]):.1f} ({len(scores[(task, side)])})"
-                 if (task, side) in scores else "-" for side in sides]
-        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+    print_median_table(scores, tasks, sides, show_counts=True)
     print("\nmedian over seeds x100 (number of seeds)")
 
 
@@ -150,10 +159,7 @@ def main() -> None:
     names = [*([] if arguments.no_peer else ["peer"]), *arguments.variants]
     print(f"\nmedian dev score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
           f"{arguments.epochs} epochs, batch 32, lr 5e-5 (x100)\n")
-    print("| task (metric) | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names))
-    for task in arguments.tasks:
-        cells = [f"{100 * statistics.median(scores[(task, name)]):.1f}" for name in names]
-        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+    print_median_table(scores, arguments.tasks, names)
 
 
 if __name__ == "__main__":
