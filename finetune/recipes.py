@@ -456,6 +456,12 @@ class FinetuneRecipe(TrainingRunRecipe):
         None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
         "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
     )
+    pooling: Literal["model", "mean"] = Field(
+        "model", description="model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
+        "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
+        "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
+        "trained for"
+    )
     eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
         True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "

@@ -149,6 +149,7 @@ CASES = {
     "negative awd_lstm dropout": Case(
         "pretrain", setting("model", {"family": "awd_lstm", "weight_dropout": -0.2}), ("model.weight_dropout",)),
     "classifier dropout past 1": Case("finetune", setting("classifier_dropout", 1.5), ("classifier_dropout",)),
+    "unknown pooling": Case("finetune", setting("pooling", "max"), ("pooling",)),
     # Missing files
     "missing recipe file": Case("finetune", lambda data, paths: paths.tmp / "absent.yaml", ("absent.yaml",)),
     "missing corpus": Case("pretrain", lambda data, paths: data["corpus"].update(

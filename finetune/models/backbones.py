@@ -12,6 +12,7 @@ from torch import nn
 
 from finetune.errors import UserError
 from finetune.models.awd_lstm import awd_lstm_layer_groups
+from finetune.models.mean_pooling import backbone_config
 
 Groups = list[list[nn.Parameter]]
 Finder = Callable[[nn.Module], Groups]
@@ -78,7 +79,7 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
 
 def layer_groups(model: nn.Module) -> Groups:
     """Every parameter of `model` exactly once, grouped bottom to top; the last group is the task head."""
-    family = model.config.model_type
+    family = backbone_config(model.config).model_type  # a mean-pooling head's groups are its encoder's + the head
     finder = LAYER_GROUP_FINDERS.get(family)
     if finder is None:
         supported = ", ".join(sorted(LAYER_GROUP_FINDERS))

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from torch import nn
-from transformers import AutoConfig, AutoModelForSequenceClassification
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 
 from finetune.console import console
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
 
 
 def label_config(spec: TaskSpec) -> dict:
@@ -23,14 +24,17 @@ def label_config(spec: TaskSpec) -> dict:
     }
 
 
-def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None):
+def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
     A backbone that is itself a fine-tuned classifier is a warm start (e.g. an MNLI model for RTE):
     its head is kept when its labels are the task's, and replaced by a fresh one when they differ.
+    `pooling`: "model" keeps the checkpoint's own kind of head; "mean" puts a new mean-pooling head on its encoder.
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
+    if pooling == "mean" and not isinstance(stored, MeanPoolingConfig):
+        return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
@@ -50,6 +54,17 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
         console.print(f"warm start from {backbone_config.checkpoint}: its head for labels "
                       f"{list(stored_labels(stored).values())} is replaced by a new one for {spec.name}")
     return model
+
+
+def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: TaskSpec,
+                                classifier_dropout: float | None):
+    """A fresh mean-pooling head on the checkpoint's encoder (its own head, if it has one, is left behind)."""
+    if stored.model_type == "awd_lstm":
+        raise UserError("pooling: mean is for transformer encoders; an AWD-LSTM classifier pools with ULMFiT's "
+                        "concat pooling (last, max and mean) already: leave pooling at model")
+    encoder = None if backbone_config.init == "random" else load_pretrained(
+        AutoModel.from_pretrained, source, "model.checkpoint", backbone_config.trust_remote_code)
+    return mean_pooling_classifier(stored, encoder, classifier_dropout, **label_config(spec))
 
 
 def is_classifier(config) -> bool:
@@ -82,9 +97,10 @@ POSITION_OFFSET_FAMILIES = {"roberta", "xlm-roberta"}
 
 def fitted_max_length(requested: int, model) -> int:
     """`task.max_length`, shortened to the positions the model has (a checkpoint pretrained on short blocks)."""
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and model.config.model_type in POSITION_OFFSET_FAMILIES:
-        limit -= model.config.pad_token_id + 1
+    config = encoder_config(model.config)
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and config.model_type in POSITION_OFFSET_FAMILIES:
+        limit -= config.pad_token_id + 1
     if limit is not None and requested > limit:
         console.print(f"task.max_length {requested} exceeds the model's {limit} positions: truncating to {limit}")
         return limit

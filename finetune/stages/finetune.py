@@ -82,7 +82,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
         tokenizer.pad_token = tokenizer.eos_token
-    model = load_classifier(recipe.model, spec, recipe.classifier_dropout)
+    model = load_classifier(recipe.model, spec, recipe.classifier_dropout, recipe.pooling)
     if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
         model.config.pad_token_id = tokenizer.pad_token_id
     max_length = fitted_max_length(recipe.task.max_length, model)

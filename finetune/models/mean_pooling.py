@@ -1,0 +1,114 @@
+"""A classification head on the mean of an encoder's last layer over the real tokens (`pooling: mean`).
+
+Sentence-embedding checkpoints (sentence-transformers models such as all-MiniLM-L6-v2) were trained to be
+read this way; their [CLS] position and BERT pooler, which the family's own sequence-classification head
+reads, never were. The head is dropout and one linear layer, as in BERT's head without the pooler.
+
+Importing this module registers model type "mean_pooling_classifier" with AutoConfig and
+AutoModelForSequenceClassification, so a saved classifier loads with
+`AutoModelForSequenceClassification.from_pretrained(folder)` once `finetune` is imported. Without that import
+transformers refuses the folder (unknown model type) rather than loading a [CLS] head in its place.
+
+Checkpoint format:
+
+- config.json: "model_type": "mean_pooling_classifier", "encoder" (the encoder's own config, model_type
+  included), "classifier_dropout" (null: the encoder's hidden dropout), the label mapping and problem_type.
+- model.safetensors: encoder.* (the encoder's own parameter names, no pooler), classifier.weight
+  (num_labels, hidden_size) and classifier.bias.
+"""
+
+from __future__ import annotations
+
+import torch
+from huggingface_hub.dataclasses import strict
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.configuration_utils import SubConfigSpec
+from transformers.modeling_outputs import SequenceClassifierOutput
+
+
+@strict
+class MeanPoolingConfig(PretrainedConfig):
+    """A mean-pooling classifier: the encoder's config under `encoder`, and the head's dropout."""
+
+    model_type = "mean_pooling_classifier"
+    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    encoder: PretrainedConfig | dict | None = None
+    classifier_dropout: float | None = None  # None: the encoder's hidden dropout (BERT's head does the same)
+    pad_token_id: int | None = None  # the stage records the tokenizer's here, as for any classifier
+
+
+def backbone_config(config: PretrainedConfig) -> PretrainedConfig:
+    """The config of the network under the head: the encoder's for a mean-pooling classifier, else `config`."""
+    return config.encoder if isinstance(config, MeanPoolingConfig) else config
+
+
+def mean_over_real_tokens(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """(batch, time, size) -> (batch, size): the average over positions the mask marks (all when there is none)."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    # A row with no real token (not produced by the collators) would divide by zero: it pools to zeros instead.
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+
+
+class MeanPoolingForSequenceClassification(PreTrainedModel):
+    """Any transformers encoder, its last layer averaged over the real tokens, then dropout and a linear layer."""
+
+    config_class = MeanPoolingConfig
+    config: MeanPoolingConfig
+    base_model_prefix = "encoder"  # `model.base_model` is the encoder, where the layer-group finders look
+    main_input_name = "input_ids"
+
+    def __init__(self, config: MeanPoolingConfig):
+        super().__init__(config)
+        self.encoder = AutoModel.from_config(config.encoder)
+        if getattr(self.encoder, "pooler", None) is not None:
+            self.encoder.pooler = None  # BERT-style [CLS] pooler: unused here, and it would never get a gradient
+        dropout = config.classifier_dropout
+        if dropout is None:
+            dropout = getattr(config.encoder, "hidden_dropout_prob", getattr(config.encoder, "resid_pdrop", 0.1))
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.encoder.hidden_size, config.num_labels)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """The head as BERT initialises its classifier; the encoder's modules get the encoder's own scheme."""
+        if module is self.classifier:
+            init.normal_(module.weight, mean=0.0, std=getattr(self.config.encoder, "initializer_range", 0.02))
+            init.zeros_(module.bias)
+
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                labels: Tensor | None = None, **encoder_inputs) -> SequenceClassifierOutput:
+        """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules)."""
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_inputs).last_hidden_state
+        logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def mean_pooling_classifier(encoder_config: PretrainedConfig, pretrained_encoder: nn.Module | None,
+                            classifier_dropout: float | None, **label_config) -> MeanPoolingForSequenceClassification:
+    """A new mean-pooling classifier on an encoder of `encoder_config`, with `pretrained_encoder`'s weights if given.
+
+    `pretrained_encoder` is what `AutoModel.from_pretrained` loads from the checkpoint (a bare encoder, a masked
+    LM's or a fine-tuned classifier's, each without its head); its pooler, if any, is left behind.
+    """
+    config = MeanPoolingConfig(encoder=encoder_config.to_dict(), classifier_dropout=classifier_dropout,
+                               **label_config)
+    model = MeanPoolingForSequenceClassification(config)
+    if pretrained_encoder is not None:
+        missing, unexpected = model.encoder.load_state_dict(pretrained_encoder.state_dict(), strict=False)
+        unexpected = [name for name in unexpected if not name.startswith("pooler.")]
+        if missing or unexpected:  # the same config built both: a difference is a bug, not a user mistake
+            raise RuntimeError(f"encoder weights do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model
+
+
+AutoConfig.register(MeanPoolingConfig.model_type, MeanPoolingConfig, exist_ok=True)
+AutoModelForSequenceClassification.register(MeanPoolingConfig, MeanPoolingForSequenceClassification, exist_ok=True)
