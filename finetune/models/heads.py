@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from finetune.console import console
 from finetune.errors import UserError
@@ -62,6 +63,8 @@ def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: Task
     if stored.model_type == "awd_lstm":
         raise UserError("pooling: mean is for transformer encoders; an AWD-LSTM classifier pools with ULMFiT's "
                         "concat pooling (last, max and mean) already: leave pooling at model")
+    if stored.model_type not in CONFIG_MAPPING:  # a family shipped as code: the head cannot rebuild its config
+        raise UserError(f"pooling: mean needs a model family transformers itself knows, not '{stored.model_type}'")
     encoder = None if backbone_config.init == "random" else load_pretrained(
         AutoModel.from_pretrained, source, "model.checkpoint", backbone_config.trust_remote_code)
     return mean_pooling_classifier(stored, encoder, classifier_dropout, **label_config(spec))

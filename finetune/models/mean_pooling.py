@@ -45,6 +45,16 @@ def backbone_config(config: PretrainedConfig) -> PretrainedConfig:
     return config.encoder if isinstance(config, MeanPoolingConfig) else config
 
 
+def head_dropout(config: MeanPoolingConfig) -> float:
+    """The recipe's classifier_dropout, else the rate the family's own head uses (BERT: its hidden dropout)."""
+    if config.classifier_dropout is not None:
+        return config.classifier_dropout
+    for name in ("classifier_dropout", "hidden_dropout_prob", "seq_classif_dropout"):  # DistilBERT: the last
+        if (value := getattr(config.encoder, name, None)) is not None:
+            return value
+    return 0.1
+
+
 def mean_over_real_tokens(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     """(batch, time, size) -> (batch, size): the average over positions the mask marks (all when there is none)."""
     if attention_mask is None:
@@ -67,10 +77,7 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         self.encoder = AutoModel.from_config(config.encoder)
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # BERT-style [CLS] pooler: unused here, and it would never get a gradient
-        dropout = config.classifier_dropout
-        if dropout is None:
-            dropout = getattr(config.encoder, "hidden_dropout_prob", getattr(config.encoder, "resid_pdrop", 0.1))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(head_dropout(config))
         self.classifier = nn.Linear(config.encoder.hidden_size, config.num_labels)
         self.post_init()
 
