@@ -21,6 +21,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel
+from finetune.models.mean_pooling import mean_over_real_tokens
 
 # fastai's ULMFiT classifier (`get_text_classifier` with `awd_lstm_clas_config`), before any drop_mult.
 CLASSIFIER_DEFAULTS = {
@@ -56,8 +57,7 @@ def concat_pool(outputs: Tensor, mask: Tensor) -> Tensor:
     last = outputs[torch.arange(outputs.shape[0], device=outputs.device), last_real_positions(mask)]
     real = mask.unsqueeze(-1)
     maximum = outputs.masked_fill(~real, float("-inf")).amax(dim=1)
-    mean = outputs.masked_fill(~real, 0.0).sum(dim=1) / real.sum(dim=1)
-    return torch.cat([last, maximum, mean], dim=1)
+    return torch.cat([last, maximum, mean_over_real_tokens(outputs, mask)], dim=1)
 
 
 class BatchNorm1dAnySize(nn.BatchNorm1d):

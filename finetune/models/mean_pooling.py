@@ -59,9 +59,10 @@ def mean_over_real_tokens(hidden: Tensor, attention_mask: Tensor | None) -> Tens
     """(batch, time, size) -> (batch, size): the average over positions the mask marks (all when there is none)."""
     if attention_mask is None:
         return hidden.mean(dim=1)
-    weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    # A row with no real token (not produced by the collators) would divide by zero: it pools to zeros instead.
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+    real = attention_mask.bool().unsqueeze(-1)
+    # Filled, not multiplied: whatever stands at padded positions never reaches the sum. A row with no real token
+    # (not produced by the collators) would divide by zero: it pools to zeros instead.
+    return hidden.masked_fill(~real, 0.0).sum(dim=1) / real.sum(dim=1).clamp(min=1)
 
 
 class MeanPoolingForSequenceClassification(PreTrainedModel):
