@@ -7,7 +7,9 @@ Relative paths are read relative to the working directory the command runs in.
 
 from __future__ import annotations
 
+import os
 import re
+import reprlib
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
@@ -15,19 +17,29 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
 from finetune.errors import UserError
+from finetune.safe_yaml import YAMLProblem, load_yaml
 
 
 class MustExist:
-    """Marks a path field whose file or folder must exist before a run starts."""
+    """Marks a path field whose file (kind "file") or folder (kind "folder") must exist before a run starts."""
+
+    def __init__(self, kind: Literal["file", "folder"]):
+        self.kind = kind
 
 
-InputPath = Annotated[Path, MustExist()]
+InputFile = Annotated[Path, MustExist("file")]
+InputFolder = Annotated[Path, MustExist("folder")]
 
 
 class Section(BaseModel):
-    """Base of every recipe section: unknown keys are errors, never silently ignored."""
+    """Base of every recipe section: unknown keys are errors, never silently ignored; so are nan and inf."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+SEED_RANGE = {"ge": 0, "lt": 2**32}  # what numpy's and torch's generators accept
+Seed = Annotated[int, Field(**SEED_RANGE)]
+MAX_VOCABULARY = 2**20  # the largest vocabularies in use have ~256k pieces; the tokenizer trainer aborts on huge ones
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,7 +56,8 @@ class TrainingConfig(Section):
     gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches summed into one optimizer step")
     lr: float = Field(5e-4, gt=0, description="peak learning rate of the top layer group")
     weight_decay: float = Field(0.01, ge=0, description="AdamW decay; biases and norm weights are never decayed")
-    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.999), description="AdamW betas, each in [0, 1)")
     max_grad_norm: Optional[float] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
     log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
     log_with: list[str] = Field(
@@ -73,7 +86,7 @@ class TrainingConfig(Section):
             known = accelerate_tracker_names()
             unknown = [name for name in names if name not in known]
             if unknown:
-                raise ValueError(f"unknown tracker {unknown[0]!r} (accelerate supports {', '.join(known)})")
+                raise ValueError(f"unknown tracker {_ECHO.repr(unknown[0])} (accelerate supports {', '.join(known)})")
         return names
 
 
@@ -101,7 +114,7 @@ class TaskConfig(Section):
 
     name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
                       "or a custom name")
-    data_dir: Optional[InputPath] = Field(
+    data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: also CSV or JSON Lines); not with source hub"
     )
@@ -113,6 +126,15 @@ class TaskConfig(Section):
     text_columns: Optional[list[str]] = Field(None, min_length=1, max_length=2, description="custom: 1 or 2 text columns")
     label_column: Optional[str] = Field(None, description="custom: the label column")
     labels: Optional[list[str]] = Field(None, min_length=2, description="custom: label strings; omit for regression")
+
+    @field_validator("labels", "text_columns")
+    @classmethod
+    def _distinct(cls, names: Optional[list[str]]) -> Optional[list[str]]:
+        repeated = sorted({name for name in names or [] if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"'{repeated[0]}' is listed twice")
+        return names
+
     metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
         None, min_length=1, description="custom: metrics to report, the first one selects the best model"
     )
@@ -257,10 +279,11 @@ class TokenizerConfig(Section):
     """The tokenizer: trained on the corpus inside the pretrain stage (WordPiece for masked LMs, byte-level BPE
     for causal ones), or an existing one reused."""
 
-    path: Optional[InputPath] = Field(
+    path: Optional[InputFolder] = Field(
         None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
     )
-    vocab_size: int = Field(8000, ge=100, description="vocabulary size of a trained tokenizer, special tokens included")
+    vocab_size: int = Field(8000, ge=100, le=MAX_VOCABULARY,
+                            description="vocabulary size of a trained tokenizer, special tokens included")
     lowercase: Optional[bool] = Field(
         None, description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
         "(uncased, as BERT), false for the byte-level BPE of causal LMs"
@@ -275,8 +298,8 @@ class TokenizerConfig(Section):
 class CorpusConfig(Section):
     """Raw text: one document per non-empty line of text files (or a `datasets` dataset), packed into blocks."""
 
-    train_files: list[InputPath] = Field(default_factory=list, description="text files to pretrain on")
-    validation_files: list[InputPath] = Field(default_factory=list, description="held-out text; empty: split off")
+    train_files: list[InputFile] = Field(default_factory=list, description="text files to pretrain on")
+    validation_files: list[InputFile] = Field(default_factory=list, description="held-out text; empty: split off")
     dataset: Optional[str] = Field(
         None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
     )
@@ -331,8 +354,15 @@ class RunRecipe(Section):
 
     stage: str
     description: str = Field("", description="one line shown by `finetune recipes`")
-    run_dir: Path = Field(description="folder for everything the run writes")
-    overwrite: bool = Field(False, description="replace an existing run directory")
+    run_dir: Path = Field(description="folder for everything the run writes (~ is the home folder)")
+    overwrite: bool = Field(
+        False, description="replace the earlier finetune run in run_dir: only a folder with finetune's marker file, "
+        "and only the files finetune wrote there (anything else of yours stays)")
+
+    @field_validator("run_dir")
+    @classmethod
+    def _home_expanded(cls, run_dir: Path) -> Path:
+        return run_dir.expanduser()
 
 
 class TrainingRunRecipe(RunRecipe):
@@ -348,7 +378,7 @@ class PretrainRecipe(TrainingRunRecipe):
     """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text."""
 
     stage: Literal["pretrain"]
-    seed: int = Field(0, description="seed for initialisation, data order and masking")
+    seed: Seed = Field(0, description="seed for initialisation, data order and masking")
     model: LanguageModelConfig = Field(default_factory=MaskedLMModelConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     corpus: CorpusConfig
@@ -441,8 +471,8 @@ class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
     stage: Literal["finetune"]
-    seed: int = Field(0, description="seed for the head's initialisation, data order and dropout")
-    seeds: Optional[list[int]] = Field(
+    seed: Seed = Field(0, description="seed for the head's initialisation, data order and dropout")
+    seeds: Optional[list[Seed]] = Field(
         None, min_length=1, description="run once per seed (into run_dir/seed-N) and report mean, median and "
         "spread of the dev metrics; replaces seed"
     )
@@ -489,7 +519,7 @@ class GlueTaskEntry(Section):
     checkpoints: list[str] = Field(
         min_length=1, description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
     )
-    data_dir: Optional[InputPath] = Field(
+    data_dir: Optional[InputFolder] = Field(
         None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
     )
 
@@ -532,7 +562,7 @@ class EvalRecipe(RunRecipe):
         None, min_length=1, description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
         "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX"
     )
-    glue_dir: Optional[InputPath] = Field(
+    glue_dir: Optional[InputFolder] = Field(
         None, description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, "
         "diagnostic/)"
     )
@@ -604,16 +634,14 @@ _OVERRIDE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)=(.*)$", 
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a recipe file with the safe loader; any problem is a one-line UserError."""
+    """Read a recipe file with the strict safe loader (finetune/safe_yaml.py); any problem is a one-line UserError."""
     if not path.is_file():
-        raise UserError(f"recipe {path}: no such file")
+        raise UserError(f"recipe {path}: no such file" if not path.is_dir() else f"recipe {path}: a folder, not a file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise UserError(f"recipe {path}{where}: invalid YAML: {problem}") from None
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except YAMLProblem as problem:
+        where = f" line {problem.line}" if problem.line is not None else ""
+        raise UserError(f"recipe {path}{where}: {problem.problem}") from None
     except UnicodeDecodeError:
         raise UserError(f"recipe {path}: not UTF-8 text") from None
     if not isinstance(data, dict):
@@ -625,12 +653,14 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
     """Set one dotted `key=value` in the raw recipe; the value is parsed as YAML (`[1, 2]`, `true`, `1e-3`)."""
     match = _OVERRIDE.match(override)
     if not match:
-        raise UserError(f"override '{override}': expected key=value, e.g. training.lr=1e-3")
+        raise UserError(f"override '{_shortened(override)}': expected key=value, e.g. training.lr=1e-3")
     key, raw_value = match.groups()
     try:
-        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
-    except yaml.YAMLError:
-        value = raw_value
+        value = load_yaml(raw_value) if raw_value.strip() else ""
+    except YAMLProblem as problem:
+        # Never fall back to the raw text: `run_dir=x/[oops` would quietly name a folder `[oops`.
+        raise UserError(f"override '{_shortened(override)}': the value is not valid YAML ({problem.problem}); "
+                        f"quote it to mean the text itself: {key}='{_shortened(raw_value)}'") from None
     node = data
     parts = key.split(".")
     for depth, part in enumerate(parts[:-1]):
@@ -657,31 +687,101 @@ def _format_validation_error(error: ValidationError, source: Path) -> str:
         elif item["type"] == "missing":
             message = "required key is missing"
         elif "input" in item and not isinstance(item["input"], (dict, list)):
-            message += f" (got {item['input']!r})"
+            message += f" (got {_ECHO.repr(item['input'])})"
         problems.append(f"{key}: {message}" if key else message)
-    return f"recipe {source}: " + "; ".join(problems)
+    return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
 
 
-def missing_paths(section: BaseModel, prefix: str = "") -> list[tuple[str, Path]]:
-    """Every `InputPath` field (also inside lists and sub-sections) whose file or folder does not exist."""
-    missing = []
+def _bounded_repr() -> reprlib.Repr:
+    """repr() that shows a bad value at most a few items and levels deep: errors echo what the user gave, bounded."""
+    bounded = reprlib.Repr()  # keyword arguments only from Python 3.12
+    bounded.maxlevel, bounded.maxstring, bounded.maxother, bounded.maxlist, bounded.maxdict = 2, 60, 60, 4, 4
+    return bounded
+
+
+_ECHO = _bounded_repr()
+MAX_ERROR_LENGTH = 600  # characters of a whole error line
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters with an ellipsis: errors echo what the user gave, never without bound."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def input_path_problems(section: BaseModel, prefix: str = "") -> list[tuple[str, Path, str]]:
+    """(dotted key, path, problem) for every input path field (also inside lists and sub-sections) that is missing or of
+    the wrong kind: a folder where a file is read, or a file where a folder is."""
+    problems = []
     for name, field in type(section).model_fields.items():
         value = getattr(section, name)
         key = f"{prefix}{name}"
         if isinstance(value, BaseModel):
-            missing += missing_paths(value, key + ".")
-        elif value is not None and _declares_input_path(field):
-            paths = value if isinstance(value, list) else [value]
-            missing += [(key, path) for path in paths if not Path(path).exists()]
-    return missing
+            problems += input_path_problems(value, key + ".")
+            continue
+        kind = _input_path_kind(field)
+        if value is None or kind is None:
+            continue
+        for path in (value if isinstance(value, list) else [value]):
+            path = Path(path)
+            if not path.exists():
+                problems.append((key, path, f"no such {kind}: {path}"))
+            elif kind == "file" and not path.is_file():
+                problems.append((key, path, f"{path} is a folder, not a file" if path.is_dir() else
+                                 f"{path}: not a regular file"))
+            elif kind == "folder" and not path.is_dir():
+                problems.append((key, path, f"{path} is a file, not a folder"))
+    return problems
 
 
-def _declares_input_path(field: Any) -> bool:
-    """True for `InputPath`, `Optional[InputPath]` and `list[InputPath]` fields."""
-    if any(isinstance(meta, MustExist) for meta in field.metadata):
-        return True
-    inner = getattr(field.annotation, "__args__", ())
-    return any(isinstance(meta, MustExist) for arg in inner for meta in getattr(arg, "__metadata__", ()))
+def _input_path_kind(field: Any) -> Optional[str]:
+    """"file" or "folder" for `InputFile`/`InputFolder` fields (also optional or in a list), else None."""
+    metadata = list(field.metadata)
+    for argument in getattr(field.annotation, "__args__", ()):
+        metadata += getattr(argument, "__metadata__", ())
+    return next((meta.kind for meta in metadata if isinstance(meta, MustExist)), None)
+
+
+def output_folder_problem(path: Path) -> Optional[str]:
+    """Why a folder a run writes into (run_dir, a cache) cannot be used, or None: it is a file, lies inside a
+    file, or it (or the folder it would be created in) cannot be written."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder"
+    existing = next(folder for folder in (path, *path.absolute().parents) if folder.exists())
+    if not existing.is_dir():
+        return f"{path} would be inside {existing}, which is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable" + ("" if existing == path else f" (needed to create {path})")
+    return None
+
+
+def run_dir_location_problem(run_dir: Path) -> Optional[str]:
+    """Why `run_dir` may never be a run directory, or None: the working folder, a folder above it, the home folder
+    (or one above it) or the root would put a run's files, and what `overwrite` removes, among the user's own."""
+    if str(run_dir).strip() in ("", "."):
+        return "empty or '.': give a folder of its own, e.g. runs/NAME"
+    resolved = Path(run_dir).expanduser().resolve()
+    working, home = Path.cwd().resolve(), Path.home().resolve()
+    if resolved == working or resolved in working.parents:
+        return f"{run_dir} is the working folder or a folder above it: give a folder of its own, e.g. runs/NAME"
+    if resolved == home or resolved in home.parents:
+        return f"{run_dir} is the home folder or a folder above it: give a folder of its own"
+    return None
+
+
+def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
+    """(key, problem) for every path of a recipe that cannot be used: inputs missing or of the wrong kind, output
+    folders that cannot be written, a run_dir that would mix a run into the user's own folders."""
+    problems = [(key, problem) for key, _, problem in input_path_problems(recipe)]
+    outputs = [("run_dir", recipe.run_dir)]
+    corpus = getattr(recipe, "corpus", None)
+    if corpus is not None and corpus.cache_dir is not None:
+        outputs.append(("corpus.cache_dir", corpus.cache_dir))
+    location = run_dir_location_problem(recipe.run_dir)
+    if location is not None:
+        problems.append(("run_dir", location))
+    problems += [(key, problem) for key, path in outputs if (problem := output_folder_problem(path)) is not None]
+    return problems
 
 
 def load_recipe(
@@ -697,7 +797,7 @@ def load_recipe(
         apply_override(data, override, path)
     stage = data.get("stage")
     if stage not in RECIPE_TYPES:
-        raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {stage!r})")
+        raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {_ECHO.repr(stage)})")
     if expected_stage is not None and stage != expected_stage:
         raise UserError(f"recipe {path}: stage: this is a '{stage}' recipe; run it with `finetune {stage}`")
     try:
@@ -705,8 +805,8 @@ def load_recipe(
     except ValidationError as error:
         raise UserError(_format_validation_error(error, path)) from None
     if check_paths:
-        for key, missing in missing_paths(recipe):
-            raise UserError(f"recipe {path}: {key}: no such file or folder: {missing}")
+        for key, problem in path_problems(recipe):
+            raise UserError(f"recipe {path}: {key}: {problem}")
     return recipe
 
 

@@ -18,8 +18,8 @@ from finetune.recipes import (
     PretrainRecipe,
     apply_override,
     describe_keys,
+    input_path_problems,
     load_recipe,
-    missing_paths,
     recipe_to_yaml,
 )
 from tests.conftest import REPO_ROOT, write_yaml
@@ -63,7 +63,7 @@ def test_shipped_recipe_data_inputs_exist(path: Path, monkeypatch):
     # Recipes use paths relative to the project root, where the commands are meant to run.
     monkeypatch.chdir(REPO_ROOT)
     recipe = load_recipe(path, check_paths=False)
-    missing = [(key, missing_path) for key, missing_path in missing_paths(recipe)
+    missing = [(key, problem) for key, missing_path, problem in input_path_problems(recipe)
                if Path(missing_path).resolve().is_relative_to(REPO_ROOT / "data")]
     assert missing == []
 
@@ -72,7 +72,7 @@ def test_missing_paths_sees_the_shipped_data_folder_paths(monkeypatch, tmp_path)
     """The check above must be able to fail: a moved data folder is reported."""
     monkeypatch.chdir(tmp_path)  # from here, data/quickstart/... does not exist
     recipe = load_recipe(REPO_ROOT / "recipes" / "quickstart" / "pretrain.yaml", check_paths=False)
-    keys = {key for key, _ in missing_paths(recipe)}
+    keys = {key for key, _, _ in input_path_problems(recipe)}
     assert {"corpus.train_files", "corpus.validation_files"} <= keys
 
 
