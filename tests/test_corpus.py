@@ -102,6 +102,16 @@ def test_read_documents_all_empty(tmp_path):
         read_documents([path])
 
 
+def test_lines_of_invisible_characters_are_empty(tmp_path):
+    """Zero-width spaces and joiners, byte-order marks, controls: BERT's normaliser deletes them, nothing shows."""
+    path = tmp_path / "zero-width.txt"
+    path.write_text("\u200b\u200c\ufeff\n\u200b \u200d\nword\u200bjoined\n\ufeffbom first\n\x07\n", encoding="utf-8")
+    assert read_documents([path]) == ["word\u200bjoined", "\ufeffbom first"]
+    path.write_text("\u200b\u200c\ufeff\n" * 5, encoding="utf-8")
+    with pytest.raises(UserError, match=f"{path}: no text .*invisible"):
+        read_documents([path])
+
+
 def test_split_documents_deterministic_and_disjoint():
     documents = [f"document {index}" for index in range(100)]
     train, validation = split_documents(documents, 0.1, seed=0)
@@ -222,9 +232,8 @@ class CountingTokenizer:
     def __init__(self, tokenizer):
         self.tokenizer, self.calls = tokenizer, 0
 
-    @property
-    def backend_tokenizer(self):
-        return self.tokenizer.backend_tokenizer
+    def __getattr__(self, name):  # the rest (backend_tokenizer, special ids) is the wrapped tokenizer's
+        return getattr(self.tokenizer, name)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -306,6 +315,34 @@ def test_cache_write_is_atomic(tokenizer, tmp_path, monkeypatch):
     counting = CountingTokenizer(tokenizer)
     tokenize_corpus(counting, LINES, tmp_path, "test")
     assert counting.calls == 1 and len(list(tmp_path.iterdir())) == 1
+
+
+def test_text_of_unknown_characters_is_refused(tmp_path, monkeypatch):
+    """Every token [UNK]: masking never picks one, so BERT would train at loss 0."""
+    tokenizer = train_wordpiece(LINES, vocab_size=200, min_frequency=1)
+    documents = ["一二三 四五", "六七"]
+    for cache_dir in (None, tmp_path):
+        with pytest.raises(UserError) as info:
+            tokenize_corpus(tokenizer, documents, cache_dir, "test", name="the training text")
+        assert str(info.value).startswith("the training text gives no known tokens: its 2 documents tokenize to "
+                                          "only [UNK]")
+        assert "一二三 四五" in str(info.value)
+    assert list(tmp_path.iterdir()) == []  # nothing cached
+    # A cache written without the check (an earlier version) is refused as well.
+    monkeypatch.setattr(corpus, "check_known_tokens", lambda *arguments: None)
+    tokenize_corpus(tokenizer, documents, tmp_path, "test")
+    monkeypatch.undo()
+    with pytest.raises(UserError, match="no known tokens"):
+        tokenize_corpus(tokenizer, documents, tmp_path, "test")
+
+
+def test_a_tokenizer_trained_on_zero_width_text_knows_no_token():
+    """WordPiece normalises the characters away and learns only its special tokens; byte-level BPE keeps the bytes."""
+    wordpiece = train_wordpiece(["\u200b\u200c\ufeff"] * 20, vocab_size=200, min_frequency=1)
+    with pytest.raises(UserError, match="the corpus gives no known tokens"):
+        tokenize_corpus(wordpiece, LINES)
+    bpe = train_byte_level_bpe(["\u200b\u200c\ufeff"] * 20, vocab_size=300, min_frequency=1)
+    assert len(tokenize_corpus(bpe, LINES).ids) > 0
 
 
 def test_wordpiece_corpus_packs_into_bert_blocks():

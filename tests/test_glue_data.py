@@ -214,6 +214,35 @@ def test_empty_file(tmp_path):
         read_task_split(GLUE_TASKS["rte"], tmp_path, "dev")
 
 
+@pytest.mark.parametrize("score", ["nan", "NaN", "inf", "-Infinity", "1e999", "4e38"])
+def test_stsb_score_that_is_not_a_finite_number_names_file_line_and_value(glue_root, score):
+    """NaN and inf would end training as 'diverged' and write NaN into result.json; 4e38 is inf as float32."""
+    path = glue_root / "STS-B" / "dev.tsv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[2] = lines[2].rsplit("\t", 1)[0] + "\t" + score
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        read_task_split(GLUE_TASKS["stsb"], glue_root / "STS-B", "dev")
+    assert f"{path} line 3: label '{score}' is not a finite number" in str(info.value)
+
+
+def test_header_naming_a_column_twice_is_refused(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tsentence\tlabel\nfine\tgood\t1\n", encoding="utf-8")
+    with pytest.raises(UserError, match=r"train.tsv line 1: column 'sentence' appears 2 times in the header"):
+        read_task_split(GLUE_TASKS["sst2"], tmp_path, "train")
+
+
+@pytest.mark.parametrize("file_format", ["tsv", "csv"])
+def test_field_past_the_csv_size_limit_names_its_line(tmp_path, file_format):
+    separator = "\t" if file_format == "tsv" else ","
+    rows = [f"text{separator}stars", f"ok{separator}good", f"{'x' * 200_000}{separator}good", f"ok{separator}bad"]
+    path = tmp_path / f"train.{file_format}"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        read_task_split(task_spec(custom(tmp_path, format=file_format, files={"train": path.name})), tmp_path, "train")
+    assert f"{path} line 3: a field longer than 131,072 characters" in str(info.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # The hub, with `datasets.load_dataset` replaced by a small in-memory dataset
 # ---------------------------------------------------------------------------------------------
@@ -355,6 +384,17 @@ def test_jsonl_malformed_line_names_file_and_line(tmp_path, line, fragment):
     with pytest.raises(UserError) as info:
         read_task_split(task_spec(custom(tmp_path, format="jsonl")), tmp_path, "train")
     assert str(path) in str(info.value) and "line 2" in str(info.value) and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_jsonl_score_that_is_not_a_finite_number(tmp_path, literal):
+    """Python's json reads NaN and Infinity literals: a JSON Lines score is checked as a TSV one is."""
+    config = TaskConfig(name="scores", data_dir=tmp_path, text_columns=["text"], label_column="score",
+                        metrics=["pearson"], format="jsonl")
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "fine", "score": 4.5}\n{"text": "odd", "score": ' + literal + "}\n", encoding="utf-8")
+    with pytest.raises(UserError, match="train.jsonl line 2: label '.*' is not a finite number"):
+        read_task_split(task_spec(config), tmp_path, "train")
 
 
 def test_unknown_extension(tmp_path):

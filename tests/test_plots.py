@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from finetune.errors import UserError
 from finetune.reporting.plots import (DPI, FIGURE_SIZE, PLOTS_DIR, UNFREEZE_MARK, evaluation_figure,
                                       learning_rate_figure, write_plots, write_plots_or_warn)
+from finetune.run_dir import read_metrics
 from finetune.training.optim import discriminative_lrs
 from finetune.training.schedules import slanted_triangular
 from tests.test_cli import assert_user_error, invoke
@@ -153,3 +155,20 @@ def test_plot_command_refuses_what_is_not_a_run(tmp_path):
     assert_user_error(invoke("plot", tmp_path / "missing"), str(tmp_path / "missing"), "no such folder")
     (tmp_path / "empty").mkdir()
     assert_user_error(invoke("plot", tmp_path / "empty"), str(tmp_path / "empty"), "not a run directory")
+
+
+@pytest.mark.parametrize(("line", "fragment"), [
+    (b"[1, 2]", "expected a JSON object, found list"),
+    (b"3", "expected a JSON object, found int"),
+    (b"null", "expected a JSON object, found NoneType"),
+    (b'{"step": 2,', "not JSON"),
+    (b'{"loss": "caf\xe9"}', "not valid UTF-8"),
+])
+def test_read_metrics_names_a_line_that_is_no_json_object(tmp_path, line, fragment):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1}\n\n' + line + b"\n")
+    with pytest.raises(UserError) as info:
+        read_metrics(path)
+    assert str(info.value).startswith(f"{path} line 3: ") and fragment in str(info.value)
+    path.write_bytes(b'{"step": 1}\n\n{"step": 2}\n')  # blank lines are skipped
+    assert read_metrics(path) == [{"step": 1}, {"step": 2}]

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import os
 import tempfile
+import unicodedata
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -21,6 +22,15 @@ from finetune.data.masking import MaskingRule
 from finetune.errors import UserError
 
 CACHE_FORMAT = 1  # part of every cache key: bump it when the cached arrays change meaning
+# Characters that show nothing: controls, format characters (zero-width space U+200B, joiners, the byte-order
+# mark U+FEFF), spaces and separators. BERT's normaliser deletes most of them, so a line of only these is empty.
+INVISIBLE_CATEGORIES = {"Cc", "Cf", "Zs", "Zl", "Zp"}
+
+
+def document_text(line: str) -> str:
+    """A line as a document: stripped, and empty when none of its characters shows."""
+    line = line.strip()
+    return line if any(unicodedata.category(character) not in INVISIBLE_CATEGORIES for character in line) else ""
 
 
 def read_documents(paths: list[Path]) -> list[str]:
@@ -30,13 +40,14 @@ def read_documents(paths: list[Path]) -> list[str]:
         with open(path, "rb") as handle:
             for line_number, raw in enumerate(handle, start=1):
                 try:
-                    line = raw.decode("utf-8").strip()
+                    line = document_text(raw.decode("utf-8"))
                 except UnicodeDecodeError:
                     raise UserError(f"{path} line {line_number}: not valid UTF-8") from None
                 if line:
                     documents.append(line)
     if not documents:
-        raise UserError(f"{', '.join(map(str, paths))}: no text (every line is empty)")
+        raise UserError(f"{', '.join(map(str, paths))}: no text (every line is empty, or holds only invisible "
+                        "characters such as U+200B)")
     return documents
 
 
@@ -54,7 +65,8 @@ def read_dataset_documents(name: str, config: str | None = None, split: str = "t
     if text_column not in dataset.column_names:
         raise UserError(f"{label}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
                         "set corpus.text_column)")
-    documents = [text.strip() for text in dataset[text_column] if isinstance(text, str) and text.strip()]
+    texts = (text for text in dataset[text_column] if isinstance(text, str))
+    documents = [document for document in map(document_text, texts) if document]
     if not documents:
         raise UserError(f"{label}: no text in column {text_column!r} of split {split!r}")
     return documents
@@ -195,14 +207,18 @@ def tokenize_documents(tokenizer, documents: list[str], batch_size: int = 2000) 
 
 
 def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = None, description: str = "tokenizing",
-                    batch_size: int = 2000, show_progress: bool = True) -> TokenizedDocuments:
-    """Token ids of every document without special tokens; from `cache_dir` if this text and tokenizer were seen."""
+                    batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus") -> TokenizedDocuments:
+    """Token ids of every document without special tokens; from `cache_dir` if this text and tokenizer were seen.
+
+    Text that gives no token but [UNK] and other special tokens is refused (`name` says which text).
+    """
     cache_path = None
     if cache_dir is not None:
         cache_path = Path(cache_dir).expanduser() / f"tokens-{corpus_cache_key(tokenizer, documents)}.npz"
         cached = _read_cache(cache_path, len(documents))
         if cached is not None:
             console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache_path}")
+            check_known_tokens(cached, tokenizer, documents, name)
             return cached
     parts = []
     with progress_bar(show_progress and len(documents) > batch_size) as progress:
@@ -211,9 +227,27 @@ def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = No
             parts.append(TokenizedDocuments.from_lists(batch))
             progress.advance(task, len(batch))
     tokenized = TokenizedDocuments.concatenate(parts)
+    check_known_tokens(tokenized, tokenizer, documents, name)
     if cache_path is not None:
         tokenized.save(cache_path)
     return tokenized
+
+
+def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, documents: list[str], name: str,
+                       chunk: int = 1 << 20) -> None:
+    """Refuse text whose tokens are all [UNK] or other special tokens: a model learns nothing from it (BERT: loss 0)."""
+    if not documents:  # nothing to tokenize: packing says the text is too short
+        return
+    special_ids = np.array(sorted(set(tokenizer.all_special_ids)))
+    for start in range(0, len(tokenized.ids), chunk):  # a real corpus shows a known token in its first chunk
+        if not np.isin(tokenized.ids[start : start + chunk], special_ids).all():
+            return
+    if len(tokenized.ids) == 0:
+        found = "no tokens at all"
+    else:
+        found = "only " + ", ".join(tokenizer.convert_ids_to_tokens(np.unique(tokenized.ids).tolist()))
+    raise UserError(f"{name} gives no known tokens: its {len(documents):,} documents tokenize to {found} "
+                    f"(the tokenizer knows none of their characters; the first is {documents[0][:40]!r})")
 
 
 def corpus_cache_key(tokenizer, documents: list[str]) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -13,6 +15,7 @@ import torch
 from torch.utils.data import Dataset
 
 from finetune.console import phase_bar
+from finetune.data.corpus import document_text
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
@@ -70,6 +73,7 @@ def _first_undecodable_line(path: Path) -> int:
 
 
 FORMAT_BY_EXTENSION = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # regression labels are stored as float32
 
 
 def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
@@ -80,19 +84,38 @@ def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
     with the usual CSV quoting, since that is how CSV writers protect commas.
     """
     reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE) if file_format == "tsv" else csv.reader(handle)
-    columns = list(headerless) if headerless else next(reader, [])
+    rows = _checked_rows(reader, path)
+    columns = list(headerless) if headerless else next(rows, [])
     if not columns:
         raise UserError(f"{path}: no examples (the file is empty)")
+    counts = Counter(columns)
+    repeated = [name for name in counts if counts[name] > 1]
+    if repeated and not headerless:  # dict(zip(...)) below would silently keep the last of them
+        raise UserError(f"{path} line {reader.line_num}: column '{repeated[0]}' appears {counts[repeated[0]]} times "
+                        "in the header")
     missing = [name for name in spec.text_columns if name not in columns]
     if missing:
         raise UserError(f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(columns)})")
-    for row in reader:
+    for row in rows:
         if not row:  # an empty line (e.g. trailing): no example
             continue
         if len(row) != len(columns):
             raise UserError(f"{path} line {reader.line_num}: expected {len(columns)} "
                             f"{'tab-' if file_format == 'tsv' else 'comma-'}separated columns, found {len(row)}")
         yield reader.line_num, dict(zip(columns, row))
+
+
+def _checked_rows(reader, path: Path) -> Iterator[list[str]]:
+    """The rows of a csv reader; a row it cannot read (a field past the csv module's size limit) names its line."""
+    try:
+        yield from reader
+    except csv.Error as error:
+        limit = csv.field_size_limit()
+        # No task text needs that much (examples are cut to task.max_length tokens): rather a broken file,
+        # e.g. a CSV quote never closed. The limit is process-wide, so it stays as it is.
+        reason = f"a field longer than {limit:,} characters, the most a field may hold" \
+            if "field larger than field limit" in str(error) else str(error)
+        raise UserError(f"{path} line {reader.line_num}: {reason}") from None
 
 
 def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -144,9 +167,15 @@ def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | i
     """A class index from the label string, or a float score; a bad label names the file and line."""
     if spec.is_regression:
         try:
-            return float(value)
+            score = float(value)
         except (TypeError, ValueError):
             raise UserError(f"{path} line {line}: label '{value}' is not a number") from None
+        # NaN or inf (1e999 reads as inf; float32 labels make inf of anything past 3.4e38) poisons the loss and
+        # the dev scores: refused here, where the line is known.
+        if not math.isfinite(score) or abs(score) > FLOAT32_MAX:
+            beyond = f" as a 32-bit float (past ±{FLOAT32_MAX:.1e})" if math.isfinite(score) else ""
+            raise UserError(f"{path} line {line}: label '{value}' is not a finite number{beyond}")
+        return score
     # JSON Lines may hold 0/1 as numbers; they stand for the strings "0"/"1" (never booleans, never 1.0).
     label = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if label not in spec.labels:
@@ -159,7 +188,7 @@ def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[st
     documents = []
     for split in splits:
         for texts in read_task_split(spec, data_dir, split).texts:
-            documents += [text.strip() for text in texts if text.strip()]
+            documents += [document for document in map(document_text, texts) if document]
     return documents
 
 

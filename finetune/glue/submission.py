@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,10 +114,20 @@ def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = N
                 continue
             check.present.append(spec.name)
             expected = (test_ids or {}).get(spec.name)
-            rows, problems = check_file(spec, archive.read(spec.submission_file), expected)
+            rows, problems = check_file(spec, read_member(archive, path, spec.submission_file), expected)
             check.rows[spec.submission_file] = rows
             check.problems += problems
     return check
+
+
+def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
+    """The bytes of one member; one that cannot be read (encrypted, corrupt) is a UserError naming it."""
+    if archive.getinfo(name).flag_bits & 0x1:  # bit 0 of the general-purpose flags: encrypted
+        raise UserError(f"{path}: member {name} is encrypted; the leaderboard reads only unencrypted archives")
+    try:
+        return archive.read(name)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:  # bad CRC, bad data, method
+        raise UserError(f"{path}: member {name} is corrupt ({error}); write the archive again") from None
 
 
 def check_file(spec: TaskSpec, data: bytes, test_ids: Optional[list[str]]) -> tuple[int, list[str]]:

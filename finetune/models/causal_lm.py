@@ -14,7 +14,7 @@ from torch import nn
 from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
 
 from finetune.errors import UserError
-from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import IGNORE_INDEX, MaskedLMOutput
 from finetune.models.objectives import LanguageModelLoss
 
@@ -47,8 +47,7 @@ def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
                         "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
     if dropout is not None:
         config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = dropout
-    return load_pretrained(GPT2LMHeadModel.from_pretrained, source, "model.checkpoint", config=config,
-                           attn_implementation="sdpa")
+    return load_model(GPT2LMHeadModel, source, "model.checkpoint", config=config, attn_implementation="sdpa")
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, training: bool) -> MaskedLMOutput:
@@ -116,6 +115,6 @@ class RecurrentNextTokenLM(LanguageModelLoss):
                 for kind, tensor in zip(("hidden", "cell"), pair)}
 
     def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Put back a state saved by `carried_state`."""
-        layers = len(tensors) // 2
+        """Put back a state saved by `carried_state` (other tensors saved beside it, e.g. the loop's, are ignored)."""
+        layers = sum(name.startswith("hidden_") for name in tensors)
         self.state = tuple((tensors[f"hidden_{layer}"], tensors[f"cell_{layer}"]) for layer in range(layers)) or None

@@ -9,7 +9,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from finetune.console import console
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
-from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
 
 
@@ -43,8 +43,10 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     try:
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
-        model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, "model.checkpoint",
-                                trusted, config=config, ignore_mismatched_sizes=replace_head)
+        # A new label count changes the output layer's shape; any other tensor must fit as stored.
+        label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
+        model = load_model(AutoModelForSequenceClassification, source, "model.checkpoint", trusted,
+                           label_counts, config=config)
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
@@ -65,8 +67,8 @@ def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: Task
                         "concat pooling (last, max and mean) already: leave pooling at model")
     if stored.model_type not in CONFIG_MAPPING:  # a family shipped as code: the head cannot rebuild its config
         raise UserError(f"pooling: mean needs a model family transformers itself knows, not '{stored.model_type}'")
-    encoder = None if backbone_config.init == "random" else load_pretrained(
-        AutoModel.from_pretrained, source, "model.checkpoint", backbone_config.trust_remote_code)
+    encoder = None if backbone_config.init == "random" else load_model(
+        AutoModel, source, "model.checkpoint", backbone_config.trust_remote_code)
     return mean_pooling_classifier(stored, encoder, classifier_dropout, **label_config(spec))
 
 
@@ -113,7 +115,7 @@ def fitted_max_length(requested: int, model) -> int:
 def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool = False):
     """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
     source = resolve_checkpoint(name, key)
-    model = load_pretrained(AutoModelForSequenceClassification.from_pretrained, source, key, trust_remote_code)
+    model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code)
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import re
 from pathlib import Path
+from typing import Iterator, Optional
 
+from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer
 
 from finetune.errors import UserError
@@ -12,6 +17,8 @@ from finetune.errors import UserError
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "tokenizer.model")
 _HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+CONFIG_FILE = "config.json"
+WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
 
 
 def resolve_checkpoint(name: str, key: str = "model.checkpoint", marker_files: tuple[str, ...] = ("config.json",)) -> str:
@@ -25,10 +32,99 @@ def resolve_checkpoint(name: str, key: str = "model.checkpoint", marker_files: t
             if marker_files == TOKENIZER_FILES:
                 raise UserError(f"{key}: {path} holds no tokenizer (none of {', '.join(marker_files)})")
             raise UserError(f"{key}: {path} has no {' or '.join(marker_files)} (not a Hugging Face model folder)")
+        if (path / CONFIG_FILE).is_file():  # tokenizers read it too
+            check_config_file(path / CONFIG_FILE, key)
         return str(path)
     if path.exists() or not _HUB_NAME.match(name):
         raise UserError(f"{key}: no such model folder: {name}")
     return name
+
+
+def check_config_file(path: Path, key: str) -> None:
+    """A checkpoint's config.json must be one JSON object: transformers meets anything else with a traceback."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        config = json.loads(text)
+    except UnicodeDecodeError:
+        raise UserError(f"{key}: {path}: not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"{key}: {path} line {error.lineno}: not valid JSON ({error.msg})") from None
+    if not isinstance(config, dict):
+        line = text[: len(text) - len(text.lstrip())].count("\n") + 1  # where the top-level value starts
+        raise UserError(f"{key}: {path} line {line}: expected a JSON object, found {type(config).__name__}")
+
+
+def check_weight_files(folder: Path, key: str) -> None:
+    """Every weight file of a local checkpoint must be a whole safetensors file (a cut copy fails deep in torch)."""
+    for path in sorted(folder.glob(WEIGHT_FILES)):
+        try:
+            with safe_open(str(path), framework="pt"):  # reads and checks the header against the file's size
+                pass
+        except SafetensorError as error:
+            reason = str(error).removeprefix("Error while deserializing header: ")
+            raise UserError(f"{key}: {path}: not a complete safetensors file ({reason}); copy or save it "
+                            "again") from None
+
+
+def load_model(model_class, name: str, key: str, trust_remote_code: bool = False,
+               label_counts: Optional[tuple[int, int]] = None, **kwargs):
+    """`model_class.from_pretrained` through `load_pretrained`, refusing weights of other shapes than config.json's.
+
+    transformers would fail with a traceback, or re-initialise those tensors when asked to ignore them.
+    `label_counts`: (stored, new) outputs of a warm-started classifier: tensors whose shapes differ only there
+    are its output layer, renewed for the new labels.
+    """
+    if Path(name).is_dir():
+        check_weight_files(Path(name), key)
+    with _held_load_report() as report:
+        model, loading = load_pretrained(model_class.from_pretrained, name, key, trust_remote_code,
+                                         ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+        position = {tensor: index for index, tensor in enumerate(model.state_dict())}
+        mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
+                            for tensor, stored, expected in loading["mismatched_keys"]
+                            if not _new_output_size(stored, expected, label_counts))
+        if mismatched:
+            report.discard()  # the line below says what the report's table would
+            _, tensor, stored, expected = mismatched[0]
+            more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
+            raise UserError(f"{key}: the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
+                            f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}")
+    return model
+
+
+def _new_output_size(stored, expected, label_counts: Optional[tuple[int, int]]) -> bool:
+    """Whether two shapes differ only where a classifier's output size went from label_counts[0] to [1]."""
+    return label_counts is not None and len(stored) == len(expected) and all(
+        old == new or (old, new) == label_counts for old, new in zip(stored, expected))
+
+
+class _HeldRecords(logging.Filter):
+    """Keeps back the records of a logger (transformers' load report) until the load is accepted or refused."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
+
+    def discard(self) -> None:
+        self.records.clear()
+
+
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[_HeldRecords]:
+    """The load report of the loads inside, logged at the end unless discarded: a refused load says it in one line."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    held = _HeldRecords()
+    logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        logger.removeFilter(held)
+        for record in held.records:
+            logger.handle(record)  # through the logger's own filters again (console.LibraryNoise)
 
 
 def load_pretrained(loader, name: str, key: str, trust_remote_code: bool = False, **kwargs):

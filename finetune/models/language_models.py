@@ -19,7 +19,7 @@ from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
-from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 
 # What validation calls the share of labelled tokens predicted right.
@@ -78,7 +78,7 @@ def load_language_model(model_config) -> nn.Module:
                         "model.family awd_lstm continues awd_lstm checkpoints")
     for name, value in dropouts.items():
         setattr(config, name, value)
-    return load_pretrained(AWDLSTMForCausalLM.from_pretrained, source, "model.checkpoint", config=config)
+    return load_model(AWDLSTMForCausalLM, source, "model.checkpoint", config=config)
 
 
 def awd_lstm_dropouts(model_config) -> dict[str, float]:

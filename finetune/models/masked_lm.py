@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertModel
 
 from finetune.errors import UserError
-from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.objectives import LanguageModelLoss
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (the convention of torch and transformers)
@@ -60,8 +60,7 @@ def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
                         "continued masked-LM pretraining supports the bert family")
     if dropout is not None:
         config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
-    return load_pretrained(BertForMaskedLM.from_pretrained, source, "model.checkpoint", config=config,
-                           attn_implementation="sdpa")
+    return load_model(BertForMaskedLM, source, "model.checkpoint", config=config, attn_implementation="sdpa")
 
 
 class CpuDropout(torch.autograd.Function):

@@ -54,8 +54,8 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: not a run directory (no {' and no '.join(missing)})")
     try:
         recipe = yaml.safe_load((path / RECIPE_FILE).read_text(encoding="utf-8"))
-        records = read_metrics(path / METRICS_FILE)
-    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        records = read_metrics(path / METRICS_FILE)  # names a bad line itself
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: unreadable run files ({type(error).__name__})") from None
     if not isinstance(recipe, dict):
         raise UserError(f"{path / RECIPE_FILE}: not a recipe")
