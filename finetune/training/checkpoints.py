@@ -5,9 +5,11 @@ holds `training_state/`: accelerate's saved state (model, optimizer, random numb
 `progress.json` (the step, epoch and batch to continue from, and whatever the stage adds) and
 copies of folders the stage attaches (finetune: the best evaluation's weights).
 
-Every checkpoint is assembled under `NAME.partial` and renamed into place when complete: a run killed
-or out of disk space during a save leaves the previous checkpoints as they were, and nothing that
-`latest_training_checkpoint` (or a user) would take for a complete checkpoint.
+Every checkpoint is assembled under `NAME.partial` and renamed into place when complete, and renamed out of
+place (`NAME.previous`, `NAME.deleting`) before it is deleted: a run killed or out of disk space during a save
+or a pruning leaves complete checkpoints and leftovers under those names, never something that
+`latest_training_checkpoint` (or a user) would take for a complete checkpoint. `sweep_incomplete_checkpoints`
+clears the leftovers when the run resumes.
 """
 
 from __future__ import annotations
@@ -29,12 +31,25 @@ from finetune.recipes import recipe_to_yaml
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
 TRAINING_STATE_DIR = "training_state"  # inside a periodic checkpoint
 PROGRESS_FILE = "progress.json"  # inside training_state/
+WEIGHTS_FILE = "model.safetensors"  # or, for a model too large for one file, shards named by WEIGHTS_INDEX_FILE
+WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 _STEP_FOLDER = re.compile(r"^step-(\d+)$")
+# Folders being written, replaced or deleted: nothing takes them for a checkpoint; a resumed run sweeps them.
+PARTIAL, PREVIOUS, DELETING = ".partial", ".previous", ".deleting"
 
 
 def partial_path(directory: Path) -> Path:
     """Where a checkpoint is assembled before it is renamed into place."""
-    return directory.with_name(directory.name + ".partial")
+    return directory.with_name(directory.name + PARTIAL)
+
+
+def remove_checkpoint(directory: Path) -> None:
+    """Delete a checkpoint folder, renamed to `NAME.deleting` first: a kill meanwhile leaves no half-deleted one."""
+    doomed = directory.with_name(directory.name + DELETING)
+    shutil.rmtree(doomed, ignore_errors=True)  # a leftover of an earlier kill (the rename needs the name free)
+    if directory.exists():
+        directory.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)  # what stays is no checkpoint, and the next sweep's
 
 
 def write_model(model, tokenizer, folder: Path, recipe=None) -> None:
@@ -49,14 +64,15 @@ def commit_checkpoint(partial: Path, directory: Path) -> Path:
     """Rename a fully written folder into place, replacing an older one of the same name.
 
     Everything is written under the temporary name first, so a run killed during a save never
-    leaves a folder that looks complete but is not.
+    leaves a folder that looks complete but is not. A kill between the two renames leaves the old folder
+    as `NAME.previous` and no `NAME`: `sweep_incomplete_checkpoints` puts it back.
     """
     if directory.exists():
-        previous = directory.with_name(directory.name + ".previous")
-        shutil.rmtree(previous, ignore_errors=True)
+        previous = directory.with_name(directory.name + PREVIOUS)
+        remove_checkpoint(previous)  # a leftover beside a complete folder
         directory.rename(previous)
         partial.rename(directory)
-        shutil.rmtree(previous)
+        remove_checkpoint(previous)
     else:
         partial.rename(directory)
     return directory
@@ -122,7 +138,7 @@ def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, rec
         _run_on_every_process(accelerator, phase, directory, partial)
     if main:
         for old in training_checkpoints(directory.parent)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            remove_checkpoint(old)
     return directory
 
 
@@ -187,21 +203,59 @@ def _link_or_copy(source: str, destination: str) -> None:
 
 
 def training_checkpoints(folder: Path) -> list[Path]:
-    """Complete periodic checkpoints in `folder`, oldest first (folders still being written are skipped)."""
+    """Complete periodic checkpoints in `folder`, oldest first: progress.json and all the weights are there."""
     if not Path(folder).is_dir():
         return []
     found = []
     for path in Path(folder).iterdir():
         match = _STEP_FOLDER.match(path.name)
-        if match and (path / TRAINING_STATE_DIR / PROGRESS_FILE).is_file():
+        # The weights too: older versions deleted checkpoints in place, and a kill could leave progress.json alone.
+        if match and (path / TRAINING_STATE_DIR / PROGRESS_FILE).is_file() and _has_weights(path):
             found.append((int(match.group(1)), path))
     return [path for _, path in sorted(found)]
+
+
+def _has_weights(folder: Path) -> bool:
+    """Whether all the weights of a model folder are there: model.safetensors, or every shard its index names."""
+    if (folder / WEIGHTS_FILE).is_file():
+        return True
+    index = folder / WEIGHTS_INDEX_FILE
+    if not index.is_file():
+        return False
+    shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+    return all((folder / shard).is_file() for shard in shards)
 
 
 def latest_training_checkpoint(run_dir: Path) -> Optional[Path]:
     """The newest complete periodic checkpoint of a run, or None."""
     checkpoints = training_checkpoints(Path(run_dir) / "checkpoints")
     return checkpoints[-1] if checkpoints else None
+
+
+def sweep_incomplete_checkpoints(run_dir: Path) -> None:
+    """Clear what kills during saves and prunings left in RUN_DIR/checkpoints and beside RUN_DIR/checkpoint.
+
+    `.partial` and `.deleting` folders go, and so do `step-N` folders that are no complete checkpoint (half
+    deleted by older versions). A `.previous` folder goes if its replacement is in place, else it is the only
+    complete copy (a kill between the renames of `commit_checkpoint`) and is put back. Call on the main process
+    of a resuming run, while nothing else writes there.
+    """
+    run_dir, periodic = Path(run_dir), Path(run_dir) / "checkpoints"
+    paths = list(periodic.iterdir()) if periodic.is_dir() else []
+    paths += [run_dir / f"checkpoint{suffix}" for suffix in (PARTIAL, PREVIOUS, DELETING)]
+    for path in paths:
+        if path.suffix == PREVIOUS and path.is_dir():
+            target = path.with_name(path.stem)
+            if target.exists():
+                remove_checkpoint(path)  # renamed first: never a half-deleted folder that could be put back
+            else:
+                path.rename(target)
+        elif path.suffix in (PARTIAL, DELETING):
+            shutil.rmtree(path, ignore_errors=True)  # no checkpoint's name: deleting them in place is safe
+    complete = training_checkpoints(periodic)
+    for path in list(periodic.iterdir()) if periodic.is_dir() else []:
+        if _STEP_FOLDER.match(path.name) and path not in complete:
+            remove_checkpoint(path)
 
 
 def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dict[str, Path]] = None
@@ -215,7 +269,9 @@ def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dic
     accelerator.load_state(str(state))
     progress = json.loads((state / PROGRESS_FILE).read_text(encoding="utf-8"))
     tensors_file = state / _process_tensors_file(accelerator)
-    tensors = load_file(str(tensors_file), device=str(accelerator.device)) if tensors_file.is_file() else {}
+    # Read on the CPU, then moved: safetensors refuses some device names (e.g. "cpu:0" under MULTI_CPU).
+    tensors = load_file(str(tensors_file)) if tensors_file.is_file() else {}
+    tensors = {name: tensor.to(accelerator.device) for name, tensor in tensors.items()}
     if accelerator.is_main_process:
         for name, folder in (attachments or {}).items():
             folder = Path(folder)
@@ -225,7 +281,7 @@ def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dic
                 shutil.copytree(state / name, partial, copy_function=_link_or_copy)
                 commit_checkpoint(partial, folder)
             else:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_checkpoint(folder)
     accelerator.wait_for_everyone()
     return progress, tensors
 

@@ -31,6 +31,7 @@ from finetune.training.optim import set_learning_rates
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
 LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, Any, int]]
+RUNNING_SUMS = "training_loop_sums"  # the loop's name among a checkpoint's per-process tensors
 
 
 def make_accelerator(training_config, parameters_change_trainability: bool = False,
@@ -90,7 +91,8 @@ class TrainingLoop:
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
         # save_checkpoint(progress) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the
-        # position to resume from: step, epoch, batches_in_epoch and metrics_lines (see `restore`).
+        # position to resume from: step, epoch, batches_in_epoch, metrics_lines, the log window's items and seconds
+        # and the training time so far (see `restore`); it saves `process_tensors()` of every process beside it.
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
         self.step = 0  # optimizer steps taken so far
         self.last_checkpoint: Optional[Path] = None  # the newest periodic checkpoint, named when a run fails
@@ -98,7 +100,14 @@ class TrainingLoop:
         self._interrupt_requested = False  # set by the Ctrl-C handler of `watching`
         # First step (1-based; 0: none) with a non-finite loss / gradient norm, kept on the device: no sync per step.
         self._nonfinite = torch.zeros(2, dtype=torch.long, device=accelerator.device)
-        self.started = time.perf_counter()  # for the run's wall time (reporting.finish)
+        self.started = time.perf_counter()  # for the run's wall time (reporting.finish); moved back on a resume
+        # Loop state rather than locals of train_epoch, so that a checkpoint keeps them and a resumed run logs what
+        # an uninterrupted one would. Summed on the device and read once per log window (no sync at every step):
+        # the log window's loss and loss terms, then the epoch's. Each process sums its own share.
+        self._sums = torch.zeros(4, device=accelerator.device)
+        self._window_items = 0  # tokens or examples of this process in the log window, for the throughput
+        self._window_seconds = 0.0  # training time of the log window before `_window_clock` (evaluations left out)
+        self._window_clock = time.perf_counter()
         self.stop_requested = False  # set by a stage (e.g. from an evaluation) to end the run after this step
 
     @property
@@ -124,11 +133,11 @@ class TrainingLoop:
         """
         accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
         model.train()
-        # Summed on the device and read once per log window: no host synchronisation at every step.
-        window_loss = torch.zeros((), device=accelerator.device)
-        window_terms, step_terms = torch.zeros_like(window_loss), torch.zeros_like(window_loss)
-        epoch_loss, epoch_terms = torch.zeros_like(window_loss), torch.zeros_like(window_loss)
-        window_items, window_start = 0, time.perf_counter()
+        if not batches_done:  # a new epoch; a resumed one continues the sums that `restore` put back
+            self._sums.zero_()
+            self._start_window()
+        self._window_clock = time.perf_counter()
+        step_terms = torch.zeros((), device=accelerator.device)
         steps_this_epoch = min(
             math.ceil(len(loader) / self.config.gradient_accumulation_steps), self.total_steps - self.step
         )
@@ -157,23 +166,20 @@ class TrainingLoop:
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                 summed = loss.detach().float() * terms
-                window_loss += summed
-                epoch_loss += summed
-                window_terms += terms
-                epoch_terms += terms
+                self._sums += torch.stack((summed, terms, summed, terms))
                 batches_done += 1
-                window_items += int(items)
+                self._window_items += int(items)
                 if not accelerator.sync_gradients:
                     continue
                 self.step += 1
                 progress.advance(bar)
                 if self.step % self.config.log_every == 0 or self.finished:
                     self._check_finite()
-                    elapsed = time.perf_counter() - window_start
+                    elapsed = self._window_seconds + time.perf_counter() - self._window_clock
                     # Every process counts its own items; throughput is for all of them together.
-                    throughput = window_items * accelerator.num_processes / elapsed
+                    throughput = self._window_items * accelerator.num_processes / elapsed
                     # The mean over every process's loss terms, not over the main process's share alone.
-                    loss_sum, loss_terms = self._summed_over_processes(window_loss, window_terms)
+                    loss_sum, loss_terms = self._summed_over_processes(*self._sums[:2])
                     record = {
                         "phase": "train", "step": self.step, "epoch": epoch,
                         "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
@@ -182,16 +188,14 @@ class TrainingLoop:
                     self.metrics_log.write(record)
                     progress.update(bar, status=f"loss {record['loss']:.4f}  lr {max(lrs.values()):.2e}  "
                                                 f"{throughput:,.0f} {self.throughput_unit}/s")
-                    window_loss.zero_(), window_terms.zero_()
-                    window_items, window_start = 0, time.perf_counter()
+                    self._start_window()
                 if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
                     self._check_finite()
-                    self.log_evaluation(evaluate(), epoch)
+                    with self._window_clock_stopped():
+                        self.log_evaluation(evaluate(), epoch)
                     model.train()
-                    window_start = time.perf_counter()
                 if self.checkpoint_every and self.step % self.checkpoint_every == 0:
                     self._save(epoch, batches_done)
-                    window_start = time.perf_counter()
                 if self._interrupt_agreed():
                     if self._saved_step != self.step:
                         self._save(epoch, batches_done)
@@ -199,8 +203,22 @@ class TrainingLoop:
                 if self.finished:
                     break
         self._check_finite()  # what follows an epoch (evaluation, the final save) must not see poisoned weights
-        epoch_loss, epoch_terms = self._summed_over_processes(epoch_loss, epoch_terms)
+        epoch_loss, epoch_terms = self._summed_over_processes(*self._sums[2:])
         return (epoch_loss / epoch_terms.clamp(min=1)).item()
+
+    def _start_window(self) -> None:
+        """Start a new log window: no loss, items or training time in it yet."""
+        self._sums[:2].zero_()
+        self._window_items, self._window_seconds, self._window_clock = 0, 0.0, time.perf_counter()
+
+    @contextmanager
+    def _window_clock_stopped(self):
+        """Leave the time of the enclosed block (an evaluation, a save) out of the log window's throughput."""
+        self._window_seconds += time.perf_counter() - self._window_clock
+        try:
+            yield
+        finally:
+            self._window_clock = time.perf_counter()
 
     def _summed_over_processes(self, *sums: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Each process's running sums added up over all processes (one all-reduce), so logs cover every process."""
@@ -209,14 +227,25 @@ class TrainingLoop:
             stacked = self.accelerator.reduce(stacked, reduction="sum")
         return tuple(stacked.unbind())
 
-    def restore(self, progress: dict[str, Any], checkpoint: Path) -> tuple[int, int]:
+    def process_tensors(self) -> dict[str, torch.Tensor]:
+        """This process's running loss sums, for a checkpoint's per-process tensors (they differ by process)."""
+        return {RUNNING_SUMS: self._sums}
+
+    def restore(self, progress: dict[str, Any], checkpoint: Path,
+                process_tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[int, int]:
         """Continue from a periodic checkpoint's progress: its step, metrics.jsonl cut back to what was logged by then.
 
-        Returns the epoch to continue and how many of its batches were already trained on.
+        The log window and epoch sums (`process_tensors`, as loaded by `load_training_state`), the window's items
+        and seconds and the training time come back too, so the logs and timing.json read as if the run never
+        stopped. Returns the epoch to continue and how many of its batches were already trained on.
         """
         self.step = self._saved_step = progress["step"]
         self.last_checkpoint = Path(checkpoint)
         self.metrics_log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after it
+        self.started -= progress.get("training_seconds", 0.0)  # checkpoints of older versions: this run's time only
+        if process_tensors and RUNNING_SUMS in process_tensors:
+            self._sums.copy_(process_tensors[RUNNING_SUMS])
+            self._window_items, self._window_seconds = progress["window_items"], progress["window_seconds"]
         return progress["epoch"], progress["batches_in_epoch"]
 
     @contextmanager
@@ -268,9 +297,12 @@ class TrainingLoop:
         if self.save_checkpoint is None:
             return
         self._check_finite()
-        progress = {"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done,
-                    "metrics_lines": self.metrics_log.line_count()}
-        self.last_checkpoint = self.save_checkpoint(progress) or self.last_checkpoint
+        with self._window_clock_stopped():
+            # The window's items and seconds are the main process's (the one that logs); its sums are per process.
+            progress = {"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done,
+                        "metrics_lines": self.metrics_log.line_count(), "window_items": self._window_items,
+                        "window_seconds": self._window_seconds, "training_seconds": time.perf_counter() - self.started}
+            self.last_checkpoint = self.save_checkpoint(progress) or self.last_checkpoint
         self._saved_step = self.step
 
     def _mark_nonfinite(self, kind: int, value: torch.Tensor) -> None:
