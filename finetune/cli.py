@@ -203,8 +203,6 @@ def plot(
 
     Every run draws them when it ends; a multi-seed run directory gets the plots of each seed-N folder.
     """
-    import json
-
     from finetune.reporting.plots import write_plots
     from finetune.run_dir import METRICS_FILE
 
@@ -217,8 +215,8 @@ def plot(
     for target in targets:
         try:
             written = write_plots(target)
-        except json.JSONDecodeError as error:
-            _fail(f"{target / METRICS_FILE}: line {error.lineno}: not JSON")
+        except UserError as error:  # a metrics.jsonl line that is not a JSON object, named by read_metrics
+            _fail(str(error))
         for path in written:
             typer.echo(str(path))
 

@@ -1,39 +1,184 @@
-"""The run directory: one folder holding everything a run produces."""
+"""The run directory: one folder holding everything a run produces, and nothing else of the user's is ever removed.
+
+Every run directory carries a marker file (.finetune-run) written when the run starts. `overwrite`
+replaces only a folder that has it (or, from versions before the marker, the recipe.yaml of a run in that
+very folder), and removes only the entries this toolkit writes (the names in
+OWN_ENTRIES, seed-N folders that are runs themselves): a user's own files inside or beside the folder
+stay. While a run writes into its folder it holds the folder's lock (run_lock.py).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from finetune import __version__, run_lock
 from finetune.errors import UserError
-from finetune.recipes import recipe_to_yaml
+from finetune.recipes import RECIPE_TYPES, recipe_to_yaml, run_dir_location_problem
+from finetune.safe_yaml import YAMLProblem, load_yaml
 
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe, defaults filled in
 METRICS_FILE = "metrics.jsonl"  # one JSON object per logged step or evaluation
+MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this folder is a run of this toolkit
+# Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
+# checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
+OWN_ENTRIES = frozenset({
+    MARKER_FILE, run_lock.LOCK_FILE, RECIPE_FILE, METRICS_FILE, "timing.json", "plots", "trackers",
+    "checkpoint", "checkpoints", "result.json", "seeds.json", "seeds.md", "report.json", "report.md",
+    "predictions", "submission.zip",
+})
+# A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.
+_OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")
+_SEED_FOLDER = re.compile(r"^seed-\d+$")
+STAGES = tuple(RECIPE_TYPES)
+FINISHED_ENTRIES = ("checkpoint", "result.json", "seeds.json", "report.json")  # written only when a stage has ended
+
+_created: list[Path] = []  # run directories this process created (or emptied) and has not finished yet
 
 
-def check_run_dir_free(recipe) -> None:
-    """Refuse to mix a new run into the folder of an earlier one unless the recipe says `overwrite`."""
+def is_run_dir(path: Path) -> bool:
+    """True for a folder this toolkit made a run directory: it holds the marker file, or (a run of a version before
+    the marker) the saved recipe.yaml of a run whose run_dir is this very folder."""
+    path = Path(path)
+    if (path / MARKER_FILE).is_file():
+        return True
+    recipe = path / RECIPE_FILE
+    if not recipe.is_file() or recipe.stat().st_size > 1_000_000:
+        return False
+    try:
+        saved = load_yaml(recipe.read_text(encoding="utf-8"))
+        return (isinstance(saved, dict) and saved.get("stage") in STAGES and isinstance(saved.get("run_dir"), str)
+                and Path(saved["run_dir"]).expanduser().resolve() == path.resolve())
+    except (YAMLProblem, UnicodeDecodeError, OSError):
+        return False
+
+
+def is_own_entry(entry: Path) -> bool:
+    """True for an entry of a run directory that this toolkit wrote: only these are ever removed."""
+    return (entry.name in OWN_ENTRIES or bool(_OWN_VARIANT.match(entry.name))
+            or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink()))
+
+
+def check_run_dir_free(recipe, latest_checkpoint: Optional[Callable[[Path], Optional[Path]]] = None) -> None:
+    """Refuse a run_dir that is in use, holds a run (without `overwrite`) or holds files of the user's.
+
+    `latest_checkpoint(run_dir)`: the stage's newest resumable checkpoint, to say whether `--resume` would help.
+    Called on every process before any input is read, and again by the main process once it holds the lock.
+    """
     path = Path(recipe.run_dir)
-    if not recipe.overwrite and path.exists() and any(path.iterdir()):
-        raise UserError(f"run_dir {path} already holds a run; set overwrite=true or choose another run_dir")
+    location = run_dir_location_problem(path)
+    if location is not None:
+        raise UserError(f"run_dir: {location}")
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise UserError(f"run_dir {path} is a file, not a folder")
+    run_lock.check_not_locked(path)
+    entries = [entry for entry in path.iterdir() if entry.name != run_lock.LOCK_FILE]
+    if not entries:
+        return
+    if not is_run_dir(path):
+        shown = ", ".join(sorted(entry.name for entry in entries)[:3]) + (", ..." if len(entries) > 3 else "")
+        raise UserError(f"run_dir {path} holds files that finetune did not write ({shown}); overwrite only ever "
+                        "replaces a finetune run: choose a new or empty folder")
+    if recipe.overwrite:
+        return
+    if any((path / name).exists() for name in FINISHED_ENTRIES):
+        raise UserError(f"run_dir {path} already holds a finished run; set overwrite=true to replace it (this "
+                        "deletes that run's files only) or choose another run_dir")
+    checkpoint = latest_checkpoint(path) if latest_checkpoint is not None else None
+    if checkpoint is not None:
+        raise UserError(f"run_dir {path} holds a stopped run that --resume continues (from "
+                        f"{checkpoint.relative_to(path)}); or set overwrite=true to start it again")
+    raise UserError(f"run_dir {path} holds a run that stopped before saving a checkpoint to resume from: set "
+                    "overwrite=true to start it again (or choose another run_dir)")
 
 
 def prepare_run_dir(recipe, is_main_process: bool = True) -> Path:
-    """Create the run directory (emptying it when `overwrite`) and save the resolved recipe.
+    """Create and lock the run directory (removing an earlier run's files when `overwrite`), save the recipe.
 
     Stages call it once their inputs have been read, so a bad input leaves no folder behind.
     """
     path = Path(recipe.run_dir)
-    if is_main_process:
-        check_run_dir_free(recipe)
-        if path.exists():
-            shutil.rmtree(path)
+    if not is_main_process:
+        return path
+    existed = path.exists()
+    try:
         path.mkdir(parents=True, exist_ok=True)
-        (path / RECIPE_FILE).write_text(recipe_to_yaml(recipe), encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"run_dir {path}: cannot create it ({error.strerror})") from None
+    run_lock.acquire(path)
+    try:
+        check_run_dir_free(recipe)  # again: another run may have written here since the first check
+    except UserError:
+        run_lock.release(path)
+        if not existed:
+            _remove_if_empty(path)
+        raise
+    remove_own_entries(path)
+    marker = {"tool": "finetune", "version": __version__, "stage": recipe.stage}
+    (path / MARKER_FILE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
+    (path / RECIPE_FILE).write_text(recipe_to_yaml(recipe), encoding="utf-8")
+    _created.append(path)
     return path
+
+
+def claim_run_dir(recipe, is_main_process: bool = True) -> Path:
+    """For `--resume`: lock the stopped run's directory (already checked by `check_same_recipe`)."""
+    path = Path(recipe.run_dir)
+    if is_main_process:
+        run_lock.acquire(path)
+    return path
+
+
+def remove_own_entries(path: Path) -> None:
+    """Delete what this toolkit wrote in a run directory (seed-N runs recursively), keep everything else."""
+    for entry in Path(path).iterdir():
+        if entry.name == run_lock.LOCK_FILE or not is_own_entry(entry):
+            continue
+        if _SEED_FOLDER.match(entry.name):
+            remove_own_entries(entry)
+            _remove_if_empty(entry)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()  # a file, or a link: never what it points to
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # not empty: it holds the user's files
+
+
+def guarded_stage(stage_function: Callable) -> Callable:
+    """Decorate a stage's entry point: the run directories it locks are unlocked when it returns or fails, and
+    those it created are emptied of its files again when it fails on a user mistake (nothing half-made is left
+    looking like a run)."""
+
+    @functools.wraps(stage_function)
+    def run(*arguments, **keywords):
+        held_before, created_before = set(run_lock.held_locks()), len(_created)
+        try:
+            return stage_function(*arguments, **keywords)
+        except UserError:
+            for path in _created[created_before:]:
+                if path.is_dir():
+                    remove_own_entries(path)
+                    _remove_if_empty(path)
+            raise
+        finally:
+            del _created[created_before:]
+            for path in set(run_lock.held_locks()) - held_before:
+                run_lock.release(path)
+                _remove_if_empty(path)  # a folder locked but never written: nothing to keep
+
+    return run
 
 
 def check_resumable(recipe, latest_checkpoint) -> Path:
@@ -41,8 +186,14 @@ def check_resumable(recipe, latest_checkpoint) -> Path:
     path = check_same_recipe(recipe)
     checkpoint = latest_checkpoint(path)
     if checkpoint is None:
-        raise UserError(f"--resume: {path} has no complete periodic checkpoint yet (they are written every "
-                        "checkpoint_every steps)")
+        if any((path / name).exists() for name in FINISHED_ENTRIES):
+            raise UserError(f"--resume: {path} holds a finished run: nothing to resume (overwrite=true starts it "
+                            "again)")
+        if recipe.checkpoint_every is None:
+            reason = "its recipe saves no periodic checkpoints (set checkpoint_every to make runs resumable)"
+        else:
+            reason = f"it stopped before its first periodic checkpoint (checkpoint_every: {recipe.checkpoint_every})"
+        raise UserError(f"--resume: {path} cannot be resumed: {reason}; start it again with overwrite=true")
     return checkpoint
 
 
@@ -53,6 +204,7 @@ def check_same_recipe(recipe) -> Path:
     path = Path(recipe.run_dir)
     if not (path / RECIPE_FILE).is_file():
         raise UserError(f"--resume: run_dir {path} holds no run to resume (no {RECIPE_FILE})")
+    run_lock.check_not_locked(path)
     started = flatten_keys(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
     given = flatten_keys(recipe.model_dump(mode="json"))
     changed = sorted(key for key in given.keys() | started.keys()
@@ -103,6 +255,20 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics.jsonl file."""
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """All records of a metrics.jsonl file; a line that is not one JSON object is a UserError naming it."""
+    records = []
+    with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is named too
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+                if not text.strip():
+                    continue
+                record = json.loads(text)
+            except UnicodeDecodeError:
+                raise UserError(f"{path} line {number}: not valid UTF-8") from None
+            except json.JSONDecodeError as error:
+                raise UserError(f"{path} line {number}: not JSON ({error.msg})") from None
+            if not isinstance(record, dict):  # [1, 2] or 3 would fail later, in a plot, as a traceback
+                raise UserError(f"{path} line {number}: expected a JSON object, found {type(record).__name__}")
+            records.append(record)
+    return records

@@ -10,14 +10,19 @@ like a finished run: no checkpoint, result.json or report).
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.data.tokenizers import train_wordpiece
 from tests.conftest import (eval_recipe, finetune_recipe, pretrain_recipe, save_tiny_masked_lm, write_corpus,
                             write_task, write_yaml)
 
@@ -99,12 +104,101 @@ def checkpoint_without_tokenizer(data: dict[str, Any], paths: Paths) -> None:
     data["model"]["checkpoint"] = str(folder)
 
 
-def regression_task_with_a_word_for_a_score(data: dict[str, Any], paths: Paths) -> None:
-    data["task"].pop("labels")
-    data["task"]["metrics"] = ["pearson"]
-    lines = (paths.task / "train.tsv").read_text(encoding="utf-8").splitlines()
-    lines[2] = lines[2].rsplit("\t", 1)[0] + "\thigh"
-    (paths.task / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+def regression_task_scoring(score: str) -> Change:
+    """The task as a regression (no labels), with `score` as the score of train.tsv line 3."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        data["task"].pop("labels")
+        data["task"]["metrics"] = ["pearson"]
+        lines = (paths.task / "train.tsv").read_text(encoding="utf-8").splitlines()
+        lines[2] = lines[2].rsplit("\t", 1)[0] + "\t" + score
+        (paths.task / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    return change
+
+
+regression_task_with_a_word_for_a_score = regression_task_scoring("high")
+
+
+def modified_checkpoint(name: str, modify: Callable[[Path], None]) -> Change:
+    """A copy of the tiny checkpoint in tmp/`name`, changed by `modify(folder)`, as the model to train or evaluate."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        folder = paths.tmp / name
+        shutil.copytree(paths.checkpoint, folder)
+        modify(folder)
+        if "models" in data:
+            data["models"] = {"model": str(folder)}
+        else:
+            data["model"]["checkpoint"] = str(folder)
+
+    return change
+
+
+def config_as_a_list(folder: Path) -> None:
+    (folder / "config.json").write_text("[1, 2]\n", encoding="utf-8")
+
+
+def config_not_json(folder: Path) -> None:
+    (folder / "config.json").write_text('{"model_type": "bert"\n"hidden_size": 16}\n', encoding="utf-8")
+
+
+def empty_weights(folder: Path) -> None:
+    (folder / "model.safetensors").write_bytes(b"")
+
+
+def weights_cut_in_half(folder: Path) -> None:
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+
+
+def config_twice_as_wide(folder: Path) -> None:
+    """config.json says hidden 32; the weights stay 16 wide."""
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_size=32, intermediate_size=64)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def corpus_of_unknown_characters(data: dict[str, Any], paths: Paths) -> None:
+    """CJK text for the checkpoint's tokenizer, which learnt only the English test sentences: every token is [UNK]."""
+    paths.corpus.write_text("一二三 四五\n" * 50, encoding="utf-8")
+    data["tokenizer"] = {"path": str(paths.checkpoint)}
+
+
+def tokenizer_trained_on_zero_width_text(data: dict[str, Any], paths: Paths) -> None:
+    """A WordPiece tokenizer trained on zero-width characters (which it normalises away): it knows no token."""
+    folder = paths.tmp / "zero-width-tokenizer"
+    train_wordpiece(["\u200b\u200c\ufeff"] * 50, vocab_size=200, min_frequency=1).save_pretrained(folder)
+    data["tokenizer"] = {"path": str(folder)}
+
+
+def recipe_and(extra_text: str) -> Change:
+    """The case's recipe as YAML text with `extra_text` appended: what a dict cannot hold (repeated keys, anchors)."""
+
+    def change(data: dict[str, Any], paths: Paths) -> Path:
+        path = paths.tmp / "raw.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False) + extra_text, encoding="utf-8")
+        return path
+
+    return change
+
+
+# 10 strings, each anchor 10 copies of the one before: 10^9 strings once expanded, in a few hundred bytes.
+BILLION_LAUGHS = "laughs:\n" + "".join(
+    f"  - &a{level} [{', '.join(['lol'] * 10 if level == 0 else [f'*a{level - 1}'] * 10)}]\n" for level in range(9)
+) + "training:\n  log_with: [*a8, *a8]\n"
+
+
+def family_without_layer_groups(data: dict[str, Any], paths: Paths) -> None:
+    """A tiny MPNet checkpoint (a family transformers has and this toolkit gives no layer groups) with the tokenizer."""
+    from transformers import MPNetConfig, MPNetModel
+
+    folder = paths.tmp / "mpnet"
+    shutil.copytree(paths.checkpoint, folder, ignore=shutil.ignore_patterns("config.json", "*.safetensors"))
+    config = MPNetConfig(vocab_size=400, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)
+    MPNetModel(config).save_pretrained(folder)
+    data["model"]["checkpoint"] = str(folder)
 
 
 GOOD_ROW = b"the film was great .\t1\n"
@@ -178,6 +272,50 @@ CASES = {
     "recipe not UTF-8": Case("finetune", recipe_text(b"stage: finetune\ndescription: caf\xe9\n"),
                              ("raw.yaml", "UTF-8")),
     "recipe not a mapping": Case("finetune", recipe_text(b"- stage: finetune\n"), ("raw.yaml", "mapping")),
+    # Values out of any sensible range (a traceback, or a crash, before)
+    "negative seed": Case("pretrain", setting("seed", -1), ("seed", "greater than or equal to 0")),
+    "seed past 2**32": Case("finetune", setting("seed", 2**32), ("seed", "less than 4294967296")),
+    "negative seed in seeds": Case("finetune", setting("seeds", [1, -1]), ("seeds.1",)),
+    "adam beta past 1": Case("pretrain", setting("training.adam_betas", [1.5, 0.999]), ("training.adam_betas.0",)),
+    "adam beta nan": Case("finetune", setting("training.adam_betas", [float("nan"), 0.999]),
+                          ("training.adam_betas.0", "finite")),
+    "lr inf": Case("finetune", setting("seed", 0), ("training.lr", "finite"), ("training.lr=.inf",)),
+    "lr 1e999": Case("pretrain", setting("training.lr", "1e999"), ("training.lr", "finite")),
+    "dropout nan": Case("pretrain", setting("model.dropout", float("nan")), ("model.dropout", "finite")),
+    "hidden size of a million": Case("pretrain", setting("model.hidden", 1048576),
+                                     ("model.hidden=1048576", "billion parameters", "GiB")),
+    "vocabulary of 1e11": Case("pretrain", setting("tokenizer.vocab_size", 100_000_000_000),
+                               ("tokenizer.vocab_size", "less than or equal to 1048576")),
+    "task label listed twice": Case("finetune", setting("task.labels", ["0", "1", "1"]), ("task.labels", "'1'")),
+    "text column listed twice": Case("finetune", setting("task.text_columns", ["sentence", "sentence"]),
+                                     ("task.text_columns", "'sentence'")),
+    "family without layer groups": Case("finetune", family_without_layer_groups, ("mpnet", "no layer groups")),
+    "missing label column": Case("finetune", writing("task/train.tsv", b"sentence\n" + b"the film was great .\n" * 4),
+                                 ("train.tsv", "label")),
+    # Paths of the wrong kind, or where nothing can be written
+    "folder as a training file": Case("pretrain", lambda data, paths: data["corpus"].update(
+        train_files=[str(paths.corpus.parent)]), ("corpus.train_files", "is a folder, not a file")),
+    "file as the task folder": Case("finetune", lambda data, paths: data["task"].update(
+        data_dir=str(paths.task / "train.tsv")), ("task.data_dir", "is a file, not a folder")),
+    "file as the cache folder": Case("pretrain", lambda data, paths: data["corpus"].update(
+        cache_dir=str(paths.corpus)), ("corpus.cache_dir", "is a file, not a folder")),
+    "file as the run_dir": Case("finetune", lambda data, paths: data.update(run_dir=str(paths.task / "dev.tsv")),
+                                ("run_dir", "dev.tsv is a file")),
+    "run_dir inside a file": Case("eval", lambda data, paths: data.update(run_dir=str(paths.task / "dev.tsv" / "r")),
+                                  ("run_dir", "which is a file")),
+    # Recipe text: repeated keys, bombs, nesting, overrides
+    "key given twice": Case("finetune", recipe_and("model:\n  checkpoint: elsewhere\n  init: random\n"),
+                            ("raw.yaml line", "key 'model' is given twice")),
+    "nested key given twice": Case("pretrain", recipe_and("schedule:\n  kind: linear\n  kind: constant\n"),
+                                   ("raw.yaml line", "key 'kind' is given twice")),
+    "billion laughs": Case("finetune", recipe_and(BILLION_LAUGHS), ("raw.yaml line", "expands to more than")),
+    "YAML nested 1,000 deep": Case("finetune", recipe_and("deep: " + "[" * 1000 + "]" * 1000 + "\n"),
+                                   ("raw.yaml", "nested more than")),
+    # `x/[oops` is valid YAML (a plain string) and names that folder; `[oops` opens a list it never closes.
+    "override that is not YAML": Case("finetune", setting("seed", 0), ("run_dir=[oops", "not valid YAML",
+                                                                       "run_dir='[oops'"), ("run_dir=[oops",)),
+    "override with a key twice": Case("finetune", setting("seed", 0), ("training", "given twice"),
+                                      ("training={lr: 1, lr: 2}",)),
     # Malformed data files
     "TSV row with a missing column": Case("finetune", writing(
         "task/train.tsv", b"sentence\tlabel\n" + GOOD_ROW * 2 + b"no label here\n" + GOOD_ROW),
@@ -200,6 +338,44 @@ CASES = {
     "corpus not UTF-8": Case("pretrain", writing("corpus/train.txt", b"fine text\nmore\nbad \xff byte\n"),
                              ("train.txt line 3", "UTF-8")),
     "empty corpus": Case("pretrain", writing("corpus/train.txt", b"\n\n"), ("train.txt", "no text")),
+    # Data files and checkpoints
+    "checkpoint config.json a list": Case("finetune", modified_checkpoint("list-config", config_as_a_list), (
+        "model.checkpoint", "list-config/config.json line 1", "expected a JSON object, found list")),
+    "evaluated model's config.json a list": Case("eval", modified_checkpoint("list-config", config_as_a_list), (
+        "models.model", "list-config/config.json line 1", "expected a JSON object")),
+    "checkpoint config.json not JSON": Case("finetune", modified_checkpoint("bad-config", config_not_json), (
+        "model.checkpoint", "bad-config/config.json line 2", "not valid JSON")),
+    "0-byte checkpoint weights": Case("finetune", modified_checkpoint("empty-weights", empty_weights), (
+        "model.checkpoint", "empty-weights/model.safetensors", "not a complete safetensors file")),
+    "truncated checkpoint weights": Case("finetune", modified_checkpoint("cut-weights", weights_cut_in_half), (
+        "model.checkpoint", "cut-weights/model.safetensors", "not a complete safetensors file")),
+    "truncated weights of the evaluated model": Case("eval", modified_checkpoint("cut-weights", weights_cut_in_half), (
+        "models.model", "cut-weights/model.safetensors", "not a complete safetensors file")),
+    "config.json wider than the weights": Case("finetune", modified_checkpoint("wide-config", config_twice_as_wide), (
+        "model.checkpoint", "wide-config", "bert.embeddings.word_embeddings.weight", "[149, 16]", "[149, 32]")),
+    "config.json of the evaluated model wider than its weights": Case(
+        "eval", modified_checkpoint("wide-config", config_twice_as_wide),
+        ("models.model", "wide-config", "bert.embeddings.word_embeddings.weight")),
+    "TSV field of 10 MB": Case("finetune", writing(
+        "task/train.tsv", b"sentence\tlabel\n" + GOOD_ROW * 2 + b"x" * 10_000_000 + b"\t1\n" + GOOD_ROW),
+        ("train.tsv line 4", "longer than 131,072 characters")),
+    "TSV header naming a column twice": Case("finetune", writing(
+        "task/train.tsv", b"sentence\tsentence\tlabel\n" + b"good .\tfine .\t1\n"),
+        ("train.tsv line 1", "'sentence'", "2 times")),
+    "regression score NaN": Case("finetune", regression_task_scoring("nan"),
+                                 ("train.tsv line 3", "'nan'", "not a finite number")),
+    "regression score inf": Case("finetune", regression_task_scoring("inf"),
+                                 ("train.tsv line 3", "'inf'", "not a finite number")),
+    "regression score -inf": Case("finetune", regression_task_scoring("-inf"),
+                                  ("train.tsv line 3", "'-inf'", "not a finite number")),
+    "regression score 1e999": Case("finetune", regression_task_scoring("1e999"),
+                                   ("train.tsv line 3", "'1e999'", "not a finite number")),
+    "corpus of zero-width characters": Case("pretrain", writing(
+        "corpus/train.txt", "\u200b\u200c\ufeff\n".encode() * 50), ("train.txt", "no text", "invisible")),
+    "corpus the tokenizer knows no character of": Case("pretrain", corpus_of_unknown_characters,
+                                                       ("no known tokens", "[UNK]", "一二三")),
+    "tokenizer trained on zero-width text": Case("pretrain", tokenizer_trained_on_zero_width_text,
+                                                 ("no known tokens",)),
 }
 
 
@@ -213,8 +389,102 @@ def test_bad_input_is_one_line_and_exit_code_2(case: Case, tmp_path: Path, check
         "eval": lambda: eval_recipe(paths.task, run_dir, {"model": str(checkpoint)}),
     }[case.stage]()
     recipe = case.change(data, paths) or write_yaml(tmp_path / "recipe.yaml", data)
+    before = listing(tmp_path)
 
     result = CliRunner().invoke(app, [case.stage, str(recipe), *case.overrides])
+
+    output = result.output.strip()
+    assert result.exit_code == 2, f"exit code {result.exit_code}: {result.output[-2000:]}"
+    assert "Traceback" not in result.output, result.output[-2000:]
+    assert output.startswith("error: ") and "\n" not in output, f"not one error line: {output[:2000]!r}"
+    assert len(output) < 1000, f"an error line of {len(output):,} characters"
+    for fragment in case.named:
+        assert fragment in output, f"{fragment!r} not named in {output!r}"
+    assert not run_dir.exists(), f"the failed run left {sorted(p.name for p in run_dir.iterdir())} in its run_dir"
+    assert listing(tmp_path) == before, "the failed command created, changed or deleted files"
+
+
+def listing(folder: Path) -> dict[str, tuple[bool, int, int]]:
+    """Every path under `folder` with whether it is a folder, its size and modification time."""
+    return {str(path.relative_to(folder)): (path.is_dir(), path.stat().st_size, path.stat().st_mtime_ns)
+            for path in folder.rglob("*")}
+
+
+# The commands that read what runs wrote: an archive to validate, a run directory to plot.
+
+
+def archive_with(tmp: Path, change: Callable[[bytearray, zipfile.ZipInfo, int], None],
+                 compression: int = zipfile.ZIP_DEFLATED) -> Path:
+    """tmp/submission.zip holding a CoLA.tsv, whose bytes `change(data, its info, where its data starts)` edits."""
+    path = tmp / "submission.zip"
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        archive.writestr("CoLA.tsv", "index\tprediction\n" + "".join(f"{index}\t1\n" for index in range(1063)))
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("CoLA.tsv")
+    data = bytearray(path.read_bytes())
+    name_length, extra_length = (int.from_bytes(data[info.header_offset + at : info.header_offset + at + 2], "little")
+                                 for at in (26, 28))  # the local header's own lengths
+    change(data, info, info.header_offset + 30 + name_length + extra_length)
+    path.write_bytes(bytes(data))
+    return path
+
+
+def corrupt_member(compression: int) -> Callable[[Path], list[str]]:
+    """One byte of CoLA.tsv's data flipped: stored, its CRC no longer matches; deflated, it no longer inflates."""
+
+    def flip(data: bytearray, info: zipfile.ZipInfo, start: int) -> None:
+        data[start + info.compress_size // 2] ^= 0xFF
+
+    return lambda tmp: ["validate-submission", str(archive_with(tmp, flip, compression))]
+
+
+def encrypted_member(tmp: Path) -> list[str]:
+    """CoLA.tsv marked as encrypted (general-purpose flag bit 0) in its local and central headers."""
+
+    def mark_encrypted(data: bytearray, info: zipfile.ZipInfo, start: int) -> None:
+        data[info.header_offset + 6] |= 0x1
+        data[data.index(b"PK\x01\x02") + 8] |= 0x1
+
+    return ["validate-submission", str(archive_with(tmp, mark_encrypted))]
+
+
+def metrics_line(content: bytes) -> Callable[[Path], list[str]]:
+    """`finetune plot` on a run whose metrics.jsonl has `content` as its line 2."""
+
+    def arguments(tmp: Path) -> list[str]:
+        run_dir = tmp / "run"
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_bytes(b'{"phase": "train", "step": 1, "loss": 2.5}\n' + content + b"\n")
+        return ["plot", str(run_dir)]
+
+    return arguments
+
+
+class CommandCase(NamedTuple):
+    arguments: Callable[[Path], list[str]]  # writes the inputs under tmp_path; returns the command line
+    named: tuple[str, ...]  # fragments the error line must contain
+
+
+COMMAND_CASES = {
+    "archive member with a bad CRC": CommandCase(corrupt_member(zipfile.ZIP_STORED), (
+        "submission.zip", "member CoLA.tsv", "corrupt", "Bad CRC-32")),
+    "archive member with corrupt compressed bytes": CommandCase(corrupt_member(zipfile.ZIP_DEFLATED), (
+        "submission.zip", "member CoLA.tsv", "corrupt")),
+    "encrypted archive member": CommandCase(encrypted_member, ("submission.zip", "member CoLA.tsv", "encrypted")),
+    "metrics line a JSON list": CommandCase(metrics_line(b"[1, 2]"), (
+        "metrics.jsonl line 2", "expected a JSON object, found list")),
+    "metrics line a JSON number": CommandCase(metrics_line(b"3"), (
+        "metrics.jsonl line 2", "expected a JSON object, found int")),
+    "metrics line not JSON": CommandCase(metrics_line(b'{"step": 2,'), ("metrics.jsonl line 2", "not JSON")),
+}
+
+
+@pytest.mark.parametrize("case", COMMAND_CASES.values(), ids=COMMAND_CASES.keys())
+def test_bad_input_to_other_commands_is_one_line_and_exit_code_2(case: CommandCase, tmp_path: Path):
+    arguments = case.arguments(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+
+    result = CliRunner().invoke(app, arguments)
 
     output = result.output.strip()
     assert result.exit_code == 2, f"exit code {result.exit_code}: {result.output[-2000:]}"
@@ -222,4 +492,34 @@ def test_bad_input_is_one_line_and_exit_code_2(case: Case, tmp_path: Path, check
     assert output.startswith("error: ") and "\n" not in output, f"not one error line: {output!r}"
     for fragment in case.named:
         assert fragment in output, f"{fragment!r} not named in {output!r}"
-    assert not run_dir.exists(), f"the failed run left {sorted(p.name for p in run_dir.iterdir())} in its run_dir"
+    assert sorted(tmp_path.rglob("*")) == before, "the command created or deleted files"
+
+
+def test_run_dir_in_a_folder_that_cannot_be_written(tmp_path):
+    """One line naming run_dir and the folder, before any work. Root (as on CI) may write into any folder but an
+    immutable one, so as root the folder is made immutable (chattr +i); otherwise it loses its write permission."""
+    corpus = write_corpus(tmp_path / "corpus")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    recipe = write_yaml(tmp_path / "recipe.yaml", pretrain_recipe(corpus, locked / "runs" / "one"))
+    as_root = os.geteuid() == 0
+    if as_root:
+        made = subprocess.run(["chattr", "+i", str(locked)], capture_output=True, text=True) \
+            if shutil.which("chattr") else None
+        if made is None or made.returncode != 0:
+            pytest.skip("running as root, and this file system cannot make a folder immutable (chattr +i): root "
+                        "could write into any folder here")
+    else:
+        locked.chmod(0o555)
+    try:
+        result = CliRunner().invoke(app, ["pretrain", str(recipe)])
+    finally:
+        if as_root:
+            subprocess.run(["chattr", "-i", str(locked)], check=True)
+        else:
+            locked.chmod(0o755)
+    error = result.output.strip()
+    assert result.exit_code == 2, error[-2000:]
+    assert error.startswith("error: ") and "\n" not in error and "Traceback" not in error, error
+    assert "run_dir" in error and f"{locked} is not writable" in error, error
+    assert list(locked.iterdir()) == []

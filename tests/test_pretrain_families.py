@@ -165,7 +165,7 @@ def test_resume_without_a_run_or_a_checkpoint_is_a_one_line_error(tmp_path, corp
     assert result.exit_code == 2 and "holds no run to resume" in result.output
     assert runner.invoke(app, ["pretrain", str(path)]).exit_code == 0
     result = runner.invoke(app, ["pretrain", str(path), "--resume"])
-    assert result.exit_code == 2 and "no complete periodic checkpoint" in result.output, result.output
+    assert result.exit_code == 2 and "holds a finished run: nothing to resume" in result.output, result.output
     assert result.output.count("\n") == 1
 
 

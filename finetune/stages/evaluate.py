@@ -31,7 +31,7 @@ from finetune.glue.submission import missing_submission_tasks, validate_submissi
 from finetune.models.heads import fitted_max_length, load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
-from finetune.run_dir import check_run_dir_free, prepare_run_dir
+from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
 from finetune.training.predict import logits_to_predictions, predict_logits
 
@@ -40,6 +40,7 @@ PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
 SUBMISSION_FILE = "submission.zip"  # with submission: the leaderboard archive
 
 
+@guarded_stage
 def run_eval(recipe: EvalRecipe) -> dict:
     """Score the recipe's checkpoints (one task, or a map of GLUE tasks); returns the report written."""
     check_run_dir_free(recipe)

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from finetune.console import console
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
-from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split, task_file
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
@@ -31,10 +31,11 @@ from finetune.recipes import FinetuneRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
-                               prepare_run_dir)
+                               claim_run_dir, guarded_stage, prepare_run_dir)
 from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import (commit_checkpoint, latest_training_checkpoint, load_training_state,
-                                           save_checkpoint, save_training_checkpoint, step_checkpoint_dir)
+                                           save_checkpoint, save_training_checkpoint, step_checkpoint_dir,
+                                           sweep_incomplete_checkpoints)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import logits_loss, logits_to_predictions, predict_logits
@@ -46,6 +47,7 @@ RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 
 
+@guarded_stage
 def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds).
 
@@ -66,7 +68,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
             return Path(recipe.run_dir) / CHECKPOINT_DIR
         resume_from = check_resumable(recipe, latest_training_checkpoint)
     else:
-        check_run_dir_free(recipe)
+        check_run_dir_free(recipe, latest_training_checkpoint)
     accelerator = make_accelerator(recipe.training, parameters_change_trainability=recipe.unfreezing.mode != "none",
                                    run_dir=recipe.run_dir)
     # Every process checked the run directory above; none may create it before all have (a later run in the same
@@ -77,8 +79,11 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
     train_examples = read_task_split(spec, recipe.task.data_dir, "train")
     dev_examples = read_task_split(spec, recipe.task.data_dir, "dev")
-    if dev_examples.labels is None:
-        raise UserError(f"task '{spec.name}': the dev file has no '{spec.label_column}' column to score against")
+    for split, examples in (("train", train_examples), ("dev", dev_examples)):
+        if examples.labels is None:
+            where = "split" if recipe.task.data_dir is None else f"file {task_file(spec, recipe.task.data_dir, split)}"
+            raise UserError(f"task '{spec.name}': the {split} {where} has no '{spec.label_column}' column to "
+                            f"{'learn from' if split == 'train' else 'score against'}")
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
         tokenizer.pad_token = tokenizer.eos_token
@@ -86,14 +91,16 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
         model.config.pad_token_id = tokenizer.pad_token_id
     max_length = fitted_max_length(recipe.task.max_length, model)
-    run_dir = Path(recipe.run_dir) if resume else prepare_run_dir(recipe, accelerator.is_main_process)
-    console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
-                  f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
 
     # 2. layer groups -> discriminative learning rates -> optimizer
     groups = layer_groups(model)
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
     optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+    # Every input is read and the model built: only now is the run directory created (or, resuming, locked).
+    main = accelerator.is_main_process
+    run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
+    console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
+                  f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
     collate = PaddingCollator(tokenizer)
     train_data = EncodedTask(train_examples, tokenizer, max_length)
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
@@ -121,7 +128,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         return save_training_checkpoint(accelerator, accelerator.unwrap_model(model), tokenizer,
                                         step_checkpoint_dir(run_dir, progress["step"]), recipe,
                                         {**progress, "best": best.state()}, recipe.keep_checkpoints,
-                                        attachments={"best": best_dir})
+                                        loop.process_tensors(), attachments={"best": best_dir})
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
                         recipe.training, log, "examples", recipe.checkpoint_every, save_state)
@@ -151,8 +158,10 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     # 3. train: gradual unfreezing decides, per epoch, how many groups from the top learn
     first_epoch, batches_done = 0, 0
     if resume_from is not None:
-        progress, _ = load_training_state(accelerator, resume_from, attachments={"best": best_dir})
-        first_epoch, batches_done = loop.restore(progress, resume_from)
+        if accelerator.is_main_process:
+            sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
+        progress, tensors = load_training_state(accelerator, resume_from, attachments={"best": best_dir})
+        first_epoch, batches_done = loop.restore(progress, resume_from, tensors)
         best.load_state(progress["best"])
         loop.stop_requested = best.patience_exhausted
         console.print(f"resuming from {resume_from} (step {loop.step}, epoch {first_epoch + 1})")

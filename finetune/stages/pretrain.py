@@ -27,15 +27,18 @@ from finetune.errors import UserError
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
+from finetune.models.sizes import check_model_fits_in_memory
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, load_language_model, loss_module,
                                              train_tokenizer)
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import METRICS_FILE, MetricsLog, check_run_dir_free, check_resumable, prepare_run_dir
+from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, claim_run_dir,
+                               guarded_stage, prepare_run_dir)
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
-                                           save_training_checkpoint, step_checkpoint_dir)
+                                           save_training_checkpoint, step_checkpoint_dir,
+                                           sweep_incomplete_checkpoints)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.schedules import make_schedule
@@ -43,13 +46,15 @@ from finetune.training.schedules import make_schedule
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory
 
 
+@guarded_stage
 def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
     # 1. setup: read everything that can fail on user input before the run directory is touched
     family = recipe.model.family
     resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
     if not resume:
-        check_run_dir_free(recipe)
+        check_run_dir_free(recipe, latest_training_checkpoint)
+    check_model_fits_in_memory(recipe)
     accelerator = make_accelerator(recipe.training, run_dir=recipe.run_dir)
     # Every process checked the run directory above; none may create it before all have (a later run in the same
     # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
@@ -78,12 +83,12 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     with accelerator.main_process_first():  # the main process fills the cache, the others then read it
         cache_dir, show = recipe.corpus.cache_dir, accelerator.is_main_process
         train_tokens = tokenize_corpus(tokenizer, documents, cache_dir, "tokenizing the training text",
-                                       show_progress=show)
+                                       show_progress=show, name="the training text")
         validation_tokens = tokenize_corpus(tokenizer, validation_documents, cache_dir,
-                                            "tokenizing the validation text", show_progress=show)
+                                            "tokenizing the validation text", show_progress=show,
+                                            name="the validation text")
     train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
                                                       accelerator)
-    run_dir = Path(recipe.run_dir) if resume else prepare_run_dir(recipe, accelerator.is_main_process)
     console.print(f"{family}: {len(train_tokens.ids):,} training and {len(validation_tokens.ids):,} validation "
                   f"tokens, in {len(train_data):,} and {len(validation_data):,} "
                   f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
@@ -95,6 +100,9 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     model = loss_module(family, language_model)
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
     optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+    # Every input is read and the model built: only now is the run directory created (or, resuming, locked).
+    main = accelerator.is_main_process
+    run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
     # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
     # must be read in order (each row continues the one before).
     train_order = ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
@@ -114,7 +122,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
         unwrapped = accelerator.unwrap_model(model)
         return save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
                                         step_checkpoint_dir(run_dir, progress["step"]), recipe, progress,
-                                        recipe.keep_checkpoints, unwrapped.carried_state())
+                                        recipe.keep_checkpoints,
+                                        {**unwrapped.carried_state(), **loop.process_tensors()})
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
                         recipe.training, log, "tokens", recipe.checkpoint_every, save_state)
@@ -130,9 +139,11 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # 4. train, from the start or from where the resumed run stopped
     epoch, batches_done = 0, 0
     if resume_from is not None:
+        if accelerator.is_main_process:
+            sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
         progress, tensors = load_training_state(accelerator, resume_from)
         accelerator.unwrap_model(model).restore_carried_state(tensors)
-        epoch, batches_done = loop.restore(progress, resume_from)
+        epoch, batches_done = loop.restore(progress, resume_from, tensors)
         console.print(f"resuming from {resume_from} (step {loop.step}, epoch {epoch + 1})")
     with loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
         # A run resumed from a checkpoint at its last step still owes that epoch's evaluation (batches_done > 0).

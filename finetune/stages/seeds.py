@@ -17,7 +17,7 @@ import torch
 from accelerate import PartialState
 
 from finetune.console import console
-from finetune.run_dir import check_run_dir_free, check_same_recipe, prepare_run_dir
+from finetune.run_dir import check_run_dir_free, check_same_recipe, claim_run_dir, prepare_run_dir
 from finetune.training.checkpoints import latest_training_checkpoint
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "seeds.json", "seeds.md"
@@ -29,15 +29,15 @@ def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = Fa
     `resume`: the recipe must be the one the run started with; a seed whose `result_file` exists is kept as it
     is, one with a periodic checkpoint continues from it (`run_one(recipe, resume=True)`), any other runs anew.
     """
+    # Under several processes only the main one creates (or locks) the folder, after every process has checked it.
+    state = PartialState(cpu=recipe.training.device == "cpu" or not torch.cuda.is_available())
     if resume:
-        run_dir = check_same_recipe(recipe)
+        check_same_recipe(recipe)
     else:
-        check_run_dir_free(recipe)
-        # Under several processes only the main one creates the folder, after every process has checked it.
-        state = PartialState(cpu=recipe.training.device == "cpu" or not torch.cuda.is_available())
-        state.wait_for_everyone()
-        run_dir = prepare_run_dir(recipe, state.is_main_process)
-        state.wait_for_everyone()
+        check_run_dir_free(recipe, _latest_seed_checkpoint)
+    state.wait_for_everyone()
+    run_dir = claim_run_dir(recipe, state.is_main_process) if resume else prepare_run_dir(recipe, state.is_main_process)
+    state.wait_for_everyone()
     results = {}
     for seed in recipe.seeds:
         console.print(f"[bold]seed {seed}[/bold] ({recipe.seeds.index(seed) + 1} of {len(recipe.seeds)})")
@@ -56,6 +56,18 @@ def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = Fa
         (run_dir / SUMMARY_MARKDOWN).write_text(seeds_markdown(summary), encoding="utf-8")
     console.print(seeds_markdown(summary))
     return run_dir
+
+
+def _latest_seed_checkpoint(run_dir: Path) -> Path | None:
+    """What `--resume` of a stopped multi-seed run would keep or continue from: a finished seed's checkpoint or a
+    seed's periodic checkpoint (None: nothing)."""
+    for folder in sorted(Path(run_dir).glob("seed-*"), reverse=True):
+        checkpoint = latest_training_checkpoint(folder)
+        if checkpoint is None and (folder / "checkpoint").is_dir():
+            checkpoint = folder / "checkpoint"
+        if checkpoint is not None:
+            return checkpoint
+    return None
 
 
 def summarise_seeds(results: dict[int, dict]) -> dict:
