@@ -34,7 +34,6 @@ OWN_ENTRIES = frozenset({
 # A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.
 _OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")
 _SEED_FOLDER = re.compile(r"^seed-\d+$")
-STAGES = tuple(RECIPE_TYPES)
 FINISHED_ENTRIES = ("checkpoint", "result.json", "seeds.json", "report.json")  # written only when a stage has ended
 
 _created: list[Path] = []  # run directories this process created (or emptied) and has not finished yet
@@ -51,10 +50,15 @@ def is_run_dir(path: Path) -> bool:
         return False
     try:
         saved = load_yaml(recipe.read_text(encoding="utf-8"))
-        return (isinstance(saved, dict) and saved.get("stage") in STAGES and isinstance(saved.get("run_dir"), str)
+        return (isinstance(saved, dict) and saved.get("stage") in RECIPE_TYPES and isinstance(saved.get("run_dir"), str)
                 and Path(saved["run_dir"]).expanduser().resolve() == path.resolve())
     except (YAMLProblem, UnicodeDecodeError, OSError):
         return False
+
+
+def is_finished(path: Path) -> bool:
+    """True for a run directory whose stage ended (it wrote what only the end of a stage writes)."""
+    return any((Path(path) / name).exists() for name in FINISHED_ENTRIES)
 
 
 def is_own_entry(entry: Path) -> bool:
@@ -87,7 +91,7 @@ def check_run_dir_free(recipe, latest_checkpoint: Optional[Callable[[Path], Opti
                         "replaces a finetune run: choose a new or empty folder")
     if recipe.overwrite:
         return
-    if any((path / name).exists() for name in FINISHED_ENTRIES):
+    if is_finished(path):
         raise UserError(f"run_dir {path} already holds a finished run; set overwrite=true to replace it (this "
                         "deletes that run's files only) or choose another run_dir")
     checkpoint = latest_checkpoint(path) if latest_checkpoint is not None else None
@@ -186,7 +190,7 @@ def check_resumable(recipe, latest_checkpoint) -> Path:
     path = check_same_recipe(recipe)
     checkpoint = latest_checkpoint(path)
     if checkpoint is None:
-        if any((path / name).exists() for name in FINISHED_ENTRIES):
+        if is_finished(path):
             raise UserError(f"--resume: {path} holds a finished run: nothing to resume (overwrite=true starts it "
                             "again)")
         if recipe.checkpoint_every is None:

@@ -27,10 +27,10 @@ from finetune.errors import UserError
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
-from finetune.models.sizes import check_model_fits_in_memory
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, load_language_model, loss_module,
                                              train_tokenizer)
+from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.trackers import start_trackers
