@@ -153,11 +153,14 @@ class AWDLSTMOutput(ModelOutput):
 
 @dataclass
 class AWDLSTMCausalLMOutput(ModelOutput):
-    """Language-model output: loss (when labels are given), logits and the recurrent state."""
+    """Language-model output: loss (when labels are given), logits, the recurrent state, and the top layer's outputs
+    before and after output dropout (what activation regularisation reads: TAR the first, AR the second)."""
 
     loss: Tensor | None = None
     logits: Tensor | None = None
     hidden_state: HiddenState | None = None
+    last_hidden_state: Tensor | None = None
+    dropped_hidden_state: Tensor | None = None
 
 
 class AWDLSTMPreTrainedModel(PreTrainedModel):
@@ -258,11 +261,13 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
         token of each chunk is trained too.
         """
         encoded = self.awd_lstm(input_ids, hidden_state=hidden_state)
-        logits = self.decoder(self.output_dropout(encoded.last_hidden_state))
+        dropped = self.output_dropout(encoded.last_hidden_state)
+        logits = self.decoder(dropped)
         loss = None
         if labels is not None or kwargs.get("shift_labels") is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return AWDLSTMCausalLMOutput(loss=loss, logits=logits, hidden_state=encoded.hidden_state)
+        return AWDLSTMCausalLMOutput(loss=loss, logits=logits, hidden_state=encoded.hidden_state,
+                                     last_hidden_state=encoded.last_hidden_state, dropped_hidden_state=dropped)
 
 
 def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:

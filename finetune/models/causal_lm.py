@@ -1,4 +1,5 @@
-"""Causal language models: a GPT-2-style decoder, and the next-token loss shared with the AWD-LSTM.
+"""Causal language models: a GPT-2-style decoder, the next-token loss shared with the AWD-LSTM, and the AWD-LSTM's
+activation regularisation (AR/TAR).
 
 Both causal families train on (input_ids, labels) pairs whose labels are already the next tokens
 (`labels[t] = stream[t + 1]`), so the loss needs no shift and no position is wasted at a block edge.
@@ -52,10 +53,13 @@ def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, training: bool) -> MaskedLMOutput:
     """Mean cross-entropy over the labelled positions, their count, and (in eval) the correct predictions."""
+    # cross_entropy skips ignored labels itself: selecting the labelled rows first would copy the whole
+    # (tokens, vocabulary) logits forward and scatter them back in backward, for nothing when every token is labelled
+    # (BPTT streams, packed blocks). That copy cost the AWD-LSTM ~20% of its training step.
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
     selected = labels != IGNORE_INDEX
-    logits, targets = logits[selected], labels[selected]
-    loss = F.cross_entropy(logits.float(), targets)
-    correct = None if training else (logits.argmax(dim=-1) == targets).sum()
+    loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
+    correct = None if training else ((logits.argmax(dim=-1) == labels) & selected).sum()
     return loss, selected.sum(), correct
 
 
@@ -76,17 +80,48 @@ class NextTokenLM(LanguageModelLoss):
         return next_token_loss(self.causal_lm.lm_head(hidden), labels, self.training)
 
 
+def activation_penalty(raw: torch.Tensor, dropped: torch.Tensor, activation: float, temporal: float) -> torch.Tensor:
+    """fastai's RNNRegularizer on (batch, time, features) outputs of the top LSTM layer: AR + TAR.
+
+    AR (Merity et al. 2017) keeps activations small: `activation` x mean square of the output after dropout (what
+    the decoder reads). TAR keeps them smooth in time: `temporal` x mean square of the difference between
+    consecutive steps of the output before dropout (dropout would make every step look like a jump).
+    """
+    penalty = raw.new_zeros((), dtype=torch.float32)
+    if activation:
+        penalty = penalty + activation * dropped.float().pow(2).mean()
+    if temporal and raw.shape[1] > 1:  # one time step has no difference (fastai's check, meant for time)
+        penalty = penalty + temporal * (raw[:, 1:] - raw[:, :-1]).float().pow(2).mean()
+    return penalty
+
+
+def with_gradient_of(loss: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """`loss` with its value unchanged (bit for bit, while `penalty` is finite) and the gradient of loss + penalty.
+
+    fastai adds AR/TAR to the loss it back-propagates only (`loss_grad`) and logs the plain cross-entropy, which
+    stays comparable with the validation loss. Here one tensor does both: the training loop logs its value and
+    back-propagates it, and every family keeps the same (loss, count, correct) contract. A non-finite penalty
+    makes the value nan, so the loop's divergence check still sees it.
+    """
+    return loss + (penalty - penalty.detach())
+
+
 class RecurrentNextTokenLM(LanguageModelLoss):
     """An AWD-LSTM whose forward returns the next-token loss and carries its LSTM state to the next batch.
 
     Truncated BPTT: row i of each batch continues row i of the previous one, so the state flows on,
-    cut from the graph so that gradients stop at the batch edge.
+    cut from the graph so that gradients stop at the batch edge. While training, the loss's gradient also
+    carries the activation penalties AR and TAR (`activation_penalty`); its value stays the cross-entropy.
     """
 
-    def __init__(self, lstm_lm: nn.Module):
+    def __init__(self, lstm_lm: nn.Module, activation_regularization: float = 0.0,
+                 temporal_activation_regularization: float = 0.0):
         super().__init__()
         self.lstm_lm = lstm_lm
         self.state: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+        # fastai's alpha and beta (its TextLearner's defaults are 2 and 1; 0 turns either off).
+        self.activation_regularization = activation_regularization
+        self.temporal_activation_regularization = temporal_activation_regularization
 
     @property
     def language_model(self) -> nn.Module:
@@ -96,7 +131,12 @@ class RecurrentNextTokenLM(LanguageModelLoss):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
         output = self.lstm_lm(input_ids, hidden_state=self.state)
         self.state = tuple((hidden.detach(), cell.detach()) for hidden, cell in output.hidden_state)
-        return next_token_loss(output.logits, labels, self.training)
+        loss, count, correct = next_token_loss(output.logits, labels, self.training)
+        alpha, beta = self.activation_regularization, self.temporal_activation_regularization
+        if self.training and (alpha or beta):  # as fastai: never in validation
+            penalty = activation_penalty(output.last_hidden_state, output.dropped_hidden_state, alpha, beta)
+            loss = with_gradient_of(loss, penalty)
+        return loss, count, correct
 
     @contextlib.contextmanager
     def fresh_state(self):

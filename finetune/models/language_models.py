@@ -8,6 +8,7 @@
 
 Each family's model is wrapped in a module whose forward is `(input_ids, labels) -> (mean loss,
 labelled tokens, correct predictions or None)`, so the training loop and validation never branch on it.
+The AWD-LSTM's training loss also carries the gradient of its activation penalties (AR/TAR), not their value.
 """
 
 from __future__ import annotations
@@ -87,7 +88,10 @@ def awd_lstm_dropouts(model_config) -> dict[str, float]:
             ("output_dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")}
 
 
-def loss_module(family: str, model: nn.Module) -> nn.Module:
+def loss_module(model_config, model: nn.Module) -> nn.Module:
     """The model wrapped so that its forward returns the family's training loss (see the module docstring)."""
-    wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM, "awd_lstm": RecurrentNextTokenLM}
-    return wrappers[family](model)
+    if model_config.family == "awd_lstm":
+        return RecurrentNextTokenLM(model, model_config.activation_regularization,
+                                    model_config.temporal_activation_regularization)
+    wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM}
+    return wrappers[model_config.family](model)

@@ -73,7 +73,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
 
     # 2. text -> tokenizer -> token ids (cached) -> training data
     tokenizer = pretraining_tokenizer(recipe, accelerator, documents, continued, resume_from)
-    if continued is not None and recipe.tokenizer.new_vocabulary and resume_from is None:
+    if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
         from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
 
         old_tokenizer = load_tokenizer(recipe.model.checkpoint)
@@ -97,7 +97,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
                                                                                    max_positions)
     groups = layer_groups(language_model)
-    model = loss_module(family, language_model)
+    model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
     optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
     # Every input is read and the model built: only now is the run directory created (or, resuming, locked).
