@@ -38,6 +38,11 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code=code)
 
 
+def _finished_stages_kept(stage: str, command: str) -> str:
+    """What an interrupted ulmfit flow still has: the stages it finished, which --resume keeps."""
+    return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
+
+
 def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], runner: Callable) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
@@ -47,6 +52,7 @@ def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], ru
     from finetune.console import quiet_library_chatter
     from finetune.recipes import load_recipe
 
+    resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
         recipe = load_recipe(recipe_path, overrides or [], expected_stage=stage)
         quiet_library_chatter()
@@ -57,14 +63,14 @@ def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], ru
         _fail(str(error), code=1)
     except RunInterrupted as interrupted:
         if interrupted.checkpoint is None:
-            typer.echo(f"interrupted at step {interrupted.step}; no checkpoint was saved", err=True)
+            typer.echo(f"interrupted at step {interrupted.step}; no checkpoint was saved"
+                       + _finished_stages_kept(stage, resume_command), err=True)
         else:
-            command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
             typer.echo(f"interrupted at step {interrupted.step}; checkpoint saved to {interrupted.checkpoint}; "
-                       f"continue with: {command}", err=True)
+                       f"continue with: {resume_command}", err=True)
         raise typer.Exit(code=130)
     except KeyboardInterrupt:
-        typer.echo("interrupted; nothing was saved", err=True)
+        typer.echo("interrupted" + (_finished_stages_kept(stage, resume_command) or "; nothing was saved"), err=True)
         raise typer.Exit(code=130)
     except OSError as error:  # a full disk outside the checkpoints (which report it themselves): metrics, reports
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -100,6 +106,26 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
     from finetune.stages.finetune import run_finetune
 
     _run_stage("finetune", recipe, overrides, lambda loaded: run_finetune(loaded, resume=resume))
+
+
+@app.command()
+def ulmfit(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    resume: Annotated[bool, typer.Option(
+        "--resume", help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
+        "one continues from its newest periodic checkpoint, the later ones run.")] = False,
+) -> None:
+    """Run ULMFiT's three stages in one go, each starting from the checkpoint of the one before.
+
+    Stage 1: a general-domain language model (or general_lm.checkpoint); stage 2: that model fine-tuned on the
+    task's text; stage 3: the classifier, with gradual unfreezing (RUN_DIR/1-general-lm, 2-target-lm, 3-classifier).
+
+    Overrides reach into the stages (classifier.training.epochs=2); the summary goes to RUN_DIR/result.json.
+    """
+    from finetune.stages.ulmfit import run_ulmfit
+
+    _run_stage("ulmfit", recipe, overrides, lambda loaded: run_ulmfit(loaded, resume=resume))
 
 
 @app.command(name="eval")
@@ -161,7 +187,7 @@ def recipes(
     directory: Annotated[Path, typer.Option("--dir", help="Folder of recipes to list.")] = Path("recipes"),
     keys: Annotated[
         Optional[str], typer.Option("--keys", help="Instead of listing recipes, explain every key of a stage's "
-                                    "recipes: pretrain, finetune or eval.", show_default=False)
+                                    "recipes: pretrain, finetune, eval or ulmfit.", show_default=False)
     ] = None,
 ) -> None:
     """List the recipes with one line each, or explain every recipe key of a stage (--keys STAGE)."""
@@ -174,9 +200,15 @@ def recipes(
     if keys is not None:
         if keys not in RECIPE_TYPES:
             _fail(f"--keys: expected one of {', '.join(RECIPE_TYPES)} (got '{keys}')")
+        if keys == "ulmfit":  # its sections are whole stage recipes: their keys are listed under those stages
+            from finetune.stages.ulmfit import describe_flow_keys
+
+            rows = describe_flow_keys()
+        else:
+            rows = describe_keys(RECIPE_TYPES[keys])
         table = Table("key", "type", "default", "meaning", title=f"{keys} recipe keys")
         table.columns[0].no_wrap = True
-        for row in describe_keys(RECIPE_TYPES[keys]):
+        for row in rows:
             table.add_row(*row)
         console.print(table)
         return

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator,
+                      model_serializer, model_validator)
 
 from finetune.errors import UserError
 from finetune.safe_yaml import YAMLProblem, load_yaml
@@ -181,6 +182,15 @@ class TaskConfig(Section):
 
 
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
+AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "embedding_init_range")
+
+
+def _drop_architecture(data: dict[str, Any], checkpoint: Optional[str], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`data` (a dumped model section) without the architecture `keys` when a checkpoint gives the architecture."""
+    if checkpoint is not None:
+        for key in keys:
+            data.pop(key, None)
+    return data
 
 
 class TransformerModelConfig(Section):
@@ -207,6 +217,12 @@ class TransformerModelConfig(Section):
         if self.hidden % self.heads:
             raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_architecture(self, handler: Any) -> dict[str, Any]:
+        """A continued model's section as saved: no architecture keys (they come from the checkpoint, and the
+        validator above refuses them beside it), so a run's saved recipe.yaml loads again for --resume."""
+        return _drop_architecture(handler(self), self.checkpoint, ARCHITECTURE_KEYS)
 
 
 class MaskedLMModelConfig(TransformerModelConfig):
@@ -245,14 +261,29 @@ class AWDLSTMModelConfig(Section):
     embedding_init_range: float = Field(
         0.1, gt=0, description="embedding (and tied decoder) drawn uniform in [-range, range] (fastai: 0.1)"
     )
+    # Training objective, not architecture: also for a continued model.checkpoint (ULMFiT's stage 2 regularises
+    # too). Added to the loss that is back-propagated only; metrics.jsonl's loss stays the next-token
+    # cross-entropy, comparable with the validation loss (as fastai's RNNRegularizer, defaults of its TextLearner).
+    activation_regularization: float = Field(
+        2.0, ge=0, description="AR (fastai's alpha): adds alpha x mean square of the last LSTM's output after "
+        "output dropout to the training loss; 0: off"
+    )
+    temporal_activation_regularization: float = Field(
+        1.0, ge=0, description="TAR (fastai's beta): adds beta x mean square of the step-to-step change of the last "
+        "LSTM's output (before dropout) to the training loss; 0: off"
+    )
 
     @model_validator(mode="after")
     def _architecture_from_checkpoint(self) -> "AWDLSTMModelConfig":
-        given = [key for key in ("embedding_size", "hidden", "layers", "embedding_init_range")
-                 if key in self.model_fields_set]
+        given = [key for key in AWD_LSTM_ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_architecture(self, handler: Any) -> dict[str, Any]:
+        """A continued model's section as saved: no architecture keys (see TransformerModelConfig's)."""
+        return _drop_architecture(handler(self), self.checkpoint, AWD_LSTM_ARCHITECTURE_KEYS)
 
 
 MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm")
@@ -447,14 +478,29 @@ class DiscriminativeConfig(Section):
 
 
 class UnfreezingConfig(Section):
-    """Gradual unfreezing: start with the top groups trainable and thaw more each epoch."""
+    """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
 
     mode: Literal["gradual", "none"] = Field("gradual", description="none: every group trainable from the start")
-    initial_groups: int = Field(1, gt=0, description="groups trainable in the first epoch, from the top")
-    groups_per_epoch: int = Field(1, gt=0, description="groups thawed at the start of each later epoch")
+    initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
+    # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
+    # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
+    groups_per_epoch: Optional[int] = Field(
+        None, gt=0, description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or "
+        "every_fraction)"
+    )
     schedule: Optional[list[int]] = Field(
         None, min_length=1, description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
         "last entry holds for later epochs; replaces initial_groups/groups_per_epoch"
+    )
+    # Step-wise unfreezing: a run of one or two epochs (most transformer fine-tuning) has too few epoch
+    # boundaries to thaw a deep model by, and a fraction says "all thawed by 30% of training" without the step count.
+    every_steps: Optional[int] = Field(
+        None, gt=0, description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
+        "optimizer steps, instead of per epoch"
+    )
+    every_fraction: Optional[float] = Field(
+        None, gt=0, le=1, description="gradual: thaw one more group every this fraction of the run's optimizer "
+        "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%"
     )
 
     @model_validator(mode="after")
@@ -464,6 +510,30 @@ class UnfreezingConfig(Section):
                 raise ValueError("unfreezing.schedule entries must be positive group counts")
             if any(later < earlier for earlier, later in zip(self.schedule, self.schedule[1:])):
                 raise ValueError(f"unfreezing.schedule {self.schedule} refreezes groups: counts must not decrease")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_group_per_epoch_by_default(cls, data: Any) -> Any:
+        """groups_per_epoch is 1 unless the thawing goes by steps (see the field's comment)."""
+        if isinstance(data, dict) and data.get("groups_per_epoch") is None and \
+                data.get("every_steps") is None and data.get("every_fraction") is None:
+            return {**data, "groups_per_epoch": 1}
+        return data
+
+    @model_validator(mode="after")
+    def _one_pace(self) -> "UnfreezingConfig":
+        """One way to pace the thawing: per epoch (groups_per_epoch or schedule), every_steps or every_fraction."""
+        stepwise = [key for key in ("every_steps", "every_fraction") if getattr(self, key) is not None]
+        paces = stepwise + (["schedule"] if self.schedule is not None else [])
+        if len(paces) > 1:
+            raise ValueError(f"unfreezing.{paces[0]} and unfreezing.{paces[1]} both set the pace of thawing; "
+                             "keep one")
+        if stepwise and self.mode == "none":
+            raise ValueError(f"unfreezing.{stepwise[0]} thaws gradually; it needs mode gradual, not none")
+        if stepwise and self.groups_per_epoch is not None:
+            raise ValueError(f"unfreezing.groups_per_epoch thaws per epoch, unfreezing.{stepwise[0]} by steps; "
+                             "remove groups_per_epoch (or set it to null)")
         return self
 
 
@@ -881,3 +951,140 @@ def type_label(annotation: Any) -> str:
     if origin is not None:
         return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_label(a) for a in arguments)}]"
     return getattr(annotation, "__name__", str(annotation))
+
+
+# ---------------------------------------------------------------------------------------------
+# ulmfit: the three stages of ULMFiT as one recipe
+# ---------------------------------------------------------------------------------------------
+
+# Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
+ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}
+ULMFIT_UPSTREAM = {"target_lm": "general_lm", "classifier": "target_lm"}  # whose checkpoint a stage starts from
+FLOW_SET_KEYS = ("stage", "run_dir", "description", "overwrite")  # a section's keys that the flow sets itself
+ULMFIT_STAGE_DESCRIPTIONS = {  # fixed, so that a new top-level description does not stop --resume of a stage
+    "general_lm": "ulmfit stage 1 of 3: general-domain language model",
+    "target_lm": "ulmfit stage 2 of 3: the language model fine-tuned on the target task's text",
+    "classifier": "ulmfit stage 3 of 3: the classifier on the fine-tuned language model",
+}
+
+
+class PretrainedLanguageModel(Section):
+    """`general_lm: {checkpoint: PATH}`: no stage 1; stage 2 continues this language model (e.g. a downloaded one)."""
+
+    checkpoint: InputFolder = Field(description="a language model checkpoint folder of the family target_lm trains")
+
+
+class UlmfitRecipe(RunRecipe):
+    """`finetune ulmfit`: ULMFiT's three stages as one run; each section is the body of its stage's recipe.
+
+    The flow sets what wires the stages together (each section's stage, run_dir, description and overwrite, and
+    the model.checkpoint of stages 2 and 3), so a section that gives them is refused rather than silently ignored.
+    """
+
+    stage: Literal["ulmfit"]
+    seed: Seed = Field(0, description="the seed of every stage whose section gives none")
+    general_lm: Union[PretrainRecipe, PretrainedLanguageModel] = Field(
+        description="stage 1, into RUN_DIR/1-general-lm: a pretrain recipe without stage and run_dir (model.family "
+        "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model")
+    target_lm: PretrainRecipe = Field(
+        description="stage 2, into RUN_DIR/2-target-lm: a pretrain recipe without stage, run_dir and "
+        "model.checkpoint (stage 1's; model.family defaults to stage 1's); e.g. corpus.task, "
+        "tokenizer.new_vocabulary, discriminative.factor 2.6")
+    classifier: FinetuneRecipe = Field(
+        description="stage 3, into RUN_DIR/3-classifier: a finetune recipe without stage, run_dir and "
+        "model.checkpoint (stage 2's)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wire_stages(cls, data: Any) -> Any:
+        """Give each section what the flow decides for it, so the stage recipe classes validate it as written."""
+        if not isinstance(data, dict):
+            return data
+        run_dir = data.get("run_dir")
+        # An unusable run_dir is reported at the top level; a placeholder keeps the sections from repeating it.
+        base = Path(run_dir).expanduser() if isinstance(run_dir, str) and run_dir.strip() else Path("run_dir")
+        general = data.get("general_lm")
+        skipped = isinstance(general, dict) and "checkpoint" in general
+        if skipped and len(general) > 1:
+            raise ValueError("general_lm: give either {checkpoint: PATH} (no stage 1) or a pretrain recipe, not both "
+                             f"(remove {', '.join(sorted(str(key) for key in general if key != 'checkpoint'))})")
+        checkpoints = {"general_lm": general["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
+                       "target_lm": str(base / "2-target-lm" / "checkpoint")}
+        seed = data.get("seed", 0)
+        general_model = general.get("model") if isinstance(general, dict) else None
+        # Stage 2 continues stage 1's model: its family unless the section names one; ULMFiT's AWD-LSTM by default.
+        family = general_model.get("family", "awd_lstm") if isinstance(general_model, dict) else "awd_lstm"
+        wired = dict(data)
+        for section, folder in ULMFIT_STAGE_FOLDERS.items():
+            body = data.get(section)
+            if not isinstance(body, dict) or (section == "general_lm" and skipped):
+                continue
+            model = body.get("model", {})
+            _refuse_flow_keys(section, body, model, base / folder)
+            body = {**body, "stage": "finetune" if section == "classifier" else "pretrain",
+                    "run_dir": str(base / folder), "description": ULMFIT_STAGE_DESCRIPTIONS[section]}
+            if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
+                body["seed"] = seed  # an invalid top-level seed is reported once, at the top level
+            if isinstance(model, dict) and section != "classifier":
+                model = {"family": family, **model}
+            if isinstance(model, dict) and section in ULMFIT_UPSTREAM:
+                model = {**model, "checkpoint": checkpoints[ULMFIT_UPSTREAM[section]]}
+            wired[section] = {**body, "model": model}
+        return wired
+
+    @field_validator("general_lm", mode="wrap")
+    @classmethod
+    def _one_form(cls, value: Any, handler: Any) -> Any:
+        """Validate the section as the form it is written in, so that errors name its keys, not both forms' keys."""
+        if isinstance(value, dict):
+            form = PretrainedLanguageModel if "checkpoint" in value else PretrainRecipe
+            return form.model_validate(value)  # pydantic reports its errors under general_lm.KEY
+        if isinstance(value, (PretrainRecipe, PretrainedLanguageModel)):
+            return handler(value)
+        raise ValueError("expected a pretrain recipe (without stage and run_dir) or {checkpoint: PATH}")
+
+    @model_validator(mode="after")
+    def _same_family(self) -> "UlmfitRecipe":
+        general = self.general_lm
+        if isinstance(general, PretrainRecipe) and general.model.family != self.target_lm.model.family:
+            raise ValueError(f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
+                             f"{general.model.family} model, which stage 2 continues")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: Any) -> dict[str, Any]:
+        """The recipe without what the flow set, so that a saved flow recipe loads again (defaults stay filled in,
+        but for the continued model of stage 2: its architecture comes from stage 1, and the model section may not
+        name it)."""
+        data = handler(self)
+        for section in ULMFIT_STAGE_FOLDERS:
+            body = data.get(section)
+            if isinstance(body, dict) and "stage" in body:  # a stage recipe, not {checkpoint: PATH}
+                for key in FLOW_SET_KEYS:
+                    body.pop(key, None)
+                if section in ULMFIT_UPSTREAM:
+                    body["model"].pop("checkpoint", None)
+        written = self.target_lm.model.model_fields_set
+        data["target_lm"]["model"] = {key: value for key, value in data["target_lm"]["model"].items() if key in written}
+        return data
+
+    def stage_recipes(self) -> dict[str, Optional[TrainingRunRecipe]]:
+        """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
+        general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
+        return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
+
+
+def _refuse_flow_keys(section: str, body: dict[str, Any], model: Any, folder: Path) -> None:
+    """A section may not set what the flow wires: one line naming the first such key and what the flow uses."""
+    given = [key for key in FLOW_SET_KEYS if key in body]
+    if given:
+        key = given[0]
+        why = {"stage": "the ulmfit flow knows each section's stage", "run_dir": f"the ulmfit flow runs this stage in "
+               f"{folder}"}.get(key, f"only the ulmfit recipe's own (top-level) {key} applies")
+        raise ValueError(f"{section}.{key}: {why}; remove it")
+    if section in ULMFIT_UPSTREAM and isinstance(model, dict) and "checkpoint" in model:
+        raise ValueError(f"{section}.model.checkpoint: the ulmfit flow starts this stage from the "
+                         f"{ULMFIT_UPSTREAM[section]} stage's checkpoint; remove it")
+
+
+RECIPE_TYPES["ulmfit"] = UlmfitRecipe

@@ -25,6 +25,7 @@ from finetune.cli import app
 from finetune.data.tokenizers import train_wordpiece
 from tests.conftest import (eval_recipe, finetune_recipe, pretrain_recipe, save_tiny_masked_lm, write_corpus,
                             write_task, write_yaml)
+from tests.test_ulmfit_flow import ulmfit_recipe
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +243,32 @@ CASES = {
     "dropout of 1": Case("pretrain", setting("model.dropout", 1.0), ("model.dropout", "less than 1")),
     "negative awd_lstm dropout": Case(
         "pretrain", setting("model", {"family": "awd_lstm", "weight_dropout": -0.2}), ("model.weight_dropout",)),
+    "negative activation regularization": Case(
+        "pretrain", setting("model", {"family": "awd_lstm", "activation_regularization": -2.0}),
+        ("model.activation_regularization", "greater than or equal to 0")),
+    "temporal activation regularization nan": Case(
+        "pretrain", setting("model", {"family": "awd_lstm", "temporal_activation_regularization": float("nan")}),
+        ("model.temporal_activation_regularization", "finite")),
+    "activation regularization on a transformer": Case(
+        "pretrain", setting("model.activation_regularization", 2.0), ("model.activation_regularization",
+                                                                        "unknown key")),
+    "unfreezing every_steps and every_fraction": Case(
+        "finetune", setting("unfreezing", {"every_steps": 10, "every_fraction": 0.1}),
+        ("unfreezing.every_steps", "unfreezing.every_fraction", "keep one")),
+    "unfreezing every_steps and schedule": Case(
+        "finetune", setting("unfreezing", {"every_steps": 10, "schedule": [1, 2]}),
+        ("unfreezing.every_steps", "unfreezing.schedule")),
+    "unfreezing every_fraction of 0": Case("finetune", setting("unfreezing", {"every_fraction": 0}),
+                                           ("unfreezing.every_fraction", "greater than 0")),
+    "unfreezing every_fraction of 1.5": Case("finetune", setting("unfreezing", {"every_fraction": 1.5}),
+                                             ("unfreezing.every_fraction", "less than or equal to 1")),
+    "unfreezing every_steps of 0": Case("finetune", setting("unfreezing", {"every_steps": 0}),
+                                        ("unfreezing.every_steps", "greater than 0")),
+    "groups_per_epoch with every_steps": Case("finetune", setting("unfreezing.every_steps", 10),
+                                              ("unfreezing.groups_per_epoch", "unfreezing.every_steps")),
+    "every_fraction with unfreezing off": Case(
+        "finetune", setting("unfreezing", {"mode": "none", "every_fraction": 0.2}),
+        ("unfreezing.every_fraction", "mode gradual")),
     "classifier dropout past 1": Case("finetune", setting("classifier_dropout", 1.5), ("classifier_dropout",)),
     "unknown pooling": Case("finetune", setting("pooling", "max"), ("pooling",)),
     # Missing files
@@ -376,6 +403,26 @@ CASES = {
                                                        ("no known tokens", "[UNK]", "一二三")),
     "tokenizer trained on zero-width text": Case("pretrain", tokenizer_trained_on_zero_width_text,
                                                  ("no known tokens",)),
+    # `finetune ulmfit`: each section validated as its stage's recipe, the flow's wiring not given twice
+    "unknown key in a ulmfit section": Case("ulmfit", setting("classifier.training.bogus", 1),
+                                            ("classifier.training.bogus", "unknown key")),
+    "unknown ulmfit key in an override": Case("ulmfit", setting("seed", 0), ("target_lm.training.lrr", "unknown key"),
+                                              ("target_lm.training.lrr=0.1",)),
+    "ulmfit section with a run_dir": Case("ulmfit", setting("target_lm.run_dir", "elsewhere"),
+                                          ("target_lm.run_dir", "2-target-lm", "remove it")),
+    "ulmfit section with the checkpoint the flow wires": Case(
+        "ulmfit", setting("classifier.model.checkpoint", "mine"), ("classifier.model.checkpoint", "remove it")),
+    "ulmfit section with its own overwrite": Case("ulmfit", setting("general_lm.overwrite", True),
+                                                  ("general_lm.overwrite", "remove it")),
+    "missing general LM checkpoint": Case("ulmfit", setting("general_lm", {"checkpoint": "no/such/lm"}),
+                                          ("general_lm.checkpoint", "no/such/lm")),
+    "general LM checkpoint and a recipe": Case("ulmfit", lambda data, paths: data["general_lm"].update(
+        checkpoint=str(paths.checkpoint)), ("general_lm", "not both")),
+    # found by the flow's early checks before stage 1 trains, or by stage 1 after the flow's folder exists
+    "bad label in the ulmfit classifier's dev file": Case("ulmfit", writing(
+        "task/dev.tsv", b"sentence\tlabel\n" + GOOD_ROW + b"meh .\tmaybe\n"), ("dev.tsv line 3", "maybe")),
+    "empty corpus of the ulmfit general LM": Case("ulmfit", writing("corpus/train.txt", b"\n\n"),
+                                                  ("train.txt", "no text")),
 }
 
 
@@ -387,6 +434,7 @@ def test_bad_input_is_one_line_and_exit_code_2(case: Case, tmp_path: Path, check
         "pretrain": lambda: pretrain_recipe(paths.corpus, run_dir),
         "finetune": lambda: finetune_recipe(checkpoint, paths.task, run_dir),
         "eval": lambda: eval_recipe(paths.task, run_dir, {"model": str(checkpoint)}),
+        "ulmfit": lambda: ulmfit_recipe(paths.corpus, paths.task, run_dir),
     }[case.stage]()
     recipe = case.change(data, paths) or write_yaml(tmp_path / "recipe.yaml", data)
     before = listing(tmp_path)

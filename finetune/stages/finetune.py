@@ -1,8 +1,8 @@
 """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's three techniques.
 
-setup (data, model, layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch,
-evaluate, keep the best, stop early) -> save (HF checkpoint with the label mapping). With `seeds`,
-the whole stage runs once per seed and the dev scores are summarised across seeds. `resume=True`
+setup (data, model, layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch or every
+N optimizer steps, evaluate, keep the best, stop early) -> save (HF checkpoint with the label mapping).
+With `seeds`, the whole stage runs once per seed and the dev scores are summarised across seeds. `resume=True`
 continues from the newest periodic checkpoint (`checkpoint_every`) bit for bit: weights, optimizer,
 random states, unfreezing stage, data position, best score so far (and its weights), patience.
 """
@@ -40,7 +40,8 @@ from finetune.training.loop import TrainingLoop, make_accelerator, total_optimiz
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import logits_loss, logits_to_predictions, predict_logits
 from finetune.training.schedules import make_schedule
-from finetune.training.unfreezing import freeze_below, trainable_group_count
+from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
+                                         trainable_group_count_at_step)
 
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory: written when the run ends, so it means "finished"
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
@@ -155,7 +156,30 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         return {**metrics, "validation_loss": logits_loss(spec, logits, dev_examples.labels),
                 "best_so_far": best.step == loop.step}
 
-    # 3. train: gradual unfreezing decides, per epoch, how many groups from the top learn
+    # 3. train: gradual unfreezing decides, per epoch or per optimizer step, how many groups from the top learn
+    unfreezing = recipe.unfreezing
+    interval = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)  # None: per epoch
+
+    def log_unfreezing(step: int, epoch: int, trainable: int) -> None:
+        # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
+        log.write({"phase": "unfreeze", "step": step, "epoch": epoch, "trainable_groups": trainable,
+                   "total_groups": len(groups)})
+
+    def count_at(step: int) -> int:
+        return trainable_group_count_at_step(step, len(groups), unfreezing.initial_groups, interval)
+
+    def thaw_by_steps(step: int, epoch: int) -> None:
+        """The loop's before_step: freeze to the count of this step, with a record at step 0 and at each change.
+
+        Written from the step alone (not from what this process did before), so a resumed run freezes and logs
+        exactly what the stopped one would have: the stopped run wrote the record of its checkpoint's step, if
+        any, only after that checkpoint.
+        """
+        trainable = count_at(step)
+        freeze_below(groups, trainable)  # idempotent, and cheap next to a step: one flag per parameter
+        if step == 0 or trainable != count_at(step - 1):
+            log_unfreezing(step, epoch, trainable)
+
     first_epoch, batches_done = 0, 0
     if resume_from is not None:
         if accelerator.is_main_process:
@@ -170,18 +194,20 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
             # A resumed epoch (batches_done > 0) logged its unfreezing before; it may owe only its evaluation.
             if loop.finished and not batches_done:
                 break
-            unfreezing = recipe.unfreezing
-            trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
-                                              unfreezing.groups_per_epoch, unfreezing.schedule)
-            freeze_below(groups, trainable)
-            if not batches_done:
-                log.write({"phase": "unfreeze", "step": loop.step, "epoch": epoch, "trainable_groups": trainable,
-                           "total_groups": len(groups)})
+            if interval is None:  # per epoch; step-wise unfreezing happens in the loop (thaw_by_steps)
+                trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
+                                                  unfreezing.groups_per_epoch, unfreezing.schedule)
+                freeze_below(groups, trainable)
+                if not batches_done:
+                    log_unfreezing(loop.step, epoch, trainable)
             train_loader.set_epoch(epoch)
             order.set_epoch(epoch)
             order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
             if not loop.finished:
-                loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
+                loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done,
+                                 before_step=None if interval is None else thaw_by_steps)
+            if interval is not None:  # the groups that trained in the epoch's last step
+                trainable = count_at(max(loop.step - 1, 0))
             if loop.step != best.last_evaluated_step:  # the epoch did not end on a periodic evaluation
                 loop.log_evaluation(evaluate(), epoch)
             scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in best.last.items())

@@ -2,9 +2,10 @@
 
 A stage builds the model, the optimizer groups and the schedule, then calls `train_epoch` once
 per epoch inside `with loop.watching():`, deciding in its own code what changes between epochs
-(e.g. unfreezing). The loop also owns what can go wrong while training: a non-finite loss stops the
-run before anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step boundary, and
-running out of GPU memory becomes one line of advice.
+(e.g. unfreezing), or between optimizer steps through the `before_step` callable of `train_epoch`.
+The loop also owns what can go wrong while training: a non-finite loss stops the run before
+anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step boundary, and running
+out of GPU memory becomes one line of advice.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from finetune.training.optim import set_learning_rates
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
 LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, Any, int]]
+# before_step(step, epoch) runs before the first micro-batch of every optimizer step, `step` being the steps taken
+# so far: a stage's per-step change (step-wise unfreezing) then never falls inside a gradient-accumulation cycle.
+StepHook = Callable[[int, int], None]
 RUNNING_SUMS = "training_loop_sums"  # the loop's name among a checkpoint's per-process tensors
 
 
@@ -123,10 +127,13 @@ class TrainingLoop:
         evaluate: Optional[Callable[[], dict[str, Any]]] = None,
         eval_every: Optional[int] = None,
         batches_done: int = 0,
+        before_step: Optional[StepHook] = None,
     ) -> float:
         """One pass over `loader` (or until the step budget ends); returns the mean training loss.
 
         `batches_done`: batches of this epoch already trained before a resume; `loader` then holds the rest.
+        `before_step(step, epoch)`: called at every step boundary before the step's first micro-batch (see StepHook);
+        a resumed epoch starts at a checkpoint's step boundary, so it is called there too.
         Losses and gradient norms are checked for nan/inf at every logged step, before every evaluation and
         save, and at the end of the epoch (reading them at every step would stall the GPU): the first bad
         step raises RunFailed, so a diverged model is never evaluated, checkpointed or saved as the result.
@@ -141,9 +148,13 @@ class TrainingLoop:
         steps_this_epoch = min(
             math.ceil(len(loader) / self.config.gradient_accumulation_steps), self.total_steps - self.step
         )
+        step_starts = True  # an epoch, new or resumed, starts at a step boundary
         with progress_bar(accelerator.is_main_process) as progress:
             bar = progress.add_task(f"epoch {epoch + 1}", total=steps_this_epoch, status="")
             for batch in loader:
+                if step_starts and before_step is not None:
+                    before_step(self.step, epoch)
+                step_starts = False
                 with accelerator.accumulate(model):
                     loss, terms, items = compute_loss(model, batch)
                     self._mark_nonfinite(0, loss)
@@ -171,6 +182,7 @@ class TrainingLoop:
                 self._window_items += int(items)
                 if not accelerator.sync_gradients:
                     continue
+                step_starts = True
                 self.step += 1
                 progress.advance(bar)
                 if self.step % self.config.log_every == 0 or self.finished:

@@ -1,4 +1,4 @@
-"""Gradual unfreezing: which layer groups train in which epoch, counted from the top."""
+"""Gradual unfreezing: which layer groups train in which epoch (or optimizer step), counted from the top."""
 
 from __future__ import annotations
 
@@ -19,6 +19,28 @@ def trainable_group_count(epoch: int, num_groups: int, mode: str, initial_groups
     if schedule is not None:
         return min(num_groups, schedule[min(epoch, len(schedule) - 1)])
     return min(num_groups, initial_groups + epoch * groups_per_epoch)
+
+
+def thaw_interval(total_steps: int, every_steps: Optional[int] = None,
+                  every_fraction: Optional[float] = None) -> Optional[int]:
+    """Optimizer steps between two thaws of step-wise unfreezing; None when unfreezing goes by epochs.
+
+    A fraction is of the whole run (`total_steps`), rounded to the nearest step and at least one.
+    """
+    if every_steps is not None:
+        return every_steps
+    if every_fraction is not None:
+        return max(1, round(every_fraction * total_steps))
+    return None
+
+
+def trainable_group_count_at_step(step: int, num_groups: int, initial_groups: int, interval: int) -> int:
+    """How many groups, from the top, train in the optimizer step that follows `step` steps taken (step-wise).
+
+    Steps 1 to `interval` train `initial_groups`, the next `interval` steps one group more, and so on. A pure
+    function of the step, so a resumed run freezes exactly what the stopped run did at the same step.
+    """
+    return min(num_groups, initial_groups + step // interval)
 
 
 def freeze_below(groups: list[list[nn.Parameter]], trainable: int) -> None:
