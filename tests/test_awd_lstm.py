@@ -221,6 +221,25 @@ def test_layer_groups_embedding_each_layer_then_head(language_model):
     assert len(encoder_groups) == 3 + 2 and encoder_groups[-1] == []
 
 
+
+def test_language_model_groups_put_the_tied_embedding_on_top(language_model):
+    """Language-model training (ULMFiT stage 2) steps its discriminative LRs down from the embedding+decoder, as
+    fastai's awd_lstm_lm_split: the new vocabulary's rows must learn at the full LR, not at the bottom group's."""
+    from finetune.models.language_models import language_model_layer_groups
+    from finetune.training.optim import discriminative_lrs
+
+    groups = language_model_layer_groups("awd_lstm", language_model)
+    layers = language_model.awd_lstm.layers
+    assert [set(map(id, group)) for group in groups[:-1]] == [set(map(id, layer.parameters())) for layer in layers]
+    top = set(map(id, groups[-1]))
+    assert top == {id(language_model.awd_lstm.embedding.weight), id(language_model.decoder.bias)}
+    assert language_model.decoder.weight is language_model.awd_lstm.embedding.weight  # tied: in the top group too
+    assert sum(len(group) for group in groups) == len(list(language_model.parameters()))
+    lrs = discriminative_lrs(len(groups), 4e-3, 2.6)
+    assert lrs[-1] == 4e-3 and lrs[0] < lrs[-1]  # the embedding gets the top LR, the first LSTM layer the lowest
+    # The classifier keeps the embedding at the bottom (fastai's awd_lstm_clas_split): tested above via layer_groups.
+    assert layer_groups(language_model)[0] == [language_model.awd_lstm.embedding.weight]
+
 def test_remap_vocabulary_rows_keeps_known_rows_and_averages_new_ones():
     weight = torch.arange(12.0).reshape(4, 3)
     old_vocab = {"a": 0, "b": 1, "c": 2, "d": 3}

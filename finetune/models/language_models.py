@@ -18,6 +18,7 @@ from transformers import AutoConfig
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
+from finetune.models.backbones import layer_groups
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
@@ -95,3 +96,21 @@ def loss_module(model_config, model: nn.Module) -> nn.Module:
                                     model_config.temporal_activation_regularization)
     wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM}
     return wrappers[model_config.family](model)
+
+
+def language_model_layer_groups(family: str, model: nn.Module) -> list[list[nn.Parameter]]:
+    """The layer groups that discriminative learning rates of language-model training step down from the top.
+
+    AWD-LSTM as ULMFiT/fastai split it for language modelling: the LSTM layers bottom to top, then the embedding
+    together with the decoder it is tied to, on top. The embedding is both the first and the last layer of a tied
+    LM; on top it learns at the full LR, which ULMFiT's stage 2 needs: the rows of the target vocabulary's new
+    tokens start at the mean row, and at the bottom group's LR (lr / 2.6^3) they barely moved (bench/README.md,
+    ULMFiT). The classifier's groups keep the embedding at the bottom (models/backbones.py), as fastai's do.
+    Transformer families keep the backbone order.
+    """
+    groups = layer_groups(model)
+    if family != "awd_lstm":
+        return groups
+    embedding, *layers, head = groups
+    return layers + [embedding + head]
+

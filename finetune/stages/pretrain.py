@@ -25,11 +25,10 @@ from finetune.data.tasks import task_documents
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec
-from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
-                                             document_separator_id, load_language_model, loss_module,
-                                             train_tokenizer)
+                                             document_separator_id, language_model_layer_groups, load_language_model,
+                                             loss_module, train_tokenizer)
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
@@ -96,7 +95,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
                                                                                    max_positions)
-    groups = layer_groups(language_model)
+    groups = language_model_layer_groups(family, language_model)
     model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
     optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
