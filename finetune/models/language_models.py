@@ -18,8 +18,8 @@ from transformers import AutoConfig
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
-from finetune.models.backbones import layer_groups
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
+from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
