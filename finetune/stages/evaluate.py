@@ -17,8 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from torch.utils.data import DataLoader
-from transformers import DataCollatorWithPadding
 
 from finetune.console import console
 from finetune.data.tasks import EncodedTask, TaskExamples, read_task_split
@@ -33,7 +31,7 @@ from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
-from finetune.training.predict import logits_to_predictions, predict_logits
+from finetune.training.predict import LengthSortedPrediction, logits_to_predictions, predict_logits
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
@@ -57,10 +55,10 @@ def predict(accelerator, model, tokenizer, spec: TaskSpec, examples: TaskExample
     """Class indices (or scores) of a model for every example, in order."""
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
     model.to(accelerator.device)
-    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model))
-    loader = DataLoader(encoded, batch_size=batch_size, collate_fn=DataCollatorWithPadding(tokenizer))
-    loader = accelerator.prepare(loader)
-    return logits_to_predictions(spec, predict_logits(accelerator, model, loader))
+    batches = LengthSortedPrediction(EncodedTask(examples, tokenizer, fitted_max_length(max_length, model)),
+                                     tokenizer, batch_size)
+    logits = predict_logits(accelerator, model, accelerator.prepare(batches.loader))
+    return logits_to_predictions(spec, batches.in_file_order(logits))
 
 
 def write_report(run_dir: Path, report: dict, markdown: str) -> None:

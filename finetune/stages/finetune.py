@@ -38,7 +38,7 @@ from finetune.training.checkpoints import (commit_checkpoint, latest_training_ch
                                            sweep_incomplete_checkpoints)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
-from finetune.training.predict import logits_loss, logits_to_predictions, predict_logits
+from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.schedules import make_schedule
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
                                          trainable_group_count_at_step)
@@ -116,8 +116,9 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
                               num_workers=recipe.training.num_workers,
                               generator=torch.Generator().manual_seed(recipe.seed))
-    dev_loader = DataLoader(EncodedTask(dev_examples, tokenizer, max_length),
-                            batch_size=recipe.training.batch_size * 2, collate_fn=collate)
+    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length), tokenizer,
+                                         recipe.training.batch_size * 2)
+    dev_loader = dev_batches.loader
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
@@ -145,7 +146,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
     def evaluate() -> dict[str, float]:
         """Dev scores; with keep_best a new best is saved at once, and patience runs out after no gains."""
-        logits = predict_logits(accelerator, model, dev_loader)
+        logits = dev_batches.in_file_order(predict_logits(accelerator, model, dev_loader))
         predictions = logits_to_predictions(spec, logits)
         metrics = {f"dev_{name}": value for name, value in
                    compute_metrics(spec, predictions, dev_examples.labels).items()}

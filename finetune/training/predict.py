@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
+from finetune.data.tasks import EncodedTask, PaddingCollator
 from finetune.glue.specs import TaskSpec
 
 
-@torch.no_grad()
+class LengthSortedPrediction:
+    """A loader over tokenized examples, longest first, and the way back to file order.
+
+    Batches of neighbours in length pad to nearly their own length instead of to the longest example that file
+    order happens to put beside them (SST-2 dev: 6-55 tokens), and the first batch is the largest, so a batch size
+    that does not fit fails at once. The loader is not shuffled, so a distributed `gather_for_metrics` returns the
+    outputs in the loader's order, which `in_file_order` undoes.
+    """
+
+    def __init__(self, encoded: EncodedTask, tokenizer, batch_size: int):
+        self.order = np.argsort(-np.asarray(encoded.lengths), kind="stable")
+        self.loader = DataLoader(Subset(encoded, self.order.tolist()), batch_size=batch_size,
+                                 collate_fn=PaddingCollator(tokenizer))
+
+    def in_file_order(self, outputs: np.ndarray) -> np.ndarray:
+        """Outputs of the loader's examples, in the order of the examples' file."""
+        restored = np.empty_like(outputs)
+        restored[self.order] = outputs
+        return restored
+
+
+@torch.inference_mode()
 def predict_logits(accelerator, model, loader) -> np.ndarray:
     """The model's logits for every example of a prepared loader, in the loader's order."""
     model.eval()
