@@ -469,6 +469,14 @@ class BackboneConfig(Section):
         False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
         "only for code you have read: false refuses such checkpoints"
     )
+    activation_regularization: Optional[float] = Field(
+        None, ge=0, description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
+        "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off"
+    )
+    temporal_activation_regularization: Optional[float] = Field(
+        None, ge=0, description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
+        "null: the checkpoint's value, else fastai's 1.0; 0: off"
+    )
 
 
 class DiscriminativeConfig(Section):

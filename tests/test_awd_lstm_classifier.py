@@ -182,3 +182,63 @@ def test_every_stage_brings_the_registration_with_it():
                 "AutoConfig.for_model('awd_lstm', vocab_size=20, embedding_size=4, hidden_size=4, num_layers=1))).__name__)")
         output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert output.strip() == "AWDLSTMForSequenceClassification", stage
+
+def test_training_loss_carries_ar_and_tar_of_real_tokens_in_its_gradient_only():
+    """fastai's classifier regularises the encoder's top layer too; here padding is left out of both means."""
+    input_ids, attention_mask = right_padded([[5, 6, 7, 8, 9], [10, 11, 12]], width=5)
+    labels = torch.tensor([0, 2])
+    model = tiny_classifier(embedding_dropout=0.0, input_dropout=0.0, hidden_dropout=0.0, weight_dropout=0.0,
+                            classifier_dropout=0.0, classifier_hidden_dropout=0.0).train()
+    assert (model.config.classifier_activation_regularization,
+            model.config.classifier_temporal_activation_regularization) == (2.0, 1.0)  # fastai's alpha, beta
+    regularised = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    regularised.loss.backward()
+    got = {name: parameter.grad.clone() for name, parameter in model.named_parameters()}
+
+    model.zero_grad()
+    model.config.classifier_activation_regularization = model.config.classifier_temporal_activation_regularization = 0
+    plain = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    top = model.awd_lstm(input_ids).last_hidden_state  # (batch, time, features), no dropout anywhere
+    real = attention_mask.bool()
+    pairs = real[:, 1:] & real[:, :-1]
+    ar = top[real].pow(2).mean()
+    tar = (top[:, 1:] - top[:, :-1])[pairs].pow(2).mean()
+    embedding = model.awd_lstm.embedding.weight
+    (plain_gradient,) = torch.autograd.grad(plain.loss, embedding, retain_graph=True)
+    (plain.loss + 2.0 * ar + 1.0 * tar).backward()
+    assert torch.equal(regularised.loss.detach(), plain.loss.detach())  # the value is the task loss alone
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(got[name], parameter.grad, rtol=1e-4, atol=1e-5)
+    assert (got["awd_lstm.embedding.weight"] - plain_gradient).abs().max() > 1e-4  # the penalty did change it
+
+
+def test_ar_and_tar_off_or_in_evaluation_leave_the_plain_loss_and_gradient():
+    input_ids = torch.randint(2, 30, (3, 6))
+    labels = torch.tensor([0, 1, 2])
+    off = tiny_classifier(classifier_activation_regularization=0.0, classifier_temporal_activation_regularization=0.0)
+    on = tiny_classifier()
+    for model in (off, on):
+        model.eval()  # BatchNorm and dropout fixed, and no penalty: both give the same loss and gradients
+        model(input_ids=input_ids, labels=labels).loss.backward()
+    for (name, first), (_, second) in zip(off.named_parameters(), on.named_parameters()):
+        torch.testing.assert_close(first.grad, second.grad, msg=name)
+
+
+def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp_path):
+    from finetune.errors import UserError
+    from finetune.glue.specs import GLUE_TASKS
+    from finetune.models.heads import load_classifier
+    from finetune.recipes import BackboneConfig
+    from tests.conftest import save_tiny_masked_lm
+
+    AWDLSTMForCausalLM(tiny_config()).save_pretrained(tmp_path / "lstm")
+    backbone = BackboneConfig(checkpoint=str(tmp_path / "lstm"), activation_regularization=0.5,
+                              temporal_activation_regularization=0.0)
+    model = load_classifier(backbone, GLUE_TASKS["sst2"], None)
+    assert (model.config.classifier_activation_regularization,
+            model.config.classifier_temporal_activation_regularization) == (0.5, 0.0)
+    with pytest.raises(UserError, match="model.activation_regularization: only the AWD-LSTM classifier"):
+        load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")
+    bert = BackboneConfig(checkpoint=str(save_tiny_masked_lm(tmp_path / "bert")), temporal_activation_regularization=1)
+    with pytest.raises(UserError, match="model.temporal_activation_regularization: .*is a 'bert' model"):
+        load_classifier(bert, GLUE_TASKS["sst2"], None)

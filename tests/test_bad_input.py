@@ -271,6 +271,10 @@ CASES = {
         ("unfreezing.every_fraction", "mode gradual")),
     "classifier dropout past 1": Case("finetune", setting("classifier_dropout", 1.5), ("classifier_dropout",)),
     "unknown pooling": Case("finetune", setting("pooling", "max"), ("pooling",)),
+    "classifier AR on a transformer": Case("finetune", setting("model.activation_regularization", 2.0),
+                                           ("model.activation_regularization", "AWD-LSTM", "'bert' model")),
+    "negative classifier TAR": Case("finetune", setting("model.temporal_activation_regularization", -1),
+                                    ("model.temporal_activation_regularization", "greater than or equal to 0")),
     # Missing files
     "missing recipe file": Case("finetune", lambda data, paths: paths.tmp / "absent.yaml", ("absent.yaml",)),
     "missing corpus": Case("pretrain", lambda data, paths: data["corpus"].update(

@@ -138,9 +138,11 @@ class AWDLSTMConfig(PretrainedConfig):
     tie_word_embeddings: bool = True  # decoder weight is the embedding (the name transformers' tying reads)
     pad_token_id: int | None = 1  # fastai's xxpad
     embedding_init_range: float = 0.1  # embedding and decoder uniform in [-range, range], as in AWD-LSTM
-    # Declared so `AutoConfig.from_pretrained(..., classifier_dropout=p)` keeps it (it drops unknown keys); None:
+    # Declared so `AutoConfig.from_pretrained(..., classifier_dropout=p)` keeps them (it drops unknown keys); None:
     # the classifier's own default (awd_lstm_classifier.CLASSIFIER_DEFAULTS).
     classifier_dropout: float | None = None
+    classifier_activation_regularization: float | None = None
+    classifier_temporal_activation_regularization: float | None = None
 
 
 @dataclass
@@ -268,6 +270,44 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return AWDLSTMCausalLMOutput(loss=loss, logits=logits, hidden_state=encoded.hidden_state,
                                      last_hidden_state=encoded.last_hidden_state, dropped_hidden_state=dropped)
+
+
+def activation_penalty(raw: Tensor, dropped: Tensor, activation: float, temporal: float,
+                       mask: Tensor | None = None) -> Tensor:
+    """fastai's RNNRegularizer on (batch, time, features) outputs of the top LSTM layer: AR + TAR.
+
+    AR (Merity et al. 2017) keeps activations small: `activation` x mean square of the output after dropout (what
+    the decoder reads). TAR keeps them smooth in time: `temporal` x mean square of the difference between
+    consecutive steps of the output before dropout (dropout would make every step look like a jump).
+    With `mask` (batch, time; true at real tokens), the means run over real positions only (and TAR over pairs
+    of real neighbours): a classifier's padding is not text to regularise.
+    """
+    penalty = raw.new_zeros((), dtype=torch.float32)
+    weights = None if mask is None else mask.unsqueeze(-1).expand_as(raw).float()
+    if activation:
+        penalty = penalty + activation * _mean(dropped.float().pow(2), weights)
+    if temporal and raw.shape[1] > 1:  # one time step has no difference (fastai's check, meant for time)
+        pairs = None if weights is None else weights[:, 1:] * weights[:, :-1]
+        penalty = penalty + temporal * _mean((raw[:, 1:] - raw[:, :-1]).float().pow(2), pairs)
+    return penalty
+
+
+def _mean(values: Tensor, weights: Tensor | None) -> Tensor:
+    """The mean of `values`, or over the entries where `weights` is 1 (0 when there are none)."""
+    if weights is None:
+        return values.mean()
+    return (values * weights).sum() / weights.sum().clamp(min=1)
+
+
+def with_gradient_of(loss: Tensor, penalty: Tensor) -> Tensor:
+    """`loss` with its value unchanged (bit for bit, while `penalty` is finite) and the gradient of loss + penalty.
+
+    fastai adds AR/TAR to the loss it back-propagates only (`loss_grad`) and logs the plain cross-entropy, which
+    stays comparable with the validation loss. Here one tensor does both: the training loop logs its value and
+    back-propagates it, and every family keeps the same (loss, count, correct) contract. A non-finite penalty
+    makes the value nan, so the loop's divergence check still sees it.
+    """
+    return loss + (penalty - penalty.detach())
 
 
 def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:

@@ -5,7 +5,8 @@ Importing this module registers `AWDLSTMForSequenceClassification` with AutoMode
 AWD-LSTM's encoder (the decoder is left behind) under a freshly initialised head.
 
 Config keys read here (missing ones get the defaults below, written back so a saved classifier records them):
-classifier_hidden, classifier_dropout, classifier_hidden_dropout, classifier_bptt, classifier_max_len.
+classifier_hidden, classifier_dropout, classifier_hidden_dropout, classifier_bptt, classifier_max_len,
+classifier_activation_regularization, classifier_temporal_activation_regularization.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from transformers import AutoModelForSequenceClassification, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel
+from finetune.models.awd_lstm import (AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel, activation_penalty,
+                                      with_gradient_of)
 from finetune.models.mean_pooling import mean_over_real_tokens
 
 # fastai's ULMFiT classifier (`get_text_classifier` with `awd_lstm_clas_config`), before any drop_mult.
@@ -30,6 +32,10 @@ CLASSIFIER_DEFAULTS = {
     "classifier_hidden_dropout": 0.1,  # fastai's ps: dropout before the output layer
     "classifier_bptt": 70,  # tokens read per chunk, the state carried from one chunk to the next
     "classifier_max_len": 1400,  # gradients reach the encoder through at most this many last tokens (fastai v1)
+    # fastai's text_classifier_learner regularises the encoder's top-layer outputs as its language model does
+    # (TextLearner's alpha 2, beta 1), here over real tokens only; in the back-propagated loss only.
+    "classifier_activation_regularization": 2.0,
+    "classifier_temporal_activation_regularization": 1.0,
 }
 
 
@@ -158,6 +164,12 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+            alpha = self.config.classifier_activation_regularization
+            beta = self.config.classifier_temporal_activation_regularization
+            if self.training and (alpha or beta):  # the value stays the task loss; the gradient carries AR/TAR
+                # fastai's classifier reads the top layer before dropout for both (its `out` is its `raw_out`).
+                penalty = activation_penalty(outputs, outputs, alpha, beta, mask[:, :width])
+                loss = with_gradient_of(loss, penalty)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 

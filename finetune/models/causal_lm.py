@@ -15,6 +15,7 @@ from torch import nn
 from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
 
 from finetune.errors import UserError
+from finetune.models.awd_lstm import activation_penalty, with_gradient_of
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import IGNORE_INDEX, MaskedLMOutput
 from finetune.models.objectives import LanguageModelLoss
@@ -78,32 +79,6 @@ class NextTokenLM(LanguageModelLoss):
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
         hidden = self.causal_lm.transformer(input_ids=input_ids).last_hidden_state
         return next_token_loss(self.causal_lm.lm_head(hidden), labels, self.training)
-
-
-def activation_penalty(raw: torch.Tensor, dropped: torch.Tensor, activation: float, temporal: float) -> torch.Tensor:
-    """fastai's RNNRegularizer on (batch, time, features) outputs of the top LSTM layer: AR + TAR.
-
-    AR (Merity et al. 2017) keeps activations small: `activation` x mean square of the output after dropout (what
-    the decoder reads). TAR keeps them smooth in time: `temporal` x mean square of the difference between
-    consecutive steps of the output before dropout (dropout would make every step look like a jump).
-    """
-    penalty = raw.new_zeros((), dtype=torch.float32)
-    if activation:
-        penalty = penalty + activation * dropped.float().pow(2).mean()
-    if temporal and raw.shape[1] > 1:  # one time step has no difference (fastai's check, meant for time)
-        penalty = penalty + temporal * (raw[:, 1:] - raw[:, :-1]).float().pow(2).mean()
-    return penalty
-
-
-def with_gradient_of(loss: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """`loss` with its value unchanged (bit for bit, while `penalty` is finite) and the gradient of loss + penalty.
-
-    fastai adds AR/TAR to the loss it back-propagates only (`loss_grad`) and logs the plain cross-entropy, which
-    stays comparable with the validation loss. Here one tensor does both: the training loop logs its value and
-    back-propagates it, and every family keeps the same (loss, count, correct) contract. A non-finite penalty
-    makes the value nan, so the loop's divergence check still sees it.
-    """
-    return loss + (penalty - penalty.detach())
 
 
 class RecurrentNextTokenLM(LanguageModelLoss):

@@ -25,6 +25,18 @@ def label_config(spec: TaskSpec) -> dict:
     }
 
 
+def activation_regularization(backbone_config, stored, pooling: str) -> dict[str, float]:
+    """The classifier config's AR/TAR weights set by the recipe; only AWD-LSTM's concat-pooling head has them."""
+    keys = {"activation_regularization": "classifier_activation_regularization",
+            "temporal_activation_regularization": "classifier_temporal_activation_regularization"}
+    given = {key: getattr(backbone_config, key) for key in keys if getattr(backbone_config, key) is not None}
+    if given and (stored.model_type != "awd_lstm" or pooling != "model"):
+        why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if stored.model_type != "awd_lstm"
+               else "this recipe sets pooling: mean")
+        raise UserError(f"model.{next(iter(given))}: only the AWD-LSTM classifier (pooling: model) has AR/TAR; {why}")
+    return {keys[key]: value for key, value in given.items()}
+
+
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
@@ -34,12 +46,13 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
+    regularization = activation_regularization(backbone_config, stored, pooling)
     if pooling == "mean" and not isinstance(stored, MeanPoolingConfig):
         return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
-                             **label_config(spec))
+                             **regularization, **label_config(spec))
     try:
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
