@@ -91,23 +91,39 @@ class TrainingConfig(Section):
         return names
 
 
+SCHEDULE_KINDS = Literal["stlr", "linear", "one_cycle", "constant"]
+SCHEDULE_KIND_HELP = ("stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; one_cycle: fastai's "
+                      "fit_one_cycle (cosine rise and fall, momentum cycled); constant")
+
+
 class ScheduleConfig(Section):
     """The learning-rate schedule: a pure function of the optimizer step (see training/schedules.py)."""
 
-    kind: Literal["stlr", "linear", "constant"] = Field(
-        "stlr", description="stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; constant"
-    )
+    kind: SCHEDULE_KINDS = Field("stlr", description=SCHEDULE_KIND_HELP)
     cut_frac: float = Field(0.1, gt=0, lt=1, description="stlr: fraction of steps spent increasing the LR")
     ratio: float = Field(32.0, ge=1, description="stlr: how much smaller the lowest LR is than the peak")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="linear: fraction of steps of linear warmup")
+    pct_start: float = Field(0.25, gt=0, lt=1, description="one_cycle: fraction of steps spent raising the LR "
+                             "(fastai's 0.25)")
+    div: float = Field(25.0, ge=1, description="one_cycle: the LR starts at the peak / div (fastai's 25)")
+    final_div: float = Field(1e5, ge=1, description="one_cycle: the LR ends at the peak / final_div (fastai's 1e5)")
+    momentum: Optional[tuple[float, float]] = Field(
+        (0.95, 0.85), description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
+        "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout"
+    )
+
+    @field_validator("momentum")
+    @classmethod
+    def _momentum_is_a_decay(cls, value: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+        if value is not None and not all(0 <= beta < 1 for beta in value):
+            raise ValueError(f"momentum {list(value)}: each beta1 must be in [0, 1)")
+        return value
 
 
 class PretrainScheduleConfig(ScheduleConfig):
     """Language-model pretraining defaults to linear warmup then decay, as BERT does."""
 
-    kind: Literal["stlr", "linear", "constant"] = Field(
-        "linear", description="stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; constant"
-    )
+    kind: SCHEDULE_KINDS = Field("linear", description=SCHEDULE_KIND_HELP)
 
 
 class TaskConfig(Section):

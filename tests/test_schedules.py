@@ -7,7 +7,8 @@ import math
 import pytest
 
 from finetune.recipes import ScheduleConfig
-from finetune.training.schedules import constant, linear_warmup_decay, make_schedule, slanted_triangular
+from finetune.training.schedules import (constant, linear_warmup_decay, make_momentum_schedule, make_schedule,
+                                         one_cycle, one_cycle_momentum, slanted_triangular)
 
 STLR_CASES = [(100, 0.1, 32.0), (1000, 0.2, 10.0), (37, 0.3, 5.0), (10, 0.5, 2.0), (250, 0.06, 100.0)]
 
@@ -101,3 +102,83 @@ def test_make_schedule_constant():
 def test_schedule_config_defaults_to_stlr():
     config = ScheduleConfig()
     assert (config.kind, config.cut_frac, config.ratio) == ("stlr", 0.1, 32.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# one_cycle: fastai's fit_one_cycle
+# ---------------------------------------------------------------------------------------------
+
+
+def fastai_cosine(start: float, end: float, position: float) -> float:
+    """fastai's SchedCos, written independently: start + (1 + cos(pi (1 - pos))) (end - start) / 2."""
+    return start + (1 + math.cos(math.pi * (1 - position))) * (end - start) / 2
+
+
+@pytest.mark.parametrize(("total", "pct_start", "div", "final_div"), [(100, 0.25, 25.0, 1e5), (37, 0.3, 10.0, 1e4),
+                                                                        (8, 0.5, 2.0, 100.0)])
+def test_one_cycle_is_two_cosines(total, pct_start, div, final_div):
+    rise = round(total * pct_start)
+    for step in range(total):
+        if step < rise:
+            expected = fastai_cosine(1 / div, 1.0, step / rise)
+        else:
+            expected = fastai_cosine(1.0, 1 / final_div, (step - rise) / (total - rise))
+        assert one_cycle(step, total, pct_start, div, final_div) == pytest.approx(expected, rel=1e-12), step
+    values = [one_cycle(step, total, pct_start, div, final_div) for step in range(total + 1)]
+    assert values[0] == pytest.approx(1 / div) and values[rise] == 1.0 and max(values) == 1.0
+    assert values[total] == pytest.approx(1 / final_div)
+    assert all(a < b for a, b in zip(values[:rise + 1], values[1:rise + 1]))
+    assert all(a > b for a, b in zip(values[rise:], values[rise + 1:]))
+
+
+def test_one_cycle_momentum_mirrors_the_lr():
+    total = 40
+    betas = [one_cycle_momentum(step, total, 0.25, 0.95, 0.85) for step in range(total + 1)]
+    assert betas[0] == pytest.approx(0.95) and betas[10] == pytest.approx(0.85) and betas[40] == pytest.approx(0.95)
+    assert betas.index(min(betas)) == 10  # lowest momentum where the LR peaks
+    assert betas[5] == pytest.approx(0.90)  # half-way down the first cosine
+
+
+def test_momentum_schedule_only_for_one_cycle_with_momentum():
+    assert make_momentum_schedule(ScheduleConfig(kind="stlr"), 10) is None
+    assert make_momentum_schedule(ScheduleConfig(kind="one_cycle", momentum=None), 10) is None
+    cycled = make_momentum_schedule(ScheduleConfig(kind="one_cycle", momentum=(0.9, 0.8), pct_start=0.5), 10)
+    assert cycled(0) == pytest.approx(0.9) and cycled(5) == pytest.approx(0.8)
+    lrs = make_schedule(ScheduleConfig(kind="one_cycle", div=10, final_div=1000), 20)
+    assert lrs(0) == pytest.approx(0.1) and lrs(5) == 1.0 and lrs(20) == pytest.approx(1e-3)
+
+
+def test_one_cycle_momentum_out_of_range_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="momentum"):
+        ScheduleConfig(kind="one_cycle", momentum=(0.95, 1.2))
+
+
+def test_a_one_cycle_run_sets_each_steps_lr_and_beta1(tmp_path, corpus_file, monkeypatch):
+    """A pretrain run with one_cycle: the logged LRs follow the cosines, and beta1 is set before every step."""
+    import finetune.training.loop as loop_module
+    from finetune.recipes import load_recipe
+    from finetune.run_dir import read_metrics
+    from finetune.stages.pretrain import run_pretrain
+    from tests.conftest import pretrain_recipe, write_yaml
+
+    set_betas, seen = loop_module.set_first_moment_decay, []
+
+    def recording(optimizer, beta1):
+        set_betas(optimizer, beta1)
+        seen.append({group["betas"][0] for group in optimizer.param_groups})
+
+    monkeypatch.setattr(loop_module, "set_first_moment_decay", recording)
+    data = pretrain_recipe(corpus_file, tmp_path / "run")
+    data["schedule"] = {"kind": "one_cycle", "pct_start": 0.3}
+    data["training"]["log_every"] = 1
+    run_pretrain(load_recipe(write_yaml(tmp_path / "recipe.yaml", data), expected_stage="pretrain"))
+    total, peak = data["training"]["max_steps"], data["training"]["lr"]
+    assert all(len(betas) == 1 for betas in seen)  # every group gets the same beta1
+    assert [betas.pop() for betas in seen] == pytest.approx([one_cycle_momentum(step, total, 0.3)
+                                                             for step in range(total)])
+    train = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "train"]
+    assert [record["step"] for record in train] == list(range(1, total + 1))
+    for record in train:
+        assert record["lr"]["group_0"] == pytest.approx(peak * one_cycle(record["step"] - 1, total, 0.3))

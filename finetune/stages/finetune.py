@@ -39,7 +39,7 @@ from finetune.training.checkpoints import (commit_checkpoint, latest_training_ch
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
-from finetune.training.schedules import make_schedule
+from finetune.training.schedules import make_momentum_schedule, make_schedule
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
                                          trainable_group_count_at_step)
 
@@ -133,7 +133,8 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
                                         loop.process_tensors(), attachments={"best": best_dir})
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
-                        recipe.training, log, "examples", recipe.checkpoint_every, save_state)
+                        recipe.training, log, "examples", recipe.checkpoint_every, save_state,
+                        momentum=make_momentum_schedule(recipe.schedule, total_steps))
 
     def save(directory: Path) -> None:
         accelerator.wait_for_everyone()

@@ -40,7 +40,7 @@ from finetune.training.checkpoints import (latest_training_checkpoint, load_trai
                                            sweep_incomplete_checkpoints)
 from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
-from finetune.training.schedules import make_schedule
+from finetune.training.schedules import make_momentum_schedule, make_schedule
 
 CHECKPOINT_DIR = "checkpoint"  # inside the run directory
 
@@ -125,7 +125,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                                         {**unwrapped.carried_state(), **loop.process_tensors()})
 
     loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
-                        recipe.training, log, "tokens", recipe.checkpoint_every, save_state)
+                        recipe.training, log, "tokens", recipe.checkpoint_every, save_state,
+                        momentum=make_momentum_schedule(recipe.schedule, total_steps))
 
     def compute_loss(model, batch):
         input_ids = batch["input_ids"].to(accelerator.device)

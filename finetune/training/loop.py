@@ -27,7 +27,7 @@ from finetune.console import console, progress_bar
 from finetune.errors import RunFailed, RunInterrupted
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
-from finetune.training.optim import set_learning_rates
+from finetune.training.optim import set_first_moment_decay, set_learning_rates
 
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
@@ -90,9 +90,11 @@ class TrainingLoop:
         throughput_unit: str,
         checkpoint_every: Optional[int] = None,
         save_checkpoint: Optional[Callable[[dict[str, int]], Optional[Path]]] = None,
+        momentum: Optional[Callable[[int], float]] = None,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
+        self.momentum = momentum  # beta1 per step (one-cycle); None: the optimizer's betas stay
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
         # save_checkpoint(progress) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the
         # position to resume from: step, epoch, batches_in_epoch, metrics_lines, the log window's items and seconds
@@ -174,6 +176,8 @@ class TrainingLoop:
                             if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
                                 self._mark_nonfinite(1, norm)
                         lrs = set_learning_rates(optimizer, self.schedule(self.step))
+                        if self.momentum is not None:
+                            set_first_moment_decay(optimizer, self.momentum(self.step))
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                 summed = loss.detach().float() * terms

@@ -47,3 +47,9 @@ def set_learning_rates(optimizer: torch.optim.Optimizer, multiplier: float) -> d
         group["lr"] = group["peak_lr"] * multiplier
         lrs[f"group_{group['layer_group']}"] = group["lr"]
     return lrs
+
+
+def set_first_moment_decay(optimizer: torch.optim.Optimizer, beta1: float) -> None:
+    """Adam's beta1 (the momentum of one-cycle training) in every group; beta2 stays."""
+    for group in optimizer.param_groups:
+        group["betas"] = (beta1, group["betas"][1])
