@@ -43,18 +43,23 @@ def _finished_stages_kept(stage: str, command: str) -> str:
     return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
 
 
-def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], runner: Callable) -> None:
+def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], runner: Callable,
+               recipe_stages: Optional[tuple[str, ...]] = None) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
     Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
-    130 interrupted with Ctrl-C (the line printed says how to resume).
+    130 interrupted with Ctrl-C (the line printed says how to resume). `recipe_stages`: the recipe stages a
+    command other than a stage's own accepts (lr-find: pretrain and finetune).
     """
     from finetune.console import quiet_library_chatter
     from finetune.recipes import load_recipe
 
     resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
-        recipe = load_recipe(recipe_path, overrides or [], expected_stage=stage)
+        recipe = load_recipe(recipe_path, overrides or [], expected_stage=None if recipe_stages else stage)
+        if recipe_stages and recipe.stage not in recipe_stages:
+            raise UserError(f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "
+                            f"one's stage is '{recipe.stage}'")
         quiet_library_chatter()
         runner(recipe)
     except UserError as error:
@@ -126,6 +131,26 @@ def ulmfit(
     from finetune.stages.ulmfit import run_ulmfit
 
     _run_stage("ulmfit", recipe, overrides, lambda loaded: run_ulmfit(loaded, resume=resume))
+
+
+@app.command(name="lr-find")
+def lr_find(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    steps: Annotated[int, typer.Option(min=5, help="Optimizer steps of the test.")] = 100,
+    start_lr: Annotated[float, typer.Option(help="The top layer group's LR at the first step.")] = 1e-7,
+    end_lr: Annotated[float, typer.Option(help="The top layer group's LR at the last step.")] = 10.0,
+) -> None:
+    """The learning-rate range test (fastai's lr_find) of a pretrain or finetune recipe.
+
+    Trains the recipe's model for --steps steps while the LR grows exponentially from --start-lr to --end-lr,
+    then prints and draws the smoothed loss against the LR with a suggested LR (the minimum's / 10). Writes to
+    RUN_DIR-lr-find (lr_find.md, lr_find.json, lr_find.png); the recipe's run_dir stays free for the real run.
+    """
+    from finetune.stages.lr_find import run_lr_find
+
+    _run_stage("lr-find", recipe, overrides, lambda loaded: run_lr_find(loaded, steps, start_lr, end_lr),
+               recipe_stages=("pretrain", "finetune"))
 
 
 @app.command(name="eval")

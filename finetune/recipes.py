@@ -91,9 +91,10 @@ class TrainingConfig(Section):
         return names
 
 
-SCHEDULE_KINDS = Literal["stlr", "linear", "one_cycle", "constant"]
+SCHEDULE_KINDS = Literal["stlr", "linear", "one_cycle", "constant", "range_test"]
 SCHEDULE_KIND_HELP = ("stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; one_cycle: fastai's "
-                      "fit_one_cycle (cosine rise and fall, momentum cycled); constant")
+                      "fit_one_cycle (cosine rise and fall, momentum cycled); constant; range_test: exponential "
+                      "growth from lr / range_ratio to lr (what `finetune lr-find` runs)")
 
 
 class ScheduleConfig(Section):
@@ -107,6 +108,7 @@ class ScheduleConfig(Section):
                              "(fastai's 0.25)")
     div: float = Field(25.0, ge=1, description="one_cycle: the LR starts at the peak / div (fastai's 25)")
     final_div: float = Field(1e5, ge=1, description="one_cycle: the LR ends at the peak / final_div (fastai's 1e5)")
+    range_ratio: float = Field(1e8, gt=1, description="range_test: the first step's LR is training.lr / range_ratio")
     momentum: Optional[tuple[float, float]] = Field(
         (0.95, 0.85), description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
         "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout"

@@ -29,7 +29,7 @@ MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this 
 OWN_ENTRIES = frozenset({
     MARKER_FILE, run_lock.LOCK_FILE, RECIPE_FILE, METRICS_FILE, "timing.json", "plots", "trackers",
     "checkpoint", "checkpoints", "result.json", "seeds.json", "seeds.md", "report.json", "report.md",
-    "predictions", "submission.zip",
+    "predictions", "submission.zip", "lr_find.json", "lr_find.md", "lr_find.png",
 })
 # A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.
 _OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")

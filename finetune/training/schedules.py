@@ -63,6 +63,12 @@ def one_cycle_momentum(step: int, total_steps: int, pct_start: float = 0.25, hig
     return _cosine(high, low, position) if rising else _cosine(low, high, position)
 
 
+def exponential_range(step: int, total_steps: int, ratio: float) -> float:
+    """The LR range test's schedule (Smith 2017): from 1/ratio of the peak at the first step to the peak at the
+    last, growing by the same factor every step."""
+    return ratio ** (min(step, total_steps - 1) / max(1, total_steps - 1) - 1)
+
+
 def constant(step: int, total_steps: int) -> float:
     """No schedule: always the peak."""
     return 1.0
@@ -76,6 +82,8 @@ def make_schedule(config, total_steps: int) -> Callable[[int], float]:
         return lambda step: linear_warmup_decay(step, total_steps, config.warmup_fraction)
     if config.kind == "one_cycle":
         return lambda step: one_cycle(step, total_steps, config.pct_start, config.div, config.final_div)
+    if config.kind == "range_test":
+        return lambda step: exponential_range(step, total_steps, config.range_ratio)
     return lambda step: constant(step, total_steps)
 
 
