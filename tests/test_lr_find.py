@@ -26,13 +26,15 @@ def test_exponential_range_grows_by_one_factor_from_the_start_to_the_peak():
     assert exponential_range(20, 9, 1e8) == pytest.approx(1.0)  # never past the peak
 
 
-def test_smoothing_is_fastais_debiased_average():
-    losses = [4.0, 2.0, 3.0]
-    first = 0.02 * 4.0
-    second = 0.98 * first + 0.02 * 2.0
-    third = 0.98 * second + 0.02 * 3.0
-    assert smoothed(losses) == pytest.approx([first / (1 - 0.98), second / (1 - 0.98 ** 2), third / (1 - 0.98 ** 3)])
-    assert smoothed([5.0] * 10) == pytest.approx([5.0] * 10)  # a flat loss stays flat: no bias towards 0
+def test_smoothing_is_a_centred_moving_average_that_does_not_lag():
+    losses = [float(value) for value in range(40)]  # 40 steps: a window of 4 -> 5 (2 on each side)
+    result = smoothed(losses)
+    assert result[10] == pytest.approx(10.0) and result[20] == pytest.approx(20.0)  # a line is kept: no lag
+    assert result[0] == pytest.approx(1.0) and result[39] == pytest.approx(38.0)  # (0+1+2)/3, (37+38+39)/3
+    assert smoothed([5.0, 1.0, 5.0, 1.0, 5.0]) == pytest.approx([3.0, 11 / 3, 7 / 3, 11 / 3, 3.0])
+    spike = [1.0] * 30
+    spike[15] = 10.0
+    assert max(smoothed(spike)) == pytest.approx(1 + 9 / 3)  # 30 steps: window 3
 
 
 def synthetic_curve(steps: int = 200):
@@ -49,9 +51,9 @@ def test_suggestions_on_a_known_curve():
     smooth = smoothed(losses)
     lowest = int(np.argmin(smooth[:len(result["lrs"])]))
     assert result["minimum"]["lr"] == pytest.approx(lrs[lowest])
-    assert 1e-3 < result["minimum"]["lr"] < 1e-1  # the (smoothing-delayed) minimum near 1e-2
+    assert 10 ** -2.3 < result["minimum"]["lr"] < 10 ** -1.7  # the minimum of the curve: 1e-2
     assert result["suggested_lr"] == pytest.approx(result["minimum"]["lr"] / 10)
-    assert 10 ** -4.5 < result["steepest"]["lr"] < 10 ** -2.5  # the sigmoid's steepest point, shifted by smoothing
+    assert 10 ** -3.8 < result["steepest"]["lr"] < 10 ** -3.2  # the sigmoid's steepest point: 10^-3.5
     assert result["steepest"]["lr"] < result["minimum"]["lr"]
     # Cut where the smoothed loss passes 4x its minimum: nothing after it, and the cut is recorded.
     assert max(result["smoothed"]) <= 4 * min(result["smoothed"]) and len(result["lrs"]) < len(lrs)
