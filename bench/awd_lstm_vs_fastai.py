@@ -59,6 +59,12 @@ RECIPES = {
     "init 0.5, STLR 1e-2": ["model.embedding_init_range=0.5", "schedule.kind=stlr", "training.lr=1e-2"],
     "init 0.5, STLR 5e-3": ["model.embedding_init_range=0.5", "schedule.kind=stlr", "training.lr=5e-3"],
     "init 0.1, STLR 1e-2": ["schedule.kind=stlr", "training.lr=1e-2"],
+    # fastai's ULMFiT language-model recipe: fit_one_cycle at 1e-2..2e-2 with moms (0.8, 0.7, 0.8); `finetune
+    # lr-find` on this model and stream puts the loss minimum near 1e-2 and the run stable up to ~0.2.
+    "init 0.5, one-cycle 1e-2": ["model.embedding_init_range=0.5", "schedule.kind=one_cycle", "training.lr=1e-2",
+                                 "schedule.momentum=[0.8, 0.7]"],
+    "init 0.5, one-cycle 3e-2": ["model.embedding_init_range=0.5", "schedule.kind=one_cycle", "training.lr=3e-2",
+                                 "schedule.momentum=[0.8, 0.7]"],
 }
 
 
