@@ -153,6 +153,35 @@ def lr_find(
                recipe_stages=("pretrain", "finetune"))
 
 
+@app.command(name="predict")
+def predict_command(
+    checkpoint: Annotated[str, typer.Argument(help="A checkpoint fine-tuned by `finetune finetune` (its "
+                                              "checkpoint/ folder), or a hub name.", show_default=False)],
+    input_file: Annotated[str, typer.Option("--input", "-i", help="Plain text, one example per line (a pair "
+                                            "task: two texts separated by a tab), or a .tsv/.csv/.jsonl file "
+                                            "with the task's text columns; - reads stdin.")] = "-",
+    output_file: Annotated[str, typer.Option("--output", "-o", help="A .jsonl, .tsv or .csv file; - writes JSON "
+                                             "lines to stdout.")] = "-",
+    batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch.")] = 64,
+    max_length: Annotated[Optional[int], typer.Option(min=1, help="Tokens per example; default: the "
+                                                      "checkpoint's task.max_length.")] = None,
+) -> None:
+    """Predict labels and probabilities (scores for regression) for raw text with a fine-tuned checkpoint."""
+    from finetune.console import console, quiet_library_chatter
+    from finetune.stages.predict import run_predict
+
+    try:
+        quiet_library_chatter()
+        count = run_predict(checkpoint, input_file, output_file, batch_size, max_length)
+    except UserError as error:
+        _fail(str(error))
+    except KeyboardInterrupt:
+        typer.echo("interrupted; nothing was written", err=True)
+        raise typer.Exit(code=130)
+    if output_file != "-":
+        console.print(f"{count:,} predictions written to {output_file}")
+
+
 @app.command(name="eval")
 def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
     """Score fine-tuned checkpoints on a task split, or on GLUE tasks; write RUN_DIR/report.json and report.md.

@@ -19,19 +19,19 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
-from finetune.data.tasks import EncodedTask, TaskExamples, read_task_split
+from finetune.data.tasks import TaskExamples, read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
-from finetune.models.heads import fitted_max_length, load_finetuned
+from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
-from finetune.training.predict import LengthSortedPrediction, logits_to_predictions, predict_logits
+from finetune.training.predict import example_logits, logits_to_predictions
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
@@ -53,12 +53,8 @@ def run_eval(recipe: EvalRecipe) -> dict:
 def predict(accelerator, model, tokenizer, spec: TaskSpec, examples: TaskExamples, max_length: int,
             batch_size: int) -> np.ndarray:
     """Class indices (or scores) of a model for every example, in order."""
-    # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
-    model.to(accelerator.device)
-    batches = LengthSortedPrediction(EncodedTask(examples, tokenizer, fitted_max_length(max_length, model)),
-                                     tokenizer, batch_size)
-    logits = predict_logits(accelerator, model, accelerator.prepare(batches.loader))
-    return logits_to_predictions(spec, batches.in_file_order(logits))
+    return logits_to_predictions(spec, example_logits(accelerator, model, tokenizer, examples, max_length,
+                                                      batch_size))
 
 
 def write_report(run_dir: Path, report: dict, markdown: str) -> None:

@@ -7,8 +7,9 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
-from finetune.data.tasks import EncodedTask, PaddingCollator
+from finetune.data.tasks import EncodedTask, PaddingCollator, TaskExamples
 from finetune.glue.specs import TaskSpec
+from finetune.models.heads import fitted_max_length
 
 
 class LengthSortedPrediction:
@@ -45,6 +46,16 @@ def predict_logits(accelerator, model, loader) -> np.ndarray:
             outputs.append(accelerator.gather_for_metrics(logits.float()).cpu())
             advance()
     return torch.cat(outputs).numpy()
+
+
+def example_logits(accelerator, model, tokenizer, examples: TaskExamples, max_length: int,
+                   batch_size: int) -> np.ndarray:
+    """A classifier's logits (or scores) for every example, batched longest first, returned in file order."""
+    # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
+    model.to(accelerator.device)
+    batches = LengthSortedPrediction(EncodedTask(examples, tokenizer, fitted_max_length(max_length, model)),
+                                     tokenizer, batch_size)
+    return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader)))
 
 
 def logits_to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:

@@ -1,0 +1,216 @@
+"""`finetune predict CHECKPOINT`: labels and probabilities (or scores) of a fine-tuned checkpoint for raw text.
+
+The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, or two
+for a pair task), its labels and `task.max_length`. Input is either plain text, one example per line (a pair
+task: the two texts separated by a tab), or a TSV / CSV / JSON Lines file holding the text columns by name
+(other columns, a label column included, are ignored). Examples are batched longest first like `finetune
+eval`, with a progress bar on long input; outputs keep the input's order.
+
+Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
+`score` for regression; as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
+extension. A file is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, TextIO
+
+import numpy as np
+import torch
+
+from finetune.data.tasks import (FORMAT_BY_EXTENSION, TaskExamples, delimited_records, examples_from_records,
+                                 json_records)
+from finetune.errors import UserError
+from finetune.glue.specs import TaskSpec, task_spec
+from finetune.models.heads import load_finetuned
+from finetune.models.hub import load_tokenizer, resolve_checkpoint
+from finetune.training.checkpoints import HYPERPARAMETERS_FILE
+from finetune.training.predict import example_logits
+
+NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
+STDIO = "-"
+
+
+@dataclass
+class Predictor:
+    """A fine-tuned checkpoint ready to predict: its model, tokenizer, task and sequence length."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: TaskSpec
+    max_length: int
+    batch_size: int = 64
+
+    def predict(self, texts: Sequence[str | Sequence[str]]) -> list[dict]:
+        """One result per example: {"label", "probabilities"} or {"score"}; a pair task takes (text, text) pairs."""
+        examples = TaskExamples([self._example(text, index) for index, text in enumerate(texts)], None,
+                                [str(index) for index in range(len(texts))])
+        return self.predict_examples(examples)
+
+    def predict_examples(self, examples: TaskExamples) -> list[dict]:
+        """Results for examples already read (texts in the task's column order)."""
+        if not examples.texts:
+            return []
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.max_length, self.batch_size)
+        if self.spec.is_regression:
+            return [{"score": float(value)} for value in logits[:, 0]]
+        probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
+        labels = self.spec.labels
+        return [{"label": labels[int(row.argmax())],
+                 "probabilities": {label: float(p) for label, p in zip(labels, row)}} for row in probabilities]
+
+    def _example(self, text: str | Sequence[str], index: int) -> tuple[str, ...]:
+        columns = self.spec.text_columns
+        parts = (text,) if isinstance(text, str) else tuple(text)
+        if len(parts) != len(columns) or not all(isinstance(part, str) for part in parts):
+            raise UserError(f"example {index}: task '{self.spec.name}' reads {len(columns)} text(s) "
+                            f"({', '.join(columns)}), got {parts!r:.80}")
+        return parts
+
+
+def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[int] = None) -> Predictor:
+    """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
+    from finetune.models.heads import fitted_max_length
+    from finetune.recipes import load_recipe
+
+    folder = resolve_checkpoint(checkpoint, "CHECKPOINT")
+    # A hub name: only the recipe file is fetched here, the weights by transformers.
+    recipe_file = Path(folder) / HYPERPARAMETERS_FILE if Path(folder).is_dir() else _hub_file(checkpoint)
+    if recipe_file is None or not recipe_file.is_file():
+        raise UserError(f"CHECKPOINT: {checkpoint} has no {HYPERPARAMETERS_FILE}: predict needs a checkpoint "
+                        "fine-tuned by finetune (the file names the task's text columns and labels)")
+    recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
+    spec = task_spec(recipe.task)
+    model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
+    tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
+    length = fitted_max_length(max_length or recipe.task.max_length, model)
+    return Predictor(model, tokenizer, spec, length, batch_size)
+
+
+def _hub_file(repository: str) -> Optional[Path]:
+    """The recipe file of a hub repository (None when it has none); a hub that cannot be reached is a UserError."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repository, HYPERPARAMETERS_FILE))
+    except EntryNotFoundError:
+        return None
+    except Exception as error:  # offline, unknown repository, no permission
+        raise UserError(f"CHECKPOINT: cannot fetch {HYPERPARAMETERS_FILE} of {repository} from the hub "
+                        f"({type(error).__name__})") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Files in and out
+# ---------------------------------------------------------------------------------------------
+
+
+def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> TaskExamples:
+    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line."""
+    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN)
+    if source == STDIO:
+        return plain_lines(stdin or sys.stdin, "<stdin>", spec)
+    path = Path(source)
+    if not path.is_file():
+        raise UserError(f"--input: no such file: {path}")
+    file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            if file_format is None:
+                return plain_lines(handle, str(path), spec)
+            records = json_records(handle, path) if file_format == "jsonl" else \
+                delimited_records(handle, path, unlabelled, file_format, None)
+            return examples_from_records(unlabelled, path, records)
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not valid UTF-8") from None
+
+
+def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples:
+    """One example per non-empty line; a pair task's two texts separated by one tab."""
+    texts, ids = [], []
+    width = len(spec.text_columns)
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        parts = tuple(line.split("\t")) if width > 1 else (line,)
+        if len(parts) != width:
+            raise UserError(f"{name} line {number}: task '{spec.name}' reads {width} tab-separated texts "
+                            f"({', '.join(spec.text_columns)}), found {len(parts)}")
+        texts.append(parts)
+        ids.append(str(number))
+    if not texts:
+        raise UserError(f"{name}: no text to predict")
+    return TaskExamples(texts, None, ids)
+
+
+def output_rows(spec: TaskSpec, examples: TaskExamples, results: list[dict]) -> list[dict]:
+    """Each result beside its input's texts."""
+    return [{**dict(zip(spec.text_columns, texts)), **result} for texts, result in zip(examples.texts, results)]
+
+
+def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: Optional[TextIO] = None) -> None:
+    """JSON Lines on stdout or to a .jsonl file; TSV/CSV with one probability column per label."""
+    if target == STDIO:
+        (stdout or sys.stdout).write(_render(rows, "jsonl", spec))
+        return
+    path = Path(target)
+    file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
+    if file_format is None:
+        raise UserError(f"--output: {path} must end in .jsonl, .tsv or .csv")
+    if not path.parent.is_dir():
+        raise UserError(f"--output: no such folder: {path.parent}")
+    text = _render(rows, file_format, spec)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
+    if file_format == "jsonl":
+        return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    columns = list(spec.text_columns) + (["score"] if spec.is_regression else
+                                         ["label"] + [f"probability_{label}" for label in spec.labels])
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t" if file_format == "tsv" else ",", lineterminator="\n",
+                        quoting=csv.QUOTE_MINIMAL)
+    writer.writerow(columns)
+    for row in rows:
+        flat = {**row, **{f"probability_{label}": p for label, p in row.get("probabilities", {}).items()}}
+        writer.writerow([flat[column] for column in columns])
+    return buffer.getvalue()
+
+
+def run_predict(checkpoint: str, source: str = STDIO, target: str = STDIO, batch_size: int = 64,
+                max_length: Optional[int] = None) -> int:
+    """The CLI's work: read, predict, write; returns the number of examples."""
+    predictor = load_predictor(checkpoint, batch_size, max_length)
+    examples = read_input(source, predictor.spec)
+    write_output(output_rows(predictor.spec, examples, predictor.predict_examples(examples)), target, predictor.spec)
+    return len(examples.texts)
+
+
+def predict(checkpoint: str, texts: Sequence[str | Sequence[str]], batch_size: int = 64) -> list[dict]:
+    """Predict raw texts with a fine-tuned checkpoint: one dict per text, {"label", "probabilities"} or {"score"}.
+
+    A pair task takes (first, second) pairs. Loads the checkpoint on every call; for many calls keep
+    `load_predictor(checkpoint)` and call its `predict`.
+    """
+    return load_predictor(checkpoint, batch_size).predict(list(texts))
