@@ -29,9 +29,10 @@ from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.reporting.finish import finish_run
+from finetune.reporting.model_card import classifier_card, write_card
 from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
-                               claim_run_dir, guarded_stage, prepare_run_dir)
+                               claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
 from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import (commit_checkpoint, latest_training_checkpoint, load_training_state,
                                            save_checkpoint, save_training_checkpoint, step_checkpoint_dir,
@@ -233,6 +234,9 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         result = {"main_metric": spec.main_metric, "saved": "best" if recipe.keep_best else "last",
                   "best_step": best.step, "best": best.scores, "last_step": loop.step, "last": best.last}
         (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        card = classifier_card(recipe, spec, result, read_metrics(run_dir / METRICS_FILE),
+                               accelerator.unwrap_model(model).config.model_type)
+        write_card(card, checkpoint)  # README.md: the Hugging Face model card
         which = f"best dev {spec.main_metric} {best.scores['dev_' + spec.main_metric]:.4f} at step {best.step}" \
             if recipe.keep_best else "after the last step"
         console.print(f"checkpoint ({which}) saved to {checkpoint}")

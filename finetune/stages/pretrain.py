@@ -32,9 +32,10 @@ from finetune.models.language_models import (ACCURACY_NAME, build_language_model
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
+from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, claim_run_dir,
-                               guarded_stage, prepare_run_dir)
+                               guarded_stage, prepare_run_dir, read_metrics)
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir,
                                            sweep_incomplete_checkpoints)
@@ -170,6 +171,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_checkpoint(accelerator.unwrap_model(model).language_model, tokenizer, checkpoint, recipe)
+        write_card(language_model_card(recipe, read_metrics(run_dir / METRICS_FILE)), checkpoint)  # README.md
         console.print(f"checkpoint saved to {checkpoint}")
     finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint

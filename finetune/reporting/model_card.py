@@ -1,0 +1,190 @@
+"""Model cards: the README.md of every saved checkpoint, in the Hugging Face format, from the run's own records.
+
+The YAML front matter (base model, datasets, metrics with their values, library, pipeline tag) and the text
+(what was trained and how, the evaluation curve's numbers, how to load it, intended use and limits) come from the
+resolved recipe and metrics.jsonl; huggingface_hub's ModelCard / ModelCardData write and validate them, so the
+hub shows the metrics and `ModelCard.load` reads the card back.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from finetune.glue.specs import GLUE_TASKS, TaskSpec
+
+CARD_FILE = "README.md"
+_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # name or org/name, as models/hub.py reads them
+# The hub's metric ids for ours (its `evaluate` names).
+HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation", "pearson": "pearsonr",
+               "spearman": "spearmanr"}
+PIPELINE = {"bert": "fill-mask", "gpt2": "text-generation", "awd_lstm": "text-generation"}
+
+
+def hub_base_model(checkpoint: Optional[str]) -> Optional[str]:
+    """A base model the hub can link to: a hub name (`name`, `org/name`) that is not a local folder; else None."""
+    if checkpoint and _HUB_NAME.match(checkpoint) and not Path(checkpoint).exists():
+        return checkpoint
+    return None
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows])
+
+
+def _evaluations(records: list[dict], names: list[str]) -> str:
+    """The evaluation curve: one row per logged evaluation, the named metrics as columns."""
+    rows = [[record["step"], record["epoch"] + 1] + [record.get(name, "") for name in names]
+            for record in records if record.get("phase") == "eval"]
+    return _table(["step", "epoch"] + names, rows) if rows else "(no evaluation was logged)"
+
+
+def _loading(architecture_import: str, auto_class: str, folder: str) -> str:
+    return ("```python\n" + architecture_import + f"from transformers import AutoTokenizer, {auto_class}\n\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{folder}\")\n"
+            f"model = {auto_class}.from_pretrained(\"{folder}\")\n```")
+
+
+def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str) -> ModelCard:
+    """The card of a fine-tuned classifier or regressor: dev scores of the saved weights and the curve."""
+    saved = result["best"] if result["saved"] == "best" else result["last"]
+    scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
+    glue = spec.name in GLUE_TASKS
+    task_type = "text-classification"
+    dataset = "nyu-mll/glue" if glue else spec.name
+    eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
+                               dataset_config=spec.name if glue else None,
+                               dataset_split="validation", metric_type=HUB_METRICS.get(name, name),
+                               metric_name=name, metric_value=round(float(value), 4))
+                    for name, value in scores.items()]
+    data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
+                         eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
+                         library_name="transformers", pipeline_tag=task_type, model_name=Path(recipe.run_dir).name,
+                         tags=["finetune", "text-classification"] + (["ulmfit", "awd-lstm"] if model_type ==
+                                                                     "awd_lstm" else []))
+    training, schedule = recipe.training, recipe.schedule
+    unfreezing = recipe.unfreezing
+    thaw = "off" if unfreezing.mode == "none" else (
+        f"gradual, from {unfreezing.initial_groups} group(s), one more every "
+        + (f"{unfreezing.every_steps} steps" if unfreezing.every_steps else
+           f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
+           f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
+    settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
+                ["task", f"{spec.display_name} (`{spec.name}`): {', '.join(spec.text_columns)} -> "
+                         + ("a score" if spec.is_regression else ", ".join(spec.labels))],
+                ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
+                ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
+                ["schedule", schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
+                ["gradual unfreezing", thaw], ["max length", recipe.task.max_length], ["seed", recipe.seed]]
+    which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
+             "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
+             if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
+    names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
+    architecture = "import finetune.models.awd_lstm_classifier  # registers the AWD-LSTM with the Auto classes\n" \
+        if model_type == "awd_lstm" else ("import finetune.models.mean_pooling  # registers the mean-pooling head\n"
+                                          if recipe.pooling == "mean" else "")
+    body = f"""
+# {Path(recipe.run_dir).name}
+
+A {model_type} classifier for {spec.display_name}, fine-tuned with the finetune toolkit from
+`{recipe.model.checkpoint}`. {recipe.description}
+
+## Results
+
+Dev scores of these weights ({which}):
+
+{_table(["metric", "value"], [[name, float(value)] for name, value in scores.items()])}
+
+Every evaluation of the run (dev set):
+
+{_evaluations(records, names)}
+
+## Training
+
+{_table(["setting", "value"], settings)}
+
+The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune finetune_recipe.yaml` trains it again.
+
+## How to use
+
+```bash
+finetune predict PATH_TO_THIS_FOLDER --input texts.txt
+```
+
+{_loading(architecture, "AutoModelForSequenceClassification", "PATH_TO_THIS_FOLDER")}
+
+## Intended use and limits
+
+For {spec.display_name}-like inputs ({', '.join(spec.text_columns)}, at most {recipe.task.max_length} tokens each
+example; longer inputs are cut). The scores above are from the task's dev set only; the model was not evaluated
+on other domains, and it inherits the biases of its base model and of its training data. Small training sets give
+unstable results from one seed to the next: compare seeds before relying on one run.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def language_model_card(recipe, records: list[dict]) -> ModelCard:
+    """The card of a pretrained (or further pretrained) language model: its validation curve."""
+    family = recipe.model.family
+    evaluations = [record for record in records if record.get("phase") == "eval"]
+    last = evaluations[-1] if evaluations else {}
+    base = getattr(recipe.model, "checkpoint", None)
+    corpus = recipe.corpus
+    if corpus.dataset:
+        source = f"the `{corpus.dataset}` dataset" + (f" ({corpus.dataset_config})" if corpus.dataset_config else "")
+    elif corpus.task is not None:
+        source = f"the text of task `{corpus.task.name}` ({', '.join(corpus.task_splits)})"
+    else:
+        source = ", ".join(f"`{Path(path).name}`" for path in corpus.train_files)
+    accuracy = next((name for name in last if name.endswith("accuracy")), None)
+    eval_results = [EvalResult(task_type=PIPELINE[family], dataset_type=corpus.dataset or "text",
+                               dataset_name=corpus.dataset or "held-out text", dataset_split="validation",
+                               metric_type=name, metric_name=name, metric_value=round(float(last[name]), 4))
+                    for name in ("validation_loss", "validation_perplexity", accuracy) if name and name in last]
+    data = ModelCardData(base_model=hub_base_model(base), datasets=[corpus.dataset] if corpus.dataset else None,
+                         eval_results=eval_results or None, library_name="transformers",
+                         pipeline_tag=PIPELINE[family], model_name=Path(recipe.run_dir).name,
+                         tags=["finetune", family] + (["ulmfit"] if family == "awd_lstm" else []))
+    auto = "AutoModelForMaskedLM" if family == "bert" else "AutoModelForCausalLM"
+    architecture = "import finetune.models.awd_lstm  # registers the AWD-LSTM with the Auto classes\n" \
+        if family == "awd_lstm" else ""
+    body = f"""
+# {Path(recipe.run_dir).name}
+
+A {family} language model {'further trained from `' + base + '`' if base else 'trained from scratch'} with
+the finetune toolkit on {source}. {recipe.description}
+
+## Validation curve
+
+Loss in nats per token on held-out text:
+
+{_evaluations(records, ["validation_loss", "validation_perplexity"] + ([accuracy] if accuracy else []))}
+
+## How to use
+
+{_loading(architecture, auto, "PATH_TO_THIS_FOLDER")}
+
+Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`); the full pretraining
+recipe is `finetune_recipe.yaml` beside the weights.
+
+## Intended use and limits
+
+A starting point for fine-tuning, not a model to deploy as is: it was trained on {source} only
+({'a small corpus: ' if last.get('validation_perplexity', 0) > 50 else ''}validation perplexity
+{last.get('validation_perplexity', float('nan')):.1f}), and it reproduces that text's style, gaps and biases.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def write_card(card: ModelCard, checkpoint: Path) -> Path:
+    """Save the card as the checkpoint's README.md."""
+    path = Path(checkpoint) / CARD_FILE
+    card.save(path)
+    return path
