@@ -182,6 +182,23 @@ def predict_command(
         console.print(f"{count:,} predictions written to {output_file}")
 
 
+@app.command(name="push")
+def push(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run directory (or its checkpoint folder).",
+                                            show_default=False)],
+    repo_id: Annotated[str, typer.Argument(help="The hub model repository, e.g. your-name/minilm-sst2 (created "
+                                           "if needed).", show_default=False)],
+    private: Annotated[bool, typer.Option("--private", help="Create the repository private.")] = False,
+) -> None:
+    """Upload a run's final checkpoint (weights, tokenizer, recipe, model card) to the Hugging Face hub."""
+    from finetune.stages.push import push_checkpoint
+
+    try:
+        push_checkpoint(run_dir, repo_id, private=private)
+    except UserError as error:
+        _fail(str(error))
+
+
 @app.command(name="eval")
 def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
     """Score fine-tuned checkpoints on a task split, or on GLUE tasks; write RUN_DIR/report.json and report.md.
