@@ -48,6 +48,13 @@ MAX_VOCABULARY = 2**20  # the largest vocabularies in use have ~256k pieces; the
 # ---------------------------------------------------------------------------------------------
 
 
+def accelerate_tracker_names() -> list[str]:
+    """The tracker names accelerate accepts for `training.log_with` ("all": every installed one)."""
+    from accelerate.utils import LoggerType  # late import: recipe validation needs accelerate only for this key
+
+    return [member.value for member in LoggerType]
+
+
 class TrainingConfig(Section):
     """How the optimisation runs: length, batch, optimiser, logging, device."""
 
@@ -82,8 +89,6 @@ class TrainingConfig(Section):
         """One name is a list of one; every name must be a tracker accelerate knows."""
         names = [names] if isinstance(names, str) else names
         if isinstance(names, list) and names:
-            from finetune.reporting.trackers import accelerate_tracker_names  # late: imports accelerate
-
             known = accelerate_tracker_names()
             unknown = [name for name in names if name not in known]
             if unknown:

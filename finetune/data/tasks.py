@@ -6,7 +6,6 @@ import csv
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -16,18 +15,10 @@ from torch.utils.data import Dataset
 
 from finetune.console import phase_bar
 from finetune.data.corpus import document_text
+from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
-
-
-@dataclass
-class TaskExamples:
-    """One split of a task: the texts of each example, their labels (None for unlabeled test files), ids."""
-
-    texts: list[tuple[str, ...]]
-    labels: Optional[np.ndarray]  # class indices (int64) or scores (float32)
-    ids: list[str]
 
 
 def task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:

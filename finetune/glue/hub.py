@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.data.tasks import TaskExamples
+from finetune.data.examples import TaskExamples
 from finetune.errors import UserError
 from finetune.glue.specs import HUB_DATASET, TaskSpec
 

@@ -17,13 +17,6 @@ from finetune.run_dir import flatten_keys
 TRACKER_PROJECT = "trackers"  # accelerate's project name: tensorboard writes to RUN_DIR/trackers/
 
 
-def accelerate_tracker_names() -> list[str]:
-    """The tracker names accelerate accepts for `log_with` ("all": every installed one)."""
-    from accelerate.utils import LoggerType  # late import: recipe validation needs accelerate only for this key
-
-    return [member.value for member in LoggerType]
-
-
 def check_trackers_installed(requested: list[str]) -> None:
     """accelerate drops a tracker whose package is missing with a mere warning; a recipe that names one is an error."""
     from accelerate.tracking import get_available_trackers

@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, TextIO
 
-import numpy as np
 import torch
 
 from finetune.data.tasks import (FORMAT_BY_EXTENSION, TaskExamples, delimited_records, examples_from_records,
