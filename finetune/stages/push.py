@@ -66,11 +66,18 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     """What a failed connection raises: OSError, and the transport errors of the HTTP client huggingface_hub uses
     (httpx2 in huggingface_hub 2.x, httpx in 1.x)."""
     errors: list[type[BaseException]] = [OSError]
-    for client in ("httpx2", "httpx"):
-        try:
-            errors.append(__import__(client).TransportError)
-        except (ImportError, AttributeError):
-            pass
+    try:
+        import httpx2
+
+        errors.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    try:
+        import httpx
+
+        errors.append(httpx.TransportError)
+    except ImportError:
+        pass
     return tuple(errors)
 
 
