@@ -7,7 +7,7 @@ def predict(checkpoint: str, texts, batch_size: int = 64) -> list[dict]:
     """Labels and probabilities (or scores) of a fine-tuned checkpoint for raw texts; see finetune.stages.predict.
 
     >>> finetune.predict("runs/quickstart/finetune/checkpoint", ["a warm , funny film"])  # doctest: +SKIP
-    [{'label': '1', 'probabilities': {'0': 0.02, '1': 0.98}}]
+    [{'label': ..., 'probabilities': {'0': ..., '1': ...}}]
     """
     from finetune.stages.predict import predict as predict_texts  # late: torch and transformers are slow to import
 
