@@ -23,12 +23,13 @@ from finetune.safe_yaml import YAMLProblem, load_yaml
 
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe, defaults filled in
 METRICS_FILE = "metrics.jsonl"  # one JSON object per logged step or evaluation
+CHECKPOINT_DIR = "checkpoint"  # the final model, written when the run ends (so it means "finished")
 MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this folder is a run of this toolkit
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
 OWN_ENTRIES = frozenset({
     MARKER_FILE, run_lock.LOCK_FILE, RECIPE_FILE, METRICS_FILE, "timing.json", "plots", "trackers",
-    "checkpoint", "checkpoints", "result.json", "seeds.json", "seeds.md", "report.json", "report.md",
+    CHECKPOINT_DIR, "checkpoints", "result.json", "seeds.json", "seeds.md", "report.json", "report.md",
     "predictions", "submission.zip", "lr_find.json", "lr_find.md", "lr_find.png",
 })
 # A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.

@@ -42,17 +42,22 @@ def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> Tas
     if file_format is None:
         raise UserError(f"{path}: unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, "
                         "or set task.format)")
+    return read_examples_file(spec, path, file_format, spec.headerless_columns.get(split))
+
+
+def read_examples_file(spec: TaskSpec, path: Path, file_format: str,
+                       headerless: Optional[tuple[str, ...]] = None) -> TaskExamples:
+    """The examples of one TSV, CSV or JSON Lines file, every row checked; bad bytes name their line."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: MRPC starts with a BOM
             if file_format == "jsonl":
                 return examples_from_records(spec, path, json_records(handle, path))
-            headerless = spec.headerless_columns.get(split)
             return examples_from_records(spec, path, delimited_records(handle, path, spec, file_format, headerless))
     except UnicodeDecodeError:
-        raise UserError(f"{path} line {_first_undecodable_line(path)}: not valid UTF-8") from None
+        raise UserError(f"{path} line {first_undecodable_line(path)}: not valid UTF-8") from None
 
 
-def _first_undecodable_line(path: Path) -> int:
+def first_undecodable_line(path: Path) -> int:
     """The number of the first line of a file that is not UTF-8 (0 if every line decodes on its own)."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):

@@ -16,7 +16,7 @@ from finetune.errors import UserError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "tokenizer.model")
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
 
@@ -35,7 +35,7 @@ def resolve_checkpoint(name: str, key: str = "model.checkpoint", marker_files: t
         if (path / CONFIG_FILE).is_file():  # tokenizers read it too
             check_config_file(path / CONFIG_FILE, key)
         return str(path)
-    if path.exists() or not _HUB_NAME.match(name):
+    if path.exists() or not HUB_NAME.match(name):
         raise UserError(f"{key}: no such model folder: {name}")
     return name
 

@@ -8,16 +8,15 @@ hub shows the metrics and `ModelCard.load` reads the card back.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Optional
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.models.hub import HUB_NAME
 
 CARD_FILE = "README.md"
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # name or org/name, as models/hub.py reads them
 # The hub's metric ids for ours (its `evaluate` names).
 HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation", "pearson": "pearsonr",
                "spearman": "spearmanr"}
@@ -26,7 +25,7 @@ PIPELINE = {"bert": "fill-mask", "gpt2": "text-generation", "awd_lstm": "text-ge
 
 def hub_base_model(checkpoint: Optional[str]) -> Optional[str]:
     """A base model the hub can link to: a hub name (`name`, `org/name`) that is not a local folder; else None."""
-    if checkpoint and _HUB_NAME.match(checkpoint) and not Path(checkpoint).exists():
+    if checkpoint and HUB_NAME.match(checkpoint) and not Path(checkpoint).exists():
         return checkpoint
     return None
 

@@ -31,8 +31,8 @@ from finetune.recipes import FinetuneRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
-                               claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
+from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free,
+                               check_same_recipe, claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
 from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import (commit_checkpoint, latest_training_checkpoint, load_training_state,
                                            save_checkpoint, save_training_checkpoint, step_checkpoint_dir,
@@ -44,7 +44,6 @@ from finetune.training.schedules import make_momentum_schedule, make_schedule
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
                                          trainable_group_count_at_step)
 
-CHECKPOINT_DIR = "checkpoint"  # inside the run directory: written when the run ends, so it means "finished"
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 

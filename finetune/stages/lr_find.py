@@ -28,7 +28,7 @@ import numpy as np
 from finetune.console import console
 from finetune.errors import RunFailed, UserError
 from finetune.recipes import FinetuneRecipe, PretrainRecipe
-from finetune.run_dir import METRICS_FILE, read_metrics
+from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
 from finetune.reporting.plots import new_figure, save_figure
 
 SMOOTHING_FRACTION = 0.1  # the moving average spans this share of the steps
@@ -125,7 +125,7 @@ def run_lr_find(recipe: PretrainRecipe | FinetuneRecipe, steps: int = 100, start
                 end_lr: float = 10.0) -> dict:
     """Run the range test of a pretrain or finetune recipe; returns the readings (also written to disk)."""
     from finetune.stages.finetune import run_finetune
-    from finetune.stages.pretrain import CHECKPOINT_DIR, run_pretrain
+    from finetune.stages.pretrain import run_pretrain
 
     test = range_test_recipe(recipe, steps, start_lr, end_lr)
     console.print(f"LR range test: {steps} steps from {start_lr:.0e} to {end_lr:.0e} into {test.run_dir}")

@@ -25,8 +25,7 @@ from typing import Iterable, Optional, Sequence, TextIO
 
 import torch
 
-from finetune.data.tasks import (FORMAT_BY_EXTENSION, TaskExamples, delimited_records, examples_from_records,
-                                 json_records)
+from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
@@ -125,15 +124,13 @@ def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> T
     if not path.is_file():
         raise UserError(f"--input: no such file: {path}")
     file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
+    if file_format is not None:
+        return read_examples_file(unlabelled, path, file_format)
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:
-            if file_format is None:
-                return plain_lines(handle, str(path), spec)
-            records = json_records(handle, path) if file_format == "jsonl" else \
-                delimited_records(handle, path, unlabelled, file_format, None)
-            return examples_from_records(unlabelled, path, records)
+            return plain_lines(handle, str(path), spec)
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not valid UTF-8") from None
+        raise UserError(f"{path} line {first_undecodable_line(path)}: not valid UTF-8") from None
 
 
 def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples:

@@ -34,8 +34,8 @@ from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, claim_run_dir,
-                               guarded_stage, prepare_run_dir, read_metrics)
+from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free,
+                               claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir,
                                            sweep_incomplete_checkpoints)
@@ -43,7 +43,6 @@ from finetune.training.loop import TrainingLoop, make_accelerator, total_optimiz
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.schedules import make_momentum_schedule, make_schedule
 
-CHECKPOINT_DIR = "checkpoint"  # inside the run directory
 
 
 @guarded_stage

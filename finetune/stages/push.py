@@ -13,8 +13,7 @@ from typing import Optional
 
 from finetune.console import console
 from finetune.errors import UserError
-
-CHECKPOINT_DIR = "checkpoint"
+from finetune.run_dir import CHECKPOINT_DIR
 
 
 def checkpoint_folder(run_dir: Path) -> Path:
@@ -50,9 +49,8 @@ def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: O
         raise UserError(f"cannot reach the Hugging Face hub ({type(error).__name__}): check the network") from None
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True)
-        api.upload_folder(repo_id=repo_id, folder_path=folder,
-                          commit_message=f"Upload {folder.parent.name if folder.name == CHECKPOINT_DIR else folder.name}"
-                                         " with finetune")
+        run_name = folder.parent.name if folder.name == CHECKPOINT_DIR else folder.name
+        api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=f"Upload {run_name} with finetune")
     except HfHubHTTPError as error:
         raise UserError(f"REPO_ID {repo_id}: the hub refused the upload as {user.get('name', 'this user')}: "
                         f"{_reason(error)}") from None
