@@ -11,8 +11,7 @@ from finetune.data.corpus import TokenizedDocuments, pack_blocks
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
-from finetune.models.causal_lm import RecurrentNextTokenLM, next_token_loss
-from finetune.models.masked_lm import IGNORE_INDEX
+from finetune.models.causal_lm import RecurrentNextTokenLM
 
 SEPARATOR = 0
 
@@ -83,17 +82,6 @@ def test_resumable_sampler_is_seeded_per_epoch_and_skips_from_the_epoch_start():
     sampler.set_epoch(2)
     assert len(list(sampler)) == 10
     assert list(ResumableSampler(5, seed=1, shuffle=False)) == [0, 1, 2, 3, 4]
-
-
-def test_next_token_loss_ignores_unlabelled_positions():
-    logits = torch.randn(2, 3, 7)
-    labels = torch.tensor([[1, 2, IGNORE_INDEX], [3, IGNORE_INDEX, 4]])
-    loss, count, correct = next_token_loss(logits, labels, training=False)
-    keep = labels != IGNORE_INDEX
-    assert count == 4
-    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits[keep], labels[keep]))
-    assert correct == (logits[keep].argmax(-1) == labels[keep]).sum()
-    assert next_token_loss(logits, labels, training=True)[2] is None
 
 
 def tiny_lstm() -> RecurrentNextTokenLM:

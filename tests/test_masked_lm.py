@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import finetune.models.masked_lm as masked_lm_module
+import finetune.models.linear_cross_entropy as linear_cross_entropy_module
 from finetune.models.masked_lm import IGNORE_INDEX, CpuDropout, SparseMaskedLM, build_masked_lm, encode
 from finetune.recipes import MaskedLMModelConfig
 
@@ -40,10 +40,10 @@ def test_encode_matches_hugging_face_without_dropout():
     torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_bytes", [masked_lm_module.CHUNK_BYTES, 4 * VOCAB * 7])  # one chunk; chunks of 7 rows
+@pytest.mark.parametrize("chunk_bytes", [linear_cross_entropy_module.CHUNK_BYTES, 4 * VOCAB * 7])  # one chunk; chunks of 7 rows
 def test_training_loss_and_gradients_match_dense_hugging_face(monkeypatch, chunk_bytes):
     """Dropout 0: the training route (encode + chunked decoder loss) equals BertForMaskedLM's dense loss."""
-    monkeypatch.setattr(masked_lm_module, "CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(linear_cross_entropy_module, "CHUNK_BYTES", chunk_bytes)
     model = masked_lm(dropout=0.0)
     input_ids, labels = masked_batch(seed=1)
     model.eval()

@@ -2,7 +2,8 @@
 activation regularisation (AR/TAR).
 
 Both causal families train on (input_ids, labels) pairs whose labels are already the next tokens
-(`labels[t] = stream[t + 1]`), so the loss needs no shift and no position is wasted at a block edge.
+(`labels[t] = stream[t + 1]`), so the loss needs no shift and no position is wasted at a block edge. Their decoder
+and loss run fused (`linear_cross_entropy`): no (tokens x vocabulary) logits tensor is ever made.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
 
 from finetune.errors import UserError
 from finetune.models.awd_lstm import activation_penalty, with_gradient_of
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
-from finetune.models.masked_lm import IGNORE_INDEX, MaskedLMOutput
+from finetune.models.linear_cross_entropy import linear_cross_entropy
+from finetune.models.masked_lm import MaskedLMOutput
 from finetune.models.objectives import LanguageModelLoss
 
 
@@ -52,18 +53,6 @@ def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
     return load_model(GPT2LMHeadModel, source, "model.checkpoint", config=config, attn_implementation="sdpa")
 
 
-def next_token_loss(logits: torch.Tensor, labels: torch.Tensor, training: bool) -> MaskedLMOutput:
-    """Mean cross-entropy over the labelled positions, their count, and (in eval) the correct predictions."""
-    # cross_entropy skips ignored labels itself: selecting the labelled rows first would copy the whole
-    # (tokens, vocabulary) logits forward and scatter them back in backward, for nothing when every token is labelled
-    # (BPTT streams, packed blocks). That copy cost the AWD-LSTM ~20% of its training step.
-    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
-    selected = labels != IGNORE_INDEX
-    loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX)
-    correct = None if training else ((logits.argmax(dim=-1) == labels) & selected).sum()
-    return loss, selected.sum(), correct
-
-
 class NextTokenLM(LanguageModelLoss):
     """A GPT-2 whose forward returns the next-token loss, so that DDP sees (and syncs) the real forward."""
 
@@ -78,7 +67,8 @@ class NextTokenLM(LanguageModelLoss):
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
         hidden = self.causal_lm.transformer(input_ids=input_ids).last_hidden_state
-        return next_token_loss(self.causal_lm.lm_head(hidden), labels, self.training)
+        head = self.causal_lm.lm_head
+        return linear_cross_entropy(hidden, head.weight, head.bias, labels, count_correct=not self.training)
 
 
 class RecurrentNextTokenLM(LanguageModelLoss):
@@ -104,12 +94,17 @@ class RecurrentNextTokenLM(LanguageModelLoss):
         return self.lstm_lm
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
-        output = self.lstm_lm(input_ids, hidden_state=self.state)
-        self.state = tuple((hidden.detach(), cell.detach()) for hidden, cell in output.hidden_state)
-        loss, count, correct = next_token_loss(output.logits, labels, self.training)
+        # AWDLSTMForCausalLM.forward, with the decoder and the loss fused (no logits tensor).
+        language_model = self.lstm_lm
+        encoded = language_model.awd_lstm(input_ids, hidden_state=self.state)
+        self.state = tuple((hidden.detach(), cell.detach()) for hidden, cell in encoded.hidden_state)
+        dropped = language_model.output_dropout(encoded.last_hidden_state)
+        decoder = language_model.decoder
+        loss, count, correct = linear_cross_entropy(dropped, decoder.weight, decoder.bias, labels,
+                                                    count_correct=not self.training)
         alpha, beta = self.activation_regularization, self.temporal_activation_regularization
         if self.training and (alpha or beta):  # as fastai: never in validation
-            penalty = activation_penalty(output.last_hidden_state, output.dropped_hidden_state, alpha, beta)
+            penalty = activation_penalty(encoded.last_hidden_state, dropped, alpha, beta)
             loss = with_gradient_of(loss, penalty)
         return loss, count, correct
 

@@ -4,8 +4,9 @@ Training takes a faster route through the same `BertForMaskedLM` parameters (che
 unchanged); what it computes is the same model, dropout and loss. Measured on a 2-core CPU (BERT-mini,
 batch 32 x 128, bench/mlm_pretrain.py), the Hugging Face forward spent its time beyond matrix products on:
 - the decoder: ~75 MB of logits per batch, allocated fresh (page faults), then log-softmax, its
-  gradient and a zero-filled copy: `ChunkedDecoderLoss` goes through the masked rows a chunk at a
-  time and turns each chunk's softmax into its gradient in place;
+  gradient and a zero-filled copy: `linear_cross_entropy` (models/linear_cross_entropy.py, shared with the
+  causal families) goes through the masked rows a chunk at a time and turns each chunk's softmax into its
+  gradient in place;
 - dropout: `bernoulli_` draws one random float per element; `cpu_dropout` compares 32-bit random
   integers with a threshold instead (the same keep probability to 2^-32, about twice as fast);
 - attention dropout forces SDPA's unfused CPU path anyway, so `encode` writes attention out
@@ -23,13 +24,8 @@ from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertModel
 
 from finetune.errors import UserError
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from finetune.models.objectives import LanguageModelLoss
-
-IGNORE_INDEX = -100  # label of positions that carry no loss (the convention of torch and transformers)
-CHUNK_BYTES = 30 * 1024**2  # fp32 logits per decoder chunk: large products, yet below glibc's 32 MiB mmap limit
-# Vocabulary columns per forward product: a 256 x 1024 weight slice stays in cache; one 30522-wide
-# product ran at ~45 GFLOP/s on one core, 1024-wide slices at ~70.
-VOCAB_SLICE = 1024
 
 # (mean loss, masked tokens, correct predictions or None while training)
 MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
@@ -125,55 +121,6 @@ def encoder_layer(layer, hidden: torch.Tensor, hidden_dropout: float, attention_
     return output.LayerNorm(dropout(output.dense(layer.intermediate(hidden)), hidden_dropout) + hidden)
 
 
-class ChunkedDecoderLoss(torch.autograd.Function):
-    """Mean cross-entropy of `hidden @ weight.T + bias` against `targets`, a chunk of rows at a time.
-
-    Each chunk's logits become its softmax, then, in place, the gradient of the loss with respect to
-    them; the gradients of `hidden`, `weight` and `bias` are taken right there in the forward (as
-    Liger-Kernel's fused linear cross-entropy does) and backward only scales them. No full
-    (rows x vocabulary) tensor and no second pass over one ever exist.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor):
-        rows, vocab = hidden.shape[0], weight.shape[0]
-        most = max(1, CHUNK_BYTES // (4 * vocab))
-        chunk = -(-rows // -(-rows // most))  # equal chunks: 614 rows -> 3 x 205, not 257 + 257 + 100
-        grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)
-        grad_bias = torch.zeros(vocab, dtype=torch.float32, device=bias.device)
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        buffer = hidden.new_empty((chunk, vocab), dtype=torch.float32)  # reused by every chunk
-        for start in range(0, rows, chunk):
-            part, part_targets = hidden[start:start + chunk], targets[start:start + chunk]
-            logits = buffer[: part.shape[0]]
-            for first in range(0, vocab, VOCAB_SLICE):
-                torch.addmm(bias[first:first + VOCAB_SLICE], part, weight[first:first + VOCAB_SLICE].t(),
-                            out=logits[:, first:first + VOCAB_SLICE])
-            logits -= logits.amax(dim=1, keepdim=True)  # log-sum-exp without overflow
-            total -= logits.gather(1, part_targets[:, None]).sum()
-            logits.exp_()
-            sums = logits.sum(dim=1, keepdim=True)
-            total += sums.log().sum()
-            logits /= sums  # softmax; minus one at the target: d(sum of losses)/d(logits)
-            logits[torch.arange(part.shape[0], device=logits.device), part_targets] -= 1.0
-            torch.mm(logits, weight, out=grad_hidden[start:start + chunk])
-            grad_weight.addmm_(logits.t(), part)
-            grad_bias += logits.sum(dim=0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        ctx.rows, ctx.bias_dtype = rows, bias.dtype
-        return total / rows
-
-    @staticmethod
-    def backward(ctx, grad_loss: torch.Tensor):
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        scale = grad_loss / ctx.rows  # the gradients above are of the sum; the loss is the mean
-        # In place: these tensors serve this one backward, so a second one (retain_graph) is refused.
-        if getattr(ctx, "used", False):
-            raise RuntimeError("ChunkedDecoderLoss supports one backward per forward")
-        ctx.used = True
-        return grad_hidden.mul_(scale), grad_weight.mul_(scale), grad_bias.mul_(scale).to(ctx.bias_dtype), None
-
-
 def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor,
                    attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
     """Cross-entropy at the masked positions only (Cramming's sparse prediction).
@@ -197,13 +144,8 @@ def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torc
         return hidden.sum() * 0.0, selected.sum(), None if model.training else selected.sum()
     head = model.cls.predictions
     transformed = head.transform(hidden[selected])
-    if fast:
-        loss = ChunkedDecoderLoss.apply(transformed, head.decoder.weight, head.decoder.bias, targets)
-        return loss, selected.sum(), None
-    logits = head.decoder(transformed)
-    loss = F.cross_entropy(logits.float(), targets)
-    correct = None if model.training else (logits.argmax(dim=-1) == targets).sum()
-    return loss, selected.sum(), correct
+    return linear_cross_entropy(transformed, head.decoder.weight, head.decoder.bias, targets,
+                                count_correct=not model.training)
 
 
 class SparseMaskedLM(LanguageModelLoss):
