@@ -114,9 +114,10 @@ class _HeldRecords(logging.Filter):
 
 
 @contextlib.contextmanager
-def _held_load_report() -> Iterator[_HeldRecords]:
-    """The load report of the loads inside, logged at the end unless discarded: a refused load says it in one line."""
-    logger = logging.getLogger("transformers.modeling_utils")
+def _held_load_report(logger_name: str = "transformers.modeling_utils") -> Iterator[_HeldRecords]:
+    """What `logger_name` logs inside (by default transformers' load report), logged at the end unless discarded:
+    a refused load says it in one line."""
+    logger = logging.getLogger(logger_name)
     held = _HeldRecords()
     logger.addFilter(held)
     try:
@@ -132,8 +133,19 @@ def load_pretrained(loader, name: str, key: str, trust_remote_code: bool = False
 
     Every load in the package goes through here. Python code shipped with a checkpoint (its config's
     `auto_map`) runs only when a recipe sets `trust_remote_code` itself; passing False explicitly also keeps
-    transformers from asking on the terminal.
+    transformers from asking on the terminal. What transformers' configuration code logs about a load that is then
+    refused (e.g. "You are using a model of type ... to instantiate ...") is dropped: the one line says it all.
     """
+    with _held_load_report("transformers.configuration_utils") as notes:
+        try:
+            return _load_pretrained(loader, name, key, trust_remote_code, **kwargs)
+        except UserError:
+            notes.discard()
+            raise
+
+
+def _load_pretrained(loader, name: str, key: str, trust_remote_code: bool, **kwargs):
+    """`load_pretrained` without the held notes."""
     try:
         return loader(name, trust_remote_code=trust_remote_code, **kwargs)
     except OSError as error:
