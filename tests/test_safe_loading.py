@@ -131,7 +131,7 @@ def test_package_sources_use_only_safe_loading():
     loader_bases = {dotted_name(base) for node in ast.walk(ast.parse((PACKAGE / "safe_yaml.py").read_text()))
                     if isinstance(node, ast.ClassDef) for base in node.bases}
     assert "yaml.SafeLoader" in loader_bases
-    assert any(dotted_name(call.func) == "load_yaml" for call in calls(ast.parse((PACKAGE / "recipes.py").read_text())))
+    assert any(dotted_name(call.func) == "load_yaml" for call in calls(ast.parse((PACKAGE / "recipes" / "loader.py").read_text())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ runner = CliRunner()
 def assert_one_line_error(result, *fragments: str) -> str:
     output = result.output.strip()
     assert result.exit_code == 2, result.output[-2000:]
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output, result.output
     assert output.startswith("error: ") and "\n" not in output, output
     for fragment in fragments:
         assert fragment in output, f"{fragment!r} not in {output!r}"

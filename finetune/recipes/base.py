@@ -1,0 +1,230 @@
+"""What every stage's recipe shares: the strict Section base, path markers, training, schedule and task sections,
+and the run recipe bases (stage, run_dir, periodic checkpoints)."""
+
+from __future__ import annotations
+
+import reprlib
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class MustExist:
+    """Marks a path field whose file (kind "file") or folder (kind "folder") must exist before a run starts."""
+
+    def __init__(self, kind: Literal["file", "folder"]):
+        self.kind = kind
+
+
+InputFile = Annotated[Path, MustExist("file")]
+InputFolder = Annotated[Path, MustExist("folder")]
+
+
+class Section(BaseModel):
+    """Base of every recipe section: unknown keys are errors, never silently ignored; so are nan and inf."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+SEED_RANGE = {"ge": 0, "lt": 2**32}  # what numpy's and torch's generators accept
+Seed = Annotated[int, Field(**SEED_RANGE)]
+MAX_VOCABULARY = 2**20  # the largest vocabularies in use have ~256k pieces; the tokenizer trainer aborts on huge ones
+
+
+def _bounded_repr() -> reprlib.Repr:
+    """repr() that shows a bad value at most a few items and levels deep: errors echo what the user gave, bounded."""
+    bounded = reprlib.Repr()  # keyword arguments only from Python 3.12
+    bounded.maxlevel, bounded.maxstring, bounded.maxother, bounded.maxlist, bounded.maxdict = 2, 60, 60, 4, 4
+    return bounded
+
+
+ECHO = _bounded_repr()  # echoes a user's value in an error, cut to a readable length
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections shared by the stages
+# ---------------------------------------------------------------------------------------------
+
+
+def accelerate_tracker_names() -> list[str]:
+    """The tracker names accelerate accepts for `training.log_with` ("all": every installed one)."""
+    from accelerate.utils import LoggerType  # late import: recipe validation needs accelerate only for this key
+
+    return [member.value for member in LoggerType]
+
+
+class TrainingConfig(Section):
+    """How the optimisation runs: length, batch, optimiser, logging, device."""
+
+    epochs: int = Field(1, gt=0, description="passes over the training data")
+    max_steps: Optional[int] = Field(None, gt=0, description="stop after this many optimizer steps (overrides epochs)")
+    batch_size: int = Field(32, gt=0, description="examples (or blocks) per optimizer step, per process")
+    gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches summed into one optimizer step")
+    lr: float = Field(5e-4, gt=0, description="peak learning rate of the top layer group")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW decay; biases and norm weights are never decayed")
+    adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
+        (0.9, 0.999), description="AdamW betas, each in [0, 1)")
+    max_grad_norm: Optional[float] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
+    log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
+    log_with: list[str] = Field(
+        default_factory=list, description="experiment trackers that also get every metrics.jsonl record, through "
+        "accelerate: tensorboard (into RUN_DIR/trackers), wandb, mlflow, comet_ml, aim, clearml, dvclive, ...; all: "
+        "every installed one; empty: none"
+    )
+    device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+    mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
+        "auto", description="auto: bf16 on GPUs that support it, off on CPUs (bf16 on CPUs is very slow)"
+    )
+    num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
+    group_by_length: bool = Field(
+        True, description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
+        "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle"
+    )
+
+    @field_validator("log_with", mode="before")
+    @classmethod
+    def _known_trackers(cls, names: Any) -> Any:
+        """One name is a list of one; every name must be a tracker accelerate knows."""
+        names = [names] if isinstance(names, str) else names
+        if isinstance(names, list) and names:
+            known = accelerate_tracker_names()
+            unknown = [name for name in names if name not in known]
+            if unknown:
+                raise ValueError(f"unknown tracker {ECHO.repr(unknown[0])} (accelerate supports {', '.join(known)})")
+        return names
+
+
+SCHEDULE_KINDS = Literal["stlr", "linear", "one_cycle", "constant", "range_test"]
+SCHEDULE_KIND_HELP = ("stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; one_cycle: fastai's "
+                      "fit_one_cycle (cosine rise and fall, momentum cycled); constant; range_test: exponential "
+                      "growth from lr / range_ratio to lr (what `finetune lr-find` runs)")
+
+
+class ScheduleConfig(Section):
+    """The learning-rate schedule: a pure function of the optimizer step (see training/schedules.py)."""
+
+    kind: SCHEDULE_KINDS = Field("stlr", description=SCHEDULE_KIND_HELP)
+    cut_frac: float = Field(0.1, gt=0, lt=1, description="stlr: fraction of steps spent increasing the LR")
+    ratio: float = Field(32.0, ge=1, description="stlr: how much smaller the lowest LR is than the peak")
+    warmup_fraction: float = Field(0.1, ge=0, lt=1, description="linear: fraction of steps of linear warmup")
+    pct_start: float = Field(0.25, gt=0, lt=1, description="one_cycle: fraction of steps spent raising the LR "
+                             "(fastai's 0.25)")
+    div: float = Field(25.0, ge=1, description="one_cycle: the LR starts at the peak / div (fastai's 25)")
+    final_div: float = Field(1e5, ge=1, description="one_cycle: the LR ends at the peak / final_div (fastai's 1e5)")
+    range_ratio: float = Field(1e8, gt=1, description="range_test: the first step's LR is training.lr / range_ratio")
+    momentum: Optional[tuple[float, float]] = Field(
+        (0.95, 0.85), description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
+        "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout"
+    )
+
+    @field_validator("momentum")
+    @classmethod
+    def _momentum_is_a_decay(cls, value: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+        if value is not None and not all(0 <= beta < 1 for beta in value):
+            raise ValueError(f"momentum {list(value)}: each beta1 must be in [0, 1)")
+        return value
+
+
+class PretrainScheduleConfig(ScheduleConfig):
+    """Language-model pretraining defaults to linear warmup then decay, as BERT does."""
+
+    kind: SCHEDULE_KINDS = Field("linear", description=SCHEDULE_KIND_HELP)
+
+
+class TaskConfig(Section):
+    """A classification or regression task: a GLUE task by name, or a custom one described here."""
+
+    name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
+                      "or a custom name")
+    data_dir: Optional[InputFolder] = Field(
+        None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
+        "task: also CSV or JSON Lines); not with source hub"
+    )
+    source: Literal["files", "hub"] = Field(
+        "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
+    )
+    max_length: int = Field(128, gt=1, description="truncate each example to this many tokens")
+    # Custom tasks only (a GLUE task brings its own):
+    text_columns: Optional[list[str]] = Field(None, min_length=1, max_length=2, description="custom: 1 or 2 text columns")
+    label_column: Optional[str] = Field(None, description="custom: the label column")
+    labels: Optional[list[str]] = Field(None, min_length=2, description="custom: label strings; omit for regression")
+
+    @field_validator("labels", "text_columns")
+    @classmethod
+    def _distinct(cls, names: Optional[list[str]]) -> Optional[list[str]]:
+        repeated = sorted({name for name in names or [] if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"'{repeated[0]}' is listed twice")
+        return names
+
+    metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
+        None, min_length=1, description="custom: metrics to report, the first one selects the best model"
+    )
+    format: Optional[Literal["tsv", "csv", "jsonl"]] = Field(
+        None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl)"
+    )
+    files: Optional[dict[str, str]] = Field(
+        None, description="custom: split -> file name in data_dir; null: train/dev/test with the format's extension"
+    )
+    index_column: Optional[str] = Field(None, description="custom: the id column of test files; null: index")
+
+    @model_validator(mode="after")
+    def _custom_or_known(self) -> "TaskConfig":
+        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
+
+        custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics", "format", "files",
+                                   "index_column") if getattr(self, k) is not None]
+        if (self.source == "files") == (self.data_dir is None):
+            raise ValueError("give data_dir (source files) or source hub, not both" if self.data_dir is not None
+                             else "data_dir is required (or source: hub for a GLUE task)")
+        if self.name in GLUE_TASKS:
+            if custom_keys:
+                raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(custom_keys)}")
+        elif self.source == "hub":
+            raise ValueError(f"source hub reads GLUE tasks; '{self.name}' is a custom task: give data_dir")
+        elif self.text_columns is None or self.label_column is None:
+            known = ", ".join(sorted(GLUE_TASKS))
+            raise ValueError(
+                f"unknown task '{self.name}' (GLUE tasks: {known}); a custom task needs text_columns and label_column"
+            )
+        regression = self.labels is None
+        for metric in self.metrics or []:
+            if (metric in ("pearson", "spearman")) != regression:
+                kind = "regression (no labels)" if metric in ("pearson", "spearman") else "classification (labels)"
+                raise ValueError(f"metric {metric} is for {kind} tasks")
+            if metric == "f1" and len(self.labels) != 2:
+                raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
+        return self
+
+
+
+class DiscriminativeConfig(Section):
+    """Discriminative learning rates: group l gets lr / factor ** (depth of l from the top)."""
+
+    factor: float = Field(2.6, ge=1, description="ULMFiT: 2.6; 1.0 turns it off; BERT layer decay 0.9 -> 1/0.9")
+
+
+class RunRecipe(Section):
+    """What every stage's recipe has: its stage, a description and the run directory."""
+
+    stage: str
+    description: str = Field("", description="one line shown by `finetune recipes`")
+    run_dir: Path = Field(description="folder for everything the run writes (~ is the home folder)")
+    overwrite: bool = Field(
+        False, description="replace the earlier finetune run in run_dir: only a folder with finetune's marker file, "
+        "and only the files finetune wrote there (anything else of yours stays)")
+
+    @field_validator("run_dir")
+    @classmethod
+    def _home_expanded(cls, run_dir: Path) -> Path:
+        return run_dir.expanduser()
+
+
+class TrainingRunRecipe(RunRecipe):
+    """What the training stages (pretrain, finetune) share: periodic checkpoints that `--resume` continues from."""
+
+    checkpoint_every: Optional[int] = Field(
+        None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
+    )
+    keep_checkpoints: int = Field(2, gt=0, description="how many of the periodic checkpoints to keep (newest)")

@@ -1,0 +1,117 @@
+"""The `eval` recipe: one model on a task file, or a GLUE suite with a submission folder."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from finetune.recipes.base import InputFolder, RunRecipe, Section, TaskConfig
+
+
+class GlueTaskEntry(Section):
+    """One GLUE task of an eval recipe's `tasks`: its fine-tuned checkpoints and, optionally, its own folder."""
+
+    checkpoints: list[str] = Field(
+        min_length=1, description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
+    )
+    data_dir: Optional[InputFolder] = Field(
+        None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoints_alone(cls, value: Any) -> Any:
+        """`rte: runs/rte/checkpoint` and `rte: [a, b]` are short for `rte: {checkpoints: [...]}`."""
+        if isinstance(value, str):
+            return {"checkpoints": [value]}
+        return {"checkpoints": value} if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _distinct_checkpoints(self) -> "GlueTaskEntry":
+        repeated = sorted({path for path in self.checkpoints if self.checkpoints.count(path) > 1})
+        if repeated:
+            raise ValueError(f"checkpoint {repeated[0]} is listed twice (it would count twice in the mean)")
+        return self
+
+
+GLUE_ONLY_EVAL_KEYS = ("glue_dir", "source", "max_length", "submission", "allow_incomplete")
+SINGLE_TASK_EVAL_KEYS = ("models", "split", "write_predictions")
+
+
+class EvalRecipe(RunRecipe):
+    """`finetune eval`: score fine-tuned checkpoints on one task split, or on GLUE tasks (GLUE scores, submission)."""
+
+    stage: Literal["eval"]
+    # One task (custom or GLUE): `models` scored on `split`.
+    task: Optional[TaskConfig] = Field(None, description="the one task to score models on (or use tasks)")
+    split: str = Field("dev", description="task: which split file to score: dev -> dev.tsv")
+    models: Optional[dict[str, str]] = Field(
+        None, min_length=1, description="task: report row name -> fine-tuned checkpoint folder"
+    )
+    write_predictions: bool = Field(
+        False, description="task: also write predictions/MODEL.tsv (index, predicted label name or score); a split "
+        "without labels (test) is then predicted but not scored"
+    )
+    # GLUE: a map of tasks to checkpoints.
+    tasks: Optional[dict[str, GlueTaskEntry]] = Field(
+        None, min_length=1, description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
+        "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX"
+    )
+    glue_dir: Optional[InputFolder] = Field(
+        None, description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, "
+        "diagnostic/)"
+    )
+    source: Literal["files", "hub"] = Field(
+        "files", description="tasks: files (glue_dir or each data_dir) or hub (nyu-mll/glue; needs a network)"
+    )
+    max_length: int = Field(128, gt=1, description="tasks: truncate each example to this many tokens")
+    submission: bool = Field(
+        False, description="tasks: also predict every test file (each task's best checkpoint on dev) into "
+        "RUN_DIR/submission.zip for the GLUE leaderboard"
+    )
+    allow_incomplete: bool = Field(
+        False, description="submission: write the archive although tasks are missing (they are listed)"
+    )
+    batch_size: int = Field(64, gt=0, description="examples per forward pass")
+    device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
+    trust_remote_code: bool = Field(
+        False, strict=True, description="run Python code shipped with the checkpoints (their config's auto_map); "
+        "only for code you have read: false refuses such checkpoints"
+    )
+
+    @model_validator(mode="after")
+    def _one_task_or_a_map(self) -> "EvalRecipe":
+        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
+
+        if (self.task is None) == (self.tasks is None):
+            raise ValueError("give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
+                             if self.task is not None else "give task and models (one task) or tasks (GLUE tasks)")
+        # Keys of the other shape must keep their defaults (a saved, resolved recipe holds every key).
+        changed = {key for key, field in type(self).model_fields.items() if getattr(self, key) != field.default}
+        if self.task is not None:
+            if self.models is None:
+                raise ValueError("models: required key is missing (report row name -> checkpoint folder)")
+            misplaced = [key for key in GLUE_ONLY_EVAL_KEYS if key in changed]
+            if misplaced:
+                raise ValueError(f"{', '.join(misplaced)}: only with tasks (GLUE), not with a single task")
+            return self
+        misplaced = [key for key in SINGLE_TASK_EVAL_KEYS if key in changed]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)}: only with task; tasks are scored on dev (and test with "
+                             "submission)")
+        if self.source == "hub" and (self.glue_dir is not None or any(entry.data_dir for entry in self.tasks.values())):
+            raise ValueError("source hub reads no folders; remove glue_dir and data_dir")
+        for name, entry in self.tasks.items():
+            spec = GLUE_TASKS.get(name)
+            if spec is None:
+                raise ValueError(f"tasks.{name}: not a GLUE task ({', '.join(GLUE_TASKS)}); score a custom task "
+                                 "with task and models")
+            if spec.predicted_by is not None:
+                raise ValueError(f"tasks.{name}: predicted by the {spec.predicted_by} model; give the checkpoints "
+                                 f"under tasks.{spec.predicted_by}")
+            if self.source == "files" and entry.data_dir is None and self.glue_dir is None:
+                raise ValueError(f"tasks.{name}: no data: give its data_dir, or glue_dir for every task")
+        if self.allow_incomplete and not self.submission:
+            raise ValueError("allow_incomplete applies to submission; set submission: true")
+        return self

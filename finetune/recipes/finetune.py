@@ -1,0 +1,132 @@
+"""The `finetune` recipe: backbone, layer-wise unfreezing and the classifier stage's own keys."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field, model_validator
+
+from finetune.recipes.base import (DiscriminativeConfig, ScheduleConfig, Section, Seed, TaskConfig, TrainingConfig,
+                                   TrainingRunRecipe)
+
+
+class BackboneConfig(Section):
+    """Where the pretrained weights come from."""
+
+    checkpoint: str = Field(description="a Hugging Face model folder (a pretrain run's checkpoint) or hub name")
+    init: Literal["pretrained", "random"] = Field(
+        "pretrained", description="random: same architecture, fresh weights (the baseline pretraining must beat)"
+    )
+    trust_remote_code: bool = Field(
+        False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
+        "only for code you have read: false refuses such checkpoints"
+    )
+    activation_regularization: Optional[float] = Field(
+        None, ge=0, description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
+        "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off"
+    )
+    temporal_activation_regularization: Optional[float] = Field(
+        None, ge=0, description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
+        "null: the checkpoint's value, else fastai's 1.0; 0: off"
+    )
+
+
+class UnfreezingConfig(Section):
+    """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
+
+    mode: Literal["gradual", "none"] = Field("gradual", description="none: every group trainable from the start")
+    initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
+    # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
+    # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
+    groups_per_epoch: Optional[int] = Field(
+        None, gt=0, description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or "
+        "every_fraction)"
+    )
+    schedule: Optional[list[int]] = Field(
+        None, min_length=1, description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
+        "last entry holds for later epochs; replaces initial_groups/groups_per_epoch"
+    )
+    # Step-wise unfreezing: a run of one or two epochs (most transformer fine-tuning) has too few epoch
+    # boundaries to thaw a deep model by, and a fraction says "all thawed by 30% of training" without the step count.
+    every_steps: Optional[int] = Field(
+        None, gt=0, description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
+        "optimizer steps, instead of per epoch"
+    )
+    every_fraction: Optional[float] = Field(
+        None, gt=0, le=1, description="gradual: thaw one more group every this fraction of the run's optimizer "
+        "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%"
+    )
+
+    @model_validator(mode="after")
+    def _schedule_grows(self) -> "UnfreezingConfig":
+        if self.schedule is not None:
+            if any(count <= 0 for count in self.schedule):
+                raise ValueError("unfreezing.schedule entries must be positive group counts")
+            if any(later < earlier for earlier, later in zip(self.schedule, self.schedule[1:])):
+                raise ValueError(f"unfreezing.schedule {self.schedule} refreezes groups: counts must not decrease")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_group_per_epoch_by_default(cls, data: Any) -> Any:
+        """groups_per_epoch is 1 unless the thawing goes by steps (see the field's comment)."""
+        if isinstance(data, dict) and data.get("groups_per_epoch") is None and \
+                data.get("every_steps") is None and data.get("every_fraction") is None:
+            return {**data, "groups_per_epoch": 1}
+        return data
+
+    @model_validator(mode="after")
+    def _one_pace(self) -> "UnfreezingConfig":
+        """One way to pace the thawing: per epoch (groups_per_epoch or schedule), every_steps or every_fraction."""
+        stepwise = [key for key in ("every_steps", "every_fraction") if getattr(self, key) is not None]
+        paces = stepwise + (["schedule"] if self.schedule is not None else [])
+        if len(paces) > 1:
+            raise ValueError(f"unfreezing.{paces[0]} and unfreezing.{paces[1]} both set the pace of thawing; "
+                             "keep one")
+        if stepwise and self.mode == "none":
+            raise ValueError(f"unfreezing.{stepwise[0]} thaws gradually; it needs mode gradual, not none")
+        if stepwise and self.groups_per_epoch is not None:
+            raise ValueError(f"unfreezing.groups_per_epoch thaws per epoch, unfreezing.{stepwise[0]} by steps; "
+                             "remove groups_per_epoch (or set it to null)")
+        return self
+
+
+class FinetuneRecipe(TrainingRunRecipe):
+    """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
+
+    stage: Literal["finetune"]
+    seed: Seed = Field(0, description="seed for the head's initialisation, data order and dropout")
+    seeds: Optional[list[Seed]] = Field(
+        None, min_length=1, description="run once per seed (into run_dir/seed-N) and report mean, median and "
+        "spread of the dev metrics; replaces seed"
+    )
+    model: BackboneConfig
+    task: TaskConfig
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    discriminative: DiscriminativeConfig = Field(default_factory=DiscriminativeConfig)
+    unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
+    classifier_dropout: Optional[float] = Field(
+        None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
+        "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
+    )
+    pooling: Literal["model", "mean"] = Field(
+        "model", description="model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
+        "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
+        "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
+        "trained for"
+    )
+    eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
+    keep_best: bool = Field(
+        True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
+        "false: the one after the last step"
+    )
+    early_stopping_patience: Optional[int] = Field(
+        None, gt=0, description="stop after this many dev evaluations without a new best score; null: never"
+    )
+
+    @model_validator(mode="after")
+    def _seeds_are_distinct(self) -> "FinetuneRecipe":
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds {self.seeds} repeats a seed")
+        return self

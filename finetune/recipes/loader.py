@@ -1,0 +1,201 @@
+"""Reading a recipe: YAML, dotted `key=value` overrides, validation, input and output path checks, and the one-line
+errors that name the key and the file."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from finetune.errors import UserError
+from finetune.recipes.base import ECHO, MustExist, Section
+from finetune.recipes.evaluation import EvalRecipe
+from finetune.recipes.finetune import FinetuneRecipe
+from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
+from finetune.recipes.ulmfit import UlmfitRecipe
+from finetune.safe_yaml import YAMLProblem, load_yaml
+
+Recipe = Union[PretrainRecipe, FinetuneRecipe, EvalRecipe]
+RECIPE_TYPES: dict[str, type[Section]] = {"pretrain": PretrainRecipe, "finetune": FinetuneRecipe, "eval": EvalRecipe,
+                                          "ulmfit": UlmfitRecipe}
+
+
+_OVERRIDE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)=(.*)$", re.DOTALL)
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a recipe file with the strict safe loader (finetune/safe_yaml.py); any problem is a one-line UserError."""
+    if not path.is_file():
+        raise UserError(f"recipe {path}: no such file" if not path.is_dir() else f"recipe {path}: a folder, not a file")
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except YAMLProblem as problem:
+        where = f" line {problem.line}" if problem.line is not None else ""
+        raise UserError(f"recipe {path}{where}: {problem.problem}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"recipe {path}: not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {path}: expected a mapping of keys at the top level")
+    return data
+
+
+def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
+    """Set one dotted `key=value` in the raw recipe; the value is parsed as YAML (`[1, 2]`, `true`, `1e-3`)."""
+    match = _OVERRIDE.match(override)
+    if not match:
+        raise UserError(f"override '{_shortened(override)}': expected key=value, e.g. training.lr=1e-3")
+    key, raw_value = match.groups()
+    try:
+        value = load_yaml(raw_value) if raw_value.strip() else ""
+    except YAMLProblem as problem:
+        # Never fall back to the raw text: `run_dir=x/[oops` would quietly name a folder `[oops`.
+        raise UserError(f"override '{_shortened(override)}': the value is not valid YAML ({problem.problem}); "
+                        f"quote it to mean the text itself: {key}='{_shortened(raw_value)}'") from None
+    node = data
+    parts = key.split(".")
+    for depth, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise UserError(f"recipe {source}: override '{key}': '{'.'.join(parts[: depth + 1])}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _format_validation_error(error: ValidationError, source: Path) -> str:
+    """All problems of a recipe on one line, each naming its dotted key."""
+    problems = []
+    for item in error.errors():
+        # A model section is validated as its family's type; pydantic puts that tag in the location.
+        location = [part for index, part in enumerate(item["loc"])
+                    if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")]
+        key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "union_tag_invalid":
+            key, message = f"{key}.family", f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})"
+        elif item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required key is missing"
+        elif "input" in item and not isinstance(item["input"], (dict, list)):
+            message += f" (got {ECHO.repr(item['input'])})"
+        problems.append(f"{key}: {message}" if key else message)
+    return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
+
+
+MAX_ERROR_LENGTH = 600  # characters of a whole error line
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    """`text` cut to `limit` characters with an ellipsis: errors echo what the user gave, never without bound."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def input_path_problems(section: BaseModel, prefix: str = "") -> list[tuple[str, Path, str]]:
+    """(dotted key, path, problem) for every input path field (also inside lists and sub-sections) that is missing or of
+    the wrong kind: a folder where a file is read, or a file where a folder is."""
+    problems = []
+    for name, field in type(section).model_fields.items():
+        value = getattr(section, name)
+        key = f"{prefix}{name}"
+        if isinstance(value, BaseModel):
+            problems += input_path_problems(value, key + ".")
+            continue
+        kind = _input_path_kind(field)
+        if value is None or kind is None:
+            continue
+        for path in (value if isinstance(value, list) else [value]):
+            path = Path(path)
+            if not path.exists():
+                problems.append((key, path, f"no such {kind}: {path}"))
+            elif kind == "file" and not path.is_file():
+                problems.append((key, path, f"{path} is a folder, not a file" if path.is_dir() else
+                                 f"{path}: not a regular file"))
+            elif kind == "folder" and not path.is_dir():
+                problems.append((key, path, f"{path} is a file, not a folder"))
+    return problems
+
+
+def _input_path_kind(field: Any) -> Optional[str]:
+    """"file" or "folder" for `InputFile`/`InputFolder` fields (also optional or in a list), else None."""
+    metadata = list(field.metadata)
+    for argument in getattr(field.annotation, "__args__", ()):
+        metadata += getattr(argument, "__metadata__", ())
+    return next((meta.kind for meta in metadata if isinstance(meta, MustExist)), None)
+
+
+def output_folder_problem(path: Path) -> Optional[str]:
+    """Why a folder a run writes into (run_dir, a cache) cannot be used, or None: it is a file, lies inside a
+    file, or it (or the folder it would be created in) cannot be written."""
+    path = Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a folder"
+    existing = next(folder for folder in (path, *path.absolute().parents) if folder.exists())
+    if not existing.is_dir():
+        return f"{path} would be inside {existing}, which is a file"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable" + ("" if existing == path else f" (needed to create {path})")
+    return None
+
+
+def run_dir_location_problem(run_dir: Path) -> Optional[str]:
+    """Why `run_dir` may never be a run directory, or None: the working folder, a folder above it, the home folder
+    (or one above it) or the root would put a run's files, and what `overwrite` removes, among the user's own."""
+    if str(run_dir).strip() in ("", "."):
+        return "empty or '.': give a folder of its own, e.g. runs/NAME"
+    resolved = Path(run_dir).expanduser().resolve()
+    working, home = Path.cwd().resolve(), Path.home().resolve()
+    if resolved == working or resolved in working.parents:
+        return f"{run_dir} is the working folder or a folder above it: give a folder of its own, e.g. runs/NAME"
+    if resolved == home or resolved in home.parents:
+        return f"{run_dir} is the home folder or a folder above it: give a folder of its own"
+    return None
+
+
+def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
+    """(key, problem) for every path of a recipe that cannot be used: inputs missing or of the wrong kind, output
+    folders that cannot be written, a run_dir that would mix a run into the user's own folders."""
+    problems = [(key, problem) for key, _, problem in input_path_problems(recipe)]
+    outputs = [("run_dir", recipe.run_dir)]
+    corpus = getattr(recipe, "corpus", None)
+    if corpus is not None and corpus.cache_dir is not None:
+        outputs.append(("corpus.cache_dir", corpus.cache_dir))
+    location = run_dir_location_problem(recipe.run_dir)
+    if location is not None:
+        problems.append(("run_dir", location))
+    problems += [(key, problem) for key, path in outputs if (problem := output_folder_problem(path)) is not None]
+    return problems
+
+
+def load_recipe(
+    path: Path | str,
+    overrides: list[str] = (),
+    expected_stage: Optional[str] = None,
+    check_paths: bool = True,
+) -> Recipe:
+    """Load, override and validate a recipe; raise UserError naming the key and file on any problem."""
+    path = Path(path)
+    data = read_yaml(path)
+    for override in overrides:
+        apply_override(data, override, path)
+    stage = data.get("stage")
+    if stage not in RECIPE_TYPES:
+        raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {ECHO.repr(stage)})")
+    if expected_stage is not None and stage != expected_stage:
+        raise UserError(f"recipe {path}: stage: this is a '{stage}' recipe; run it with `finetune {stage}`")
+    try:
+        recipe = RECIPE_TYPES[stage].model_validate(data)
+    except ValidationError as error:
+        raise UserError(_format_validation_error(error, path)) from None
+    if check_paths:
+        for key, problem in path_problems(recipe):
+            raise UserError(f"recipe {path}: {key}: {problem}")
+    return recipe
+
+
+def recipe_to_yaml(recipe: BaseModel) -> str:
+    """The fully resolved recipe (defaults filled in) as YAML, as saved in the run directory."""
+    return yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False)

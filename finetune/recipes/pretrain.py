@@ -1,0 +1,257 @@
+"""The `pretrain` recipe: model families (bert, gpt2, awd_lstm), tokenizer, corpus and masking sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import Discriminator, Field, Tag, model_serializer, model_validator
+
+from finetune.recipes.base import (MAX_VOCABULARY, DiscriminativeConfig, InputFile, InputFolder, PretrainScheduleConfig,
+                                   Section, Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
+
+ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
+AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "embedding_init_range")
+
+
+def _drop_architecture(data: dict[str, Any], checkpoint: Optional[str], keys: tuple[str, ...]) -> dict[str, Any]:
+    """`data` (a dumped model section) without the architecture `keys` when a checkpoint gives the architecture."""
+    if checkpoint is not None:
+        for key in keys:
+            data.pop(key, None)
+    return data
+
+
+class TransformerModelConfig(Section):
+    """A transformer from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
+
+    checkpoint: Optional[str] = Field(
+        None, description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
+        "LM stage); its architecture and tokenizer are kept"
+    )
+    layers: int = Field(2, gt=0, description="transformer blocks")
+    hidden: int = Field(128, gt=0, description="hidden size")
+    heads: int = Field(2, gt=0, description="attention heads; must divide hidden")
+    intermediate: Optional[int] = Field(None, gt=0, description="feed-forward size; null: 4 x hidden")
+    dropout: float = Field(0.1, ge=0, lt=1, description="dropout on hidden states and attention")
+    max_positions: Optional[int] = Field(
+        None, gt=0, description="position embeddings (longest input); null: corpus.block_size"
+    )
+
+    @model_validator(mode="after")
+    def _consistent_architecture(self) -> "TransformerModelConfig":
+        given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
+        if self.checkpoint is not None and given:
+            raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
+        if self.hidden % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_architecture(self, handler: Any) -> dict[str, Any]:
+        """A continued model's section as saved: no architecture keys (they come from the checkpoint, and the
+        validator above refuses them beside it), so a run's saved recipe.yaml loads again for --resume."""
+        return _drop_architecture(handler(self), self.checkpoint, ARCHITECTURE_KEYS)
+
+
+class MaskedLMModelConfig(TransformerModelConfig):
+    """A BERT-style encoder trained to fill in masked tokens."""
+
+    family: Literal["bert"] = Field("bert", description="bert: masked LM; gpt2: causal transformer; "
+                                    "awd_lstm: ULMFiT's causal LSTM")
+
+
+class CausalLMModelConfig(TransformerModelConfig):
+    """A GPT-2-style decoder trained to predict the next token."""
+
+    family: Literal["gpt2"] = Field(description="bert: masked LM; gpt2: causal transformer; "
+                                    "awd_lstm: ULMFiT's causal LSTM")
+
+
+class AWDLSTMModelConfig(Section):
+    """ULMFiT's AWD-LSTM: an LSTM language model regularised by five kinds of dropout, decoder tied."""
+
+    family: Literal["awd_lstm"] = Field(description="bert: masked LM; gpt2: causal transformer; "
+                                        "awd_lstm: ULMFiT's causal LSTM")
+    checkpoint: Optional[str] = Field(
+        None, description="continue pretraining this AWD-LSTM checkpoint folder (ULMFiT's target-domain LM stage)"
+    )
+    embedding_size: int = Field(400, gt=0, description="embedding size (also the last LSTM's size: tied decoder)")
+    hidden: int = Field(1152, gt=0, description="hidden size of the inner LSTM layers")
+    layers: int = Field(3, gt=0, description="stacked LSTM layers")
+    # The five dropouts at fastai's ULMFiT language-model defaults.
+    output_dropout: float = Field(0.1, ge=0, lt=1, description="dropout on the last LSTM's output")
+    hidden_dropout: float = Field(0.15, ge=0, lt=1, description="variational dropout between LSTM layers")
+    input_dropout: float = Field(0.25, ge=0, lt=1, description="variational dropout on the embedded input")
+    embedding_dropout: float = Field(0.02, ge=0, lt=1, description="drops whole embedding rows (words)")
+    weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights")
+    # fastai's 0.1 leaves the embedded input so small that, with Adam on a corpus of a few million tokens, the LM
+    # sits at the unigram plateau for hundreds of steps; 0.5 leaves it within ~20 (recipes/pretrain/awd-lstm-*).
+    embedding_init_range: float = Field(
+        0.1, gt=0, description="embedding (and tied decoder) drawn uniform in [-range, range] (fastai: 0.1)"
+    )
+    # Training objective, not architecture: also for a continued model.checkpoint (ULMFiT's stage 2 regularises
+    # too). Added to the loss that is back-propagated only; metrics.jsonl's loss stays the next-token
+    # cross-entropy, comparable with the validation loss (as fastai's RNNRegularizer, defaults of its TextLearner).
+    activation_regularization: float = Field(
+        2.0, ge=0, description="AR (fastai's alpha): adds alpha x mean square of the last LSTM's output after "
+        "output dropout to the training loss; 0: off"
+    )
+    temporal_activation_regularization: float = Field(
+        1.0, ge=0, description="TAR (fastai's beta): adds beta x mean square of the step-to-step change of the last "
+        "LSTM's output (before dropout) to the training loss; 0: off"
+    )
+
+    @model_validator(mode="after")
+    def _architecture_from_checkpoint(self) -> "AWDLSTMModelConfig":
+        given = [key for key in AWD_LSTM_ARCHITECTURE_KEYS if key in self.model_fields_set]
+        if self.checkpoint is not None and given:
+            raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_unused_architecture(self, handler: Any) -> dict[str, Any]:
+        """A continued model's section as saved: no architecture keys (see TransformerModelConfig's)."""
+        return _drop_architecture(handler(self), self.checkpoint, AWD_LSTM_ARCHITECTURE_KEYS)
+
+
+MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm")
+
+
+def _model_family(value: Any) -> str:
+    """The `family` key of a model section (bert when absent, the historical default)."""
+    if isinstance(value, dict):
+        return value.get("family", "bert")
+    return getattr(value, "family", "bert")
+
+
+LanguageModelConfig = Annotated[
+    Union[
+        Annotated[MaskedLMModelConfig, Tag("bert")],
+        Annotated[CausalLMModelConfig, Tag("gpt2")],
+        Annotated[AWDLSTMModelConfig, Tag("awd_lstm")],
+    ],
+    Discriminator(_model_family),
+]
+
+
+class TokenizerConfig(Section):
+    """The tokenizer: trained on the corpus inside the pretrain stage (WordPiece for masked LMs, byte-level BPE
+    for causal ones), or an existing one reused."""
+
+    path: Optional[InputFolder] = Field(
+        None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
+    )
+    vocab_size: int = Field(8000, ge=100, le=MAX_VOCABULARY,
+                            description="vocabulary size of a trained tokenizer, special tokens included")
+    lowercase: Optional[bool] = Field(
+        None, description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
+        "(uncased, as BERT), false for the byte-level BPE of causal LMs"
+    )
+    min_frequency: int = Field(2, gt=0, description="ignore pieces seen fewer times than this")
+    new_vocabulary: bool = Field(
+        False, description="awd_lstm with model.checkpoint: train a tokenizer on this corpus and map the "
+        "checkpoint's rows onto it (new tokens start at the mean row), as ULMFiT's LM fine-tuning does"
+    )
+
+
+class CorpusConfig(Section):
+    """Raw text: one document per non-empty line of text files (or a `datasets` dataset), packed into blocks."""
+
+    train_files: list[InputFile] = Field(default_factory=list, description="text files to pretrain on")
+    validation_files: list[InputFile] = Field(default_factory=list, description="held-out text; empty: split off")
+    dataset: Optional[str] = Field(
+        None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
+    )
+    dataset_config: Optional[str] = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
+    text_column: str = Field("text", description="the dataset's column holding the text")
+    task: Optional[TaskConfig] = Field(
+        None, description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
+        "fine-tuning), each text one document; labels are not read"
+    )
+    task_splits: list[str] = Field(
+        default_factory=lambda: ["train"], min_length=1,
+        description="with task: the splits whose text is read (train; add test for its unlabeled text)",
+    )
+    validation_fraction: float = Field(0.05, gt=0, lt=1, description="documents held out when no validation_files")
+    block_size: int = Field(
+        128, ge=8, description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
+        "the truncated-BPTT length (awd_lstm; ULMFiT: 70)"
+    )
+    cache_dir: Optional[Path] = Field(
+        Path("~/.cache/finetune/corpus"),
+        description="tokenized corpora are cached here by content and tokenizer; null: no cache",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CorpusConfig":
+        if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
+            raise ValueError("give exactly one of train_files, dataset and task")
+        return self
+
+
+class MaskingConfig(Section):
+    """BERT masking: choose `probability` of the tokens; of those, mask / randomise / keep."""
+
+    probability: float = Field(0.15, gt=0, lt=1, description="fraction of (non-special) tokens chosen")
+    mask_fraction: float = Field(0.8, ge=0, le=1, description="of the chosen, fraction replaced by [MASK]")
+    random_fraction: float = Field(0.1, ge=0, le=1, description="of the chosen, fraction replaced by a random token")
+    whole_word: bool = Field(
+        False, description="choose whole words (a WordPiece token and its ## continuations) instead of single tokens"
+    )
+
+    @model_validator(mode="after")
+    def _fractions_fit(self) -> "MaskingConfig":
+        if self.mask_fraction + self.random_fraction > 1:
+            raise ValueError(
+                f"mask_fraction + random_fraction = {self.mask_fraction + self.random_fraction:g} exceeds 1"
+            )
+        return self
+
+
+class PretrainRecipe(TrainingRunRecipe):
+    """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text."""
+
+    stage: Literal["pretrain"]
+    seed: Seed = Field(0, description="seed for initialisation, data order and masking")
+    model: LanguageModelConfig = Field(default_factory=MaskedLMModelConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    corpus: CorpusConfig
+    masking: Optional[MaskingConfig] = Field(None, description="masked LMs only; filled in with defaults for bert")
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    schedule: PretrainScheduleConfig = Field(default_factory=PretrainScheduleConfig)
+    discriminative: DiscriminativeConfig = Field(
+        default_factory=lambda: DiscriminativeConfig(factor=1.0),
+        description="layer-wise learning rates; 1.0 (off) for pretraining from scratch, ULMFiT uses 2.6 when "
+        "fine-tuning a language model on target-task text",
+    )
+    eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        """Fill in what depends on the model family, so the saved recipe shows every value used."""
+        if not isinstance(data, dict):
+            return data
+        family = _model_family(data.get("model") or {})
+        if family == "bert" and data.get("masking") is None:
+            data = {**data, "masking": {}}
+        tokenizer = data.get("tokenizer") or {}
+        if isinstance(tokenizer, dict) and tokenizer.get("lowercase") is None:
+            data = {**data, "tokenizer": {**tokenizer, "lowercase": family == "bert"}}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent_sections(self) -> "PretrainRecipe":
+        family, checkpoint = self.model.family, self.model.checkpoint
+        if family != "bert" and self.masking is not None:
+            raise ValueError(f"masking applies to masked LMs (model.family: bert), not {family}; remove it")
+        if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):
+            raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
+        if checkpoint is not None and self.tokenizer.path is not None:
+            raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
+        max_positions = getattr(self.model, "max_positions", None)
+        if max_positions is not None and max_positions < self.corpus.block_size:
+            raise ValueError(f"model.max_positions ({max_positions}) is smaller than "
+                             f"corpus.block_size ({self.corpus.block_size})")
+        return self

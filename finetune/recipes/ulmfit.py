@@ -1,0 +1,141 @@
+"""The `ulmfit` recipe: ULMFiT's three stages (general LM, target LM, classifier) as one run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import Field, field_validator, model_serializer, model_validator
+
+from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TrainingRunRecipe
+from finetune.recipes.finetune import FinetuneRecipe
+from finetune.recipes.pretrain import PretrainRecipe
+
+# Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
+ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}
+ULMFIT_UPSTREAM = {"target_lm": "general_lm", "classifier": "target_lm"}  # whose checkpoint a stage starts from
+FLOW_SET_KEYS = ("stage", "run_dir", "description", "overwrite")  # a section's keys that the flow sets itself
+ULMFIT_STAGE_DESCRIPTIONS = {  # fixed, so that a new top-level description does not stop --resume of a stage
+    "general_lm": "ulmfit stage 1 of 3: general-domain language model",
+    "target_lm": "ulmfit stage 2 of 3: the language model fine-tuned on the target task's text",
+    "classifier": "ulmfit stage 3 of 3: the classifier on the fine-tuned language model",
+}
+
+
+class PretrainedLanguageModel(Section):
+    """`general_lm: {checkpoint: PATH}`: no stage 1; stage 2 continues this language model (e.g. a downloaded one)."""
+
+    checkpoint: InputFolder = Field(description="a language model checkpoint folder of the family target_lm trains")
+
+
+class UlmfitRecipe(RunRecipe):
+    """`finetune ulmfit`: ULMFiT's three stages as one run; each section is the body of its stage's recipe.
+
+    The flow sets what wires the stages together (each section's stage, run_dir, description and overwrite, and
+    the model.checkpoint of stages 2 and 3), so a section that gives them is refused rather than silently ignored.
+    """
+
+    stage: Literal["ulmfit"]
+    seed: Seed = Field(0, description="the seed of every stage whose section gives none")
+    general_lm: Union[PretrainRecipe, PretrainedLanguageModel] = Field(
+        description="stage 1, into RUN_DIR/1-general-lm: a pretrain recipe without stage and run_dir (model.family "
+        "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model")
+    target_lm: PretrainRecipe = Field(
+        description="stage 2, into RUN_DIR/2-target-lm: a pretrain recipe without stage, run_dir and "
+        "model.checkpoint (stage 1's; model.family defaults to stage 1's); e.g. corpus.task, "
+        "tokenizer.new_vocabulary, discriminative.factor 2.6")
+    classifier: FinetuneRecipe = Field(
+        description="stage 3, into RUN_DIR/3-classifier: a finetune recipe without stage, run_dir and "
+        "model.checkpoint (stage 2's)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wire_stages(cls, data: Any) -> Any:
+        """Give each section what the flow decides for it, so the stage recipe classes validate it as written."""
+        if not isinstance(data, dict):
+            return data
+        run_dir = data.get("run_dir")
+        # An unusable run_dir is reported at the top level; a placeholder keeps the sections from repeating it.
+        base = Path(run_dir).expanduser() if isinstance(run_dir, str) and run_dir.strip() else Path("run_dir")
+        general = data.get("general_lm")
+        skipped = isinstance(general, dict) and "checkpoint" in general
+        if skipped and len(general) > 1:
+            raise ValueError("general_lm: give either {checkpoint: PATH} (no stage 1) or a pretrain recipe, not both "
+                             f"(remove {', '.join(sorted(str(key) for key in general if key != 'checkpoint'))})")
+        checkpoints = {"general_lm": general["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
+                       "target_lm": str(base / "2-target-lm" / "checkpoint")}
+        seed = data.get("seed", 0)
+        general_model = general.get("model") if isinstance(general, dict) else None
+        # Stage 2 continues stage 1's model: its family unless the section names one; ULMFiT's AWD-LSTM by default.
+        family = general_model.get("family", "awd_lstm") if isinstance(general_model, dict) else "awd_lstm"
+        wired = dict(data)
+        for section, folder in ULMFIT_STAGE_FOLDERS.items():
+            body = data.get(section)
+            if not isinstance(body, dict) or (section == "general_lm" and skipped):
+                continue
+            model = body.get("model", {})
+            _refuse_flow_keys(section, body, model, base / folder)
+            body = {**body, "stage": "finetune" if section == "classifier" else "pretrain",
+                    "run_dir": str(base / folder), "description": ULMFIT_STAGE_DESCRIPTIONS[section]}
+            if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
+                body["seed"] = seed  # an invalid top-level seed is reported once, at the top level
+            if isinstance(model, dict) and section != "classifier":
+                model = {"family": family, **model}
+            if isinstance(model, dict) and section in ULMFIT_UPSTREAM:
+                model = {**model, "checkpoint": checkpoints[ULMFIT_UPSTREAM[section]]}
+            wired[section] = {**body, "model": model}
+        return wired
+
+    @field_validator("general_lm", mode="wrap")
+    @classmethod
+    def _one_form(cls, value: Any, handler: Any) -> Any:
+        """Validate the section as the form it is written in, so that errors name its keys, not both forms' keys."""
+        if isinstance(value, dict):
+            form = PretrainedLanguageModel if "checkpoint" in value else PretrainRecipe
+            return form.model_validate(value)  # pydantic reports its errors under general_lm.KEY
+        if isinstance(value, (PretrainRecipe, PretrainedLanguageModel)):
+            return handler(value)
+        raise ValueError("expected a pretrain recipe (without stage and run_dir) or {checkpoint: PATH}")
+
+    @model_validator(mode="after")
+    def _same_family(self) -> "UlmfitRecipe":
+        general = self.general_lm
+        if isinstance(general, PretrainRecipe) and general.model.family != self.target_lm.model.family:
+            raise ValueError(f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
+                             f"{general.model.family} model, which stage 2 continues")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: Any) -> dict[str, Any]:
+        """The recipe without what the flow set, so that a saved flow recipe loads again (defaults stay filled in,
+        but for the continued model of stage 2: its architecture comes from stage 1, and the model section may not
+        name it)."""
+        data = handler(self)
+        for section in ULMFIT_STAGE_FOLDERS:
+            body = data.get(section)
+            if isinstance(body, dict) and "stage" in body:  # a stage recipe, not {checkpoint: PATH}
+                for key in FLOW_SET_KEYS:
+                    body.pop(key, None)
+                if section in ULMFIT_UPSTREAM:
+                    body["model"].pop("checkpoint", None)
+        written = self.target_lm.model.model_fields_set
+        data["target_lm"]["model"] = {key: value for key, value in data["target_lm"]["model"].items() if key in written}
+        return data
+
+    def stage_recipes(self) -> dict[str, Optional[TrainingRunRecipe]]:
+        """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
+        general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
+        return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
+
+
+def _refuse_flow_keys(section: str, body: dict[str, Any], model: Any, folder: Path) -> None:
+    """A section may not set what the flow wires: one line naming the first such key and what the flow uses."""
+    given = [key for key in FLOW_SET_KEYS if key in body]
+    if given:
+        key = given[0]
+        why = {"stage": "the ulmfit flow knows each section's stage", "run_dir": f"the ulmfit flow runs this stage in "
+               f"{folder}"}.get(key, f"only the ulmfit recipe's own (top-level) {key} applies")
+        raise ValueError(f"{section}.{key}: {why}; remove it")
+    if section in ULMFIT_UPSTREAM and isinstance(model, dict) and "checkpoint" in model:
+        raise ValueError(f"{section}.model.checkpoint: the ulmfit flow starts this stage from the "
+                         f"{ULMFIT_UPSTREAM[section]} stage's checkpoint; remove it")
