@@ -175,6 +175,8 @@ def main() -> None:
                         default=["tokenizer.vocab_size=8000"], help="overrides of stage 2")
     parser.add_argument("--classifier-overrides", nargs="*", default=[], help="extra overrides of stage 3")
     parser.add_argument("--variant", default="", help="a name for --classifier-overrides (kept apart in runs.jsonl)")
+    parser.add_argument("--sides", nargs="+", choices=("ulmfit", "scratch"), default=["ulmfit", "scratch"],
+                        help="which sides to run (a --variant of the ULMFiT classifier needs no new scratch runs)")
     parser.add_argument("--held-out", type=int, default=0,
                         help="score on this many other training rows instead of dev (to choose a recipe)")
     parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
@@ -198,7 +200,7 @@ def main() -> None:
         done = {(run["side"], run["labels"], run["seed"], run["variant"], run["mode"]) for run in runs}
         for rows, epochs in zip(args.labels, args.epochs):
             for seed in args.seeds:
-                for side in ("ulmfit", "scratch"):
+                for side in args.sides:
                     if (side, rows, seed, args.variant, mode) in done:
                         continue
                     runs.append(classifier_run(args, work, checkpoint, side, rows, seed, epochs))

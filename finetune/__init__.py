@@ -1,6 +1,8 @@
 """finetune: transfer learning for NLP in the line of ULMFiT, GPT and BERT."""
 
-__version__ = "0.1.0"
+from finetune._version import __version__
+
+__all__ = ["__version__", "predict"]
 
 
 def predict(checkpoint: str, texts, batch_size: int = 64) -> list[dict]:

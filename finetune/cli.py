@@ -9,7 +9,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from finetune import __version__
+from finetune._version import __version__
 from finetune.errors import RunFailed, RunInterrupted, UserError
 
 app = typer.Typer(

@@ -16,7 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from finetune import __version__, run_lock
+from finetune import run_lock
+from finetune._version import __version__
 from finetune.errors import UserError
 from finetune.recipes import RECIPE_TYPES, recipe_to_yaml, run_dir_location_problem
 from finetune.safe_yaml import YAMLProblem, load_yaml

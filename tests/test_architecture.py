@@ -1,4 +1,13 @@
-"""The package has no import cycles: no module imports one that (directly or through others) imports it back."""
+"""The package's import structure: layers that import only downwards, and no import cycle.
+
+The layers, top to bottom (README "How the code is laid out"); a module may import its own layer and those below:
+    cli, __main__, the package itself      the commands
+    stages                                 one module per command
+    training, reporting                    the loop, optimisers, schedules; plots, cards, trackers
+    models, data, glue                     what is trained and read
+    recipes, run_dir, run_lock             what a run is told, and where it writes
+    errors, console, safe_yaml, glue.specs, _version   foundations (the GLUE task table is data)
+"""
 
 from __future__ import annotations
 
@@ -22,7 +31,9 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [f"{node.module}.{alias.name}" for alias in node.names]
-                targets.update(target for target in [node.module, *names] if target in modules)
+                targets.update(name for name in names if name in modules)
+                if node.module in modules and not all(name in modules for name in names):
+                    targets.add(node.module)  # a name defined in the module itself, not only its submodules
             elif isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names if alias.name in modules)
         # A package importing its own submodules (to register them) is not a cycle back into itself.
@@ -64,3 +75,38 @@ def test_the_package_has_no_import_cycle():
 def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+LAYERS = [
+    {"finetune", "finetune.cli", "finetune.__main__"},
+    {"finetune.stages"},
+    {"finetune.training", "finetune.reporting"},
+    {"finetune.models", "finetune.data", "finetune.glue"},
+    {"finetune.recipes", "finetune.run_dir", "finetune.run_lock"},
+    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune.glue.specs", "finetune._version"},
+]
+
+
+def layer_of(module: str) -> int:
+    """The index of the layer of `module`: the longest matching prefix decides (glue.specs before glue)."""
+    matches = [(len(prefix), index) for index, layer in enumerate(LAYERS) for prefix in layer
+               if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} is in no layer: add it to LAYERS (and to the README's picture)"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if layer_of(target) < layer_of(module))
+
+
+def test_imports_run_downwards_only():
+    graph = import_graph()
+    assert upward_imports(graph) == []
+    # The scan sees real imports, late ones included: the recipes check task names against the GLUE table.
+    assert "finetune.glue.specs" in graph["finetune.recipes.base"]
+
+
+def test_an_upward_import_is_reported():
+    assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
+        "finetune.recipes.base -> finetune.glue.metrics"]

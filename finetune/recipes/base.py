@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from finetune.glue.specs import GLUE_TASKS
+
 
 class MustExist:
     """Marks a path field whose file (kind "file") or folder (kind "folder") must exist before a run starts."""
@@ -171,8 +173,6 @@ class TaskConfig(Section):
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
-        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
-
         custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics", "format", "files",
                                    "index_column") if getattr(self, k) is not None]
         if (self.source == "files") == (self.data_dir is None):

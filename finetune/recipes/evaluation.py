@@ -6,6 +6,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, model_validator
 
+from finetune.glue.specs import GLUE_TASKS
 from finetune.recipes.base import InputFolder, RunRecipe, Section, TaskConfig
 
 
@@ -82,8 +83,6 @@ class EvalRecipe(RunRecipe):
 
     @model_validator(mode="after")
     def _one_task_or_a_map(self) -> "EvalRecipe":
-        from finetune.glue.specs import GLUE_TASKS  # late import: specs imports nothing from here
-
         if (self.task is None) == (self.tasks is None):
             raise ValueError("give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
                              if self.task is not None else "give task and models (one task) or tasks (GLUE tasks)")
