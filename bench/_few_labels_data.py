@@ -7,16 +7,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-GLUE = ROOT.parent / "shared" / "data" / "glue"
-# task -> (folder, main metric as the toolkit names it, whether train.tsv and dev.tsv start with a header line)
-TASKS = {
-    "sst2": ("SST-2", "accuracy", True),
-    "mrpc": ("MRPC", "f1", True),
-    "rte": ("RTE", "accuracy", True),
-    "cola": ("CoLA", "mcc", False),
-    "stsb": ("STS-B", "pearson", True),
-}
+from _common import GLUE, TASKS
+
 TRAINING_DEV_ROWS = 8  # the stage's own per-epoch dev evaluation runs on these few labelled rows: cheap and ignored
 
 
@@ -28,22 +20,11 @@ class TrainingFile:
     rows: list[str]
 
 
-def check_data(tasks: list[str]) -> None:
-    """Stop with a clear message when a task's GLUE files are missing."""
-    for task in tasks:
-        folder = GLUE / TASKS[task][0]
-        missing = [name for name in ("train.tsv", "dev.tsv") if not (folder / name).is_file()]
-        if missing:
-            sys.exit(f"bench: {', '.join(missing)} of {task} not found in {folder}; this benchmark needs the "
-                     "shared GLUE data (../shared/data/glue/{SST-2,MRPC,RTE,CoLA,STS-B}) beside the repository")
-
-
 def read_training_file(task: str) -> TrainingFile:
     """The task's training rows, split on newlines only (str.splitlines would also split on \\x85 or U+2028)."""
-    name, _, has_header = TASKS[task]
-    text = (GLUE / name / "train.tsv").read_text(encoding="utf-8")
+    text = (GLUE / TASKS[task].folder / "train.tsv").read_text(encoding="utf-8")
     lines = [line + "\n" for line in text.removesuffix("\n").split("\n")]
-    return TrainingFile(lines[:1], lines[1:]) if has_header else TrainingFile([], lines)
+    return TrainingFile(lines[:1], lines[1:]) if TASKS[task].header else TrainingFile([], lines)
 
 
 def draw_rows(rows: int, labels: int, held_out: int, seed: int) -> tuple[list[int], list[int]]:
@@ -75,7 +56,7 @@ def write_task_folders(task: str, training: TrainingFile, labels: int, held_out:
     (training_folder / "train.tsv").write_text("".join(training.header + chosen), encoding="utf-8")
     (training_folder / "dev.tsv").write_text("".join(training.header + chosen[:TRAINING_DEV_ROWS]), encoding="utf-8")
     if not held_out:
-        return training_folder, GLUE / TASKS[task][0]
+        return training_folder, GLUE / TASKS[task].folder
     scoring_folder = folder / "held-out"
     scoring_folder.mkdir()
     rows = [training.rows[index] for index in held]

