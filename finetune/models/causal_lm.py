@@ -12,11 +12,10 @@ import contextlib
 
 import torch
 from torch import nn
-from transformers import AutoConfig, GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel
 
-from finetune.errors import UserError
 from finetune.models.awd_lstm import activation_penalty, with_gradient_of
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy
 from finetune.models.masked_lm import MaskedLMOutput
 from finetune.models.objectives import LanguageModelLoss
@@ -43,14 +42,9 @@ def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer
 
 def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
     """A pretrained GPT-2-family checkpoint to continue training on new text."""
-    source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
-    if config.model_type != "gpt2":
-        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; "
-                        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
-    if dropout is not None:
-        config.resid_pdrop = config.embd_pdrop = config.attn_pdrop = dropout
-    return load_model(GPT2LMHeadModel, source, "model.checkpoint", config=config, attn_implementation="sdpa")
+    return load_for_continued_pretraining(
+        GPT2LMHeadModel, "gpt2", name, dropout, ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
 
 
 class NextTokenLM(LanguageModelLoss):

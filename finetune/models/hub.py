@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from safetensors import SafetensorError, safe_open
-from transformers import AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from finetune.errors import UserError
 
@@ -175,3 +175,20 @@ def load_tokenizer(name: str, key: str = "model.checkpoint", trust_remote_code: 
     # A folder without any of these would give an empty tokenizer (transformers builds one from config.json alone).
     source = resolve_checkpoint(name, key, marker_files=TOKENIZER_FILES)
     return load_pretrained(AutoTokenizer.from_pretrained, source, key, trust_remote_code)
+
+
+def load_for_continued_pretraining(model_class, model_type: str, name: str, dropout: float | None,
+                                   dropout_fields: tuple[str, ...], refusal: str):
+    """A pretrained checkpoint of `model_type` as `model_class`, to continue pretraining it (`model.checkpoint`).
+
+    Another family is refused with `refusal` ("continued ... supports ..."); `dropout`, when given, replaces the
+    checkpoint's own in every one of its `dropout_fields` (config attribute names).
+    """
+    source = resolve_checkpoint(name)
+    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    if config.model_type != model_type:
+        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; {refusal}")
+    if dropout is not None:
+        for field in dropout_fields:
+            setattr(config, field, dropout)
+    return load_model(model_class, source, "model.checkpoint", config=config, attn_implementation="sdpa")

@@ -20,10 +20,9 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from transformers import AutoConfig, BertConfig, BertForMaskedLM, BertModel
+from transformers import BertConfig, BertForMaskedLM, BertModel
 
-from finetune.errors import UserError
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from finetune.models.objectives import LanguageModelLoss
 
@@ -49,14 +48,9 @@ def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token
 
 def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
     """A pretrained BERT-family checkpoint as a masked LM to continue training (a missing MLM head starts fresh)."""
-    source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
-    if config.model_type != "bert":
-        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; "
-                        "continued masked-LM pretraining supports the bert family")
-    if dropout is not None:
-        config.hidden_dropout_prob = config.attention_probs_dropout_prob = dropout
-    return load_model(BertForMaskedLM, source, "model.checkpoint", config=config, attn_implementation="sdpa")
+    return load_for_continued_pretraining(
+        BertForMaskedLM, "bert", name, dropout, ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        "continued masked-LM pretraining supports the bert family")
 
 
 class CpuDropout(torch.autograd.Function):
