@@ -43,16 +43,17 @@ def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
 
 
 def training_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int, masked_fraction: float,
-                             sparse_decoder: bool) -> float:
+                             sparse_decoder: bool, head_transform: bool = True) -> float:
     """Forward+backward FLOPs per token (6 x multiply-adds), counting only the useful decoder work.
 
     Per layer: QKV and output projections 4h^2, feed-forward 8h^2, attention scores and mixing 2*s*h.
     The MLM head (transform h^2 + vocabulary projection h*V) is useful only at masked positions,
     so MFU counts it there alone, for both sides; `sparse_decoder` only affects the reported
-    executed FLOPs.
+    executed FLOPs. A causal LM (GPT-2) has no head transform (`head_transform=False`) and predicts
+    at every position (`masked_fraction=1`).
     """
     per_layer = 12 * hidden**2 + 2 * seq_len * hidden
-    head = hidden**2 + hidden * vocab
+    head = (hidden**2 if head_transform else 0) + hidden * vocab
     decoded = masked_fraction if sparse_decoder else 1.0
     return 6 * (layers * per_layer + decoded * head)
 
@@ -78,10 +79,10 @@ def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path) -> dic
     return {"tokens_per_s": round(sum(steps) / seconds, 1), "windows": len(steps)}
 
 
-def training_corpus(workdir: Path) -> Path:
-    """The peer reads the first 20,000 non-empty lines: give both sides exactly those, in one file."""
-    lines = [line.strip() for line in open(TRAIN, encoding="utf-8") if line.strip()][:20000]
-    corpus = workdir / "wikitext2-20k.txt"
+def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
+    """The peer reads the first 20,000 (its --max-lines) non-empty lines: give both sides exactly those, in one file."""
+    lines = [line.strip() for line in open(TRAIN, encoding="utf-8") if line.strip()][:max_lines]
+    corpus = workdir / f"wikitext2-{max_lines}-lines.txt"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return corpus
 
