@@ -22,7 +22,7 @@ and leaves out its first --peer-warmup; ours sums its metrics.jsonl windows of -
 (all tokens over all time, not a mean of window rates); our windows include fetching the batch, the peer's step
 timer starts after its collator has run. MFU: useful training FLOPs per second (6 x multiply-adds per token:
 QKV, output and feed-forward products, attention scores and mixing over the whole block, the vocabulary
-projection at every position; `mlm_pretrain.training_flops_per_token`) over the fp32 matmul rate measured here.
+projection at every position; `finetune.models.flops.training_flops_per_token`) over the fp32 matmul rate measured here.
 
 Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
@@ -55,7 +55,9 @@ import torch
 
 from _common import PEERS, ROOT, STDERR_TAIL, WIKITEXT, finetune_cli, require, run, run_json
 from awd_lstm_vs_fastai import shared_tokenizer
-from mlm_pretrain import matmul_gflops, training_corpus, training_flops_per_token
+from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
+
+from finetune.models.flops import matmul_gflops, training_flops_per_token  # noqa: E402  (the package's, as profile's)
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "hf_clm_pretrain.py"

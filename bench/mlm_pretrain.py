@@ -18,44 +18,21 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, require, run_json
 
+sys.path.insert(0, str(ROOT))
+# The FLOP count (the numerator of MFU) and the machine's matmul rate (its denominator): the package's, which
+# `finetune profile` uses too.
+from finetune.models.flops import matmul_gflops, training_flops_per_token  # noqa: E402
+
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds
 PEER = PEERS / "hf_mlm_pretrain.py"
 RECIPE = ROOT / "recipes" / "pretrain" / "bert-mini-wikitext2.yaml"
-
-
-def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
-    """The machine's fp32 matmul rate (GFLOP/s) with all threads: the denominator of MFU."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    for _ in range(3):
-        a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
-
-
-def training_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int, masked_fraction: float,
-                             sparse_decoder: bool, head_transform: bool = True) -> float:
-    """Forward+backward FLOPs per token (6 x multiply-adds), counting only the useful decoder work.
-
-    Per layer: QKV and output projections 4h^2, feed-forward 8h^2, attention scores and mixing 2*s*h.
-    The MLM head (transform h^2 + vocabulary projection h*V) is useful only at masked positions,
-    so MFU counts it there alone, for both sides; `sparse_decoder` only affects the reported
-    executed FLOPs. A causal LM (GPT-2) has no head transform (`head_transform=False`) and predicts
-    at every position (`masked_fraction=1`).
-    """
-    per_layer = 12 * hidden**2 + 2 * seq_len * hidden
-    head = (hidden**2 if head_transform else 0) + hidden * vocab
-    decoded = masked_fraction if sparse_decoder else 1.0
-    return 6 * (layers * per_layer + decoded * head)
 
 
 def run_peer(corpus: Path, tokenizer_dir: str, steps: int) -> dict:

@@ -153,6 +153,44 @@ def lr_find(
                recipe_stages=("pretrain", "finetune"))
 
 
+@app.command()
+def profile(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    matmul_gflops: Annotated[Optional[float], typer.Option(
+        "--matmul-gflops", min=0.001, help="Use this matmul rate (GFLOP/s) for the time estimate instead of "
+        "measuring this machine's, e.g. another machine's.", show_default=False)] = None,
+    mfu: Annotated[float, typer.Option(
+        min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction).")] = 0.5,
+) -> None:
+    """What a pretrain, finetune or ulmfit recipe will cost, before any training: parameters, FLOPs, memory, time.
+
+    Builds the recipe's model on PyTorch's meta device (no weights, no data read, nothing written or downloaded)
+    and prints its parameters (total, trainable at the start, embeddings), training FLOPs per token and per step,
+    fp32 memory for weights, gradients and AdamW with an activation estimate, and an estimated time per step.
+    """
+    import json
+
+    from rich.console import Console
+
+    from finetune.reporting.profile_report import profile_tables
+    from finetune.stages.profile import profile_recipe
+
+    def show(loaded) -> None:
+        if loaded.stage == "eval":
+            raise UserError(f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
+                            "ulmfit); an eval recipe trains nothing")
+        report = profile_recipe(loaded, matmul_gflops, mfu)
+        if as_json:
+            typer.echo(json.dumps({"recipe": str(recipe), **report}, indent=2))
+            return
+        for table in profile_tables(report, str(recipe)):
+            Console().print(table)
+
+    _run_stage("profile", recipe, overrides, show, recipe_stages=("pretrain", "finetune", "ulmfit", "eval"))
+
+
 @app.command(name="predict")
 def predict_command(
     checkpoint: Annotated[str, typer.Argument(help="A checkpoint fine-tuned by `finetune finetune` (its "

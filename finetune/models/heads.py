@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -53,23 +56,46 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
                              **regularization, **label_config(spec))
-    try:
+    with _family_without_a_head(backbone_config.checkpoint, config):
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
         # A new label count changes the output layer's shape; any other tensor must fit as stored.
         label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
         model = load_model(AutoModelForSequenceClassification, source, "model.checkpoint", trusted,
                            label_counts, config=config)
-    except ValueError as error:
-        if "Unrecognized configuration class" not in str(error):
-            raise
-        raise UserError(f"model.checkpoint: {backbone_config.checkpoint} is a '{config.model_type}' model, which has "
-                        "no sequence-classification head yet") from None
     if replace_head:
         reinitialise_output_layer(model, config.num_labels)
         console.print(f"warm start from {backbone_config.checkpoint}: its head for labels "
                       f"{list(stored_labels(stored).values())} is replaced by a new one for {spec.name}")
     return model
+
+
+@contextlib.contextmanager
+def _family_without_a_head(checkpoint: str, config):
+    """transformers' refusal of a family without a sequence-classification class, as one line naming it."""
+    try:
+        yield
+    except ValueError as error:
+        if "Unrecognized configuration class" not in str(error):
+            raise
+        raise UserError(f"model.checkpoint: {checkpoint} is a '{config.model_type}' model, which has "
+                        "no sequence-classification head yet") from None
+
+
+def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = "model"):
+    """The classifier `load_classifier` builds on a checkpoint whose config is `stored`, with fresh weights and no
+    file read: what `finetune profile` counts (built under `torch.device("meta")`, it takes no memory). `stored`
+    may also be the config of a language model not trained yet (a later stage of `finetune ulmfit`). Dropout rates
+    change no shape and stay as stored; the refusals are a real run's."""
+    activation_regularization(backbone_config, stored, pooling)
+    fresh = backbone_config.model_copy(update={"init": "random"})
+    if pooling == "mean" and not isinstance(stored, MeanPoolingConfig):
+        return new_mean_pooling_classifier(fresh, backbone_config.checkpoint, stored, spec, None)
+    config = copy.deepcopy(stored)
+    config.update(label_config(spec))
+    with _family_without_a_head(backbone_config.checkpoint, config):
+        return AutoModelForSequenceClassification.from_config(
+            config, trust_remote_code=backbone_config.trust_remote_code)
 
 
 def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: TaskSpec,

@@ -14,7 +14,7 @@ The AWD-LSTM's training loss also carries the gradient of its activation penalti
 from __future__ import annotations
 
 from torch import nn
-from transformers import AutoConfig
+from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
@@ -23,6 +23,9 @@ from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
+
+# The Hugging Face class of each family's language model (for a checkpoint's config: built, not loaded, by profile).
+LANGUAGE_MODEL_CLASSES = {"bert": BertForMaskedLM, "gpt2": GPT2LMHeadModel, "awd_lstm": AWDLSTMForCausalLM}
 
 # What validation calls the share of labelled tokens predicted right.
 ACCURACY_NAME = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
@@ -46,6 +49,19 @@ def check_tokenizer(family: str, tokenizer, source: str, key: str) -> None:
 def document_separator_id(family: str, tokenizer) -> int:
     """The token packed after every document: [SEP] for BERT, the end-of-text token for causal LMs."""
     return tokenizer.sep_token_id if family == "bert" else tokenizer.eos_token_id
+
+
+class VocabularyOfSize:
+    """What `build_language_model` reads of a tokenizer, for one not trained yet: its size (the ids of the special
+    tokens change no shape)."""
+
+    pad_token_id = bos_token_id = eos_token_id = 0
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Module:

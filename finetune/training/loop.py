@@ -38,6 +38,17 @@ StepHook = Callable[[int, int], None]
 RUNNING_SUMS = "training_loop_sums"  # the loop's name among a checkpoint's per-process tensors
 
 
+def device_and_precision(training_config) -> tuple[bool, str]:
+    """(on the CPU, accelerate's mixed precision) for a recipe's training section: `auto` is bf16 on GPUs that
+    support it and off elsewhere."""
+    on_cpu = training_config.device == "cpu" or not torch.cuda.is_available()
+    precision = training_config.mixed_precision
+    if precision == "auto":
+        # bf16 matmuls on CPUs without AMX run hundreds of times slower than fp32.
+        precision = "bf16" if not on_cpu and torch.cuda.is_bf16_supported() else "no"
+    return on_cpu, precision
+
+
 def make_accelerator(training_config, parameters_change_trainability: bool = False,
                      run_dir: Optional[Path] = None) -> Accelerator:
     """An Accelerator for the recipe: mixed precision only where the hardware does it well.
@@ -46,12 +57,8 @@ def make_accelerator(training_config, parameters_change_trainability: bool = Fal
     the model, so DDP must be told that some parameters may receive no gradient. `run_dir`: where
     the trackers of `training.log_with` write (they start in `reporting.trackers.start_trackers`).
     """
-    on_cpu = training_config.device == "cpu" or not torch.cuda.is_available()
-    precision = training_config.mixed_precision
-    if precision == "auto":
-        # bf16 matmuls on CPUs without AMX run hundreds of times slower than fp32.
-        precision = "bf16" if not on_cpu and torch.cuda.is_bf16_supported() else "no"
-    elif precision != "no" and on_cpu:
+    on_cpu, precision = device_and_precision(training_config)
+    if precision != "no" and on_cpu:
         warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
     check_trackers_installed(training_config.log_with)  # before accelerate drops a missing one with a warning
     accelerator = Accelerator(

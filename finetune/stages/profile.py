@@ -1,0 +1,290 @@
+"""`finetune profile`: what a training recipe will cost before it runs: parameters, FLOPs, memory and time.
+
+Nothing is trained, downloaded or written, and no data is read. The model is built on PyTorch's meta device
+(shapes without storage) from the recipe's sizes, or from a checkpoint's config.json (a hub name only from the
+local cache), so its parameter count is exact at any size. Per-step sizes come from the recipe (batch, block size
+or BPTT, task.max_length); totals only with training.max_steps, since the steps per epoch depend on the data,
+which profile does not count. FLOPs follow models/flops.py, memory models/sizes.py. The time is an estimate:
+a step's FLOPs over this machine's matmul rate (measured here in a fraction of a second) at an assumed MFU.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import nn
+from transformers import AutoConfig
+
+from finetune.errors import UserError
+from finetune.glue.specs import task_spec
+from finetune.models.backbones import layer_groups
+from finetune.models.flops import lookup_tables, matmul_gflops, multiply_adds_per_token, training_flops
+from finetune.models.heads import classifier_skeleton, fitted_max_length
+from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.language_models import (LANGUAGE_MODEL_CLASSES, VocabularyOfSize, build_language_model,
+                                             language_model_layer_groups)
+from finetune.models.mean_pooling import backbone_config
+from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
+                                   parameter_count, transformer_layer_activation_bytes)
+from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
+from finetune.training.loop import device_and_precision
+from finetune.training.unfreezing import trainable_group_count, trainable_group_count_at_step
+
+DEFAULT_MFU = 0.5  # bench/README.md: the masked-LM pretraining reached 64-65% on a 2-core CPU; GPUs reach 30-60%
+MB = 1e6
+PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass
+class BuiltModel:
+    """A stage's model on the meta device, its layer groups, and where its sizes came from."""
+
+    model: nn.Module
+    groups: list[list[nn.Parameter]]
+    blocks: slice  # which groups are layers (transformer blocks or LSTM layers)
+    source: str
+
+
+def profile_recipe(recipe, matmul_rate: Optional[float] = None, mfu: float = DEFAULT_MFU) -> dict:
+    """The profile of a pretrain or finetune recipe, or of each stage of an ulmfit recipe (under "stages")."""
+    rates = MatmulRates(matmul_rate)
+    if isinstance(recipe, UlmfitRecipe):
+        profiles, upstream = [], None
+        for section, stage in recipe.stage_recipes().items():
+            if stage is None:  # general_lm: {checkpoint: PATH}: stage 2 reads that checkpoint's config
+                continue
+            built = stage_model(stage, upstream, section)
+            profiles.append({"section": section, **stage_profile(stage, built, rates, mfu)})
+            upstream = built.model
+        return {"stage": "ulmfit", "stages": profiles}
+    if not isinstance(recipe, (PretrainRecipe, FinetuneRecipe)):
+        raise TypeError(f"profile_recipe takes a training recipe, not a {type(recipe).__name__}")
+    return stage_profile(recipe, stage_model(recipe), rates, mfu)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model, built on the meta device
+# ---------------------------------------------------------------------------------------------
+
+
+def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "") -> BuiltModel:
+    """The stage's model as it would start training; `upstream`: the previous ulmfit stage's model, whose config
+    stands in for its checkpoint until that stage has run."""
+    prefix = f"{section}." if section else ""
+    checkpoint = recipe.model.checkpoint
+    config, source = None, "the recipe's sizes"
+    if checkpoint is not None:
+        if upstream is not None and not (Path(checkpoint) / "config.json").is_file():
+            config, source = copy.deepcopy(upstream.config), "the previous stage's model (not trained yet)"
+        else:
+            config, source = checkpoint_config(checkpoint, f"{prefix}model.checkpoint",
+                                               getattr(recipe.model, "trust_remote_code", False))
+    with torch.device("meta"):
+        if isinstance(recipe, FinetuneRecipe):
+            model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
+            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
+        family = recipe.model.family
+        if config is None:
+            model = build_language_model(recipe.model, pretraining_vocabulary(recipe), max_positions(recipe))
+            source += ("; vocabulary: the tokenizer at tokenizer.path" if recipe.tokenizer.path is not None else
+                       "; vocabulary: at most tokenizer.vocab_size (the run trains its tokenizer on the corpus)")
+        else:
+            if config.model_type != family:
+                raise UserError(f"{prefix}model.checkpoint: {checkpoint} is a '{config.model_type}' model; "
+                                f"model.family {family} continues {family} checkpoints")
+            if recipe.tokenizer.new_vocabulary:  # at most this many pieces, trained on the new text
+                config.vocab_size = recipe.tokenizer.vocab_size
+                source += f"; vocabulary: at most tokenizer.vocab_size={recipe.tokenizer.vocab_size}"
+            model = LANGUAGE_MODEL_CLASSES[family]._from_config(config)
+    groups = language_model_layer_groups(family, model)
+    return BuiltModel(model, groups, slice(0, -1) if family == "awd_lstm" else slice(1, -1), source)
+
+
+def checkpoint_config(name: str, key: str, trust_remote_code: bool):
+    """A checkpoint's config.json, from its folder or the local Hugging Face cache: profile downloads nothing."""
+    source = resolve_checkpoint(name, key)
+    try:
+        config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code, local_files_only=True)
+    except UserError as error:
+        if Path(name).is_dir():
+            raise
+        raise UserError(f"{key}: {name} is no local folder, and its config.json is not in the local Hugging Face "
+                        "cache (profile downloads nothing: give a folder, or load the model once with a "
+                        "network)") from error
+    return config, f"{name} (config.json)"
+
+
+def pretraining_vocabulary(recipe: PretrainRecipe) -> VocabularyOfSize:
+    """A reused tokenizer's exact size, else tokenizer.vocab_size: a tokenizer trained on the corpus has at most
+    that many pieces (it is trained when the run starts)."""
+    if recipe.tokenizer.path is not None:
+        return VocabularyOfSize(len(load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")))
+    return VocabularyOfSize(recipe.tokenizer.vocab_size)
+
+
+def max_positions(recipe: PretrainRecipe) -> Optional[int]:
+    """The position table of a new transformer, as the pretrain stage sizes it (an LSTM has none)."""
+    if recipe.model.family == "awd_lstm":
+        return None
+    return recipe.model.max_positions or recipe.corpus.block_size
+
+
+# ---------------------------------------------------------------------------------------------
+# The figures
+# ---------------------------------------------------------------------------------------------
+
+
+def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -> dict:
+    """Parameters, FLOPs, memory and time of one training stage, as a JSON-ready dict."""
+    model, groups, training = built.model, built.groups, recipe.training
+    if isinstance(recipe, PretrainRecipe):
+        seq_len = recipe.corpus.block_size
+        # The sparse masked LM decodes only the masked positions; the causal families decode every one.
+        top_fraction = recipe.masking.probability if recipe.model.family == "bert" else 1.0
+        trainable = len(groups)  # pretraining never freezes a group
+    else:
+        seq_len = fitted_max_length(recipe.task.max_length, model)
+        top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
+    compute = compute_summary(recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks),
+                              trainable, seq_len)
+    compute["decoded_fraction"] = top_fraction if isinstance(recipe, PretrainRecipe) else None
+    parameters = parameter_summary(model, groups, trainable)
+    return {
+        "stage": recipe.stage,
+        "model": model_summary(recipe, model, built.source),
+        "parameters": parameters,
+        "compute": compute,
+        "memory_mb": memory_summary(model, built, parameters, training.batch_size * seq_len, seq_len),
+        "time_estimate": time_estimate(recipe, rates, mfu, compute),
+    }
+
+
+def compute_summary(recipe, multiply_adds: list[float], trainable: int, seq_len: int) -> dict:
+    """FLOPs per token and per optimizer step (all groups trainable, and at the start), and with max_steps the run's."""
+    training = recipe.training
+    examples_per_step = training.batch_size * training.gradient_accumulation_steps
+    tokens_per_step = examples_per_step * seq_len
+    per_token = training_flops(multiply_adds, len(multiply_adds))
+    at_start = training_flops(multiply_adds, trainable)
+    runs = len(getattr(recipe, "seeds", None) or [None])  # finetune's seeds: one run each
+    steps = training.max_steps
+    return {"sequence_length": seq_len, "examples_per_step": examples_per_step, "tokens_per_step": tokens_per_step,
+            "flops_per_token": per_token, "flops_per_token_at_start": at_start,
+            "flops_per_step": per_token * tokens_per_step, "flops_per_step_at_start": at_start * tokens_per_step,
+            "steps": steps, "runs": runs,
+            "total_flops": per_token * tokens_per_step * steps * runs if steps else None}
+
+
+def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], trainable: int) -> dict:
+    """Total, embedding tables and the rest, and what the top `trainable` groups hold."""
+    total = parameter_count(model)
+    lookups = lookup_tables(model)
+    embeddings = sum(parameter.numel() for parameter in model.parameters() if id(parameter) in lookups)
+    return {"total": total, "embeddings": embeddings, "other": total - embeddings,
+            "trainable_at_start": sum(parameter.numel() for group in groups[len(groups) - trainable:]
+                                      for parameter in group),
+            "layer_groups": len(groups), "trainable_groups_at_start": trainable}
+
+
+def memory_summary(model: nn.Module, built: BuiltModel, parameters: dict, tokens: int, seq_len: int) -> dict:
+    """fp32 weights, gradients and AdamW's two moments in MB (with every group trainable, the most a run reaches,
+    and at the start), and the activation estimate of one micro-batch of `tokens` tokens (frozen layers keep none)."""
+    layer_bytes = layer_activation_bytes(model, tokens, seq_len)
+    block_groups = range(parameters["layer_groups"])[built.blocks]
+    first_trainable = parameters["layer_groups"] - parameters["trainable_groups_at_start"]
+    trainable_layers = round(len(layer_bytes) * sum(index >= first_trainable for index in block_groups)
+                             / len(block_groups))
+    total, trainable = parameters["total"], parameters["trainable_at_start"]
+    memory = {"weights": total * BYTES_PER_VALUE / MB,
+              "gradients": total * BYTES_PER_VALUE / MB,
+              "adamw": 2 * total * BYTES_PER_VALUE / MB,
+              "gradients_at_start": trainable * BYTES_PER_VALUE / MB,
+              "adamw_at_start": 2 * trainable * BYTES_PER_VALUE / MB,
+              "activations_estimate": sum(layer_bytes) / MB,
+              "activations_estimate_at_start": sum(layer_bytes[len(layer_bytes) - trainable_layers:]) / MB}
+    memory["total_estimate"] = total * TRAINING_BYTES_PER_PARAMETER / MB + memory["activations_estimate"]
+    return memory
+
+
+def trainable_at_start(recipe: FinetuneRecipe, num_groups: int) -> int:
+    """The layer groups (from the top) that train in the first step, as the finetune stage freezes them."""
+    unfreezing = recipe.unfreezing
+    if unfreezing.mode == "gradual" and (unfreezing.every_steps or unfreezing.every_fraction):
+        return trainable_group_count_at_step(0, num_groups, unfreezing.initial_groups, 1)
+    return trainable_group_count(0, num_groups, unfreezing.mode, unfreezing.initial_groups,
+                                 unfreezing.groups_per_epoch or 1, unfreezing.schedule)
+
+
+def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[float]:
+    """The activation estimate of each layer, bottom to top, for one micro-batch of `tokens` tokens."""
+    config = backbone_config(model.config)
+    if config.model_type == "awd_lstm":
+        return [lstm_layer_activation_bytes(tokens, layer.lstm.input_size, layer.lstm.hidden_size)
+                for layer in model.base_model.layers]
+    hidden = config.hidden_size
+    intermediate = next((value for name in ("intermediate_size", "n_inner", "hidden_dim")
+                         if (value := getattr(config, name, None))), 4 * hidden)
+    per_layer = transformer_layer_activation_bytes(tokens, seq_len, hidden, intermediate, config.num_attention_heads)
+    return [per_layer] * config.num_hidden_layers
+
+
+def model_summary(recipe, model: nn.Module, source: str) -> dict:
+    """Family, sizes and where they came from."""
+    config = backbone_config(model.config)
+    if config.model_type == "awd_lstm":
+        sizes = {"layers": config.num_layers, "embedding_size": config.embedding_size, "hidden": config.hidden_size}
+    else:
+        sizes = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
+                 "positions": getattr(config, "max_position_embeddings", None)}
+    sizes["vocabulary"] = config.vocab_size
+    if isinstance(recipe, PretrainRecipe):
+        kind = {"bert": "masked language model", "gpt2": "causal language model",
+                "awd_lstm": "AWD-LSTM language model"}[recipe.model.family]
+        family = recipe.model.family
+    else:
+        family, labels = config.model_type, model.config.num_labels
+        kind = "regression" if labels == 1 else f"{labels}-label classifier"
+        if recipe.pooling == "mean":
+            kind += ", mean pooling"
+    return {"family": family, "kind": kind, "sizes": sizes, "source": source}
+
+
+class MatmulRates:
+    """The matmul rate per (device, precision): the one given (--matmul-gflops), or measured here once."""
+
+    def __init__(self, given: Optional[float] = None):
+        self.given, self.measured = given, {}
+
+    def rate(self, device: str, dtype: torch.dtype) -> float:
+        if self.given is not None:
+            return self.given
+        if (device, dtype) not in self.measured:
+            # A few products: well under a second on a CPU; a GPU needs larger ones to be busy at all.
+            self.measured[device, dtype] = matmul_gflops(size=1024 if device == "cpu" else 4096,
+                                                         repeats=5 if device == "cpu" else 20, device=device,
+                                                         dtype=dtype)
+        return self.measured[device, dtype]
+
+
+def time_estimate(recipe, rates: MatmulRates, mfu: float, compute: dict) -> dict:
+    """Seconds per step (and for the run, with max_steps): the step's FLOPs at `mfu` of the matmul rate."""
+    device, dtype = matmul_setting(recipe.training)
+    rate = rates.rate(device, dtype)
+    useful = rate * 1e9 * mfu  # FLOP/s
+    per_step = compute["flops_per_step"] / useful
+    return {"device": device, "precision": PRECISION_NAMES[dtype],
+            "threads": torch.get_num_threads() if device == "cpu" else None,
+            "matmul_gflops": rate, "matmul_measured": rates.given is None, "mfu_assumed": mfu,
+            "seconds_per_step": per_step, "seconds_per_step_at_start": compute["flops_per_step_at_start"] / useful,
+            "seconds_total": compute["total_flops"] / useful if compute["total_flops"] is not None else None}
+
+
+def matmul_setting(training) -> tuple[str, torch.dtype]:
+    """The device and matmul precision the run would use (the training loop's rule)."""
+    on_cpu, precision = device_and_precision(training)
+    dtype = next((dtype for dtype, name in PRECISION_NAMES.items() if name == precision), torch.float32)
+    return ("cpu" if on_cpu else "cuda"), dtype
