@@ -93,7 +93,7 @@ def check_same_batches(tokenizer_dir: Path, documents: list[str], peer_file: Pat
     from transformers import AutoTokenizer
 
     from finetune.data.causal import BPTTBatches
-    from finetune.data.corpus import tokenize_corpus
+    from finetune.data.token_cache import tokenize_corpus
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     ours = BPTTBatches(tokenize_corpus(tokenizer, documents, show_progress=False), tokenizer.eos_token_id, batch,

@@ -14,6 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 console = Console(stderr=True)
 _live: Optional["PhaseProgress"] = None  # the progress display on screen now (rich allows one at a time)
+TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
+_parallelism_turned_off = False  # whether quiet_library_chatter (not the user) turned the tokenizers' threads off
 
 
 class PhaseProgress(Progress):
@@ -69,6 +71,26 @@ def phase_bar(description: str, total: Optional[int], enabled: bool = True) -> I
         yield lambda count=1: progress.advance(task, count)
 
 
+@contextmanager
+def parallel_tokenizing() -> Iterator[None]:
+    """The fast tokenizers' batch encoding on every core (Rust threads) inside the block, off again after it.
+
+    `quiet_library_chatter` turns the library's threads off for the process, because DataLoader workers are
+    forked later and a child forked after the threads ran must not use them (the library would warn, then turn
+    them off in the child itself). Tokenising a corpus happens before any worker is forked, in one thread of
+    ours, so the threads are safe there; restoring "false" at the end keeps every later fork quiet and
+    single-threaded. A value the user set (on or off) is left alone.
+    """
+    if not _parallelism_turned_off or os.environ.get(TOKENIZERS_PARALLELISM) != "false":
+        yield
+        return
+    os.environ[TOKENIZERS_PARALLELISM] = "true"  # read by the library at every batch call
+    try:
+        yield
+    finally:
+        os.environ[TOKENIZERS_PARALLELISM] = "false"
+
+
 # ---------------------------------------------------------------------------------------------
 # Library chatter: what transformers, accelerate and torch print that is noise in this toolkit's flows
 # ---------------------------------------------------------------------------------------------
@@ -108,8 +130,12 @@ _LIBRARY_NOISE = LibraryNoise()
 
 def quiet_library_chatter() -> None:
     """Silence, once and only here, the library messages that do not concern a user of this toolkit."""
-    # The tokenizers library warns at every fork after it ran (DataLoader workers); our workers never tokenise.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # The tokenizers library warns at every fork after it ran (DataLoader workers); our workers never tokenise
+    # (a streamed corpus's do, one document batch at a time). `parallel_tokenizing` turns it on where it is safe.
+    global _parallelism_turned_off
+    if TOKENIZERS_PARALLELISM not in os.environ:
+        os.environ[TOKENIZERS_PARALLELISM] = "false"
+        _parallelism_turned_off = True
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.disable_progress_bar()  # "Loading weights" bars for checkpoints that load in a blink

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from finetune.data import corpus
+from finetune.data import token_cache
 from finetune.data.corpus import (
     TokenizedDocuments,
     document_stream,
@@ -16,9 +16,8 @@ from finetune.data.corpus import (
     read_dataset_documents,
     read_documents,
     split_documents,
-    tokenize_corpus,
-    tokenize_documents,
 )
+from finetune.data.token_cache import tokenize_corpus, tokenize_documents
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
 from tests.conftest import make_sentence
@@ -184,8 +183,9 @@ def test_tokenized_documents_round_trip(tmp_path):
     assert documents.offsets.tolist() == [0, 3, 3, 4, 6]
     assert [documents.document(index).tolist() for index in range(4)] == lists
     assert documents.lengths.tolist() == [3, 0, 1, 2]
-    documents.save(tmp_path / "tokens.npz")
-    loaded = TokenizedDocuments.load(tmp_path / "tokens.npz")
+    documents.save(tmp_path / "tokens")
+    loaded = TokenizedDocuments.load(tmp_path / "tokens")
+    assert isinstance(loaded.ids, np.memmap) and isinstance(loaded.offsets, np.memmap)  # mapped, not read
     assert loaded.ids.tolist() == documents.ids.tolist() and loaded.offsets.tolist() == documents.offsets.tolist()
     both = TokenizedDocuments.concatenate([documents, TokenizedDocuments.from_lists([[1], [2, 3]])])
     assert [both.document(index).tolist() for index in range(len(both))] == lists + [[1], [2, 3]]
@@ -227,17 +227,33 @@ def tokenizer():
 
 
 class CountingTokenizer:
-    """A tokenizer that counts its calls, to prove a cache hit does not tokenize."""
+    """A tokenizer that counts its batch encodings (calls, or the backend's batches), to prove a cache hit does
+    not tokenize."""
 
     def __init__(self, tokenizer):
         self.tokenizer, self.calls = tokenizer, 0
+        self.backend_tokenizer = CountingBackend(self)
 
-    def __getattr__(self, name):  # the rest (backend_tokenizer, special ids) is the wrapped tokenizer's
+    def __getattr__(self, name):  # the rest (special ids, ...) is the wrapped tokenizer's
         return getattr(self.tokenizer, name)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return self.tokenizer(*args, **kwargs)
+
+
+class CountingBackend:
+    """The wrapped tokenizer's backend, counting its batch encodings into the CountingTokenizer."""
+
+    def __init__(self, owner: CountingTokenizer):
+        self.owner = owner
+
+    def __getattr__(self, name):
+        return getattr(self.owner.tokenizer.backend_tokenizer, name)
+
+    def encode_batch_fast(self, *args, **kwargs):
+        self.owner.calls += 1
+        return self.owner.tokenizer.backend_tokenizer.encode_batch_fast(*args, **kwargs)
 
 
 def _as_lists(documents: TokenizedDocuments) -> list[list[int]]:
@@ -281,8 +297,9 @@ def test_tokenize_corpus_cache_misses_on_changed_text_or_tokenizer(tokenizer, tm
 
 def test_tokenize_corpus_recovers_from_a_corrupt_cache(tokenizer, tmp_path):
     expected = _as_lists(tokenize_corpus(tokenizer, LINES, tmp_path, "test"))
-    (cache_file,) = tmp_path.iterdir()
-    cache_file.write_bytes(cache_file.read_bytes()[:100])  # as a disk filling up mid-write would leave it
+    (entry,) = tmp_path.iterdir()
+    ids_file = entry / "ids.npy"
+    ids_file.write_bytes(ids_file.read_bytes()[:100])  # as a disk filling up mid-write would leave it
     counting = CountingTokenizer(tokenizer)
     with pytest.warns(UserWarning, match="unreadable token cache"):
         assert _as_lists(tokenize_corpus(counting, LINES, tmp_path, "test")) == expected
@@ -296,18 +313,20 @@ def test_tokenize_corpus_recovers_from_a_corrupt_cache(tokenizer, tmp_path):
 
 def test_tokenize_corpus_cache_of_another_corpus_is_not_trusted(tokenizer, tmp_path):
     """A valid file with the wrong number of documents under this key is treated as corrupt."""
-    key = corpus.corpus_cache_key(tokenizer, LINES)
-    TokenizedDocuments.from_lists([[1, 2]]).save(tmp_path / f"tokens-{key}.npz")
+    key = token_cache.corpus_cache_key(tokenizer, LINES)
+    TokenizedDocuments.from_lists([[1, 2]]).save(tmp_path / f"tokens-{key}")
     with pytest.warns(UserWarning, match="1 documents instead of 60"):
         assert len(tokenize_corpus(tokenizer, LINES, tmp_path, "test")) == len(LINES)
 
 
 def test_cache_write_is_atomic(tokenizer, tmp_path, monkeypatch):
-    def interrupted_savez(handle, **arrays):
-        handle.write(b"PK\x03\x04 half a file")
+    add = token_cache.TokenWriter.add
+
+    def interrupted_add(writer, *arguments):
+        add(writer, *arguments)  # half the ids written
         raise KeyboardInterrupt  # a run killed in the middle of writing
 
-    monkeypatch.setattr(corpus.np, "savez", interrupted_savez)
+    monkeypatch.setattr(token_cache.TokenWriter, "add", interrupted_add)
     with pytest.raises(KeyboardInterrupt):
         tokenize_corpus(tokenizer, LINES, tmp_path, "test")
     assert list(tmp_path.iterdir()) == []  # neither a cache file nor a temporary one
@@ -329,7 +348,7 @@ def test_text_of_unknown_characters_is_refused(tmp_path, monkeypatch):
         assert "一二三 四五" in str(info.value)
     assert list(tmp_path.iterdir()) == []  # nothing cached
     # A cache written without the check (an earlier version) is refused as well.
-    monkeypatch.setattr(corpus, "check_known_tokens", lambda *arguments: None)
+    monkeypatch.setattr(token_cache, "check_known_tokens", lambda *arguments: None)
     tokenize_corpus(tokenizer, documents, tmp_path, "test")
     monkeypatch.undo()
     with pytest.raises(UserError, match="no known tokens"):

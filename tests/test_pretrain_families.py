@@ -238,7 +238,8 @@ def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, t
     data["corpus"] = {"task": custom_task_section(task_dir), "task_splits": ["train", "test"], "block_size": 8,
                       "validation_fraction": 0.2, "cache_dir": None}
     recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
-    train, validation = read_corpus(recipe)
+    text = read_corpus(recipe)
+    train, validation = ([text.documents[index] for index in part] for part in text.split())
     expected = [line.split("\t")[0] for line in (task_dir / "train.tsv").read_text().splitlines()[1:]]
     expected += [line.split("\t")[1] for line in (task_dir / "test.tsv").read_text().splitlines()[1:]]
     assert sorted(train + validation) == sorted(expected) and len(validation) == 10  # 20% of 50

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from finetune.data.corpus import TokenizedDocuments, document_stream
+from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
 from finetune.errors import UserError
 
 
@@ -41,6 +41,9 @@ class BPTTBatches(Dataset):
     separator after each, as ULMFiT's LM loader does; the stream is cut into
     `batch_size * num_processes` rows of equal length and each process reads its own
     `batch_size` rows, so no token is seen twice per epoch whatever the process count.
+    Nothing of that stream is built: a batch gathers its (rows, bptt + 1) tokens from the ids (a memory map
+    of the token cache), and the epoch's shuffle is an order of the documents; held in memory are 24 bytes
+    per document (the order and the stream's document starts: 24 MB per million documents).
     """
 
     def __init__(self, documents: TokenizedDocuments, separator_id: int, batch_size: int, bptt: int, seed: int,
@@ -48,44 +51,51 @@ class BPTTBatches(Dataset):
         self.documents, self.separator_id, self.seed, self.shuffle = documents, separator_id, seed, shuffle
         self.batch_size, self.bptt = batch_size, bptt
         self.process_index, self.num_processes = process_index, num_processes
-        stream_length = len(documents.ids) + len(documents)  # every document is followed by a separator
+        stream_length = documents.token_count + len(documents)  # every document is followed by a separator
         self.row_length = stream_length // (batch_size * num_processes)
         if self.row_length < bptt + 1:
             raise UserError(f"{name} has {stream_length} tokens, too few for {batch_size * num_processes} rows of "
                             f"at least {bptt + 1} tokens (training.batch_size, corpus.block_size)")
         self.epoch = 0
-        self._rows: np.ndarray | None = None
+        self._stream: DocumentStream | None = None
 
     @staticmethod
     def rows_that_fit(documents: TokenizedDocuments, bptt: int, num_processes: int, wanted: int) -> int:
         """Up to `wanted` rows per process, fewer for a text too short for them (a small validation set)."""
-        stream_length = len(documents.ids) + len(documents)
+        stream_length = documents.token_count + len(documents)
         return max(1, min(wanted, stream_length // ((bptt + 1) * num_processes)))
 
     def set_epoch(self, epoch: int) -> None:
         """A new document order for the epoch (no effect without shuffling)."""
         if epoch != self.epoch:
-            self.epoch, self._rows = epoch, None
+            self.epoch, self._stream = epoch, None
 
     def __len__(self) -> int:
         # Every batch has the full bptt length: the remainder of each row (< bptt tokens) is left out.
         return (self.row_length - 1) // self.bptt
 
+    def stream(self) -> DocumentStream:
+        """The epoch's stream: the documents in the order of (seed, epoch), or as given without shuffling."""
+        if self._stream is None:
+            documents = self.documents
+            if self.shuffle:
+                documents = documents.select(np.random.default_rng((self.seed, self.epoch)).permutation(len(documents)))
+            self._stream = DocumentStream(documents, self.separator_id)
+        return self._stream
+
+    def window(self, start: int, stop: int) -> np.ndarray:
+        """Columns [start, stop) of this process's (batch_size, row_length) rows of the epoch's stream, int64."""
+        first_row = self.process_index * self.batch_size
+        row_starts = (first_row + np.arange(self.batch_size, dtype=np.int64)) * self.row_length
+        return self.stream().take(row_starts[:, None] + np.arange(start, stop))
+
     def rows(self) -> np.ndarray:
-        """This process's (batch_size, row_length) slice of the epoch's stream."""
-        if self._rows is None:
-            order = np.random.default_rng((self.seed, self.epoch)).permutation(len(self.documents)) \
-                if self.shuffle else None
-            stream = document_stream(self.documents, self.separator_id, order)
-            total_rows = self.batch_size * self.num_processes
-            all_rows = stream[: total_rows * self.row_length].reshape(total_rows, self.row_length)
-            first = self.process_index * self.batch_size
-            self._rows = np.ascontiguousarray(all_rows[first : first + self.batch_size], dtype=np.int64)
-        return self._rows
+        """This process's whole rows of the epoch (checks on small corpora; training reads `window`s)."""
+        return self.window(0, self.row_length)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if not 0 <= index < len(self):
             raise IndexError(index)
         start = index * self.bptt
-        window = torch.from_numpy(self.rows()[:, start : start + self.bptt + 1])
+        window = torch.from_numpy(self.window(start, start + self.bptt + 1))
         return {"input_ids": window[:, :-1], "labels": window[:, 1:]}

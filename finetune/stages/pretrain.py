@@ -17,14 +17,13 @@ from torch.utils.data import DataLoader
 
 from finetune.console import console, phase_bar
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
-from finetune.data.corpus import (MaskedBlocks, TokenizedDocuments, pack_blocks, read_dataset_documents,
-                                  read_documents, split_documents, tokenize_corpus)
+from finetune.data.corpus import MaskedBlocks
 from finetune.data.masking import MaskingRule
+from finetune.data.pretraining_text import PretrainingText, pretraining_text
 from finetune.data.sampling import ResumableSampler
-from finetune.data.tasks import task_documents
+from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
-from finetune.glue.specs import task_spec
 from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, language_model_layer_groups, load_language_model,
@@ -59,7 +58,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
     accelerator.wait_for_everyone()
     set_seed(recipe.seed)
-    documents, validation_documents = read_corpus(recipe)
+    text = read_corpus(recipe)
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
     max_positions = None  # an LSTM has no position table
     if family != "awd_lstm":
@@ -71,7 +70,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                             f"of {recipe.model.checkpoint}")
 
     # 2. text -> tokenizer -> token ids (cached) -> training data
-    tokenizer = pretraining_tokenizer(recipe, accelerator, documents, continued, resume_from)
+    tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
         from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
 
@@ -79,16 +78,12 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
         continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
     if max_positions is not None:
         tokenizer.model_max_length = max_positions
-    with accelerator.main_process_first():  # the main process fills the cache, the others then read it
-        cache_dir, show = recipe.corpus.cache_dir, accelerator.is_main_process
-        train_tokens = tokenize_corpus(tokenizer, documents, cache_dir, "tokenizing the training text",
-                                       show_progress=show, name="the training text")
-        validation_tokens = tokenize_corpus(tokenizer, validation_documents, cache_dir,
-                                            "tokenizing the validation text", show_progress=show,
-                                            name="the validation text")
+    with accelerator.main_process_first():  # the main process fills the cache, the others then map it
+        train_tokens, validation_tokens = text.tokenize(tokenizer, recipe.corpus.cache_dir,
+                                                        show_progress=accelerator.is_main_process)
     train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
                                                       accelerator)
-    console.print(f"{family}: {len(train_tokens.ids):,} training and {len(validation_tokens.ids):,} validation "
+    console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} validation "
                   f"tokens, in {len(train_data):,} and {len(validation_data):,} "
                   f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
 
@@ -176,21 +171,13 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     return checkpoint
 
 
-def read_corpus(recipe: PretrainRecipe) -> tuple[list[str], list[str]]:
-    """Training and validation documents: files (or a `datasets` dataset), validation given or split off."""
-    corpus = recipe.corpus
-    if corpus.dataset is not None:
-        documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column)
-    elif corpus.task is not None:
-        documents = task_documents(task_spec(corpus.task), corpus.task.data_dir, corpus.task_splits)
-    else:
-        documents = read_documents(corpus.train_files)
-    if corpus.validation_files:
-        return documents, read_documents(corpus.validation_files)
-    return split_documents(documents, corpus.validation_fraction, recipe.seed)
+def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
+    """The training and validation text: a dataset or a task's text read now, text files only named (streamed
+    when a tokenizer is trained on them or they are tokenised; not read at all when their ids are cached)."""
+    return pretraining_text(recipe.corpus, recipe.seed)
 
 
-def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, documents: list[str], continued, resume_from):
+def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: PretrainingText, continued, resume_from):
     """The run's tokenizer: the resumed checkpoint's, the continued model's, a reused one, or one trained here."""
     family = recipe.model.family
     if resume_from is not None:  # training a tokenizer twice can give other ids: always take the saved one
@@ -207,9 +194,13 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, documents: list[s
         check_tokenizer(family, tokenizer, str(recipe.tokenizer.path), "tokenizer.path")
         return tokenizer
     kind = "WordPiece" if family == "bert" else "byte-level BPE"
-    console.print(f"training a {kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {len(documents):,} "
-                  "documents")
-    return shared_tokenizer(accelerator, lambda: train_tokenizer(family, documents, recipe.tokenizer))
+
+    def train():
+        count = len(text.split()[0]) if text.held_out else text.document_count()
+        console.print(f"training a {kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {count:,} documents")
+        return train_tokenizer(family, text.tokenizer_training_documents(), recipe.tokenizer)
+
+    return shared_tokenizer(accelerator, train)
 
 
 def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: TokenizedDocuments,
@@ -218,16 +209,19 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
     family, block_size = recipe.model.family, recipe.corpus.block_size
     separator = document_separator_id(family, tokenizer)
     names = ("the training text", "the validation text")
+    both = list(zip((train_tokens, validation_tokens), names))
     if family == "bert":
         rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
-        blocks = [pack_blocks(tokens, block_size, separator, start_id=tokenizer.cls_token_id, name=name)
-                  for tokens, name in zip((train_tokens, validation_tokens), names)]
+        # Blocks are cut from the (memory-mapped) ids as they are read: no copy of the corpus is made.
+        blocks = [PackedBlocks(DocumentStream(tokens, separator), block_size, tokenizer.cls_token_id, name)
+                  for tokens, name in both]
         # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
         train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
                              MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True))
     elif family == "gpt2":
-        train, validation = (NextTokenBlocks(pack_blocks(tokens, block_size + 1, separator, name=name))
-                             for tokens, name in zip((train_tokens, validation_tokens), names))
+        train, validation = (NextTokenBlocks(PackedBlocks(DocumentStream(tokens, separator), block_size + 1,
+                                                          name=name))
+                             for tokens, name in both)
     else:
         split = {"process_index": accelerator.process_index, "num_processes": accelerator.num_processes}
         train = BPTTBatches(train_tokens, separator, recipe.training.batch_size, block_size, recipe.seed,

@@ -175,7 +175,7 @@ def check_inputs_early(plans: list[StagePlan]) -> None:
         if isinstance(stage, PretrainRecipe) and stage.model.checkpoint is None:
             check_model_fits_in_memory(stage)
         if isinstance(stage, PretrainRecipe) and stage.corpus.dataset is None:  # a dataset would be downloaded here
-            read_corpus(stage)
+            read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
         elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
             spec = task_spec(stage.task)
             for split in ("train", "dev"):

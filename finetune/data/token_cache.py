@@ -1,0 +1,349 @@
+"""Text -> token ids, once: batches through the fast tokenizer on every core, written to .npy files as they come,
+cached so that the next run maps them from disk instead of tokenising (or even reading) the text again.
+
+A cache entry is a folder `CACHE_DIR/tokens-KEY/` of plain arrays that `np.load(..., mmap_mode="r")` opens:
+`ids.npy` (int32, every document's ids one after another), `offsets.npy` (int64, where each document starts),
+for text files `positions.npy` (int64, the byte where each document's line starts) and `meta.json` (counts, the
+files' sizes and times: for people, and for the check below). It is written under a temporary name and renamed
+when complete, so a killed run leaves no half entry behind.
+
+The key of text files is made without reading them: their absolute paths, sizes and modification times, and
+the tokenizer (a digest of its full JSON). Any write to a file changes its time, so editing, appending or
+replacing a file, renaming or moving it, another file list, or another tokenizer gives another key. A file
+changed with its size and time kept (`touch -r`, some copy tools) is caught when it touches one of the 16
+documents that every cache hit reads back from the files and tokenises again (the first, the last, 14 spread by
+a fixed seed): the entry is then made again, with a warning. In-memory documents (a `datasets` dataset, a task's
+text) are keyed by their text, as before.
+
+Memory while tokenising: one batch of text and its id lists (a few MB), and 8 bytes per document for the lengths
+and 8 for the positions (16 MB per million documents); the ids go to the file as they come. Without a cache
+folder they are kept in memory instead: 4 bytes per token (400 MB per 100M tokens).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+
+from finetune.console import console, parallel_tokenizing, progress_bar
+from finetune.data.corpus import document_text, file_documents, no_text
+from finetune.data.token_arrays import IDS_FILE, OFFSETS_FILE, TokenizedDocuments, offsets_of
+from finetune.errors import UserError
+
+CACHE_FORMAT = 2  # part of every cache key: bump it when the cached arrays change meaning (1: one .npz file)
+POSITIONS_FILE, META_FILE = "positions.npy", "meta.json"
+SAMPLE_SIZE = 16  # documents read back and tokenised again to check a text files' cache entry
+BATCH_CHARACTERS = 1 << 22  # a batch ends at this much text too: a corpus of very long lines stays a few MB a batch
+NPY_INT32 = np.dtype("<i4")
+
+
+def encode(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text without special tokens, by the tokenizer's Rust batch encoding (threads when allowed).
+
+    The backend is called directly: the transformers wrapper would build attention masks and offsets that are
+    thrown away (about 20% of the time). As the wrapper does for an untruncated, unpadded call, any truncation or
+    padding stored with the tokenizer is turned off first.
+    """
+    backend = tokenizer.backend_tokenizer
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    return [encoding.ids for encoding in backend.encode_batch_fast(texts, add_special_tokens=False)]
+
+
+def tokenize_documents(tokenizer, documents: list[str], batch_size: int = 2000) -> list[list[int]]:
+    """Token ids of each document without special tokens, as Python lists (small corpora; see tokenize_corpus)."""
+    ids: list[list[int]] = []
+    for start in range(0, len(documents), batch_size):
+        ids += encode(tokenizer, documents[start : start + batch_size])
+    return ids
+
+
+def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = None, description: str = "tokenizing",
+                    batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus") -> TokenizedDocuments:
+    """Token ids of in-memory documents; from `cache_dir` if this text and tokenizer were seen (keyed by the text).
+
+    Text that gives no token but [UNK] and other special tokens is refused (`name` says which text).
+    """
+    cache = TokenCache(cache_dir, corpus_cache_key(tokenizer, documents)) if cache_dir is not None else None
+    if cache is not None:
+        cached = cache.load(len(documents))
+        if cached is not None:
+            console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache.path}")
+            check_known_tokens(cached, tokenizer, documents[0] if documents else "", name)
+            return cached
+    batches = (([text for text, _ in batch], None, len(batch))
+               for batch in _batched(((text, 0) for text in documents), batch_size))
+    with progress_bar(show_progress and len(documents) > batch_size) as progress:
+        task = progress.add_task(description, total=len(documents), status="")
+        return _write_tokens(tokenizer, batches, cache, lambda count: progress.advance(task, count),
+                             lambda tokenized: check_known_tokens(tokenized, tokenizer,
+                                                                  documents[0] if documents else "", name))
+
+
+def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, description: str = "tokenizing",
+                   batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus") -> TokenizedDocuments:
+    """Token ids of every non-empty line of the files, streamed; from `cache_dir` without reading the text when the
+    files (paths, sizes, times) and the tokenizer were seen, a sample of documents checked (see the module)."""
+    paths = [Path(path) for path in paths]
+    sizes = [path.stat().st_size for path in paths]
+    cache = TokenCache(cache_dir, files_cache_key(tokenizer, paths)) if cache_dir is not None else None
+    if cache is not None:
+        cached = cache.load(check=lambda tokenized: sample_mismatch(tokenized, tokenizer, cache.path, paths))
+        if cached is not None:
+            console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache.path}")
+            check_known_tokens(cached, tokenizer, _first_text(cached, paths, cache.path), name)
+            return cached
+    first_text: list[str] = []
+
+    def batches() -> Iterator[tuple[list[str], list[int], int]]:
+        for batch in _batched(file_documents(paths), batch_size):
+            texts, positions = [text for text, _ in batch], [position for _, position in batch]
+            first_text[:] = first_text or texts[:1]
+            yield texts, positions, positions[-1] + len(texts[-1])
+
+    def check(tokenized: TokenizedDocuments) -> None:
+        if not len(tokenized):
+            raise no_text(paths)
+        check_known_tokens(tokenized, tokenizer, first_text[0], name)
+
+    megabytes = sum(sizes) / 1e6
+    files = [{"path": str(path.resolve()), "size": size, "mtime_ns": path.stat().st_mtime_ns}
+             for path, size in zip(paths, sizes)]
+    with progress_bar(show_progress and megabytes > 1) as progress:
+        task = progress.add_task(f"{description} (MB)", total=round(megabytes, 1), status="")
+        return _write_tokens(tokenizer, batches(), cache,
+                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, {"files": files})
+
+
+def _batched(items: Iterable[tuple[str, int]], batch_size: int) -> Iterator[list[tuple[str, int]]]:
+    """(text, position) pairs in batches of `batch_size` documents or BATCH_CHARACTERS of text, whichever is first."""
+    batch, characters = [], 0
+    for item in items:
+        batch.append(item)
+        characters += len(item[0])
+        if len(batch) == batch_size or characters >= BATCH_CHARACTERS:
+            yield batch
+            batch, characters = [], 0
+    if batch:
+        yield batch
+
+
+def _write_tokens(tokenizer, batches: Iterable[tuple[list[str], Optional[list[int]], int]],
+                  cache: Optional[TokenCache], advance, check, meta: Optional[dict] = None) -> TokenizedDocuments:
+    """Tokenise the batches (texts, byte positions or None, progress) into the cache entry, or into memory."""
+    with (cache.filling() if cache is not None else _no_folder()) as folder:
+        writer = TokenWriter(folder)
+        try:
+            with parallel_tokenizing():
+                for texts, positions, progress in batches:
+                    writer.add(encode(tokenizer, texts), positions)
+                    advance(progress)
+            tokenized = writer.finish({**(meta or {}), "tokenizer": tokenizer_digest(tokenizer)})
+        finally:
+            writer.close()
+        check(tokenized)  # before the entry is kept: refused text is not cached
+    if cache is not None:  # mapped from the entry's final place, which pickling names
+        return TokenizedDocuments.load(cache.path)
+    return tokenized
+
+
+@contextmanager
+def _no_folder() -> Iterator[None]:
+    yield None
+
+
+class TokenWriter:
+    """Token ids added a batch at a time: appended to `folder/ids.npy` (or kept in memory without a folder).
+
+    The .npy header is written first for an empty array and rewritten with the final length at the end; numpy
+    pads headers so that the length can grow in place ("growth axis"), so the data never moves.
+    """
+
+    def __init__(self, folder: Optional[Path]):
+        self.folder, self.count = folder, 0
+        self.lengths: list[np.ndarray] = []
+        self.positions: list[np.ndarray] = []
+        self.parts: list[np.ndarray] = []  # without a folder
+        self.handle = None
+        if folder is not None:
+            self.handle = open(folder / IDS_FILE, "wb")
+            self._write_header()
+            self.data_start = self.handle.tell()
+
+    def _write_header(self) -> None:
+        self.handle.seek(0)
+        np.lib.format.write_array_header_1_0(
+            self.handle, {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False,
+                          "shape": (self.count,)})
+
+    def add(self, id_lists: list[list[int]], positions: Optional[list[int]] = None) -> None:
+        lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=NPY_INT32, count=int(lengths.sum()))
+        self.lengths.append(lengths)
+        if positions is not None:
+            self.positions.append(np.asarray(positions, dtype=np.int64))
+        if self.handle is not None:
+            self.handle.write(ids.tobytes())
+        else:
+            self.parts.append(ids)
+        self.count += len(ids)
+
+    def finish(self, meta: dict) -> TokenizedDocuments:
+        """The documents written; with a folder, also offsets, positions and meta.json there, ids mapped from it."""
+        offsets = offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *self.lengths]))
+        if self.handle is None:
+            return TokenizedDocuments(np.concatenate([np.empty(0, dtype=np.int32), *self.parts]), offsets)
+        self._write_header()
+        if self.handle.tell() != self.data_start:  # cannot happen with numpy's padded headers; never risk it
+            raise RuntimeError("the .npy header changed length")
+        self.handle.close()
+        np.save(self.folder / OFFSETS_FILE, offsets)
+        if self.positions:
+            np.save(self.folder / POSITIONS_FILE, np.concatenate(self.positions))
+        meta = {"format": CACHE_FORMAT, "documents": len(offsets) - 1, "tokens": self.count, **meta}
+        (self.folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return TokenizedDocuments.load(self.folder)
+
+    def close(self) -> None:
+        if self.handle is not None and not self.handle.closed:
+            self.handle.close()
+
+
+class TokenCache:
+    """One entry of the token cache: `cache_dir/tokens-KEY/`, read memory-mapped, written whole or not at all."""
+
+    def __init__(self, cache_dir: Path, key: str):
+        self.cache_dir = Path(cache_dir).expanduser()
+        self.path = self.cache_dir / f"tokens-{key}"
+
+    def load(self, document_count: Optional[int] = None, check=None) -> Optional[TokenizedDocuments]:
+        """The entry's documents, memory-mapped; None when absent, or (with a warning) unreadable or failing
+        `check(documents) -> reason or None`, so that they are made again."""
+        if not self.path.is_dir():
+            return None
+        try:
+            cached = TokenizedDocuments.load(self.path)
+            if document_count is not None and len(cached) != document_count:
+                raise ValueError(f"{len(cached)} documents instead of {document_count}")
+            reason = check(cached) if check is not None else None
+        except (OSError, ValueError, EOFError, KeyError) as error:
+            warnings.warn(f"ignoring the unreadable token cache {self.path} ({error}); tokenizing again", stacklevel=3)
+            return None
+        if reason is not None:
+            warnings.warn(f"the token cache {self.path} does not match the text: {reason} (a file changed but kept "
+                          "its size and modification time); tokenizing again", stacklevel=3)
+            return None
+        return cached
+
+    @contextmanager
+    def filling(self) -> Iterator[Path]:
+        """A temporary folder beside the entry, renamed to it when the block ends without an error, else deleted."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        temporary = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{self.path.name}.", suffix=".tmp"))
+        try:
+            yield temporary
+            if self.path.exists():  # an unreadable entry: out of the way first (a folder cannot be replaced)
+                stale = Path(tempfile.mkdtemp(dir=self.cache_dir, prefix=f".{self.path.name}.", suffix=".old"))
+                os.replace(self.path, stale / "entry")
+                shutil.rmtree(stale, ignore_errors=True)
+            os.replace(temporary, self.path)
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A digest of the tokenizer's full JSON (vocabulary, merges, normaliser, added tokens): its identity here."""
+    return hashlib.blake2b(tokenizer.backend_tokenizer.to_str().encode("utf-8"), digest_size=16).hexdigest()
+
+
+def corpus_cache_key(tokenizer, documents: list[str]) -> str:
+    """A digest of the tokenizer and the documents' text: a change to either gives another key."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"finetune tokens v{CACHE_FORMAT} documents {tokenizer_digest(tokenizer)}".encode())
+    for text in documents:
+        encoded = text.encode("utf-8")
+        # Length-prefixed, so that ["ab", "c"] and ["a", "bc"] differ.
+        digest.update(len(encoded).to_bytes(8, "little"))
+        digest.update(encoded)
+    return digest.hexdigest()
+
+
+def files_cache_key(tokenizer, paths: list[Path]) -> str:
+    """A digest of the tokenizer and each file's absolute path, size and modification time: no text is read."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"finetune tokens v{CACHE_FORMAT} files {tokenizer_digest(tokenizer)}".encode())
+    for path in paths:
+        stat = path.stat()
+        digest.update(json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns]).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def _read_line(paths: list[Path], position: int) -> str:
+    """The document whose line starts at byte `position` of the files one after another ('' if none is there)."""
+    ends = list(itertools.accumulate(path.stat().st_size for path in paths))
+    file = bisect.bisect_right(ends, position)
+    if file == len(paths):
+        return ""
+    with open(paths[file], "rb") as handle:
+        handle.seek(position - (ends[file - 1] if file else 0))
+        try:
+            return document_text(handle.readline().decode("utf-8"))
+        except UnicodeDecodeError:
+            return ""
+
+
+def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path]) -> Optional[str]:
+    """Why a text files' entry does not hold these files' tokens, from SAMPLE_SIZE documents read back; None if it
+    does. The documents are found by their byte positions: nothing before them is read."""
+    positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
+    if len(positions) != len(tokenized):
+        return f"{len(positions)} positions for {len(tokenized)} documents"
+    if not len(tokenized):
+        return "no documents"
+    count = len(tokenized)
+    picks = sorted({0, count - 1, *np.random.default_rng(0).integers(0, count, SAMPLE_SIZE - 2).tolist()})
+    texts = [_read_line(paths, int(positions[index])) for index in picks]
+    for index, text in zip(picks, texts):
+        if not text:
+            return f"document {index:,} is no longer at byte {int(positions[index]):,}"
+    for index, ids in zip(picks, encode(tokenizer, texts)):
+        if ids != tokenized.document(index).tolist():
+            return f"document {index:,} tokenizes differently"
+    return None
+
+
+def _first_text(tokenized: TokenizedDocuments, paths: list[Path], entry: Path) -> str:
+    """The first document's text, for an error message about a cached entry."""
+    positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
+    return _read_line(paths, int(positions[0])) if len(positions) else ""
+
+
+def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, first_text: str, name: str,
+                       chunk: int = 1 << 20) -> None:
+    """Refuse text whose tokens are all [UNK] or other special tokens: a model learns nothing from it (BERT: loss 0)."""
+    if not len(tokenized):  # nothing to tokenize: packing says the text is too short
+        return
+    special_ids = np.array(sorted(set(tokenizer.all_special_ids)))
+    for start in range(0, len(tokenized.ids), chunk):  # a real corpus shows a known token in its first chunk
+        if not np.isin(tokenized.ids[start : start + chunk], special_ids).all():
+            return
+    if len(tokenized.ids) == 0:
+        found = "no tokens at all"
+    else:
+        found = "only " + ", ".join(tokenizer.convert_ids_to_tokens(np.unique(tokenized.ids).tolist()))
+    raise UserError(f"{name} gives no known tokens: its {len(tokenized):,} documents tokenize to {found} "
+                    f"(the tokenizer knows none of their characters; the first is {first_text[:40]!r})")
