@@ -29,8 +29,9 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
@@ -88,9 +89,11 @@ def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = No
                for batch in _batched(((text, 0) for text in documents), batch_size))
     with progress_bar(show_progress and len(documents) > batch_size) as progress:
         task = progress.add_task(description, total=len(documents), status="")
-        return _write_tokens(tokenizer, batches, cache, lambda count: progress.advance(task, count),
-                             lambda tokenized: check_known_tokens(tokenized, tokenizer,
-                                                                  documents[0] if documents else "", name))
+        tokenized = _write_tokens(tokenizer, batches, cache, lambda count: progress.advance(task, count),
+                                  lambda tokenized: check_known_tokens(tokenized, tokenizer,
+                                                                       documents[0] if documents else "", name),
+                                  report=description if show_progress else None)
+    return tokenized
 
 
 def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, description: str = "tokenizing",
@@ -125,7 +128,8 @@ def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, 
     with progress_bar(show_progress and megabytes > 1) as progress:
         task = progress.add_task(f"{description} (MB)", total=round(megabytes, 1), status="")
         return _write_tokens(tokenizer, batches(), cache,
-                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, {"files": files})
+                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, {"files": files},
+                             report=description if show_progress else None)
 
 
 def _batched(items: Iterable[tuple[str, int]], batch_size: int) -> Iterator[list[tuple[str, int]]]:
@@ -142,9 +146,12 @@ def _batched(items: Iterable[tuple[str, int]], batch_size: int) -> Iterator[list
 
 
 def _write_tokens(tokenizer, batches: Iterable[tuple[list[str], Optional[list[int]], int]],
-                  cache: Optional[TokenCache], advance, check, meta: Optional[dict] = None) -> TokenizedDocuments:
-    """Tokenise the batches (texts, byte positions or None, progress) into the cache entry, or into memory."""
-    with (cache.filling() if cache is not None else _no_folder()) as folder:
+                  cache: Optional[TokenCache], advance, check, meta: Optional[dict] = None,
+                  report: Optional[str] = None) -> TokenizedDocuments:
+    """Tokenise the batches (texts, byte positions or None, progress) into the cache entry, or into memory; with
+    `report`, print what was made and how fast (the throughput a large corpus is planned by)."""
+    started = time.perf_counter()
+    with cache.filling() if cache is not None else nullcontext(None) as folder:
         writer = TokenWriter(folder)
         try:
             with parallel_tokenizing():
@@ -155,14 +162,14 @@ def _write_tokens(tokenizer, batches: Iterable[tuple[list[str], Optional[list[in
         finally:
             writer.close()
         check(tokenized)  # before the entry is kept: refused text is not cached
+    if report is not None:
+        seconds = time.perf_counter() - started
+        console.print(f"{report}: {len(tokenized):,} documents, {len(tokenized.ids):,} tokens in {seconds:.1f} s "
+                      f"({len(tokenized.ids) / max(seconds, 1e-9):,.0f} tokens/s)"
+                      + (f", cached in {cache.path}" if cache is not None else ""))
     if cache is not None:  # mapped from the entry's final place, which pickling names
         return TokenizedDocuments.load(cache.path)
     return tokenized
-
-
-@contextmanager
-def _no_folder() -> Iterator[None]:
-    yield None
 
 
 class TokenWriter:
