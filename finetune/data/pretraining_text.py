@@ -27,19 +27,21 @@ TRAINING_NAME, VALIDATION_NAME = "the training text", "the validation text"
 
 @dataclass
 class PretrainingText:
-    """Training text (files, or documents in memory) and validation text (files, or held out of the training)."""
+    """Training text (files, or documents in memory) and validation text (files, a dataset's split, or held out of
+    the training text)."""
 
     train_files: list[Path] = field(default_factory=list)  # streamed; empty when `documents` holds the text
     documents: Optional[list[str]] = None  # a dataset's or a task's text
     validation_files: list[Path] = field(default_factory=list)
-    validation_fraction: float = 0.05  # held out of the training text when there are no validation files
+    validation_documents: Optional[list[str]] = None  # a dataset's validation split
+    validation_fraction: float = 0.05  # held out of the training text when no validation text is given
     seed: int = 0
     _count: Optional[int] = None  # documents of the training files, once counted
 
     @property
     def held_out(self) -> bool:
         """Whether validation is split off the training text."""
-        return not self.validation_files
+        return not self.validation_files and self.validation_documents is None
 
     def document_count(self) -> int:
         """Non-empty lines of the training files (read once, streamed), or documents in memory."""
@@ -57,7 +59,8 @@ class PretrainingText:
             split_indices(self.document_count(), self.validation_fraction, self.seed)
         else:
             self.document_count()
-            read_documents(self.validation_files)
+            if self.validation_files:
+                read_documents(self.validation_files)
 
     def split(self) -> tuple[np.ndarray, np.ndarray]:
         """Indices of the training and the held-out documents among all the training text's documents."""
@@ -91,8 +94,12 @@ class PretrainingText:
         if self.held_out:
             train_indices, validation_indices = self.split()
             return train.select(train_indices), train.select(validation_indices)
-        validation = tokenize_files(tokenizer, self.validation_files, cache_dir, f"tokenizing {VALIDATION_NAME}",
-                                    name=VALIDATION_NAME, **options)
+        if self.validation_documents is not None:
+            validation = tokenize_corpus(tokenizer, self.validation_documents, cache_dir,
+                                         f"tokenizing {VALIDATION_NAME}", name=VALIDATION_NAME, **options)
+        else:
+            validation = tokenize_files(tokenizer, self.validation_files, cache_dir, f"tokenizing {VALIDATION_NAME}",
+                                        name=VALIDATION_NAME, **options)
         return train, validation
 
 
@@ -101,7 +108,12 @@ def pretraining_text(corpus, seed: int) -> PretrainingText:
     text = PretrainingText(validation_files=list(corpus.validation_files),
                            validation_fraction=corpus.validation_fraction, seed=seed)
     if corpus.dataset is not None:
-        text.documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column)
+        text.documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
+                                                corpus.dataset_files)
+        if corpus.validation_split is not None:
+            text.validation_documents = read_dataset_documents(corpus.dataset, corpus.dataset_config,
+                                                               corpus.validation_split, corpus.text_column,
+                                                               corpus.dataset_files)
     elif corpus.task is not None:
         text.documents = task_documents(task_spec(corpus.task), corpus.task.data_dir, corpus.task_splits)
     else:

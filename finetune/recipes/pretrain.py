@@ -165,6 +165,22 @@ class CorpusConfig(Section):
     )
     dataset_config: Optional[str] = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
     text_column: str = Field("text", description="the dataset's column holding the text")
+    dataset_files: Optional[Union[list[str], dict[str, list[str]]]] = Field(
+        None, description="with dataset: its data_files, e.g. dataset: json with a list of local JSON Lines files "
+        "(the train split), or {train: [...], validation: [...]}"
+    )
+    validation_split: Optional[str] = Field(
+        None, description="with dataset: the split to validate on (e.g. validation) instead of validation_fraction"
+    )
+    streaming: bool = Field(
+        False, description="with dataset: read it as a stream, tokenised on the fly into blocks, nothing cached, "
+        "for text larger than a token cache should hold; needs training.max_steps and validation_split, "
+        "validation_documents or validation_files"
+    )
+    validation_documents: Optional[int] = Field(
+        None, gt=0, description="with streaming: the first N documents of the stream are the validation text "
+        "(never trained on)"
+    )
     task: Optional[TaskConfig] = Field(
         None, description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
         "fine-tuning), each text one document; labels are not read"
@@ -187,6 +203,23 @@ class CorpusConfig(Section):
     def _one_source(self) -> "CorpusConfig":
         if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
             raise ValueError("give exactly one of train_files, dataset and task")
+        for key in ("dataset_files", "validation_split", "streaming"):
+            if getattr(self, key) and not self.dataset:
+                raise ValueError(f"{key} applies to a `datasets` corpus (corpus.dataset); remove it")
+        validation = [key for key in ("validation_files", "validation_split", "validation_documents")
+                      if getattr(self, key)]
+        if len(validation) > 1:
+            raise ValueError(f"give one validation text, not {' and '.join(validation)}")
+        if self.validation_documents is not None and not self.streaming:
+            raise ValueError("validation_documents applies to a streamed dataset (streaming: true); "
+                             "use validation_fraction")
+        if self.streaming and not validation:
+            raise ValueError("a streamed dataset needs its validation text: validation_split (a split of the "
+                             "dataset), validation_documents (the stream's first N documents) or validation_files")
+        # Against the default, not the keys given: a run's saved recipe.yaml spells every default out.
+        if self.streaming and self.validation_fraction != CorpusConfig.model_fields["validation_fraction"].default:
+            raise ValueError("a stream has no length to take a fraction of: use validation_split, "
+                             "validation_documents or validation_files instead of validation_fraction")
         return self
 
 
@@ -250,8 +283,24 @@ class PretrainRecipe(TrainingRunRecipe):
             raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
         if checkpoint is not None and self.tokenizer.path is not None:
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
+        if self.corpus.streaming:
+            self._check_streaming()
         max_positions = getattr(self.model, "max_positions", None)
         if max_positions is not None and max_positions < self.corpus.block_size:
             raise ValueError(f"model.max_positions ({max_positions}) is smaller than "
                              f"corpus.block_size ({self.corpus.block_size})")
         return self
+
+    def _check_streaming(self) -> None:
+        """What a streamed corpus needs: a known run length, a tokenizer that exists, a block layout."""
+        if self.model.family == "awd_lstm":
+            raise ValueError("corpus.streaming: awd_lstm reads BPTT rows cut from the whole corpus; stream with "
+                             "bert or gpt2, or give awd_lstm text files (tokenised once, memory-mapped)")
+        if self.training.max_steps is None:
+            raise ValueError("corpus.streaming: a stream has no length, so the run's is training.max_steps; give it")
+        if self.training.epochs != 1:  # the default, which a saved recipe.yaml spells out
+            raise ValueError("corpus.streaming: the run's length is training.max_steps (the stream starts again "
+                             "when it ends); remove training.epochs")
+        if self.tokenizer.path is None and self.model.checkpoint is None:
+            raise ValueError("corpus.streaming: a tokenizer is not trained on a stream; give tokenizer.path (e.g. an "
+                             "earlier run's checkpoint) or model.checkpoint")

@@ -7,6 +7,7 @@ periodic checkpoint of the run directory, bit for bit as if the run had not stop
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -17,11 +18,13 @@ from torch.utils.data import DataLoader
 
 from finetune.console import console, phase_bar
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
-from finetune.data.corpus import MaskedBlocks
+from finetune.data.corpus import MaskedBlocks, read_documents
 from finetune.data.masking import MaskingRule
 from finetune.data.pretraining_text import PretrainingText, pretraining_text
 from finetune.data.sampling import ResumableSampler
+from finetune.data.streaming import StreamedBatches, StreamedDocuments
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
+from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
 from finetune.models.hub import load_tokenizer
@@ -58,7 +61,11 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
     accelerator.wait_for_everyone()
     set_seed(recipe.seed)
-    text = read_corpus(recipe)
+    streaming = recipe.corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
+    text = None if streaming else read_corpus(recipe)
+    corpus = recipe.corpus
+    stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
+                                    corpus.dataset_files) if streaming else None
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
     max_positions = None  # an LSTM has no position table
     if family != "awd_lstm":
@@ -78,14 +85,17 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
         continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
     if max_positions is not None:
         tokenizer.model_max_length = max_positions
-    with accelerator.main_process_first():  # the main process fills the cache, the others then map it
-        train_tokens, validation_tokens = text.tokenize(tokenizer, recipe.corpus.cache_dir,
-                                                        show_progress=accelerator.is_main_process)
-    train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
-                                                      accelerator)
-    console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} validation "
-                  f"tokens, in {len(train_data):,} and {len(validation_data):,} "
-                  f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
+    if streaming:
+        train_data, validation_data = streamed_data(recipe, tokenizer, stream, accelerator)
+    else:
+        with accelerator.main_process_first():  # the main process fills the cache, the others then map it
+            train_tokens, validation_tokens = text.tokenize(tokenizer, recipe.corpus.cache_dir,
+                                                            show_progress=accelerator.is_main_process)
+        train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
+                                                          accelerator)
+        console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
+                      f"validation tokens, in {len(train_data):,} and {len(validation_data):,} "
+                      f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
 
     # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
@@ -98,13 +108,14 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     main = accelerator.is_main_process
     run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
     # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
-    # must be read in order (each row continues the one before).
-    train_order = ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
+    # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
+    train_order = None if streaming else ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
     train_loader, validation_loader = data_loaders(recipe, train_data, validation_data, train_order)
-    if family == "awd_lstm":  # the BPTT batches are already split per process: only the model goes to accelerate
+    if family == "awd_lstm" or streaming:  # batches already split per process: only the model goes to accelerate
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    if family != "awd_lstm":
         # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
         # twice in the validation loss); validation_metrics sums over however many each process gets.
         validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
@@ -146,11 +157,14 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
             train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
             if hasattr(train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
                 train_loader.set_epoch(epoch)
-            train_order.set_epoch(epoch)
-            if family == "awd_lstm":  # each item of the order is a whole BPTT batch of every process
-                train_order.skip(batches_done)
+            if streaming:  # the whole run is one epoch of max_steps steps
+                train_data.skip(batches_done)
             else:
-                train_order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
+                train_order.set_epoch(epoch)
+                if family == "awd_lstm":  # each item of the order is a whole BPTT batch of every process
+                    train_order.skip(batches_done)
+                else:
+                    train_order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
             if not loop.finished:
                 loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
             metrics = evaluate()
@@ -175,6 +189,37 @@ def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
     """The training and validation text: a dataset or a task's text read now, text files only named (streamed
     when a tokenizer is trained on them or they are tokenised; not read at all when their ids are cached)."""
     return pretraining_text(recipe.corpus, recipe.seed)
+
+
+def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator):
+    """A stream's training batches (bert or gpt2 layout) and the validation blocks: the stream's first
+    `validation_documents`, a split of the dataset, or validation files, tokenised in memory."""
+    corpus, family, training = recipe.corpus, recipe.model.family, recipe.training
+    if corpus.validation_documents is not None:
+        texts = list(itertools.islice(documents(), corpus.validation_documents))
+    elif corpus.validation_split is not None:  # read whole: a validation split is small beside the training text
+        texts = list(StreamedDocuments.open(corpus.dataset, corpus.dataset_config, corpus.validation_split,
+                                            corpus.text_column, corpus.dataset_files)())
+    else:
+        texts = read_documents(corpus.validation_files)
+    with accelerator.main_process_first():
+        validation_tokens = tokenize_corpus(tokenizer, texts, corpus.cache_dir, "tokenizing the validation text",
+                                            show_progress=accelerator.is_main_process, name="the validation text")
+    separator = document_separator_id(family, tokenizer)
+    rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family == "bert" else None
+    start_id = tokenizer.cls_token_id if family == "bert" else None
+    train = StreamedBatches(documents, tokenizer, separator, corpus.block_size, training.batch_size,
+                            training.max_steps * training.gradient_accumulation_steps, recipe.seed, rule, start_id,
+                            held_out=corpus.validation_documents or 0, process_index=accelerator.process_index,
+                            num_processes=accelerator.num_processes)
+    blocks = PackedBlocks(DocumentStream(validation_tokens, separator), corpus.block_size + (start_id is None),
+                          start_id, "the validation text")
+    validation = (MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None
+                  else NextTokenBlocks(blocks))
+    console.print(f"{family}: streaming {documents.label} into {len(train):,} batches of {training.batch_size} "
+                  f"blocks of {corpus.block_size} tokens per process; {validation_tokens.token_count:,} validation "
+                  f"tokens in {len(validation):,} blocks")
+    return train, validation
 
 
 def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: PretrainingText, continued, resume_from):
@@ -237,11 +282,15 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
 
 
 def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
-                 train_order: ResumableSampler) -> tuple[DataLoader, DataLoader]:
-    """Batches of blocks in `train_order`, or the BPTT batches in order (each item is already a batch)."""
+                 train_order: ResumableSampler | None) -> tuple[DataLoader, DataLoader]:
+    """Batches of blocks in `train_order`, or the BPTT batches in order (each item is already a batch), or a
+    stream's batches (no order: None)."""
     # Starting a loader's iteration draws a seed for its workers from the loader's generator; a private one
     # leaves the global random state (dropout) untouched, so a resumed run draws the same dropout masks.
     common = {"num_workers": recipe.training.num_workers, "generator": torch.Generator().manual_seed(recipe.seed)}
+    if train_order is None:
+        return (DataLoader(train_data, batch_size=None, **common),
+                DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
     if recipe.model.family == "awd_lstm":
         return (DataLoader(train_data, batch_size=None, sampler=train_order, **common),
                 DataLoader(validation_data, batch_size=None, **common))
