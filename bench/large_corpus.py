@@ -1,6 +1,6 @@
 """Pretraining on a large corpus: tokenising once (against `tokenizers` alone), peak memory, a restart from the cache.
 
-    .venv/bin/python bench/large_corpus.py                                # 100M tokens, both cores (see bench/README.md)
+    .venv/bin/python bench/large_corpus.py                                # 100M tokens on every core
     .venv/bin/python bench/large_corpus.py --tokens 2000000 --threads 1   # a smoke run, about a minute
     .venv/bin/python bench/large_corpus.py --work-dir /tmp/large-corpus   # keep corpus, tokenizer and cache there
     .venv/bin/python bench/large_corpus.py --checkout ../other-clone      # measure another version's pretrain
@@ -57,7 +57,8 @@ for method in ("encode_batch", "encode_batch_fast"):
     encode, tokens = getattr(tokenizer, method), 0
     started = time.perf_counter()
     for start in range(0, len(documents), BATCH):
-        tokens += sum(len(encoding.ids) for encoding in encode(documents[start:start + BATCH], add_special_tokens=False))
+        encodings = encode(documents[start:start + BATCH], add_special_tokens=False)
+        tokens += sum(len(encoding.ids) for encoding in encodings)
     result[method] = {"tokens": tokens, "seconds": time.perf_counter() - started}
 print(json.dumps(result))
 """.replace("BATCH", str(BATCH))
@@ -223,7 +224,8 @@ def report(arguments, results: dict) -> None:
         print(f"| finetune pretrain's tokenising (read, encode, write the ids) | {ours['tokens_per_s']:,.0f} tokens/s "
               f"({ours['tokens_per_s'] / rates['encode_batch']:.2f}x encode_batch, "
               f"{ours['tokens_per_s'] / rates['encode_batch_fast']:.2f}x encode_batch_fast) |")
-    print(f"| first run: start to first training step (tokenising included) | {runs['first_run']['first_step_s']:.1f} s |")
+    first_step = runs["first_run"]["first_step_s"]
+    print(f"| first run: start to first training step (tokenising included) | {first_step:.1f} s |")
     print(f"| first run: peak RSS | {runs['first_run']['peak_rss_mb']:,.0f} MB |")
     print(f"| restart from the cache: start to first training step | {runs['restart']['first_step_s']:.1f} s |")
     print(f"| restart: peak RSS | {runs['restart']['peak_rss_mb']:,.0f} MB |")

@@ -63,17 +63,28 @@ def read_documents(paths: list[Path]) -> list[str]:
     return documents
 
 
+def dataset_label(name: str, config: str | None = None, data_files=None) -> str:
+    """How errors name a `datasets` dataset."""
+    return f"dataset {name}" + (f" ({config})" if config else "") + (f" files {data_files}" if data_files else "")
+
+
+def load_dataset_split(name: str, config: str | None, split: str, data_files=None, streaming: bool = False):
+    """`datasets.load_dataset` of one split (read whole, or as a stream); a failure is one line naming the dataset."""
+    import datasets  # only this path needs it, and it is slow to import
+
+    try:
+        return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=streaming)
+    except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        verb = "stream" if streaming else "load"
+        raise UserError(f"{dataset_label(name, config, data_files)}: cannot {verb} split {split!r}: {reason}") from None
+
+
 def read_dataset_documents(name: str, config: str | None = None, split: str = "train", text_column: str = "text",
                            data_files: str | list[str] | None = None) -> list[str]:
     """Each non-empty row of a `datasets` dataset's text column is one document (stripped, as lines are)."""
-    import datasets  # only this path needs it, and it is slow to import
-
-    label = f"dataset {name}" + (f" ({config})" if config else "") + (f" files {data_files}" if data_files else "")
-    try:
-        dataset = datasets.load_dataset(name, config, split=split, data_files=data_files)
-    except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{label}: cannot load split {split!r}: {reason}") from None
+    label = dataset_label(name, config, data_files)
+    dataset = load_dataset_split(name, config, split, data_files)
     if text_column not in dataset.column_names:
         raise UserError(f"{label}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
                         "set corpus.text_column)")
@@ -107,9 +118,10 @@ def split_documents(documents: list[str], fraction: float, seed: int) -> tuple[l
 
 
 class MaskedBlocks(Dataset):
-    """Packed blocks whose masks are drawn per (seed, epoch, block): reproducible whatever the worker count."""
+    """Packed blocks (an array, or PackedBlocks cut from the mapped ids as they are read) whose masks are drawn per
+    (seed, epoch, block): reproducible whatever the worker count."""
 
-    def __init__(self, blocks: np.ndarray, rule: MaskingRule, seed: int, fixed_masks: bool = False):
+    def __init__(self, blocks: np.ndarray | PackedBlocks, rule: MaskingRule, seed: int, fixed_masks: bool = False):
         self.blocks, self.rule, self.seed = blocks, rule, seed
         # Validation uses the same masks at every evaluation so that its loss is comparable over time.
         self.fixed_masks = fixed_masks

@@ -25,30 +25,13 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from finetune.data.corpus import document_text
+from finetune.data.corpus import dataset_label, document_text, load_dataset_split
 from finetune.data.masking import MaskingRule
 from finetune.data.token_cache import encode
 from finetune.errors import UserError
 
 ROWS_PER_READ = 256  # rows fetched from the stream at once
 DOCUMENTS_PER_ENCODING = 256  # documents per batch encoding (the tokenizer's Rust threads share them)
-
-
-def open_stream(name: str, config: Optional[str], split: str, data_files=None):
-    """`datasets.load_dataset(..., streaming=True)` of one split; a failure is one line naming the dataset."""
-    import datasets  # only this path needs it, and it is slow to import
-
-    label = dataset_label(name, config, data_files)
-    try:
-        return datasets.load_dataset(name, config, split=split, data_files=data_files, streaming=True)
-    except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"{label}: cannot stream split {split!r}: {reason}") from None
-
-
-def dataset_label(name: str, config: Optional[str], data_files=None) -> str:
-    """How errors name a dataset."""
-    return f"dataset {name}" + (f" ({config})" if config else "") + (f" files {data_files}" if data_files else "")
 
 
 def stream_documents(dataset, text_column: str, label: str) -> Iterator[str]:
@@ -75,7 +58,7 @@ class StreamedDocuments:
     def open(cls, name: str, config: Optional[str], split: str, text_column: str, data_files=None,
              ) -> StreamedDocuments:
         """The split, its first rows read now: an unreadable dataset or a wrong column stops a run before it starts."""
-        documents = cls(open_stream(name, config, split, data_files), text_column,
+        documents = cls(load_dataset_split(name, config, split, data_files, streaming=True), text_column,
                         dataset_label(name, config, data_files))
         if next(documents(), None) is None:
             raise UserError(f"{documents.label}: no text in column {text_column!r} of split {split!r}")
