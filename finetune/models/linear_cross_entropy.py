@@ -52,12 +52,8 @@ def linear_cross_entropy(
         return loss, count, correct
     needs_gradient = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     if needs_gradient:
-        loss = _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels)
-        correct = None
-        if count_correct:
-            with torch.no_grad():
-                correct = _chunked_loss(hidden, weight, bias, labels, count_correct=True)[1]
-        return loss, count, correct
+        loss, correct = _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, count_correct)
+        return loss, count, (correct if count_correct else None)
     loss, correct = _chunked_loss(hidden, weight, bias, labels, count_correct)
     return loss, count, correct
 
@@ -101,15 +97,18 @@ def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: T
 
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
-    """Training: the loss, with every gradient computed in the forward while each chunk is in cache."""
+    """Training: the loss (and, when asked, the correct count), with every gradient computed in the forward while
+    each chunk is in cache."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor) -> Tensor:
+    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
+                count_correct: bool) -> tuple[Tensor, Tensor]:
         rows, vocab = hidden.shape[0], weight.shape[0]
         size, bounds = _chunks(rows, vocab)
         grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)
         grad_bias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=bias.device)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        correct = torch.zeros((), dtype=torch.long, device=hidden.device)
         buffer = hidden.new_empty((size, vocab))  # reused by every chunk
         selected = labels != IGNORE_INDEX
         every_row_labelled = bool(selected.all())
@@ -118,6 +117,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             keep = selected[start:stop]
             targets = labels[start:stop].clamp(min=0)  # an index for ignored rows too; they are zeroed below
             _project(part, weight, bias, logits)
+            if count_correct:  # before the logits become gradients (an eval-mode pass that also wants them)
+                correct += ((logits.argmax(dim=1) == labels[start:stop]) & keep).sum()
             logits -= logits.amax(dim=1, keepdim=True)  # log-sum-exp without overflow
             target_logits = logits.gather(1, targets[:, None]).squeeze(1)
             logits.exp_()
@@ -137,14 +138,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         ctx.denominator = max(1, int(selected.sum()))
         ctx.bias_dtype = None if bias is None else bias.dtype
-        return total / ctx.denominator
+        ctx.mark_non_differentiable(correct)
+        return total / ctx.denominator, correct
 
     @staticmethod
-    def backward(ctx, grad_loss: Tensor):
+    def backward(ctx, grad_loss: Tensor, _grad_correct: Tensor | None):
         # Scaled in place: these tensors serve this one backward. A second one (retain_graph) is refused by
         # autograd itself, as the saved tensors' versions changed.
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         scale = grad_loss / ctx.denominator  # the gradients above are of the sum; the loss is the mean
         if grad_bias is not None:
             grad_bias = grad_bias.mul_(scale).to(ctx.bias_dtype)
-        return grad_hidden.mul_(scale), grad_weight.mul_(scale), grad_bias, None
+        return grad_hidden.mul_(scale), grad_weight.mul_(scale), grad_bias, None, None
