@@ -379,7 +379,8 @@ def main() -> None:
                      f"train.tsv has only {rows}")
     done = {tuple(record[key] for key in ("task", "labels", "seed", "variant", "mode", "held_out"))
             for record in read_records(arguments.output)}
-    jobs = [job for task in arguments.tasks for labels in arguments.labels for seed in seeds for variant in variants
+    # Seed-major order: a grid stopped part-way leaves whole seeds of every task and variant, not whole tasks.
+    jobs = [job for labels in arguments.labels for seed in seeds for task in arguments.tasks for variant in variants
             if (job := Job(task, labels, seed, variant, mode, held_out)).key not in done]
     print(f"{len(jobs)} runs to do ({len(done)} recorded in {arguments.output})", flush=True)
     arguments.output.parent.mkdir(parents=True, exist_ok=True)

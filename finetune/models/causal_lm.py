@@ -4,6 +4,15 @@ activation regularisation (AR/TAR).
 Both causal families train on (input_ids, labels) pairs whose labels are already the next tokens
 (`labels[t] = stream[t + 1]`), so the loss needs no shift and no position is wasted at a block edge. Their decoder
 and loss run fused (`linear_cross_entropy`): no (tokens x vocabulary) logits tensor is ever made.
+
+GPT-2's training forward takes the route the masked LM's does (models/masked_lm.py), through the same
+`GPT2LMHeadModel` parameters. Profiled on a 2-core CPU (4 layers, hidden 256, batch 32 x 128, vocabulary 16k,
+one thread), Hugging Face's forward spent ~30% of the step outside matrix products on its GELU (`gelu_new`
+written as seven elementwise passes over the 4 x hidden activations, each also saved for backward) and ~4% on
+`bernoulli_` dropout masks. `decode` computes the same function with PyTorch's fused tanh-approximate GELU,
+the integer-threshold dropout, and attention written out (SDPA takes its unfused path on CPU as soon as attention
+dropout is on). Evaluation, autocast, bf16 and GPT-2 variants with other attention options keep Hugging Face's
+forward, which is also the reference tests/test_causal_lm_route.py compares with.
 """
 
 from __future__ import annotations
@@ -11,10 +20,12 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
 from finetune.models.awd_lstm import activation_penalty, with_gradient_of
+from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy
 from finetune.models.masked_lm import MaskedLMOutput
@@ -47,6 +58,53 @@ def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
         "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
 
 
+# Activations `decode` computes with PyTorch's fused GELU (tanh approximation: GPT-2's own, "gelu_new").
+_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
+
+
+def has_fast_route(model: GPT2LMHeadModel) -> bool:
+    """Whether `decode` computes this GPT-2's training forward: fp32, self-attention only, GPT-2's default
+    attention scaling and a GELU (other options take Hugging Face's forward)."""
+    config = model.config
+    return (model.dtype == torch.float32 and not config.add_cross_attention and config.scale_attn_weights
+            and not config.scale_attn_by_inverse_layer_idx and not config.reorder_and_upcast_attn
+            and config.activation_function in (*_TANH_GELU, "gelu"))
+
+
+def decode(transformer: GPT2Model, input_ids: torch.Tensor) -> torch.Tensor:
+    """`GPT2Model`'s forward for training on blocks without padding (no attention mask, positions 0..n-1),
+    written out: the final LayerNorm's output, (batch, length, hidden). Dropout always on (training)."""
+    config = transformer.config
+    length = input_ids.shape[1]
+    hidden = dropout(transformer.wte(input_ids) + transformer.wpe.weight[:length], config.embd_pdrop)
+    # True above the diagonal: the future positions a token may not attend to.
+    future = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).triu_(1)
+    approximate = "tanh" if config.activation_function in _TANH_GELU else "none"
+    for block in transformer.h:
+        hidden = hidden + _attention(block.attn, block.ln_1(hidden), future, config)
+        mlp = block.mlp
+        inner = F.gelu(_conv1d(mlp.c_fc, block.ln_2(hidden)), approximate=approximate)
+        hidden = hidden + dropout(_conv1d(mlp.c_proj, inner), config.resid_pdrop)
+    return transformer.ln_f(hidden)
+
+
+def _conv1d(layer, inputs: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's `Conv1D` (a linear layer storing its weight as (in, out)): bias + inputs @ weight."""
+    return torch.addmm(layer.bias, inputs.reshape(-1, inputs.shape[-1]), layer.weight).view(
+        *inputs.shape[:-1], layer.weight.shape[1])
+
+
+def _attention(attention, hidden: torch.Tensor, future: torch.Tensor, config) -> torch.Tensor:
+    """Causal multi-head self-attention of one block, output projection and residual dropout included."""
+    batch, length, width = hidden.shape
+    qkv = _conv1d(attention.c_attn, hidden).view(batch, length, 3, attention.num_heads, attention.head_dim)
+    query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, length, head size)
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling).masked_fill_(future, float("-inf"))
+    context = torch.matmul(dropout(scores.softmax(dim=-1), config.attn_pdrop), value)
+    context = context.transpose(1, 2).reshape(batch, length, width)
+    return dropout(_conv1d(attention.c_proj, context), config.resid_pdrop)
+
+
 class NextTokenLM(LanguageModelLoss):
     """A GPT-2 whose forward returns the next-token loss, so that DDP sees (and syncs) the real forward."""
 
@@ -60,8 +118,12 @@ class NextTokenLM(LanguageModelLoss):
         return self.causal_lm
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
-        hidden = self.causal_lm.transformer(input_ids=input_ids).last_hidden_state
-        head = self.causal_lm.lm_head
+        model = self.causal_lm
+        if model.training and has_fast_route(model) and not torch.is_autocast_enabled(input_ids.device.type):
+            hidden = decode(model.transformer, input_ids)
+        else:
+            hidden = model.transformer(input_ids=input_ids).last_hidden_state
+        head = model.lm_head
         return linear_cross_entropy(hidden, head.weight, head.bias, labels, count_correct=not self.training)
 
 
