@@ -6,13 +6,20 @@ AWD-LSTM's encoder (the decoder is left behind) under a freshly initialised head
 
 Config keys read here (missing ones get the defaults below, written back so a saved classifier records them):
 classifier_hidden, classifier_dropout, classifier_hidden_dropout, classifier_bptt, classifier_max_len,
-classifier_activation_regularization, classifier_temporal_activation_regularization.
+classifier_activation_regularization, classifier_temporal_activation_regularization, classifier_scalar_mix.
+
+With classifier_scalar_mix (`pooling: scalar_mix`) the head pools ELMo's learned mix of the embedded tokens and every
+LSTM layer's output instead of the top layer's; the checkpoint then also holds scalar_mix.mix.layer_weights
+(num_layers + 1,), scalar_mix.mix.gamma () and scalar_mix.projections.{j}.weight (embedding_size, hidden_size) for
+each inner layer j (1 to num_layers - 1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +31,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from finetune.models.awd_lstm import (AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel, activation_penalty,
                                       with_gradient_of)
 from finetune.models.mean_pooling import mean_over_real_tokens
+from finetune.models.scalar_mix import ProjectedScalarMix, ScalarMix
 
 # fastai's ULMFiT classifier (`get_text_classifier` with `awd_lstm_clas_config`), before any drop_mult.
 CLASSIFIER_DEFAULTS = {
@@ -36,7 +44,36 @@ CLASSIFIER_DEFAULTS = {
     # (TextLearner's alpha 2, beta 1), here over real tokens only; in the back-propagated loss only.
     "classifier_activation_regularization": 2.0,
     "classifier_temporal_activation_regularization": 1.0,
+    "classifier_scalar_mix": False,  # true: pool a learned mix of every layer (ELMo), not the top layer alone
 }
+
+
+def layer_widths(config: AWDLSTMConfig) -> list[int]:
+    """Widths of the embedded tokens and of each LSTM layer's output (awd_lstm.py's layout): the inner layers are
+    hidden_size wide, the top one embedding_size (for the tied decoder)."""
+    return [config.embedding_size] + [config.hidden_size] * (config.num_layers - 1) + [config.embedding_size]
+
+
+@contextlib.contextmanager
+def every_layer_output(encoder: AWDLSTMModel) -> Iterator[list[Tensor]]:
+    """Inside, each call of `encoder` appends to the yielded list the embedded tokens (what layer 0 reads) and then
+    each LSTM layer's output (before the dropout between layers), bottom to top.
+
+    Read with forward hooks, so the encoder itself keeps returning its top layer alone.
+    """
+    recorded: list[Tensor] = []
+
+    def record(layer: nn.Module, inputs: tuple, output) -> None:
+        if layer is encoder.layers[0]:
+            recorded.append(inputs[0])
+        recorded.append(output[0] if isinstance(output, tuple) else output)  # a layer returns (outputs, state)
+
+    handles = [layer.register_forward_hook(record) for layer in encoder.layers]
+    try:
+        yield recorded
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def real_token_mask(input_ids: Tensor, attention_mask: Tensor | None, pad_token_id: int | None) -> Tensor:
@@ -117,6 +154,12 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
             raise ValueError(f"classifier_max_len ({config.classifier_max_len}) must be at least "
                              f"classifier_bptt ({config.classifier_bptt})")
         self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
+        # The inner layers are wider than the top one, so they cannot be summed with it as they are. Each gets a
+        # learned projection down to the top layer's width rather than being left out: every layer takes part (ELMo's
+        # point: the inner ones carry what the top one forgets), and the pooling head below reads the width it reads
+        # without a mix. The projections train with the head.
+        self.scalar_mix = ProjectedScalarMix(layer_widths(config), config.embedding_size) \
+            if config.classifier_scalar_mix else None
         self.classifier = ConcatPoolingClassifier(config.embedding_size, config.classifier_hidden, config.num_labels,
                                                   config.classifier_dropout, config.classifier_hidden_dropout)
         self.post_init()
@@ -126,27 +169,32 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         """The encoder as AWD-LSTM does; the head as PyTorch and fastai do (default Linear, unit BatchNorm)."""
         if isinstance(module, nn.Linear):
             init.kaiming_uniform_(module.weight, a=math.sqrt(5))  # nn.Linear's own reset_parameters
-            init.uniform_(module.bias, -1 / math.sqrt(module.in_features), 1 / math.sqrt(module.in_features))
+            if module.bias is not None:  # the scalar mix's projections have none
+                init.uniform_(module.bias, -1 / math.sqrt(module.in_features), 1 / math.sqrt(module.in_features))
+        elif isinstance(module, ScalarMix):
+            module.reset_parameters()
         elif isinstance(module, nn.BatchNorm1d):
             PreTrainedModel._init_weights(self, module)  # ones, zeros and fresh running statistics
         else:
             super()._init_weights(module)
 
-    def read_document(self, input_ids: Tensor) -> Tensor:
-        """Top-layer outputs (batch, time, embedding_size), read in chunks with the state carried (BPT3C).
+    def read_document(self, input_ids: Tensor) -> list[Tensor]:
+        """Outputs (batch, time, size), read in chunks with the state carried (BPT3C): the top layer's alone, or with
+        a scalar mix the embedded tokens' and every layer's, bottom to top.
 
         Only chunks within the last `classifier_max_len` positions keep their graph, so memory stays bounded for
         long documents; earlier chunks still feed the pooling and the carried state, without gradients.
         """
         bptt, max_len = self.config.classifier_bptt, self.config.classifier_max_len
         length = input_ids.shape[1]
-        outputs, state = [], None
+        chunks, state = [], None
         for start in range(0, length, bptt):
-            with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len):
+            recording = contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(self.awd_lstm)
+            with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len), recording as layers:
                 encoded = self.awd_lstm(input_ids[:, start:start + bptt], hidden_state=state)
-            outputs.append(encoded.last_hidden_state)
+            chunks.append(layers or [encoded.last_hidden_state])
             state = encoded.hidden_state
-        return torch.cat(outputs, dim=1)
+        return [torch.cat(layer, dim=1) for layer in zip(*chunks)]
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None
@@ -159,8 +207,9 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         mask = real_token_mask(input_ids, attention_mask, self.config.pad_token_id)
         # Read no further than the batch's last real token: trailing padding would only cost time.
         width = int(last_real_positions(mask).max()) + 1
-        outputs = self.read_document(input_ids[:, :width])
-        logits = self.classifier(outputs, mask[:, :width])
+        layers = self.read_document(input_ids[:, :width])
+        outputs = layers[-1]  # the top layer: what AR and TAR regularise, with or without a mix
+        logits = self.classifier(outputs if self.scalar_mix is None else self.scalar_mix(layers), mask[:, :width])
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)

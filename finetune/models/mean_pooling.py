@@ -9,12 +9,17 @@ AutoModelForSequenceClassification, so a saved classifier loads with
 `AutoModelForSequenceClassification.from_pretrained(folder)` once `finetune` is imported. Without that import
 transformers refuses the folder (unknown model type) rather than loading a [CLS] head in its place.
 
+With `scalar_mix` (`pooling: scalar_mix`) the average is taken over ELMo's learned mix of the embedding output and
+every layer's (scalar_mix.py) instead of over the last layer.
+
 Checkpoint format:
 
 - config.json: "model_type": "mean_pooling_classifier", "encoder" (the encoder's own config, model_type
-  included), "classifier_dropout" (null: the encoder's hidden dropout), the label mapping and problem_type.
+  included), "classifier_dropout" (null: the encoder's hidden dropout), "scalar_mix" (false when absent), the label
+  mapping and problem_type.
 - model.safetensors: encoder.* (the encoder's own parameter names, no pooler), classifier.weight
-  (num_labels, hidden_size) and classifier.bias.
+  (num_labels, hidden_size) and classifier.bias; with scalar_mix also scalar_mix.layer_weights
+  (num_hidden_layers + 1,), embedding output first, and scalar_mix.gamma ().
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from transformers import initialization as init
 from transformers.configuration_utils import SubConfigSpec
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from finetune.models.scalar_mix import ScalarMix
+
 
 @strict
 class MeanPoolingConfig(PretrainedConfig):
@@ -38,6 +45,7 @@ class MeanPoolingConfig(PretrainedConfig):
     encoder: PretrainedConfig | dict | None = None
     classifier_dropout: float | None = None  # None: the encoder's hidden dropout (BERT's head does the same)
     pad_token_id: int | None = None  # the stage records the tokenizer's here, as for any classifier
+    scalar_mix: bool = False  # pool ELMo's learned mix of every layer (embedding output included), not the last one
 
 
 def backbone_config(config: PretrainedConfig) -> PretrainedConfig:
@@ -78,6 +86,8 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         self.encoder = AutoModel.from_config(config.encoder)
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # BERT-style [CLS] pooler: unused here, and it would never get a gradient
+        # Every family's hidden_states hold the embedding output and one entry per layer: num_hidden_layers + 1.
+        self.scalar_mix = ScalarMix(config.encoder.num_hidden_layers + 1) if config.scalar_mix else None
         self.dropout = nn.Dropout(head_dropout(config))
         self.classifier = nn.Linear(config.encoder.hidden_size, config.num_labels)
         self.post_init()
@@ -88,11 +98,16 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         if module is self.classifier:
             init.normal_(module.weight, mean=0.0, std=getattr(self.config.encoder, "initializer_range", 0.02))
             init.zeros_(module.bias)
+        elif isinstance(module, ScalarMix):
+            module.reset_parameters()
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 labels: Tensor | None = None, **encoder_inputs) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules)."""
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **encoder_inputs).last_hidden_state
+        mixing = self.scalar_mix is not None
+        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing,
+                               **encoder_inputs)
+        hidden = self.scalar_mix(encoded.hidden_states) if mixing else encoded.last_hidden_state
         logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
         loss = None
         if labels is not None:
@@ -101,14 +116,15 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
 
 
 def mean_pooling_classifier(encoder_config: PretrainedConfig, pretrained_encoder: nn.Module | None,
-                            classifier_dropout: float | None, **label_config) -> MeanPoolingForSequenceClassification:
+                            classifier_dropout: float | None, scalar_mix: bool = False,
+                            **label_config) -> MeanPoolingForSequenceClassification:
     """A new mean-pooling classifier on an encoder of `encoder_config`, with `pretrained_encoder`'s weights if given.
 
     `pretrained_encoder` is what `AutoModel.from_pretrained` loads from the checkpoint (a bare encoder, a masked
     LM's or a fine-tuned classifier's, each without its head); its pooler, if any, is left behind.
     """
     config = MeanPoolingConfig(encoder=encoder_config.to_dict(), classifier_dropout=classifier_dropout,
-                               **label_config)
+                               scalar_mix=scalar_mix, **label_config)
     model = MeanPoolingForSequenceClassification(config)
     if pretrained_encoder is not None:
         missing, unexpected = model.encoder.load_state_dict(pretrained_encoder.state_dict(), strict=False)
