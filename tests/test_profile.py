@@ -101,7 +101,7 @@ def test_the_memory_check_counts_the_same_parameters(tmp_path, corpus_file, writ
     assert profile["memory_mb"]["adamw"] == pytest.approx(2 * profile["memory_mb"]["gradients"])
 
 
-@pytest.mark.parametrize("pooling", ["model", "mean"])
+@pytest.mark.parametrize("pooling", ["model", "mean", "scalar_mix"])
 def test_classifier_parameters_and_gradual_unfreezing(pooling, tmp_path, finetune_recipe_data, write_recipe):
     checkpoint = save_tiny_masked_lm(tmp_path / "lm")
     finetune_recipe_data["model"]["checkpoint"] = str(checkpoint)
@@ -117,16 +117,20 @@ def test_classifier_parameters_and_gradual_unfreezing(pooling, tmp_path, finetun
         parameter.numel() for parameter in real.parameters() if parameter.requires_grad)
     assert (profile["parameters"]["layer_groups"], profile["parameters"]["trainable_groups_at_start"]) == \
         (len(groups), 1)
-    assert profile["model"]["kind"] == "2-label classifier" + (", mean pooling" if pooling == "mean" else "")
+    kinds = {"model": "", "mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}
+    assert profile["model"]["kind"] == "2-label classifier" + kinds[pooling]
 
 
-def test_awd_lstm_classifier_parameters(tmp_path, finetune_recipe_data, write_recipe):
+@pytest.mark.parametrize("pooling", ["model", "scalar_mix"])
+def test_awd_lstm_classifier_parameters(pooling, tmp_path, finetune_recipe_data, write_recipe):
     finetune_recipe_data["model"]["checkpoint"] = str(save_tiny_awd_lstm(tmp_path / "lm"))
     finetune_recipe_data["unfreezing"] = {"mode": "gradual", "every_steps": 5, "initial_groups": 2}
+    finetune_recipe_data["pooling"] = pooling
     path = write_recipe(finetune_recipe_data)
     profile = profile_json(path)
     recipe = load_recipe(path)
-    real = load_classifier(recipe.model, task_spec(recipe.task), None)
+    real = load_classifier(recipe.model, task_spec(recipe.task), None, pooling)
+    assert (real.scalar_mix is not None) == (pooling == "scalar_mix")
     freeze_below(layer_groups(real), 2)
     assert profile["parameters"]["total"] == sum(parameter.numel() for parameter in real.parameters())
     assert profile["parameters"]["trainable_at_start"] == sum(

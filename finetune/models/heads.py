@@ -33,11 +33,30 @@ def activation_regularization(backbone_config, stored, pooling: str) -> dict[str
     keys = {"activation_regularization": "classifier_activation_regularization",
             "temporal_activation_regularization": "classifier_temporal_activation_regularization"}
     given = {key: getattr(backbone_config, key) for key in keys if getattr(backbone_config, key) is not None}
-    if given and (stored.model_type != "awd_lstm" or pooling != "model"):
+    if given and (stored.model_type != "awd_lstm" or pooling == "mean"):
         why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if stored.model_type != "awd_lstm"
                else "this recipe sets pooling: mean")
-        raise UserError(f"model.{next(iter(given))}: only the AWD-LSTM classifier (pooling: model) has AR/TAR; {why}")
+        raise UserError(f"model.{next(iter(given))}: only the AWD-LSTM classifier (pooling: model or scalar_mix) "
+                        f"has AR/TAR; {why}")
     return {keys[key]: value for key, value in given.items()}
+
+
+def puts_new_mean_pooling_head(stored, pooling: str) -> bool:
+    """Whether `pooling` asks for a new mean-pooling head on the checkpoint's encoder: mean or scalar_mix, except on a
+    mean-pooling classifier (a warm start keeps its head) and scalar_mix on an AWD-LSTM (it mixes under its own
+    concat-pooling head; mean on it is refused where the new head would be built)."""
+    if pooling == "model" or isinstance(stored, MeanPoolingConfig):
+        return False
+    return not (pooling == "scalar_mix" and stored.model_type == "awd_lstm")
+
+
+def scalar_mix_switch(stored, pooling: str) -> dict[str, bool]:
+    """The config entry that gives the checkpoint's own kind of head a scalar mix of every layer or none, as `pooling`
+    says; nothing for pooling: model (the checkpoint's head as it is). A warm start adding a mix starts it fresh."""
+    if pooling == "model":
+        return {}
+    key = "classifier_scalar_mix" if stored.model_type == "awd_lstm" else "scalar_mix"  # AWD-LSTM: classifier_* keys
+    return {key: pooling == "scalar_mix"}
 
 
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
@@ -45,17 +64,20 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
 
     A backbone that is itself a fine-tuned classifier is a warm start (e.g. an MNLI model for RTE):
     its head is kept when its labels are the task's, and replaced by a fresh one when they differ.
-    `pooling`: "model" keeps the checkpoint's own kind of head; "mean" puts a new mean-pooling head on its encoder.
+    `pooling`: "model" keeps the checkpoint's own kind of head; "mean" puts a new mean-pooling head on its encoder;
+    "scalar_mix" does too, reading a learned mix of every layer (the AWD-LSTM's own head reads such a mix instead).
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
     regularization = activation_regularization(backbone_config, stored, pooling)
-    if pooling == "mean" and not isinstance(stored, MeanPoolingConfig):
-        return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout)
+    if puts_new_mean_pooling_head(stored, pooling):
+        return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout, pooling)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
                              **regularization, **label_config(spec))
+    # Set after loading: from_pretrained drops a key the config class does not declare (the AWD-LSTM's is not).
+    config.update(scalar_mix_switch(stored, pooling))
     with _family_without_a_head(backbone_config.checkpoint, config):
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
@@ -89,26 +111,30 @@ def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = 
     change no shape and stay as stored; the refusals are a real run's."""
     activation_regularization(backbone_config, stored, pooling)
     fresh = backbone_config.model_copy(update={"init": "random"})
-    if pooling == "mean" and not isinstance(stored, MeanPoolingConfig):
-        return new_mean_pooling_classifier(fresh, backbone_config.checkpoint, stored, spec, None)
+    if puts_new_mean_pooling_head(stored, pooling):
+        return new_mean_pooling_classifier(fresh, backbone_config.checkpoint, stored, spec, None, pooling)
     config = copy.deepcopy(stored)
-    config.update(label_config(spec))
+    config.update(label_config(spec) | scalar_mix_switch(stored, pooling))
     with _family_without_a_head(backbone_config.checkpoint, config):
         return AutoModelForSequenceClassification.from_config(
             config, trust_remote_code=backbone_config.trust_remote_code)
 
 
 def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: TaskSpec,
-                                classifier_dropout: float | None):
-    """A fresh mean-pooling head on the checkpoint's encoder (its own head, if it has one, is left behind)."""
+                                classifier_dropout: float | None, pooling: str = "mean"):
+    """A fresh mean-pooling head (`pooling` mean or scalar_mix) on the checkpoint's encoder (its own head, if it has
+    one, is left behind)."""
     if stored.model_type == "awd_lstm":
         raise UserError("pooling: mean is for transformer encoders; an AWD-LSTM classifier pools with ULMFiT's "
-                        "concat pooling (last, max and mean) already: leave pooling at model")
+                        "concat pooling (last, max and mean) already: leave pooling at model (or scalar_mix, to "
+                        "pool a learned mix of every layer)")
     if stored.model_type not in CONFIG_MAPPING:  # a family shipped as code: the head cannot rebuild its config
-        raise UserError(f"pooling: mean needs a model family transformers itself knows, not '{stored.model_type}'")
+        raise UserError(f"pooling: {pooling} needs a model family transformers itself knows, not "
+                        f"'{stored.model_type}'")
     encoder = None if backbone_config.init == "random" else load_model(
         AutoModel, source, "model.checkpoint", backbone_config.trust_remote_code)
-    return mean_pooling_classifier(stored, encoder, classifier_dropout, **label_config(spec))
+    return mean_pooling_classifier(stored, encoder, classifier_dropout, scalar_mix=pooling == "scalar_mix",
+                                   **label_config(spec))
 
 
 def is_classifier(config) -> bool:

@@ -110,11 +110,15 @@ class FinetuneRecipe(TrainingRunRecipe):
         None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
         "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
     )
-    pooling: Literal["model", "mean"] = Field(
+    # scalar_mix is a value of pooling, not a `features:` section of its own: it has no setting but on or off, and it
+    # is one more answer to the question pooling answers (what the head reads), exclusive of the others.
+    pooling: Literal["model", "mean", "scalar_mix"] = Field(
         "model", description="model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
         "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
         "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
-        "trained for"
+        "trained for; scalar_mix: ELMo's learned softmax-weighted sum of the embedding output and every layer, "
+        "times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then concat "
+        "pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen backbone"
     )
     eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(

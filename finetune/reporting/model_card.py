@@ -88,7 +88,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
     architecture = "import finetune.models.awd_lstm_classifier  # registers the AWD-LSTM with the Auto classes\n" \
         if model_type == "awd_lstm" else ("import finetune.models.mean_pooling  # registers the mean-pooling head\n"
-                                          if recipe.pooling == "mean" else "")
+                                          if recipe.pooling in ("mean", "scalar_mix") else "")
     body = f"""
 # {Path(recipe.run_dir).name}
 

@@ -248,8 +248,7 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
     else:
         family, labels = config.model_type, model.config.num_labels
         kind = "regression" if labels == 1 else f"{labels}-label classifier"
-        if recipe.pooling == "mean":
-            kind += ", mean pooling"
+        kind += {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}.get(recipe.pooling, "")
     return {"family": family, "kind": kind, "sizes": sizes, "source": source}
 
 
