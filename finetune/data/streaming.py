@@ -27,6 +27,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from finetune.data.corpus import dataset_label, document_text, load_dataset_split
 from finetune.data.masking import MaskingRule
+from finetune.data.reverse import read_backwards
+from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
 from finetune.data.token_cache import encode
 from finetune.errors import UserError
 
@@ -73,15 +75,18 @@ class StreamedBatches(IterableDataset):
 
     `documents()` opens the stream from its beginning (again at every pass); the first `held_out` documents are the
     validation text and never trained on. `rule` masks bert's blocks (None: next-token blocks of block_size + 1).
+    `backwards`: each document's ids reversed (a backward LM, data/reverse.py).
     """
 
     def __init__(self, documents: Callable[[], Iterator[str]], tokenizer, separator_id: int, block_size: int,
                  batch_size: int, batches: int, seed: int, rule: Optional[MaskingRule] = None,
-                 start_id: Optional[int] = None, held_out: int = 0, process_index: int = 0, num_processes: int = 1):
+                 start_id: Optional[int] = None, held_out: int = 0, process_index: int = 0, num_processes: int = 1,
+                 backwards: bool = False):
         self.documents, self.tokenizer, self.separator_id = documents, tokenizer, separator_id
         self.block_size, self.batch_size, self.batches, self.seed = block_size, batch_size, batches, seed
         self.rule, self.start_id, self.held_out = rule, start_id, held_out
         self.process_index, self.num_processes = process_index, num_processes
+        self.backwards = backwards
         self.skipped = 0  # batches trained on before a resume
 
     def set_epoch(self, epoch: int) -> None:
@@ -131,8 +136,11 @@ class StreamedBatches(IterableDataset):
             documents = itertools.islice(self.documents(), self.held_out, None)
             mine = (document for index, document in enumerate(documents) if index % shards == shard)
             while chunk := list(itertools.islice(mine, DOCUMENTS_PER_ENCODING)):
-                ids = [token for document in encode(self.tokenizer, chunk) for token in (*document, self.separator_id)]
-                pending = np.concatenate([pending, np.asarray(ids, dtype=np.int64)])
+                # The cached corpora's stream (data/token_arrays.py): a separator after each document, read backwards
+                # for a backward LM.
+                tokenized = TokenizedDocuments.from_lists(encode(self.tokenizer, chunk))
+                stream = DocumentStream(read_backwards(tokenized) if self.backwards else tokenized, self.separator_id)
+                pending = np.concatenate([pending, stream.array()])
                 count = len(pending) // body
                 for index in range(count):
                     found = True

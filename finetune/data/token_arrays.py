@@ -32,6 +32,8 @@ class TokenizedDocuments:
     offsets: np.ndarray  # int64, one more than the stored documents: document i is ids[offsets[i]:offsets[i + 1]]
     order: Optional[np.ndarray] = None  # int64 indices of the stored documents meant here; None: all, as stored
     source: Optional[Path] = None  # the cache folder the arrays are mapped from (pickling sends this, not the ids)
+    # Each document read from its last token to its first (a backward LM, data/reverse.py): the ids stay forward.
+    backwards: bool = False
 
     def __post_init__(self):
         # asanyarray: a memory map stays one (asarray would keep the data mapped but hide that it is).
@@ -57,14 +59,14 @@ class TokenizedDocuments:
     @classmethod
     def concatenate(cls, parts: list[TokenizedDocuments]) -> TokenizedDocuments:
         """The documents of `parts`, one part after another, in memory (a selection's documents gathered)."""
-        ids = [part.ids if part.order is None else part.document_ids() for part in parts]
+        ids = [part.document_ids() for part in parts]
         lengths = [part.lengths for part in parts]
         return cls(np.concatenate([np.empty(0, dtype=np.int32), *ids]),
                    offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *lengths])))
 
     def document_ids(self) -> np.ndarray:
         """The selected documents' ids one after another, gathered into memory."""
-        if self.order is None:
+        if self.order is None and not self.backwards:
             return np.asarray(self.ids)
         return np.concatenate([np.empty(0, dtype=np.int32), *(self.document(index) for index in range(len(self)))])
 
@@ -77,7 +79,8 @@ class TokenizedDocuments:
         return cls(ids, _load_array(folder / OFFSETS_FILE, mode), source=folder if memory_map else None)
 
     def save(self, folder: Path) -> None:
-        """The stored arrays as plain .npy files in `folder` (made if needed); the selection is not saved."""
+        """The stored arrays as plain .npy files in `folder` (made if needed); the selection and the direction are not
+        saved."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         np.save(folder / IDS_FILE, self.ids)
@@ -89,7 +92,7 @@ class TokenizedDocuments:
         if len(indices) and not (0 <= indices.min() and indices.max() < len(self)):
             raise IndexError("document index out of range")
         order = indices if self.order is None else self.order[indices]
-        return TokenizedDocuments(self.ids, self.offsets, order, self.source)
+        return TokenizedDocuments(self.ids, self.offsets, order, self.source, self.backwards)
 
     @property
     def starts(self) -> np.ndarray:
@@ -109,9 +112,10 @@ class TokenizedDocuments:
         return len(self.ids) if self.order is None else int(self.lengths.sum())
 
     def document(self, index: int) -> np.ndarray:
-        """The ids of one selected document."""
+        """The ids of one selected document, in reading order."""
         stored = index if self.order is None else int(self.order[index])
-        return self.ids[self.offsets[stored] : self.offsets[stored + 1]]
+        ids = self.ids[self.offsets[stored] : self.offsets[stored + 1]]
+        return ids[::-1] if self.backwards else ids
 
     def __len__(self) -> int:
         return len(self.offsets) - 1 if self.order is None else len(self.order)
@@ -144,7 +148,8 @@ def offsets_of(lengths: np.ndarray) -> np.ndarray:
 
 
 class DocumentStream:
-    """The selected documents, each followed by `separator_id`, as one stream read lazily by position.
+    """The selected documents, each followed by `separator_id`, as one stream read lazily by position (each document
+    from its end when they are read backwards: the one place a backward LM's text is reversed).
 
     Held in memory: where each document starts in the ids and in the stream, 16 bytes per document (16 MB per
     million documents, about 100M tokens of Wikipedia paragraphs), beside the selection's own 8. The ids are
@@ -167,7 +172,10 @@ class DocumentStream:
         rank = np.searchsorted(self.stream_starts, positions, side="right") - 1  # the document of each position
         separator = positions == self.stream_starts[rank + 1] - 1  # each document's last stream position
         tokens = np.full(positions.shape, self.separator_id, dtype=np.int64)
-        sources = self.document_starts[rank[~separator]] + (positions - self.stream_starts[rank])[~separator]
+        rank, inside = rank[~separator], (positions - self.stream_starts[rank])[~separator]
+        if self.documents.backwards:  # the k-th token of a document read backwards is its k-th from the end
+            inside = self.stream_starts[rank + 1] - self.stream_starts[rank] - 2 - inside
+        sources = self.document_starts[rank] + inside
         tokens[~separator] = self.documents.ids[sources]  # a gather: only these ids are read from the map
         return tokens
 

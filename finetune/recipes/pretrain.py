@@ -198,6 +198,11 @@ class CorpusConfig(Section):
         Path("~/.cache/finetune/corpus"),
         description="tokenized corpora are cached here by content and tokenizer; null: no cache",
     )
+    reverse: Optional[bool] = Field(
+        None, description="true: a backward LM (ULMFiT's bidirectional ensemble), trained on each document's tokens "
+        "in reverse order (gpt2, awd_lstm); its checkpoint records it and every later stage reads text backwards; "
+        "null: as model.checkpoint reads (forwards from scratch)"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> "CorpusConfig":
@@ -279,6 +284,9 @@ class PretrainRecipe(TrainingRunRecipe):
         family, checkpoint = self.model.family, self.model.checkpoint
         if family != "bert" and self.masking is not None:
             raise ValueError(f"masking applies to masked LMs (model.family: bert), not {family}; remove it")
+        if self.corpus.reverse and family == "bert":
+            raise ValueError("corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
+                             "causal (gpt2, awd_lstm)")
         if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):
             raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
         if checkpoint is not None and self.tokenizer.path is not None:

@@ -21,6 +21,7 @@ from finetune.data.causal import BPTTBatches, NextTokenBlocks
 from finetune.data.corpus import MaskedBlocks, read_documents
 from finetune.data.masking import MaskingRule
 from finetune.data.pretraining_text import PretrainingText, pretraining_text
+from finetune.data.reverse import mark_backwards, pretraining_direction, read_backwards
 from finetune.data.sampling import ResumableSampler
 from finetune.data.streaming import StreamedBatches, StreamedDocuments
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
@@ -67,6 +68,9 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
                                     corpus.dataset_files) if streaming else None
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
+    # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
+    backwards = pretraining_direction(recipe.corpus.reverse, continued.config if continued is not None else None,
+                                      recipe.model.checkpoint)
     max_positions = None  # an LSTM has no position table
     if family != "awd_lstm":
         max_positions = recipe.model.max_positions or recipe.corpus.block_size
@@ -86,20 +90,25 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     if max_positions is not None:
         tokenizer.model_max_length = max_positions
     if streaming:
-        train_data, validation_data = streamed_data(recipe, tokenizer, stream, accelerator)
+        train_data, validation_data = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
     else:
         with accelerator.main_process_first():  # the main process fills the cache, the others then map it
             train_tokens, validation_tokens = text.tokenize(tokenizer, recipe.corpus.cache_dir,
                                                             show_progress=accelerator.is_main_process)
+        if backwards:  # a view of the cached forward ids
+            train_tokens, validation_tokens = read_backwards(train_tokens), read_backwards(validation_tokens)
         train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
                                                           accelerator)
         console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
-                      f"validation tokens, in {len(train_data):,} and {len(validation_data):,} "
-                      f"{'batches' if family == 'awd_lstm' else 'blocks'} of {recipe.corpus.block_size} tokens")
+                      f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train_data):,} and "
+                      f"{len(validation_data):,} {'batches' if family == 'awd_lstm' else 'blocks'} of "
+                      f"{recipe.corpus.block_size} tokens")
 
     # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
                                                                                    max_positions)
+    if backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
+        mark_backwards(language_model.config)
     groups = language_model_layer_groups(family, language_model)
     model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
     lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
@@ -191,9 +200,11 @@ def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
     return pretraining_text(recipe.corpus, recipe.seed)
 
 
-def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator):
+def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator,
+                  backwards: bool = False):
     """A stream's training batches (bert or gpt2 layout) and the validation blocks: the stream's first
-    `validation_documents`, a split of the dataset, or validation files, tokenised in memory."""
+    `validation_documents`, a split of the dataset, or validation files, tokenised in memory; `backwards`: every
+    document read backwards."""
     corpus, family, training = recipe.corpus, recipe.model.family, recipe.training
     if corpus.validation_documents is not None:
         texts = list(itertools.islice(documents(), corpus.validation_documents))
@@ -205,13 +216,15 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
     with accelerator.main_process_first():
         validation_tokens = tokenize_corpus(tokenizer, texts, corpus.cache_dir, "tokenizing the validation text",
                                             show_progress=accelerator.is_main_process, name="the validation text")
+    if backwards:
+        validation_tokens = read_backwards(validation_tokens)
     separator = document_separator_id(family, tokenizer)
     rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family == "bert" else None
     start_id = tokenizer.cls_token_id if family == "bert" else None
     train = StreamedBatches(documents, tokenizer, separator, corpus.block_size, training.batch_size,
                             training.max_steps * training.gradient_accumulation_steps, recipe.seed, rule, start_id,
                             held_out=corpus.validation_documents or 0, process_index=accelerator.process_index,
-                            num_processes=accelerator.num_processes)
+                            num_processes=accelerator.num_processes, backwards=backwards)
     blocks = PackedBlocks(DocumentStream(validation_tokens, separator), corpus.block_size + (start_id is None),
                           start_id, "the validation text")
     validation = (MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None
