@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 from finetune.console import phase_bar
 from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
+from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
@@ -189,9 +190,17 @@ def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[st
 
 
 class EncodedTask(Dataset):
-    """Tokenized examples (truncated, unpadded); `PaddingCollator` pads each batch to its longest."""
+    """Tokenized examples (truncated, unpadded); `PaddingCollator` pads each batch to its longest.
 
-    def __init__(self, examples: TaskExamples, tokenizer, max_length: int, chunk: int = 20_000):
+    `backwards` (a model that reads backwards, data/reverse.py): each text's tokens reversed, special tokens kept
+    where the tokenizer puts them. This is where every task example becomes ids: training, dev, eval and predict.
+    """
+
+    def __init__(self, examples: TaskExamples, tokenizer, max_length: int, chunk: int = 20_000,
+                 backwards: bool = False):
+        if backwards and not tokenizer.is_fast:
+            raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which a model that "
+                            "reads text backwards needs (to tell its texts from its special tokens)")
         columns = list(zip(*examples.texts))
         second = columns[1] if len(columns) > 1 else None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
@@ -201,6 +210,9 @@ class EncodedTask(Dataset):
                 part = tokenizer(list(columns[0][start:start + chunk]),
                                  list(second[start:start + chunk]) if second else None,
                                  truncation=True, max_length=max_length)
+                if backwards:
+                    part["input_ids"] = [reverse_segments(ids, part.sequence_ids(index))
+                                         for index, ids in enumerate(part["input_ids"])]
                 for key, values in part.items():
                     self.encodings.setdefault(key, []).extend(values)
                 advance(len(part["input_ids"]))

@@ -18,6 +18,7 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from finetune.console import console
+from finetune.data.reverse import reads_backwards
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split, task_file
@@ -103,7 +104,8 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
                   f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
     collate = PaddingCollator(tokenizer)
-    train_data = EncodedTask(train_examples, tokenizer, max_length)
+    backwards = reads_backwards(model.config)  # a backward LM's classifier reads its text backwards too
+    train_data = EncodedTask(train_examples, tokenizer, max_length, backwards=backwards)
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
     step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
     order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
@@ -116,8 +118,8 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
                               num_workers=recipe.training.num_workers,
                               generator=torch.Generator().manual_seed(recipe.seed))
-    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length), tokenizer,
-                                         recipe.training.batch_size * 2)
+    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, backwards=backwards),
+                                         tokenizer, recipe.training.batch_size * 2)
     dev_loader = dev_batches.loader
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)

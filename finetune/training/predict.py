@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
+from finetune.data.reverse import reads_backwards
 from finetune.data.tasks import EncodedTask, PaddingCollator, TaskExamples
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
@@ -53,8 +54,9 @@ def example_logits(accelerator, model, tokenizer, examples: TaskExamples, max_le
     """A classifier's logits (or scores) for every example, batched longest first, returned in file order."""
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
     model.to(accelerator.device)
-    batches = LengthSortedPrediction(EncodedTask(examples, tokenizer, fitted_max_length(max_length, model)),
-                                     tokenizer, batch_size)
+    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model),
+                          backwards=reads_backwards(model.config))  # a backward model reads its text backwards
+    batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
     return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader)))
 
 
