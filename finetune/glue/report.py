@@ -20,6 +20,16 @@ def glue_report_markdown(report: dict) -> str:
         for metric, summary in result["summary"].items():
             cells = " | ".join(percent(summary[statistic]) for statistic in STATISTICS)
             lines.append(f"| {result['display_name']} | {metric} | {len(summary['values'])} | {cells} |")
+    ensembles = [result for result in report["tasks"].values() if "members" in result]
+    if ensembles:  # the rows above are the ensembles' own scores
+        lines += ["", "## Ensembles: each member and their average (dev)", "", "| task | model | scores |",
+                  "|---|---|---|"]
+        for result in ensembles:
+            rows = [(member["checkpoint"], member) for member in result["members"]]
+            rows.append((f"ensemble of {len(result['members'])}", result["runs"][0]))
+            for model, run in rows:
+                scores = ", ".join(f"{metric} {percent(run[metric])}" for metric in result["metrics"])
+                lines.append(f"| {result['display_name']} | {model} | {scores} |")
     lines += ["", "## GLUE score (dev, mean over runs)", "", "| convention | score | components | missing |",
               "|---|---:|---:|---|"]
     for convention in CONVENTIONS:

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS
 from finetune.recipes.base import InputFolder, RunRecipe, Section, TaskConfig
 
 
-class GlueTaskEntry(Section):
-    """One GLUE task of an eval recipe's `tasks`: its fine-tuned checkpoints and, optionally, its own folder."""
+def _repeated_member(members: list[str]) -> Optional[str]:
+    """The first checkpoint listed twice, if any."""
+    return next((path for path in sorted(members) if members.count(path) > 1), None)
 
+
+class GlueTaskEntry(Section):
+    """One GLUE task of an eval recipe's `tasks`: its fine-tuned checkpoints (or one ensemble) and, optionally, its
+    own folder."""
+
+    # Before checkpoints: its validator reads it.
+    ensemble: Optional[list[str]] = Field(
+        None, min_length=2, description="instead of checkpoints: classifiers whose class probabilities (STS-B: "
+        "scores) are averaged, e.g. a forward and a backward one (ULMFiT's bidirectional model); the ensemble is "
+        "the task's score and submission, each member is reported beside it"
+    )
     checkpoints: list[str] = Field(
-        min_length=1, description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
+        default_factory=list, validate_default=True,
+        description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
     )
     data_dir: Optional[InputFolder] = Field(
         None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
@@ -28,16 +41,27 @@ class GlueTaskEntry(Section):
             return {"checkpoints": [value]}
         return {"checkpoints": value} if isinstance(value, list) else value
 
+    @field_validator("checkpoints")
+    @classmethod
+    def _checkpoints_or_an_ensemble(cls, checkpoints: list[str], info: ValidationInfo) -> list[str]:
+        if "ensemble" not in info.data:  # the ensemble is wrong, and reported
+            return checkpoints
+        if checkpoints and info.data["ensemble"] is not None:
+            raise ValueError("give checkpoints (runs, aggregated) or ensemble (averaged into one model), not both")
+        if not checkpoints and info.data["ensemble"] is None:
+            raise ValueError("give at least one checkpoint (or an ensemble)")
+        return checkpoints
+
     @model_validator(mode="after")
     def _distinct_checkpoints(self) -> "GlueTaskEntry":
-        repeated = sorted({path for path in self.checkpoints if self.checkpoints.count(path) > 1})
+        repeated = _repeated_member(self.checkpoints or self.ensemble or [])
         if repeated:
-            raise ValueError(f"checkpoint {repeated[0]} is listed twice (it would count twice in the mean)")
+            raise ValueError(f"checkpoint {repeated} is listed twice (it would count twice in the mean)")
         return self
 
 
 GLUE_ONLY_EVAL_KEYS = ("glue_dir", "source", "max_length", "submission", "allow_incomplete")
-SINGLE_TASK_EVAL_KEYS = ("models", "split", "write_predictions")
+SINGLE_TASK_EVAL_KEYS = ("models", "ensembles", "split", "write_predictions")
 
 
 class EvalRecipe(RunRecipe):
@@ -49,6 +73,11 @@ class EvalRecipe(RunRecipe):
     split: str = Field("dev", description="task: which split file to score: dev -> dev.tsv")
     models: Optional[dict[str, str]] = Field(
         None, min_length=1, description="task: report row name -> fine-tuned checkpoint folder"
+    )
+    ensembles: Optional[dict[str, list[str]]] = Field(
+        None, min_length=1, description="task: report row name -> fine-tuned checkpoints whose class probabilities "
+        "(regression: scores) are averaged, e.g. [forward, backward] (ULMFiT's bidirectional model); each member "
+        "is scored beside the ensemble"
     )
     write_predictions: bool = Field(
         False, description="task: also write predictions/MODEL.tsv (index, predicted label name or score); a split "
@@ -89,8 +118,10 @@ class EvalRecipe(RunRecipe):
         # Keys of the other shape must keep their defaults (a saved, resolved recipe holds every key).
         changed = {key for key, field in type(self).model_fields.items() if getattr(self, key) != field.default}
         if self.task is not None:
-            if self.models is None:
-                raise ValueError("models: required key is missing (report row name -> checkpoint folder)")
+            if self.models is None and self.ensembles is None:
+                raise ValueError("models: required key is missing (report row name -> checkpoint folder; or "
+                                 "ensembles: name -> checkpoints)")
+            self._check_ensembles()
             misplaced = [key for key in GLUE_ONLY_EVAL_KEYS if key in changed]
             if misplaced:
                 raise ValueError(f"{', '.join(misplaced)}: only with tasks (GLUE), not with a single task")
@@ -114,3 +145,15 @@ class EvalRecipe(RunRecipe):
         if self.allow_incomplete and not self.submission:
             raise ValueError("allow_incomplete applies to submission; set submission: true")
         return self
+
+    def _check_ensembles(self) -> None:
+        """Each ensemble: two or more distinct members, and a report row name of its own."""
+        for name, members in (self.ensembles or {}).items():
+            if len(members) < 2:
+                raise ValueError(f"ensembles.{name}: an ensemble needs at least two checkpoints")
+            repeated = _repeated_member(members)
+            if repeated:
+                raise ValueError(f"ensembles.{name}: checkpoint {repeated} is listed twice (it would count twice "
+                                 "in the mean)")
+            if name in (self.models or {}):
+                raise ValueError(f"ensembles.{name}: models has a row of that name too; name the ensemble otherwise")

@@ -13,6 +13,7 @@ import json
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
+from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
@@ -71,26 +73,40 @@ def write_report(run_dir: Path, report: dict, markdown: str) -> None:
 
 
 def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
-    """Score every model of `models` on `split` of `task`."""
+    """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
     spec = task_spec(recipe.task)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': split '{recipe.split}' has no labels to score against "
                         "(set write_predictions=true to predict it)")
-    models = {name: load_finetuned(path, spec, f"models.{name}", recipe.trust_remote_code)
-              for name, path in recipe.models.items()}
+    models, ensembles = recipe.models or {}, recipe.ensembles or {}
+    keys = {path: f"models.{name}" for name, path in models.items()}  # each checkpoint loaded and run once
+    for name, members in ensembles.items():
+        check_one_task(f"ensembles.{name}", members)
+        keys.update({path: f"ensembles.{name}" for path in members if path not in keys})
+    loaded = {path: load_finetuned(path, spec, key, recipe.trust_remote_code) for path, key in keys.items()}
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
 
-    results = {}
-    for name, model in models.items():
-        tokenizer = load_tokenizer(recipe.models[name], f"models.{name}", recipe.trust_remote_code)
-        predictions = predict(accelerator, model, tokenizer, spec, examples, recipe.task.max_length,
-                              recipe.batch_size)
-        results[name] = {"checkpoint": recipe.models[name]}
+    outputs = {}  # checkpoint -> logits (or scores) of every example
+    for path, model in loaded.items():
+        tokenizer = load_tokenizer(path, keys[path], recipe.trust_remote_code)
+        outputs[path] = example_logits(accelerator, model, tokenizer, examples, recipe.task.max_length,
+                                       recipe.batch_size)
+
+    def scored(row: dict, model_outputs: np.ndarray, name: Optional[str] = None) -> dict:
+        """`row` with the scores of these outputs; with `name`, their predictions are also written."""
+        predictions = logits_to_predictions(spec, model_outputs)
         if examples.labels is not None:
-            results[name].update(compute_metrics(spec, predictions, examples.labels))
-        if recipe.write_predictions and accelerator.is_main_process:
+            row.update(compute_metrics(spec, predictions, examples.labels))
+        if name is not None and recipe.write_predictions and accelerator.is_main_process:
             write_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids, predictions)
+        return row
+
+    results = {name: scored({"checkpoint": path}, outputs[path], name) for name, path in models.items()}
+    for name, members in ensembles.items():
+        results[name] = scored({"ensemble": members}, ensemble_outputs(spec, [outputs[path] for path in members]),
+                               name)
+        results[name]["members"] = [scored({"checkpoint": path}, outputs[path]) for path in members]
 
     report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
               "metrics": list(spec.metrics), "results": results}
@@ -117,9 +133,17 @@ def report_markdown(report: dict) -> str:
         "| model | " + " | ".join(metrics) + " |",
         "|---|" + "---:|" * len(metrics),
     ]
-    for name, result in report["results"].items():
+
+    def row(label: str, result: dict) -> str:
         scores = [f"{100 * result[metric]:.1f}" if metric in result else "-" for metric in metrics]
-        lines.append(f"| {name} | " + " | ".join(scores) + " |")
+        return f"| {label} | " + " | ".join(scores) + " |"
+
+    for name, result in report["results"].items():
+        if "members" in result:  # an ensemble: its members, then their average
+            lines += [row(f"{name}: {member['checkpoint']}", member) for member in result["members"]]
+            lines.append(row(f"{name} (ensemble of {len(result['members'])})", result))
+        else:
+            lines.append(row(name, result))
     return "\n".join(lines) + "\n"
 
 
@@ -137,6 +161,7 @@ class GlueTask:
     specs: dict[str, TaskSpec]  # this task and those its model also predicts (mnli: mnli-mm, ax)
     dev: dict[str, TaskExamples]  # by task, for the tasks with a dev split
     test: dict[str, TaskExamples]  # by task, with submission: the test files present
+    ensemble: list[str]  # instead of checkpoints: members averaged into one model
 
 
 def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
@@ -157,7 +182,7 @@ def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
         if recipe.submission and spec.submission_file and (data_dir is None or
                                                              (Path(data_dir) / spec.files["test"]).is_file()):
             test[spec.name] = read_task_split(spec, data_dir, "test")
-    return GlueTask(name, list(entry.checkpoints), specs, dev, test)
+    return GlueTask(name, list(entry.checkpoints), specs, dev, test, list(entry.ensemble or []))
 
 
 def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
@@ -170,31 +195,21 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
             raise UserError(f"submission: no test predictions for {', '.join(missing)} (no checkpoint or no test "
                             "file); set allow_incomplete=true to write the archive without them")
     for task in tasks:
-        for checkpoint in task.checkpoints:
+        for checkpoint in task.checkpoints + task.ensemble:
             resolve_checkpoint(checkpoint, f"tasks.{task.name}")
+        check_one_task(f"tasks.{task.name}.ensemble", task.ensemble)
 
-    # 2. every checkpoint on the dev files; the best one (first metric of the task) predicts the test files
+    # 2. every checkpoint on the dev files; the best one (first metric of the task), or the ensemble, predicts the
+    # test files
     results, submitted, test_predictions = {}, {}, {}
     for task in tasks:
         dev = {(spec_name, "dev"): examples for spec_name, examples in task.dev.items()}
         test = {(spec_name, "test"): examples for spec_name, examples in task.test.items()}
-        single = len(task.checkpoints) == 1  # the best by definition: dev and test in one pass
-        runs = {spec_name: [] for spec_name in task.dev}
-        for checkpoint in task.checkpoints:
-            predictions = predict_task(recipe, accelerator, task, checkpoint, {**dev, **test} if single else dev)
-            for spec_name, examples in task.dev.items():
-                scores = compute_metrics(task.specs[spec_name], predictions[spec_name, "dev"], examples.labels)
-                runs[spec_name].append({"checkpoint": checkpoint, **scores})
-        for spec_name, task_runs in runs.items():
-            results[spec_name] = summarise_runs(task.specs[spec_name], task_runs, len(task.dev[spec_name].texts))
-        if test:
-            main_metric = task.specs[task.name].main_metric
-            best = max(runs[task.name], key=lambda run: run[main_metric])["checkpoint"]
-            if not single:
-                predictions = predict_task(recipe, accelerator, task, best, test)
-            for spec_name, examples in task.test.items():
-                test_predictions[spec_name] = (examples.ids, predictions[spec_name, "test"])
-                submitted[spec_name] = best
+        score = score_ensemble if task.ensemble else score_runs
+        predictions, predicted_by = score(recipe, accelerator, task, dev, test, results)
+        for spec_name, examples in task.test.items():
+            test_predictions[spec_name] = (examples.ids, predictions[spec_name, "test"])
+            submitted[spec_name] = predicted_by
 
     # 3. the GLUE scores from the mean over runs, the archive, the report
     report = {
@@ -218,16 +233,63 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     return report
 
 
+def score_runs(recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict,
+               results: dict) -> tuple[dict[tuple[str, str], np.ndarray], str]:
+    """Each run's dev scores into `results` (per task it predicts); the best run's test predictions, and its name."""
+    single = len(task.checkpoints) == 1  # the best by definition: dev and test in one pass
+    runs = {spec_name: [] for spec_name in task.dev}
+    for checkpoint in task.checkpoints:
+        predictions = predict_task(recipe, accelerator, task, checkpoint, {**dev, **test} if single else dev)
+        for spec_name, examples in task.dev.items():
+            scores = compute_metrics(task.specs[spec_name], predictions[spec_name, "dev"], examples.labels)
+            runs[spec_name].append({"checkpoint": checkpoint, **scores})
+    for spec_name, task_runs in runs.items():
+        results[spec_name] = summarise_runs(task.specs[spec_name], task_runs, len(task.dev[spec_name].texts))
+    main_metric = task.specs[task.name].main_metric
+    best = max(runs[task.name], key=lambda run: run[main_metric])["checkpoint"]
+    if test and not single:
+        predictions = predict_task(recipe, accelerator, task, best, test)
+    return predictions, best
+
+
+def score_ensemble(recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict,
+                   results: dict) -> tuple[dict[tuple[str, str], np.ndarray], str]:
+    """The ensemble's dev scores (the task's result, as one run) and each member's into `results`; the ensemble's
+    test predictions, and its name."""
+    def as_predictions(outputs: dict) -> dict:
+        return {key: logits_to_predictions(task.specs[key[0]], value) for key, value in outputs.items()}
+
+    members = [task_outputs(recipe, accelerator, task, checkpoint, {**dev, **test}) for checkpoint in task.ensemble]
+    predictions = as_predictions({key: ensemble_outputs(task.specs[key[0]], [outputs[key] for outputs in members])
+                                  for key in members[0]})
+    member_predictions = [as_predictions(outputs) for outputs in members]
+    for spec_name, examples in task.dev.items():
+        spec = task.specs[spec_name]
+        scores = [compute_metrics(spec, found[spec_name, "dev"], examples.labels)
+                  for found in (predictions, *member_predictions)]
+        results[spec_name] = summarise_runs(spec, [{"ensemble": task.ensemble, **scores[0]}], len(examples.texts))
+        results[spec_name]["members"] = [{"checkpoint": checkpoint, **member_scores}
+                                         for checkpoint, member_scores in zip(task.ensemble, scores[1:])]
+    return predictions, "ensemble of " + " + ".join(task.ensemble)
+
+
 def predict_task(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str,
                  splits: dict[tuple[str, str], TaskExamples]) -> dict[tuple[str, str], np.ndarray]:
     """One checkpoint's predictions for the examples of each (task, split) in `splits`."""
+    return {(spec_name, split): logits_to_predictions(task.specs[spec_name], outputs)
+            for (spec_name, split), outputs in task_outputs(recipe, accelerator, task, checkpoint, splits).items()}
+
+
+def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str,
+                 splits: dict[tuple[str, str], TaskExamples]) -> dict[tuple[str, str], np.ndarray]:
+    """One checkpoint's logits (regression: scores) for the examples of each (task, split) in `splits`."""
     key = f"tasks.{task.name}"
     console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
     # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
     model = load_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
     tokenizer = load_tokenizer(checkpoint, key, recipe.trust_remote_code)
-    return {(spec_name, split): predict(accelerator, model, tokenizer, task.specs[spec_name], examples,
-                                        recipe.max_length, recipe.batch_size)
+    return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, recipe.max_length,
+                                               recipe.batch_size)
             for (spec_name, split), examples in splits.items()}
 
 
