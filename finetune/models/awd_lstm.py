@@ -1,31 +1,45 @@
 """ULMFiT's AWD-LSTM language model (Merity et al. 2017; Howard & Ruder 2018) as a Hugging Face model.
 
+Its recurrent cell is config.cell (models/recurrent_cells.py): "lstm" (ULMFiT), "qrnn" (MultiFiT's quasi-recurrent
+layers: window 2 for the first layer, 1 above, as fastai's AWD-QRNN) or "rnn" (a plain tanh RNN, for reference). The
+dropouts, the carried state, AR/TAR and the layer groups are the same for all three.
+
 Importing this module registers model type "awd_lstm" with AutoConfig, AutoModel and AutoModelForCausalLM, so a
 folder written by `save_pretrained` loads with `AutoModelForCausalLM.from_pretrained(folder)`.
 
 Checkpoint format:
 
 - config.json: "model_type": "awd_lstm", "architectures", vocab_size, embedding_size, hidden_size, num_layers,
-  output_dropout, hidden_dropout, input_dropout, embedding_dropout, weight_dropout, tie_word_embeddings,
-  pad_token_id, embedding_init_range, classifier_dropout (plus the keys every transformers config writes;
-  a classifier adds the other classifier_* keys of awd_lstm_classifier.py).
+  cell (absent from checkpoints older than it: "lstm"), output_dropout, hidden_dropout, input_dropout,
+  embedding_dropout, weight_dropout, tie_word_embeddings, pad_token_id, embedding_init_range, classifier_dropout
+  (plus the keys every transformers config writes; a classifier adds the other classifier_* keys of
+  awd_lstm_classifier.py).
 - model.safetensors, for AWDLSTMForCausalLM (AWDLSTMModel writes the same names without "awd_lstm."):
   awd_lstm.embedding.weight                        (vocab_size, embedding_size)
+  cell "lstm":
   awd_lstm.layers.{i}.weight_hh_l0_raw             (4 * out_i, out_i)  hidden-to-hidden, before DropConnect
   awd_lstm.layers.{i}.lstm.weight_ih_l0            (4 * out_i, in_i)
   awd_lstm.layers.{i}.lstm.bias_ih_l0, bias_hh_l0  (4 * out_i,)
+  cell "rnn" (tanh):
+  awd_lstm.layers.{i}.weight_hh_l0_raw             (out_i, out_i)      hidden-to-hidden, before DropConnect
+  awd_lstm.layers.{i}.rnn.weight_ih_l0             (out_i, in_i)
+  awd_lstm.layers.{i}.rnn.bias_ih_l0, bias_hh_l0   (out_i,)
+  cell "qrnn" (no hidden-to-hidden matrix: DropConnect masks the gates' weights):
+  awd_lstm.layers.{i}.weight_ih_raw                (3 * out_i, window_i * in_i)  before DropConnect
+  awd_lstm.layers.{i}.bias_ih                      (3 * out_i,)
   decoder.bias                                     (vocab_size,)
   decoder.weight only when tie_word_embeddings is false: tied, it is the embedding and is stored once.
   Here in_i is embedding_size for layer 0 and hidden_size above; out_i is hidden_size, except for the last
-  layer, whose output is embedding_size so the decoder can share the embedding. Gate rows are in PyTorch's
-  order (input, forget, cell, output).
+  layer, whose output is embedding_size so the decoder can share the embedding. LSTM gate rows are in PyTorch's
+  order (input, forget, cell, output); QRNN rows are (candidate z, forget f, output o) and its columns x_t, then
+  x_{t-1} where window_i is 2 (layer 0; 1 above).
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -35,11 +49,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Pretrained
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
-# One (h, c) pair per layer, each (1, batch, layer output size): the layers differ in size, so no single tensor.
-HiddenState = tuple[tuple[Tensor, Tensor], ...]
+from finetune.models.recurrent_cells import LayerState, QRNNLayer, WeightDropout, recurrent_layer
 
-# cuDNN warns at every call when an LSTM's weights are not one packed buffer; under DropConnect they never are.
-_UNPACKED_WEIGHTS_WARNING = "RNN module weights are not part of single contiguous chunk of memory"
+# One LayerState (recurrent_cells.py: LSTM (hidden, cell), RNN (hidden,), QRNN (cell[, previous_input])) per
+# layer: the layers differ in size, so no single tensor. None starts every layer from zeros.
+HiddenState = tuple[LayerState, ...]
 
 
 class RNNDropout(nn.Module):
@@ -72,52 +86,26 @@ class EmbeddingDropout(nn.Module):
         return weight * keep / (1 - self.p)
 
 
-class _UnpackedLSTM(nn.LSTM):
-    """An nn.LSTM that never packs its weights into cuDNN's single buffer."""
-
-    def flatten_parameters(self) -> None:
-        """Do nothing: WeightDropout hands the LSTM a new hidden-to-hidden tensor at every call.
-
-        nn.LSTM re-packs (on cuDNN) whenever a weight object changes: at every call here, copying all weights and
-        moving the real parameters to new storage in place, under graphs that may still need them (ULMFiT's
-        classifier runs the encoder over many chunks of a document before one backward).
-        """
-
-
-class WeightDropout(nn.Module):
-    """One batch-first LSTM layer with DropConnect on its hidden-to-hidden weights (a fresh mask per call)."""
-
-    def __init__(self, input_size: int, hidden_size: int, p: float):
-        super().__init__()
-        self.p = p
-        self.lstm = _UnpackedLSTM(input_size, hidden_size, batch_first=True)
-        # The raw weight lives here, so it is what optimizers train and checkpoints store; the LSTM only ever
-        # sees a masked copy, set just for the duration of a call.
-        self.weight_hh_l0_raw = self.lstm.weight_hh_l0
-        del self.lstm.weight_hh_l0  # unregister first: assigning None to a parameter name keeps the name
-        self.lstm.weight_hh_l0 = None
-
-    def forward(
-        self, inputs: Tensor, state: tuple[Tensor, Tensor] | None = None
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """The LSTM's (outputs, (h, c)) for `inputs` of shape (batch, time, input_size)."""
-        raw = self.weight_hh_l0_raw
-        # view_as in eval: assigning the Parameter itself would register it as a parameter of the LSTM.
-        weight = F.dropout(raw, self.p, training=True) if self.training and self.p > 0 else raw.view_as(raw)
-        # nn.LSTM reads a cached list of weights; its __setattr__ updates that list for names it knows.
-        self.lstm.weight_hh_l0 = weight
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_UNPACKED_WEIGHTS_WARNING)
-                return self.lstm(inputs, state)
-        finally:
-            # Drop the masked copy: a module holding a non-leaf tensor cannot be deep-copied or pickled.
-            self.lstm.weight_hh_l0 = None
-
-
 def detach_hidden_state(hidden_state: HiddenState) -> HiddenState:
     """The same state cut from the graph: truncated backpropagation through time between batches."""
-    return tuple((hidden.detach(), cell.detach()) for hidden, cell in hidden_state)
+    return tuple(tuple(tensor.detach() for tensor in layer_state) for layer_state in hidden_state)
+
+
+def named_hidden_state(model: nn.Module, hidden_state: HiddenState | None) -> dict[str, Tensor]:
+    """The state as named tensors for a checkpoint: "{name}_{layer}" (an LSTM's hidden_0, cell_0, hidden_1, ...)."""
+    if hidden_state is None:
+        return {}
+    layers = model.base_model.layers
+    return {f"{name}_{index}": tensor for index, (layer, layer_state) in enumerate(zip(layers, hidden_state))
+            for name, tensor in zip(layer.state_names, layer_state)}
+
+
+def hidden_state_from_names(model: nn.Module, tensors: dict[str, Tensor]) -> HiddenState | None:
+    """The state `named_hidden_state` saved (other tensors beside it are ignored); None when it is not all there."""
+    names = [[f"{name}_{index}" for name in layer.state_names] for index, layer in enumerate(model.base_model.layers)]
+    if not all(name in tensors for layer_names in names for name in layer_names):
+        return None
+    return tuple(tuple(tensors[name] for name in layer_names) for layer_names in names)
 
 
 @strict
@@ -129,12 +117,13 @@ class AWDLSTMConfig(PretrainedConfig):
     vocab_size: int = 60000  # fastai's WikiText-103 vocabulary cap
     embedding_size: int = 400  # also the top layer's output size
     hidden_size: int = 1152  # every layer but the last, whose output is embedding_size (for the tied decoder)
-    num_layers: int = 3  # LSTM layers, each its own module (and its own layer group)
+    num_layers: int = 3  # recurrent layers, each its own module (and its own layer group)
+    cell: Literal["lstm", "qrnn", "rnn"] = "lstm"  # ULMFiT's LSTM, MultiFiT's QRNN, or a tanh RNN (a baseline)
     output_dropout: float = 0.1  # RNNDropout before the decoder
-    hidden_dropout: float = 0.15  # RNNDropout between LSTM layers
+    hidden_dropout: float = 0.15  # RNNDropout between recurrent layers
     input_dropout: float = 0.25  # RNNDropout on the embedded tokens
     embedding_dropout: float = 0.02  # EmbeddingDropout: whole words
-    weight_dropout: float = 0.2  # DropConnect on each layer's hidden-to-hidden weights
+    weight_dropout: float = 0.2  # DropConnect on each layer's hidden-to-hidden weights (QRNN: its gates' weights)
     tie_word_embeddings: bool = True  # decoder weight is the embedding (the name transformers' tying reads)
     pad_token_id: int | None = 1  # fastai's xxpad
     embedding_init_range: float = 0.1  # embedding and decoder uniform in [-range, range], as in AWD-LSTM
@@ -176,7 +165,8 @@ class AWDLSTMPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Uniform embedding and decoder (AWD-LSTM's scheme), PyTorch's LSTM init, zero decoder bias."""
+        """Uniform embedding and decoder (AWD-LSTM's scheme), PyTorch's LSTM/RNN init (QRNN: nn.Linear's, as
+        fastai), zero decoder bias."""
         bound = self.config.embedding_init_range
         if isinstance(module, nn.Embedding):
             init.uniform_(module.weight, -bound, bound)
@@ -186,15 +176,15 @@ class AWDLSTMPreTrainedModel(PreTrainedModel):
             init.uniform_(module.weight, -bound, bound)
             if module.bias is not None:
                 init.zeros_(module.bias)
-        elif isinstance(module, WeightDropout):
-            # The raw weight sits outside the inner LSTM, so the whole layer is initialised here.
-            lstm_bound = 1 / math.sqrt(module.lstm.hidden_size)
+        elif isinstance(module, (WeightDropout, QRNNLayer)):
+            # Whole layers: an LSTM's or RNN's raw weight sits outside the PyTorch module inside.
+            fan_in = module.hidden_size if isinstance(module, WeightDropout) else module.weight_ih_raw.shape[1]
             for parameter in module.parameters():
-                init.uniform_(parameter, -lstm_bound, lstm_bound)
+                init.uniform_(parameter, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
 
 
 class AWDLSTMModel(AWDLSTMPreTrainedModel):
-    """The encoder: embedding with word dropout, then a stack of weight-dropped LSTM layers."""
+    """The encoder: embedding with word dropout, then a stack of weight-dropped recurrent layers (config.cell)."""
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)
@@ -204,7 +194,8 @@ class AWDLSTMModel(AWDLSTMPreTrainedModel):
         self.hidden_dropout = RNNDropout(config.hidden_dropout)
         sizes = [config.embedding_size] + [config.hidden_size] * (config.num_layers - 1) + [config.embedding_size]
         self.layers = nn.ModuleList(
-            WeightDropout(sizes[index], sizes[index + 1], config.weight_dropout) for index in range(config.num_layers)
+            recurrent_layer(config.cell, sizes[index], sizes[index + 1], config.weight_dropout, index)
+            for index in range(config.num_layers)
         )
         self.post_init()
 
@@ -214,8 +205,8 @@ class AWDLSTMModel(AWDLSTMPreTrainedModel):
         """Encode (batch, time) token ids, starting from `hidden_state` (zeros when None).
 
         A state from a batch of another size is dropped (zeros), as fastai does, so a short last batch works.
-        `attention_mask` is accepted for tokenizer outputs and ignored: reading left to right, an LSTM is
-        unaffected by right padding. The caller keeps the returned state, detaching it between batches.
+        `attention_mask` is accepted for tokenizer outputs and ignored: reading left to right (every cell), the
+        encoder is unaffected by right padding. The caller keeps the returned state, detaching it between batches.
         """
         if hidden_state is not None and hidden_state[0][0].shape[1] != input_ids.shape[0]:
             hidden_state = None
@@ -311,7 +302,7 @@ def with_gradient_of(loss: Tensor, penalty: Tensor) -> Tensor:
 
 
 def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:
-    """ULMFiT's groups: [embedding], [LSTM layer 0], ..., [top LSTM layer]; `layer_groups` adds the head."""
+    """ULMFiT's groups: [embedding], [layer 0], ..., [top layer] (any cell); `layer_groups` adds the head."""
     encoder = model.base_model
     return [list(encoder.embedding.parameters())] + [list(layer.parameters()) for layer in encoder.layers]
 

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
-from finetune.models.awd_lstm import activation_penalty, with_gradient_of
+from finetune.models.awd_lstm import (HiddenState, activation_penalty, detach_hidden_state, hidden_state_from_names,
+                                      named_hidden_state, with_gradient_of)
 from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy
@@ -128,7 +129,7 @@ class NextTokenLM(LanguageModelLoss):
 
 
 class RecurrentNextTokenLM(LanguageModelLoss):
-    """An AWD-LSTM whose forward returns the next-token loss and carries its LSTM state to the next batch.
+    """An AWD-LSTM whose forward returns the next-token loss and carries its recurrent state to the next batch.
 
     Truncated BPTT: row i of each batch continues row i of the previous one, so the state flows on,
     cut from the graph so that gradients stop at the batch edge. While training, the loss's gradient also
@@ -139,7 +140,7 @@ class RecurrentNextTokenLM(LanguageModelLoss):
                  temporal_activation_regularization: float = 0.0):
         super().__init__()
         self.lstm_lm = lstm_lm
-        self.state: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+        self.state: HiddenState | None = None
         # fastai's alpha and beta (its TextLearner's defaults are 2 and 1; 0 turns either off).
         self.activation_regularization = activation_regularization
         self.temporal_activation_regularization = temporal_activation_regularization
@@ -153,7 +154,7 @@ class RecurrentNextTokenLM(LanguageModelLoss):
         # AWDLSTMForCausalLM.forward, with the decoder and the loss fused (no logits tensor).
         language_model = self.lstm_lm
         encoded = language_model.awd_lstm(input_ids, hidden_state=self.state)
-        self.state = tuple((hidden.detach(), cell.detach()) for hidden, cell in encoded.hidden_state)
+        self.state = detach_hidden_state(encoded.hidden_state)
         dropped = language_model.output_dropout(encoded.last_hidden_state)
         decoder = language_model.decoder
         loss, count, correct = linear_cross_entropy(dropped, decoder.weight, decoder.bias, labels,
@@ -175,12 +176,8 @@ class RecurrentNextTokenLM(LanguageModelLoss):
 
     def carried_state(self) -> dict[str, torch.Tensor]:
         """The state as named tensors, to save in a checkpoint."""
-        if self.state is None:
-            return {}
-        return {f"{kind}_{layer}": tensor for layer, pair in enumerate(self.state)
-                for kind, tensor in zip(("hidden", "cell"), pair)}
+        return named_hidden_state(self.lstm_lm, self.state)
 
     def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
         """Put back a state saved by `carried_state` (other tensors saved beside it, e.g. the loop's, are ignored)."""
-        layers = sum(name.startswith("hidden_") for name in tensors)
-        self.state = tuple((tensors[f"hidden_{layer}"], tensors[f"cell_{layer}"]) for layer in range(layers)) or None
+        self.state = hidden_state_from_names(self.lstm_lm, tensors)

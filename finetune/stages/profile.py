@@ -223,7 +223,7 @@ def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[
     """The activation estimate of each layer, bottom to top, for one micro-batch of `tokens` tokens."""
     config = backbone_config(model.config)
     if config.model_type == "awd_lstm":
-        return [lstm_layer_activation_bytes(tokens, layer.lstm.input_size, layer.lstm.hidden_size)
+        return [lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size)
                 for layer in model.base_model.layers]
     hidden = config.hidden_size
     intermediate = next((value for name in ("intermediate_size", "n_inner", "hidden_dim")
