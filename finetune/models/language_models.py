@@ -72,7 +72,7 @@ def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Modu
         return build_causal_lm(model_config, len(tokenizer), max_positions, tokenizer)
     config = AWDLSTMConfig(
         vocab_size=len(tokenizer), embedding_size=model_config.embedding_size, hidden_size=model_config.hidden,
-        num_layers=model_config.layers, pad_token_id=tokenizer.pad_token_id,
+        num_layers=model_config.layers, cell=model_config.cell, pad_token_id=tokenizer.pad_token_id,
         embedding_init_range=model_config.embedding_init_range, **awd_lstm_dropouts(model_config),
     )
     return AWDLSTMForCausalLM._from_config(config)

@@ -11,7 +11,7 @@ from finetune.recipes.base import (MAX_VOCABULARY, DiscriminativeConfig, InputFi
                                    Section, Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
 
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
-AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "embedding_init_range")
+AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "cell", "embedding_init_range")
 
 
 def _drop_architecture(data: dict[str, Any], checkpoint: Optional[str], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -79,12 +79,17 @@ class AWDLSTMModelConfig(Section):
     embedding_size: int = Field(400, gt=0, description="embedding size (also the last LSTM's size: tied decoder)")
     hidden: int = Field(1152, gt=0, description="hidden size of the inner LSTM layers")
     layers: int = Field(3, gt=0, description="stacked LSTM layers")
+    cell: Literal["lstm", "qrnn", "rnn"] = Field(
+        "lstm", description="the recurrent layers: lstm (ULMFiT), qrnn (MultiFiT's quasi-recurrent layers: one "
+        "matrix product per sequence, then an elementwise recurrence; faster per token), rnn (tanh, a baseline)"
+    )
     # The five dropouts at fastai's ULMFiT language-model defaults.
     output_dropout: float = Field(0.1, ge=0, lt=1, description="dropout on the last LSTM's output")
     hidden_dropout: float = Field(0.15, ge=0, lt=1, description="variational dropout between LSTM layers")
     input_dropout: float = Field(0.25, ge=0, lt=1, description="variational dropout on the embedded input")
     embedding_dropout: float = Field(0.02, ge=0, lt=1, description="drops whole embedding rows (words)")
-    weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights")
+    weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights "
+                                  "(qrnn: on its gates' weights, as fastai)")
     # fastai's 0.1 leaves the embedded input so small that, with Adam on a corpus of a few million tokens, the LM
     # sits at the unigram plateau for hundreds of steps; 0.5 leaves it within ~20 (recipes/pretrain/awd-lstm-*).
     embedding_init_range: float = Field(
