@@ -182,6 +182,6 @@ class QRNNLayer(nn.Module):
 def recurrent_layer(cell: str, input_size: int, output_size: int, weight_dropout: float, index: int) -> nn.Module:
     """Layer `index` of the stack: forward(inputs, state) -> (outputs, state), DropConnect on its weights."""
     if cell == "qrnn":
-        # Window 2 at the bottom, 1 above: fastai's AWD-QRNN and MultiFiT (the first layer reads pairs of neighbouring tokens).
+        # Window 2 at the bottom, 1 above, as fastai's AWD-QRNN and MultiFiT: the first layer reads token pairs.
         return QRNNLayer(input_size, output_size, weight_dropout, window=2 if index == 0 else 1)
     return WeightDropout(input_size, output_size, weight_dropout, cell)
