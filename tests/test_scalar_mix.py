@@ -95,11 +95,12 @@ def test_the_transformer_mix_is_gamma_times_the_softmax_weighted_sum_of_its_hidd
     assert not torch.allclose(logits, last_layer, atol=1e-4)
 
 
-def test_the_awd_lstm_mix_covers_the_embedding_and_every_layer_projected_to_the_top_width():
+@pytest.mark.parametrize("cell", ["lstm", "qrnn", "rnn"])
+def test_the_awd_lstm_mix_covers_the_embedding_and_every_layer_projected_to_the_top_width(cell):
     torch.manual_seed(0)
     model = AWDLSTMForSequenceClassification(AWDLSTMConfig(
         vocab_size=30, embedding_size=8, hidden_size=12, num_layers=2, pad_token_id=0, num_labels=2,
-        classifier_scalar_mix=True)).eval()
+        classifier_scalar_mix=True, cell=cell)).eval()
     mix = model.scalar_mix
     assert isinstance(mix, ProjectedScalarMix)
     # Only the inner layer (12 wide) needs a projection to the top layer's 8; the embedding is 8 wide already.
