@@ -1,5 +1,5 @@
-"""Models. Importing the package registers the AWD-LSTM classes and the mean-pooling classifier with transformers'
-Auto classes, so that `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained` load this
-toolkit's own checkpoints."""
+"""Models. Importing the package registers the AWD-LSTM classes, the n-gram model and the mean-pooling classifier
+with transformers' Auto classes, so that `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained`
+load this toolkit's own checkpoints."""
 
-from finetune.models import awd_lstm, awd_lstm_classifier, mean_pooling  # noqa: F401  (registration on import)
+from finetune.models import awd_lstm, awd_lstm_classifier, mean_pooling, ngram  # noqa: F401  (registration on import)
