@@ -1,17 +1,32 @@
-"""The n-gram baseline: modified Kneser-Ney against hand computations, and its Hugging Face checkpoint."""
+"""The n-gram baseline (model.family ngram): modified Kneser-Ney against hand computations, its Hugging Face
+checkpoint, and `finetune pretrain` counting it and scoring it in the neural families' units."""
 
 from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from typer.testing import CliRunner
 
+from finetune.cli import app
+from finetune.data.corpus import read_documents
+from finetune.data.pretraining_text import pretraining_text
+from finetune.models.language_models import loss_module, train_tokenizer
 from finetune.models.ngram import (FALLBACK_DISCOUNTS, NGramForCausalLM, estimate_kneser_ney,
                                    modified_kneser_ney_discounts)
+from finetune.recipes import TokenizerConfig, load_recipe
+from finetune.run_dir import read_metrics
+from finetune.stages.pretrain import language_model_data, validation_metrics
+from finetune.training.loop import make_accelerator
+from tests.conftest import (eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task,
+                            write_yaml)
+
+runner = CliRunner()
 
 
 def probabilities_after(model: NGramForCausalLM, context: list[int]) -> list[float]:
@@ -130,3 +145,113 @@ def test_a_saved_model_reloads_with_identical_scores(tmp_path):
     rows = torch.from_numpy(rng.integers(0, 32, size=(4, 25)))
     assert torch.equal(reloaded.target_log_probabilities(rows), model.target_log_probabilities(rows))
     assert torch.equal(reloaded(rows).logits, model(rows).logits)
+
+
+# ---------------------------------------------------------------------------------------------
+# `finetune pretrain` with model.family ngram
+# ---------------------------------------------------------------------------------------------
+
+
+def ngram_recipe(tmp_path: Path, corpus: Path, **model) -> dict:
+    """A tiny ngram pretrain recipe with its own validation file (the last 30 generated lines)."""
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    corpus.write_text("\n".join(lines[:-30]) + "\n", encoding="utf-8")
+    validation = corpus.with_name("valid.txt")
+    validation.write_text("\n".join(lines[-30:]) + "\n", encoding="utf-8")
+    data = pretrain_recipe(corpus, tmp_path / "run")
+    data["model"] = {"family": "ngram", **model}
+    data["corpus"].update(validation_files=[str(validation)])
+    data["corpus"].pop("validation_fraction")
+    return data
+
+
+def test_pretrain_counts_scores_and_saves_a_checkpoint_that_reloads(tmp_path, corpus_file):
+    recipe_file = write_yaml(tmp_path / "recipe.yaml", ngram_recipe(tmp_path, corpus_file, order=3))
+    result = runner.invoke(app, ["pretrain", str(recipe_file)])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "run"
+    [record] = read_metrics(run / "metrics.jsonl")  # one validation, with the keys of the neural families'
+    assert set(record) == {"phase", "step", "epoch", "validation_loss", "validation_perplexity",
+                           "next_token_accuracy"}
+    assert record["phase"] == "eval" and record["step"] == 0
+    assert record["validation_perplexity"] == pytest.approx(math.exp(record["validation_loss"]))
+    assert 0 < record["next_token_accuracy"] <= 1 and 0 < record["validation_loss"] < math.log(200)
+    assert (run / "checkpoint" / "README.md").is_file() and (run / "timing.json").is_file()
+    # The checkpoint reloads with the Auto classes and scores the same validation blocks identically.
+    model = AutoModelForCausalLM.from_pretrained(run / "checkpoint")
+    tokenizer = AutoTokenizer.from_pretrained(run / "checkpoint")
+    assert isinstance(model, NGramForCausalLM) and model.config.order == 3
+    assert model.config.vocab_size == len(tokenizer)
+    recipe = load_recipe(recipe_file)
+    accelerator = make_accelerator(recipe.training)
+    train_tokens, validation_tokens = pretraining_text(recipe.corpus, recipe.seed).tokenize(tokenizer, None, False)
+    assert model.config.training_tokens == train_tokens.token_count + len(train_tokens)  # a separator after each
+    _, validation = language_model_data(recipe, tokenizer, train_tokens, validation_tokens, accelerator)
+    loader = torch.utils.data.DataLoader(validation, batch_size=recipe.training.batch_size)
+    metrics = validation_metrics(accelerator, loss_module(recipe.model, model), loader, "next_token_accuracy")
+    assert metrics == {key: record[key] for key in metrics}
+    ids = tokenizer(["the film was great ."], return_tensors="pt")["input_ids"]
+    assert model(input_ids=ids).logits.shape == (1, ids.shape[1], len(tokenizer))
+
+
+@pytest.fixture(scope="module")
+def ngram_checkpoint(tmp_path_factory) -> Path:
+    """A tiny counted trigram model with its byte-level BPE tokenizer, saved as a checkpoint folder."""
+    folder = tmp_path_factory.mktemp("ngram")
+    documents = read_documents([write_corpus(folder / "corpus")])
+    tokenizer = train_tokenizer("gpt2", documents, TokenizerConfig(vocab_size=200, min_frequency=1, lowercase=False))
+    stream = np.array([token for document in documents for token in tokenizer(document)["input_ids"]])
+    model = NGramForCausalLM.count(stream, len(tokenizer), order=3, eos_token_id=tokenizer.eos_token_id)
+    model.save_pretrained(folder / "checkpoint")
+    tokenizer.save_pretrained(folder / "checkpoint")
+    return folder / "checkpoint"
+
+
+def streamed(data: dict, tmp_path: Path, checkpoint: Path) -> None:
+    """A `datasets` corpus read as a stream (nothing is read: the recipe is refused first)."""
+    data["corpus"] = {"dataset": "json", "dataset_files": [str(tmp_path / "rows.jsonl")], "streaming": True,
+                      "validation_documents": 5}
+
+
+REFUSALS = {
+    "continuing a checkpoint": (lambda data, tmp, checkpoint: data["model"].update(checkpoint=str(checkpoint)),
+                                ["pretrain"], ("model.checkpoint", "counted from scratch")),
+    "a streamed corpus": (streamed, ["pretrain"], ("corpus.streaming", "ngram counts the whole corpus")),
+    "masking": (lambda data, tmp, checkpoint: data.update(masking={"probability": 0.2}), ["pretrain"],
+                ("masking applies to masked LMs",)),
+    "an order past 6": (lambda data, tmp, checkpoint: data["model"].update(order=7), ["pretrain"], ("model.order",)),
+    "--resume": (None, ["pretrain", "--resume"], ("--resume", "one pass")),
+    "lr-find": (None, ["lr-find"], ("lr-find", "no learning rate")),
+    "profile": (None, ["profile"], ("model.family ngram", "profile")),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS.values(), ids=REFUSALS.keys())
+def test_what_an_ngram_run_cannot_do_is_one_line_and_exit_code_2(case, tmp_path, corpus_file, ngram_checkpoint):
+    change, command, named = case
+    data = pretrain_recipe(corpus_file, tmp_path / "run")
+    data["model"] = {"family": "ngram"}
+    if change is not None:
+        change(data, tmp_path, ngram_checkpoint)
+    recipe = write_yaml(tmp_path / "recipe.yaml", data)
+    result = runner.invoke(app, [command[0], str(recipe), *command[1:]])
+    assert_one_error_line(result, named)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run-lr-find").exists()
+
+
+@pytest.mark.parametrize("stage", ["finetune", "eval"])
+def test_an_ngram_checkpoint_is_refused_as_a_classifier(stage, tmp_path, ngram_checkpoint):
+    task = write_task(tmp_path / "task")
+    data = (finetune_recipe(ngram_checkpoint, task, tmp_path / "run") if stage == "finetune" else
+            eval_recipe(task, tmp_path / "run", {"baseline": str(ngram_checkpoint)}))
+    result = runner.invoke(app, [stage, str(write_yaml(tmp_path / "recipe.yaml", data))])
+    key = "model.checkpoint" if stage == "finetune" else "models.baseline"
+    assert_one_error_line(result, (key, "'ngram' model", "no sequence-classification head"))
+
+
+def assert_one_error_line(result, named: tuple[str, ...]) -> None:
+    output = result.output.strip()
+    assert result.exit_code == 2, f"exit code {result.exit_code}: {result.output[-2000:]}"
+    assert output.startswith("error: ") and "\n" not in output, f"not one error line: {output[:2000]!r}"
+    for fragment in named:
+        assert fragment in output, f"{fragment!r} not named in {output!r}"

@@ -330,7 +330,7 @@ def test_describe_keys_for_pretrain():
     assert keys["training.lr"][2] == repr(5e-4)
     assert "peak learning rate" in keys["training.lr"][3]
     assert keys["run_dir"][2] == "(required)"
-    assert keys["model.family"][1] == "bert|gpt2|awd_lstm"
+    assert keys["model.family"][1] == "bert|gpt2|awd_lstm|ngram"
     # A key the families share with one meaning is listed once, marked with the families that have it.
     assert [row[3] for row in rows if row[0] == "model.heads"] == ["(bert, gpt2) attention heads; must divide hidden"]
     # The same key with a different meaning per family is listed once per meaning.

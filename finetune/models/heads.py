@@ -93,14 +93,15 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
 
 
 @contextlib.contextmanager
-def _family_without_a_head(checkpoint: str, config):
-    """transformers' refusal of a family without a sequence-classification class, as one line naming it."""
+def _family_without_a_head(checkpoint: str, config, key: str = "model.checkpoint"):
+    """transformers' refusal of a family without a sequence-classification class (an n-gram model), as one line
+    naming it."""
     try:
         yield
     except ValueError as error:
         if "Unrecognized configuration class" not in str(error):
             raise
-        raise UserError(f"model.checkpoint: {checkpoint} is a '{config.model_type}' model, which has "
+        raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' model, which has "
                         "no sequence-classification head yet") from None
 
 
@@ -180,7 +181,9 @@ def fitted_max_length(requested: int, model) -> int:
 def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool = False):
     """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
     source = resolve_checkpoint(name, key)
-    model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code)
+    config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code)
+    with _family_without_a_head(name, config, key):
+        model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code, config=config)
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:

@@ -1,13 +1,15 @@
-"""The three language-model families of `finetune pretrain`, behind one interface.
+"""The language-model families of `finetune pretrain`, behind one interface.
 
-| family   | objective        | tokenizer trained on the corpus | Hugging Face class            |
-|----------|------------------|---------------------------------|-------------------------------|
-| bert     | masked tokens    | WordPiece (uncased by default)  | BertForMaskedLM               |
-| gpt2     | next token       | byte-level BPE                  | GPT2LMHeadModel               |
-| awd_lstm | next token, BPTT | byte-level BPE                  | AWDLSTMForCausalLM (ours)     |
+| family   | objective              | tokenizer trained on the corpus | Hugging Face class            |
+|----------|------------------------|---------------------------------|-------------------------------|
+| bert     | masked tokens          | WordPiece (uncased by default)  | BertForMaskedLM               |
+| gpt2     | next token             | byte-level BPE                  | GPT2LMHeadModel               |
+| awd_lstm | next token, BPTT       | byte-level BPE                  | AWDLSTMForCausalLM (ours)     |
+| ngram    | next token, counted    | byte-level BPE                  | NGramForCausalLM (ours)       |
 
 Each family's model is wrapped in a module whose forward is `(input_ids, labels) -> (mean loss,
-labelled tokens, correct predictions or None)`, so the training loop and validation never branch on it.
+labelled tokens, correct predictions or None)`, so the training loop and validation never branch on it. The
+n-gram baseline is counted, not trained (models/ngram.py): it has no sizes to build, and only validation calls it.
 The AWD-LSTM's training loss also carries the gradient of its activation penalties (AR/TAR), not their value.
 """
 
@@ -23,12 +25,15 @@ from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
+from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 
 # The Hugging Face class of each family's language model (for a checkpoint's config: built, not loaded, by profile).
-LANGUAGE_MODEL_CLASSES = {"bert": BertForMaskedLM, "gpt2": GPT2LMHeadModel, "awd_lstm": AWDLSTMForCausalLM}
+LANGUAGE_MODEL_CLASSES = {"bert": BertForMaskedLM, "gpt2": GPT2LMHeadModel, "awd_lstm": AWDLSTMForCausalLM,
+                          "ngram": NGramForCausalLM}
 
 # What validation calls the share of labelled tokens predicted right.
-ACCURACY_NAME = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
+ACCURACY_NAME = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy",
+                 "ngram": "next_token_accuracy"}
 
 
 def train_tokenizer(family: str, documents: list[str], tokenizer_config):
@@ -66,6 +71,9 @@ class VocabularyOfSize:
 
 def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Module:
     """A randomly initialised Hugging Face model of the recipe's family and size."""
+    if model_config.family == "ngram":  # e.g. `finetune profile`: there is nothing to size or to train
+        raise UserError("model.family ngram is counted from the corpus by `finetune pretrain`; it has no sizes to "
+                        "build and no training to profile or range-test")
     if model_config.family == "bert":
         return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
     if model_config.family == "gpt2":
@@ -110,7 +118,7 @@ def loss_module(model_config, model: nn.Module) -> nn.Module:
     if model_config.family == "awd_lstm":
         return RecurrentNextTokenLM(model, model_config.activation_regularization,
                                     model_config.temporal_activation_regularization)
-    wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM}
+    wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM, "ngram": NGramNextTokenLM}
     return wrappers[model_config.family](model)
 
 

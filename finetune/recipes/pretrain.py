@@ -1,11 +1,11 @@
-"""The `pretrain` recipe: model families (bert, gpt2, awd_lstm), tokenizer, corpus and masking sections."""
+"""The `pretrain` recipe: model families (bert, gpt2, awd_lstm, ngram), tokenizer, corpus and masking sections."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Discriminator, Field, Tag, model_serializer, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_serializer, model_validator
 
 from finetune.recipes.base import (MAX_VOCABULARY, DiscriminativeConfig, InputFile, InputFolder, PretrainScheduleConfig,
                                    Section, Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
@@ -58,14 +58,14 @@ class MaskedLMModelConfig(TransformerModelConfig):
     """A BERT-style encoder trained to fill in masked tokens."""
 
     family: Literal["bert"] = Field("bert", description="bert: masked LM; gpt2: causal transformer; "
-                                    "awd_lstm: ULMFiT's causal LSTM")
+                                    "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
 
 
 class CausalLMModelConfig(TransformerModelConfig):
     """A GPT-2-style decoder trained to predict the next token."""
 
     family: Literal["gpt2"] = Field(description="bert: masked LM; gpt2: causal transformer; "
-                                    "awd_lstm: ULMFiT's causal LSTM")
+                                    "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
 
 
 class AWDLSTMModelConfig(Section):
@@ -120,7 +120,28 @@ class AWDLSTMModelConfig(Section):
         return _drop_architecture(handler(self), self.checkpoint, AWD_LSTM_ARCHITECTURE_KEYS)
 
 
-MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm")
+class NGramModelConfig(Section):
+    """The baseline: an n-gram model with interpolated modified Kneser-Ney smoothing, counted on the corpus's token
+    ids in one pass (no training loop: the training, schedule and discriminative keys do not apply)."""
+
+    family: Literal["ngram"] = Field(description="bert: masked LM; gpt2: causal transformer; "
+                                     "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
+    order: int = Field(3, ge=1, le=6, description="n: the longest n-gram counted (3: trigrams; 1: a unigram model)")
+    discounts: Literal["modified"] = Field(
+        "modified", description="modified Kneser-Ney: three discounts per order from its count-of-counts "
+        "(Chen & Goodman 1998)"
+    )
+    checkpoint: Optional[str] = Field(None, description="not supported: an n-gram model is always counted anew")
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _counted_anew(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            raise ValueError("an ngram model is counted from scratch; continuing a checkpoint is not supported")
+        return value
+
+
+MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm", "ngram")
 
 
 def _model_family(value: Any) -> str:
@@ -135,6 +156,7 @@ LanguageModelConfig = Annotated[
         Annotated[MaskedLMModelConfig, Tag("bert")],
         Annotated[CausalLMModelConfig, Tag("gpt2")],
         Annotated[AWDLSTMModelConfig, Tag("awd_lstm")],
+        Annotated[NGramModelConfig, Tag("ngram")],
     ],
     Discriminator(_model_family),
 ]
@@ -253,7 +275,8 @@ class MaskingConfig(Section):
 
 
 class PretrainRecipe(TrainingRunRecipe):
-    """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text."""
+    """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text, or count
+    the n-gram baseline (ngram)."""
 
     stage: Literal["pretrain"]
     seed: Seed = Field(0, description="seed for initialisation, data order and masking")
@@ -292,6 +315,8 @@ class PretrainRecipe(TrainingRunRecipe):
         if self.corpus.reverse and family == "bert":
             raise ValueError("corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
                              "causal (gpt2, awd_lstm)")
+        if self.corpus.reverse and family == "ngram":  # its counts read the token arrays forwards
+            raise ValueError("corpus.reverse: backward LMs are gpt2 or awd_lstm; the ngram baseline counts forwards")
         if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):
             raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
         if checkpoint is not None and self.tokenizer.path is not None:
@@ -309,6 +334,9 @@ class PretrainRecipe(TrainingRunRecipe):
         if self.model.family == "awd_lstm":
             raise ValueError("corpus.streaming: awd_lstm reads BPTT rows cut from the whole corpus; stream with "
                              "bert or gpt2, or give awd_lstm text files (tokenised once, memory-mapped)")
+        if self.model.family == "ngram":
+            raise ValueError("corpus.streaming: ngram counts the whole corpus at once; give it text files "
+                             "(tokenised once, memory-mapped) or a dataset read whole")
         if self.training.max_steps is None:
             raise ValueError("corpus.streaming: a stream has no length, so the run's is training.max_steps; give it")
         if self.training.epochs != 1:  # the default, which a saved recipe.yaml spells out

@@ -20,7 +20,10 @@ CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
 HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation", "pearson": "pearsonr",
                "spearman": "spearmanr"}
-PIPELINE = {"bert": "fill-mask", "gpt2": "text-generation", "awd_lstm": "text-generation"}
+PIPELINE = {"bert": "fill-mask", "gpt2": "text-generation", "awd_lstm": "text-generation", "ngram": "text-generation"}
+# The import that registers a family of this toolkit's own with transformers' Auto classes.
+REGISTERING_IMPORT = {"awd_lstm": "import finetune.models.awd_lstm  # registers the AWD-LSTM with the Auto classes\n",
+                      "ngram": "import finetune.models.ngram  # registers the n-gram model with the Auto classes\n"}
 
 
 def hub_base_model(checkpoint: Optional[str]) -> Optional[str]:
@@ -152,8 +155,14 @@ def language_model_card(recipe, records: list[dict]) -> ModelCard:
                          pipeline_tag=PIPELINE[family], model_name=Path(recipe.run_dir).name,
                          tags=["finetune", family] + (["ulmfit"] if family == "awd_lstm" else []))
     auto = "AutoModelForMaskedLM" if family == "bert" else "AutoModelForCausalLM"
-    architecture = "import finetune.models.awd_lstm  # registers the AWD-LSTM with the Auto classes\n" \
-        if family == "awd_lstm" else ""
+    architecture = REGISTERING_IMPORT.get(family, "")
+    if family == "ngram":  # a baseline to compare with, not a backbone to fine-tune
+        purpose = "A baseline to compare language models with"
+        next_step = ("Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "
+                     "next-token log-probabilities")
+    else:
+        purpose = "A starting point for fine-tuning"
+        next_step = "Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`)"
     body = f"""
 # {Path(recipe.run_dir).name}
 
@@ -170,12 +179,12 @@ Loss in nats per token on held-out text:
 
 {_loading(architecture, auto, "PATH_TO_THIS_FOLDER")}
 
-Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`); the full pretraining
-recipe is `finetune_recipe.yaml` beside the weights.
+{next_step}; the full pretraining recipe is `finetune_recipe.yaml`
+beside the weights.
 
 ## Intended use and limits
 
-A starting point for fine-tuning, not a model to deploy as is: it was trained on {source} only
+{purpose}, not a model to deploy as is: it was trained on {source} only
 ({'a small corpus: ' if last.get('validation_perplexity', 0) > 50 else ''}validation perplexity
 {last.get('validation_perplexity', float('nan')):.1f}), and it reproduces that text's style, gaps and biases.
 """

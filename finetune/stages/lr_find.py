@@ -38,6 +38,8 @@ RESULT_JSON, RESULT_MARKDOWN, RESULT_PLOT = "lr_find.json", "lr_find.md", "lr_fi
 
 def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start_lr: float, end_lr: float):
     """The recipe changed into a range test: `steps` steps from `start_lr` to `end_lr`, nothing kept or resumed."""
+    if isinstance(recipe, PretrainRecipe) and recipe.model.family == "ngram":
+        raise UserError("lr-find: model.family ngram is counted, not trained: it has no learning rate to find")
     if not 0 < start_lr < end_lr:
         raise UserError(f"--start-lr {start_lr:g} and --end-lr {end_lr:g}: need 0 < start < end")
     # Epochs enough to reach max_steps on any data size; the stage stops at max_steps.

@@ -3,13 +3,18 @@
 setup (text, tokenizer, model) -> data (packed blocks or BPTT streams) -> train (epochs of the shared
 loop, periodic checkpoints) -> save (HF checkpoint). `resume=True` continues from the newest
 periodic checkpoint of the run directory, bit for bit as if the run had not stopped.
+
+The n-gram baseline (ngram) shares the setup, the data and gpt2's validation blocks, then counts instead of
+training (`run_ngram`): one pass over the training text, one validation, the same save.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from accelerate.data_loader import prepare_data_loader
@@ -32,6 +37,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, language_model_layer_groups, load_language_model,
                                              loss_module, train_tokenizer)
+from finetune.models.ngram import NGramForCausalLM
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
@@ -53,11 +59,16 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
     # 1. setup: read everything that can fail on user input before the run directory is touched
     family = recipe.model.family
+    if family == "ngram" and resume:
+        raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it again")
     resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
     if not resume:
         check_run_dir_free(recipe, latest_training_checkpoint)
-    check_model_fits_in_memory(recipe)
+    if family != "ngram":  # an n-gram model's size is known once it is counted
+        check_model_fits_in_memory(recipe)
     accelerator = make_accelerator(recipe.training, run_dir=recipe.run_dir)
+    if family == "ngram" and accelerator.num_processes > 1:
+        raise UserError("model.family ngram counts in one process: run it without accelerate launch or torchrun")
     # Every process checked the run directory above; none may create it before all have (a later run in the same
     # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
     accelerator.wait_for_everyone()
@@ -71,8 +82,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
     backwards = pretraining_direction(recipe.corpus.reverse, continued.config if continued is not None else None,
                                       recipe.model.checkpoint)
-    max_positions = None  # an LSTM has no position table
-    if family != "awd_lstm":
+    max_positions = None  # an LSTM or an n-gram model has no position table
+    if family in ("bert", "gpt2"):
         max_positions = recipe.model.max_positions or recipe.corpus.block_size
     if continued is not None and family != "awd_lstm":
         max_positions = continued.config.max_position_embeddings if family == "bert" else continued.config.n_positions
@@ -103,6 +114,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                       f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train_data):,} and "
                       f"{len(validation_data):,} {'batches' if family == 'awd_lstm' else 'blocks'} of "
                       f"{recipe.corpus.block_size} tokens")
+        if family == "ngram":  # counted, not trained: no model to build, no optimizer, no training loop
+            return run_ngram(recipe, accelerator, tokenizer, train_tokens, validation_data)
 
     # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
     language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
@@ -184,14 +197,52 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
             epoch, batches_done = epoch + 1, 0
 
     # 5. save
+    return save_language_model(accelerator, accelerator.unwrap_model(model).language_model, tokenizer, recipe,
+                               run_dir, loop)
+
+
+def save_language_model(accelerator, language_model, tokenizer, recipe: PretrainRecipe, run_dir: Path, loop) -> Path:
+    """The final checkpoint with its model card, then the run's timing and plots (`loop`: the TrainingLoop, or a
+    CountingPass); returns the checkpoint folder."""
     checkpoint = run_dir / CHECKPOINT_DIR
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        save_checkpoint(accelerator.unwrap_model(model).language_model, tokenizer, checkpoint, recipe)
+        save_checkpoint(language_model, tokenizer, checkpoint, recipe)
         write_card(language_model_card(recipe, read_metrics(run_dir / METRICS_FILE)), checkpoint)  # README.md
         console.print(f"checkpoint saved to {checkpoint}")
     finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
+
+
+class CountingPass(NamedTuple):
+    """What `finish_run` reads of a training loop, for a model that is counted instead: its start, no steps."""
+
+    started: float
+    step: int = 0
+
+
+def run_ngram(recipe: PretrainRecipe, accelerator, tokenizer, train_tokens: TokenizedDocuments,
+              validation_data) -> Path:
+    """The n-gram baseline: every n-gram of the training stream (documents and separators, as the causal families
+    read it) counted in one pass, then scored on gpt2's validation blocks by `validation_metrics`, and saved."""
+    order = recipe.model.order
+    counting = CountingPass(time.perf_counter())
+    # At least one block long (language_model_data checked): longer than any order.
+    stream = DocumentStream(train_tokens, document_separator_id("ngram", tokenizer)).array()
+    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
+    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process,
+                     start_trackers(accelerator, recipe, run_dir))
+    with phase_bar(f"counting n-grams up to order {order}", order) as advance:
+        ngram = NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
+    console.print(f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
+                  f"1-{order} in {len(stream):,} tokens, counted in {time.perf_counter() - counting.started:.1f} s")
+    validation_loader = DataLoader(validation_data, batch_size=recipe.training.batch_size)
+    model = loss_module(recipe.model, ngram.to(accelerator.device))
+    metrics = validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME["ngram"])
+    log.write({"phase": "eval", "step": 0, "epoch": 0, **metrics})
+    console.print(f"validation loss {metrics['validation_loss']:.4f}, perplexity "
+                  f"{metrics['validation_perplexity']:.1f}, next token accuracy {metrics['next_token_accuracy']:.3f}")
+    return save_language_model(accelerator, ngram, tokenizer, recipe, run_dir, counting)
 
 
 def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
@@ -276,7 +327,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
         # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
         train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
                              MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True))
-    elif family == "gpt2":
+    elif family in ("gpt2", "ngram"):  # ngram: counted on the whole stream, validated on gpt2's blocks
         train, validation = (NextTokenBlocks(PackedBlocks(DocumentStream(tokens, separator), block_size + 1,
                                                           name=name))
                              for tokens, name in both)
@@ -288,7 +339,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
                                          recipe.training.batch_size)
         validation = BPTTBatches(validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False,
                                  name=names[1], **split)
-    if family != "awd_lstm" and len(train) < recipe.training.batch_size:
+    if family in ("bert", "gpt2") and len(train) < recipe.training.batch_size:
         raise UserError(f"the corpus gives {len(train)} training blocks, "
                         f"fewer than training.batch_size={recipe.training.batch_size}")
     return train, validation

@@ -127,8 +127,8 @@ def pretraining_vocabulary(recipe: PretrainRecipe) -> VocabularyOfSize:
 
 
 def max_positions(recipe: PretrainRecipe) -> Optional[int]:
-    """The position table of a new transformer, as the pretrain stage sizes it (an LSTM has none)."""
-    if recipe.model.family == "awd_lstm":
+    """The position table of a new transformer, as the pretrain stage sizes it (an LSTM or an n-gram model has none)."""
+    if recipe.model.family not in ("bert", "gpt2"):
         return None
     return recipe.model.max_positions or recipe.corpus.block_size
 
