@@ -219,6 +219,8 @@ REFUSALS = {
     "a streamed corpus": (streamed, ["pretrain"], ("corpus.streaming", "ngram counts the whole corpus")),
     "masking": (lambda data, tmp, checkpoint: data.update(masking={"probability": 0.2}), ["pretrain"],
                 ("masking applies to masked LMs",)),
+    "a backward corpus": (lambda data, tmp, checkpoint: data["corpus"].update(reverse=True), ["pretrain"],
+                          ("corpus.reverse", "counts forwards")),
     "an order past 6": (lambda data, tmp, checkpoint: data["model"].update(order=7), ["pretrain"], ("model.order",)),
     "--resume": (None, ["pretrain", "--resume"], ("--resume", "one pass")),
     "lr-find": (None, ["lr-find"], ("lr-find", "no learning rate")),
