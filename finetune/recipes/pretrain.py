@@ -292,6 +292,11 @@ class PretrainRecipe(TrainingRunRecipe):
         "fine-tuning a language model on target-task text",
     )
     eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
+    ngram_floor: Optional[int] = Field(
+        None, ge=1, le=6, description="gpt2, awd_lstm: before training, count an n-gram model of this order "
+        "(Kneser-Ney) on the same tokens and score it on the same validation text; the report shows its loss as the "
+        "floor the network has to go below; null: none"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -315,6 +320,10 @@ class PretrainRecipe(TrainingRunRecipe):
         if self.corpus.reverse and family == "bert":
             raise ValueError("corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
                              "causal (gpt2, awd_lstm)")
+        if self.ngram_floor is not None and family not in ("gpt2", "awd_lstm"):
+            raise ValueError(f"ngram_floor: a next-token floor for the causal families (gpt2, awd_lstm), not {family}")
+        if self.ngram_floor is not None and self.corpus.streaming:
+            raise ValueError("ngram_floor: an n-gram model is counted on the whole corpus, which a stream never holds")
         if self.corpus.reverse and family == "ngram":  # its counts read the token arrays forwards
             raise ValueError("corpus.reverse: backward LMs are gpt2 or awd_lstm; the ngram baseline counts forwards")
         if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):

@@ -174,7 +174,7 @@ the finetune toolkit on {source}. {recipe.description}
 Loss in nats per token on held-out text:
 
 {_evaluations(records, ["validation_loss", "validation_perplexity"] + ([accuracy] if accuracy else []))}
-
+{_floor(records)}
 ## How to use
 
 {_loading(architecture, auto, "PATH_TO_THIS_FOLDER")}
@@ -189,6 +189,16 @@ beside the weights.
 {last.get('validation_perplexity', float('nan')):.1f}), and it reproduces that text's style, gaps and biases.
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _floor(records: list[dict]) -> str:
+    """The n-gram floor's line (`ngram_floor`), or nothing."""
+    floors = [record for record in records if record.get("phase") == "floor"]
+    if not floors:
+        return ""
+    floor = floors[-1]
+    return (f"\nFloor: a {floor['model']} Kneser-Ney model counted on the same training tokens scores validation loss "
+            f"{floor['validation_loss']:.4f} (perplexity {floor['validation_perplexity']:.1f}) on the same text.\n")
 
 
 def write_card(card: ModelCard, checkpoint: Path) -> Path:

@@ -61,6 +61,9 @@ def loss_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
     if validation:
         axes.plot([record["step"] for record in validation], [record["validation_loss"] for record in validation],
                   marker="o", label="validation loss")
+    for floor in records_of(records, "floor"):  # `ngram_floor`: the loss a network has to go below
+        axes.axhline(floor["validation_loss"], color="gray", linestyle="--",
+                     label=f"{floor['model']} floor (validation)")
     axes.set(xlabel="optimizer step", ylabel="loss", title="loss")
     axes.grid(alpha=0.3)
     axes.legend()

@@ -45,6 +45,7 @@ from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free,
                                claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
+from finetune.stages.ngram_floor import ngram_floor
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir,
                                            sweep_incomplete_checkpoints)
@@ -144,6 +145,9 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                                                 process_index=accelerator.process_index, even_batches=False)
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
+    if recipe.ngram_floor is not None and resume_from is None:  # a resumed run logged it when it started
+        log.write(ngram_floor(recipe.ngram_floor, tokenizer, train_tokens, validation_tokens, recipe.corpus.block_size,
+                              recipe.training.batch_size, accelerator.is_main_process))
 
     def save_state(progress: dict[str, int]) -> Path:
         unwrapped = accelerator.unwrap_model(model)
