@@ -1,5 +1,6 @@
-"""Models. Importing the package registers the AWD-LSTM classes, the n-gram model and the mean-pooling classifier
-with transformers' Auto classes, so that `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained`
-load this toolkit's own checkpoints."""
+"""Models. Importing the package registers the AWD-LSTM classes, the n-gram model, the causal transformer
+(Transformer-XL memory, sparse attention) and the mean-pooling classifier with transformers' Auto classes, so that
+`AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained` load this toolkit's own checkpoints."""
 
-from finetune.models import awd_lstm, awd_lstm_classifier, mean_pooling, ngram  # noqa: F401  (registration on import)
+from finetune.models import (awd_lstm, awd_lstm_classifier, causal_transformer, mean_pooling,  # noqa: F401
+                             ngram)  # (registration on import)

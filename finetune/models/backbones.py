@@ -12,6 +12,7 @@ from torch import nn
 
 from finetune.errors import UserError
 from finetune.models.awd_lstm import awd_lstm_layer_groups
+from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
 from finetune.models.mean_pooling import backbone_config
 
 Groups = list[list[nn.Parameter]]
@@ -74,6 +75,10 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
     "awd_lstm": awd_lstm_layer_groups,
     # GPT-2's final norm sits above the last block (the head group); its output layer is tied to wte.
     "gpt2": stacked_groups(("wte", "wpe"), "h"),
+    # Ours (models/causal_transformer.py): Transformer-XL's global biases u and v are position information every
+    # block reads, like DeBERTa's relative table, so they sit with the embeddings; the final norm is the head's.
+    CAUSAL_TRANSFORMER_TYPE: stacked_groups(("token_embedding", "position_embedding", "relative_position_biases"),
+                                            "layers"),
 }
 
 

@@ -13,11 +13,12 @@ written as seven elementwise passes over the 4 x hidden activations, each also s
 the integer-threshold dropout, and attention written out (SDPA takes its unfused path on CPU as soon as attention
 dropout is on). Evaluation, autocast, bf16 and GPT-2 variants with other attention options keep Hugging Face's
 forward, which is also the reference tests/test_causal_lm_route.py compares with.
+
+The gpt2 family's own model with Transformer-XL memory or sparse attention (models/causal_transformer.py) trains
+through `MemoryNextTokenLM`, which carries the memory from batch to batch as the AWD-LSTM's wrapper does its state.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +31,7 @@ from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy
 from finetune.models.masked_lm import MaskedLMOutput
-from finetune.models.objectives import LanguageModelLoss
+from finetune.models.objectives import CarriedStateLoss, LanguageModelLoss
 
 
 def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer) -> GPT2LMHeadModel:
@@ -128,7 +129,7 @@ class NextTokenLM(LanguageModelLoss):
         return linear_cross_entropy(hidden, head.weight, head.bias, labels, count_correct=not self.training)
 
 
-class RecurrentNextTokenLM(LanguageModelLoss):
+class RecurrentNextTokenLM(CarriedStateLoss):
     """An AWD-LSTM whose forward returns the next-token loss and carries its recurrent state to the next batch.
 
     Truncated BPTT: row i of each batch continues row i of the previous one, so the state flows on,
@@ -140,7 +141,7 @@ class RecurrentNextTokenLM(LanguageModelLoss):
                  temporal_activation_regularization: float = 0.0):
         super().__init__()
         self.lstm_lm = lstm_lm
-        self.state: HiddenState | None = None
+        self.state: HiddenState | None  # one tuple per layer (models/recurrent_cells.py); None at the start
         # fastai's alpha and beta (its TextLearner's defaults are 2 and 1; 0 turns either off).
         self.activation_regularization = activation_regularization
         self.temporal_activation_regularization = temporal_activation_regularization
@@ -165,15 +166,6 @@ class RecurrentNextTokenLM(LanguageModelLoss):
             loss = with_gradient_of(loss, penalty)
         return loss, count, correct
 
-    @contextlib.contextmanager
-    def fresh_state(self):
-        """Start from zeros inside the block (validation), and give training back its own state after it."""
-        saved, self.state = self.state, None
-        try:
-            yield
-        finally:
-            self.state = saved
-
     def carried_state(self) -> dict[str, torch.Tensor]:
         """The state as named tensors, to save in a checkpoint."""
         return named_hidden_state(self.lstm_lm, self.state)
@@ -181,3 +173,41 @@ class RecurrentNextTokenLM(LanguageModelLoss):
     def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
         """Put back a state saved by `carried_state` (other tensors saved beside it, e.g. the loop's, are ignored)."""
         self.state = hidden_state_from_names(self.lstm_lm, tensors)
+
+
+class MemoryNextTokenLM(CarriedStateLoss):
+    """Our causal transformer (models/causal_transformer.py) whose forward returns the next-token loss and, with
+    Transformer-XL's memory, carries the last `memory_length` states of every layer to the next batch.
+
+    The memory is cut from the graph (gradients stop at the batch edge), and dropped when a batch has another size.
+    `memory_length` defaults to the config's; validation may read with a longer one (`segment_validation`).
+    Without memory (a sparse-attention GPT-2) the state stays None and batches are independent blocks.
+    """
+
+    def __init__(self, causal_transformer: nn.Module, memory_length: int | None = None):
+        super().__init__()
+        self.causal_transformer = causal_transformer
+        self.memory_length = causal_transformer.config.memory_length if memory_length is None else memory_length
+        self.state: tuple[torch.Tensor, ...] | None  # one (batch, remembered, hidden) tensor per layer
+
+    @property
+    def language_model(self) -> nn.Module:
+        """The Hugging Face model inside, the one a checkpoint saves."""
+        return self.causal_transformer
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> MaskedLMOutput:
+        model = self.causal_transformer
+        encoded = model.transformer(input_ids, memory=self.state, memory_length=self.memory_length)
+        self.state = encoded.memory
+        head = model.lm_head
+        return linear_cross_entropy(encoded.last_hidden_state, head.weight, head.bias, labels,
+                                    count_correct=not self.training)
+
+    def carried_state(self) -> dict[str, torch.Tensor]:
+        """The memory as named tensors, to save in a checkpoint."""
+        return {f"memory_{layer}": tensor for layer, tensor in enumerate(self.state or ())}
+
+    def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back a memory saved by `carried_state` (other tensors saved beside it are ignored)."""
+        layers = sum(name.startswith("memory_") for name in tensors)
+        self.state = tuple(tensors[f"memory_{layer}"] for layer in range(layers)) or None

@@ -31,3 +31,21 @@ class LanguageModelLoss(nn.Module):
 
     def restore_carried_state(self, tensors: dict[str, torch.Tensor]) -> None:
         """Put back what `carried_state` saved."""
+
+
+class CarriedStateLoss(LanguageModelLoss):
+    """A LanguageModelLoss whose model carries `state` from batch to batch: row i of each batch continues row i of
+    the one before (the AWD-LSTM's truncated BPTT, Transformer-XL's memory). Validation starts from None."""
+
+    def __init__(self):
+        super().__init__()
+        self.state = None
+
+    @contextlib.contextmanager
+    def fresh_state(self):
+        """Start from no state inside the block (validation), and give training back its own state after it."""
+        saved, self.state = self.state, None
+        try:
+            yield
+        finally:
+            self.state = saved
