@@ -12,6 +12,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from finetune.console import console
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
+from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
 
@@ -59,6 +60,15 @@ def scalar_mix_switch(stored, pooling: str) -> dict[str, bool]:
     return {key: pooling == "scalar_mix"}
 
 
+def refuse_language_model_only(stored, checkpoint: str, key: str = "model.checkpoint") -> None:
+    """Our causal transformer (Transformer-XL memory, sparse attention) has no classifier yet: one line, rather than
+    a crash mid-training (scalar_mix), a head nobody tested (mean) or transformers' traceback (eval, predict)."""
+    if stored.model_type == CAUSAL_TRANSFORMER_TYPE:
+        raise UserError(f"{key}: {checkpoint} is a language model with Transformer-XL memory or sparse "
+                        f"attention ('{CAUSAL_TRANSFORMER_TYPE}'); fine-tuning a classifier on it is not supported "
+                        "yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)")
+
+
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
@@ -69,6 +79,7 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
+    refuse_language_model_only(stored, backbone_config.checkpoint)
     regularization = activation_regularization(backbone_config, stored, pooling)
     if puts_new_mean_pooling_head(stored, pooling):
         return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout, pooling)
@@ -110,6 +121,7 @@ def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = 
     file read: what `finetune profile` counts (built under `torch.device("meta")`, it takes no memory). `stored`
     may also be the config of a language model not trained yet (a later stage of `finetune ulmfit`). Dropout rates
     change no shape and stay as stored; the refusals are a real run's."""
+    refuse_language_model_only(stored, backbone_config.checkpoint)
     activation_regularization(backbone_config, stored, pooling)
     fresh = backbone_config.model_copy(update={"init": "random"})
     if puts_new_mean_pooling_head(stored, pooling):
@@ -182,6 +194,7 @@ def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool 
     """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
     source = resolve_checkpoint(name, key)
     config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code)
+    refuse_language_model_only(config, name, key)
     with _family_without_a_head(name, config, key):
         model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code, config=config)
     expected = label_config(spec)["id2label"]

@@ -1,11 +1,13 @@
 """The language-model families of `finetune pretrain`, behind one interface.
 
-| family   | objective              | tokenizer trained on the corpus | Hugging Face class            |
-|----------|------------------------|---------------------------------|-------------------------------|
-| bert     | masked tokens          | WordPiece (uncased by default)  | BertForMaskedLM               |
-| gpt2     | next token             | byte-level BPE                  | GPT2LMHeadModel               |
-| awd_lstm | next token, BPTT       | byte-level BPE                  | AWDLSTMForCausalLM (ours)     |
-| ngram    | next token, counted    | byte-level BPE                  | NGramForCausalLM (ours)       |
+| family   | objective              | tokenizer trained on the corpus | Hugging Face class                        |
+|----------|------------------------|---------------------------------|-------------------------------------------|
+| bert     | masked tokens          | WordPiece (uncased by default)  | BertForMaskedLM                           |
+| gpt2     | next token             | byte-level BPE                  | GPT2LMHeadModel; with memory_length (BPTT |
+|          |                        |                                 | batches) or a sparse attention pattern:   |
+|          |                        |                                 | CausalTransformerForCausalLM (ours)       |
+| awd_lstm | next token, BPTT       | byte-level BPE                  | AWDLSTMForCausalLM (ours)                 |
+| ngram    | next token, counted    | byte-level BPE                  | NGramForCausalLM (ours)                   |
 
 Each family's model is wrapped in a module whose forward is `(input_ids, labels) -> (mean loss,
 labelled tokens, correct predictions or None)`, so the training loop and validation never branch on it. The
@@ -22,7 +24,9 @@ from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
-from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM, build_causal_lm, load_causal_lm
+from finetune.models.causal_lm import (MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM, build_causal_lm,
+                                       load_causal_lm)
+from finetune.models.causal_transformer import CausalTransformerForCausalLM, build_causal_transformer
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
@@ -34,6 +38,18 @@ LANGUAGE_MODEL_CLASSES = {"bert": BertForMaskedLM, "gpt2": GPT2LMHeadModel, "awd
 # What validation calls the share of labelled tokens predicted right.
 ACCURACY_NAME = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy",
                  "ngram": "next_token_accuracy"}
+
+
+def uses_causal_transformer(model_config) -> bool:
+    """Whether a gpt2 recipe asks for our own model (Transformer-XL memory, a sparse attention pattern) rather than
+    GPT2LMHeadModel, which computes neither."""
+    return model_config.family == "gpt2" and (model_config.memory_length > 0 or model_config.attention != "dense")
+
+
+def reads_bptt_batches(model_config) -> bool:
+    """Whether the model carries a state from batch to batch (the AWD-LSTM's, Transformer-XL's memory), so reads
+    the corpus as BPTT batches in order, row i of each continuing row i of the one before."""
+    return model_config.family == "awd_lstm" or getattr(model_config, "memory_length", 0) > 0
 
 
 def train_tokenizer(family: str, documents: list[str], tokenizer_config):
@@ -76,6 +92,8 @@ def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Modu
                         "build and no training to profile or range-test")
     if model_config.family == "bert":
         return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
+    if uses_causal_transformer(model_config):
+        return build_causal_transformer(model_config, len(tokenizer), max_positions, tokenizer)
     if model_config.family == "gpt2":
         return build_causal_lm(model_config, len(tokenizer), max_positions, tokenizer)
     config = AWDLSTMConfig(
@@ -118,6 +136,8 @@ def loss_module(model_config, model: nn.Module) -> nn.Module:
     if model_config.family == "awd_lstm":
         return RecurrentNextTokenLM(model, model_config.activation_regularization,
                                     model_config.temporal_activation_regularization)
+    if isinstance(model, CausalTransformerForCausalLM):
+        return MemoryNextTokenLM(model)
     wrappers = {"bert": SparseMaskedLM, "gpt2": NextTokenLM, "ngram": NGramNextTokenLM}
     return wrappers[model_config.family](model)
 

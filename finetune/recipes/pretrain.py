@@ -62,10 +62,40 @@ class MaskedLMModelConfig(TransformerModelConfig):
 
 
 class CausalLMModelConfig(TransformerModelConfig):
-    """A GPT-2-style decoder trained to predict the next token."""
+    """A GPT-2-style decoder trained to predict the next token; with memory_length or a sparse attention pattern,
+    our own model (models/causal_transformer.py) instead of GPT2LMHeadModel."""
 
     family: Literal["gpt2"] = Field(description="bert: masked LM; gpt2: causal transformer; "
                                     "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
+    memory_length: int = Field(
+        0, ge=0, description="Transformer-XL: every layer also attends to the last N states of the previous "
+        "segments of its stream (no gradient), with relative positions instead of a position table; the corpus is "
+        "then read as BPTT batches in order, as awd_lstm; 0: plain GPT-2"
+    )
+    attention: Literal["dense", "strided", "fixed"] = Field(
+        "dense", description="Sparse Transformer pattern: strided: the last attention_stride positions and every "
+        "attention_stride-th before them; fixed: the own block of attention_stride positions and the last position "
+        "of every earlier block; dense: every earlier position"
+    )
+    attention_stride: Optional[int] = Field(
+        None, gt=0, description="the stride of a strided or fixed attention; must divide corpus.block_size"
+    )
+
+    @model_validator(mode="after")
+    def _memory_and_attention(self) -> "CausalLMModelConfig":
+        # Values, not the keys given: a run's saved recipe.yaml spells every default out.
+        if (self.attention == "dense") != (self.attention_stride is None):
+            raise ValueError(f"attention {self.attention} " + ("takes no attention_stride; remove it"
+                             if self.attention == "dense" else "needs attention_stride"))
+        if self.checkpoint is not None and (self.memory_length or self.attention != "dense"):
+            raise ValueError("memory_length and attention build a new model; model.checkpoint continues a GPT-2 "
+                             "checkpoint: remove them")
+        if self.memory_length and self.max_positions is not None:
+            raise ValueError("max_positions: with memory_length, positions are relative (no table); remove it")
+        if self.memory_length and self.hidden % 2:
+            raise ValueError(f"hidden ({self.hidden}) must be even with memory_length (relative positions are "
+                             "sine and cosine pairs)")
+        return self
 
 
 class AWDLSTMModelConfig(Section):
@@ -332,6 +362,10 @@ class PretrainRecipe(TrainingRunRecipe):
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
         if self.corpus.streaming:
             self._check_streaming()
+        stride = getattr(self.model, "attention_stride", None)
+        if stride is not None and self.corpus.block_size % stride:
+            raise ValueError(f"model.attention_stride ({stride}) must divide corpus.block_size "
+                             f"({self.corpus.block_size})")
         max_positions = getattr(self.model, "max_positions", None)
         if max_positions is not None and max_positions < self.corpus.block_size:
             raise ValueError(f"model.max_positions ({max_positions}) is smaller than "
@@ -346,6 +380,9 @@ class PretrainRecipe(TrainingRunRecipe):
         if self.model.family == "ngram":
             raise ValueError("corpus.streaming: ngram counts the whole corpus at once; give it text files "
                              "(tokenised once, memory-mapped) or a dataset read whole")
+        if getattr(self.model, "memory_length", 0):
+            raise ValueError("corpus.streaming: model.memory_length reads BPTT rows cut from the whole corpus, as "
+                             "awd_lstm; give text files (tokenised once, memory-mapped)")
         if self.training.max_steps is None:
             raise ValueError("corpus.streaming: a stream has no length, so the run's is training.max_steps; give it")
         if self.training.epochs != 1:  # the default, which a saved recipe.yaml spells out

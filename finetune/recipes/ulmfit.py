@@ -103,6 +103,10 @@ class UlmfitRecipe(RunRecipe):
         if isinstance(general, PretrainRecipe) and general.model.family != self.target_lm.model.family:
             raise ValueError(f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
                              f"{general.model.family} model, which stage 2 continues")
+        if isinstance(general, PretrainRecipe) and (getattr(general.model, "memory_length", 0)
+                                                    or getattr(general.model, "attention", "dense") != "dense"):
+            raise ValueError("general_lm.model: memory_length and attention build a model (Transformer-XL, sparse "
+                             "attention) that stages 2 and 3 cannot continue or fine-tune yet; remove them")
         return self
 
     @model_serializer(mode="wrap")

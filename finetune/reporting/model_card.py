@@ -15,6 +15,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.hub import HUB_NAME
+from finetune.models.language_models import uses_causal_transformer
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
@@ -156,6 +157,9 @@ def language_model_card(recipe, records: list[dict]) -> ModelCard:
                          tags=["finetune", family] + (["ulmfit"] if family == "awd_lstm" else []))
     auto = "AutoModelForMaskedLM" if family == "bert" else "AutoModelForCausalLM"
     architecture = REGISTERING_IMPORT.get(family, "")
+    if uses_causal_transformer(recipe.model):
+        architecture = ("import finetune.models.causal_transformer  # registers the model (Transformer-XL memory, "
+                        "sparse attention) with the Auto classes\n")
     if family == "ngram":  # a baseline to compare with, not a backbone to fine-tune
         purpose = "A baseline to compare language models with"
         next_step = ("Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "

@@ -6,6 +6,9 @@ periodic checkpoint of the run directory, bit for bit as if the run had not stop
 
 The n-gram baseline (ngram) shares the setup, the data and gpt2's validation blocks, then counts instead of
 training (`run_ngram`): one pass over the training text, one validation, the same save.
+
+`segment_validation` validates a saved gpt2-family model at other segment and memory lengths than it trained
+with (Transformer-XL's evaluation at a longer context).
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
+from transformers import AutoModelForCausalLM
 
 from finetune.console import console, phase_bar
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
@@ -30,13 +35,15 @@ from finetune.data.reverse import mark_backwards, pretraining_direction, read_ba
 from finetune.data.sampling import ResumableSampler
 from finetune.data.streaming import StreamedBatches, StreamedDocuments
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
-from finetune.data.token_cache import tokenize_corpus
+from finetune.data.token_cache import tokenize_corpus, tokenize_files
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
-from finetune.models.hub import load_tokenizer
+from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM
+from finetune.models.causal_transformer import CausalTransformerForCausalLM
+from finetune.models.hub import load_model, load_tokenizer, resolve_checkpoint
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, language_model_layer_groups, load_language_model,
-                                             loss_module, train_tokenizer)
+                                             loss_module, reads_bptt_batches, train_tokenizer)
 from finetune.models.ngram import NGramForCausalLM
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
@@ -62,6 +69,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     family = recipe.model.family
     if family == "ngram" and resume:
         raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it again")
+    bptt = reads_bptt_batches(recipe.model)  # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order
     resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
     if not resume:
         check_run_dir_free(recipe, latest_training_checkpoint)
@@ -113,8 +121,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                                                           accelerator)
         console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
                       f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train_data):,} and "
-                      f"{len(validation_data):,} {'batches' if family == 'awd_lstm' else 'blocks'} of "
-                      f"{recipe.corpus.block_size} tokens")
+                      f"{len(validation_data):,} {'batches' if bptt else 'blocks'} of {recipe.corpus.block_size} "
+                      "tokens")
         if family == "ngram":  # counted, not trained: no model to build, no optimizer, no training loop
             return run_ngram(recipe, accelerator, tokenizer, train_tokens, validation_data)
 
@@ -132,13 +140,13 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
     # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
     # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
-    train_order = None if streaming else ResumableSampler(len(train_data), recipe.seed, shuffle=family != "awd_lstm")
+    train_order = None if streaming else ResumableSampler(len(train_data), recipe.seed, shuffle=not bptt)
     train_loader, validation_loader = data_loaders(recipe, train_data, validation_data, train_order)
-    if family == "awd_lstm" or streaming:  # batches already split per process: only the model goes to accelerate
+    if bptt or streaming:  # batches already split per process: only the model goes to accelerate
         model, optimizer = accelerator.prepare(model, optimizer)
     else:
         model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    if family != "awd_lstm":
+    if not bptt:
         # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
         # twice in the validation loss); validation_metrics sums over however many each process gets.
         validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
@@ -187,7 +195,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
                 train_data.skip(batches_done)
             else:
                 train_order.set_epoch(epoch)
-                if family == "awd_lstm":  # each item of the order is a whole BPTT batch of every process
+                if bptt:  # each item of the order is a whole BPTT batch of every process
                     train_order.skip(batches_done)
                 else:
                     train_order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
@@ -320,6 +328,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
                         validation_tokens: TokenizedDocuments, accelerator):
     """Training and validation datasets in the family's layout (masked blocks, next-token blocks, BPTT batches)."""
     family, block_size = recipe.model.family, recipe.corpus.block_size
+    bptt = reads_bptt_batches(recipe.model)
     separator = document_separator_id(family, tokenizer)
     names = ("the training text", "the validation text")
     both = list(zip((train_tokens, validation_tokens), names))
@@ -331,7 +340,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
         # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
         train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
                              MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True))
-    elif family in ("gpt2", "ngram"):  # ngram: counted on the whole stream, validated on gpt2's blocks
+    elif not bptt:  # gpt2 blocks; ngram: counted on the whole stream, validated on gpt2's blocks
         train, validation = (NextTokenBlocks(PackedBlocks(DocumentStream(tokens, separator), block_size + 1,
                                                           name=name))
                              for tokens, name in both)
@@ -343,7 +352,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
                                          recipe.training.batch_size)
         validation = BPTTBatches(validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False,
                                  name=names[1], **split)
-    if family in ("bert", "gpt2") and len(train) < recipe.training.batch_size:
+    if family != "ngram" and not bptt and len(train) < recipe.training.batch_size:
         raise UserError(f"the corpus gives {len(train)} training blocks, "
                         f"fewer than training.batch_size={recipe.training.batch_size}")
     return train, validation
@@ -359,7 +368,7 @@ def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
     if train_order is None:
         return (DataLoader(train_data, batch_size=None, **common),
                 DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
-    if recipe.model.family == "awd_lstm":
+    if reads_bptt_batches(recipe.model):
         return (DataLoader(train_data, batch_size=None, sampler=train_order, **common),
                 DataLoader(validation_data, batch_size=None, **common))
     return (DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order,
@@ -383,3 +392,40 @@ def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[s
     loss = (totals[0] / totals[1].clamp(min=1)).item()
     return {"validation_loss": loss, "validation_perplexity": math.exp(min(loss, 50.0)),
             accuracy_name: (totals[2] / totals[1].clamp(min=1)).item()}
+
+
+def segment_validation(checkpoint: str | Path, validation_files: list[Path], segment_length: int,
+                       memory_length: int | None = None, rows: int = 16, device: str = "cpu") -> dict[str, float]:
+    """A saved gpt2-family model's validation metrics on `validation_files` read as BPTT segments of
+    `segment_length` tokens, with `memory_length` remembered positions per layer (Transformer-XL; default: the
+    model's own): e.g. longer segments or a longer memory than training had, as Transformer-XL is evaluated.
+
+    The text is cut into `rows` streams (fewer for a short text) read in order from an empty memory, as validation
+    in a run is; a GPT-2 or a sparse model without memory reads every segment on its own. Nothing is cached.
+    """
+    source = resolve_checkpoint(str(checkpoint), "checkpoint")
+    model = load_model(AutoModelForCausalLM, source, "checkpoint")
+    config = model.config
+    if isinstance(model, CausalTransformerForCausalLM):
+        if memory_length and not config.relative_positions:
+            raise UserError(f"memory_length: {checkpoint} was trained without memory (learned absolute positions)")
+        network = MemoryNextTokenLM(model, memory_length)
+    elif config.model_type == "gpt2" and not memory_length:
+        network = NextTokenLM(model)
+    else:
+        raise UserError(f"checkpoint: {checkpoint} is a '{config.model_type}' model; segment validation reads gpt2 "
+                        "family models (memory_length: those trained with model.memory_length)")
+    stride = getattr(config, "attention_stride", None)
+    if stride is not None and segment_length % stride:
+        raise UserError(f"segment_length {segment_length}: the attention stride {stride} must divide it")
+    positions = None if getattr(config, "relative_positions", False) else config.max_position_embeddings
+    if positions is not None and segment_length > positions:
+        raise UserError(f"segment_length {segment_length} exceeds the {positions} positions of {checkpoint}")
+    tokenizer = load_tokenizer(str(checkpoint), "checkpoint")
+    tokens = tokenize_files(tokenizer, validation_files, None, show_progress=False, name="the validation text")
+    streams = BPTTBatches.rows_that_fit(tokens, segment_length, 1, rows)
+    segments = BPTTBatches(tokens, tokenizer.eos_token_id, streams, segment_length, seed=0, shuffle=False,
+                           name="the validation text")
+    accelerator = Accelerator(cpu=device == "cpu")
+    return validation_metrics(accelerator, network.to(accelerator.device), DataLoader(segments, batch_size=None),
+                              ACCURACY_NAME["gpt2"])
