@@ -3,6 +3,7 @@
     .venv/bin/python bench/lm_families.py                              # every variant, 1M training tokens each
     .venv/bin/python bench/lm_families.py --variants ngram-3 qrnn gpt2 --tokens 2000000
     .venv/bin/python bench/lm_families.py --table-only                 # the table of the runs so far
+    .venv/bin/python bench/lm_families.py --variants gpt2 transformer-xl --long-context   # + longer contexts
 
 Every variant is `finetune pretrain` with a shipped recipe (recipes/pretrain/, VARIANTS) and the same byte-level BPE
 of 16,000 pieces, trained once on WikiText-2 train.txt (../shared/data) with the toolkit's tokenizer code and
@@ -22,7 +23,13 @@ checkpoint's tensors; for the n-gram the stored n-grams) and the run's wall time
 --work-dir (one folder per variant and token count); a variant with a finished run is not run again.
 Speed figures need a quiet machine: run nothing else beside it.
 
-Prints the table, then one JSON line with every figure.
+--long-context adds a second table for the gpt2-family variants: validation loss when valid.txt is read in longer
+segments and, for Transformer-XL, with a longer memory than training had (`finetune.stages.pretrain.
+segment_validation`, streams read in order from an empty memory): LONG_CONTEXTS. GPT-2 reads each segment alone
+with its learned positions (positions past the training block were never trained); Transformer-XL's relative
+positions and memory let it use contexts longer than it trained on.
+
+Prints the table(s), then one JSON line with every figure.
 """
 
 from __future__ import annotations
@@ -50,6 +57,14 @@ VARIANTS = {
     "gpt2": ("gpt2-mini-wikitext2.yaml", []),
     "transformer-xl": ("transformer-xl-wikitext2.yaml", []),
     "gpt2-strided": ("sparse-gpt2-wikitext2.yaml", []),
+}
+
+
+# variant: (segment length, memory length or None for the model's own) pairs read by --long-context.
+LONG_CONTEXTS = {
+    "gpt2": [(128, None), (256, None), (512, None)],
+    "transformer-xl": [(128, None), (128, 256), (128, 512), (512, 512)],
+    "gpt2-strided": [(512, None)],
 }
 
 
@@ -129,6 +144,29 @@ def run_variant(name: str, tokens: int, workdir: Path, tokenizer: Path) -> dict:
     return result
 
 
+def long_context(results: list[dict], workdir: Path, tokens: int) -> list[dict]:
+    """Validation at the LONG_CONTEXTS of every finished gpt2-family variant, kept beside its run."""
+    sys.path.insert(0, str(ROOT))
+    from finetune.stages.pretrain import segment_validation
+
+    rows = []
+    for result in results:
+        for segment, memory in LONG_CONTEXTS.get(result["variant"], []):
+            run_dir = workdir / f"{result['variant']}-{tokens}"
+            kept = run_dir / f"bench-context-{segment}-{memory}.json"
+            if not kept.exists():
+                metrics = segment_validation(run_dir / "checkpoint", [VALID], segment, memory)
+                kept.write_text(json.dumps({"variant": result["variant"], "segment": segment, "memory": memory,
+                                            "validation_loss": metrics["validation_loss"]}))
+            rows.append(json.loads(kept.read_text()))
+    if rows:
+        print("\n| variant | segment length | memory | validation loss (nats/token) |\n|---|---:|---:|---:|")
+        for row in rows:
+            memory = "trained" if row["memory"] is None else row["memory"]
+            print(f"| {row['variant']} | {row['segment']} | {memory} | {row['validation_loss']:.3f} |")
+    return rows
+
+
 def print_table(results: list[dict], tokens: int) -> None:
     print(f"\nWikiText-2, byte-level BPE {VOCABULARY:,}; neural variants trained on {tokens:,} tokens each "
           "(the n-gram counted on all of train.txt)\n")
@@ -149,6 +187,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1_000_000, help="training tokens of every neural variant")
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-lm-families")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of the kept runs")
+    parser.add_argument("--long-context", action="store_true",
+                        help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)")
     arguments = parser.parse_args()
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     if arguments.table_only:
@@ -162,7 +202,9 @@ def main() -> None:
     if not results:
         sys.exit(f"bench: no finished runs in {arguments.work_dir}")
     print_table(results, arguments.tokens)
-    print(json.dumps({"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results}))
+    contexts = long_context(results, arguments.work_dir, arguments.tokens) if arguments.long_context else []
+    print(json.dumps({"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results,
+                      "long_context": contexts}))
 
 
 if __name__ == "__main__":
