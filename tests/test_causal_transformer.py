@@ -25,7 +25,8 @@ from finetune.models.causal_transformer import (
 )
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
-from finetune.stages.pretrain import run_pretrain, segment_validation
+from finetune.stages.language_model_validation import segment_validation
+from finetune.stages.pretrain import run_pretrain
 from finetune.training import loop as loop_module
 from finetune.training.checkpoints import TRAINING_STATE_DIR
 from tests.conftest import (
