@@ -190,6 +190,19 @@ def fitted_max_length(requested: int, model) -> int:
     return requested
 
 
+# What `save_pretrained` records in config.json's "architectures" for a model with a language-model head and no
+# classifier: evaluating one would read a classifier head initialised at random.
+LANGUAGE_MODEL_CLASS_ENDINGS = ("ForCausalLM", "ForMaskedLM", "LMHeadModel", "ForPreTraining")
+
+
+def refuse_head_less(config, checkpoint: str, key: str) -> None:
+    """A language model (a pretraining run's checkpoint) given where a fine-tuned classifier is needed: one line."""
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and all(name.endswith(LANGUAGE_MODEL_CLASS_ENDINGS) for name in architectures):
+        raise UserError(f"{key}: {checkpoint} is a language model ({', '.join(architectures)}), not a fine-tuned "
+                        "classifier: fine-tune it on the task first (finetune finetune, model.checkpoint: that folder)")
+
+
 def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool = False):
     """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
     source = resolve_checkpoint(name, key)
@@ -197,6 +210,7 @@ def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool 
     refuse_language_model_only(config, name, key)
     with _family_without_a_head(name, config, key):
         model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code, config=config)
+    refuse_head_less(config, name, key)  # after loading: a damaged weights file is named first
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:
