@@ -10,7 +10,7 @@ embedding); attention is where the two options differ from GPT2LMHeadModel, whic
   relative, with no absolute table: score(i, j) = (q_i + u).k_j + (q_i + v).W_R R_{i-j}, the paper's four terms
   (content, content-position, global content bias u, global position bias v) in two products; R is the sinusoid
   of the distance i - j, W_R one projection per layer, u and v learned per head and shared by all layers. A model
-  trained with M and segments of L tokens can be read with other M and L (`stages.pretrain.segment_validation`).
+  trained with M and segments of L tokens can be read with other M and L (`stages.language_model_validation.segment_validation`).
 - Sparse Transformer (Child et al. 2019), `attention_pattern` strided or fixed with stride S. Query i attends to
   key j <= i where
     strided: (i - j) < S or (i - j) % S == 0             (the last S positions, then every S-th before),
@@ -19,8 +19,9 @@ embedding); attention is where the two options differ from GPT2LMHeadModel, whic
   Every head attends to the union of the two sub-patterns: the paper's "merged head" (its second way of
   integrating factorised attention; the first alternates patterns between layers, the third splits heads). Two
   layers then connect every position to every earlier one (a hop along the strides or summaries, then one inside
-  a window or block), and the heads stay interchangeable, so nothing depends on the head count. With a memory the pattern is read on positions in the
-  stream (memory positions are negative), so the recipe's stride must divide the segment length.
+  a window or block), and the heads stay interchangeable, so nothing depends on the head count. With a memory the
+  pattern is read on positions in the stream (memory positions are negative), so the recipe's stride must divide
+  the segment length.
 
 The patterns are boolean masks on the written-out (query x key) scores: at these sizes that is simple and exact,
 but it computes every score and then discards most of them, so it saves no time or memory (bench/README.md has a
