@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -173,3 +174,28 @@ def write_recipe(tmp_path: Path) -> Callable[..., Path]:
         return write_yaml(tmp_path / "recipes" / f"{name}.yaml", data)
 
     return write
+
+
+@contextlib.contextmanager
+def interrupted_at_step(step: int, error: type[BaseException] = KeyboardInterrupt) -> Iterator[None]:
+    """Inside the block, training raises `error` right after saving its periodic checkpoint of `step`, as a run
+    killed there would stop; the block expects that error, and the training loop is itself again after it."""
+    from finetune.training import loop as loop_module
+
+    original_init = loop_module.TrainingLoop.__init__
+
+    def init_that_interrupts(self, *arguments, **keywords):
+        original_init(self, *arguments, **keywords)
+        save = self.save_checkpoint
+
+        def save_then_stop(progress):
+            save(progress)
+            if progress["step"] == step:
+                raise error
+
+        self.save_checkpoint = save_then_stop
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
+        with pytest.raises(error):
+            yield

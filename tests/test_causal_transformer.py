@@ -27,15 +27,8 @@ from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.language_model_validation import segment_validation
 from finetune.stages.pretrain import run_pretrain
-from finetune.training import loop as loop_module
 from finetune.training.checkpoints import TRAINING_STATE_DIR
-from tests.conftest import (
-    finetune_recipe,
-    pretrain_recipe,
-    write_corpus,
-    write_task,
-    write_yaml,
-)
+from tests.conftest import finetune_recipe, interrupted_at_step, pretrain_recipe, write_corpus, write_task, write_yaml
 from tests.test_pretrain_families import Interrupted, comparable_metrics
 
 VOCAB = 40
@@ -269,23 +262,8 @@ def test_resume_with_memory_continues_exactly(tmp_path, monkeypatch):
     options = {"memory_length": 8}
     run_pretrain(load_recipe(causal_recipe(tmp_path, options, "full", tmp_path / "tokenizer")))
     resumed = load_recipe(causal_recipe(tmp_path, options, "resumed", tmp_path / "tokenizer"))
-    original_init = loop_module.TrainingLoop.__init__
-
-    def init_that_interrupts(self, *arguments, **keywords):
-        original_init(self, *arguments, **keywords)
-        save = self.save_checkpoint
-
-        def save_then_stop(progress):
-            save(progress)
-            if progress["step"] == 4:
-                raise Interrupted
-
-        self.save_checkpoint = save_then_stop
-
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
-    with pytest.raises(Interrupted):
+    with interrupted_at_step(4, Interrupted):
         run_pretrain(resumed)
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", original_init)
     run_pretrain(resumed, resume=True)
     full_weights = load_file(tmp_path / "full" / "checkpoint" / "model.safetensors")
     resumed_weights = load_file(tmp_path / "resumed" / "checkpoint" / "model.safetensors")

@@ -20,9 +20,8 @@ from finetune.models.language_models import train_tokenizer, uses_causal_transfo
 from finetune.recipes import TokenizerConfig, load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import run_pretrain
-from finetune.training import loop as loop_module
 from finetune.training.checkpoints import TRAINING_STATE_DIR
-from tests.conftest import REPO_ROOT, pretrain_recipe, write_yaml
+from tests.conftest import REPO_ROOT, interrupted_at_step, pretrain_recipe, write_yaml
 
 MODELS = {
     "bert": {"family": "bert", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.1},
@@ -109,24 +108,9 @@ def test_resume_continues_exactly_where_the_interrupted_run_stopped(family, tmp_
 
     interrupted_data = family_recipe(family, corpus_file, tmp_path / "resumed", tokenizers[family], **extra)
     interrupted = load_recipe(write_yaml(tmp_path / "resumed.yaml", interrupted_data))
-    original_init = loop_module.TrainingLoop.__init__
     interrupt_at = 4 * (len_of_epoch(tmp_path / "full") // 4 + 1)  # the first checkpoint inside epoch 2
-
-    def init_that_interrupts(self, *arguments, **keywords):
-        original_init(self, *arguments, **keywords)
-        save = self.save_checkpoint
-
-        def save_then_stop(progress):
-            save(progress)
-            if progress["step"] == interrupt_at:
-                raise Interrupted
-
-        self.save_checkpoint = save_then_stop
-
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
-    with pytest.raises(Interrupted):
+    with interrupted_at_step(interrupt_at, Interrupted):
         run_pretrain(interrupted)
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", original_init)
     assert not (tmp_path / "resumed" / "checkpoint").exists()
     run_pretrain(interrupted, resume=True)
 

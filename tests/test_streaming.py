@@ -23,8 +23,7 @@ from finetune.errors import UserError
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import run_pretrain
-from finetune.training import loop as loop_module
-from tests.conftest import make_sentence, write_yaml
+from tests.conftest import interrupted_at_step, make_sentence, write_yaml
 
 runner = CliRunner()
 TEXTS = [" ".join(make_sentence(random.Random(index), index % 3 == 0) for _ in range(1 + index % 4))
@@ -135,23 +134,8 @@ def test_a_streamed_text_dataset_validates_on_its_own_split_and_resumes_exactly(
     resumed_data = streaming_recipe(tmp_path / "resumed", "bert", tokenizers["bert"], corpus, max_steps=40)
     resumed_data["checkpoint_every"] = 10
     resumed = load_recipe(write_yaml(tmp_path / "resumed.yaml", resumed_data))
-    original_init = loop_module.TrainingLoop.__init__
-
-    def init_that_interrupts(self, *arguments, **keywords):
-        original_init(self, *arguments, **keywords)
-        save = self.save_checkpoint
-
-        def save_then_stop(progress):
-            save(progress)
-            if progress["step"] == 30:
-                raise KeyboardInterrupt
-
-        self.save_checkpoint = save_then_stop
-
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
-    with pytest.raises(KeyboardInterrupt):
+    with interrupted_at_step(30, KeyboardInterrupt):
         run_pretrain(resumed)
-    monkeypatch.setattr(loop_module.TrainingLoop, "__init__", original_init)
     run_pretrain(resumed, resume=True)
     full_weights = load_file(tmp_path / "full" / "run" / "checkpoint" / "model.safetensors")
     resumed_weights = load_file(tmp_path / "resumed" / "run" / "checkpoint" / "model.safetensors")
