@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 
-import torch
 from torch.utils.data import DataLoader
 
 from finetune.console import console, phase_bar
@@ -23,36 +22,36 @@ from finetune.data.causal import NextTokenBlocks
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
 from finetune.models.language_models import document_separator_id
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
+from finetune.stages.language_model_validation import validation_metrics
 
 FLOOR_PHASE = "floor"  # the metrics.jsonl record's phase; plots and the model card look for it
 
 
-def ngram_floor(order: int, tokenizer, train_tokens: TokenizedDocuments, validation_tokens: TokenizedDocuments,
-                block_size: int, batch_size: int, show_progress: bool = True) -> dict:
+def count_ngram_model(train_tokens: TokenizedDocuments, tokenizer, order: int, label: str,
+                      show_progress: bool = True) -> NGramForCausalLM:
+    """Every n-gram up to `order` of the training stream, documents and separators as the causal families read it
+    (the `ngram` family's run and the floor count the same way)."""
+    stream = DocumentStream(train_tokens, document_separator_id("ngram", tokenizer)).array()
+    with phase_bar(f"{label}counting n-grams up to order {order}", order, show_progress) as advance:
+        return NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
+
+
+def ngram_floor(order: int, accelerator, tokenizer, train_tokens: TokenizedDocuments,
+                validation_tokens: TokenizedDocuments, block_size: int, batch_size: int) -> dict:
     """The metrics.jsonl record of the floor: {"phase": "floor", "model": "ngram-N", validation_loss,
-    validation_perplexity, next_token_accuracy, seconds}. Computed in this process alone (every process of a
-    distributed run gets the same figure; only the main one writes it)."""
+    validation_perplexity, next_token_accuracy, seconds}. Every process counts and scores every block (the same
+    figures: `validation_metrics` sums them over processes, which leaves its ratios unchanged); the main one writes
+    it."""
     started = time.perf_counter()
-    separator = document_separator_id("ngram", tokenizer)
-    stream = DocumentStream(train_tokens, separator).array()
-    with phase_bar(f"n-gram floor: counting up to order {order}", order, show_progress) as advance:
-        ngram = NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
-    blocks = NextTokenBlocks(PackedBlocks(DocumentStream(validation_tokens, separator), block_size + 1,
-                                          name="the validation text"))
-    scorer = NGramNextTokenLM(ngram)
-    loss_sum, tokens, correct = 0.0, 0, 0
-    loader = DataLoader(blocks, batch_size=batch_size)
-    with phase_bar("n-gram floor: scoring", len(loader), show_progress) as advance:
-        for batch in loader:
-            loss, count, right = scorer(batch["input_ids"], batch["labels"])
-            loss_sum, tokens, correct = loss_sum + loss.item() * count.item(), tokens + count.item(), \
-                correct + right.item()
-            advance()
-    loss = loss_sum / tokens
-    record = {"phase": FLOOR_PHASE, "model": f"ngram-{order}", "validation_loss": loss,
-              "validation_perplexity": float(torch.exp(torch.tensor(loss))), "next_token_accuracy": correct / tokens,
-              "seconds": round(time.perf_counter() - started, 1)}
-    if show_progress:
-        console.print(f"n-gram floor (order {order}, Kneser-Ney, same tokens): validation loss {loss:.4f}, "
-                      f"perplexity {record['validation_perplexity']:.1f}; the network has to go below it")
-    return record
+    main = accelerator.is_main_process
+    ngram = count_ngram_model(train_tokens, tokenizer, order, "n-gram floor: ", main)
+    blocks = NextTokenBlocks(PackedBlocks(DocumentStream(validation_tokens, document_separator_id("ngram", tokenizer)),
+                                          block_size + 1, name="the validation text"))
+    metrics = validation_metrics(accelerator, NGramNextTokenLM(ngram).to(accelerator.device),
+                                 DataLoader(blocks, batch_size=batch_size), "next_token_accuracy")
+    if main:
+        console.print(f"n-gram floor (order {order}, Kneser-Ney, same tokens): validation loss "
+                      f"{metrics['validation_loss']:.4f}, perplexity {metrics['validation_perplexity']:.1f}; "
+                      "the network has to go below it")
+    return {"phase": FLOOR_PHASE, "model": f"ngram-{order}", **metrics,
+            "seconds": round(time.perf_counter() - started, 1)}

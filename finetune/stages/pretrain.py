@@ -23,7 +23,7 @@ from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
-from finetune.console import console, phase_bar
+from finetune.console import console
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
 from finetune.data.corpus import MaskedBlocks, read_documents
 from finetune.data.masking import MaskingRule
@@ -39,7 +39,6 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
                                              document_separator_id, language_model_layer_groups, load_language_model,
                                              loss_module, reads_bptt_batches, train_tokenizer)
-from finetune.models.ngram import NGramForCausalLM
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
@@ -48,7 +47,7 @@ from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free,
                                claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
 from finetune.stages.language_model_validation import validation_metrics
-from finetune.stages.ngram_floor import ngram_floor
+from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
 from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
                                            save_training_checkpoint, step_checkpoint_dir,
                                            sweep_incomplete_checkpoints)
@@ -150,8 +149,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     total_steps = total_optimizer_steps(len(train_loader), recipe.training)
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
     if recipe.ngram_floor is not None and resume_from is None:  # a resumed run logged it when it started
-        log.write(ngram_floor(recipe.ngram_floor, tokenizer, train_tokens, validation_tokens, recipe.corpus.block_size,
-                              recipe.training.batch_size, accelerator.is_main_process))
+        log.write(ngram_floor(recipe.ngram_floor, accelerator, tokenizer, train_tokens, validation_tokens,
+                              recipe.corpus.block_size, recipe.training.batch_size))
 
     def save_state(progress: dict[str, int]) -> Path:
         unwrapped = accelerator.unwrap_model(model)
@@ -235,15 +234,14 @@ def run_ngram(recipe: PretrainRecipe, accelerator, tokenizer, train_tokens: Toke
     read it) counted in one pass, then scored on gpt2's validation blocks by `validation_metrics`, and saved."""
     order = recipe.model.order
     counting = CountingPass(time.perf_counter())
-    # At least one block long (language_model_data checked): longer than any order.
-    stream = DocumentStream(train_tokens, document_separator_id("ngram", tokenizer)).array()
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process,
                      start_trackers(accelerator, recipe, run_dir))
-    with phase_bar(f"counting n-grams up to order {order}", order) as advance:
-        ngram = NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
+    # At least one block long (language_model_data checked): longer than any order.
+    ngram = count_ngram_model(train_tokens, tokenizer, order, "")
     console.print(f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
-                  f"1-{order} in {len(stream):,} tokens, counted in {time.perf_counter() - counting.started:.1f} s")
+                  f"1-{order} in {ngram.config.training_tokens:,} tokens, counted in "
+                  f"{time.perf_counter() - counting.started:.1f} s")
     validation_loader = DataLoader(validation_data, batch_size=recipe.training.batch_size)
     model = loss_module(recipe.model, ngram.to(accelerator.device))
     metrics = validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME["ngram"])
