@@ -32,29 +32,10 @@ from pathlib import Path
 
 from _common import ROOT, finetune_cli, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
+from few_labels import score_checkpoint  # `finetune eval`'s prediction code and metrics, as few_labels scores
 
 RECIPE = ROOT / "recipes" / "finetune" / "minilm-sst2-scalar-mix.yaml"
 VARIANTS = {"last-layer": ["pooling=mean"], "scalar-mix": ["pooling=scalar_mix"]}
-
-
-def score(checkpoint: Path, scoring_folder: Path) -> float:
-    """Accuracy of a saved classifier on the folder's dev.tsv, with `finetune eval`'s own prediction code."""
-    sys.path.insert(0, str(ROOT))
-    from accelerate import Accelerator
-
-    from finetune.data.tasks import read_task_split
-    from finetune.glue.metrics import compute_metrics
-    from finetune.glue.specs import GLUE_TASKS
-    from finetune.models.heads import load_finetuned
-    from finetune.models.hub import load_tokenizer
-    from finetune.stages.evaluate import predict
-
-    spec = GLUE_TASKS["sst2"]
-    examples = read_task_split(spec, scoring_folder, "dev")
-    model = load_finetuned(str(checkpoint), spec, "checkpoint")
-    predictions = predict(Accelerator(cpu=True), model, load_tokenizer(str(checkpoint), "checkpoint"), spec,
-                          examples, 128, 64)
-    return float(compute_metrics(spec, predictions, examples.labels)["accuracy"])
 
 
 def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, work_dir: Path) -> dict:
@@ -65,7 +46,12 @@ def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, wo
         seconds = finetune_cli("finetune", RECIPE, f"model.checkpoint={checkpoint}", f"task.data_dir={training}",
                                f"seed={seed}", "keep_best=false", "eval_every=null", f"run_dir={run_dir}",
                                *VARIANTS[variant], echo=True)
-        accuracy = score(run_dir / "checkpoint", scoring)
+        from finetune.data.tasks import read_task_split
+        from finetune.glue.specs import GLUE_TASKS
+
+        spec = GLUE_TASKS["sst2"]
+        metrics, _ = score_checkpoint(run_dir / "checkpoint", spec, read_task_split(spec, scoring, "dev"))
+        accuracy = float(metrics["accuracy"])
     return {"variant": variant, "seed": seed, "labels": labels, "held_out": held_out, "accuracy": accuracy,
             "seconds": round(seconds, 1)}
 
