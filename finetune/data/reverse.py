@@ -4,7 +4,8 @@ A backward LM is pretrained on every document's token ids reversed (`corpus.reve
 so that BPE pieces stay whole and only their order changes; the separator still follows each document. Its
 checkpoint says so in config.json (`finetune_reverse: true`), and everything that reads text for such a model
 reads it the same way: continued pretraining, the classifier's training and dev text, `finetune eval` and
-`finetune predict`. A classifier fine-tuned from it keeps the key (the config is copied), so it is read
+`finetune predict`. A bidirectional classifier (a forward and a backward encoder, `reads_both_directions`) is given
+both: `input_ids` forwards and `backward_input_ids` reversed by the same rule. A classifier fine-tuned from it keeps the key (the config is copied), so it is read
 backwards too. Forward models have no key at all: their config.json is what it always was.
 
 The ids are never stored reversed: the token cache holds forward ids and `read_backwards` makes a view that
@@ -27,6 +28,12 @@ def reads_backwards(config) -> bool:
     """Whether a model with this config reads text backwards (a mean-pooling head: its encoder's config says)."""
     encoder = getattr(config, "encoder", None)  # models/mean_pooling.py keeps the backbone's config there
     return bool(getattr(config, REVERSE_CONFIG_KEY, False) or getattr(encoder, REVERSE_CONFIG_KEY, False))
+
+
+def reads_both_directions(config) -> bool:
+    """Whether a model reads each text forwards and backwards (the AWD-LSTM's bidirectional classifier: ELMo's biLM,
+    `model.backward_checkpoint`): it takes the reversed ids as `backward_input_ids` beside `input_ids`."""
+    return bool(getattr(config, "classifier_bidirectional", False))
 
 
 def mark_backwards(config) -> None:

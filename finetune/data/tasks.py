@@ -193,12 +193,16 @@ class EncodedTask(Dataset):
     """Tokenized examples (truncated, unpadded); `PaddingCollator` pads each batch to its longest.
 
     `backwards` (a model that reads backwards, data/reverse.py): each text's tokens reversed, special tokens kept
-    where the tokenizer puts them. This is where every task example becomes ids: training, dev, eval and predict.
+    where the tokenizer puts them. `both_directions` (a bidirectional classifier): the forward ids as `input_ids` and
+    the reversed ones as `backward_input_ids`. This is where every task example becomes ids: training, dev, eval and
+    predict.
     """
 
     def __init__(self, examples: TaskExamples, tokenizer, max_length: int, chunk: int = 20_000,
-                 backwards: bool = False):
-        if backwards and not tokenizer.is_fast:
+                 backwards: bool = False, both_directions: bool = False):
+        if backwards and both_directions:
+            raise ValueError("a model reads backwards or in both directions, not both")
+        if (backwards or both_directions) and not tokenizer.is_fast:
             raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which a model that "
                             "reads text backwards needs (to tell its texts from its special tokens)")
         columns = list(zip(*examples.texts))
@@ -210,9 +214,10 @@ class EncodedTask(Dataset):
                 part = tokenizer(list(columns[0][start:start + chunk]),
                                  list(second[start:start + chunk]) if second else None,
                                  truncation=True, max_length=max_length)
-                if backwards:
-                    part["input_ids"] = [reverse_segments(ids, part.sequence_ids(index))
-                                         for index, ids in enumerate(part["input_ids"])]
+                if backwards or both_directions:
+                    reversed_ids = [reverse_segments(ids, part.sequence_ids(index))
+                                    for index, ids in enumerate(part["input_ids"])]
+                    part["backward_input_ids" if both_directions else "input_ids"] = reversed_ids
                 for key, values in part.items():
                     self.encodings.setdefault(key, []).extend(values)
                 advance(len(part["input_ids"]))
@@ -241,7 +246,8 @@ class PaddingCollator:
             raise UserError(f"the tokenizer of {tokenizer.name_or_path} has no pad token to pad batches with")
         input_name = tokenizer.model_input_names[0]
         self.pad_values = {input_name: tokenizer.pad_token_id, "token_type_ids": tokenizer.pad_token_type_id,
-                           "attention_mask": 0, "special_tokens_mask": 1}
+                           "attention_mask": 0, "special_tokens_mask": 1,
+                           "backward_input_ids": tokenizer.pad_token_id}  # a bidirectional classifier's
         self.input_name, self.pad_left = input_name, tokenizer.padding_side == "left"
         self.needs_attention_mask = "attention_mask" in tokenizer.model_input_names
 

@@ -302,9 +302,14 @@ def with_gradient_of(loss: Tensor, penalty: Tensor) -> Tensor:
 
 
 def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:
-    """ULMFiT's groups: [embedding], [layer 0], ..., [top layer] (any cell); `layer_groups` adds the head."""
-    encoder = model.base_model
-    return [list(encoder.embedding.parameters())] + [list(layer.parameters()) for layer in encoder.layers]
+    """ULMFiT's groups: [embedding], [layer 0], ..., [top layer] (any cell); `layer_groups` adds the head.
+
+    A bidirectional classifier's backward encoder (awd_lstm_classifier.py) shares each group with the forward one's
+    part at the same depth: both thaw together and learn at the same rate."""
+    encoders = [model.base_model] + [backward for backward in [getattr(model, "awd_lstm_backward", None)]
+                                     if backward is not None]
+    return [[parameter for part in parts for parameter in part.parameters()]
+            for parts in zip(*[[encoder.embedding, *encoder.layers] for encoder in encoders])]
 
 
 def remap_vocabulary_rows(weight: Tensor, old_vocab: dict[str, int], new_vocab: dict[str, int]) -> Tensor:

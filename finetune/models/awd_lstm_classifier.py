@@ -12,6 +12,14 @@ With classifier_scalar_mix (`pooling: scalar_mix`) the head pools ELMo's learned
 LSTM layer's output instead of the top layer's; the checkpoint then also holds scalar_mix.mix.layer_weights
 (num_layers + 1,), scalar_mix.mix.gamma () and scalar_mix.projections.{j}.weight (embedding_size, hidden_size) for
 each inner layer j (1 to num_layers - 1).
+
+With classifier_bidirectional (`model.backward_checkpoint`: ELMo's biLM, ULMFiT's forward and backward language
+models in one classifier) a second encoder, awd_lstm_backward.* (the same sizes and names as awd_lstm.*), reads each
+text backwards (`backward_input_ids`, finetune/data/reverse.py) and the head pools [forward; backward] at every
+position (2 x embedding_size wide); with a scalar mix, scalar_mix.backward_projections.{j}.weight project the backward
+inner layers. Position p of the backward states is the backward model's p-th token read, not the forward one's, so
+each half pools as its own classifier would: "last" is each direction's state after the whole text, max and mean are
+order-free. AR/TAR regularise both top layers.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ CLASSIFIER_DEFAULTS = {
     "classifier_activation_regularization": 2.0,
     "classifier_temporal_activation_regularization": 1.0,
     "classifier_scalar_mix": False,  # true: pool a learned mix of every layer (ELMo), not the top layer alone
+    "classifier_bidirectional": False,  # true: a backward encoder beside the forward one (ELMo's biLM)
 }
 
 
@@ -74,6 +83,16 @@ def every_layer_output(encoder: AWDLSTMModel) -> Iterator[list[Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def reversed_rows(input_ids: Tensor, mask: Tensor) -> Tensor:
+    """Each row's real tokens in reverse order, padding left where it is (right padding): what a backward encoder
+    reads when the caller gives no backward ids. finetune's data path gives them itself (data/reverse.py), reversing
+    each text of a pair where it stands; this turns a whole row round, which is the same for a single text without
+    special tokens (the byte-level BPE of our language models adds none)."""
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+    lengths = mask.sum(dim=1, keepdim=True)
+    return input_ids.gather(1, torch.where(positions < lengths, lengths - 1 - positions, positions))
 
 
 def real_token_mask(input_ids: Tensor, attention_mask: Tensor | None, pad_token_id: int | None) -> Tensor:
@@ -154,14 +173,18 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
             raise ValueError(f"classifier_max_len ({config.classifier_max_len}) must be at least "
                              f"classifier_bptt ({config.classifier_bptt})")
         self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
+        # The backward language model's encoder, its weights copied in by the loader (models/heads.py).
+        self.awd_lstm_backward = AWDLSTMModel(config) if config.classifier_bidirectional else None
+        directions = 2 if config.classifier_bidirectional else 1
         # The inner layers are wider than the top one, so they cannot be summed with it as they are. Each gets a
         # learned projection down to the top layer's width rather than being left out: every layer takes part (ELMo's
         # point: the inner ones carry what the top one forgets), and the pooling head below reads the width it reads
         # without a mix. The projections train with the head.
-        self.scalar_mix = ProjectedScalarMix(layer_widths(config), config.embedding_size) \
-            if config.classifier_scalar_mix else None
-        self.classifier = ConcatPoolingClassifier(config.embedding_size, config.classifier_hidden, config.num_labels,
-                                                  config.classifier_dropout, config.classifier_hidden_dropout)
+        self.scalar_mix = ProjectedScalarMix(layer_widths(config), config.embedding_size,
+                                             config.classifier_bidirectional) if config.classifier_scalar_mix else None
+        self.classifier = ConcatPoolingClassifier(directions * config.embedding_size, config.classifier_hidden,
+                                                  config.num_labels, config.classifier_dropout,
+                                                  config.classifier_hidden_dropout)
         self.post_init()
 
     @torch.no_grad()
@@ -178,38 +201,52 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         else:
             super()._init_weights(module)
 
-    def read_document(self, input_ids: Tensor) -> list[Tensor]:
-        """Outputs (batch, time, size), read in chunks with the state carried (BPT3C): the top layer's alone, or with
-        a scalar mix the embedded tokens' and every layer's, bottom to top.
+    def read_document(self, input_ids: Tensor, encoder: AWDLSTMModel | None = None) -> list[Tensor]:
+        """Outputs (batch, time, size) of `encoder` (the forward one by default), read in chunks with the state
+        carried (BPT3C): the top layer's alone, or with a scalar mix the embedded tokens' and every layer's, bottom
+        to top.
 
         Only chunks within the last `classifier_max_len` positions keep their graph, so memory stays bounded for
         long documents; earlier chunks still feed the pooling and the carried state, without gradients.
         """
+        encoder = self.awd_lstm if encoder is None else encoder
         bptt, max_len = self.config.classifier_bptt, self.config.classifier_max_len
         length = input_ids.shape[1]
         chunks, state = [], None
         for start in range(0, length, bptt):
-            recording = contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(self.awd_lstm)
+            recording = contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(encoder)
             with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len), recording as layers:
-                encoded = self.awd_lstm(input_ids[:, start:start + bptt], hidden_state=state)
+                encoded = encoder(input_ids[:, start:start + bptt], hidden_state=state)
             chunks.append(layers or [encoded.last_hidden_state])
             state = encoded.hidden_state
         return [torch.cat(layer, dim=1) for layer in zip(*chunks)]
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+        backward_input_ids: Tensor | None = None,
     ) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules).
 
         Padding (positions outside `attention_mask`, or pad ids when there is none) is left out of the pooling.
         With right padding it never reaches a real position either: the LSTM reads left to right.
+        `backward_input_ids` (bidirectional only): the same rows with each text's tokens reversed, padded alike;
+        when absent, each row's real tokens turned round (`reversed_rows`).
         """
         mask = real_token_mask(input_ids, attention_mask, self.config.pad_token_id)
         # Read no further than the batch's last real token: trailing padding would only cost time.
         width = int(last_real_positions(mask).max()) + 1
+        mask = mask[:, :width]
         layers = self.read_document(input_ids[:, :width])
-        outputs = layers[-1]  # the top layer: what AR and TAR regularise, with or without a mix
-        logits = self.classifier(outputs if self.scalar_mix is None else self.scalar_mix(layers), mask[:, :width])
+        tops = [layers[-1]]  # the top layers: what AR and TAR regularise, with or without a mix
+        if self.awd_lstm_backward is None:
+            features = layers[-1] if self.scalar_mix is None else self.scalar_mix(layers)
+        else:
+            if backward_input_ids is None:
+                backward_input_ids = reversed_rows(input_ids[:, :width], mask)
+            backward = self.read_document(backward_input_ids[:, :width], self.awd_lstm_backward)
+            tops.append(backward[-1])
+            features = torch.cat(tops, dim=-1) if self.scalar_mix is None else self.scalar_mix(layers, backward)
+        logits = self.classifier(features, mask)
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
@@ -217,7 +254,7 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
             beta = self.config.classifier_temporal_activation_regularization
             if self.training and (alpha or beta):  # the value stays the task loss; the gradient carries AR/TAR
                 # fastai's classifier reads the top layer before dropout for both (its `out` is its `raw_out`).
-                penalty = activation_penalty(outputs, outputs, alpha, beta, mask[:, :width])
+                penalty = sum(activation_penalty(top, top, alpha, beta, mask) for top in tops)
                 loss = with_gradient_of(loss, penalty)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 

@@ -10,10 +10,12 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from finetune.console import console
+from finetune.data.reverse import reads_backwards
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
+from finetune.models.awd_lstm import remap_vocabulary_rows
 from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
 
 
@@ -69,6 +71,56 @@ def refuse_language_model_only(stored, checkpoint: str, key: str = "model.checkp
                         "yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)")
 
 
+# What a backward encoder must share with the forward one to sit beside it in one classifier (one config builds both).
+BIDIRECTIONAL_SHAPE_KEYS = ("embedding_size", "hidden_size", "num_layers", "cell")
+
+
+def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = False):
+    """{"classifier_bidirectional": True} and the backward language model's config when the recipe gives
+    model.backward_checkpoint (ELMo's biLM on the AWD-LSTM), else ({}, None); every refusal is one line."""
+    name = backbone_config.backward_checkpoint
+    if name is None:
+        return {}, None
+    key, forward = "model.backward_checkpoint", backbone_config.checkpoint
+    if stored.model_type != "awd_lstm":
+        raise UserError(f"{key}: only AWD-LSTM classifiers read a backward language model beside the forward one; "
+                        f"model.checkpoint {forward} is a '{stored.model_type}' model")
+    if getattr(stored, "classifier_bidirectional", False):
+        raise UserError(f"{key}: model.checkpoint {forward} is a bidirectional classifier already (it holds its "
+                        "backward encoder); remove model.backward_checkpoint to continue it")
+    if reads_backwards(stored):
+        raise UserError(f"{key}: model.checkpoint {forward} reads text backwards; give the forward language model "
+                        "as model.checkpoint and the backward one (corpus.reverse: true) as model.backward_checkpoint")
+    backward = load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(name, key), key, trust_remote_code)
+    if backward.model_type != "awd_lstm" or not reads_backwards(backward):
+        kind = "a forward AWD-LSTM" if backward.model_type == "awd_lstm" else f"a '{backward.model_type}' model"
+        raise UserError(f"{key}: {name} is {kind}; it must be an AWD-LSTM language model pretrained with "
+                        "corpus.reverse: true")
+    for size in BIDIRECTIONAL_SHAPE_KEYS:
+        if getattr(backward, size) != getattr(stored, size):
+            raise UserError(f"{key}: {name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
+                            f"{getattr(stored, size)}: the two directions must have the same sizes")
+    return {"classifier_bidirectional": True}, backward
+
+
+def load_backward_encoder(model, backbone_config, trust_remote_code: bool = False) -> None:
+    """Copy model.backward_checkpoint's encoder into `model.awd_lstm_backward`, its embedding rows put in the order
+    of the forward model's tokenizer (which the classifier reads with): a token both vocabularies hold keeps its
+    trained row, one only the forward vocabulary has starts at the mean row (as ULMFiT's target-domain stage)."""
+    key, name = "model.backward_checkpoint", backbone_config.backward_checkpoint
+    backward = load_model(AutoModel, resolve_checkpoint(name, key), key, trust_remote_code)
+    forward_vocab = load_tokenizer(backbone_config.checkpoint, "model.checkpoint", trust_remote_code).get_vocab()
+    backward_vocab = load_tokenizer(name, key, trust_remote_code).get_vocab()
+    weights = backward.state_dict()
+    if backward_vocab != forward_vocab:
+        weights["embedding.weight"] = remap_vocabulary_rows(weights["embedding.weight"], backward_vocab,
+                                                            forward_vocab)
+        shared = len(forward_vocab.keys() & backward_vocab.keys())
+        console.print(f"{key}: its vocabulary differs from model.checkpoint's; {shared:,} of {len(forward_vocab):,} "
+                      "tokens keep their trained backward embedding, the others start at its mean")
+    model.awd_lstm_backward.load_state_dict(weights)
+
+
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
@@ -87,8 +139,9 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
                              **regularization, **label_config(spec))
+    bidirectional, _ = bidirectional_switch(backbone_config, stored, trusted)
     # Set after loading: from_pretrained drops a key the config class does not declare (the AWD-LSTM's is not).
-    config.update(scalar_mix_switch(stored, pooling))
+    config.update(scalar_mix_switch(stored, pooling) | bidirectional)
     with _family_without_a_head(backbone_config.checkpoint, config):
         if backbone_config.init == "random":
             return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
@@ -96,6 +149,8 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
         label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
         model = load_model(AutoModelForSequenceClassification, source, "model.checkpoint", trusted,
                            label_counts, config=config)
+    if bidirectional:
+        load_backward_encoder(model, backbone_config, trusted)
     if replace_head:
         reinitialise_output_layer(model, config.num_labels)
         console.print(f"warm start from {backbone_config.checkpoint}: its head for labels "
@@ -127,7 +182,8 @@ def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = 
     if puts_new_mean_pooling_head(stored, pooling):
         return new_mean_pooling_classifier(fresh, backbone_config.checkpoint, stored, spec, None, pooling)
     config = copy.deepcopy(stored)
-    config.update(label_config(spec) | scalar_mix_switch(stored, pooling))
+    bidirectional = {"classifier_bidirectional": True} if backbone_config.backward_checkpoint else {}
+    config.update(label_config(spec) | scalar_mix_switch(stored, pooling) | bidirectional)
     with _family_without_a_head(backbone_config.checkpoint, config):
         return AutoModelForSequenceClassification.from_config(
             config, trust_remote_code=backbone_config.trust_remote_code)

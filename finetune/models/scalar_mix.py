@@ -5,7 +5,10 @@ layers' outputs, w one learned weight per layer and gamma one learned scale. Bot
 group, its learning rate, trained even while the backbone is frozen, as in ELMo, where the biLM is fixed).
 
 Layers of different widths cannot be summed: `ProjectedScalarMix` first maps each layer that is not `width` wide
-to it with a learned linear map of its own (the AWD-LSTM's inner layers are wider than its top one).
+to it with a learned linear map of its own (the AWD-LSTM's inner layers are wider than its top one). For ELMo's biLM
+(a forward and a backward AWD-LSTM) it also takes the backward model's layers: layer j enters the mix as the
+concatenation [forward_j; backward_j], each half projected by its own map, under one weight per layer, as ELMo
+mixes its concatenated biLM states.
 """
 
 from __future__ import annotations
@@ -42,16 +45,38 @@ class ScalarMix(nn.Module):
         return self.gamma * mixed
 
 
-class ProjectedScalarMix(nn.Module):
-    """A scalar mix of layers of several widths: each one not `width` wide is projected to it first (no bias)."""
+def width_projections(widths: Sequence[int], width: int) -> nn.ModuleList:
+    """A map to `width` for each layer width: Identity where it already fits (no parameters: the layer enters the mix
+    unchanged), else a linear map without bias."""
+    return nn.ModuleList(nn.Identity() if size == width else nn.Linear(size, width, bias=False) for size in widths)
 
-    def __init__(self, widths: Sequence[int], width: int):
+
+class ProjectedScalarMix(nn.Module):
+    """A scalar mix of layers of several widths: each one not `width` wide is projected to it first (no bias).
+
+    `bidirectional`: a second, backward stack of layers of the same widths, each projected by maps of its own
+    (`backward_projections`) and concatenated after the forward one: the mix is then (batch, time, 2 * width).
+    """
+
+    def __init__(self, widths: Sequence[int], width: int, bidirectional: bool = False):
         super().__init__()
-        # Identity where the width already fits: no parameters, and the layer enters the mix unchanged.
-        self.projections = nn.ModuleList(
-            nn.Identity() if size == width else nn.Linear(size, width, bias=False) for size in widths)
+        self.projections = width_projections(widths, width)
+        self.backward_projections = width_projections(widths, width) if bidirectional else None
         self.mix = ScalarMix(len(widths))
 
-    def forward(self, layers: Sequence[Tensor]) -> Tensor:
-        """(batch, time, widths[j]) for each layer j -> (batch, time, width)."""
-        return self.mix([projection(layer) for projection, layer in zip(self.projections, layers)])
+    def forward(self, layers: Sequence[Tensor], backward_layers: Sequence[Tensor] | None = None) -> Tensor:
+        """(batch, time, widths[j]) for each layer j -> (batch, time, width); with the backward model's layers too,
+        (batch, time, 2 * width).
+
+        Each half is projected on its own and the mix is linear, so the forward half of the result depends on the
+        forward layers alone and the backward half on the backward ones: the backward layers may be in the backward
+        model's reading order (position p: its p-th token read), and both halves still pool as ELMo's aligned states
+        would under an order-free pooling.
+        """
+        if (backward_layers is None) != (self.backward_projections is None):
+            raise ValueError("backward layers must be given exactly when the mix was built bidirectional")
+        projected = [projection(layer) for projection, layer in zip(self.projections, layers)]
+        if backward_layers is not None:
+            projected = [torch.cat([forward, projection(backward)], dim=-1) for forward, projection, backward
+                         in zip(projected, self.backward_projections, backward_layers)]
+        return self.mix(projected)

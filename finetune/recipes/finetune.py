@@ -21,6 +21,12 @@ class BackboneConfig(Section):
         False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
         "only for code you have read: false refuses such checkpoints"
     )
+    backward_checkpoint: Optional[str] = Field(
+        None, description="AWD-LSTM classifiers: a backward language model (pretrained with corpus.reverse: true) "
+        "read beside model.checkpoint, the forward one: the head pools both directions' states (ELMo's biLM; with "
+        "pooling: scalar_mix, ELMo's features). Same sizes as the forward model; its vocabulary is mapped onto the "
+        "forward tokenizer's"
+    )
     activation_regularization: Optional[float] = Field(
         None, ge=0, description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
         "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off"

@@ -18,7 +18,7 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from finetune.console import console
-from finetune.data.reverse import reads_backwards
+from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split, task_file
@@ -104,8 +104,9 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
                   f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
     collate = PaddingCollator(tokenizer)
-    backwards = reads_backwards(model.config)  # a backward LM's classifier reads its text backwards too
-    train_data = EncodedTask(train_examples, tokenizer, max_length, backwards=backwards)
+    # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
+    directions = {"backwards": reads_backwards(model.config), "both_directions": reads_both_directions(model.config)}
+    train_data = EncodedTask(train_examples, tokenizer, max_length, **directions)
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
     step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
     order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
@@ -118,7 +119,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
                               num_workers=recipe.training.num_workers,
                               generator=torch.Generator().manual_seed(recipe.seed))
-    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, backwards=backwards),
+    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, **directions),
                                          tokenizer, recipe.training.batch_size * 2)
     dev_loader = dev_batches.loader
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)

@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
-from finetune.data.reverse import reads_backwards
+from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.tasks import EncodedTask, PaddingCollator, TaskExamples
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
@@ -54,8 +54,9 @@ def example_logits(accelerator, model, tokenizer, examples: TaskExamples, max_le
     """A classifier's logits (or scores) for every example, batched longest first, returned in file order."""
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
     model.to(accelerator.device)
+    # A backward model reads its text backwards; a bidirectional one both ways.
     encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model),
-                          backwards=reads_backwards(model.config))  # a backward model reads its text backwards
+                          backwards=reads_backwards(model.config), both_directions=reads_both_directions(model.config))
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
     return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader)))
 
