@@ -3,8 +3,14 @@
     # 1. the forward flow: bench/ulmfit_sst2.py as documented there (its work dir keeps every classifier)
     # 2. the same flow read backwards: stage 1 trains on reversed documents; stages 2 and 3 follow its checkpoint
     .venv/bin/python bench/ulmfit_sst2.py --work-dir /work/bench-ulmfit-backward --sides ulmfit \
-        --general-lm-overrides corpus.reverse=true
-    # 3. this table
+        --general-lm-overrides corpus.reverse=true \
+        model.embedding_size=200 model.hidden=400 tokenizer.vocab_size=8000 training.max_steps=700 ngram_floor=null
+    # 3. (optional) ELMo's biLM: one classifier on both stage-2 LMs, as variants of the forward work dir
+    .venv/bin/python bench/ulmfit_sst2.py --work-dir /work/bench-ulmfit-lr --sides ulmfit --variant bilm \
+        --classifier-overrides model.backward_checkpoint=/work/bench-ulmfit-backward/2-target-lm/checkpoint
+    .venv/bin/python bench/ulmfit_sst2.py --work-dir /work/bench-ulmfit-lr --sides ulmfit --variant bilm-mix \
+        --classifier-overrides model.backward_checkpoint=/work/bench-ulmfit-backward/2-target-lm/checkpoint pooling=scalar_mix
+    # 4. this table
     .venv/bin/python bench/ulmfit_bidirectional.py --forward /work/bench-ulmfit-lr --backward /work/bench-ulmfit-backward
 
 Howard & Ruder (2018), section 3.3: "we pretrain both a forward and a backward LM ... fine-tune a classifier for
@@ -13,7 +19,9 @@ classifier exists in both work dirs (dev mode, the default variant: the folders 
 the SST-2 dev accuracy of the forward classifier, of the backward one (which reads every text backwards by itself:
 its config says so) and of the ensemble (the mean of the two classifiers' class probabilities: `finetune eval`'s
 ensemble, finetune/training/ensemble.py). Both flows draw the same labelled rows for a seed (ulmfit_sst2.py draws
-them from the seed alone). Prints the table (median over seeds per label count), then one JSON line.
+them from the seed alone). Where the forward work dir also holds classifiers of the --bilm-variants (step 3: one
+classifier reading both stage-2 LMs, `model.backward_checkpoint`, trained on the same rows and budget), their dev
+accuracy is a column too. Prints the table (median over seeds per label count), then one JSON line.
 """
 
 from __future__ import annotations
@@ -27,14 +35,13 @@ from pathlib import Path
 
 from _common import GLUE, ROOT, require
 
-FOLDER = re.compile(r"3-ulmfit-(\d+)-seed(\d+)-dev")
-
-
-def classifiers(work_dir: Path) -> dict[tuple[int, int], Path]:
-    """(labels, seed) -> checkpoint of every default-variant dev classifier in a ulmfit_sst2.py work dir."""
+def classifiers(work_dir: Path, variant: str = "") -> dict[tuple[int, int], Path]:
+    """(labels, seed) -> checkpoint of every dev classifier of `variant` ("": the default) in a ulmfit_sst2.py work
+    dir (its folders are 3-ulmfit-LABELS-seedSEED[-VARIANT]-dev)."""
+    pattern = re.compile(r"3-ulmfit-(\d+)-seed(\d+)" + (f"-{re.escape(variant)}" if variant else "") + "-dev")
     found = {}
     for folder in work_dir.glob("3-ulmfit-*-dev"):
-        match = FOLDER.fullmatch(folder.name)
+        match = pattern.fullmatch(folder.name)
         if match and (folder / "checkpoint" / "config.json").exists():
             found[int(match[1]), int(match[2])] = folder / "checkpoint"
     return found
@@ -44,9 +51,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--forward", type=Path, required=True, help="ulmfit_sst2.py's work dir, forward flow")
     parser.add_argument("--backward", type=Path, required=True, help="its work dir of the backward flow")
+    parser.add_argument("--bilm-variants", nargs="*", default=["bilm", "bilm-mix"],
+                        help="variants of biLM classifiers in --forward, each a column where present")
     arguments = parser.parse_args()
     require(GLUE / "SST-2" / "dev.tsv", "GLUE SST-2 dev.tsv")
     forward, backward = classifiers(arguments.forward), classifiers(arguments.backward)
+    bilm = {variant: classifiers(arguments.forward, variant) for variant in arguments.bilm_variants}
     pairs = sorted(set(forward) & set(backward))
     if not pairs:
         sys.exit(f"bench: no (labels, seed) has a dev classifier in both {arguments.forward} and {arguments.backward}")
@@ -54,7 +64,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT))
     from accelerate import Accelerator
 
-    from finetune.data.reverse import reads_backwards
+    from finetune.data.reverse import reads_backwards, reads_both_directions
     from finetune.data.tasks import read_task_split
     from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
@@ -85,15 +95,26 @@ def main() -> None:
         runs.append({"labels": labels, "seed": seed, "forward": accuracy(forward_logits),
                      "backward": accuracy(backward_logits),
                      "ensemble": accuracy(ensemble_outputs(spec, [forward_logits, backward_logits]))})
+        for variant, found in bilm.items():
+            if (labels, seed) in found:
+                config, outputs = logits(found[labels, seed])
+                if not reads_both_directions(config):
+                    sys.exit(f"bench: {found[labels, seed]} is not a biLM classifier (model.backward_checkpoint)")
+                runs[-1][variant] = accuracy(outputs)
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
 
-    print("\n| labels | seeds | forward | backward | ensemble (mean probabilities) |\n|---:|---:|---:|---:|---:|")
+    columns = ["forward", "backward", "ensemble"] + [variant for variant in bilm if any(variant in run for run in runs)]
+    print("\n| labels | seeds | forward | backward | ensemble (mean probabilities) |"
+          + "".join(f" {variant} (one classifier, both LMs) |" for variant in columns[3:])
+          + "\n|---:|---:|---:|---:|---:|" + "---:|" * len(columns[3:]))
     for labels in sorted({run["labels"] for run in runs}):
         rows = [run for run in runs if run["labels"] == labels]
-        medians = {side: 100 * statistics.median(run[side] for run in rows) for side in ("forward", "backward",
-                                                                                         "ensemble")}
-        print(f"| {labels:,} | {len(rows)} | {medians['forward']:.1f} | {medians['backward']:.1f} | "
-              f"{medians['ensemble']:.1f} |")
+        cells = []
+        for column in columns:
+            scores = [run[column] for run in rows if column in run]
+            cells.append(f"{100 * statistics.median(scores):.1f}" + ("" if len(scores) == len(rows) else
+                                                                       f" ({len(scores)} seeds)") if scores else "-")
+        print(f"| {labels:,} | {len(rows)} | " + " | ".join(cells) + " |")
     print(json.dumps({"forward_dir": str(arguments.forward), "backward_dir": str(arguments.backward), "runs": runs}))
 
 
