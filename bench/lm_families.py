@@ -13,7 +13,7 @@ learning rate and schedule), then validates on valid.txt. The n-gram baseline is
 train.txt (it has no steps; counting takes seconds).
 
 What the loss means per family: each family validates in its own layout. gpt2 and the n-gram score 128-token
-blocks (gpt2-strided 512-token blocks), each token with the context before it in its block; the AWD-LSTM family
+blocks (gpt2-strided and its dense twin gpt2-512: 512-token blocks), each token with the context before it in its block; the AWD-LSTM family
 (lstm, qrnn, rnn cells) and Transformer-XL read valid.txt as BPTT streams with the state (memory) carried through,
 so their tokens see longer contexts. All are nats per token of valid.txt's next tokens.
 
@@ -57,6 +57,8 @@ VARIANTS = {
     "gpt2": ("gpt2-mini-wikitext2.yaml", []),
     "transformer-xl": ("transformer-xl-wikitext2.yaml", []),
     "gpt2-strided": ("sparse-gpt2-wikitext2.yaml", []),
+    # The strided variant's dense twin: the same 512-token blocks, batch and steps, every earlier position seen.
+    "gpt2-512": ("sparse-gpt2-wikitext2.yaml", ["model.attention=dense", "model.attention_stride=null"]),
 }
 
 
@@ -65,6 +67,7 @@ LONG_CONTEXTS = {
     "gpt2": [(128, None), (256, None), (512, None)],
     "transformer-xl": [(128, None), (128, 256), (128, 512), (512, 512)],
     "gpt2-strided": [(512, None)],
+    "gpt2-512": [(512, None)],
 }
 
 
