@@ -13,9 +13,9 @@ learning rate and schedule), then validates on valid.txt. The n-gram baseline is
 train.txt (it has no steps; counting takes seconds).
 
 What the loss means per family: each family validates in its own layout. gpt2 and the n-gram score 128-token
-blocks (gpt2-strided and its dense twin gpt2-512: 512-token blocks), each token with the context before it in its block; the AWD-LSTM family
-(lstm, qrnn, rnn cells) and Transformer-XL read valid.txt as BPTT streams with the state (memory) carried through,
-so their tokens see longer contexts. All are nats per token of valid.txt's next tokens.
+blocks (gpt2-strided and its dense twin gpt2-512: 512-token blocks), each token with the context before it in its
+block; the AWD-LSTM family (lstm, qrnn, rnn cells) and Transformer-XL read valid.txt as BPTT streams with the state
+(memory) carried through, so their tokens see longer contexts. All are nats per token of valid.txt's next tokens.
 
 Columns: validation loss (nats/token) and perplexity at the end, next-token accuracy, training tokens/s (all
 tokens over all time of the metrics windows after the first, as bench/mlm_pretrain.py counts), parameters (the
