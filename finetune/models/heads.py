@@ -75,12 +75,12 @@ def refuse_language_model_only(stored, checkpoint: str, key: str = "model.checkp
 BIDIRECTIONAL_SHAPE_KEYS = ("embedding_size", "hidden_size", "num_layers", "cell")
 
 
-def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = False):
-    """{"classifier_bidirectional": True} and the backward language model's config when the recipe gives
-    model.backward_checkpoint (ELMo's biLM on the AWD-LSTM), else ({}, None); every refusal is one line."""
+def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = False) -> dict[str, bool]:
+    """{"classifier_bidirectional": True} when the recipe gives model.backward_checkpoint (ELMo's biLM on the
+    AWD-LSTM) and it fits the forward model `stored`, else {}; every refusal is one line."""
     name = backbone_config.backward_checkpoint
     if name is None:
-        return {}, None
+        return {}
     key, forward = "model.backward_checkpoint", backbone_config.checkpoint
     if stored.model_type != "awd_lstm":
         raise UserError(f"{key}: only AWD-LSTM classifiers read a backward language model beside the forward one; "
@@ -100,7 +100,7 @@ def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = Fals
         if getattr(backward, size) != getattr(stored, size):
             raise UserError(f"{key}: {name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
                             f"{getattr(stored, size)}: the two directions must have the same sizes")
-    return {"classifier_bidirectional": True}, backward
+    return {"classifier_bidirectional": True}
 
 
 def load_backward_encoder(model, backbone_config, trust_remote_code: bool = False) -> None:
@@ -139,7 +139,7 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
                              **regularization, **label_config(spec))
-    bidirectional, _ = bidirectional_switch(backbone_config, stored, trusted)
+    bidirectional = bidirectional_switch(backbone_config, stored, trusted)
     # Set after loading: from_pretrained drops a key the config class does not declare (the AWD-LSTM's is not).
     config.update(scalar_mix_switch(stored, pooling) | bidirectional)
     with _family_without_a_head(backbone_config.checkpoint, config):
