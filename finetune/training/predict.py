@@ -11,6 +11,7 @@ from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.tasks import EncodedTask, PaddingCollator, TaskExamples
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
+from finetune.models.packed_bert import packed_logits
 
 
 class LengthSortedPrediction:
@@ -38,11 +39,15 @@ class LengthSortedPrediction:
 def predict_logits(accelerator, model, loader) -> np.ndarray:
     """The model's logits for every example of a prepared loader, in the loader's order."""
     model.eval()
+    unwrapped = accelerator.unwrap_model(model)  # no gradients here, so no wrapper needs to see the forward
     outputs = []
     with phase_bar("evaluating", len(loader), accelerator.is_main_process) as advance:
         for batch in loader:
             batch = {key: value for key, value in batch.items() if key != "labels"}
-            logits = model(**batch).logits
+            # BERT classifiers skip the padding (models/packed_bert.py); any other model runs its own forward.
+            logits = packed_logits(unwrapped, **batch)
+            if logits is None:
+                logits = model(**batch).logits
             # gather_for_metrics drops the samples a distributed sampler repeats to even out the last batch.
             outputs.append(accelerator.gather_for_metrics(logits.float()).cpu())
             advance()
