@@ -23,6 +23,8 @@ and leaves out its first --peer-warmup; ours sums its metrics.jsonl windows of -
 timer starts after its collator has run. MFU: useful training FLOPs per second (6 x multiply-adds per token:
 QKV, output and feed-forward products, attention scores and mixing over the whole block, the vocabulary
 projection at every position; `finetune.models.flops.training_flops_per_token`) over the fp32 matmul rate measured here.
+Then the ceiling of the ratio on this machine: the step's matrix products alone, each timed at its own shape
+(`products_seconds`), as tokens/s, a ratio to the peer and an MFU: no implementation of this model runs faster.
 
 Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
