@@ -73,14 +73,23 @@ def encoder_layer(layer, hidden: torch.Tensor, hidden_dropout: float, attention_
     """One `BertLayer`: self-attention and feed-forward, each followed by dropout, residual and LayerNorm."""
     attention = layer.attention.self
     batch, seq_len, width = hidden.shape
-    # Q, K and V in one (width x 3 width) product: one pass over `hidden` instead of three.
-    weight = torch.cat([attention.query.weight, attention.key.weight, attention.value.weight])
-    bias = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
-    qkv = F.linear(hidden, weight, bias).view(batch, seq_len, 3, attention.num_attention_heads, -1)
+    qkv = F.linear(hidden, *stacked_qkv(attention)).view(batch, seq_len, 3, attention.num_attention_heads, -1)
     query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq_len, head size)
     scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling)
     context = torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
-    context = context.transpose(1, 2).reshape(batch, seq_len, width)
+    return after_attention(layer, context.transpose(1, 2).reshape(batch, seq_len, width), hidden, hidden_dropout)
+
+
+def stacked_qkv(attention) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `BertSelfAttention`'s Q, K and V weights and biases stacked: one (width x 3 width) product, one pass over
+    the hidden states instead of three."""
+    return (torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+            torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
+
+
+def after_attention(layer, context: torch.Tensor, hidden: torch.Tensor, hidden_dropout: float) -> torch.Tensor:
+    """The rest of a `BertLayer` once its attention has mixed the values (`context`, before the output projection):
+    projection, dropout, residual and LayerNorm, then the feed-forward block the same way. Any leading shape."""
     output = layer.attention.output
     hidden = output.LayerNorm(dropout(output.dense(context), hidden_dropout) + hidden)
     output = layer.output

@@ -4,8 +4,9 @@ Even length-sorted batches pad: a batch of 64 pairs pads each to its longest (RT
 17,894 real tokens). The projections, feed-forward products, GELU and LayerNorms (~85% of a MiniLM forward,
 profiled on a 2-core CPU) work on each token alone, so `packed_logits` runs them on the (real tokens, width)
 matrix and scatters into the padded (batch, length) layout only for attention, which SDPA reads with the padding
-mask. Q, K and V come from one product (as the masked LM's training route, models/masked_lm.py). The arithmetic is
-Hugging Face's, in other product shapes: logits agree to float rounding (tests/test_packed_bert.py).
+mask. Q, K and V come from one product, and the rest of each layer is the masked LM's training route
+(models/masked_lm.py). The arithmetic is Hugging Face's, in other product shapes: logits agree to float rounding
+(tests/test_packed_bert.py).
 
 Covered: `BertForSequenceClassification` (the [CLS] pooler) and the mean-pooling classifier on a BERT encoder
 (models/mean_pooling.py, without a scalar mix), in evaluation, fp32, without autocast, on right-padded batches.
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import BertForSequenceClassification, BertModel
 
+from finetune.models.masked_lm import after_attention, stacked_qkv
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification
 
 
@@ -74,15 +76,10 @@ def _packed_layer(layer, hidden: Tensor, real: Tensor, keys: Tensor) -> Tensor:
     attention = layer.attention.self
     batch, length = real.shape
     width = hidden.shape[-1]
-    weight = torch.cat([attention.query.weight, attention.key.weight, attention.value.weight])
-    bias = torch.cat([attention.query.bias, attention.key.bias, attention.value.bias])
     padded = hidden.new_empty(batch, length, 3 * width)
-    padded[real] = F.linear(hidden, weight, bias)
+    padded[real] = F.linear(hidden, *stacked_qkv(attention))
     padded[~real] = 0.0  # masked keys get no weight, yet a NaN in their values would still reach the mixing
     query, key, value = padded.view(batch, length, 3, attention.num_attention_heads, -1).permute(2, 0, 3, 1, 4)
     context = F.scaled_dot_product_attention(query, key, value, attn_mask=keys, scale=attention.scaling)
     context = context.transpose(1, 2)[real].reshape(-1, width)  # (real tokens, width)
-    output = layer.attention.output
-    hidden = output.LayerNorm(output.dense(context) + hidden)
-    output = layer.output
-    return output.LayerNorm(output.dense(layer.intermediate(hidden)) + hidden)
+    return after_attention(layer, context, hidden, hidden_dropout=0.0)  # evaluation: no dropout
