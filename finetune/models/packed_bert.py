@@ -32,14 +32,15 @@ def packed_logits(model, input_ids: Tensor, attention_mask: Tensor | None = None
     real = attention_mask.bool()
     if not bool(real[:, 0].all()):  # left padding (or an empty row): positions and [CLS] would not line up
         return None
+    lengths = real.sum(dim=1)  # real tokens per row; the packed rows follow each other in this order
     if isinstance(model, BertForSequenceClassification):
         hidden = packed_encoder(model.bert, input_ids, real, token_type_ids)
-        starts = F.pad(real.sum(dim=1).cumsum(dim=0)[:-1], (1, 0))  # each row's first token: its [CLS]
+        starts = F.pad(lengths.cumsum(dim=0)[:-1], (1, 0))  # each row's first token: its [CLS]
         return model.classifier(model.bert.pooler.activation(model.bert.pooler.dense(hidden[starts])))
     hidden = packed_encoder(model.encoder, input_ids, real, token_type_ids)
-    rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(real.sum(dim=1))
+    rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(lengths)
     sums = hidden.new_zeros(len(input_ids), hidden.shape[-1]).index_add_(0, rows, hidden)
-    return model.classifier(sums / real.sum(dim=1, keepdim=True).to(hidden.dtype))
+    return model.classifier(sums / lengths.unsqueeze(-1).to(hidden.dtype))
 
 
 def _covered(model, input_ids: Tensor) -> bool:
