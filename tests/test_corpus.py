@@ -10,6 +10,7 @@ import pytest
 
 from finetune.data import token_cache
 from finetune.data.corpus import (
+    file_pieces,
     TokenizedDocuments,
     document_stream,
     pack_blocks,
@@ -17,7 +18,7 @@ from finetune.data.corpus import (
     read_documents,
     split_documents,
 )
-from finetune.data.token_cache import tokenize_corpus, tokenize_documents
+from finetune.data.token_cache import encode, tokenize_corpus, tokenize_documents
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import UserError
 from tests.conftest import make_sentence
@@ -404,3 +405,57 @@ def test_read_dataset_documents_unloadable(jsonl_dataset, tmp_path):
         read_dataset_documents("json", None, "train", "text", data_files=str(tmp_path / "missing.jsonl"))
     with pytest.raises(UserError, match="dataset surely-not-a-dataset-xyz"):  # the suite runs with HF_HUB_OFFLINE=1
         read_dataset_documents("surely-not-a-dataset-xyz")
+
+
+# Documents of text files: lines, paragraphs, whole files (corpus.document)
+
+PLAY = ("KING.\r\nSpeak, speak.  \r\n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n"
+        "\n\n\nKING.\nMark me.\n\n")
+
+
+def test_paragraphs_are_lines_up_to_a_blank_line_with_their_line_breaks(tmp_path):
+    path = tmp_path / "play.txt"
+    path.write_text(PLAY, encoding="utf-8", newline="")
+    (tmp_path / "more.txt").write_text("no blank line at the end\nof this one", encoding="utf-8")
+    assert read_documents([path, tmp_path / "more.txt"], "paragraph") == [
+        "KING.\nSpeak, speak.\nI am thy father's spirit,", "HAMLET.\nAlas, poor ghost!", "KING.\nMark me.",
+        "no blank line at the end\nof this one"]  # a file's end ends a paragraph; a line of U+200B is blank
+
+
+def test_a_file_is_one_document_as_written(tmp_path):
+    play, blank = tmp_path / "play.txt", tmp_path / "blank.txt"
+    play.write_text(PLAY, encoding="utf-8", newline="")
+    blank.write_text("\n \u200b\n\n", encoding="utf-8")  # nothing shows: no document
+    assert read_documents([blank, play, blank], "file") == [
+        "KING.\nSpeak, speak.  \n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n\n\n\n"
+        "KING.\nMark me."]
+    with pytest.raises(UserError, match=f"{blank}: no text"):
+        read_documents([blank], "file")
+
+
+@pytest.mark.parametrize("document", ["paragraph", "file"])
+def test_pieces_of_a_document_give_the_tokens_of_the_whole(document, tmp_path):
+    """Cut before line breaks that follow a non-space, a long paragraph or file is tokenised in pieces (so it
+    streams) into exactly the ids of the whole text, with byte-level BPE and WordPiece alike; training a
+    tokenizer on the pieces learns what training on the whole texts learns."""
+    rng = random.Random(0)
+    speeches = ["\n".join(("    " if rng.random() < 0.3 else "") + make_sentence(rng, rng.random() < 0.5)
+                          + (" " if rng.random() < 0.2 else "") for _ in range(rng.randint(1, 9)))
+                for _ in range(60)]
+    path = tmp_path / "play.txt"
+    path.write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
+    whole = [piece.text for piece in file_pieces([path], document, piece_bytes=None)]
+    pieces = list(file_pieces([path], document, piece_bytes=40))
+    assert len(pieces) > 2 * len(whole) and sum(piece.first for piece in pieces) == len(whole)
+    assert read_documents([path], document) == whole
+    bpe, wordpiece = (train(whole, 300, min_frequency=1) for train in (train_byte_level_bpe, train_wordpiece))
+    assert train_byte_level_bpe([piece.text for piece in pieces], 300, min_frequency=1).get_vocab() == bpe.get_vocab()
+    for tokenizer in (bpe, wordpiece):
+        joined: list[list[int]] = []
+        for piece, ids in zip(pieces, encode(tokenizer, [piece.text for piece in pieces])):
+            joined += [[]] if piece.first else []
+            joined[-1] += ids
+        assert joined == encode(tokenizer, whole)
+    newline = bpe.convert_tokens_to_ids("Ċ")  # byte-level BPE sees the line breaks; WordPiece reads them as spaces
+    assert newline in encode(bpe, whole[:1])[0]
+    assert encode(wordpiece, [whole[0]]) == encode(wordpiece, [whole[0].replace("\n", " ")])

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 from typer.testing import CliRunner
 
 import finetune.models.awd_lstm  # noqa: F401  (registers awd_lstm with the Auto classes)
 from finetune.cli import app
 from finetune.data.corpus import read_documents
+from finetune.data.token_arrays import TokenizedDocuments
 from finetune.errors import UserError
 from finetune.models.language_models import train_tokenizer, uses_causal_transformer
 from finetune.recipes import TokenizerConfig, load_recipe
@@ -235,3 +238,53 @@ def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, t
     assert sorted(train + validation) == sorted(expected) and len(validation) == 10  # 20% of 50
     run_pretrain(recipe)
     assert (tmp_path / "run" / "checkpoint" / "model.safetensors").is_file()
+
+
+def write_play(path: Path) -> Path:
+    """A play: a speaker line, indented verse, a blank line between speeches."""
+    speeches = [f"{speaker}.\n  {line} the film was great,\n  and {line} the plot was dull.\n"
+                for speaker, line in zip(["KING", "HAMLET", "GHOST"] * 8, ["so", "very", "truly", "quite"] * 6)]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(speeches), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("family, document", [("gpt2", "line"), ("gpt2", "paragraph"), ("awd_lstm", "file")])
+def test_running_text_reaches_the_model_with_its_line_breaks(family, document, tmp_path):
+    """corpus.document: a causal LM trained on a play's paragraphs or whole file reads its line breaks as tokens
+    (its training ids decode to the text: paragraphs of stripped lines, the file as written); on lines, none."""
+    play, other = write_play(tmp_path / "play.txt"), write_play(tmp_path / "valid" / "play.txt")
+    data = pretrain_recipe(play, tmp_path / "run")
+    data["model"] = dict(MODELS[family])
+    data["tokenizer"] = {"vocab_size": 300, "min_frequency": 1}
+    data["corpus"].update(document=document, validation_files=[str(other)], block_size=8,
+                          cache_dir=str(tmp_path / "cache"))
+    data["training"].update(max_steps=2, batch_size=4)
+    result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run" / "checkpoint")
+    entry = next(entry for entry in (tmp_path / "cache").iterdir()
+                 if json.loads((entry / "meta.json").read_text())["files"][0]["path"] == str(play.resolve()))
+    tokens = TokenizedDocuments.load(entry)
+    texts = [tokenizer.decode(tokens.document(index)) for index in range(len(tokens))]
+    assert texts == read_documents([play], document)
+    assert len(texts) == {"line": 72, "paragraph": 24, "file": 1}[document]
+    first = {"line": "KING.", "paragraph": "KING.\nso the film was great,\nand so the plot was dull.",
+             "file": "KING.\n  so the film was great,\n  and so the plot was dull.\n\nHAMLET.\n  very the film"}
+    assert texts[0].startswith(first[document]) and ("\n" in "".join(texts)) == (document != "line")
+    # An LSTM has no position table: its tokenizer claims no maximum length (transformers warns past one).
+    assert tokenizer.model_max_length == (VERY_LARGE_INTEGER if family == "awd_lstm" else 8)
+
+
+def test_text_too_short_once_tokenised_is_refused_with_its_files_and_numbers(tmp_path, corpus_file):
+    """Its 6 KB could hold 300 blocks (a token per byte at most); its tokens cannot: refused before training."""
+    data = pretrain_recipe(corpus_file, tmp_path / "run")
+    data["training"]["batch_size"] = 300
+    result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 2, result.output
+    error = result.output.strip().splitlines()[-1]
+    given = re.fullmatch(r"error: the training text \((.*) without the held-out documents\) gives ([\d,]+) tokens, a "
+                         r"separator after each document included, fewer than the 4,500 needed for 300 blocks of 15 "
+                         r"tokens of text \(training.batch_size 300, corpus.block_size 16\)", error)
+    assert given and given[1] == str(corpus_file) and int(given[2].replace(",", "")) < 4500, error
+    assert not (tmp_path / "run").exists()

@@ -123,10 +123,10 @@ def test_a_cache_hit_reads_no_text_and_tokenises_only_the_check_sample(tokenizer
     first = tokenize_files(tokenizer, [text_file], tmp_path, show_progress=False)
     assert len(first) > SAMPLE_SIZE
 
-    def streamed(paths):
+    def streamed(paths, *arguments):
         raise AssertionError("the text was read again")
 
-    monkeypatch.setattr(token_cache, "file_documents", streamed)
+    monkeypatch.setattr(token_cache, "file_pieces", streamed)
     encoded = count_encoded(monkeypatch)
     again = tokenize_files(tokenizer, [text_file], tmp_path, show_progress=False)
     assert sum(encoded) <= SAMPLE_SIZE  # the documents read back by their byte positions
@@ -263,6 +263,79 @@ def test_a_restarted_run_trains_on_the_same_batches_without_reading_the_text(fam
     monkeypatch.setattr(pretrain, "loss_module", recording)
     pretrain.run_pretrain(recipe)
     first, batches[:] = list(batches), []
-    monkeypatch.setattr(token_cache, "file_documents", lambda paths: pytest.fail("the text was read again"))
+    monkeypatch.setattr(token_cache, "file_pieces", lambda *arguments: pytest.fail("the text was read again"))
     pretrain.run_pretrain(recipe)
     assert batches == first and sum(training for training, _ in first) == 30
+
+
+# Paragraphs and whole files (corpus.document): cached in pieces, read back and checked piece by piece
+
+
+def write_play(path: Path, speeches: int = 30, seed: int = 0) -> Path:
+    """Speeches of a speaker line and 1-6 indented or plain lines, blank lines between them."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(speeches):
+        rows.append(rng.choice(["KING.", "HAMLET.", "GHOST."]))
+        rows += [("  " if rng.random() < 0.3 else "") + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+                 for _ in range(rng.randint(1, 6))]
+        rows.append("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("document", ["paragraph", "file"])
+def test_paragraph_and_file_entries_are_mapped_read_back_and_checked(document, tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setattr(token_cache, "PIECE_BYTES", 60)  # pieces of a line or two
+    paths = [write_play(tmp_path / "a.txt", seed=1), write_play(tmp_path / "b.txt", 8, seed=2)]
+    whole = read_documents(paths, document)
+    expected = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in whole]
+    fresh = tokenize_files(tokenizer, paths, tmp_path / "cache", show_progress=False, document=document)
+    uncached = tokenize_files(tokenizer, paths, None, show_progress=False, document=document)
+    lines = tokenize_files(tokenizer, paths, tmp_path / "cache", show_progress=False)
+    assert len(lines) > len(fresh) == len(whole)
+    entries = sorted((tmp_path / "cache").iterdir())
+    assert len(entries) == 2  # lines and paragraphs (or files) of the same files are cached apart
+    assert (tmp_path / "cache" / f"tokens-{token_cache.files_cache_key(tokenizer, paths)}").is_dir()  # lines as before
+    entry = next(entry for entry in entries if (entry / "pieces.npy").exists())
+    pieces = np.load(entry / "pieces.npy")
+    assert len(pieces) - 1 > len(whole) + 10
+
+    encoded = count_encoded(monkeypatch)
+    monkeypatch.setattr(token_cache, "file_pieces", lambda *arguments: pytest.fail("the text was read again"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mapped = tokenize_files(tokenizer, paths, tmp_path / "cache", show_progress=False, document=document)
+    assert isinstance(mapped.ids, np.memmap)
+    assert encoded[0] == 4 and sum(encoded[1:]) <= SAMPLE_SIZE  # the line-break probe, the pieces read back
+    for tokenized in (fresh, uncached, mapped):
+        assert [tokenized.document(index).tolist() for index in range(len(tokenized))] == expected
+    restored = pickle.loads(pickle.dumps(mapped.select(np.array([1, 0]))))  # a worker maps whole documents
+    assert restored.document(0).tolist() == expected[1]
+
+    # The last line written backwards, size and time kept: the last piece is always in the sample.
+    second = paths[1]
+    stat, rows = second.stat(), second.read_text(encoding="utf-8").split("\n")  # [..., last line, "", ""]
+    rows[-3] = rows[-3][::-1]
+    second.write_text("\n".join(rows), encoding="utf-8")
+    os.utime(second, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    monkeypatch.undo()
+    monkeypatch.setattr(token_cache, "PIECE_BYTES", 60)
+    with pytest.warns(UserWarning, match="does not match the text: piece .* tokenizes differently"):
+        again = tokenize_files(tokenizer, paths, tmp_path / "cache", show_progress=False, document=document)
+    assert again.document(len(again) - 1).tolist() != expected[-1]
+
+
+def test_a_tokenizer_that_does_not_split_at_line_breaks_gets_whole_documents(tmp_path):
+    from tokenizers import pre_tokenizers
+
+    prefixed = train_byte_level_bpe([" ".join(WORDS)] * 20, vocab_size=300, min_frequency=1)
+    prefixed.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)  # a space before all
+    assert token_cache.cuts_cleanly(train_byte_level_bpe([" ".join(WORDS)] * 20, vocab_size=300, min_frequency=1))
+    assert not token_cache.cuts_cleanly(prefixed)
+    paths = [write_play(tmp_path / "play.txt")]
+    tokenized = tokenize_files(prefixed, paths, tmp_path / "cache", show_progress=False, document="file")
+    assert tokenized.document(0).tolist() == prefixed(read_documents(paths, "file")[0],
+                                                      add_special_tokens=False)["input_ids"]
+    assert len(np.load(next((tmp_path / "cache").iterdir()) / "pieces.npy")) == 2  # one piece: the whole file

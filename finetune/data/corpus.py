@@ -1,14 +1,19 @@
 """Raw text -> documents (streamed from files, or read from a dataset), the validation split, masked blocks.
 
+A document of text files is a non-empty line, a paragraph or a whole file (corpus.document); the last two are read
+and tokenised in pieces (`file_pieces`), which the token cache reads back by their byte positions (`read_piece`).
+
 The token ids live in finetune/data/token_arrays.py (flat arrays, the lazy document stream, packed blocks) and
 are made and cached by finetune/data/token_cache.py; the names of both used from here before still import.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import unicodedata
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -30,23 +35,166 @@ def document_text(line: str) -> str:
     return line if any(unicodedata.category(character) not in INVISIBLE_CATEGORIES for character in line) else ""
 
 
-def file_documents(paths: list[Path]) -> Iterator[tuple[str, int]]:
-    """Every non-empty line of the files as (document, byte position of its line in the files one after another).
+# What a document of text files is (corpus.document). A paragraph or a file is tokenised in pieces of about
+# PIECE_BYTES, cut where the tokenizers split text anyway (before a line break that follows a character that is
+# not a space), so that a document of 100 MB streams through as lines do, a piece at a time.
+PIECE_BYTES = 1 << 16
+
+
+class Piece(NamedTuple):
+    """A document, or a part of a paragraph or a file, as it is tokenised: its text, the byte where it starts in the
+    files one after another (the token cache reads it back from there), and whether its document starts with it."""
+
+    text: str
+    position: int
+    first: bool
+
+
+def piece_text(raw: str, document: str, first: bool, last: bool) -> str:
+    """The text of a paragraph's or a file's piece from its bytes (decoded): how pieces are made and read back.
+
+    A piece after its document's first starts with the line break it was cut before. paragraph: the lines stripped
+    (as lines are), empty ones left out (blank lines only ever follow a paragraph's last piece), joined by line
+    breaks; file: the text as it is (indentation, blank lines), \r\n read as \n, the file's start and end stripped.
+    """
+    if document == "paragraph":
+        text = "\n".join(line for line in map(document_text, raw.split("\n")) if line)
+        return text if first else "\n" + text
+    text = raw.replace("\r\n", "\n")
+    text = text.lstrip() if first else text
+    return text.rstrip() if last else text
+
+
+DOCUMENT_KINDS = ("line", "paragraph", "file")  # the values of corpus.document
+
+
+def text_documents(text: str, document: str = "line") -> list[str]:
+    """The documents of a text held in memory (a prompt), read as text files of that `document` kind are read."""
+    if document not in DOCUMENT_KINDS:
+        raise UserError(f"--document: expected one of {', '.join(DOCUMENT_KINDS)} (got {document!r})")
+    if document == "line":
+        return [line for line in map(document_text, text.splitlines()) if line]
+    if document == "file":
+        return [piece_text(text, "file", True, True)] if document_text(text.replace("\n", " ")) else []
+    paragraphs, lines = [], []
+    for line in [*text.splitlines(), ""]:  # a blank line (or the end) closes a paragraph
+        if document_text(line):
+            lines.append(document_text(line))
+        elif lines:
+            paragraphs.append("\n".join(lines))
+            lines = []
+    return paragraphs
+
+
+def file_pieces(paths: list[Path], document: str = "line", piece_bytes: Optional[int] = PIECE_BYTES,
+                ) -> Iterator[Piece]:
+    """The files' documents (corpus.document: every non-empty line, paragraph or file), as pieces (a line's document
+    is one piece; `piece_bytes` None: every document one piece), with their byte positions in the files one after
+    another.
 
     Read a line at a time: a corpus larger than memory streams through. A file that is not UTF-8 is named with
-    its line. The positions let the token cache find a document again without reading the text before it.
+    its line. The positions let the token cache find a piece again without reading the text before it.
     """
     position = 0
     for path in paths:
         with open(path, "rb") as handle:
-            for line_number, raw in enumerate(handle, start=1):
-                try:
-                    line = document_text(raw.decode("utf-8"))
-                except UnicodeDecodeError:
-                    raise UserError(f"{path} line {line_number}: not valid UTF-8") from None
-                if line:
-                    yield line, position
-                position += len(raw)
+            if document == "line":
+                for line_number, raw in enumerate(handle, start=1):
+                    line = document_text(_decoded(raw, path, line_number))
+                    if line:
+                        yield Piece(line, position, True)
+                    position += len(raw)
+            else:
+                position = yield from _cut_pieces(handle, path, position, document, piece_bytes)
+
+
+def _decoded(raw: bytes, path: Path, line_number: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path} line {line_number}: not valid UTF-8") from None
+
+
+def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: Optional[int]):
+    """The pieces of one file's paragraphs (or of the file as one document); returns the position after the file."""
+    pending = bytearray()  # the current piece's bytes, from `start`
+    start, cut, first, shown = position, None, True, False  # cut: where in `pending` the piece may end
+    for line_number, raw in enumerate(handle, start=1):
+        line = _decoded(raw, path, line_number)
+        visible = bool(document_text(line))
+        if document == "paragraph" and not visible:  # a blank line ends the paragraph
+            if shown:
+                yield Piece(piece_text(pending.decode(), document, first, True), start, first)
+            pending, start, cut, first, shown = bytearray(), position + len(raw), None, True, False
+            position += len(raw)
+            continue
+        if visible and cut is not None:  # the piece is long enough and the document goes on: cut it off
+            yield Piece(piece_text(pending[:cut].decode(), document, first, False), start, first)
+            pending, start, cut, first = pending[cut:], start + cut, None, False
+        pending += raw
+        position += len(raw)
+        shown = shown or visible
+        ending = len(raw) - len(raw.rstrip(b"\r\n")) if raw.endswith(b"\n") else 0
+        body = line[: len(line) - ending]
+        # Cut before a line break that follows a character that is not a space: byte-level BPE and WordPiece split
+        # the text there anyway, so the pieces' tokens are the document's (a tokenizer that does not gets whole
+        # documents: token_cache.cuts_cleanly).
+        if (piece_bytes is not None and shown and ending and len(pending) >= piece_bytes and body
+                and not body[-1].isspace()):
+            cut = len(pending) - ending
+    if shown:
+        yield Piece(piece_text(pending.decode(), document, first, True), start, first)
+    return position
+
+
+def _file_at(paths: list[Path], position: int) -> tuple[Optional[Path], int, int]:
+    """The file holding byte `position` of the files one after another, where it starts and ends (None: past them)."""
+    ends = list(itertools.accumulate(path.stat().st_size for path in paths))
+    file = bisect.bisect_right(ends, position)
+    if file == len(paths):
+        return None, 0, 0
+    return paths[file], ends[file - 1] if file else 0, ends[file]
+
+
+def _read_at(paths: list[Path], start: int, end: Optional[int] = None, line: bool = False) -> Optional[str]:
+    """The text from byte `start` of the files one after another to the end of its line (`line`), or to `end` or
+    its file's end, whichever is first; None where no file is, or where the bytes are not UTF-8."""
+    path, file_start, file_end = _file_at(paths, start)
+    if path is None:
+        return None
+    with open(path, "rb") as handle:
+        handle.seek(start - file_start)
+        stop = file_end if end is None else min(end, file_end)
+        raw = handle.readline() if line else handle.read(max(0, stop - start))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def read_line(paths: list[Path], position: int) -> str:
+    """The line document whose line starts at byte `position` ('' if none is there): the token cache's check."""
+    text = _read_at(paths, position, line=True)
+    return document_text(text) if text is not None else ""
+
+
+def read_piece(paths: list[Path], start: int, end: Optional[int], document: str, first: bool, last: bool) -> str:
+    """A paragraph's or a file's piece read back from its bytes, `start` to `end` (the next piece's start; None: its
+    file's end), as `file_pieces` made it ('' if it is not there): the token cache's check."""
+    text = _read_at(paths, start, end)
+    return piece_text(text, document, first, last) if text is not None else ""
+
+
+def file_documents(paths: list[Path], document: str = "line") -> Iterator[str]:
+    """The files' documents as whole texts (each paragraph or file joined from its pieces)."""
+    parts: list[str] = []
+    for piece in file_pieces(paths, document):
+        if piece.first and parts:
+            yield "".join(parts)
+            parts = []
+        parts.append(piece.text)
+    if parts:
+        yield "".join(parts)
 
 
 def no_text(paths: list[Path]) -> UserError:
@@ -55,9 +203,9 @@ def no_text(paths: list[Path]) -> UserError:
                      "characters such as U+200B)")
 
 
-def read_documents(paths: list[Path]) -> list[str]:
-    """Every non-empty line of the files is one document (all in memory: small corpora, tokenizer training)."""
-    documents = [document for document, _ in file_documents(paths)]
+def read_documents(paths: list[Path], document: str = "line") -> list[str]:
+    """The files' documents (lines, paragraphs or whole files), all in memory: small corpora, tokenizer training."""
+    documents = list(file_documents(paths, document))
     if not documents:
         raise no_text(paths)
     return documents

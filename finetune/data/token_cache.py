@@ -4,25 +4,31 @@ cached so that the next run maps them from disk instead of tokenising (or even r
 A cache entry is a folder `CACHE_DIR/tokens-KEY/` of plain arrays that `np.load(..., mmap_mode="r")` opens:
 `ids.npy` (int32, every document's ids one after another), `offsets.npy` (int64, where each document starts),
 for text files `positions.npy` (int64, the byte where each document's line starts) and `meta.json` (counts, the
-files' sizes and times: for people, and for the check below). It is written under a temporary name and renamed
-when complete, so a killed run leaves no half entry behind.
+files' sizes and times: for people, and for the check below). Paragraphs and whole files (corpus.document) are
+tokenised in pieces (data/corpus.py), so their entries say where each piece starts instead: `positions.npy` per
+piece, `pieces.npy` (int64, where each piece starts in the ids, and their end) and `first_pieces.npy` (int64, each
+document's first piece, and the piece count). It is written under a temporary name and renamed when complete, so a
+killed run leaves no half entry behind.
 
-The key of text files is made without reading them: their absolute paths, sizes and modification times, and
-the tokenizer (a digest of its full JSON). Any write to a file changes its time, so editing, appending or
-replacing a file, renaming or moving it, another file list, or another tokenizer gives another key. A file
-changed with its size and time kept (`touch -r`, some copy tools) is caught when it touches one of the 16
-documents that every cache hit reads back from the files and tokenises again (the first, the last, 14 spread by
-a fixed seed): the entry is then made again, with a warning. In-memory documents (a `datasets` dataset, a task's
-text) are keyed by their text, as before.
+The key of text files is made without reading them: their absolute paths, sizes and modification times, the
+tokenizer (a digest of its full JSON) and what a document is. Any write to a file changes its time, so editing,
+appending or replacing a file, renaming or moving it, another file list, another tokenizer or another
+corpus.document gives another key. A file changed with its size and time kept (`touch -r`, some copy tools) is
+caught when it touches one of the 16 documents (pieces) that every cache hit reads back from the files and
+tokenises again (the first, the last, 14 spread by a fixed seed): the entry is then made again, with a warning.
+In-memory documents (a `datasets` dataset, a task's text) are keyed by their text, as before.
 
-Memory while tokenising: one batch of text and its id lists (a few MB), and 8 bytes per document for the lengths
-and 8 for the positions (16 MB per million documents); the ids go to the file as they come. Without a cache
-folder they are kept in memory instead: 4 bytes per token (400 MB per 100M tokens).
+Memory while tokenising: one batch of text and its id lists, and 8 bytes per document (piece) for the lengths and
+8 for the positions (16 MB per million documents); the ids go to the file as they come. Without a cache folder they
+are kept in memory instead: 4 bytes per token (400 MB per 100M tokens). A batch is at most 2,000 texts or 4M
+characters; the tokenizer library holds ~100 bytes per token of it, so a corpus of short lines peaks at a few tens
+of MB and paragraphs or files, cut into ~64 KB pieces, at ~150 MB (a full batch), however long a document is. A
+tokenizer that does not split text at line breaks (`cuts_cleanly`) is given whole paragraphs and files instead: its
+peak then grows with the longest document (~3 GB for a file of 20 MB).
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import itertools
 import json
@@ -38,12 +44,13 @@ from typing import Iterable, Iterator, Optional
 import numpy as np
 
 from finetune.console import console, parallel_tokenizing, progress_bar
-from finetune.data.corpus import document_text, file_documents, no_text
+from finetune.data.corpus import PIECE_BYTES, Piece, file_pieces, no_text, read_line, read_piece
 from finetune.data.token_arrays import IDS_FILE, OFFSETS_FILE, TokenizedDocuments, offsets_of
 from finetune.errors import UserError
 
 CACHE_FORMAT = 2  # part of every cache key: bump it when the cached arrays change meaning (1: one .npz file)
 POSITIONS_FILE, META_FILE = "positions.npy", "meta.json"
+PIECES_FILE, FIRST_PIECES_FILE = "pieces.npy", "first_pieces.npy"  # paragraphs and files (corpus.document)
 SAMPLE_SIZE = 16  # documents read back and tokenised again to check a text files' cache entry
 BATCH_CHARACTERS = 1 << 22  # a batch ends at this much text too: a corpus of very long lines stays a few MB a batch
 NPY_INT32 = np.dtype("<i4")
@@ -85,8 +92,8 @@ def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = No
             console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache.path}")
             check_known_tokens(cached, tokenizer, documents[0] if documents else "", name)
             return cached
-    batches = (([text for text, _ in batch], None, len(batch))
-               for batch in _batched(((text, 0) for text in documents), batch_size))
+    batches = (([piece.text for piece in batch], None, None, len(batch))
+               for batch in _batched((Piece(text, 0, True) for text in documents), batch_size))
     with progress_bar(show_progress and len(documents) > batch_size) as progress:
         task = progress.add_task(description, total=len(documents), status="")
         tokenized = _write_tokens(tokenizer, batches, cache, lambda count: progress.advance(task, count),
@@ -97,25 +104,30 @@ def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = No
 
 
 def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, description: str = "tokenizing",
-                   batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus") -> TokenizedDocuments:
-    """Token ids of every non-empty line of the files, streamed; from `cache_dir` without reading the text when the
-    files (paths, sizes, times) and the tokenizer were seen, a sample of documents checked (see the module)."""
+                   batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus",
+                   document: str = "line") -> TokenizedDocuments:
+    """Token ids of every document of the files (`document`: each non-empty line, paragraph or file), streamed;
+    from `cache_dir` without reading the text when the files (paths, sizes, times), the tokenizer and `document`
+    were seen, a sample of documents checked (see the module)."""
     paths = [Path(path) for path in paths]
     sizes = [path.stat().st_size for path in paths]
-    cache = TokenCache(cache_dir, files_cache_key(tokenizer, paths)) if cache_dir is not None else None
+    # Paragraphs and files are cut into pieces only where this tokenizer gives the tokens of the whole text.
+    piece_bytes = None if document != "line" and not cuts_cleanly(tokenizer) else PIECE_BYTES
+    key = files_cache_key(tokenizer, paths, document, piece_bytes)
+    cache = TokenCache(cache_dir, key) if cache_dir is not None else None
     if cache is not None:
-        cached = cache.load(check=lambda tokenized: sample_mismatch(tokenized, tokenizer, cache.path, paths))
+        cached = cache.load(check=lambda tokenized: sample_mismatch(tokenized, tokenizer, cache.path, paths, document))
         if cached is not None:
             console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache.path}")
-            check_known_tokens(cached, tokenizer, _first_text(cached, paths, cache.path), name)
+            check_known_tokens(cached, tokenizer, _first_text(paths, cache.path, document), name)
             return cached
     first_text: list[str] = []
 
-    def batches() -> Iterator[tuple[list[str], list[int], int]]:
-        for batch in _batched(file_documents(paths), batch_size):
-            texts, positions = [text for text, _ in batch], [position for _, position in batch]
+    def batches() -> Iterator[tuple[list[str], list[int], list[bool], int]]:
+        for batch in _batched(file_pieces(paths, document, piece_bytes), batch_size):
+            texts, positions = [piece.text for piece in batch], [piece.position for piece in batch]
             first_text[:] = first_text or texts[:1]
-            yield texts, positions, positions[-1] + len(texts[-1])
+            yield texts, positions, [piece.first for piece in batch], positions[-1] + len(texts[-1])
 
     def check(tokenized: TokenizedDocuments) -> None:
         if not len(tokenized):
@@ -127,17 +139,26 @@ def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, 
              for path, size in zip(paths, sizes)]
     with progress_bar(show_progress and megabytes > 1) as progress:
         task = progress.add_task(f"{description} (MB)", total=round(megabytes, 1), status="")
+        meta = {"files": files, **({"document": document, "piece_bytes": piece_bytes} if document != "line" else {})}
         return _write_tokens(tokenizer, batches(), cache,
-                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, {"files": files},
-                             report=description if show_progress else None)
+                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, meta,
+                             report=description if show_progress else None, grouped=document != "line")
 
 
-def _batched(items: Iterable[tuple[str, int]], batch_size: int) -> Iterator[list[tuple[str, int]]]:
-    """(text, position) pairs in batches of `batch_size` documents or BATCH_CHARACTERS of text, whichever is first."""
+def cuts_cleanly(tokenizer) -> bool:
+    """Whether text cut before a line break that follows a non-space tokenises as the whole text does: so for
+    byte-level BPE (GPT-2's) and WordPiece; not for a tokenizer that puts a space or '▁' before every text."""
+    whole, pieces = "one two\n  three\n\nfour five", ["one two", "\n  three", "\n\nfour five"]
+    ids = encode(tokenizer, [whole, *pieces])
+    return ids[0] == [token for piece_ids in ids[1:] for token in piece_ids]
+
+
+def _batched(pieces: Iterable[Piece], batch_size: int) -> Iterator[list[Piece]]:
+    """Pieces in batches of `batch_size` pieces or BATCH_CHARACTERS of text, whichever is first."""
     batch, characters = [], 0
-    for item in items:
-        batch.append(item)
-        characters += len(item[0])
+    for piece in pieces:
+        batch.append(piece)
+        characters += len(piece.text)
         if len(batch) == batch_size or characters >= BATCH_CHARACTERS:
             yield batch
             batch, characters = [], 0
@@ -145,18 +166,19 @@ def _batched(items: Iterable[tuple[str, int]], batch_size: int) -> Iterator[list
         yield batch
 
 
-def _write_tokens(tokenizer, batches: Iterable[tuple[list[str], Optional[list[int]], int]],
-                  cache: Optional[TokenCache], advance, check, meta: Optional[dict] = None,
-                  report: Optional[str] = None) -> TokenizedDocuments:
-    """Tokenise the batches (texts, byte positions or None, progress) into the cache entry, or into memory; with
-    `report`, print what was made and how fast (the throughput a large corpus is planned by)."""
+def _write_tokens(tokenizer, batches: Iterable[tuple], cache: Optional[TokenCache], advance, check,
+                  meta: Optional[dict] = None, report: Optional[str] = None, grouped: bool = False,
+                  ) -> TokenizedDocuments:
+    """Tokenise the batches (texts, byte positions or None, whether each text starts a document or None, progress)
+    into the cache entry, or into memory (`grouped`: the texts are pieces of documents); with `report`, print what
+    was made and how fast (the throughput a large corpus is planned by)."""
     started = time.perf_counter()
     with cache.filling() if cache is not None else nullcontext(None) as folder:
-        writer = TokenWriter(folder)
+        writer = TokenWriter(folder, grouped)
         try:
             with parallel_tokenizing():
-                for texts, positions, progress in batches:
-                    writer.add(encode(tokenizer, texts), positions)
+                for texts, positions, firsts, progress in batches:
+                    writer.add(encode(tokenizer, texts), positions, firsts)
                     advance(progress)
             tokenized = writer.finish({**(meta or {}), "tokenizer": tokenizer_digest(tokenizer)})
         finally:
@@ -176,13 +198,15 @@ class TokenWriter:
     """Token ids added a batch at a time: appended to `folder/ids.npy` (or kept in memory without a folder).
 
     The .npy header is written first for an empty array and rewritten with the final length at the end; numpy
-    pads headers so that the length can grow in place ("growth axis"), so the data never moves.
+    pads headers so that the length can grow in place ("growth axis"), so the data never moves. `grouped`: what is
+    added are pieces, and documents are the runs of pieces from one that starts a document to the next.
     """
 
-    def __init__(self, folder: Optional[Path]):
-        self.folder, self.count = folder, 0
+    def __init__(self, folder: Optional[Path], grouped: bool = False):
+        self.folder, self.count, self.grouped, self.added = folder, 0, grouped, 0  # count: ids; added: texts
         self.lengths: list[np.ndarray] = []
         self.positions: list[np.ndarray] = []
+        self.first_pieces: list[np.ndarray] = []  # grouped: the index of each document's first piece
         self.parts: list[np.ndarray] = []  # without a folder
         self.handle = None
         if folder is not None:
@@ -196,9 +220,13 @@ class TokenWriter:
             self.handle, {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False,
                           "shape": (self.count,)})
 
-    def add(self, id_lists: list[list[int]], positions: Optional[list[int]] = None) -> None:
+    def add(self, id_lists: list[list[int]], positions: Optional[list[int]] = None,
+            firsts: Optional[list[bool]] = None) -> None:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=NPY_INT32, count=int(lengths.sum()))
+        if self.grouped:
+            self.first_pieces.append(np.flatnonzero(firsts) + self.added)
+        self.added += len(id_lists)
         self.lengths.append(lengths)
         if positions is not None:
             self.positions.append(np.asarray(positions, dtype=np.int64))
@@ -210,7 +238,10 @@ class TokenWriter:
 
     def finish(self, meta: dict) -> TokenizedDocuments:
         """The documents written; with a folder, also offsets, positions and meta.json there, ids mapped from it."""
-        offsets = offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *self.lengths]))
+        offsets = pieces = offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *self.lengths]))
+        if self.grouped:  # a document's ids are its pieces' one after another: its offsets are its first piece's
+            first_pieces = np.concatenate([np.empty(0, dtype=np.int64), *self.first_pieces, [len(pieces) - 1]])
+            offsets = pieces[first_pieces]
         if self.handle is None:
             return TokenizedDocuments(np.concatenate([np.empty(0, dtype=np.int32), *self.parts]), offsets)
         self._write_header()
@@ -220,6 +251,10 @@ class TokenWriter:
         np.save(self.folder / OFFSETS_FILE, offsets)
         if self.positions:
             np.save(self.folder / POSITIONS_FILE, np.concatenate(self.positions))
+        if self.grouped:
+            np.save(self.folder / PIECES_FILE, pieces)
+            np.save(self.folder / FIRST_PIECES_FILE, first_pieces)
+            meta = {"pieces": len(pieces) - 1, **meta}
         meta = {"format": CACHE_FORMAT, "documents": len(offsets) - 1, "tokens": self.count, **meta}
         (self.folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         return TokenizedDocuments.load(self.folder)
@@ -289,54 +324,85 @@ def corpus_cache_key(tokenizer, documents: list[str]) -> str:
     return digest.hexdigest()
 
 
-def files_cache_key(tokenizer, paths: list[Path]) -> str:
-    """A digest of the tokenizer and each file's absolute path, size and modification time: no text is read."""
+def files_cache_key(tokenizer, paths: list[Path], document: str = "line", piece_bytes: Optional[int] = None) -> str:
+    """A digest of the tokenizer, what a document is (and the pieces of one) and each file's absolute path, size
+    and modification time: no text is read."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(f"finetune tokens v{CACHE_FORMAT} files {tokenizer_digest(tokenizer)}".encode())
+    if document != "line":  # a line entry's key is what it was before documents could be anything else
+        digest.update(f" {document} pieces of {piece_bytes or 'a whole document'}".encode())
     for path in paths:
         stat = path.stat()
         digest.update(json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns]).encode("utf-8"))
     return digest.hexdigest()
 
 
-def _read_line(paths: list[Path], position: int) -> str:
-    """The document whose line starts at byte `position` of the files one after another ('' if none is there)."""
-    ends = list(itertools.accumulate(path.stat().st_size for path in paths))
-    file = bisect.bisect_right(ends, position)
-    if file == len(paths):
-        return ""
-    with open(paths[file], "rb") as handle:
-        handle.seek(position - (ends[file - 1] if file else 0))
-        try:
-            return document_text(handle.readline().decode("utf-8"))
-        except UnicodeDecodeError:
-            return ""
+class PieceReader:
+    """A paragraph or file entry's pieces read back from the files: piece i's bytes run from its position to the
+    next piece's (or its file's end), and they make its text as they did when it was tokenised."""
+
+    def __init__(self, entry: Path, paths: list[Path], document: str):
+        self.paths, self.document = paths, document
+        self.positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
+        self.pieces = np.load(entry / PIECES_FILE, mmap_mode="r")  # where each piece's ids start, and their end
+        self.first_pieces = np.load(entry / FIRST_PIECES_FILE, mmap_mode="r")
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def text(self, index: int) -> str:
+        """Piece `index`'s text ('' if its bytes are no longer there, or not UTF-8)."""
+        end = int(self.positions[index + 1]) if index + 1 < len(self.positions) else None
+        return read_piece(self.paths, int(self.positions[index]), end, self.document, self.starts_document(index),
+                          self.starts_document(index + 1))
+
+    def starts_document(self, index: int) -> bool:
+        """Whether piece `index` is a document's first (the piece count counts as one: nothing follows it)."""
+        found = int(np.searchsorted(self.first_pieces, index))
+        return found < len(self.first_pieces) and int(self.first_pieces[found]) == index
 
 
-def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path]) -> Optional[str]:
-    """Why a text files' entry does not hold these files' tokens, from SAMPLE_SIZE documents read back; None if it
-    does. The documents are found by their byte positions: nothing before them is read."""
-    positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
-    if len(positions) != len(tokenized):
-        return f"{len(positions)} positions for {len(tokenized)} documents"
-    if not len(tokenized):
+def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path],
+                    document: str = "line") -> Optional[str]:
+    """Why a text files' entry does not hold these files' tokens, from SAMPLE_SIZE documents (pieces of paragraphs
+    or files) read back; None if it does. They are found by their byte positions: nothing before them is read."""
+    if document == "line":
+        positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
+        count, what = len(tokenized), "document"
+        if len(positions) != count:
+            return f"{len(positions)} positions for {count} documents"
+    else:
+        reader = PieceReader(entry, paths, document)
+        count, what = len(reader), "piece"
+        if (len(reader.pieces) != count + 1 or len(reader.first_pieces) != len(tokenized) + 1
+                or reader.pieces[-1] != len(tokenized.ids)):
+            return f"{count} positions, {len(reader.pieces) - 1} pieces for {len(tokenized)} documents"
+    if not count:
         return "no documents"
-    count = len(tokenized)
     picks = sorted({0, count - 1, *np.random.default_rng(0).integers(0, count, SAMPLE_SIZE - 2).tolist()})
-    texts = [_read_line(paths, int(positions[index])) for index in picks]
+    if document == "line":
+        texts = [read_line(paths, int(positions[index])) for index in picks]
+        stored = [tokenized.document(index) for index in picks]
+    else:
+        texts = [reader.text(index) for index in picks]
+        stored = [tokenized.ids[reader.pieces[index] : reader.pieces[index + 1]] for index in picks]
     for index, text in zip(picks, texts):
         if not text:
-            return f"document {index:,} is no longer at byte {int(positions[index]):,}"
-    for index, ids in zip(picks, encode(tokenizer, texts)):
-        if ids != tokenized.document(index).tolist():
-            return f"document {index:,} tokenizes differently"
+            where = positions[index] if document == "line" else reader.positions[index]
+            return f"{what} {index:,} is no longer at byte {int(where):,}"
+    for index, ids, expected in zip(picks, encode(tokenizer, texts), stored):
+        if ids != expected.tolist():
+            return f"{what} {index:,} tokenizes differently"
     return None
 
 
-def _first_text(tokenized: TokenizedDocuments, paths: list[Path], entry: Path) -> str:
-    """The first document's text, for an error message about a cached entry."""
+def _first_text(paths: list[Path], entry: Path, document: str) -> str:
+    """The first document's (first piece's) text, for an error message about a cached entry."""
+    if document != "line":
+        reader = PieceReader(entry, paths, document)
+        return reader.text(0) if len(reader) else ""
     positions = np.load(entry / POSITIONS_FILE, mmap_mode="r")
-    return _read_line(paths, int(positions[0])) if len(positions) else ""
+    return read_line(paths, int(positions[0])) if len(positions) else ""
 
 
 def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, first_text: str, name: str,

@@ -213,10 +213,18 @@ class TokenizerConfig(Section):
 
 
 class CorpusConfig(Section):
-    """Raw text: one document per non-empty line of text files (or a `datasets` dataset), packed into blocks."""
+    """Raw text: documents of text files (each non-empty line, paragraph or file) or of a `datasets` dataset (each
+    row), each followed by a separator and packed into blocks."""
 
     train_files: list[InputFile] = Field(default_factory=list, description="text files to pretrain on")
     validation_files: list[InputFile] = Field(default_factory=list, description="held-out text; empty: split off")
+    document: Literal["line", "paragraph", "file"] = Field(
+        "line", description="what a document of text files is (a separator follows each; validation holds out whole "
+        "ones): line: each non-empty line, stripped; paragraph: the lines up to a blank line, stripped, joined by line "
+        "breaks; file: each file whole, line breaks, blank lines and indentation kept (running text, e.g. a play). "
+        "Byte-level BPE (gpt2, awd_lstm, ngram) makes line breaks tokens; bert's WordPiece reads them as spaces. "
+        "Paragraphs and files are read and tokenised in ~64 KB pieces"
+    )
     dataset: Optional[str] = Field(
         None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
     )
@@ -265,6 +273,9 @@ class CorpusConfig(Section):
     def _one_source(self) -> "CorpusConfig":
         if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
             raise ValueError("give exactly one of train_files, dataset and task")
+        if self.document != "line" and not self.train_files:  # rows and a task's texts are documents already
+            raise ValueError(f"document: {self.document} reads text files (train_files); each row of a dataset and "
+                             "each text of a task is one document (its own line breaks kept): remove it")
         for key in ("dataset_files", "validation_split", "streaming"):
             if getattr(self, key) and not self.dataset:
                 raise ValueError(f"{key} applies to a `datasets` corpus (corpus.dataset); remove it")

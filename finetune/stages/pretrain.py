@@ -22,12 +22,13 @@ import torch
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
+from transformers.tokenization_utils_base import VERY_LARGE_INTEGER
 
 from finetune.console import console
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
 from finetune.data.corpus import MaskedBlocks, read_documents
 from finetune.data.masking import MaskingRule
-from finetune.data.pretraining_text import PretrainingText, pretraining_text
+from finetune.data.pretraining_text import PretrainingText, StreamNeed, pretraining_text
 from finetune.data.reverse import mark_backwards, pretraining_direction, read_backwards
 from finetune.data.sampling import ResumableSampler
 from finetune.data.streaming import StreamedBatches, StreamedDocuments
@@ -102,8 +103,8 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
 
         old_tokenizer = load_tokenizer(recipe.model.checkpoint)
         continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
-    if max_positions is not None:
-        tokenizer.model_max_length = max_positions
+    # An LSTM or an n-gram model reads any length: no maximum, so that transformers never warns of one.
+    tokenizer.model_max_length = max_positions if max_positions is not None else VERY_LARGE_INTEGER
     if streaming:
         train_data, validation_data = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
     else:
@@ -253,8 +254,25 @@ def run_ngram(recipe: PretrainRecipe, accelerator, tokenizer, train_tokens: Toke
 
 def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
     """The training and validation text: a dataset or a task's text read now, text files only named (streamed
-    when a tokenizer is trained on them or they are tokenised; not read at all when their ids are cached)."""
-    return pretraining_text(recipe.corpus, recipe.seed)
+    when a tokenizer is trained on them or they are tokenised; not read at all when their ids are cached); a text
+    too short for the layout by its size alone is refused now, before any tokenising."""
+    return pretraining_text(recipe.corpus, recipe.seed, stream_needs(recipe))
+
+
+def stream_needs(recipe: PretrainRecipe) -> tuple[StreamNeed, StreamNeed]:
+    """The fewest tokens (a separator after each document included) the training text (a batch; ngram: a block)
+    and the validation text (a block, or a BPTT row) give in the layout `language_model_data` builds."""
+    block_size, batch_size = recipe.corpus.block_size, recipe.training.batch_size
+    if reads_bptt_batches(recipe.model):  # rows of at least bptt + 1 tokens (inputs and their next tokens)
+        row, blocks = block_size + 1, batch_size
+        what = "BPTT row"
+    else:  # bert: [CLS] and block_size - 1 tokens of text; gpt2: block_size + 1 (the last one only a label)
+        row = block_size - 1 if recipe.model.family == "bert" else block_size + 1
+        blocks = 1 if recipe.model.family == "ngram" else batch_size  # an n-gram model is counted, not batched
+        what = "block"
+    keys = f"training.batch_size {batch_size}, corpus.block_size {block_size}"
+    return (StreamNeed(blocks * row, f"{blocks} {what}{'s' * (blocks > 1)} of {row} tokens of text ({keys})"),
+            StreamNeed(row, f"one {what} of {row} tokens of text (corpus.block_size {block_size})"))
 
 
 def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator,
