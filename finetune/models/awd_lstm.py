@@ -49,6 +49,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, Pretrained
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
+from finetune.models.generation import StatefulGenerationMixin
 from finetune.models.recurrent_cells import LayerState, QRNNLayer, WeightDropout, recurrent_layer
 
 # One LayerState (recurrent_cells.py: LSTM (hidden, cell), RNN (hidden,), QRNN (cell[, previous_input])) per
@@ -221,10 +222,14 @@ class AWDLSTMModel(AWDLSTMPreTrainedModel):
         return AWDLSTMOutput(last_hidden_state=outputs, hidden_state=tuple(new_state))
 
 
-class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
-    """The encoder with output dropout and a linear decoder over the vocabulary, tied to the embedding."""
+class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel, StatefulGenerationMixin):
+    """The encoder with output dropout and a linear decoder over the vocabulary, tied to the embedding.
+
+    `generate` carries the recurrent state: the prompt is read once, then each new token is one step.
+    """
 
     _tied_weights_keys = {"decoder.weight": "awd_lstm.embedding.weight"}
+    state_keyword = "hidden_state"
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)
@@ -245,9 +250,11 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
         labels: Tensor | None = None,
         hidden_state: HiddenState | None = None,
         attention_mask: Tensor | None = None,
+        logits_to_keep: int = 0,
         **kwargs,
     ) -> AWDLSTMCausalLMOutput:
-        """Logits for every position; with `labels` (usually the input ids) the next-token loss.
+        """Logits for every position (the last `logits_to_keep` only, when given: generation's prompt); with
+        `labels` (usually the input ids) the next-token loss.
 
         As everywhere in transformers, labels are shifted inside (position t predicts label t+1; -100 is ignored).
         Truncated BPTT over a token stream can pass `shift_labels` (targets already aligned) instead, so the last
@@ -255,7 +262,7 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel):
         """
         encoded = self.awd_lstm(input_ids, hidden_state=hidden_state)
         dropped = self.output_dropout(encoded.last_hidden_state)
-        logits = self.decoder(dropped)
+        logits = self.decoder(dropped[:, -logits_to_keep:] if logits_to_keep else dropped)
         loss = None
         if labels is not None or kwargs.get("shift_labels") is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)

@@ -68,6 +68,7 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput
 
 from finetune.models.cpu_dropout import dropout
+from finetune.models.generation import StatefulGenerationMixin, refuse_padding
 
 CAUSAL_TRANSFORMER_TYPE = "finetune_causal_transformer"
 
@@ -134,14 +135,16 @@ class CausalTransformerLMOutput(ModelOutput):
 
 
 def attention_pattern(pattern: str, stride: int | None, summary_columns: int, query_length: int,
-                      memory_length: int, device: torch.device | None = None) -> Tensor:
+                      memory_length: int, device: torch.device | None = None, first_position: int = 0) -> Tensor:
     """Which keys each query may attend to: (query_length, memory_length + query_length), true where allowed.
 
-    Queries are the segment's positions 0..L-1; keys are the memory's positions -M..-1, then the segment's own.
-    Every pattern is causal (j <= i) and reaches into the whole memory, as Transformer-XL's attention does.
+    Queries are the segment's positions 0..L-1; keys are the memory's positions -M..-1, then the segment's own;
+    all shifted by `first_position`, the segment's place in the stream (generation's one-token segments: the fixed
+    pattern's blocks lie where they lay in the whole text). Every pattern is causal (j <= i) and reaches into the
+    whole memory, as Transformer-XL's attention does.
     """
-    query = torch.arange(query_length, device=device)[:, None]
-    key = torch.arange(-memory_length, query_length, device=device)[None, :]
+    query = torch.arange(first_position, first_position + query_length, device=device)[:, None]
+    key = torch.arange(first_position - memory_length, first_position + query_length, device=device)[None, :]
     distance = query - key
     allowed = distance >= 0
     if pattern == "strided":
@@ -296,13 +299,15 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids: Tensor, memory: Memory | None = None, memory_length: int | None = None,
-                attention_mask: Tensor | None = None, **kwargs) -> CausalTransformerOutput:
+                attention_mask: Tensor | None = None, first_position: int = 0, **kwargs) -> CausalTransformerOutput:
         """Encode (batch, length) token ids that continue the streams `memory` was taken from (None: their start).
 
         `memory_length`: positions to remember for the next segment (default: the config's; a longer one reads
         with a longer context than training had). A memory of another batch size is dropped, as the AWD-LSTM's
         state is, so a short last batch works. `attention_mask` is accepted for tokenizer outputs and ignored:
-        reading left to right, right padding changes no real position.
+        reading left to right, right padding changes no real position. `first_position`: where the segment starts
+        in the stream (generation, whose memory holds the whole text before it; 0 in training, whose segments
+        start at multiples of the stride).
         """
         config = self.config
         memory_length = config.memory_length if memory_length is None else memory_length
@@ -313,9 +318,10 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
         hidden = self.token_embedding(input_ids)
         encodings = None
         if self.position_embedding is not None:
-            if length > config.max_position_embeddings:
-                raise ValueError(f"{length} tokens exceed the {config.max_position_embeddings} learned positions")
-            hidden = hidden + self.position_embedding.weight[:length]
+            if first_position + length > config.max_position_embeddings:
+                raise ValueError(f"{first_position + length} tokens exceed the {config.max_position_embeddings} "
+                                 "learned positions")
+            hidden = hidden + self.position_embedding.weight[first_position : first_position + length]
         else:  # the distances of the keys, farthest first (the order relative_shift expects)
             distances = torch.arange(remembered + length - 1, -1, -1, device=input_ids.device)
             encodings = sinusoid_encodings(distances, config.hidden_size).to(hidden.dtype)
@@ -324,7 +330,7 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
         if self.training:
             hidden = dropout(hidden, config.dropout)
         allowed = attention_pattern(config.attention_pattern, config.attention_stride, config.summary_columns,
-                                    length, remembered, input_ids.device)
+                                    length, remembered, input_ids.device, first_position)
         next_memory = []
         for index, layer in enumerate(self.layers):
             past = None if memory is None else memory[index]
@@ -335,10 +341,17 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
         return CausalTransformerOutput(last_hidden_state=self.final_norm(hidden), memory=tuple(next_memory) or None)
 
 
-class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel):
-    """The decoder stack with a language-model head tied to the token embedding."""
+class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGenerationMixin):
+    """The decoder stack with a language-model head tied to the token embedding.
+
+    `generate` carries the memory from step to step, grown to every position read so far: each new token is one
+    segment whose queries see the whole text before it, as a forward over all of it would (keys and values are
+    computed again from the memory at every step, as Transformer-XL reads segments: a cost growing with the text,
+    where a key/value cache would keep them).
+    """
 
     _tied_weights_keys = {"lm_head.weight": "transformer.token_embedding.weight"}
+    state_keyword = "memory"
 
     def __init__(self, config: CausalTransformerConfig):
         super().__init__(config)
@@ -353,16 +366,28 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel):
         self.lm_head = value
 
     def forward(self, input_ids: Tensor, labels: Tensor | None = None, memory: Memory | None = None,
-                memory_length: int | None = None, attention_mask: Tensor | None = None,
-                **kwargs) -> CausalTransformerLMOutput:
-        """Logits for every position and the next memory; with `labels` (usually the input ids) the next-token loss,
-        shifted inside as everywhere in transformers."""
-        encoded = self.transformer(input_ids, memory=memory, memory_length=memory_length)
-        logits = self.lm_head(encoded.last_hidden_state)
+                memory_length: int | None = None, attention_mask: Tensor | None = None, first_position: int = 0,
+                logits_to_keep: int = 0, **kwargs) -> CausalTransformerLMOutput:
+        """Logits for every position (the last `logits_to_keep` only, when given) and the next memory; with `labels`
+        (usually the input ids) the next-token loss, shifted inside as everywhere in transformers."""
+        encoded = self.transformer(input_ids, memory=memory, memory_length=memory_length,
+                                   first_position=first_position)
+        hidden = encoded.last_hidden_state
+        logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalTransformerLMOutput(loss=loss, logits=logits, memory=encoded.memory)
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, memory: Memory | None = None,
+                                      attention_mask: Tensor | None = None, use_cache: bool = True,
+                                      logits_to_keep: int = 0, **kwargs) -> dict:
+        """The tokens the memory does not hold yet, placed after it; the next memory keeps every position."""
+        refuse_padding(attention_mask, type(self).__name__)
+        read = memory[0].shape[1] if memory is not None and use_cache else 0
+        return {"input_ids": input_ids[:, read:].to(self.device), "memory": memory if read else None,
+                "first_position": read, "memory_length": input_ids.shape[1] if use_cache else 0,
+                "logits_to_keep": logits_to_keep}
 
 
 def build_causal_transformer(model_config, vocab_size: int, max_positions: int,

@@ -26,7 +26,8 @@ computes: far too slow for millions of tokens. KenLM estimates modified Kneser-N
 build (CMake, Boost) that pip does not install; its Python package only queries finished models.
 
 Importing this module registers model type "ngram" with AutoConfig and AutoModelForCausalLM, so a folder written by
-`save_pretrained` loads with `AutoModelForCausalLM.from_pretrained(folder)`.
+`save_pretrained` loads with `AutoModelForCausalLM.from_pretrained(folder)`. `model.generate(...)` samples from the
+smoothed distribution (or takes its argmax), reading only the last n - 1 tokens at each step.
 
 Checkpoint format:
 
@@ -52,6 +53,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
+from finetune.models.generation import StatefulGenerationMixin, refuse_padding
 from finetune.models.objectives import LanguageModelLoss
 
 FALLBACK_DISCOUNTS = (0.5, 1.0, 1.5)  # KenLM's --discount_fallback defaults, for counts 1, 2 and 3+
@@ -149,7 +151,7 @@ def _ranges(starts: Tensor, stops: Tensor) -> tuple[Tensor, Tensor]:
     return which, starts[which] + offsets
 
 
-class NGramForCausalLM(PreTrainedModel):
+class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
     """The tables of `estimate_kneser_ney` and how to read them: next-token distributions and text scores.
 
     Each row of `input_ids` is its own text: a position's context is the tokens before it in that row (at the start
@@ -238,8 +240,10 @@ class NGramForCausalLM(PreTrainedModel):
         return probability.log()
 
     @torch.no_grad()
-    def nats_per_token(self, input_ids: Tensor) -> float:
-        """The mean negative log-likelihood of every token after the first of each row (a 1-D sequence: one row)."""
+    def nats_per_token(self, input_ids: Tensor | list) -> float:
+        """The mean negative log-likelihood of every token after the first of each row (a 1-D sequence or a list of
+        ids: one row)."""
+        input_ids = torch.as_tensor(input_ids, device=self.table("keys", 1).device)
         input_ids = input_ids if input_ids.dim() == 2 else input_ids.unsqueeze(0)
         return -self.target_log_probabilities(input_ids).mean().item()
 
@@ -263,9 +267,11 @@ class NGramForCausalLM(PreTrainedModel):
                                      self.table("probabilities", k)[entries].float(), accumulate=True)
         return probabilities
 
-    def _chunked_distributions(self, input_ids: Tensor):
-        """(first flat position, (positions, vocab) probabilities) over the flattened positions, a chunk at a time."""
-        rows = [row.reshape(-1) for row in self._rows(input_ids)[: self.config.order]]
+    def _chunked_distributions(self, input_ids: Tensor, last: int = 0):
+        """(first flat position, (positions, vocab) probabilities) over the flattened positions (of each row's
+        `last` positions only, when given), a chunk at a time."""
+        rows = [row[:, -last:] if last else row for row in self._rows(input_ids)[: self.config.order]]
+        rows = [row.reshape(-1) for row in rows]
         chunk = max(1, DENSE_ENTRIES // self.config.vocab_size)
         for start in range(0, len(rows[0]), chunk):
             yield start, self._distributions([row[start : start + chunk] for row in rows])
@@ -328,16 +334,24 @@ class NGramForCausalLM(PreTrainedModel):
 
     @torch.no_grad()
     def forward(self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None,
-                **kwargs) -> CausalLMOutput:
+                logits_to_keep: int = 0, **kwargs) -> CausalLMOutput:
         """Log-probabilities of the next token at every position as the logits (batch, time, vocab): the whole
-        distribution, so for short inputs. With `labels` (usually the input ids, shifted inside as everywhere in
-        transformers) the mean next-token loss. `attention_mask` is accepted and ignored (rows read left to right)."""
-        logits = torch.cat([probabilities.log() for _, probabilities in self._chunked_distributions(input_ids)])
-        logits = logits.view(*input_ids.shape, self.config.vocab_size)
+        distribution, so for short inputs (`logits_to_keep`: of the last positions only). With `labels` (usually
+        the input ids, shifted inside as everywhere in transformers) the mean next-token loss. `attention_mask` is
+        accepted and ignored (rows read left to right)."""
+        chunks = self._chunked_distributions(input_ids, logits_to_keep)
+        logits = torch.cat([probabilities.log() for _, probabilities in chunks])
+        logits = logits.view(input_ids.shape[0], -1, self.config.vocab_size)
         loss = None
         if labels is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutput(loss=loss, logits=logits)
+
+    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
+                                      logits_to_keep: int = 0, **kwargs) -> dict:
+        """The last n - 1 tokens: the longest context the model reads (no state carried)."""
+        refuse_padding(attention_mask, type(self).__name__)
+        return {"input_ids": input_ids[:, -max(1, self.config.order - 1):], "logits_to_keep": logits_to_keep}
 
 
 class NGramNextTokenLM(LanguageModelLoss):

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+import yaml
 from safetensors.torch import load_file, save_file
 
+from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.errors import RunFailed
 from finetune.recipes import recipe_to_yaml
 
@@ -91,6 +93,19 @@ def save_checkpoint(model, tokenizer, directory: Path, recipe=None) -> Path:
             raise
         raise save_failed(directory, error) from None
     return commit_checkpoint(partial, directory)
+
+
+def trained_document_kind(folder: str | Path) -> str:
+    """What a document was for the language model of a checkpoint folder (its saved recipe's corpus.document):
+    line for a checkpoint without one (older ones, other tools', hub names), which read text a line at a time."""
+    path = Path(folder) / HYPERPARAMETERS_FILE
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        recipe = None
+    corpus = recipe.get("corpus") if isinstance(recipe, dict) else None
+    document = corpus.get("document") if isinstance(corpus, dict) else None
+    return document if document in DOCUMENT_KINDS else "line"
 
 
 def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
