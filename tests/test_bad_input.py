@@ -173,6 +173,23 @@ def tokenizer_trained_on_zero_width_text(data: dict[str, Any], paths: Paths) -> 
     data["tokenizer"] = {"path": str(folder)}
 
 
+def validating_on(text: bytes) -> Change:
+    """A validation file of `text` beside the corpus."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        (paths.tmp / "corpus" / "valid.txt").write_bytes(text)
+        data["corpus"]["validation_files"] = [str(paths.tmp / "corpus" / "valid.txt")]
+
+    return change
+
+
+def corpus_as_paragraphs_of_a_task(data: dict[str, Any], paths: Paths) -> None:
+    """The ULMFiT target-LM corpus (a task's texts) with a document key that only text files have."""
+    from tests.conftest import custom_task_section
+
+    data["corpus"] = {"task": custom_task_section(paths.task), "document": "paragraph", "cache_dir": None}
+
+
 def recipe_and(extra_text: str) -> Change:
     """The case's recipe as YAML text with `extra_text` appended: what a dict cannot hold (repeated keys, anchors)."""
 
@@ -323,6 +340,18 @@ CASES = {
     "family without layer groups": Case("finetune", family_without_layer_groups, ("mpnet", "no layer groups")),
     "missing label column": Case("finetune", writing("task/train.tsv", b"sentence\n" + b"the film was great .\n" * 4),
                                  ("train.tsv", "label")),
+    # Custom tasks: files found by what is there, labels as the files write them, several text columns
+    "two train files": Case("finetune", writing("task/train.csv", b"sentence,label\ngood .,1\n"),
+                            ("train.csv", "train.tsv", "both train files")),
+    "dev file without the label column": Case("finetune", writing("task/dev.tsv", b"sentence\n" + b"fine .\n" * 3),
+                                              ("dev.tsv", "no 'label' column", "score against")),
+    "decimal labels": Case("finetune", setting("task.labels", [0.0, 1.0]), ("task.labels", "0.0", "quote")),
+    "a pair of three columns": Case("finetune", lambda data, paths: data["task"].update(
+        text_columns=["sentence", "a", "b"], pair=True), ("task", "pair: true needs 2 text_columns, not 3")),
+    "template column not in the file": Case("finetune", lambda data, paths: data["task"].update(
+        text_columns=None, text="{sentence} ({topic})"), ("train.tsv", "missing column(s) topic")),
+    "label name for no label": Case("finetune", setting("task.label_names", {2: "great"}),
+                                    ("task", "label_names", "'2' is not one of the labels")),
     # Paths of the wrong kind, or where nothing can be written
     "folder as a training file": Case("pretrain", lambda data, paths: data["corpus"].update(
         train_files=[str(paths.corpus.parent)]), ("corpus.train_files", "is a folder, not a file")),
@@ -369,6 +398,15 @@ CASES = {
     "corpus not UTF-8": Case("pretrain", writing("corpus/train.txt", b"fine text\nmore\nbad \xff byte\n"),
                              ("train.txt line 3", "UTF-8")),
     "empty corpus": Case("pretrain", writing("corpus/train.txt", b"\n\n"), ("train.txt", "no text")),
+    # Text too short for the run's blocks, by its size before any tokenising (by its tokens: test_pretrain_families)
+    "validation text shorter than a block": Case("pretrain", validating_on(b"end\n"), (
+        "valid.txt", "4 bytes", "at most 9 tokens", "one block of 15 tokens", "corpus.block_size 16")),
+    "batch larger than the corpus": Case("pretrain", setting("training.batch_size", 5000), (
+        "train.txt", "bytes give at most", "5000 blocks of 15 tokens", "training.batch_size 5000")),
+    "a single file as the only document": Case("pretrain", setting("corpus.document", "file"), (
+        "corpus.document: file", "train.txt holds a single document", "corpus.validation_files")),
+    "paragraphs of a task's texts": Case("pretrain", corpus_as_paragraphs_of_a_task, (
+        "corpus: document: paragraph reads text files", "remove it")),
     # Data files and checkpoints
     "checkpoint config.json a list": Case("finetune", modified_checkpoint("list-config", config_as_a_list), (
         "model.checkpoint", "list-config/config.json line 1", "expected a JSON object, found list")),
@@ -423,6 +461,10 @@ CASES = {
     "general LM checkpoint and a recipe": Case("ulmfit", lambda data, paths: data["general_lm"].update(
         checkpoint=str(paths.checkpoint)), ("general_lm", "not both")),
     # found by the flow's early checks before stage 1 trains, or by stage 1 after the flow's folder exists
+    "ulmfit dev file without the label column": Case("ulmfit", writing("task/dev.tsv", b"sentence\n" + b"fine .\n" * 3),
+                                                     ("dev.tsv", "no 'label' column")),
+    "ulmfit task given at the top and in the classifier": Case("ulmfit", lambda data, paths: data.update(
+        task=data["target_lm"]["corpus"].pop("task")), ("classifier.task", "top-level task", "one place")),
     "bad label in the ulmfit classifier's dev file": Case("ulmfit", writing(
         "task/dev.tsv", b"sentence\tlabel\n" + GOOD_ROW + b"meh .\tmaybe\n"), ("dev.tsv line 3", "maybe")),
     "empty corpus of the ulmfit general LM": Case("ulmfit", writing("corpus/train.txt", b"\n\n"),

@@ -404,3 +404,77 @@ def test_unknown_extension(tmp_path):
     # An explicit format reads any extension.
     spec = task_spec(custom(tmp_path, files={"train": "train.txt"}, format="tsv"))
     assert read_task_split(spec, tmp_path, "train").labels.tolist() == [1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom tasks: files found by what is there, labels as the files write them, several text columns
+# ---------------------------------------------------------------------------------------------
+
+
+def news(tmp_path: Path, **keys) -> TaskConfig:
+    """A news task: numeric labels 1-4, Title and Description columns, no format key."""
+    return TaskConfig(**{"name": "news", "data_dir": tmp_path, "label_column": "Class", "labels": [1, 2, 3, 4], **keys})
+
+
+NEWS_CSV = 'Class,Title,Description\n3,"Stocks up, again",Markets rose.\n1,Vote today,"Polls open, early."\n'
+
+
+def test_split_files_are_found_by_extension_and_two_candidates_are_refused(tmp_path):
+    (tmp_path / "train.csv").write_text(NEWS_CSV, encoding="utf-8")
+    (tmp_path / "dev.jsonl").write_text('{"Class": 2, "Title": "Goal", "Description": "A late one."}\n')
+    spec = task_spec(news(tmp_path, text_columns=["Title"]))
+    assert read_task_split(spec, tmp_path, "train").texts == [("Stocks up, again",), ("Vote today",)]
+    assert read_task_split(spec, tmp_path, "dev").labels.tolist() == [1]
+    with pytest.raises(UserError, match=r"no test file in .* \(looked for test.tsv, test.csv, test.jsonl\)$"):
+        read_task_split(spec, tmp_path, "test")
+    (tmp_path / "train.tsv").write_text("Class\tTitle\n1\tx\n", encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        read_task_split(spec, tmp_path, "train")
+    assert f"{tmp_path / 'train.csv'} and {tmp_path / 'train.tsv'} are both train files" in str(info.value)
+    # A format (or files) names the file as before: only train.tsv is read.
+    assert read_task_split(task_spec(news(tmp_path, text_columns=["Title"], format="tsv")), tmp_path,
+                           "train").texts == [("x",)]
+
+
+def test_numbers_and_booleans_in_labels_are_the_files_text(tmp_path):
+    assert news(tmp_path, text_columns=["Title"]).labels == ["1", "2", "3", "4"]
+    flags = TaskConfig(name="flags", data_dir=tmp_path, text_columns=["t"], label_column="y", labels=[True, False])
+    assert flags.labels == ["true", "false"]
+    (tmp_path / "train.jsonl").write_text('{"t": "a", "y": false}\n{"t": "b", "y": "true"}\n')
+    assert read_task_split(task_spec(flags), tmp_path, "train").labels.tolist() == [1, 0]
+    (tmp_path / "dev.csv").write_text("t,y\na,True\n")  # what pandas writes
+    with pytest.raises(UserError, match="label 'True' is not one of true, false .*write 'True' in task.labels"):
+        read_task_split(task_spec(flags), tmp_path, "dev")
+    with pytest.raises(ValueError, match=r"1.0 is a decimal number.*quote the label"):
+        news(tmp_path, text_columns=["Title"], labels=[1.0, 2.0])
+    with pytest.raises(ValueError, match="'1' is listed twice"):
+        news(tmp_path, text_columns=["Title"], labels=[1, "1"])
+
+
+def test_label_names_rename_the_classes_and_the_files_keep_their_labels(tmp_path):
+    (tmp_path / "train.csv").write_text(NEWS_CSV, encoding="utf-8")
+    spec = task_spec(news(tmp_path, text_columns=["Title"], label_names={1: "World", 3: "Business"}))
+    assert spec.labels == ("World", "2", "Business", "4")  # what reports, predictions and id2label show
+    assert read_task_split(spec, tmp_path, "train").labels.tolist() == [2, 0]
+    with pytest.raises(ValueError, match=r"label_names: '5' is not one of the labels \(1, 2, 3, 4\)"):
+        news(tmp_path, text_columns=["Title"], label_names={5: "Other"})
+    with pytest.raises(ValueError, match="label_names: two labels would both be called '2'"):
+        news(tmp_path, text_columns=["Title"], label_names={1: "2"})
+
+
+def test_text_columns_are_a_pair_joined_or_a_template(tmp_path):
+    (tmp_path / "train.csv").write_text(NEWS_CSV, encoding="utf-8")
+
+    def texts(**keys):
+        return read_task_split(task_spec(news(tmp_path, **keys)), tmp_path, "train").texts[0]
+
+    assert texts(text_columns=["Title", "Description"]) == ("Stocks up, again", "Markets rose.")  # a pair
+    assert texts(text_columns=["Title", "Description"], pair=False) == ("Stocks up, again Markets rose.",)
+    assert texts(text_columns=["Class", "Title", "Description"]) == ("3 Stocks up, again Markets rose.",)
+    assert texts(text="{Title}. {Description}") == ("Stocks up, again. Markets rose.",)
+    with pytest.raises(ValueError, match="pair: true needs 2 text_columns, not 3"):
+        news(tmp_path, text_columns=["Class", "Title", "Description"], pair=True)
+    with pytest.raises(ValueError, match="text names the columns Title, Body, text_columns Title"):
+        news(tmp_path, text="{Title}: {Body}", text_columns=["Title"])
+    with pytest.raises(UserError, match=r"train.csv: missing column\(s\) Body"):
+        texts(text="{Title}: {Body}")

@@ -22,6 +22,7 @@ import finetune.models.awd_lstm  # noqa: F401  (registers awd_lstm with the Auto
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.recipes import UlmfitRecipe, load_recipe, read_yaml
+from finetune.recipes.loader import recipe_to_yaml
 from finetune.run_dir import MARKER_FILE
 from finetune.stages import ulmfit as ulmfit_stage
 from finetune.training import loop as loop_module
@@ -183,7 +184,9 @@ def test_the_sst2_flow_is_the_three_sst2_recipes():
     flow_recipe = load_recipe(REPO_ROOT / "recipes" / "ulmfit" / "sst2.yaml", check_paths=False)
     separate = [load_recipe(REPO_ROOT / "recipes" / path, check_paths=False) for path in (
         "pretrain/awd-lstm-wikitext2.yaml", "ulmfit/sst2-2-language-model.yaml", "ulmfit/sst2-3-classifier.yaml")]
-    wiring = {"run_dir": True, "description": True, "model": {"checkpoint": True}}
+    # The flow's one task gives stage 2's corpus the classifier's max_length too, which a language model never reads.
+    wiring = {"run_dir": True, "description": True, "model": {"checkpoint": True},
+              "corpus": {"task": {"max_length": True}}}
     for stage, alone in zip(flow_recipe.stage_recipes().values(), separate):
         assert stage.model_dump(exclude=wiring) == alone.model_dump(exclude=wiring)
 
@@ -318,3 +321,24 @@ def test_resume_continues_a_stopped_stage_2(copied, monkeypatch):
     result = flow("target_lm.checkpoint_every=2", "--resume")
     assert result.exit_code == 0, result.output
     assert "resuming from" in result.output and (copied / "result.json").is_file()
+
+
+def test_one_top_level_task_feeds_stages_2_and_3_and_the_saved_recipe_loads_again(tmp_path):
+    from tests.conftest import write_corpus, write_task
+
+    def saved_and_loaded(recipe: UlmfitRecipe) -> UlmfitRecipe:
+        (tmp_path / "saved.yaml").write_text(recipe_to_yaml(recipe), encoding="utf-8")
+        return load_recipe(tmp_path / "saved.yaml")
+
+    corpus = write_corpus(tmp_path / "corpus")
+    data = ulmfit_recipe(corpus, write_task(tmp_path / "task"), tmp_path / "run")
+    data["task"] = data["classifier"].pop("task")
+    del data["target_lm"]["corpus"]["task"]
+    recipe = load_recipe(write_yaml(tmp_path / "flow.yaml", data))
+    assert recipe.classifier.task == recipe.target_lm.corpus.task == recipe.task
+    assert saved_and_loaded(recipe).model_dump() == recipe.model_dump()
+    # A language model that reads other text keeps it; the task is then stage 3's alone.
+    data["target_lm"]["corpus"]["train_files"] = [str(corpus)]
+    recipe = load_recipe(write_yaml(tmp_path / "flow.yaml", data))
+    assert recipe.target_lm.corpus.task is None and recipe.classifier.task == recipe.task
+    assert saved_and_loaded(recipe).model_dump() == recipe.model_dump()

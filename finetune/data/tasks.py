@@ -19,17 +19,34 @@ from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
+from finetune.glue.specs import STANDARD_FILES, TaskSpec, label_text
 
 
 def task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
     """The file of `split`, or a one-line error naming what exists."""
-    if split not in spec.files:
-        raise UserError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(spec.files)})")
+    splits = STANDARD_FILES if spec.files is None else spec.files
+    if split not in splits:
+        raise UserError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(splits)})")
+    if spec.files is None:
+        return found_task_file(spec, Path(data_dir), split)
     path = Path(data_dir) / spec.files[split]
     if not path.is_file():
         raise UserError(f"task '{spec.name}': no {split} file {path}")
     return path
+
+
+def found_task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
+    """The one file of `split` in the folder, by what is there: SPLIT.tsv, SPLIT.csv or SPLIT.jsonl (any case)."""
+    entries = data_dir.iterdir() if data_dir.is_dir() else []
+    found = sorted(path for path in entries
+                   if path.stem == split and path.suffix.lower() in FORMAT_BY_EXTENSION and path.is_file())
+    if not found:
+        looked_for = ", ".join(f"{split}{extension}" for extension in FORMAT_BY_EXTENSION)
+        raise UserError(f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})")
+    if len(found) > 1:
+        raise UserError(f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} files: "
+                        f"keep one, or name it in task.files")
+    return found[0]
 
 
 def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> TaskExamples:
@@ -44,6 +61,20 @@ def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> Tas
         raise UserError(f"{path}: unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, "
                         "or set task.format)")
     return read_examples_file(spec, path, file_format, spec.headerless_columns.get(split))
+
+
+def read_labelled_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> TaskExamples:
+    """A split to learn from or to score against: without its label column, one line naming its file."""
+    examples = read_task_split(spec, data_dir, split)
+    if examples.labels is None:
+        raise UserError(f"task '{spec.name}': {split_source(spec, data_dir, split)} has no '{spec.label_column}' "
+                        f"column to {'learn from' if split == 'train' else 'score against'}")
+    return examples
+
+
+def split_source(spec: TaskSpec, data_dir: Optional[Path], split: str) -> str:
+    """How a message names a split: its file, or the hub's split."""
+    return f"the hub's {split} split" if spec.source == "hub" else f"the {split} file {task_file(spec, data_dir, split)}"
 
 
 def read_examples_file(spec: TaskSpec, path: Path, file_format: str,
@@ -137,7 +168,7 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
         missing = [name for name in spec.text_columns if name not in record]
         if missing:
             raise UserError(f"{path} line {line}: missing key(s) {', '.join(missing)}")
-        texts.append(tuple(_text(record[name], name, path, line) for name in spec.text_columns))
+        texts.append(spec.model_texts(tuple(_text(record[name], name, path, line) for name in spec.text_columns)))
         ids.append(str(record[spec.index_column]) if spec.index_column in record else str(len(ids)))
         if labelled is None:
             labelled = spec.label_column in record
@@ -173,11 +204,25 @@ def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | i
             beyond = f" as a 32-bit float (past ±{FLOAT32_MAX:.1e})" if math.isfinite(score) else ""
             raise UserError(f"{path} line {line}: label '{value}' is not a finite number{beyond}")
         return score
-    # JSON Lines may hold 0/1 as numbers; they stand for the strings "0"/"1" (never booleans, never 1.0).
-    label = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    if label not in spec.labels:
-        raise UserError(f"{path} line {line}: label '{value}' is not one of {', '.join(spec.labels)}")
-    return spec.labels.index(label)
+    # JSON Lines may hold numbers and booleans: 1 stands for the text "1", true for "true" (1.0 for nothing).
+    label, labels = label_text(value), spec.file_labels or spec.labels
+    if label not in labels:
+        raise UserError(f"{path} line {line}: label '{value}' is not one of {', '.join(labels)}"
+                        + _label_hint(label, labels))
+    return labels.index(label)
+
+
+YAML_BOOLEAN_WORDS = {"yes", "no", "on", "off"}  # what YAML 1.1 (PyYAML) also reads as true or false
+
+
+def _label_hint(label: Any, labels: tuple[str, ...]) -> str:
+    """Why a file's label may have missed the recipe's: a letter case, or YAML's reading of unquoted yes/no."""
+    if not isinstance(label, str):
+        return ""
+    if label.lower() in YAML_BOOLEAN_WORDS and {"true", "false"} & set(labels):
+        return f" (YAML reads an unquoted {label} in task.labels as true or false: quote it, '{label}')"
+    same = next((known for known in labels if known.lower() == label.lower()), None)
+    return f" (labels compare as written: '{same}' is not '{label}'; write '{label}' in task.labels)" if same else ""
 
 
 def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[str]:
@@ -206,6 +251,8 @@ class EncodedTask(Dataset):
             raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which a model that "
                             "reads text backwards needs (to tell its texts from its special tokens)")
         columns = list(zip(*examples.texts))
+        if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
+            raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
         second = columns[1] if len(columns) > 1 else None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
         self.encodings: dict[str, list] = {}

@@ -6,9 +6,10 @@ columns and label order are those of the `nyu-mll/glue` dataset.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 STANDARD_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
 STANDARD_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
@@ -31,11 +32,14 @@ class TaskSpec:
     """Everything needed to read, score and submit one task."""
 
     name: str
-    text_columns: tuple[str, ...]  # one column (single sentence) or two (sentence pair)
+    text_columns: tuple[str, ...]  # the columns read: one text, a sentence pair, or the columns of text_template
     label_column: str
-    labels: Optional[tuple[str, ...]]  # label strings as they appear in the files; None: regression
+    # The class names (reports, predictions, the model's id2label): the files' label texts, or the recipe's
+    # label_names for them; None: regression.
+    labels: Optional[tuple[str, ...]]
     metrics: tuple[str, ...]  # the first one selects the best checkpoint
-    files: dict[str, str] = field(default_factory=lambda: dict(STANDARD_FILES))
+    # split -> file name in the task's folder; None: whichever of SPLIT.tsv, SPLIT.csv and SPLIT.jsonl is there
+    files: Optional[dict[str, str]] = field(default_factory=lambda: dict(STANDARD_FILES))
     # Files without a header row get these column names (CoLA's train/dev).
     headerless_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     index_column: str = "index"  # test files: the id each submission row must carry
@@ -49,6 +53,9 @@ class TaskSpec:
     submission_labels: Optional[tuple[str, ...]] = None  # what a submission writes per class; None: the labels
     submission_range: Optional[tuple[float, float]] = None  # regression predictions are clipped to this
     test_rows: Optional[int] = None  # rows of the official test file: what a submission must have
+    # Custom tasks only:
+    text_template: Optional[str] = None  # the one text a model reads, each {column} filled in; None: the columns
+    file_labels: Optional[tuple[str, ...]] = None  # the labels as the files write them, where labels renames them
 
     @property
     def is_regression(self) -> bool:
@@ -69,6 +76,30 @@ class TaskSpec:
     def display_name(self) -> str:
         """The task's name on the leaderboard (CoLA, MNLI-mm, ...), or its own name."""
         return Path(self.submission_file).stem if self.submission_file else self.name
+
+    def model_texts(self, columns: tuple[str, ...]) -> tuple[str, ...]:
+        """What a model reads of one example's text columns: the columns themselves (one text or a pair), or the one
+        text of `text_template`."""
+        if self.text_template is None:
+            return columns
+        values = dict(zip(self.text_columns, columns))
+        return (TEMPLATE_COLUMN.sub(lambda match: values[match.group(1)], self.text_template),)
+
+
+TEMPLATE_COLUMN = re.compile(r"\{([^{}]+)\}")  # a {column} of task.text
+
+
+def template_columns(template: str) -> list[str]:
+    """The columns a task.text template names, each once, in the order they first appear."""
+    return list(dict.fromkeys(TEMPLATE_COLUMN.findall(template)))
+
+
+def label_text(value: Any) -> Any:
+    """A label as the files write it: a number stands for its digits (1: "1"), a boolean for true or false (as YAML
+    and JSON write it); anything else as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, int) else value
 
 
 _BINARY = ("0", "1")
@@ -153,14 +184,22 @@ def task_spec(task_config) -> TaskSpec:
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
-    extension = task_config.format or "tsv"
+    columns = task_config.text_columns or template_columns(task_config.text)
+    template = task_config.text
+    if template is None and len(columns) > 1 and not task_config.reads_a_pair:
+        template = " ".join(f"{{{column}}}" for column in columns)  # joined with a space into one text
+    labels, names = task_config.labels, task_config.label_names or {}
+    files = task_config.files or ({split: f"{split}.{task_config.format}" for split in STANDARD_FILES}
+                                  if task_config.format else None)
     return TaskSpec(
         name=task_config.name,
-        text_columns=tuple(task_config.text_columns),
+        text_columns=tuple(columns),
         label_column=task_config.label_column,
-        labels=tuple(task_config.labels) if task_config.labels is not None else None,
-        metrics=tuple(task_config.metrics or (["pearson", "spearman"] if task_config.labels is None else ["accuracy"])),
-        files=dict(task_config.files or {split: f"{split}.{extension}" for split in STANDARD_FILES}),
+        labels=tuple(names.get(label, label) for label in labels) if labels is not None else None,
+        metrics=tuple(task_config.metrics or (["pearson", "spearman"] if labels is None else ["accuracy"])),
+        files=dict(files) if files is not None else None,
         index_column=task_config.index_column or "index",
         file_format=task_config.format,
+        text_template=template,
+        file_labels=tuple(labels) if names else None,
     )

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TrainingRunRecipe
+from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig, TrainingRunRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import PretrainRecipe
 
@@ -37,6 +37,10 @@ class UlmfitRecipe(RunRecipe):
 
     stage: Literal["ulmfit"]
     seed: Seed = Field(0, description="the seed of every stage whose section gives none")
+    task: Optional[TaskConfig] = Field(
+        None, description="the target task, written once (the keys of a finetune recipe's task.*): it becomes "
+        "classifier.task and, unless target_lm.corpus reads train_files or a dataset, target_lm.corpus.task, whose "
+        "text the language model is fine-tuned on; give it here or in those sections, not both")
     general_lm: Union[PretrainRecipe, PretrainedLanguageModel] = Field(
         description="stage 1, into RUN_DIR/1-general-lm: a pretrain recipe without stage and run_dir (model.family "
         "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model")
@@ -75,6 +79,8 @@ class UlmfitRecipe(RunRecipe):
                 continue
             model = body.get("model", {})
             _refuse_flow_keys(section, body, model, base / folder)
+            if data.get("task") is not None:
+                body = _with_the_task(section, body, data["task"])
             body = {**body, "stage": "finetune" if section == "classifier" else "pretrain",
                     "run_dir": str(base / folder), "description": ULMFIT_STAGE_DESCRIPTIONS[section]}
             if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
@@ -124,12 +130,33 @@ class UlmfitRecipe(RunRecipe):
                     body["model"].pop("checkpoint", None)
         written = self.target_lm.model.model_fields_set
         data["target_lm"]["model"] = {key: value for key, value in data["target_lm"]["model"].items() if key in written}
+        if self.task is not None:  # the sections got it from the top-level task, where it stays
+            data["classifier"].pop("task")
+            if self.target_lm.corpus.task is not None:
+                data["target_lm"]["corpus"].pop("task")
         return data
 
     def stage_recipes(self) -> dict[str, Optional[TrainingRunRecipe]]:
         """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
         general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
+
+
+def _with_the_task(section: str, body: dict[str, Any], task: Any) -> dict[str, Any]:
+    """The section with the top-level task where it reads one: stage 3's task, stage 2's corpus (unless that reads
+    files or a dataset); given there too, it is refused in one line rather than one of the two silently winning."""
+    if section == "classifier":
+        if "task" in body:
+            raise ValueError("classifier.task: the top-level task is stage 3's task; give it in one place")
+        return {**body, "task": task}
+    corpus = body.get("corpus", {})
+    if section != "target_lm" or not isinstance(corpus, dict):
+        return body
+    if corpus.get("task") is not None:
+        raise ValueError("target_lm.corpus.task: the top-level task is the text stage 2 reads; give it in one place")
+    if corpus.get("train_files") or corpus.get("dataset"):  # the language model reads other text, as the user chose
+        return body
+    return {**body, "corpus": {**corpus, "task": task}}
 
 
 def _refuse_flow_keys(section: str, body: dict[str, Any], model: Any, folder: Path) -> None:

@@ -80,7 +80,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
            f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
-                ["task", f"{spec.display_name} (`{spec.name}`): {', '.join(spec.text_columns)} -> "
+                ["task", f"{spec.display_name} (`{spec.name}`): "
+                         + (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)) + " -> "
                          + ("a score" if spec.is_regression else ", ".join(spec.labels))],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
                 ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],

@@ -20,7 +20,7 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
-from finetune.data.tasks import TaskExamples, read_task_split
+from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.report import glue_report_markdown
@@ -77,8 +77,9 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     spec = task_spec(recipe.task)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
-        raise UserError(f"task '{spec.name}': split '{recipe.split}' has no labels to score against "
-                        "(set write_predictions=true to predict it)")
+        raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+                        f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
+                        "predict it)")
     models, ensembles = recipe.models or {}, recipe.ensembles or {}
     keys = {path: f"models.{name}" for name, path in models.items()}  # each checkpoint loaded and run once
     for name, members in ensembles.items():
@@ -175,10 +176,7 @@ def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
             data_dir = entry.data_dir or Path(recipe.glue_dir) / spec.glue_folder
         specs[spec.name] = spec
         if "dev" in spec.files:
-            dev[spec.name] = read_task_split(spec, data_dir, "dev")
-            if dev[spec.name].labels is None:
-                raise UserError(f"task '{spec.name}': the dev file has no '{spec.label_column}' column to "
-                                "score against")
+            dev[spec.name] = read_labelled_split(spec, data_dir, "dev")
         if recipe.submission and spec.submission_file and (data_dir is None or
                                                              (Path(data_dir) / spec.files["test"]).is_file()):
             test[spec.name] = read_task_split(spec, data_dir, "test")

@@ -1,9 +1,10 @@
 """`finetune predict CHECKPOINT`: labels and probabilities (or scores) of a fine-tuned checkpoint for raw text.
 
-The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, or two
-for a pair task), its labels and `task.max_length`. Input is either plain text, one example per line (a pair
-task: the two texts separated by a tab), or a TSV / CSV / JSON Lines file holding the text columns by name
-(other columns, a label column included, are ignored). Examples are batched longest first like `finetune
+The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, two for
+a pair task, or the columns its `task.text` template or `pair: false` makes one text of), its labels and
+`task.max_length`. Input is either plain text, one example per line (several text columns: separated by tabs, in
+the task's column order), or a TSV / CSV / JSON Lines file holding the text columns by name (other columns, a
+label column included, are ignored). Examples are batched longest first like `finetune
 eval`, with a progress bar on long input; outputs keep the input's order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
@@ -48,18 +49,20 @@ class Predictor:
     batch_size: int = 64
 
     def predict(self, texts: Sequence[str | Sequence[str]]) -> list[dict]:
-        """One result per example: {"label", "probabilities"} or {"score"}; a pair task takes (text, text) pairs."""
+        """One result per example: {"label", "probabilities"} or {"score"}; a task of several text columns takes a
+        tuple of its columns' texts."""
         examples = TaskExamples([self._example(text, index) for index, text in enumerate(texts)], None,
                                 [str(index) for index in range(len(texts))])
         return self.predict_examples(examples)
 
     def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        """Results for examples already read (texts in the task's column order)."""
+        """Results for examples already read (the texts of the task's columns, in its column order)."""
         if not examples.texts:
             return []
         from accelerate import Accelerator
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
         logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.max_length, self.batch_size)
         if self.spec.is_regression:
             return [{"score": float(value)} for value in logits[:, 0]]
@@ -116,8 +119,9 @@ def _hub_file(repository: str) -> Optional[Path]:
 
 
 def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> TaskExamples:
-    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line."""
-    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN)
+    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
+    Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
+    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None)
     if source == STDIO:
         return plain_lines(stdin or sys.stdin, "<stdin>", spec)
     path = Path(source)
@@ -134,7 +138,7 @@ def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> T
 
 
 def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples:
-    """One example per non-empty line; a pair task's two texts separated by one tab."""
+    """One example per non-empty line; the texts of several text columns separated by tabs."""
     texts, ids = [], []
     width = len(spec.text_columns)
     for number, line in enumerate(lines, start=1):
