@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from finetune.glue.specs import GLUE_TASKS
+from finetune.glue.specs import GLUE_TASKS, label_text, template_columns
 
 
 class MustExist:
@@ -60,7 +60,10 @@ class TrainingConfig(Section):
     """How the optimisation runs: length, batch, optimiser, logging, device."""
 
     epochs: int = Field(1, gt=0, description="passes over the training data")
-    max_steps: Optional[int] = Field(None, gt=0, description="stop after this many optimizer steps (overrides epochs)")
+    max_steps: Optional[int] = Field(
+        None, gt=0, description="the run's length in optimizer steps, whatever epochs says (the data repeats, the "
+        "epochs go on; the LR schedule and unfreezing are fitted to it); null: epochs x steps per epoch"
+    )
     batch_size: int = Field(32, gt=0, description="examples (or blocks) per optimizer step, per process")
     gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches summed into one optimizer step")
     lr: float = Field(5e-4, gt=0, description="peak learning rate of the top layer group")
@@ -141,16 +144,41 @@ class TaskConfig(Section):
                       "or a custom name")
     data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
-        "task: also CSV or JSON Lines); not with source hub"
+        "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
     )
     source: Literal["files", "hub"] = Field(
         "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
     )
     max_length: int = Field(128, gt=1, description="truncate each example to this many tokens")
     # Custom tasks only (a GLUE task brings its own):
-    text_columns: Optional[list[str]] = Field(None, min_length=1, max_length=2, description="custom: 1 or 2 text columns")
+    text_columns: Optional[list[str]] = Field(
+        None, min_length=1, description="custom: the text columns; two are a sentence pair and more are joined into "
+        "one text, unless pair or text says otherwise")
+    pair: Optional[bool] = Field(
+        None, description="custom: true: the 2 text_columns are a sentence pair (the model is shown where the first "
+        "ends: BERT's [SEP] and segment ids); false: the columns joined with a space into one text; null: a pair for "
+        "2 columns, joined for more")
+    text: Optional[str] = Field(
+        None, description="custom: the one text the model reads, each {column} filled in from the file, e.g. "
+        "'{Title}. {Description}'; text_columns may be left out (these are the columns)")
     label_column: Optional[str] = Field(None, description="custom: the label column")
-    labels: Optional[list[str]] = Field(None, min_length=2, description="custom: label strings; omit for regression")
+    labels: Optional[list[str]] = Field(
+        None, min_length=2, description="custom: the labels as the files write them, compared as text (1 is the text "
+        "1, true is true; quote anything else YAML would change: '1.0', 'yes', 'True'); omit for regression")
+    label_names: Optional[dict[str, Annotated[str, Field(min_length=1)]]] = Field(
+        None, description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
+        "and the model's id2label; a label without one keeps its text")
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_written(cls, labels: Any) -> Any:
+        """YAML gives unquoted numbers and booleans as such: each stands for its text in the files."""
+        return [_label_as_text(label) for label in labels] if isinstance(labels, list) else labels
+
+    @field_validator("label_names", mode="before")
+    @classmethod
+    def _named_labels_as_written(cls, names: Any) -> Any:
+        return {_label_as_text(label): name for label, name in names.items()} if isinstance(names, dict) else names
 
     @field_validator("labels", "text_columns")
     @classmethod
@@ -167,14 +195,15 @@ class TaskConfig(Section):
         None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl)"
     )
     files: Optional[dict[str, str]] = Field(
-        None, description="custom: split -> file name in data_dir; null: train/dev/test with the format's extension"
+        None, description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
+        "extension, or without format whichever of .tsv, .csv and .jsonl is there"
     )
     index_column: Optional[str] = Field(None, description="custom: the id column of test files; null: index")
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
-        custom_keys = [k for k in ("text_columns", "label_column", "labels", "metrics", "format", "files",
-                                   "index_column") if getattr(self, k) is not None]
+        custom_keys = [k for k in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
+                                   "format", "files", "index_column") if getattr(self, k) is not None]
         if (self.source == "files") == (self.data_dir is None):
             raise ValueError("give data_dir (source files) or source hub, not both" if self.data_dir is not None
                              else "data_dir is required (or source: hub for a GLUE task)")
@@ -183,11 +212,14 @@ class TaskConfig(Section):
                 raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(custom_keys)}")
         elif self.source == "hub":
             raise ValueError(f"source hub reads GLUE tasks; '{self.name}' is a custom task: give data_dir")
-        elif self.text_columns is None or self.label_column is None:
+        elif (self.text_columns is None and self.text is None) or self.label_column is None:
             known = ", ".join(sorted(GLUE_TASKS))
             raise ValueError(
-                f"unknown task '{self.name}' (GLUE tasks: {known}); a custom task needs text_columns and label_column"
+                f"unknown task '{self.name}' (GLUE tasks: {known}); a custom task needs text_columns (or text) and "
+                "label_column"
             )
+        else:
+            self._check_text_and_labels()
         regression = self.labels is None
         for metric in self.metrics or []:
             if (metric in ("pearson", "spearman")) != regression:
@@ -196,6 +228,45 @@ class TaskConfig(Section):
             if metric == "f1" and len(self.labels) != 2:
                 raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
         return self
+
+    def _check_text_and_labels(self) -> None:
+        """A custom task's text is one text or a pair, and its label names name labels, each class its own name."""
+        if self.text is not None:
+            named = template_columns(self.text)
+            if not named:
+                raise ValueError(f"text: name the columns in braces, e.g. '{{Title}}. {{Description}}' (got "
+                                 f"{ECHO.repr(self.text)})")
+            if self.pair:
+                raise ValueError("pair: true reads two columns as a pair, text makes one text of them: give one")
+            if self.text_columns is not None and set(self.text_columns) != set(named):
+                raise ValueError(f"text names the columns {', '.join(named)}, text_columns {', '.join(self.text_columns)}"
+                                 ": give the same columns, or leave text_columns out")
+        elif self.pair and len(self.text_columns) != 2:
+            raise ValueError(f"pair: true needs 2 text_columns, not {len(self.text_columns)}; pair: false joins them "
+                             "into one text, and text (e.g. '{A}. {B}') says how")
+        if self.label_names is not None:
+            if self.labels is None:
+                raise ValueError("label_names: a regression task (no labels) has no classes to name")
+            unknown = [label for label in self.label_names if label not in self.labels]
+            if unknown:
+                raise ValueError(f"label_names: '{unknown[0]}' is not one of the labels ({', '.join(self.labels)})")
+            names = [self.label_names.get(label, label) for label in self.labels]
+            repeated = next((name for name in names if names.count(name) > 1), None)
+            if repeated is not None:
+                raise ValueError(f"label_names: two labels would both be called '{repeated}'")
+
+    @property
+    def reads_a_pair(self) -> bool:
+        """Whether a custom task's model reads its two text columns as a sentence pair (pair, or two columns)."""
+        return self.text is None and (self.pair if self.pair is not None else len(self.text_columns or ()) == 2)
+
+
+def _label_as_text(label: Any) -> Any:
+    """A label as its text in the files; a decimal number is refused, since YAML may not keep how it is written."""
+    if isinstance(label, float):
+        raise ValueError(f"{label!r} is a decimal number, which YAML may not keep as the files write it: quote the "
+                         f"label as written there (e.g. '{label!r}')")
+    return label_text(label)
 
 
 

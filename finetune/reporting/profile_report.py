@@ -79,7 +79,7 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     if compute["total_flops"] is not None:
         runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
         bound = ", an upper bound: every group trainable" if trainable < groups else ""
-        rows.append(("run", f"{compute['steps']:,} steps (training.max_steps; fewer if the epochs end first){runs}: "
+        rows.append(("run", f"{compute['steps']:,} steps (training.max_steps, whatever the epochs){runs}: "
                             f"{si(compute['total_flops'], 'FLOP')}{bound}"))
     else:
         rows.append(("run", "per-step figures only: the steps per epoch depend on the data, which profile does not "

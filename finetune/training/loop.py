@@ -76,10 +76,11 @@ def make_accelerator(training_config, parameters_change_trainability: bool = Fal
 
 
 def total_optimizer_steps(batches_per_epoch: int, training_config) -> int:
-    """Optimizer steps of the whole run: epochs x steps per epoch, capped by max_steps."""
-    per_epoch = math.ceil(batches_per_epoch / training_config.gradient_accumulation_steps)
-    total = per_epoch * training_config.epochs
-    return min(total, training_config.max_steps) if training_config.max_steps else total
+    """Optimizer steps of the whole run: max_steps when given (whatever the epochs, as in the Trainer: the data
+    repeats and the epoch counter goes on), else epochs x steps per epoch."""
+    if training_config.max_steps:
+        return training_config.max_steps
+    return math.ceil(batches_per_epoch / training_config.gradient_accumulation_steps) * training_config.epochs
 
 
 class TrainingLoop:
