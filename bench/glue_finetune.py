@@ -60,6 +60,7 @@ def run_ours(checkpoint: str, data_dir: Path, epochs: int, variant: list[str], r
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
     recipe.write_text(json.dumps({
         "stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False,
+        "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
         "model": {"checkpoint": checkpoint},
         "task": {"name": "sst2", "data_dir": str(data_dir), "max_length": MAX_LENGTH},
         "training": {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": LR, "device": "cpu",

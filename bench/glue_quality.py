@@ -83,6 +83,7 @@ def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
     recipe.write_text(json.dumps({
         "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False,
+        "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
         "model": {"checkpoint": checkpoint},
         "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
         "training": {"epochs": epochs, "batch_size": 32, "lr": PEAK_LR, "device": "cpu", "log_every": 20},

@@ -71,6 +71,7 @@ def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict) -> 
         recipe = Path(folder) / "recipe.yaml"
         recipe.write_text(json.dumps({  # JSON is YAML
             "stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False, "overwrite": True,
+            "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
             "model": {"checkpoint": minilm_checkpoint()},
             "task": {"name": task, "data_dir": str(data), "max_length": 128},
             "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},

@@ -4,10 +4,41 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
-from finetune.recipes.base import (DiscriminativeConfig, ScheduleConfig, Section, Seed, TaskConfig, TrainingConfig,
-                                   TrainingRunRecipe)
+from finetune.recipes.base import (SCHEDULE_KIND_HELP, SCHEDULE_KINDS, DiscriminativeConfig, ScheduleConfig, Section,
+                                   Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
+
+# The techniques left open (null) are decided by the backbone when the run starts (training/techniques.py): what this
+# project measured best for an AWD-LSTM (ULMFiT's) differs from what it measured best for a pretrained transformer.
+BY_BACKBONE = "null: by the backbone at run start, "
+
+
+class FinetuneTrainingConfig(TrainingConfig):
+    """`training` of a fine-tuning run: the peak LR's default depends on the backbone."""
+
+    lr: Optional[float] = Field(
+        None, gt=0, description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
+        "(ULMFiT's), transformers 1e-4, from hidden size 768 up 3e-5"
+    )
+
+
+class FinetuneScheduleConfig(ScheduleConfig):
+    """`schedule` of a fine-tuning run: the kind's default depends on the backbone."""
+
+    kind: Optional[SCHEDULE_KINDS] = Field(
+        None, description=SCHEDULE_KIND_HELP + "; " + BY_BACKBONE + "the kind whose own keys the section changes "
+        "(cut_frac: stlr, warmup_fraction: linear, ...), else AWD-LSTM stlr, transformers linear"
+    )
+
+
+class FinetuneDiscriminativeConfig(DiscriminativeConfig):
+    """`discriminative` of a fine-tuning run: the factor's default depends on the backbone."""
+
+    factor: Optional[float] = Field(
+        None, ge=1, description="group l gets lr / factor ** (its depth from the top); 1.0: one LR for all; "
+        + BY_BACKBONE + "AWD-LSTM 2.6 (ULMFiT's), transformers 1.0"
+    )
 
 
 class BackboneConfig(Section):
@@ -40,7 +71,10 @@ class BackboneConfig(Section):
 class UnfreezingConfig(Section):
     """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
 
-    mode: Literal["gradual", "none"] = Field("gradual", description="none: every group trainable from the start")
+    mode: Optional[Literal["gradual", "none"]] = Field(
+        None, description="none: every group trainable from the start; " + BY_BACKBONE + "gradual when the section "
+        "changes a key of gradual unfreezing, else AWD-LSTM gradual (ULMFiT's), transformers none"
+    )
     initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
     # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
     # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
@@ -108,9 +142,9 @@ class FinetuneRecipe(TrainingRunRecipe):
     )
     model: BackboneConfig
     task: TaskConfig
-    training: TrainingConfig = Field(default_factory=TrainingConfig)
-    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    discriminative: DiscriminativeConfig = Field(default_factory=DiscriminativeConfig)
+    training: FinetuneTrainingConfig = Field(default_factory=FinetuneTrainingConfig)
+    schedule: FinetuneScheduleConfig = Field(default_factory=FinetuneScheduleConfig)
+    discriminative: FinetuneDiscriminativeConfig = Field(default_factory=FinetuneDiscriminativeConfig)
     unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
     classifier_dropout: Optional[float] = Field(
         None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
@@ -118,8 +152,9 @@ class FinetuneRecipe(TrainingRunRecipe):
     )
     # scalar_mix is a value of pooling, not a `features:` section of its own: it has no setting but on or off, and it
     # is one more answer to the question pooling answers (what the head reads), exclusive of the others.
-    pooling: Literal["model", "mean", "scalar_mix"] = Field(
-        "model", description="model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
+    pooling: Optional[Literal["model", "mean", "scalar_mix"]] = Field(
+        None, description=BY_BACKBONE + "mean for a sentence-embedding checkpoint (a sentence-transformers mean "
+        "Pooling module beside it), else model. model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
         "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
         "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
         "trained for; scalar_mix: ELMo's learned softmax-weighted sum of the embedding output and every layer, "
@@ -131,6 +166,8 @@ class FinetuneRecipe(TrainingRunRecipe):
         True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
         "false: the one after the last step"
     )
+    # Where each technique left open came from (training/techniques.py); not a key: the run's summary reads it.
+    _technique_sources: dict[str, str] = PrivateAttr(default_factory=dict)
     early_stopping_patience: Optional[int] = Field(
         None, gt=0, description="stop after this many dev evaluations without a new best score; null: never"
     )

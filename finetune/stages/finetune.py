@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -21,8 +22,7 @@ from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
-from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_task_split, task_file
-from finetune.errors import UserError
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_labelled_split
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
@@ -42,6 +42,7 @@ from finetune.training.loop import TrainingLoop, make_accelerator, total_optimiz
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.schedules import make_momentum_schedule, make_schedule
+from finetune.training.techniques import describe_backbone, resolve_techniques, techniques_summary
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
                                          trainable_group_count_at_step)
 
@@ -54,7 +55,11 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds).
 
     `resume`: continue a stopped run from its newest periodic checkpoint; with seeds, finished seeds are kept.
+    The techniques the recipe leaves open are decided by the backbone first (training/techniques.py), so the saved
+    recipe, the model card and a resumed run's check all see the values in force.
     """
+    recipe = resolve_techniques(recipe, describe_backbone(recipe.model.checkpoint,
+                                                          recipe.model.trust_remote_code)).recipe
     if recipe.seeds is not None:
         return run_each_seed(recipe, run_single_seed, RESULT_FILE, resume)
     return run_single_seed(recipe, resume)
@@ -79,13 +84,8 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     set_seed(recipe.seed)
     spec = task_spec(recipe.task)
     tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
-    train_examples = read_task_split(spec, recipe.task.data_dir, "train")
-    dev_examples = read_task_split(spec, recipe.task.data_dir, "dev")
-    for split, examples in (("train", train_examples), ("dev", dev_examples)):
-        if examples.labels is None:
-            where = "split" if recipe.task.data_dir is None else f"file {task_file(spec, recipe.task.data_dir, split)}"
-            raise UserError(f"task '{spec.name}': the {split} {where} has no '{spec.label_column}' column to "
-                            f"{'learn from' if split == 'train' else 'score against'}")
+    train_examples = read_labelled_split(spec, recipe.task.data_dir, "train")
+    dev_examples = read_labelled_split(spec, recipe.task.data_dir, "dev")
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
         tokenizer.pad_token = tokenizer.eos_token
@@ -103,6 +103,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
                   f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
+    console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
     collate = PaddingCollator(tokenizer)
     # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
     directions = {"backwards": reads_backwards(model.config), "both_directions": reads_both_directions(model.config)}
@@ -164,6 +165,14 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     # 3. train: gradual unfreezing decides, per epoch or per optimizer step, how many groups from the top learn
     unfreezing = recipe.unfreezing
     interval = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)  # None: per epoch
+    if interval is None and unfreezing.mode == "gradual" and not resume_from:
+        epochs = math.ceil(total_steps / len(train_loader) * recipe.training.gradient_accumulation_steps)
+        thawed = trainable_group_count(epochs - 1, len(groups), "gradual", unfreezing.initial_groups,
+                                       unfreezing.groups_per_epoch, unfreezing.schedule)
+        if thawed < len(groups):  # said, not silently left: the lower groups keep their pretrained weights
+            console.print(f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) {thawed} "
+                          f"of the {len(groups)} layer groups train and the lowest {len(groups) - thawed} never do "
+                          "(more epochs, or unfreezing.every_fraction to thaw by steps)", markup=False)
 
     def log_unfreezing(step: int, epoch: int, trainable: int) -> None:
         # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
@@ -195,10 +204,10 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         loop.stop_requested = best.patience_exhausted
         console.print(f"resuming from {resume_from} (step {loop.step}, epoch {first_epoch + 1})")
     with loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
-        for epoch in range(first_epoch, recipe.training.epochs):
-            # A resumed epoch (batches_done > 0) logged its unfreezing before; it may owe only its evaluation.
-            if loop.finished and not batches_done:
-                break
+        epoch = first_epoch
+        # Epochs until the step budget is spent (training.max_steps may ask for more than training.epochs). A resumed
+        # epoch (batches_done > 0) logged its unfreezing before; it may owe only its evaluation.
+        while not loop.finished or batches_done:
             if interval is None:  # per epoch; step-wise unfreezing happens in the loop (thaw_by_steps)
                 trainable = trainable_group_count(epoch, len(groups), unfreezing.mode, unfreezing.initial_groups,
                                                   unfreezing.groups_per_epoch, unfreezing.schedule)
@@ -220,7 +229,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
             if best.patience_exhausted:
                 console.print(f"early stopping: no better dev {spec.main_metric} in "
                               f"{recipe.early_stopping_patience} evaluations")
-            batches_done = 0
+            epoch, batches_done = epoch + 1, 0
 
     # 4. save: the best evaluation's weights (in RUN_DIR/checkpoints/best until now), or the last ones
     freeze_below(groups, len(groups))  # every parameter trainable again, as in any loaded checkpoint

@@ -32,6 +32,7 @@ from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER
                                    parameter_count, transformer_layer_activation_bytes)
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
 from finetune.training.loop import device_and_precision
+from finetune.training.techniques import backbone_of, resolve_techniques
 from finetune.training.unfreezing import trainable_group_count, trainable_group_count_at_step
 
 DEFAULT_MFU = 0.5  # bench/README.md: the masked-LM pretraining reached 64-65% on a 2-core CPU; GPUs reach 30-60%
@@ -57,12 +58,14 @@ def profile_recipe(recipe, matmul_rate: Optional[float] = None, mfu: float = DEF
         for section, stage in recipe.stage_recipes().items():
             if stage is None:  # general_lm: {checkpoint: PATH}: stage 2 reads that checkpoint's config
                 continue
+            stage = with_techniques(stage, upstream, section)
             built = stage_model(stage, upstream, section)
             profiles.append({"section": section, **stage_profile(stage, built, rates, mfu)})
             upstream = built.model
         return {"stage": "ulmfit", "stages": profiles}
     if not isinstance(recipe, (PretrainRecipe, FinetuneRecipe)):
         raise TypeError(f"profile_recipe takes a training recipe, not a {type(recipe).__name__}")
+    recipe = with_techniques(recipe)
     return stage_profile(recipe, stage_model(recipe), rates, mfu)
 
 
@@ -75,14 +78,7 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
     """The stage's model as it would start training; `upstream`: the previous ulmfit stage's model, whose config
     stands in for its checkpoint until that stage has run."""
     prefix = f"{section}." if section else ""
-    checkpoint = recipe.model.checkpoint
-    config, source = None, "the recipe's sizes"
-    if checkpoint is not None:
-        if upstream is not None and not (Path(checkpoint) / "config.json").is_file():
-            config, source = copy.deepcopy(upstream.config), "the previous stage's model (not trained yet)"
-        else:
-            config, source = checkpoint_config(checkpoint, f"{prefix}model.checkpoint",
-                                               getattr(recipe.model, "trust_remote_code", False))
+    config, source = stage_checkpoint_config(recipe, upstream, prefix)
     with torch.device("meta"):
         if isinstance(recipe, FinetuneRecipe):
             model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
@@ -102,6 +98,25 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
             model = LANGUAGE_MODEL_CLASSES[family]._from_config(config)
     groups = language_model_layer_groups(family, model)
     return BuiltModel(model, groups, slice(0, -1) if family == "awd_lstm" else slice(1, -1), source)
+
+
+def stage_checkpoint_config(recipe, upstream: Optional[nn.Module], prefix: str):
+    """(config, where it came from) of the checkpoint the stage starts from, or (None, ...) for a model built from
+    the recipe's sizes."""
+    checkpoint = recipe.model.checkpoint
+    if checkpoint is None:
+        return None, "the recipe's sizes"
+    if upstream is not None and not (Path(checkpoint) / "config.json").is_file():
+        return copy.deepcopy(upstream.config), "the previous stage's model (not trained yet)"
+    return checkpoint_config(checkpoint, f"{prefix}model.checkpoint", getattr(recipe.model, "trust_remote_code", False))
+
+
+def with_techniques(recipe, upstream: Optional[nn.Module] = None, section: str = ""):
+    """A finetune recipe with the techniques it leaves open decided by its backbone, as the stage decides them."""
+    if not isinstance(recipe, FinetuneRecipe):
+        return recipe
+    config, _ = stage_checkpoint_config(recipe, upstream, f"{section}." if section else "")
+    return resolve_techniques(recipe, backbone_of(config, recipe.model.checkpoint, local_files_only=True)).recipe
 
 
 def checkpoint_config(name: str, key: str, trust_remote_code: bool):

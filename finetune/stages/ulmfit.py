@@ -24,7 +24,7 @@ from accelerate import PartialState
 
 from finetune import run_lock
 from finetune.console import console
-from finetune.data.tasks import read_task_split
+from finetune.data.tasks import read_labelled_split
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec
 from finetune.models.sizes import check_model_fits_in_memory
@@ -33,6 +33,7 @@ from finetune.recipes import (ULMFIT_STAGE_FOLDERS, FinetuneRecipe, PretrainedLa
 from finetune.run_dir import (METRICS_FILE, RECIPE_FILE, check_run_dir_free, claim_run_dir, flatten_keys, is_finished,
                               prepare_run_dir, read_metrics, remove_own_entries)
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.training.techniques import describe_backbone, resolve_techniques
 from finetune.stages.pretrain import CHECKPOINT_DIR, read_corpus, run_pretrain
 from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
@@ -130,6 +131,9 @@ def check_unchanged(section: str, stage: TrainingRunRecipe) -> None:
     """
     path = Path(stage.run_dir)
     run_lock.check_not_locked(path)
+    if isinstance(stage, FinetuneRecipe):  # the stage saved its techniques as its backbone decided them
+        stage = resolve_techniques(stage, describe_backbone(stage.model.checkpoint,
+                                                            stage.model.trust_remote_code)).recipe
     saved = flatten_keys(read_yaml(path / RECIPE_FILE))
     given = flatten_keys(stage.model_dump(mode="json"))
     changed = sorted(key for key in given.keys() | saved.keys()
@@ -179,7 +183,7 @@ def check_inputs_early(plans: list[StagePlan]) -> None:
         elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
             spec = task_spec(stage.task)
             for split in ("train", "dev"):
-                read_task_split(spec, stage.task.data_dir, split)
+                read_labelled_split(spec, stage.task.data_dir, split)
 
 
 def open_flow_dir(recipe: UlmfitRecipe, resume: bool, main: bool) -> Path:
@@ -286,6 +290,10 @@ def describe_flow_keys() -> list[tuple[str, str, str, str]]:
     (listing them again under every section would triple a long table)."""
     rows = []
     for name, field in UlmfitRecipe.model_fields.items():
+        if name == "task":  # a whole task section: its keys are the finetune recipe's task.*
+            rows.append(("task.*", "task section", repr(field.default), f"{field.description}; its keys: finetune "
+                         "recipes --keys finetune"))
+            continue
         if name not in ULMFIT_STAGE_FOLDERS:
             default = "(required)" if field.is_required() else repr(field.default)
             rows.append((name, type_label(field.annotation), default, field.description or ""))

