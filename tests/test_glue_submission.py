@@ -191,3 +191,22 @@ def test_cli_missing_archive_is_a_one_line_error(tmp_path):
     assert result.exit_code == 2 and result.output.strip() == f"error: {tmp_path / 'absent.zip'}: no such file"
     result = runner.invoke(app, ["validate-submission", str(tmp_path / "absent.zip"), "--glue-dir", str(tmp_path)])
     assert result.exit_code == 2
+
+
+def test_a_huge_member_is_refused_without_reading_it_whole(archive, tmp_path, monkeypatch):
+    """A zip bomb (here 8 MB of zeros against a 1 MB limit) is named as too large; at most the limit is read."""
+    import tracemalloc
+
+    monkeypatch.setattr(submission, "MAX_MEMBER_BYTES", 2**20)
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(archive) as old, zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as new:
+        for name in old.namelist():
+            new.writestr(name, old.read(name) if name != "QQP.tsv" else b"index\tprediction\n" + bytes(8 * 2**20))
+    tracemalloc.start()
+    check = validate_submission(bomb)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert any(problem.startswith("QQP.tsv: more than 1 MB of text") for problem in check.problems)
+    assert peak < 4 * 2**20, peak
+    others = [problem for problem in validate_submission(archive).problems if not problem.startswith("QQP.tsv")]
+    assert [problem for problem in check.problems if not problem.startswith("QQP.tsv")] == others

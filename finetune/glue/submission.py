@@ -84,6 +84,9 @@ class SubmissionCheck:
         return not self.problems and (allow_incomplete or not self.missing)
 
 
+MAX_MEMBER_BYTES = 16 * 2**20  # 4x the largest submission file (QQP); more is not read
+
+
 def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = None) -> SubmissionCheck:
     """Check names, headers, labels, row counts and index coverage of an archive.
 
@@ -114,18 +117,25 @@ def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = N
                 continue
             check.present.append(spec.name)
             expected = (test_ids or {}).get(spec.name)
-            rows, problems = check_file(spec, read_member(archive, path, spec.submission_file), expected)
+            data = read_member(archive, path, spec.submission_file)
+            if len(data) > MAX_MEMBER_BYTES:  # not read further: a zip bomb would fill the memory
+                check.problems.append(f"{spec.submission_file}: more than {MAX_MEMBER_BYTES // 2**20} MB of text; a "
+                                      "GLUE submission file holds a few MB at most (QQP's 390,965 rows: ~3.5 MB)")
+                continue
+            rows, problems = check_file(spec, data, expected)
             check.rows[spec.submission_file] = rows
             check.problems += problems
     return check
 
 
 def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
-    """The bytes of one member; one that cannot be read (encrypted, corrupt) is a UserError naming it."""
+    """The bytes of one member, at most MAX_MEMBER_BYTES + 1 of them (whatever size its header claims); one that
+    cannot be read (encrypted, corrupt) is a UserError naming it."""
     if archive.getinfo(name).flag_bits & 0x1:  # bit 0 of the general-purpose flags: encrypted
         raise UserError(f"{path}: member {name} is encrypted; the leaderboard reads only unencrypted archives")
     try:
-        return archive.read(name)
+        with archive.open(name) as member:
+            return member.read(MAX_MEMBER_BYTES + 1)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:  # bad CRC, bad data, method
         raise UserError(f"{path}: member {name} is corrupt ({error}); write the archive again") from None
 

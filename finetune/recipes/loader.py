@@ -3,6 +3,7 @@ errors that name the key and the file."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
@@ -65,7 +66,59 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
     node[parts[-1]] = value
 
 
-def _format_validation_error(error: ValidationError, source: Path) -> str:
+# The names other tools (the Hugging Face Trainer, run_glue.py, fastai) give to keys this toolkit names otherwise:
+# what a newcomer types first.
+OTHER_TOOLS_NAMES = {
+    "learning_rate": "lr", "num_train_epochs": "epochs", "num_epochs": "epochs", "n_epochs": "epochs",
+    "per_device_train_batch_size": "batch_size", "train_batch_size": "batch_size", "bs": "batch_size",
+    "warmup_ratio": "warmup_fraction", "lr_scheduler_type": "kind", "scheduler": "kind",
+    "max_seq_length": "max_length", "max_seq_len": "max_length", "seq_len": "max_length",
+    "model_name_or_path": "checkpoint", "model_name": "checkpoint", "output_dir": "run_dir",
+    "save_steps": "checkpoint_every", "logging_steps": "log_every", "eval_steps": "eval_every",
+    "fp16": "mixed_precision", "bf16": "mixed_precision", "max_grad": "max_grad_norm", "grad_clip": "max_grad_norm",
+    "label_names": "labels", "text_column": "text_columns", "wd": "weight_decay", "moms": "momentum",
+}
+
+
+def recipe_keys(stage: str) -> list[str]:
+    """Every dotted key a recipe of `stage` may hold (an ulmfit flow's sections: their stage's keys)."""
+    from finetune.recipes.describe import describe_keys
+    from finetune.recipes.ulmfit import FLOW_SET_KEYS, ULMFIT_STAGE_FOLDERS
+
+    if stage != "ulmfit":
+        return [row[0] for row in describe_keys(RECIPE_TYPES[stage])]
+    keys = [name for name in UlmfitRecipe.model_fields if name not in ULMFIT_STAGE_FOLDERS] + ["general_lm.checkpoint"]
+    keys += [key for key in recipe_keys("finetune") if key.startswith("task.")]  # the flow's task is stage 3's
+    for section in ULMFIT_STAGE_FOLDERS:
+        keys += [f"{section}.{key}" for key in recipe_keys("finetune" if section == "classifier" else "pretrain")
+                 if key not in FLOW_SET_KEYS]
+    return keys
+
+
+def suggested_key(key: str, stage: str) -> Optional[str]:
+    """The known key an unknown `key` most likely meant: another tool's name for a key of the same section, a close
+    spelling in the same section, or the same name in another section (the nearest one); None when nothing is near."""
+    if stage not in RECIPE_TYPES:
+        return None
+    known = recipe_keys(stage)
+    parent, _, name = key.rpartition(".")
+    siblings = {candidate.rpartition(".")[2]: candidate for candidate in known
+                if candidate.rpartition(".")[0] == parent}
+    meant = OTHER_TOOLS_NAMES.get(name.lower(), name)
+    if meant in siblings:
+        return siblings[meant]
+    close = difflib.get_close_matches(name, list(siblings), n=1, cutoff=0.7)
+    if close:
+        return siblings[close[0]]
+    elsewhere = [candidate for candidate in known if candidate.rpartition(".")[2] in (name, meant)]
+    if not elsewhere:
+        return None
+    shared = [len(os.path.commonprefix([candidate.split("."), key.split(".")])) for candidate in elsewhere]
+    nearest = [candidate for candidate, count in zip(elsewhere, shared) if count == max(shared)]
+    return nearest[0] if len(nearest) == 1 else None
+
+
+def _format_validation_error(error: ValidationError, source: Path, stage: str = "") -> str:
     """All problems of a recipe on one line, each naming its dotted key."""
     problems = []
     for item in error.errors():
@@ -77,13 +130,20 @@ def _format_validation_error(error: ValidationError, source: Path) -> str:
         if item["type"] == "union_tag_invalid":
             key, message = f"{key}.family", f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})"
         elif item["type"] == "extra_forbidden":
-            message = "unknown key"
+            nearest = suggested_key(key, stage)
+            message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
         elif item["type"] == "missing":
             message = "required key is missing"
         elif "input" in item and not isinstance(item["input"], (dict, list)):
             message += f" (got {ECHO.repr(item['input'])})"
+        copied = next((key.removeprefix(prefix) for prefix in FLOW_TASK_COPIES if key.startswith(prefix)), None)
+        if copied is not None and any(problem.startswith(f"{copied}: ") for problem in problems):
+            continue  # an ulmfit flow's top-level task, reported once rather than again in each section it fills
         problems.append(f"{key}: {message}" if key else message)
     return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
+
+
+FLOW_TASK_COPIES = ("target_lm.corpus.", "classifier.")  # where an ulmfit flow's top-level `task` is copied to
 
 
 MAX_ERROR_LENGTH = 600  # characters of a whole error line
@@ -189,7 +249,7 @@ def load_recipe(
     try:
         recipe = RECIPE_TYPES[stage].model_validate(data)
     except ValidationError as error:
-        raise UserError(_format_validation_error(error, path)) from None
+        raise UserError(_format_validation_error(error, path, stage)) from None
     if check_paths:
         for key, problem in path_problems(recipe):
             raise UserError(f"recipe {path}: {key}: {problem}")
