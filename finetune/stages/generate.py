@@ -121,7 +121,7 @@ def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Samplin
             torch.manual_seed(seed)
         for _ in range(count):
             streamer = None if on_text is None else _CallbackStreamer(tokenizer, on_text, **decode_options)
-            with torch.no_grad():
+            with torch.inference_mode():  # no version counters or view tracking: the model is only read
                 new_ids = model.generate(inputs, streamer=streamer, **options)[0, len(ids):].tolist()
             ended = sampling.stop_at_end_of_text and bool(new_ids) and new_ids[-1] == end_of_text
             yield Sample(tokenizer.decode(new_ids, **decode_options), len(new_ids), ended)
