@@ -129,3 +129,16 @@ def test_profile_decides_the_techniques_as_the_run_does(pretrained, task_dir, tm
     assert result.exit_code == 0, result.output
     parameters = json.loads(result.stdout)["parameters"]
     assert parameters["trainable_groups_at_start"] == parameters["layer_groups"]
+
+
+def test_a_gradual_unfreezing_that_cannot_thaw_every_group_says_so(pretrained, task_dir, tmp_path):  # noqa: F811
+    data = minimal_recipe(pretrained, task_dir, tmp_path / "run", unfreezing={"mode": "gradual"})
+    data["training"]["max_steps"] = 7  # 2 epochs of 5 steps: 2 of the 4 groups ever train
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    assert ("note: gradual unfreezing thaws one more group per epoch; in 2 epoch(s) 2 of the 4 layer groups train "
+            "and the lowest 2 never do") in " ".join(result.output.split())
+    data["training"]["max_steps"] = 20  # 4 epochs: every group thaws, nothing to say
+    data["run_dir"] = str(tmp_path / "long")
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "long.yaml", data))])
+    assert result.exit_code == 0 and "note: gradual unfreezing" not in result.output

@@ -166,7 +166,8 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     unfreezing = recipe.unfreezing
     interval = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)  # None: per epoch
     if interval is None and unfreezing.mode == "gradual" and not resume_from:
-        epochs = math.ceil(total_steps / len(train_loader) * recipe.training.gradient_accumulation_steps)
+        steps_per_epoch = math.ceil(len(train_loader) / recipe.training.gradient_accumulation_steps)
+        epochs = math.ceil(total_steps / steps_per_epoch)
         thawed = trainable_group_count(epochs - 1, len(groups), "gradual", unfreezing.initial_groups,
                                        unfreezing.groups_per_epoch, unfreezing.schedule)
         if thawed < len(groups):  # said, not silently left: the lower groups keep their pretrained weights

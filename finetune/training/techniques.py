@@ -64,10 +64,6 @@ class ResolvedTechniques:
     recipe: Any  # FinetuneRecipe
     sources: dict[str, str]  # dotted key -> "set" or why the default applies
 
-    def summary(self) -> str:
-        """Lines for the start of a run: each technique in force, and whether the recipe set it or why it applies."""
-        return techniques_summary(self.recipe)
-
 
 def techniques_summary(recipe) -> str:
     """Lines for the start of a run: each technique in force, and whether the recipe set it or why it applies (as
@@ -92,8 +88,7 @@ def techniques_summary(recipe) -> str:
              ("unfreezing.mode", f"unfreezing: {thawing}"), ("schedule.kind", f"schedule: {shape}"),
              ("pooling", f"pooling: {recipe.pooling}")]
     sources = getattr(recipe, "_technique_sources", None) or {}
-    said = {key: sources.get(key, "set").replace("set", "set in the recipe", 1) if sources.get(key, "set") == "set"
-            else sources[key] for key, _ in parts}
+    said = {key: "set in the recipe" if sources.get(key, "set") == "set" else sources[key] for key, _ in parts}
     return "techniques:\n" + "\n".join(f"  {text:<44} {said[key]}" for key, text in parts)
 
 
