@@ -119,3 +119,25 @@ def test_padding_adds_the_attention_mask_the_model_takes(tokenizer):
                 for example in encoded(tokenizer, False, np.array([0, 1, 0]))]
     assert torch.equal(PaddingCollator(tokenizer)(examples)["attention_mask"],
                        DataCollatorWithPadding(tokenizer)(examples)["attention_mask"])
+
+
+def test_a_note_says_how_many_examples_max_length_cuts(tmp_path):
+    """Only examples that reached max_length are tokenised again; the note counts the cut ones and their lengths."""
+    from finetune.data.examples import TaskExamples
+    from finetune.data.tasks import EncodedTask, truncation_note
+    from finetune.models.hub import load_tokenizer
+    from tests.conftest import save_tiny_masked_lm
+
+    tokenizer = load_tokenizer(str(save_tiny_masked_lm(tmp_path / "bert")))
+    texts = ["the film was great ."] * 6 + [" ".join(["the plot was dull ."] * 10)] * 2
+    lengths = [len(ids) for ids in tokenizer(texts)["input_ids"]]
+    encoded = EncodedTask(TaskExamples([(text,) for text in texts], None, [str(i) for i in range(8)]), tokenizer, 16)
+    assert max(encoded.lengths) == 16
+    note = truncation_note(tokenizer, texts, None, encoded.lengths, 16, "dev")
+    assert note.startswith("task.max_length 16 cuts 2 of the 8 dev examples (25%) to 16 tokens")
+    assert note.endswith(f"longest {max(lengths)}")
+    assert truncation_note(tokenizer, texts, None, encoded.lengths, 64, "dev") is None  # nothing reached 64
+    pairs = [("the film", "the plot was dull . " * 8)]  # a pair: the longer text is cut, the note counts the pair
+    short = EncodedTask(TaskExamples(pairs, None, ["0"]), tokenizer, 12)
+    assert "cuts 1 of the 1 training examples" in truncation_note(tokenizer, ["the film"], [pairs[0][1]],
+                                                                   short.lengths, 12, "training")

@@ -7,13 +7,13 @@ import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from finetune.console import phase_bar
+from finetune.console import console, phase_bar
 from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
 from finetune.data.reverse import reverse_segments
@@ -234,6 +234,29 @@ def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[st
     return documents
 
 
+def truncation_note(tokenizer, first: Sequence[str], second: Optional[Sequence[str]], lengths: list[int],
+                    max_length: int, name: str) -> Optional[str]:
+    """One line when task.max_length cut examples: how many, and the lengths they had (None when nothing was cut).
+
+    Only the examples that reached max_length can have been cut: they alone are tokenised again, whole.
+    """
+    reached = [index for index, length in enumerate(lengths) if length >= max_length]
+    if not reached:
+        return None
+    whole = tokenizer([first[index] for index in reached], [second[index] for index in reached] if second else None,
+                      truncation=False)["input_ids"]
+    full_lengths = np.array(lengths)
+    full_lengths[reached] = [len(ids) for ids in whole]
+    cut = int((full_lengths > max_length).sum())
+    if not cut:
+        return None
+    median, ninetieth = np.percentile(full_lengths, [50, 90])
+    share = f"{cut / len(lengths):.0%}"
+    return (f"task.max_length {max_length} cuts {cut:,} of the {len(lengths):,} {name} examples ({share}) to "
+            f"{max_length} tokens; their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, "
+            f"longest {full_lengths.max():,}")
+
+
 class EncodedTask(Dataset):
     """Tokenized examples (truncated, unpadded); `PaddingCollator` pads each batch to its longest.
 
@@ -244,7 +267,7 @@ class EncodedTask(Dataset):
     """
 
     def __init__(self, examples: TaskExamples, tokenizer, max_length: int, chunk: int = 20_000,
-                 backwards: bool = False, both_directions: bool = False):
+                 backwards: bool = False, both_directions: bool = False, name: Optional[str] = None):
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
         if (backwards or both_directions) and not tokenizer.is_fast:
@@ -270,6 +293,10 @@ class EncodedTask(Dataset):
                 advance(len(part["input_ids"]))
         self.labels = examples.labels
         self.lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each example
+        if name is not None:  # nobody should learn from the scores that most of the text was never read
+            note = truncation_note(tokenizer, columns[0], second, self.lengths, max_length, name)
+            if note:
+                console.print(note, markup=False, highlight=False, soft_wrap=True)
 
     def __len__(self) -> int:
         return len(self.encodings["input_ids"])

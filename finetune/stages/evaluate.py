@@ -92,7 +92,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     for path, model in loaded.items():
         tokenizer = load_tokenizer(path, keys[path], recipe.trust_remote_code)
         outputs[path] = example_logits(accelerator, model, tokenizer, examples, recipe.task.max_length,
-                                       recipe.batch_size)
+                                       recipe.batch_size, name=recipe.split)
 
     def scored(row: dict, model_outputs: np.ndarray, name: Optional[str] = None) -> dict:
         """`row` with the scores of these outputs; with `name`, their predictions are also written."""
@@ -287,7 +287,7 @@ def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: st
     model = load_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
     tokenizer = load_tokenizer(checkpoint, key, recipe.trust_remote_code)
     return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, recipe.max_length,
-                                               recipe.batch_size)
+                                               recipe.batch_size, name=f"{spec_name} {split}")
             for (spec_name, split), examples in splits.items()}
 
 

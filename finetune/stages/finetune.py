@@ -107,7 +107,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     collate = PaddingCollator(tokenizer)
     # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
     directions = {"backwards": reads_backwards(model.config), "both_directions": reads_both_directions(model.config)}
-    train_data = EncodedTask(train_examples, tokenizer, max_length, **directions)
+    train_data = EncodedTask(train_examples, tokenizer, max_length, **directions, name="training")
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
     step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
     order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
@@ -120,7 +120,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
                               num_workers=recipe.training.num_workers,
                               generator=torch.Generator().manual_seed(recipe.seed))
-    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, **directions),
+    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, **directions, name="dev"),
                                          tokenizer, recipe.training.batch_size * 2)
     dev_loader = dev_batches.loader
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)

@@ -63,7 +63,8 @@ class Predictor:
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
         examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.max_length, self.batch_size)
+        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.max_length, self.batch_size,
+                                name="input")
         if self.spec.is_regression:
             return [{"score": float(value)} for value in logits[:, 0]]
         probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()

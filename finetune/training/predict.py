@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -55,12 +57,13 @@ def predict_logits(accelerator, model, loader) -> np.ndarray:
 
 
 def example_logits(accelerator, model, tokenizer, examples: TaskExamples, max_length: int,
-                   batch_size: int) -> np.ndarray:
-    """A classifier's logits (or scores) for every example, batched longest first, returned in file order."""
+                   batch_size: int, name: Optional[str] = None) -> np.ndarray:
+    """A classifier's logits (or scores) for every example, batched longest first, returned in file order; `name`
+    (e.g. "dev"): say in one line how many of these examples max_length cuts."""
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
     model.to(accelerator.device)
     # A backward model reads its text backwards; a bidirectional one both ways.
-    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model),
+    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model), name=name,
                           backwards=reads_backwards(model.config), both_directions=reads_both_directions(model.config))
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
     return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader)))
