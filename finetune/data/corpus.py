@@ -75,7 +75,7 @@ def text_documents(text: str, document: str = "line") -> list[str]:
     if document == "line":
         return [line for line in map(document_text, text.splitlines()) if line]
     if document == "file":
-        return [piece_text(text, "file", True, True)] if document_text(text.replace("\n", " ")) else []
+        return [piece_text(text, "file", True, True)] if document_text(text) else []
     paragraphs, lines = [], []
     for line in [*text.splitlines(), ""]:  # a blank line (or the end) closes a paragraph
         if document_text(line):
