@@ -155,8 +155,8 @@ def test_a_masked_lm_is_never_backward(tmp_path, corpus_file):
 def test_pairs_are_reversed_segment_by_segment(tmp_path):
     tokenizer = train_wordpiece(read_documents([write_corpus(tmp_path / "corpus")]), vocab_size=120, min_frequency=1)
     examples = read_task_split(GLUE_TASKS["stsb"], write_glue_root(tmp_path / "glue") / "STS-B", "dev")
-    forward = EncodedTask(examples, tokenizer, max_length=12)
-    backward = EncodedTask(examples, tokenizer, max_length=12, backwards=True)
+    forward = EncodedTask(examples, tokenizer, 12)
+    backward = EncodedTask(examples, tokenizer, 12, backwards=True)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     for index, (first, second) in enumerate(examples.texts):
         ids = forward.encodings["input_ids"][index]

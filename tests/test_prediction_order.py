@@ -30,7 +30,7 @@ def varied_examples(count: int = 37) -> TaskExamples:
 def test_loader_runs_longest_first_and_restores_file_order(tmp_path):
     checkpoint = save_tiny_masked_lm(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    encoded = EncodedTask(varied_examples(), tokenizer, max_length=32)
+    encoded = EncodedTask(varied_examples(), tokenizer, 32)
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size=8)
     lengths = [len(item["input_ids"]) for item in batches.loader.dataset]
     assert lengths == sorted(encoded.lengths, reverse=True) and len(set(lengths)) > 3
@@ -48,7 +48,7 @@ def test_batched_predictions_equal_one_example_at_a_time(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     examples = varied_examples()
     accelerator = Accelerator(cpu=True)
-    encoded = EncodedTask(examples, tokenizer, max_length=32)
+    encoded = EncodedTask(examples, tokenizer, 32)
 
     def one_at_a_time() -> np.ndarray:  # no padding at all: each example alone
         with torch.no_grad():

@@ -93,7 +93,7 @@ def encoded(tokenizer, pairs: bool, labels: np.ndarray) -> list[dict]:
     rng = random.Random(0)
     texts = [tuple(" ".join(make_sentence(rng, True) for _ in range(rng.randint(1, 3))) for _ in range(1 + pairs))
              for _ in range(len(labels))]
-    task = EncodedTask(TaskExamples(texts, labels, [str(i) for i in range(len(labels))]), tokenizer, max_length=40)
+    task = EncodedTask(TaskExamples(texts, labels, [str(i) for i in range(len(labels))]), tokenizer, 40)
     assert len(set(task.lengths)) > 1 and task.lengths == [len(task[i]["input_ids"]) for i in range(len(task))]
     return [task[index] for index in range(len(task))]
 

@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 from finetune.console import console, phase_bar
 from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
+from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, head_tail_positions, window_positions
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import UserError
@@ -258,54 +259,127 @@ def truncation_note(tokenizer, first: Sequence[str], second: Optional[Sequence[s
 
 
 class EncodedTask(Dataset):
-    """Tokenized examples (truncated, unpadded); `PaddingCollator` pads each batch to its longest.
+    """Tokenized examples (unpadded), read as `reading` says; `task_collator` pads each batch to its longest.
 
-    `backwards` (a model that reads backwards, data/reverse.py): each text's tokens reversed, special tokens kept
-    where the tokenizer puts them. `both_directions` (a bidirectional classifier): the forward ids as `input_ids` and
-    the reversed ones as `backward_input_ids`. This is where every task example becomes ids: training, dev, eval and
-    predict.
+    `reading`: a DocumentReading (data/long_documents.py), or just task.max_length (truncate; None: whole).
+    A windowed reading (chunks) makes each example a document of one or more windows: an item then holds a list of
+    rows per key, which `WindowCollator` flattens. `backwards` (a model that reads backwards, data/reverse.py): each
+    text's tokens reversed, special tokens kept where the tokenizer puts them. `both_directions` (a bidirectional
+    classifier): the forward ids as `input_ids` and the reversed ones as `backward_input_ids`. This is where every
+    task example becomes ids: training, dev, eval and predict. `name` (e.g. "dev"): say in one line what the reading
+    does to examples longer than max_length.
     """
 
-    def __init__(self, examples: TaskExamples, tokenizer, max_length: int, chunk: int = 20_000,
-                 backwards: bool = False, both_directions: bool = False, name: Optional[str] = None):
+    def __init__(self, examples: TaskExamples, tokenizer, reading: DocumentReading | Optional[int],
+                 chunk: int = 20_000, backwards: bool = False, both_directions: bool = False,
+                 name: Optional[str] = None):
+        reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
-        if (backwards or both_directions) and not tokenizer.is_fast:
-            raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which a model that "
-                            "reads text backwards needs (to tell its texts from its special tokens)")
+        if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
+            need = "a model that reads text backwards needs" if reading.mode == "truncate" \
+                else f"task.long_documents mode {reading.mode} needs"
+            raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} (to tell "
+                            "its texts from its special tokens)")
         columns = list(zip(*examples.texts))
         if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
             raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
         second = columns[1] if len(columns) > 1 else None
+        self.reading, self.labels = reading, examples.labels
+        truncate = reading.mode == "truncate" and reading.max_length is not None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
         self.encodings: dict[str, list] = {}
+        self.windows: Optional[list[range]] = [] if reading.windowed else None  # rows of each document
+        self.full_lengths: list[int] = []  # tokens of each whole example (head_tail, chunks: what the note reports)
+        self.windows_before_cap: list[int] = []  # chunks: windows of each document before max_chunks
         with phase_bar("tokenizing", len(columns[0]), enabled=len(columns[0]) > chunk) as advance:
             for start in range(0, len(columns[0]), chunk):
+                # verbose=False: transformers' warning about texts longer than the model's positions, which
+                # head_tail and chunks read whole on purpose before they cut
                 part = tokenizer(list(columns[0][start:start + chunk]),
                                  list(second[start:start + chunk]) if second else None,
-                                 truncation=True, max_length=max_length)
-                if backwards or both_directions:
-                    reversed_ids = [reverse_segments(ids, part.sequence_ids(index))
-                                    for index, ids in enumerate(part["input_ids"])]
-                    part["backward_input_ids" if both_directions else "input_ids"] = reversed_ids
-                for key, values in part.items():
-                    self.encodings.setdefault(key, []).extend(values)
+                                 truncation=truncate, max_length=reading.max_length if truncate else None,
+                                 verbose=False)
+                for index in range(len(part["input_ids"])):
+                    self._add(part, index, backwards, both_directions)
                 advance(len(part["input_ids"]))
-        self.labels = examples.labels
-        self.lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each example
+        lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
+        self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
         if name is not None:  # nobody should learn from the scores that most of the text was never read
-            note = truncation_note(tokenizer, columns[0], second, self.lengths, max_length, name)
+            note = self._note(tokenizer, columns[0], second, name)
             if note:
                 console.print(note, markup=False, highlight=False, soft_wrap=True)
 
-    def __len__(self) -> int:
-        return len(self.encodings["input_ids"])
+    def _add(self, part, index: int, backwards: bool, both_directions: bool) -> None:
+        """The rows of one encoded example: itself (truncate), its head and tail, or its windows."""
+        reading, row = self.reading, {key: values[index] for key, values in part.items()}
+        needs_segments = reading.mode != "truncate" or backwards or both_directions
+        sequence_ids = part.sequence_ids(index) if needs_segments else None
+        windows = None
+        if reading.mode != "truncate":
+            self.full_lengths.append(len(row["input_ids"]))
+            if reading.mode == "head_tail":
+                windows = [head_tail_positions(sequence_ids, reading.max_length, reading.head_tokens)]
+            else:
+                windows, before_cap = window_positions(sequence_ids, reading.max_length, reading.overlap_tokens,
+                                                       reading.max_chunks)
+                self.windows_before_cap.append(before_cap)
+        for positions in windows or [None]:
+            kept, kept_sequence_ids = row, sequence_ids
+            if positions is not None and len(positions) != len(sequence_ids):
+                kept = {key: [values[position] for position in positions] for key, values in row.items()}
+                kept_sequence_ids = [sequence_ids[position] for position in positions]
+            if backwards or both_directions:
+                reversed_ids = reverse_segments(kept["input_ids"], kept_sequence_ids)
+                kept = {**kept, ("backward_input_ids" if both_directions else "input_ids"): reversed_ids}
+            for key, values in kept.items():
+                self.encodings.setdefault(key, []).append(values)
+        if self.windows is not None:
+            rows = len(self.encodings["input_ids"])
+            self.windows.append(range(rows - len(windows), rows))
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        item = {key: values[index] for key, values in self.encodings.items()}
+    def _note(self, tokenizer, first: Sequence[str], second: Optional[Sequence[str]], name: str) -> Optional[str]:
+        """The line that says what reading did to the examples longer than max_length (None: none was)."""
+        reading = self.reading
+        if reading.max_length is None:
+            return None
+        if reading.mode == "truncate":
+            return truncation_note(tokenizer, first, second, self.lengths, reading.max_length, name)
+        return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]),
+                                   name)
+
+    def __len__(self) -> int:
+        return len(self.windows) if self.windows is not None else len(self.encodings["input_ids"])
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if self.windows is not None:  # a document: each key holds the rows of its windows
+            rows = self.windows[index]
+            item = {key: values[rows.start:rows.stop] for key, values in self.encodings.items()}
+        else:
+            item = {key: values[index] for key, values in self.encodings.items()}
         if self.labels is not None:
             item["labels"] = self.labels[index].item()
         return item
+
+
+def long_documents_note(reading: DocumentReading, full_lengths: np.ndarray, windows: np.ndarray,
+                        name: str) -> Optional[str]:
+    """One line on the examples longer than max_length under head_tail or chunks (None when there are none)."""
+    longer = int((full_lengths > reading.max_length).sum())
+    if not longer:
+        return None
+    median, ninetieth = np.percentile(full_lengths, [50, 90])
+    lengths = (f"their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, longest "
+               f"{full_lengths.max():,}")
+    share = f"{longer:,} of the {len(full_lengths):,} {name} examples ({longer / len(full_lengths):.0%})"
+    if reading.mode == "head_tail":
+        return (f"task.long_documents head_tail: {share} are longer than task.max_length {reading.max_length}; each "
+                f"keeps its first {reading.head_tokens} and its last text tokens; {lengths}")
+    capped = int((windows > reading.max_chunks).sum())
+    cap = f"; the {capped:,} with more than max_chunks {reading.max_chunks} windows are read in " \
+          f"{reading.max_chunks} spread over them" if capped else ""
+    return (f"task.long_documents chunks: {share} are longer than task.max_length {reading.max_length} and are read in "
+            f"windows (median {np.median(windows[windows > 1]):,.0f}, most {windows.max():,}){cap}; {lengths}")
 
 
 class PaddingCollator:
@@ -345,6 +419,32 @@ class PaddingCollator:
         if self.pad_left:
             return torch.tensor([[value] * (longest - len(row)) + row for row in rows])
         return torch.tensor([row + [value] * (longest - len(row)) for row in rows])
+
+
+class WindowCollator:
+    """Batches of windowed documents (chunks): their windows as padded rows, and which document each row belongs to
+    (WINDOW_DOCUMENT); `labels` stay one per document."""
+
+    def __init__(self, tokenizer):
+        self.pad = PaddingCollator(tokenizer)
+
+    def __call__(self, documents: list[dict]) -> dict[str, torch.Tensor]:
+        rows, owners = [], []
+        for number, document in enumerate(documents):
+            keys = [key for key in document if key != "labels"]
+            for window in range(len(document["input_ids"])):
+                rows.append({key: document[key][window] for key in keys})
+                owners.append(number)
+        batch = self.pad(rows)
+        if "labels" in documents[0]:
+            batch["labels"] = torch.tensor([document["labels"] for document in documents])
+        batch[WINDOW_DOCUMENT] = torch.tensor(owners)
+        return batch
+
+
+def task_collator(tokenizer, encoded: EncodedTask):
+    """The collator for batches of `encoded`: windowed documents or plain examples."""
+    return WindowCollator(tokenizer) if encoded.windows is not None else PaddingCollator(tokenizer)
 
 
 class LengthGroupedSampler(ResumableSampler):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from typing import Optional
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from finetune.console import console
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.data.reverse import reads_backwards
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
@@ -234,12 +236,23 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
 POSITION_OFFSET_FAMILIES = {"roberta", "xlm-roberta"}
 
 
-def fitted_max_length(requested: int, model) -> int:
-    """`task.max_length`, shortened to the positions the model has (a checkpoint pretrained on short blocks)."""
+WHOLE_DOCUMENT_TYPES = ("awd_lstm",)  # classifiers that read any length in BPT3C chunks: no max_length by default
+
+
+def fitted_max_length(requested: Optional[int], model) -> Optional[int]:
+    """`task.max_length`, shortened to the positions the model has (a checkpoint pretrained on short blocks).
+
+    None (left out): the whole example for an AWD-LSTM (it reads any length, BPT3C), else 128 tokens (or the
+    model's positions, when fewer).
+    """
     config = encoder_config(model.config)
+    if requested is None and config.model_type in WHOLE_DOCUMENT_TYPES:
+        return None
     limit = getattr(config, "max_position_embeddings", None)
     if limit is not None and config.model_type in POSITION_OFFSET_FAMILIES:
         limit -= config.pad_token_id + 1
+    if requested is None:
+        return min(DEFAULT_TRANSFORMER_MAX_LENGTH, limit) if limit is not None else DEFAULT_TRANSFORMER_MAX_LENGTH
     if limit is not None and requested > limit:
         console.print(f"task.max_length {requested} exceeds the model's {limit} positions: truncating to {limit}")
         return limit

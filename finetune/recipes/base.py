@@ -137,6 +137,39 @@ class PretrainScheduleConfig(ScheduleConfig):
     kind: SCHEDULE_KINDS = Field("linear", description=SCHEDULE_KIND_HELP)
 
 
+LONG_DOCUMENT_MODES = Literal["truncate", "head_tail", "chunks"]
+LONG_DOCUMENT_MODE_KEYS = {"head_tail": ("head",), "chunks": ("overlap", "max_chunks", "pool")}
+
+
+class LongDocumentsConfig(Section):
+    """What becomes of an example longer than task.max_length (data/long_documents.py)."""
+
+    mode: LONG_DOCUMENT_MODES = Field(
+        "truncate", description="truncate: its first max_length tokens; head_tail: its first `head` and last "
+        "max_length - head tokens (Sun et al. 2019: 128 + 382 was best on IMDb); chunks: windows of max_length "
+        "tokens, each classified, the document's logits pooled over its windows (training, eval, predict alike)")
+    head: Optional[int] = Field(
+        None, gt=0, description="head_tail: tokens kept from the start, the rest of max_length from the end; null: a "
+        "quarter of max_length")
+    overlap: Optional[int] = Field(
+        None, ge=0, description="chunks: tokens each window repeats from the one before (what Hugging Face "
+        "tokenizers call stride); null: a quarter of max_length")
+    max_chunks: int = Field(
+        8, gt=0, description="chunks: windows per document at most; a longer document is read in that many windows "
+        "spread evenly over it (a batch holds up to batch_size x max_chunks windows)")
+    pool: Literal["mean", "max"] = Field("mean", description="chunks: the document's logits: the mean or the "
+                                         "maximum over its windows")
+
+    @model_validator(mode="after")
+    def _keys_of_the_mode(self) -> "LongDocumentsConfig":
+        defaults = {name: field.default for name, field in type(self).model_fields.items()}
+        for mode, keys in LONG_DOCUMENT_MODE_KEYS.items():
+            given = [key for key in keys if getattr(self, key) != defaults[key]]
+            if given and self.mode != mode:
+                raise ValueError(f"{given[0]} is read in mode {mode} only (mode is {self.mode})")
+        return self
+
+
 class TaskConfig(Section):
     """A classification or regression task: a GLUE task by name, or a custom one described here."""
 
@@ -149,7 +182,20 @@ class TaskConfig(Section):
     source: Literal["files", "hub"] = Field(
         "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
     )
-    max_length: int = Field(128, gt=1, description="truncate each example to this many tokens")
+    max_length: Optional[int] = Field(
+        None, gt=1, description="tokens the model reads per example (long_documents says what becomes of longer "
+        "ones); null: 128 for a transformer, the whole document for an AWD-LSTM (read in BPT3C chunks); in an eval "
+        "recipe null: each checkpoint's own")
+    long_documents: Optional[LongDocumentsConfig] = Field(
+        None, description="examples longer than max_length: truncate, head_tail or chunks (a word, or a section with "
+        "its keys); null: truncate (in an eval recipe: each checkpoint's own)")
+
+    @field_validator("long_documents", mode="before")
+    @classmethod
+    def _mode_alone(cls, value: Any) -> Any:
+        """`long_documents: chunks` is short for `long_documents: {mode: chunks}`."""
+        return {"mode": value} if isinstance(value, str) else value
+
     # Custom tasks only (a GLUE task brings its own):
     text_columns: Optional[list[str]] = Field(
         None, min_length=1, description="custom: the text columns; two are a sentence pair and more are joined into "

@@ -95,7 +95,8 @@ class EvalRecipe(RunRecipe):
     source: Literal["files", "hub"] = Field(
         "files", description="tasks: files (glue_dir or each data_dir) or hub (nyu-mll/glue; needs a network)"
     )
-    max_length: int = Field(128, gt=1, description="tasks: truncate each example to this many tokens")
+    max_length: Optional[int] = Field(
+        None, gt=1, description="tasks: tokens read per example; null: each checkpoint's own task.max_length")
     submission: bool = Field(
         False, description="tasks: also predict every test file (each task's best checkpoint on dev) into "
         "RUN_DIR/submission.zip for the GLUE leaderboard"

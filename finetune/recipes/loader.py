@@ -77,6 +77,7 @@ OTHER_TOOLS_NAMES = {
     "save_steps": "checkpoint_every", "logging_steps": "log_every", "eval_steps": "eval_every",
     "fp16": "mixed_precision", "bf16": "mixed_precision", "max_grad": "max_grad_norm", "grad_clip": "max_grad_norm",
     "label_names": "labels", "text_column": "text_columns", "wd": "weight_decay", "moms": "momentum",
+    "stride": "overlap", "doc_stride": "overlap",
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from finetune.data.long_documents import DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.hub import HUB_NAME
 from finetune.models.language_models import uses_causal_transformer
@@ -79,6 +80,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
         + (f"{unfreezing.every_steps} steps" if unfreezing.every_steps else
            f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
+    reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents)
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
                 ["task", f"{spec.display_name} (`{spec.name}`): "
                          + (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)) + " -> "
@@ -86,7 +88,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
                 ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
                 ["schedule", schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
-                ["gradual unfreezing", thaw], ["max length", recipe.task.max_length], ["seed", recipe.seed]]
+                ["gradual unfreezing", thaw], ["reading", reading.describe()], ["seed", recipe.seed]]
     which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
@@ -126,8 +128,7 @@ finetune predict PATH_TO_THIS_FOLDER --input texts.txt
 
 ## Intended use and limits
 
-For {spec.display_name}-like inputs ({', '.join(spec.text_columns)}, at most {recipe.task.max_length} tokens each
-example; longer inputs are cut). The scores above are from the task's dev set only; the model was not evaluated
+For {spec.display_name}-like inputs ({', '.join(spec.text_columns)}); the model {reading.describe()}. The scores above are from the task's dev set only; the model was not evaluated
 on other domains, and it inherits the biases of its base model and of its training data. Small training sets give
 unstable results from one seed to the next: compare seeds before relying on one run.
 """

@@ -69,6 +69,8 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
         how += f"; the decoder only at the {decoded:.0%} masked positions, as the sparse MLM runs it"
     elif decoded is None:
         how += f"; examples padded to at most {compute['sequence_length']} tokens, head once per example"
+        if compute.get("whole_documents"):
+            how += " (whole documents: counted at that length; task.max_length sets it)"
     rows.append(("FLOPs per token", f"{si(compute['flops_per_token'], 'FLOP')} ({how})"))
     if trainable < groups:
         rows.append(("  at start", f"{si(compute['flops_per_token_at_start'], 'FLOP')} (frozen groups: forward only)"))

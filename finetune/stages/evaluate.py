@@ -32,6 +32,7 @@ from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
+from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
 
@@ -91,8 +92,9 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     outputs = {}  # checkpoint -> logits (or scores) of every example
     for path, model in loaded.items():
         tokenizer = load_tokenizer(path, keys[path], recipe.trust_remote_code)
-        outputs[path] = example_logits(accelerator, model, tokenizer, examples, recipe.task.max_length,
-                                       recipe.batch_size, name=recipe.split)
+        reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
+        outputs[path] = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size,
+                                       name=recipe.split)
 
     def scored(row: dict, model_outputs: np.ndarray, name: Optional[str] = None) -> dict:
         """`row` with the scores of these outputs; with `name`, their predictions are also written."""
@@ -286,7 +288,8 @@ def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: st
     # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
     model = load_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
     tokenizer = load_tokenizer(checkpoint, key, recipe.trust_remote_code)
-    return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, recipe.max_length,
+    reading = checkpoint_reading(checkpoint, recipe.max_length)  # as it was trained, unless max_length is given
+    return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, reading,
                                                recipe.batch_size, name=f"{spec_name} {split}")
             for (spec_name, split), examples in splits.items()}
 

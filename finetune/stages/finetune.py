@@ -13,7 +13,9 @@ import contextlib
 import json
 import math
 from pathlib import Path
+from typing import Optional
 
+import numpy as np
 import torch
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
@@ -22,7 +24,8 @@ from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
-from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, read_labelled_split
+from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
@@ -92,7 +95,7 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     model = load_classifier(recipe.model, spec, recipe.classifier_dropout, recipe.pooling)
     if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
         model.config.pad_token_id = tokenizer.pad_token_id
-    max_length = fitted_max_length(recipe.task.max_length, model)
+    reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents)
 
     # 2. layer groups -> discriminative learning rates -> optimizer
     groups = layer_groups(model)
@@ -104,10 +107,13 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     console.print(f"task {spec.name}: {len(train_examples.texts):,} training and {len(dev_examples.texts):,} dev "
                   f"examples; backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
     console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
-    collate = PaddingCollator(tokenizer)
+    console.print(f"the classifier {reading.describe()}", markup=False, highlight=False, soft_wrap=True)
     # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
     directions = {"backwards": reads_backwards(model.config), "both_directions": reads_both_directions(model.config)}
-    train_data = EncodedTask(train_examples, tokenizer, max_length, **directions, name="training")
+    train_data = EncodedTask(train_examples, tokenizer, reading, **directions, name="training")
+    note = gradient_window_note(model.config, train_data.lengths, whole=reading.max_length is None)
+    if note:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes nothing.
     step_examples = recipe.training.batch_size * accelerator.num_processes * recipe.training.gradient_accumulation_steps
     order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
@@ -117,10 +123,11 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
                           recipe.training.gradient_accumulation_steps)
     # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
     # untouched, so a resumed run draws the same dropout masks as one that never stopped.
-    train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
+    train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches,
+                              collate_fn=CountingCollator(task_collator(tokenizer, train_data)),
                               num_workers=recipe.training.num_workers,
                               generator=torch.Generator().manual_seed(recipe.seed))
-    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, max_length, **directions, name="dev"),
+    dev_batches = LengthSortedPrediction(EncodedTask(dev_examples, tokenizer, reading, **directions, name="dev"),
                                          tokenizer, recipe.training.batch_size * 2)
     dev_loader = dev_batches.loader
     model, optimizer, train_loader, dev_loader = accelerator.prepare(model, optimizer, train_loader, dev_loader)
@@ -147,11 +154,14 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
     def compute_loss(model, batch):
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        if WINDOW_DOCUMENT in batch:  # chunks: the loss of each document's pooled logits, not of its windows
+            return classification_loss(windowed_logits(model, batch, reading.pool), batch["labels"]), examples, \
+                examples
         return model(**batch).loss, examples, examples
 
     def evaluate() -> dict[str, float]:
         """Dev scores; with keep_best a new best is saved at once, and patience runs out after no gains."""
-        logits = dev_batches.in_file_order(predict_logits(accelerator, model, dev_loader))
+        logits = dev_batches.in_file_order(predict_logits(accelerator, model, dev_loader, reading.pool))
         predictions = logits_to_predictions(spec, logits)
         metrics = {f"dev_{name}": value for name, value in
                    compute_metrics(spec, predictions, dev_examples.labels).items()}
@@ -254,6 +264,23 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
         console.print(f"checkpoint ({which}) saved to {checkpoint}")
     finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
+
+
+def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:
+    """For a classifier that reads documents in chunks with a bounded gradient (the AWD-LSTM's BPT3C): how much of
+    the training documents it reads (`whole`: every token, no task.max_length), and how many are longer than the
+    tokens its gradients reach."""
+    window = getattr(config, "classifier_max_len", None)
+    if window is None or not lengths:
+        return None
+    lengths = np.asarray(lengths)
+    longer = int((lengths > window).sum())
+    reach = f"; gradients reach the encoder through the last {window:,} tokens of each ({longer:,} documents are " \
+            "longer: their start is read, not trained through)" if longer else ""
+    median = np.median(lengths)
+    return (f"the classifier reads {'every token of ' if whole else ''}the {len(lengths):,} training examples (median "
+            f"{median:,.0f}, longest {lengths.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
+            f"{config.classifier_bptt} at a time (BPT3C){reach}")
 
 
 class BestCheckpoint:

@@ -1,8 +1,8 @@
 """`finetune predict CHECKPOINT`: labels and probabilities (or scores) of a fine-tuned checkpoint for raw text.
 
 The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, two for
-a pair task, or the columns its `task.text` template or `pair: false` makes one text of), its labels and
-`task.max_length`. Input is either plain text, one example per line (several text columns: separated by tabs, in
+a pair task, or the columns its `task.text` template or `pair: false` makes one text of), its labels,
+`task.max_length` and `task.long_documents` (head_tail or chunks read a long text as it was trained). Input is either plain text, one example per line (several text columns: separated by tabs, in
 the task's column order), or a TSV / CSV / JSON Lines file holding the text columns by name (other columns, a
 label column included, are ignored). Examples are batched longest first like `finetune
 eval`, with a progress bar on long input; outputs keep the input's order.
@@ -26,6 +26,7 @@ from typing import Iterable, Optional, Sequence, TextIO
 
 import torch
 
+from finetune.data.long_documents import DocumentReading
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec, task_spec
@@ -40,12 +41,12 @@ STDIO = "-"
 
 @dataclass
 class Predictor:
-    """A fine-tuned checkpoint ready to predict: its model, tokenizer, task and sequence length."""
+    """A fine-tuned checkpoint ready to predict: its model, tokenizer, task and how it reads an example."""
 
     model: torch.nn.Module
     tokenizer: object
     spec: TaskSpec
-    max_length: int
+    reading: DocumentReading  # task.max_length and task.long_documents, as the checkpoint was trained
     batch_size: int = 64
 
     def predict(self, texts: Sequence[str | Sequence[str]]) -> list[dict]:
@@ -63,7 +64,7 @@ class Predictor:
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
         examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.max_length, self.batch_size,
+        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size,
                                 name="input")
         if self.spec.is_regression:
             return [{"score": float(value)} for value in logits[:, 0]]
@@ -96,8 +97,9 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
     spec = task_spec(recipe.task)
     model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
     tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
-    length = fitted_max_length(max_length or recipe.task.max_length, model)
-    return Predictor(model, tokenizer, spec, length, batch_size)
+    reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
+                                 recipe.task.long_documents)
+    return Predictor(model, tokenizer, spec, reading, batch_size)
 
 
 def _hub_file(repository: str) -> Optional[Path]:

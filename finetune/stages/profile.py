@@ -37,6 +37,7 @@ from finetune.training.unfreezing import trainable_group_count, trainable_group_
 
 DEFAULT_MFU = 0.5  # bench/README.md: the masked-LM pretraining reached 64-65% on a 2-core CPU; GPUs reach 30-60%
 MB = 1e6
+WHOLE_DOCUMENT_PROFILE_LENGTH = 512  # tokens per example counted for a classifier that reads whole documents
 PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -162,11 +163,14 @@ def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -
         top_fraction = recipe.masking.probability if recipe.model.family == "bert" else 1.0
         trainable = len(groups)  # pretraining never freezes a group
     else:
-        seq_len = fitted_max_length(recipe.task.max_length, model)
+        # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
+        seq_len = fitted_max_length(recipe.task.max_length, model) or WHOLE_DOCUMENT_PROFILE_LENGTH
         top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
     compute = compute_summary(recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks),
                               trainable, seq_len)
     compute["decoded_fraction"] = top_fraction if isinstance(recipe, PretrainRecipe) else None
+    compute["whole_documents"] = not isinstance(recipe, PretrainRecipe) and \
+        fitted_max_length(recipe.task.max_length, model) is None
     parameters = parameter_summary(model, groups, trainable)
     return {
         "stage": recipe.stage,

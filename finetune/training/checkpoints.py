@@ -24,11 +24,14 @@ from typing import Any, Callable, Optional
 
 import torch
 import yaml
+from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
 
 from finetune.data.corpus import DOCUMENT_KINDS
-from finetune.errors import RunFailed
+from finetune.data.long_documents import DocumentReading
+from finetune.errors import RunFailed, UserError
 from finetune.recipes import recipe_to_yaml
+from finetune.recipes.base import LongDocumentsConfig
 
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
 TRAINING_STATE_DIR = "training_state"  # inside a periodic checkpoint
@@ -95,17 +98,41 @@ def save_checkpoint(model, tokenizer, directory: Path, recipe=None) -> Path:
     return commit_checkpoint(partial, directory)
 
 
-def trained_document_kind(folder: str | Path) -> str:
-    """What a document was for the language model of a checkpoint folder (its saved recipe's corpus.document):
-    line for a checkpoint without one (older ones, other tools', hub names), which read text a line at a time."""
+def saved_recipe(folder: str | Path) -> dict:
+    """The recipe saved beside a checkpoint's weights, as plain YAML (no paths checked); {} for a checkpoint without
+    a readable one (older ones, other tools', hub names)."""
     path = Path(folder) / HYPERPARAMETERS_FILE
     try:
         recipe = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         recipe = None
-    corpus = recipe.get("corpus") if isinstance(recipe, dict) else None
+    return recipe if isinstance(recipe, dict) else {}
+
+
+def trained_document_kind(folder: str | Path) -> str:
+    """What a document was for the language model of a checkpoint folder (its saved recipe's corpus.document):
+    line for a checkpoint without one (older ones, other tools', hub names), which read text a line at a time."""
+    corpus = saved_recipe(folder).get("corpus")
     document = corpus.get("document") if isinstance(corpus, dict) else None
     return document if document in DOCUMENT_KINDS else "line"
+
+
+def checkpoint_reading(folder: str | Path, max_length: Optional[int] = None,
+                       long_documents: Optional[LongDocumentsConfig] = None) -> DocumentReading:
+    """How to read task examples for a fine-tuned checkpoint folder: `max_length` and `long_documents` (a
+    LongDocumentsConfig) where given, else as its saved recipe trained it (task.max_length, task.long_documents);
+    a checkpoint without one (another tool's, a hub name) gets the defaults (fitted to the model later)."""
+    task = saved_recipe(folder).get("task")
+    task = task if isinstance(task, dict) else {}
+    if max_length is None and isinstance(task.get("max_length"), int):
+        max_length = task["max_length"]
+    if long_documents is None and isinstance(task.get("long_documents"), dict):
+        try:
+            long_documents = LongDocumentsConfig.model_validate(task["long_documents"])
+        except ValidationError as error:  # written by finetune: only an edited file gets here
+            raise UserError(f"{Path(folder) / HYPERPARAMETERS_FILE}: task.long_documents: "
+                            f"{error.errors()[0]['msg']}") from None
+    return DocumentReading.of(max_length, long_documents)
 
 
 def step_checkpoint_dir(run_dir: Path, step: int) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -10,7 +11,8 @@ from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
 from finetune.data.reverse import reads_backwards, reads_both_directions
-from finetune.data.tasks import EncodedTask, PaddingCollator, TaskExamples
+from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, pool_windows
+from finetune.data.tasks import EncodedTask, TaskExamples, task_collator
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
 from finetune.models.packed_bert import packed_logits
@@ -28,7 +30,8 @@ class LengthSortedPrediction:
     def __init__(self, encoded: EncodedTask, tokenizer, batch_size: int):
         self.order = np.argsort(-np.asarray(encoded.lengths), kind="stable")
         self.loader = DataLoader(Subset(encoded, self.order.tolist()), batch_size=batch_size,
-                                 collate_fn=PaddingCollator(tokenizer))
+                                 collate_fn=task_collator(tokenizer, encoded))
+        self.pool = encoded.reading.pool  # windowed documents: how their windows' logits become theirs
 
     def in_file_order(self, outputs: np.ndarray) -> np.ndarray:
         """Outputs of the loader's examples, in the order of the examples' file."""
@@ -38,35 +41,45 @@ class LengthSortedPrediction:
 
 
 @torch.inference_mode()
-def predict_logits(accelerator, model, loader) -> np.ndarray:
-    """The model's logits for every example of a prepared loader, in the loader's order."""
+def predict_logits(accelerator, model, loader, pool: str = "mean") -> np.ndarray:
+    """The model's logits for every example of a prepared loader, in the loader's order; a batch of windowed
+    documents (chunks) gives one row per document, its windows' logits pooled by `pool`."""
     model.eval()
     unwrapped = accelerator.unwrap_model(model)  # no gradients here, so no wrapper needs to see the forward
     outputs = []
     with phase_bar("evaluating", len(loader), accelerator.is_main_process) as advance:
         for batch in loader:
-            batch = {key: value for key, value in batch.items() if key != "labels"}
+            documents = batch.get(WINDOW_DOCUMENT)
+            batch = {key: value for key, value in batch.items() if key not in ("labels", WINDOW_DOCUMENT)}
             # BERT classifiers skip the padding (models/packed_bert.py); any other model runs its own forward.
             logits = packed_logits(unwrapped, **batch)
             if logits is None:
                 logits = model(**batch).logits
+            if documents is not None:
+                logits = pool_windows(logits, documents, int(documents.max()) + 1, pool)
             # gather_for_metrics drops the samples a distributed sampler repeats to even out the last batch.
             outputs.append(accelerator.gather_for_metrics(logits.float()).cpu())
             advance()
     return torch.cat(outputs).numpy()
 
 
-def example_logits(accelerator, model, tokenizer, examples: TaskExamples, max_length: int,
+def example_logits(accelerator, model, tokenizer, examples: TaskExamples, reading: DocumentReading | Optional[int],
                    batch_size: int, name: Optional[str] = None) -> np.ndarray:
-    """A classifier's logits (or scores) for every example, batched longest first, returned in file order; `name`
-    (e.g. "dev"): say in one line how many of these examples max_length cuts."""
+    """A classifier's logits (or scores) for every example, batched longest first, returned in file order.
+
+    `reading`: how the model reads each example (or just task.max_length), fitted to the model's positions; `name`
+    (e.g. "dev"): say in one line what it does to examples longer than max_length. A batch holds `batch_size`
+    examples (chunks: documents, each of its windows).
+    """
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive.
     model.to(accelerator.device)
+    reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
+    reading = replace(reading, max_length=fitted_max_length(reading.max_length, model))
     # A backward model reads its text backwards; a bidirectional one both ways.
-    encoded = EncodedTask(examples, tokenizer, fitted_max_length(max_length, model), name=name,
+    encoded = EncodedTask(examples, tokenizer, reading, name=name,
                           backwards=reads_backwards(model.config), both_directions=reads_both_directions(model.config))
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
-    return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader)))
+    return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader), reading.pool))
 
 
 def logits_to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.errors import UserError
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
@@ -182,6 +183,10 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
         else:
             value, sources[key] = defaults[key]
         updates.setdefault(section, {})[name] = value
+    if recipe.task.max_length is None and not backbone.recurrent:
+        # Written into the saved recipe, so eval and predict read the checkpoint as it was trained whatever a later
+        # default; an AWD-LSTM keeps null: it reads whole documents (BPT3C).
+        updates.setdefault("task", {})["max_length"] = DEFAULT_TRANSFORMER_MAX_LENGTH
     top = updates.pop("", {})
     sections = {section: getattr(recipe, section).model_copy(update=values) for section, values in updates.items()}
     resolved = recipe.model_copy(update={**top, **sections})

@@ -1,0 +1,145 @@
+"""Examples longer than task.max_length: cut at the end (truncate), kept at both ends (head_tail), or read whole in
+windows (chunks) whose logits are pooled into the document's.
+
+Everything happens on token positions of the whole encoded example, so special tokens ([CLS], [SEP], GPT-2's
+nothing) stay where the tokenizer put them and every family's template is kept exactly: only text positions are
+dropped. A sentence pair counts its two texts as one run of text positions (the first text whole in the head, the
+end of the second in the tail), which suits the usual long pair, a short question or premise before a long passage.
+
+chunks: a document of n text positions, room r for text in a window (max_length less the special tokens) and
+`overlap` o gives windows starting every r - o positions, the last one ending at the document's end; a document
+with more windows than `max_chunks` is read in that many spread evenly over it. A batch holds whole documents:
+`WindowCollator` flattens their windows into rows and says which document each row belongs to
+(WINDOW_DOCUMENT), and `pool_windows` turns the rows' logits into one row per document, the same in training
+(the loss is taken on the pooled logits), `eval`, `predict` and ensembles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from finetune.errors import UserError
+
+DEFAULT_TRANSFORMER_MAX_LENGTH = 128  # task.max_length when a recipe leaves it out, for every transformer family
+WINDOW_DOCUMENT = "window_document"  # batch key of windowed documents: the document of every row
+
+
+@dataclass(frozen=True)
+class DocumentReading:
+    """How a classifier reads its task's examples: `max_length` tokens at most (None: whole), and how longer ones are
+    read (task.long_documents)."""
+
+    max_length: Optional[int]
+    mode: str = "truncate"
+    head: Optional[int] = None
+    overlap: Optional[int] = None
+    max_chunks: int = 8
+    pool: str = "mean"
+
+    def __post_init__(self) -> None:
+        if self.mode != "truncate" and self.max_length is None:
+            raise UserError(f"task.long_documents: mode {self.mode} needs task.max_length (without it the model reads "
+                            "every example whole)")
+
+    @classmethod
+    def of(cls, max_length: Optional[int], long_documents=None) -> "DocumentReading":
+        """From task.max_length and a task.long_documents section (None: truncate)."""
+        if long_documents is None:
+            return cls(max_length)
+        return cls(max_length, long_documents.mode, long_documents.head, long_documents.overlap,
+                   long_documents.max_chunks, long_documents.pool)
+
+    @property
+    def windowed(self) -> bool:
+        return self.mode == "chunks"
+
+    def describe(self) -> str:
+        """One line for the start of a run."""
+        if self.max_length is None:
+            return "reads each example whole"
+        if self.mode == "head_tail":
+            return f"reads at most {self.max_length} tokens per example; longer ones: head_tail (the first " \
+                   f"{self.head_tokens} text tokens and the last ones)"
+        if self.mode == "chunks":
+            return f"reads at most {self.max_length} tokens per window; longer examples: chunks (overlap " \
+                   f"{self.overlap_tokens}, at most {self.max_chunks} windows, logits pooled by {self.pool})"
+        return f"reads at most {self.max_length} tokens per example; longer ones are truncated"
+
+    @property
+    def head_tokens(self) -> int:
+        return self.head if self.head is not None else self.max_length // 4
+
+    @property
+    def overlap_tokens(self) -> int:
+        return self.overlap if self.overlap is not None else self.max_length // 4
+
+
+def text_room(sequence_ids: Sequence[Optional[int]], max_length: int) -> tuple[list[int], int]:
+    """The text positions of an encoded example (not special tokens) and how many of them fit in max_length."""
+    texts = [position for position, segment in enumerate(sequence_ids) if segment is not None]
+    return texts, max_length - (len(sequence_ids) - len(texts))
+
+
+def head_tail_positions(sequence_ids: Sequence[Optional[int]], max_length: int, head: int) -> list[int]:
+    """The positions head_tail keeps: every special token, the first `head` text positions and the last ones that
+    fill max_length."""
+    texts, room = text_room(sequence_ids, max_length)
+    if len(texts) <= room:
+        return list(range(len(sequence_ids)))
+    if head >= room:
+        raise UserError(f"task.long_documents.head {head} leaves no tokens for the tail: max_length {max_length} "
+                        f"holds {room} text tokens of this task's examples (set head below {room})")
+    kept = set(texts[:head]) | set(texts[len(texts) - (room - head):])
+    return [position for position, segment in enumerate(sequence_ids) if segment is None or position in kept]
+
+
+def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, overlap: int,
+                     max_chunks: int) -> tuple[list[list[int]], int]:
+    """The positions of each window of an example (every special token in each), and how many windows it had
+    before `max_chunks` (more than that: that many, spread evenly from the first to the last)."""
+    texts, room = text_room(sequence_ids, max_length)
+    if len(texts) <= room:
+        return [list(range(len(sequence_ids)))], 1
+    if overlap >= room:
+        raise UserError(f"task.long_documents.overlap {overlap} leaves windows no new tokens: max_length "
+                        f"{max_length} holds {room} text tokens of this task's examples (set overlap below {room})")
+    starts = list(range(0, len(texts) - room, room - overlap)) + [len(texts) - room]
+    if len(starts) > max_chunks:
+        chosen = np.unique(np.linspace(0, len(starts) - 1, max_chunks).round().astype(int))
+        starts_kept = [starts[index] for index in chosen]
+    else:
+        starts_kept = starts
+    specials = [position for position, segment in enumerate(sequence_ids) if segment is None]
+    windows = [sorted(specials + texts[start:start + room]) for start in starts_kept]
+    return windows, len(starts)
+
+
+def pool_windows(logits: torch.Tensor, documents: torch.Tensor, count: int, pool: str) -> torch.Tensor:
+    """One row of logits per document from the rows of its windows (`documents`: the document of each row)."""
+    index = documents.to(logits.device).unsqueeze(-1).expand_as(logits)
+    if pool == "max":
+        start = torch.full((count, logits.shape[-1]), float("-inf"), dtype=logits.dtype, device=logits.device)
+        return start.scatter_reduce(0, index, logits, reduce="amax", include_self=True)
+    total = torch.zeros((count, logits.shape[-1]), dtype=logits.dtype, device=logits.device).scatter_add(
+        0, index, logits)
+    windows = torch.bincount(documents.to(logits.device), minlength=count).clamp(min=1)
+    return total / windows.unsqueeze(-1).to(logits.dtype)
+
+
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """What a Hugging Face sequence classifier computes from its logits: cross-entropy for class indices, squared
+    error for a regression's float scores."""
+    if labels.is_floating_point():
+        return torch.nn.functional.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+    return torch.nn.functional.cross_entropy(logits, labels)
+
+
+def windowed_logits(model, batch: dict, pool: str) -> torch.Tensor:
+    """The pooled logits of a batch of windowed documents (its labels, if any, are left in `batch`)."""
+    rows = {key: value for key, value in batch.items() if key not in (WINDOW_DOCUMENT, "labels")}
+    documents = batch[WINDOW_DOCUMENT]
+    return pool_windows(model(**rows).logits, documents, int(documents.max()) + 1, pool)
