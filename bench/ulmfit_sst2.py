@@ -12,8 +12,9 @@ median over seeds of the dev accuracy (all 872 sentences) after the last step: n
 
 Budget: the same optimizer steps for both sides of a cell, growing with the labels (--epochs, one value per
 label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an interrupted benchmark continues
-where it stopped. Writes bench/results/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's
-points from bench/few_labels.py's results when --minilm-results names them). Prints the table, then one JSON
+where it stopped. Draws WORK_DIR/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's points from
+bench/few_labels.py's results when --minilm-results names them); --update-results draws the committed
+bench/results/ulmfit_sst2-curve.png instead, so a partial run leaves the checkout clean. Prints the table, then one JSON
 line with every figure.
 """
 
@@ -168,6 +169,8 @@ def main() -> None:
                         help="score on this many other training rows instead of dev (to choose a recipe)")
     parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
     parser.add_argument("--table-only", action="store_true", help="the table and plot of runs.jsonl so far")
+    parser.add_argument("--update-results", action="store_true",
+                        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/{PLOT.name})")
     args = parser.parse_args()
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
@@ -204,7 +207,9 @@ def main() -> None:
     runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
     cells = medians(runs)
     minilm = minilm_points(args.minilm_results)
-    draw_curve(cells, minilm, PLOT)
+    # The committed plot changes only when asked: a partial or experimental run draws into its work dir.
+    plot = PLOT if args.update_results else work / PLOT.name
+    draw_curve(cells, minilm, plot)
     if summary:
         print(f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), "
               f"stage 2 {summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); "
@@ -218,7 +223,7 @@ def main() -> None:
         gap = f"{100 * (ulmfit - scratch):+.1f}" if ulmfit is not None and scratch is not None else "-"
         shown = [f"{100 * value:.1f}" if value is not None else "-" for value in (ulmfit, scratch, minilm.get(rows))]
         print(f"| {rows:,} | {shown[0]} | {shown[1]} | {gap} | {shown[2]} | {count} | {minutes:.1f} |")
-    print(f"\nplot: {PLOT.relative_to(ROOT)}")
+    print(f"\nplot: {plot}")
     print(json.dumps({"benchmark": "ulmfit_sst2", "language_models": summary, "runs": runs,
                       "medians": {f"{side}-{labels}": value for (side, labels), value in cells.items()},
                       "minilm": minilm}))

@@ -179,11 +179,12 @@ def test_summary_and_the_saved_flow_recipe(workspace):
     assert saved.general_lm.seed == saved.classifier.seed == 0  # the top-level seed reached every stage
 
 
-def test_the_sst2_flow_is_the_three_sst2_recipes():
-    """recipes/ulmfit/sst2.yaml runs exactly the three stage recipes, but for the wiring."""
-    flow_recipe = load_recipe(REPO_ROOT / "recipes" / "ulmfit" / "sst2.yaml", check_paths=False)
+@pytest.mark.parametrize("task", ["sst2", "imdb"])
+def test_a_shipped_flow_is_its_three_stage_recipes(task):
+    """recipes/ulmfit/TASK.yaml runs exactly the three stage recipes, but for the wiring."""
+    flow_recipe = load_recipe(REPO_ROOT / "recipes" / "ulmfit" / f"{task}.yaml", check_paths=False)
     separate = [load_recipe(REPO_ROOT / "recipes" / path, check_paths=False) for path in (
-        "pretrain/awd-lstm-wikitext2.yaml", "ulmfit/sst2-2-language-model.yaml", "ulmfit/sst2-3-classifier.yaml")]
+        "pretrain/awd-lstm-wikitext2.yaml", f"ulmfit/{task}-2-language-model.yaml", f"ulmfit/{task}-3-classifier.yaml")]
     # The flow's one task gives stage 2's corpus the classifier's max_length too, which a language model never reads.
     wiring = {"run_dir": True, "description": True, "model": {"checkpoint": True},
               "corpus": {"task": {"max_length": True}}}
