@@ -85,9 +85,6 @@ def test_pooling_is_the_mean_or_the_max_of_each_documents_windows():
     assert (logits.grad.abs().sum(dim=1) > 0).all()
 
 
-def test_a_mode_other_than_truncate_needs_a_max_length():
-    with pytest.raises(UserError, match="mode chunks needs task.max_length"):
-        DocumentReading(None, "chunks")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +152,17 @@ def test_windows_read_backwards_are_each_window_reversed(checkpoint):
     for ids, reversed_ids in zip(forward.encodings["input_ids"], backward.encodings["input_ids"]):
         segments = [None] + [0] * (len(ids) - 2) + [None]
         assert reversed_ids == reverse_segments(ids, segments)
+
+
+def test_a_mode_other_than_truncate_needs_a_max_length(checkpoint):
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    with pytest.raises(UserError, match="mode chunks needs task.max_length"):
+        EncodedTask(examples_of(["the film was great ."]), tokenizer, DocumentReading(None, "chunks"))
+    model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
+    # eval of a checkpoint without a saved recipe: the transformer's default length is fitted before encoding
+    logits = example_logits(Accelerator(cpu=True), model, tokenizer, examples_of(["the film was great ."]),
+                            DocumentReading(None, "chunks"), 4)
+    assert logits.shape == (1, 2)
 
 
 def test_an_awd_lstm_reads_whole_documents_unless_max_length_is_set():

@@ -40,11 +40,6 @@ class DocumentReading:
     max_chunks: int = 8
     pool: str = "mean"
 
-    def __post_init__(self) -> None:
-        if self.mode != "truncate" and self.max_length is None:
-            raise UserError(f"task.long_documents: mode {self.mode} needs task.max_length (without it the model reads "
-                            "every example whole)")
-
     @classmethod
     def of(cls, max_length: Optional[int], long_documents=None) -> "DocumentReading":
         """From task.max_length and a task.long_documents section (None: truncate)."""

@@ -276,6 +276,9 @@ class EncodedTask(Dataset):
         reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
+        if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
+            raise UserError(f"task.long_documents: mode {reading.mode} needs task.max_length (without it the model "
+                            "reads every example whole)")
         if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
             need = "a model that reads text backwards needs" if reading.mode == "truncate" \
                 else f"task.long_documents mode {reading.mode} needs"
