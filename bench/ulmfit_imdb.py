@@ -77,7 +77,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, minilm_checkpoint, require
+from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, require
 
 IMDB = SHARED / "data" / "imdb"
 # The stages of recipes/ulmfit/imdb.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal).
@@ -181,12 +181,6 @@ def minilm_recipe(work: Path) -> Path:
 
     recipe = base_recipe(minilm_checkpoint("the MiniLM columns"), IMDB, work / "placeholder", "imdb", 100, 0)
     return write_recipe(work / "recipes" / "minilm-plain.yaml", {**recipe, "task": imdb_task(IMDB)})
-
-
-def last_record(run_dir: Path, phase: str) -> dict:
-    """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
-    return [record for record in records if record.get("phase") == phase][-1]
 
 
 def language_model(run_dir: Path, recipe: Path, overrides: list[str], summary: dict, key: str) -> Path:

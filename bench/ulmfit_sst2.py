@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import GLUE, ROOT, WIKITEXT, finetune_cli, require, require_glue
+from _common import GLUE, ROOT, WIKITEXT, finetune_cli, last_record, require, require_glue
 
 SST2 = GLUE / "SST-2"
 # The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
@@ -56,12 +56,6 @@ def labelled_subset(rows: int, seed: int, folder: Path, held_out: int = 0) -> Pa
     else:
         (folder / "dev.tsv").write_text((SST2 / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
     return folder
-
-
-def last_record(run_dir: Path, phase: str) -> dict:
-    """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
-    return [record for record in records if record.get("phase") == phase][-1]
 
 
 def language_models(args, work: Path) -> tuple[Path, dict]:

@@ -78,9 +78,9 @@ def test_an_overlap_that_leaves_no_new_tokens_names_the_key():
 def test_pooling_is_the_mean_or_the_max_of_each_documents_windows():
     logits = torch.tensor([[1.0, 0.0], [3.0, -2.0], [0.5, 0.5], [-1.0, 4.0]], requires_grad=True)
     documents = torch.tensor([0, 0, 1, 1])
-    mean = pool_windows(logits, documents, 2, "mean")
+    mean = pool_windows(logits, documents, "mean")
     assert torch.allclose(mean, torch.tensor([[2.0, -1.0], [-0.25, 2.25]]))
-    assert torch.equal(pool_windows(logits, documents, 2, "max"), torch.tensor([[3.0, 0.0], [0.5, 4.0]]))
+    assert torch.equal(pool_windows(logits, documents, "max"), torch.tensor([[3.0, 0.0], [0.5, 4.0]]))
     classification_loss(mean, torch.tensor([0, 1])).backward()  # the loss reaches every window's logits
     assert (logits.grad.abs().sum(dim=1) > 0).all()
 

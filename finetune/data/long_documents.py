@@ -25,6 +25,9 @@ import torch
 from finetune.errors import UserError
 
 DEFAULT_TRANSFORMER_MAX_LENGTH = 128  # task.max_length when a recipe leaves it out, for every transformer family
+# Model types whose classifier reads any length (the AWD-LSTM: BPT3C chunks), so task.max_length left out means the
+# whole document; they are also the ones fine-tuned with ULMFiT's techniques by default (training/techniques.py).
+WHOLE_DOCUMENT_TYPES = ("awd_lstm",)
 WINDOW_DOCUMENT = "window_document"  # batch key of windowed documents: the document of every row
 
 
@@ -113,8 +116,10 @@ def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, ove
     return windows, len(starts)
 
 
-def pool_windows(logits: torch.Tensor, documents: torch.Tensor, count: int, pool: str) -> torch.Tensor:
-    """One row of logits per document from the rows of its windows (`documents`: the document of each row)."""
+def pool_windows(logits: torch.Tensor, documents: torch.Tensor, pool: str) -> torch.Tensor:
+    """One row of logits per document from the rows of its windows (`documents`: the document of each row, numbered
+    from 0 in batch order, as WindowCollator numbers them)."""
+    count = int(documents.max()) + 1
     index = documents.to(logits.device).unsqueeze(-1).expand_as(logits)
     if pool == "max":
         start = torch.full((count, logits.shape[-1]), float("-inf"), dtype=logits.dtype, device=logits.device)
@@ -137,4 +142,4 @@ def windowed_logits(model, batch: dict, pool: str) -> torch.Tensor:
     """The pooled logits of a batch of windowed documents (its labels, if any, are left in `batch`)."""
     rows = {key: value for key, value in batch.items() if key not in (WINDOW_DOCUMENT, "labels")}
     documents = batch[WINDOW_DOCUMENT]
-    return pool_windows(model(**rows).logits, documents, int(documents.max()) + 1, pool)
+    return pool_windows(model(**rows).logits, documents, pool)

@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from finetune.console import console
-from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, WHOLE_DOCUMENT_TYPES
 from finetune.data.reverse import reads_backwards
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
@@ -234,9 +234,6 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
 
 # RoBERTa-style embeddings number positions from pad_token_id + 1: the first pad_token_id + 1 rows are never used.
 POSITION_OFFSET_FAMILIES = {"roberta", "xlm-roberta"}
-
-
-WHOLE_DOCUMENT_TYPES = ("awd_lstm",)  # classifiers that read any length in BPT3C chunks: no max_length by default
 
 
 def fitted_max_length(requested: Optional[int], model) -> Optional[int]:

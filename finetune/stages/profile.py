@@ -164,13 +164,13 @@ def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -
         trainable = len(groups)  # pretraining never freezes a group
     else:
         # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
-        seq_len = fitted_max_length(recipe.task.max_length, model) or WHOLE_DOCUMENT_PROFILE_LENGTH
+        fitted = fitted_max_length(recipe.task.max_length, model)
+        seq_len = fitted or WHOLE_DOCUMENT_PROFILE_LENGTH
         top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
     compute = compute_summary(recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks),
                               trainable, seq_len)
     compute["decoded_fraction"] = top_fraction if isinstance(recipe, PretrainRecipe) else None
-    compute["whole_documents"] = not isinstance(recipe, PretrainRecipe) and \
-        fitted_max_length(recipe.task.max_length, model) is None
+    compute["whole_documents"] = not isinstance(recipe, PretrainRecipe) and fitted is None
     parameters = parameter_summary(model, groups, trainable)
     return {
         "stage": recipe.stage,

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
 from finetune.data.reverse import reads_backwards, reads_both_directions
-from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, pool_windows
+from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, pool_windows
 from finetune.data.tasks import EncodedTask, TaskExamples, task_collator
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
@@ -56,7 +56,7 @@ def predict_logits(accelerator, model, loader, pool: str = "mean") -> np.ndarray
             if logits is None:
                 logits = model(**batch).logits
             if documents is not None:
-                logits = pool_windows(logits, documents, int(documents.max()) + 1, pool)
+                logits = pool_windows(logits, documents, pool)
             # gather_for_metrics drops the samples a distributed sampler repeats to even out the last batch.
             outputs.append(accelerator.gather_for_metrics(logits.float()).cpu())
             advance()
@@ -89,7 +89,5 @@ def logits_to_predictions(spec: TaskSpec, logits: np.ndarray) -> np.ndarray:
 
 def logits_loss(spec: TaskSpec, logits: np.ndarray, labels: np.ndarray) -> float:
     """The mean of the loss the model trains on: cross-entropy, or squared error for regression."""
-    outputs = torch.from_numpy(logits)
-    if spec.is_regression:
-        return torch.nn.functional.mse_loss(outputs[:, 0], torch.as_tensor(labels, dtype=torch.float32)).item()
-    return torch.nn.functional.cross_entropy(outputs, torch.as_tensor(labels, dtype=torch.int64)).item()
+    targets = torch.as_tensor(labels, dtype=torch.float32 if spec.is_regression else torch.int64)
+    return classification_loss(torch.from_numpy(logits), targets).item()

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, WHOLE_DOCUMENT_TYPES
 from finetune.errors import UserError
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
-RECURRENT_TYPES = ("awd_lstm",)  # model types fine-tuned with ULMFiT's techniques by default
 ULMFIT_DEFAULTS = {"training.lr": 1e-2, "discriminative.factor": 2.6, "unfreezing.mode": "gradual",
                    "schedule.kind": "stlr", "pooling": "model"}
 TRANSFORMER_DEFAULTS = {"training.lr": 1e-4, "discriminative.factor": 1.0, "unfreezing.mode": "none",
@@ -55,7 +54,7 @@ class Backbone:
 
     @property
     def recurrent(self) -> bool:
-        return self.model_type in RECURRENT_TYPES
+        return self.model_type in WHOLE_DOCUMENT_TYPES
 
 
 @dataclass(frozen=True)
