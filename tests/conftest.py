@@ -190,7 +190,7 @@ def interrupted_at_step(step: int, error: type[BaseException] = KeyboardInterrup
 
         def save_then_stop(progress):
             save(progress)
-            if progress["step"] == step:
+            if progress.step == step:
                 raise error
 
         self.save_checkpoint = save_then_stop

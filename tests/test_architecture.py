@@ -110,3 +110,40 @@ def test_imports_run_downwards_only():
 def test_an_upward_import_is_reported():
     assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
         "finetune.recipes.base -> finetune.glue.metrics"]
+
+
+def function_lengths(paths) -> dict[str, int]:
+    """'module:function' -> lines, for every function (nested ones included) of the given files."""
+    lengths = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[f"{module_name(path)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_stage_or_loop_function_is_longer_than_sixty_lines():
+    """The run's life cycle is the driver's, the step the loop's: what a stage adds stays short enough to read."""
+    paths = [*(PACKAGE / "stages").glob("*.py"), *(PACKAGE / "training").glob("*.py")]
+    lengths = function_lengths(paths)
+    assert "finetune.training.loop:train_epoch" in lengths and "finetune.stages.finetune:setup" in lengths
+    assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
+
+
+def names_used(path: Path) -> set[str]:
+    return {node.id for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Name)} | {
+        node.attr for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Attribute)}
+
+
+def test_the_training_state_is_written_and_read_in_one_place():
+    """progress.json and the per-process tensors: written by TrainingState.write and read by read_training_state
+    (training/state.py), which alone knows the format and migrates older ones; the rest only passes the state on."""
+    # Called by load_training_state alone (with accelerate's part of the state and the attachments).
+    callers = {module_name(path) for path in PACKAGE.rglob("*.py") if "read_training_state" in names_used(path)}
+    assert callers == {"finetune.training.checkpoints"}
+    progress_users = {module_name(path) for path in PACKAGE.rglob("*.py") if "PROGRESS_FILE" in names_used(path)}
+    # checkpoints.py only asks whether the file is there (a complete periodic checkpoint).
+    assert progress_users == {"finetune.training.state", "finetune.training.checkpoints"}
+    tensor_files = {module_name(path) for path in PACKAGE.rglob("*.py")
+                    if "process_tensors_" in path.read_text(encoding="utf-8")}
+    assert tensor_files == {"finetune.training.state"}

@@ -54,7 +54,7 @@ def stop_after_checkpoint(monkeypatch, step: int) -> None:
 
         def save_then_stop(progress):
             folder = save(progress)
-            if progress["step"] == step:
+            if progress.step == step:
                 raise Stopped
             return folder
 
@@ -127,7 +127,7 @@ def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, t
 
         def save_then_stop(progress):
             folder = save(progress)
-            if run_dir.name == "seed-4" and progress["step"] == 4:
+            if run_dir.name == "seed-4" and progress.step == 4:
                 raise Stopped
             return folder
 

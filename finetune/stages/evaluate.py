@@ -33,6 +33,7 @@ from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
 from finetune.training.checkpoints import checkpoint_reading
+from finetune.training.driver import processes_ready
 from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
 
@@ -45,11 +46,7 @@ SUBMISSION_FILE = "submission.zip"  # with submission: the leaderboard archive
 def run_eval(recipe: EvalRecipe) -> dict:
     """Score the recipe's checkpoints (one task, or a map of GLUE tasks); returns the report written."""
     check_run_dir_free(recipe)
-    accelerator = Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available())
-    console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
-    # Every process checked the run directory above; none may create it before all have (a later run in the same
-    # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
-    accelerator.wait_for_everyone()
+    accelerator = processes_ready(Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available()))
     return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import torch
 from accelerate.data_loader import prepare_data_loader
@@ -45,58 +45,141 @@ from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free,
-                               claim_run_dir, guarded_stage, prepare_run_dir, read_metrics)
+from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_run_dir_free, guarded_stage,
+                               prepare_run_dir, read_metrics)
 from finetune.stages.language_model_validation import validation_metrics
 from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
-from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_checkpoint,
-                                           save_training_checkpoint, step_checkpoint_dir,
-                                           sweep_incomplete_checkpoints)
-from finetune.training.loop import TrainingLoop, make_accelerator, total_optimizer_steps
+from finetune.training.checkpoints import latest_training_checkpoint, save_checkpoint
+from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, processes_ready, run_training
+from finetune.training.loop import make_accelerator
 from finetune.training.optim import build_optimizer, discriminative_lrs
-from finetune.training.schedules import make_momentum_schedule, make_schedule
 
 
 
 @guarded_stage
 def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
-    # 1. setup: read everything that can fail on user input before the run directory is touched
-    family = recipe.model.family
-    if family == "ngram" and resume:
-        raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it again")
-    bptt = reads_bptt_batches(recipe.model)  # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order
-    resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
-    if not resume:
-        check_run_dir_free(recipe, latest_training_checkpoint)
-    if family != "ngram":  # an n-gram model's size is known once it is counted
-        check_model_fits_in_memory(recipe)
-    accelerator = make_accelerator(recipe.training, run_dir=recipe.run_dir)
-    if family == "ngram" and accelerator.num_processes > 1:
-        raise UserError("model.family ngram counts in one process: run it without accelerate launch or torchrun")
-    # Every process checked the run directory above; none may create it before all have (a later run in the same
-    # process, e.g. the next command or seed, meets no rendezvous that would order them otherwise).
-    accelerator.wait_for_everyone()
-    set_seed(recipe.seed)
-    streaming = recipe.corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
+    if recipe.model.family == "ngram":  # counted, not trained: no model to build, no optimizer, no training loop
+        if resume:
+            raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it "
+                            "again")
+        return run_ngram(recipe)
+    return run_training(PretrainStage(recipe), resume)
+
+
+class PretrainStage(TrainingStage):
+    """A language model trained on raw text: masked blocks (bert), next-token blocks (gpt2) or BPTT batches read in
+    order (awd_lstm, gpt2 with Transformer-XL memory), each with its carried state."""
+
+    def check(self) -> None:
+        check_model_fits_in_memory(self.recipe)
+
+    def create_accelerator(self):
+        return make_accelerator(self.recipe.training, run_dir=self.recipe.run_dir)
+
+    def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+        recipe = self.recipe
+        self.accelerator, self.family = accelerator, recipe.model.family
+        # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
+        self.bptt, self.streaming = reads_bptt_batches(recipe.model), recipe.corpus.streaming
+        data = read_language_model_data(recipe, accelerator, resume_from)
+        self.tokenizer, self.train_data, self.validation_tokens = data.tokenizer, data.train, data.validation_tokens
+        self.train_tokens = data.train_tokens
+        language_model = data.continued if data.continued is not None else \
+            build_language_model(recipe.model, data.tokenizer, data.max_positions)
+        if data.backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
+            mark_backwards(language_model.config)
+        # One parameter group per layer group, each with its discriminative LR.
+        groups = language_model_layer_groups(self.family, language_model)
+        model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
+        lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
+        optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+        # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
+        # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
+        self.order = None if self.streaming else ResumableSampler(len(self.train_data), recipe.seed,
+                                                                  shuffle=not self.bptt)
+        train_loader, validation_loader = data_loaders(recipe, self.train_data, data.validation, self.order)
+        if self.bptt or self.streaming:  # batches already split per process: only the model goes to accelerate
+            self.model, optimizer = accelerator.prepare(model, optimizer)
+        else:
+            self.model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+        if not self.bptt:
+            # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
+            # twice in the validation loss); validation_metrics sums over however many each process gets.
+            validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
+                                                    process_index=accelerator.process_index, even_batches=False)
+        self.train_loader, self.validation_loader = train_loader, validation_loader
+        return TrainingSetup(self.model, optimizer, train_loader, self._loss, "tokens", self.tokenizer,
+                             saved_model=lambda: accelerator.unwrap_model(self.model).language_model)
+
+    def _loss(self, model, batch):
+        input_ids = batch["input_ids"].to(self.accelerator.device)
+        loss, labelled, _ = model(input_ids, batch["labels"].to(self.accelerator.device))
+        return loss, labelled, input_ids.numel()
+
+    def start(self, context: RunContext) -> None:
+        if self.recipe.ngram_floor is not None and not context.resumed:  # a resumed run logged it when it started
+            context.log.write(ngram_floor(self.recipe.ngram_floor, self.accelerator, self.tokenizer, self.train_tokens,
+                                          self.validation_tokens, self.recipe.corpus.block_size,
+                                          self.recipe.training.batch_size))
+
+    def carried_tensors(self) -> dict:
+        return self.accelerator.unwrap_model(self.model).carried_state()
+
+    def restore_carried(self, tensors: dict) -> None:
+        self.accelerator.unwrap_model(self.model).restore_carried_state(tensors)
+
+    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
+        self.train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
+        if hasattr(self.train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
+            self.train_loader.set_epoch(epoch)
+        if self.streaming:  # the whole run is one epoch of max_steps steps
+            self.train_data.skip(batches_done)
+            return
+        self.order.set_epoch(epoch)
+        if self.bptt:  # each item of the order is a whole BPTT batch of every process
+            self.order.skip(batches_done)
+        else:
+            self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
+
+    def evaluate(self) -> tuple[dict, dict]:
+        return validation_metrics(self.accelerator, self.model, self.validation_loader, ACCURACY_NAME[self.family]), {}
+
+    def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
+        accuracy = ACCURACY_NAME[self.family]
+        console.print(f"epoch {epoch + 1}: validation loss {record['validation_loss']:.4f}, perplexity "
+                      f"{record['validation_perplexity']:.1f}, {accuracy.replace('_', ' ')} {record[accuracy]:.3f}")
+
+    def finish(self, context: RunContext, step: int) -> Path:
+        return save_language_model(self.accelerator, self.accelerator.unwrap_model(self.model).language_model,
+                                   self.tokenizer, self.recipe, context.run_dir)
+
+
+class LanguageModelData(NamedTuple):
+    """What pretraining reads: the tokenizer, the training data in the family's layout, validation blocks."""
+
+    tokenizer: Any
+    train: Any
+    validation: Any
+    train_tokens: Optional[TokenizedDocuments]  # None for a stream
+    validation_tokens: Optional[TokenizedDocuments]
+    continued: Any  # the model whose pretraining continues, or None
+    max_positions: Optional[int]
+    backwards: bool
+
+
+def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: Optional[Path]) -> LanguageModelData:
+    """Text -> tokenizer -> token ids (cached) -> training and validation data, and the model continued if any."""
+    family, corpus = recipe.model.family, recipe.corpus
+    streaming = corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
     text = None if streaming else read_corpus(recipe)
-    corpus = recipe.corpus
     stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
                                     corpus.dataset_files) if streaming else None
     continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
-    backwards = pretraining_direction(recipe.corpus.reverse, continued.config if continued is not None else None,
+    backwards = pretraining_direction(corpus.reverse, continued.config if continued is not None else None,
                                       recipe.model.checkpoint)
-    max_positions = None  # an LSTM or an n-gram model has no position table
-    if family in ("bert", "gpt2"):
-        max_positions = recipe.model.max_positions or recipe.corpus.block_size
-    if continued is not None and family != "awd_lstm":
-        max_positions = continued.config.max_position_embeddings if family == "bert" else continued.config.n_positions
-        if recipe.corpus.block_size > max_positions:
-            raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
-                            f"of {recipe.model.checkpoint}")
-
-    # 2. text -> tokenizer -> token ids (cached) -> training data
+    max_positions = model_positions(recipe, continued)
     tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
         from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
@@ -106,119 +189,45 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     # An LSTM or an n-gram model reads any length: no maximum, so that transformers never warns of one.
     tokenizer.model_max_length = max_positions if max_positions is not None else VERY_LARGE_INTEGER
     if streaming:
-        train_data, validation_data = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
-    else:
-        with accelerator.main_process_first():  # the main process fills the cache, the others then map it
-            train_tokens, validation_tokens = text.tokenize(tokenizer, recipe.corpus.cache_dir,
-                                                            show_progress=accelerator.is_main_process)
-        if backwards:  # a view of the cached forward ids
-            train_tokens, validation_tokens = read_backwards(train_tokens), read_backwards(validation_tokens)
-        train_data, validation_data = language_model_data(recipe, tokenizer, train_tokens, validation_tokens,
-                                                          accelerator)
-        console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
-                      f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train_data):,} and "
-                      f"{len(validation_data):,} {'batches' if bptt else 'blocks'} of {recipe.corpus.block_size} "
-                      "tokens")
-        if family == "ngram":  # counted, not trained: no model to build, no optimizer, no training loop
-            return run_ngram(recipe, accelerator, tokenizer, train_tokens, validation_data)
-
-    # 3. model and optimizer (one parameter group per layer group, each with its discriminative LR)
-    language_model = continued if continued is not None else build_language_model(recipe.model, tokenizer,
-                                                                                   max_positions)
-    if backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
-        mark_backwards(language_model.config)
-    groups = language_model_layer_groups(family, language_model)
-    model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
-    lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
-    optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
-    # Every input is read and the model built: only now is the run directory created (or, resuming, locked).
-    main = accelerator.is_main_process
-    run_dir = claim_run_dir(recipe, main) if resume else prepare_run_dir(recipe, main)
-    # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
-    # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
-    train_order = None if streaming else ResumableSampler(len(train_data), recipe.seed, shuffle=not bptt)
-    train_loader, validation_loader = data_loaders(recipe, train_data, validation_data, train_order)
-    if bptt or streaming:  # batches already split per process: only the model goes to accelerate
-        model, optimizer = accelerator.prepare(model, optimizer)
-    else:
-        model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    if not bptt:
-        # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
-        # twice in the validation loss); validation_metrics sums over however many each process gets.
-        validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
-                                                process_index=accelerator.process_index, even_batches=False)
-    total_steps = total_optimizer_steps(len(train_loader), recipe.training)
-    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
-    if recipe.ngram_floor is not None and resume_from is None:  # a resumed run logged it when it started
-        log.write(ngram_floor(recipe.ngram_floor, accelerator, tokenizer, train_tokens, validation_tokens,
-                              recipe.corpus.block_size, recipe.training.batch_size))
-
-    def save_state(progress: dict[str, int]) -> Path:
-        unwrapped = accelerator.unwrap_model(model)
-        return save_training_checkpoint(accelerator, unwrapped.language_model, tokenizer,
-                                        step_checkpoint_dir(run_dir, progress["step"]), recipe, progress,
-                                        recipe.keep_checkpoints,
-                                        {**unwrapped.carried_state(), **loop.process_tensors()})
-
-    loop = TrainingLoop(accelerator, model, optimizer, make_schedule(recipe.schedule, total_steps), total_steps,
-                        recipe.training, log, "tokens", recipe.checkpoint_every, save_state,
-                        momentum=make_momentum_schedule(recipe.schedule, total_steps))
-
-    def compute_loss(model, batch):
-        input_ids = batch["input_ids"].to(accelerator.device)
-        loss, labelled, _ = model(input_ids, batch["labels"].to(accelerator.device))
-        return loss, labelled, input_ids.numel()
-
-    def evaluate():
-        return validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME[family])
-
-    # 4. train, from the start or from where the resumed run stopped
-    epoch, batches_done = 0, 0
-    if resume_from is not None:
-        if accelerator.is_main_process:
-            sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
-        progress, tensors = load_training_state(accelerator, resume_from)
-        accelerator.unwrap_model(model).restore_carried_state(tensors)
-        epoch, batches_done = loop.restore(progress, resume_from, tensors)
-        console.print(f"resuming from {resume_from} (step {loop.step}, epoch {epoch + 1})")
-    with loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
-        # A run resumed from a checkpoint at its last step still owes that epoch's evaluation (batches_done > 0).
-        while not loop.finished or batches_done:
-            train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
-            if hasattr(train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
-                train_loader.set_epoch(epoch)
-            if streaming:  # the whole run is one epoch of max_steps steps
-                train_data.skip(batches_done)
-            else:
-                train_order.set_epoch(epoch)
-                if bptt:  # each item of the order is a whole BPTT batch of every process
-                    train_order.skip(batches_done)
-                else:
-                    train_order.skip_batches(batches_done, recipe.training.batch_size, accelerator.num_processes)
-            if not loop.finished:
-                loop.train_epoch(train_loader, epoch, compute_loss, evaluate, recipe.eval_every, batches_done)
-            metrics = evaluate()
-            loop.log_evaluation(metrics, epoch)
-            console.print(f"epoch {epoch + 1}: validation loss {metrics['validation_loss']:.4f}, perplexity "
-                          f"{metrics['validation_perplexity']:.1f}, {ACCURACY_NAME[family].replace('_', ' ')} "
-                          f"{metrics[ACCURACY_NAME[family]]:.3f}")
-            epoch, batches_done = epoch + 1, 0
-
-    # 5. save
-    return save_language_model(accelerator, accelerator.unwrap_model(model).language_model, tokenizer, recipe,
-                               run_dir, loop)
+        train, validation = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
+        return LanguageModelData(tokenizer, train, validation, None, None, continued, max_positions, backwards)
+    with accelerator.main_process_first():  # the main process fills the cache, the others then map it
+        train_tokens, validation_tokens = text.tokenize(tokenizer, corpus.cache_dir,
+                                                        show_progress=accelerator.is_main_process)
+    if backwards:  # a view of the cached forward ids
+        train_tokens, validation_tokens = read_backwards(train_tokens), read_backwards(validation_tokens)
+    train, validation = language_model_data(recipe, tokenizer, train_tokens, validation_tokens, accelerator)
+    console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
+                  f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train):,} and "
+                  f"{len(validation):,} {'batches' if reads_bptt_batches(recipe.model) else 'blocks'} of "
+                  f"{corpus.block_size} tokens")
+    return LanguageModelData(tokenizer, train, validation, train_tokens, validation_tokens, continued,
+                             max_positions, backwards)
 
 
-def save_language_model(accelerator, language_model, tokenizer, recipe: PretrainRecipe, run_dir: Path, loop) -> Path:
-    """The final checkpoint with its model card, then the run's timing and plots (`loop`: the TrainingLoop, or a
-    CountingPass); returns the checkpoint folder."""
+def model_positions(recipe: PretrainRecipe, continued) -> Optional[int]:
+    """The position table's size of the model trained (None: an LSTM or an n-gram model has none); a continued
+    transformer's own, which the blocks must fit."""
+    family = recipe.model.family
+    max_positions = None
+    if family in ("bert", "gpt2"):
+        max_positions = recipe.model.max_positions or recipe.corpus.block_size
+    if continued is not None and family != "awd_lstm":
+        max_positions = continued.config.max_position_embeddings if family == "bert" else continued.config.n_positions
+        if recipe.corpus.block_size > max_positions:
+            raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
+                            f"of {recipe.model.checkpoint}")
+    return max_positions
+
+
+def save_language_model(accelerator, language_model, tokenizer, recipe: PretrainRecipe, run_dir: Path) -> Path:
+    """The final checkpoint with its model card; returns the checkpoint folder."""
     checkpoint = run_dir / CHECKPOINT_DIR
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_checkpoint(language_model, tokenizer, checkpoint, recipe)
         write_card(language_model_card(recipe, read_metrics(run_dir / METRICS_FILE)), checkpoint)  # README.md
         console.print(f"checkpoint saved to {checkpoint}")
-    finish_run(accelerator, run_dir, loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
 
 
@@ -229,27 +238,34 @@ class CountingPass(NamedTuple):
     step: int = 0
 
 
-def run_ngram(recipe: PretrainRecipe, accelerator, tokenizer, train_tokens: TokenizedDocuments,
-              validation_data) -> Path:
+def run_ngram(recipe: PretrainRecipe) -> Path:
     """The n-gram baseline: every n-gram of the training stream (documents and separators, as the causal families
     read it) counted in one pass, then scored on gpt2's validation blocks by `validation_metrics`, and saved."""
-    order = recipe.model.order
+    check_run_dir_free(recipe, latest_training_checkpoint)
+    accelerator = processes_ready(make_accelerator(recipe.training, run_dir=recipe.run_dir))
+    if accelerator.num_processes > 1:
+        raise UserError("model.family ngram counts in one process: run it without accelerate launch or torchrun")
+    set_seed(recipe.seed)
+    data = read_language_model_data(recipe, accelerator, None)
     counting = CountingPass(time.perf_counter())
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process,
                      start_trackers(accelerator, recipe, run_dir))
     # At least one block long (language_model_data checked): longer than any order.
-    ngram = count_ngram_model(train_tokens, tokenizer, order, "")
+    order = recipe.model.order
+    ngram = count_ngram_model(data.train_tokens, data.tokenizer, order, "")
     console.print(f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
                   f"1-{order} in {ngram.config.training_tokens:,} tokens, counted in "
                   f"{time.perf_counter() - counting.started:.1f} s")
-    validation_loader = DataLoader(validation_data, batch_size=recipe.training.batch_size)
+    validation_loader = DataLoader(data.validation, batch_size=recipe.training.batch_size)
     model = loss_module(recipe.model, ngram.to(accelerator.device))
     metrics = validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME["ngram"])
     log.write({"phase": "eval", "step": 0, "epoch": 0, **metrics})
     console.print(f"validation loss {metrics['validation_loss']:.4f}, perplexity "
                   f"{metrics['validation_perplexity']:.1f}, next token accuracy {metrics['next_token_accuracy']:.3f}")
-    return save_language_model(accelerator, ngram, tokenizer, recipe, run_dir, counting)
+    checkpoint = save_language_model(accelerator, ngram, data.tokenizer, recipe, run_dir)
+    finish_run(accelerator, run_dir, counting)  # trackers closed, timing.json, RUN_DIR/plots/*.png
+    return checkpoint
 
 
 def read_corpus(recipe: PretrainRecipe) -> PretrainingText:

@@ -2,7 +2,7 @@
 
 A periodic checkpoint is a Hugging Face model folder (loadable with `from_pretrained`) that also
 holds `training_state/`: accelerate's saved state (model, optimizer, random number generators),
-`progress.json` (the step, epoch and batch to continue from, and whatever the stage adds) and
+the run's TrainingState (training/state.py: progress.json and each process's tensors) and
 copies of folders the stage attaches (finetune: the best evaluation's weights).
 
 Every checkpoint is assembled under `NAME.partial` and renamed into place when complete, and renamed out of
@@ -20,22 +20,21 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import torch
 import yaml
 from pydantic import ValidationError
-from safetensors.torch import load_file, save_file
 
 from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import RunFailed, UserError
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
+from finetune.training.state import PROGRESS_FILE, TrainingState, read_training_state
 
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
 TRAINING_STATE_DIR = "training_state"  # inside a periodic checkpoint
-PROGRESS_FILE = "progress.json"  # inside training_state/
 WEIGHTS_FILE = "model.safetensors"  # or, for a model too large for one file, shards named by WEIGHTS_INDEX_FILE
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
 _STEP_FOLDER = re.compile(r"^step-(\d+)$")
@@ -140,20 +139,18 @@ def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
 
 
-def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, recipe, progress: dict[str, Any],
-                             keep: int, process_tensors: Optional[dict[str, torch.Tensor]] = None,
-                             attachments: Optional[dict[str, Path]] = None) -> Path:
+def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, recipe, state: TrainingState,
+                             keep: int, attachments: Optional[dict[str, Path]] = None) -> Path:
     """A Hugging Face checkpoint plus everything needed to resume; call on every process. Returns its folder.
 
-    Every process saves its own random-number state through accelerate, and its `process_tensors`
-    (e.g. the LSTM state carried between batches); the main process writes the model folder,
-    `progress.json` and a copy of each existing `attachments` folder (hard links where the file system
-    allows: saved folders are only ever replaced, never changed in place), renames the folder into
-    place and prunes old checkpoints. A failed write on any process (a full disk) removes the partial
-    folder and raises RunFailed on every process; the older checkpoints stay.
+    Every process saves its own random-number state through accelerate and its share of `state` (see
+    training/state.py); the main process writes the model folder, progress.json and a copy of each existing
+    `attachments` folder (hard links where the file system allows: saved folders are only ever replaced, never
+    changed in place), renames the folder into place and prunes old checkpoints. A failed write on any process
+    (a full disk) removes the partial folder and raises RunFailed on every process; the older checkpoints stay.
     """
     directory = Path(directory)
-    partial, state = partial_path(directory), partial_path(directory) / TRAINING_STATE_DIR
+    partial, state_dir = partial_path(directory), partial_path(directory) / TRAINING_STATE_DIR
     main = accelerator.is_main_process
 
     def start() -> None:
@@ -162,18 +159,16 @@ def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, rec
             partial.mkdir(parents=True)
 
     def save_process_state() -> None:
-        accelerator.save_state(str(state), safe_serialization=True)
-        if process_tensors:
-            tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in process_tensors.items()}
-            save_file(tensors, str(state / _process_tensors_file(accelerator)))
+        accelerator.save_state(str(state_dir), safe_serialization=True)
+        state.write(state_dir, accelerator.process_index, main_process=False)
 
     def finish() -> None:
         if main:
             write_model(model, tokenizer, partial, recipe)
             for name, folder in (attachments or {}).items():
                 if Path(folder).is_dir():
-                    shutil.copytree(folder, state / name, copy_function=_link_or_copy)
-            (state / PROGRESS_FILE).write_text(json.dumps(progress), encoding="utf-8")
+                    shutil.copytree(folder, state_dir / name, copy_function=_link_or_copy)
+            state.write(state_dir, accelerator.process_index, main_process=True)
             commit_checkpoint(partial, directory)
 
     for phase in (start, save_process_state, finish):
@@ -301,32 +296,24 @@ def sweep_incomplete_checkpoints(run_dir: Path) -> None:
 
 
 def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dict[str, Path]] = None
-                        ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Restore model, optimizer and random states saved by `save_training_checkpoint`.
+                        ) -> TrainingState:
+    """Restore model, optimizer and random states saved by `save_training_checkpoint`; returns this process's
+    TrainingState.
 
     `attachments`: name -> folder to put back as it was at the checkpoint (removed if it did not exist then).
-    Returns the progress and this process's saved tensors (empty when none were saved).
     """
-    state = Path(checkpoint) / TRAINING_STATE_DIR
-    accelerator.load_state(str(state))
-    progress = json.loads((state / PROGRESS_FILE).read_text(encoding="utf-8"))
-    tensors_file = state / _process_tensors_file(accelerator)
-    # Read on the CPU, then moved: safetensors refuses some device names (e.g. "cpu:0" under MULTI_CPU).
-    tensors = load_file(str(tensors_file)) if tensors_file.is_file() else {}
-    tensors = {name: tensor.to(accelerator.device) for name, tensor in tensors.items()}
+    state_dir = Path(checkpoint) / TRAINING_STATE_DIR
+    state = read_training_state(state_dir, accelerator.process_index, accelerator.device)  # refuses newer formats
+    accelerator.load_state(str(state_dir))
     if accelerator.is_main_process:
         for name, folder in (attachments or {}).items():
             folder = Path(folder)
-            if (state / name).is_dir():
+            if (state_dir / name).is_dir():
                 partial = partial_path(folder)
                 shutil.rmtree(partial, ignore_errors=True)
-                shutil.copytree(state / name, partial, copy_function=_link_or_copy)
+                shutil.copytree(state_dir / name, partial, copy_function=_link_or_copy)
                 commit_checkpoint(partial, folder)
             else:
                 remove_checkpoint(folder)
     accelerator.wait_for_everyone()
-    return progress, tensors
-
-
-def _process_tensors_file(accelerator) -> str:
-    return f"process_tensors_{accelerator.process_index}.safetensors"
+    return state

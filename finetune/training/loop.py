@@ -1,15 +1,17 @@
 """The one training loop, on accelerate, shared by pretrain and finetune.
 
-A stage builds the model, the optimizer groups and the schedule, then calls `train_epoch` once
-per epoch inside `with loop.watching():`, deciding in its own code what changes between epochs
-(e.g. unfreezing), or between optimizer steps through the `before_step` callable of `train_epoch`.
-The loop also owns what can go wrong while training: a non-finite loss stops the run before
-anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step boundary, and running
-out of GPU memory becomes one line of advice.
+The run driver (training/driver.py) builds it and calls `train_epoch` once per epoch inside
+`with loop.watching():`; a stage's per-step change (step-wise unfreezing) comes through the `before_step`
+callable of `train_epoch`. An optimizer step is explicit (`_optimizer_step`): its micro-batches, one backward
+each, then the gradient averaged, clipped and applied. The loop also owns what can go wrong while training: a
+non-finite loss stops the run before anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step
+boundary, and running out of GPU memory becomes one line of advice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import signal
 import threading
@@ -28,6 +30,7 @@ from finetune.errors import RunFailed, RunInterrupted
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
 from finetune.training.optim import set_first_moment_decay, set_learning_rates
+from finetune.training.state import TrainingState
 
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
@@ -35,7 +38,6 @@ LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.
 # before_step(step, epoch) runs before the first micro-batch of every optimizer step, `step` being the steps taken
 # so far: a stage's per-step change (step-wise unfreezing) then never falls inside a gradient-accumulation cycle.
 StepHook = Callable[[int, int], None]
-RUNNING_SUMS = "training_loop_sums"  # the loop's name among a checkpoint's per-process tensors
 
 
 def device_and_precision(training_config) -> tuple[bool, str]:
@@ -51,7 +53,8 @@ def device_and_precision(training_config) -> tuple[bool, str]:
 
 def make_accelerator(training_config, parameters_change_trainability: bool = False,
                      run_dir: Optional[Path] = None) -> Accelerator:
-    """An Accelerator for the recipe: mixed precision only where the hardware does it well.
+    """An Accelerator for the recipe: mixed precision only where the hardware does it well. Gradient accumulation is
+    the loop's own (`TrainingLoop._optimizer_step`), so accelerate is not told of it.
 
     `parameters_change_trainability`: gradual unfreezing freezes parameters after DDP has wrapped
     the model, so DDP must be told that some parameters may receive no gradient. `run_dir`: where
@@ -64,14 +67,12 @@ def make_accelerator(training_config, parameters_change_trainability: bool = Fal
     accelerator = Accelerator(
         cpu=on_cpu,
         mixed_precision=precision,
-        gradient_accumulation_steps=training_config.gradient_accumulation_steps,
         # Shuffling from a seeded sampler: the same seed gives the same order on any number of processes.
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True),
         kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=parameters_change_trainability)],
         log_with=training_config.log_with or None,
         project_dir=run_dir if training_config.log_with else None,
     )
-    console.quiet = not accelerator.is_main_process  # one copy of every message, not one per process
     return accelerator
 
 
@@ -97,17 +98,18 @@ class TrainingLoop:
         metrics_log: MetricsLog,
         throughput_unit: str,
         checkpoint_every: Optional[int] = None,
-        save_checkpoint: Optional[Callable[[dict[str, int]], Optional[Path]]] = None,
+        save_checkpoint: Optional[Callable[[TrainingState], Optional[Path]]] = None,
         momentum: Optional[Callable[[int], float]] = None,
+        stop_early: Optional[Callable[[], bool]] = None,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
         self.momentum = momentum  # beta1 per step (one-cycle); None: the optimizer's betas stay
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
-        # save_checkpoint(progress) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the
-        # position to resume from: step, epoch, batches_in_epoch, metrics_lines, the log window's items and seconds
-        # and the training time so far (see `restore`); it saves `process_tensors()` of every process beside it.
+        # save_checkpoint(state) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the loop's
+        # share of the TrainingState to resume from (`snapshot`); the run driver adds its own and saves it.
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
+        self.stop_early = stop_early  # () -> True once the run should end after this step (early stopping)
         self.step = 0  # optimizer steps taken so far
         self.last_checkpoint: Optional[Path] = None  # the newest periodic checkpoint, named when a run fails
         self._saved_step = 0  # the step of the newest checkpoint: Ctrl-C right after one saves nothing new
@@ -122,12 +124,11 @@ class TrainingLoop:
         self._window_items = 0  # tokens or examples of this process in the log window, for the throughput
         self._window_seconds = 0.0  # training time of the log window before `_window_clock` (evaluations left out)
         self._window_clock = time.perf_counter()
-        self.stop_requested = False  # set by a stage (e.g. from an evaluation) to end the run after this step
 
     @property
     def finished(self) -> bool:
-        """True once the run's step budget is spent, or a stage asked to stop (early stopping)."""
-        return self.step >= self.total_steps or self.stop_requested
+        """True once the run's step budget is spent, or the driver asked to stop (early stopping)."""
+        return self.step >= self.total_steps or (self.stop_early is not None and self.stop_early())
 
     def train_epoch(
         self,
@@ -148,87 +149,98 @@ class TrainingLoop:
         save, and at the end of the epoch (reading them at every step would stall the GPU): the first bad
         step raises RunFailed, so a diverged model is never evaluated, checkpointed or saved as the result.
         """
-        accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
-        model.train()
+        self.model.train()
         if not batches_done:  # a new epoch; a resumed one continues the sums that `restore` put back
             self._sums.zero_()
             self._start_window()
         self._window_clock = time.perf_counter()
-        step_terms = torch.zeros((), device=accelerator.device)
-        steps_this_epoch = min(
-            math.ceil(len(loader) / self.config.gradient_accumulation_steps), self.total_steps - self.step
-        )
-        step_starts = True  # an epoch, new or resumed, starts at a step boundary
-        with progress_bar(accelerator.is_main_process) as progress:
+        accumulation = self.config.gradient_accumulation_steps
+        steps_this_epoch = min(math.ceil(len(loader) / accumulation), self.total_steps - self.step)
+        with progress_bar(self.accelerator.is_main_process) as progress:
             bar = progress.add_task(f"epoch {epoch + 1}", total=steps_this_epoch, status="")
-            for batch in loader:
-                if step_starts and before_step is not None:
+            for micro_batches in _optimizer_steps(loader, accumulation):
+                if before_step is not None:
                     before_step(self.step, epoch)
-                step_starts = False
-                with accelerator.accumulate(model):
-                    loss, terms, items = compute_loss(model, batch)
-                    self._mark_nonfinite(0, loss)
-                    terms = torch.as_tensor(terms, device=loss.device, dtype=torch.float32)
-                    # Backward of the *summed* loss; the gradients are divided by the step's total number of
-                    # loss terms below. So k accumulated micro-batches (or k processes) give exactly the
-                    # gradient of one k-times larger batch, however unevenly the terms are split.
-                    accelerator.backward(loss * terms)
-                    step_terms += terms
-                    if accelerator.sync_gradients:
-                        self._average_gradients(step_terms)
-                        step_terms.zero_()
-                        if self.config.max_grad_norm:
-                            norm = accelerator.clip_grad_norm_(
-                                [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
-                            )
-                            if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
-                                self._mark_nonfinite(1, norm)
-                        lrs = set_learning_rates(optimizer, self.schedule(self.step))
-                        if self.momentum is not None:
-                            set_first_moment_decay(optimizer, self.momentum(self.step))
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                summed = loss.detach().float() * terms
-                self._sums += torch.stack((summed, terms, summed, terms))
-                batches_done += 1
-                self._window_items += int(items)
-                if not accelerator.sync_gradients:
-                    continue
-                step_starts = True
+                learning_rates = self._optimizer_step(micro_batches, compute_loss)
+                batches_done += len(micro_batches)
                 self.step += 1
                 progress.advance(bar)
                 if self.step % self.config.log_every == 0 or self.finished:
-                    self._check_finite()
-                    elapsed = self._window_seconds + time.perf_counter() - self._window_clock
-                    # Every process counts its own items; throughput is for all of them together.
-                    throughput = self._window_items * accelerator.num_processes / elapsed
-                    # The mean over every process's loss terms, not over the main process's share alone.
-                    loss_sum, loss_terms = self._summed_over_processes(*self._sums[:2])
-                    record = {
-                        "phase": "train", "step": self.step, "epoch": epoch,
-                        "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
-                        "lr": lrs, f"{self.throughput_unit}_per_s": round(throughput, 1),
-                    }
-                    self.metrics_log.write(record)
-                    progress.update(bar, status=f"loss {record['loss']:.4f}  lr {max(lrs.values()):.2e}  "
-                                                f"{throughput:,.0f} {self.throughput_unit}/s")
-                    self._start_window()
+                    status = self._log_training(epoch, learning_rates)
+                    progress.update(bar, status=status)
                 if evaluate is not None and eval_every and self.step % eval_every == 0 and not self.finished:
                     self._check_finite()
                     with self._window_clock_stopped():
                         self.log_evaluation(evaluate(), epoch)
-                    model.train()
-                if self.checkpoint_every and self.step % self.checkpoint_every == 0:
-                    self._save(epoch, batches_done)
-                if self._interrupt_agreed():
-                    if self._saved_step != self.step:
-                        self._save(epoch, batches_done)
-                    raise RunInterrupted(self.step, self.last_checkpoint if self._saved_step == self.step else None)
+                    self.model.train()
+                self._checkpoint_if_due(epoch, batches_done)
                 if self.finished:
                     break
         self._check_finite()  # what follows an epoch (evaluation, the final save) must not see poisoned weights
         epoch_loss, epoch_terms = self._summed_over_processes(*self._sums[2:])
         return (epoch_loss / epoch_terms.clamp(min=1)).item()
+
+    def _optimizer_step(self, micro_batches: list, compute_loss: LossFunction) -> dict[str, float]:
+        """One optimizer step over its micro-batches (the gradient accumulation boundary is the end of the list);
+        returns the learning rates it used.
+
+        Backward runs on each micro-batch's *summed* loss; the gradients are then divided by the step's total
+        number of loss terms (`_average_gradients`). So k accumulated micro-batches (or k processes) give exactly
+        the gradient of one k-times larger batch, however unevenly the terms are split.
+        """
+        accelerator, model = self.accelerator, self.model
+        step_terms = torch.zeros((), device=accelerator.device)
+        for index, batch in enumerate(micro_batches):
+            # Under DDP only the step's last backward all-reduces the gradients (forward included, as DDP needs).
+            last = index == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else accelerator.no_sync(model):
+                loss, terms, items = compute_loss(model, batch)
+                self._mark_nonfinite(0, loss)
+                terms = torch.as_tensor(terms, device=loss.device, dtype=torch.float32)
+                accelerator.backward(loss * terms)
+            step_terms += terms
+            summed = loss.detach().float() * terms
+            self._sums += torch.stack((summed, terms, summed, terms))
+            self._window_items += int(items)
+        self._average_gradients(step_terms)
+        if self.config.max_grad_norm:
+            norm = accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                               self.config.max_grad_norm)
+            if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
+                self._mark_nonfinite(1, norm)
+        learning_rates = set_learning_rates(self.optimizer, self.schedule(self.step))
+        if self.momentum is not None:
+            set_first_moment_decay(self.optimizer, self.momentum(self.step))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return learning_rates
+
+    def _log_training(self, epoch: int, learning_rates: dict[str, float]) -> str:
+        """Write the log window's training record, start a new window; returns the progress bar's status."""
+        self._check_finite()
+        elapsed = self._window_seconds + time.perf_counter() - self._window_clock
+        # Every process counts its own items; throughput is for all of them together.
+        throughput = self._window_items * self.accelerator.num_processes / elapsed
+        # The mean over every process's loss terms, not over the main process's share alone.
+        loss_sum, loss_terms = self._summed_over_processes(*self._sums[:2])
+        record = {
+            "phase": "train", "step": self.step, "epoch": epoch,
+            "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
+            "lr": learning_rates, f"{self.throughput_unit}_per_s": round(throughput, 1),
+        }
+        self.metrics_log.write(record)
+        self._start_window()
+        return (f"loss {record['loss']:.4f}  lr {max(learning_rates.values()):.2e}  "
+                f"{throughput:,.0f} {self.throughput_unit}/s")
+
+    def _checkpoint_if_due(self, epoch: int, batches_done: int) -> None:
+        """The periodic checkpoint of this step, if due; on an agreed Ctrl-C, one (unless just saved) and stop."""
+        if self.checkpoint_every and self.step % self.checkpoint_every == 0:
+            self._save(epoch, batches_done)
+        if self._interrupt_agreed():
+            if self._saved_step != self.step:
+                self._save(epoch, batches_done)
+            raise RunInterrupted(self.step, self.last_checkpoint if self._saved_step == self.step else None)
 
     def _start_window(self) -> None:
         """Start a new log window: no loss, items or training time in it yet."""
@@ -251,26 +263,27 @@ class TrainingLoop:
             stacked = self.accelerator.reduce(stacked, reduction="sum")
         return tuple(stacked.unbind())
 
-    def process_tensors(self) -> dict[str, torch.Tensor]:
-        """This process's running loss sums, for a checkpoint's per-process tensors (they differ by process)."""
-        return {RUNNING_SUMS: self._sums}
+    def snapshot(self, epoch: int, batches_done: int) -> TrainingState:
+        """The loop's share of the TrainingState at this step boundary (the window's items and seconds are the main
+        process's, the one that logs; the running sums are this process's)."""
+        return TrainingState(step=self.step, epoch=epoch, batches_in_epoch=batches_done,
+                             metrics_lines=self.metrics_log.line_count(), window_items=self._window_items,
+                             window_seconds=self._window_seconds,
+                             training_seconds=time.perf_counter() - self.started, running_sums=self._sums)
 
-    def restore(self, progress: dict[str, Any], checkpoint: Path,
-                process_tensors: Optional[dict[str, torch.Tensor]] = None) -> tuple[int, int]:
-        """Continue from a periodic checkpoint's progress: its step, metrics.jsonl cut back to what was logged by then.
+    def restore(self, state: TrainingState, checkpoint: Path) -> None:
+        """Continue from a periodic checkpoint's state: its step, metrics.jsonl cut back to what was logged by then.
 
-        The log window and epoch sums (`process_tensors`, as loaded by `load_training_state`), the window's items
-        and seconds and the training time come back too, so the logs and timing.json read as if the run never
-        stopped. Returns the epoch to continue and how many of its batches were already trained on.
+        The log window and epoch sums, the window's items and seconds and the training time come back too, so the
+        logs and timing.json read as if the run never stopped.
         """
-        self.step = self._saved_step = progress["step"]
+        self.step = self._saved_step = state.step
         self.last_checkpoint = Path(checkpoint)
-        self.metrics_log.truncate(progress["metrics_lines"])  # drop what the interrupted run logged after it
-        self.started -= progress.get("training_seconds", 0.0)  # checkpoints of older versions: this run's time only
-        if process_tensors and RUNNING_SUMS in process_tensors:
-            self._sums.copy_(process_tensors[RUNNING_SUMS])
-            self._window_items, self._window_seconds = progress["window_items"], progress["window_seconds"]
-        return progress["epoch"], progress["batches_in_epoch"]
+        self.metrics_log.truncate(state.metrics_lines)  # drop what the interrupted run logged after it
+        self.started -= state.training_seconds
+        if state.running_sums is not None:
+            self._sums.copy_(state.running_sums)
+            self._window_items, self._window_seconds = state.window_items, state.window_seconds
 
     @contextmanager
     def watching(self):
@@ -322,11 +335,7 @@ class TrainingLoop:
             return
         self._check_finite()
         with self._window_clock_stopped():
-            # The window's items and seconds are the main process's (the one that logs); its sums are per process.
-            progress = {"step": self.step, "epoch": epoch, "batches_in_epoch": batches_done,
-                        "metrics_lines": self.metrics_log.line_count(), "window_items": self._window_items,
-                        "window_seconds": self._window_seconds, "training_seconds": time.perf_counter() - self.started}
-            self.last_checkpoint = self.save_checkpoint(progress) or self.last_checkpoint
+            self.last_checkpoint = self.save_checkpoint(self.snapshot(epoch, batches_done)) or self.last_checkpoint
         self._saved_step = self.step
 
     def _mark_nonfinite(self, kind: int, value: torch.Tensor) -> None:
@@ -355,13 +364,12 @@ class TrainingLoop:
     def _average_gradients(self, step_terms: torch.Tensor) -> None:
         """Turn the summed-loss gradients of this step into the gradient of the mean over all its loss terms.
 
-        accelerate divided each backward by the accumulation steps and DDP averaged over the processes;
-        both factors are undone and the global count of terms divided instead.
+        DDP averaged over the processes: that factor is undone and the global count of terms divided instead.
         """
         accelerator = self.accelerator
         total_terms = accelerator.reduce(step_terms.clone(), reduction="sum") if accelerator.num_processes > 1 \
             else step_terms
-        scale = self.config.gradient_accumulation_steps * accelerator.num_processes / total_terms.clamp(min=1)
+        scale = accelerator.num_processes / total_terms.clamp(min=1)
         gradients = [p.grad for p in self.model.parameters() if p.grad is not None]
         if gradients:
             torch._foreach_mul_(gradients, scale.to(gradients[0].dtype))
@@ -369,3 +377,10 @@ class TrainingLoop:
     def log_evaluation(self, metrics: dict[str, Any], epoch: int) -> None:
         """Write an evaluation record for the current step."""
         self.metrics_log.write({"phase": "eval", "step": self.step, "epoch": epoch, **metrics})
+
+
+def _optimizer_steps(loader, accumulation: int):
+    """The loader's micro-batches grouped by optimizer step: `accumulation` at a time, fewer in an epoch's last."""
+    batches = iter(loader)
+    while micro_batches := list(itertools.islice(batches, accumulation)):
+        yield micro_batches

@@ -1,0 +1,228 @@
+"""The run driver: the life cycle every training stage shares, written once.
+
+A stage (pretrain, finetune) supplies what is its own, in the shape of torchtune's recipes: `setup()` builds
+the model, optimizer, data and loss; hooks position the data and change what trains per epoch or per step
+(gradual unfreezing); `evaluate()` scores; `finish()` saves the result. The driver owns the rest, in order:
+the run folder (checked, then created or locked once every input is read), the barriers between processes,
+the metrics log and trackers, `--resume` (sweep the leftovers of a killed save, restore the TrainingState),
+Ctrl-C and out-of-memory handling, the evaluation cadence, keep-best and early stopping, periodic checkpoints,
+and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+from finetune.console import console
+from finetune.reporting.finish import finish_run
+from finetune.reporting.trackers import start_trackers
+from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
+                               claim_run_dir, prepare_run_dir)
+from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_training_checkpoint,
+                                           step_checkpoint_dir, sweep_incomplete_checkpoints)
+from finetune.training.loop import LossFunction, StepHook, TrainingLoop, total_optimizer_steps
+from finetune.training.schedules import make_momentum_schedule, make_schedule
+from finetune.training.state import BestSoFar, TrainingState
+
+
+@dataclass
+class TrainingSetup:
+    """What a stage's `setup` hands the driver: the prepared model, optimizer and training batches, and how to
+    take a batch's loss."""
+
+    model: torch.nn.Module  # prepared by accelerate; `compute_loss` runs it
+    optimizer: torch.optim.Optimizer  # prepared by accelerate
+    train_loader: Any  # micro-batches, `gradient_accumulation_steps` of them per optimizer step
+    compute_loss: LossFunction
+    throughput_unit: str  # tokens or examples, for the logged throughput
+    tokenizer: Any  # saved with every checkpoint
+    saved_model: Callable[[], torch.nn.Module]  # the Hugging Face model a checkpoint holds
+    before_step: Optional[StepHook] = None  # a change between optimizer steps (step-wise unfreezing)
+
+
+@dataclass
+class RunContext:
+    """What the driver has made by the time the stage starts training: where, the log, and the step budget."""
+
+    accelerator: Accelerator
+    run_dir: Path
+    log: MetricsLog
+    total_steps: int
+    resumed: bool
+
+
+class TrainingStage(ABC):
+    """A training stage, as the driver runs it (see the module docstring)."""
+
+    result_file: Optional[str] = None  # a run folder holding it is finished: --resume then has nothing to do
+
+    def __init__(self, recipe):
+        self.recipe = recipe
+
+    def check(self) -> None:
+        """Refuse what cannot work before anything is built (after the run folder's checks)."""
+
+    @abstractmethod
+    def create_accelerator(self) -> Accelerator:
+        """The stage's accelerator (`training.loop.make_accelerator` with what the stage needs of it)."""
+
+    @abstractmethod
+    def setup(self, accelerator: Accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+        """Read every input and build the model, optimizer and data; nothing is written yet."""
+
+    def start(self, context: RunContext) -> None:
+        """The run folder exists and the loop is built: log what comes before training (not when resumed)."""
+
+    def best_so_far(self) -> Optional[BestSoFar]:
+        """The record that keep-best and early stopping follow, or None when the stage keeps no best."""
+        return None
+
+    def attachments(self, run_dir: Path) -> dict[str, Path]:
+        """Folders that travel with every periodic checkpoint (e.g. the best evaluation's weights)."""
+        return {}
+
+    def carried_tensors(self) -> dict[str, torch.Tensor]:
+        """This process's tensors the model carries from batch to batch (see TrainingState.carried)."""
+        return {}
+
+    def restore_carried(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Put back what `carried_tensors` saved."""
+
+    @abstractmethod
+    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
+        """Position the data at `batches_done` batches into `epoch`; change what trains for the epoch."""
+
+    @abstractmethod
+    def evaluate(self) -> tuple[dict[str, float], dict[str, Any]]:
+        """(scores that the best-so-far record compares, further fields for metrics.jsonl only)."""
+
+    def on_new_best(self) -> None:
+        """An evaluation beat every earlier one (with keep_best: save its weights)."""
+
+    def end_of_epoch(self, epoch: int, step: int, record: dict[str, Any]) -> None:
+        """Report the epoch (its evaluation `record` included)."""
+
+    @abstractmethod
+    def finish(self, context: RunContext, step: int) -> Path:
+        """Save the result after training (every process calls it); returns the checkpoint folder."""
+
+    def finished_result(self, run_dir: Path) -> Path:
+        """What a finished run returns when --resume finds nothing to do."""
+        return run_dir
+
+
+def processes_ready(accelerator: Accelerator) -> Accelerator:
+    """Call once every process has checked the run folder: from here on one copy of every message is printed (the
+    main process's), and no process goes on to create the folder before all have checked it (a later run in the
+    same process, e.g. the next command or seed, meets no rendezvous that would order them otherwise)."""
+    console.quiet = not accelerator.is_main_process
+    accelerator.wait_for_everyone()
+    return accelerator
+
+
+def run_training(stage: TrainingStage, resume: bool = False) -> Path:
+    """Run a stage from the start, or (`resume`) from its run folder's newest periodic checkpoint."""
+    return RunDriver(stage).run(resume)
+
+
+class RunDriver:
+    """One run of one stage (see the module docstring)."""
+
+    def __init__(self, stage: TrainingStage):
+        self.stage, self.recipe = stage, stage.recipe
+        self.best: Optional[BestSoFar] = None
+        self.last_evaluated_step: Optional[int] = None
+        self.last_record: dict[str, Any] = {}
+
+    def run(self, resume: bool) -> Path:
+        stage, recipe = self.stage, self.recipe
+        # Everything that can fail on user input is read before the run folder is created (or, resuming, locked).
+        if resume and stage.result_file and (check_same_recipe(recipe) / stage.result_file).is_file():
+            console.print(f"{recipe.run_dir} finished before: nothing to resume")
+            return stage.finished_result(Path(recipe.run_dir))
+        resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
+        if not resume:
+            check_run_dir_free(recipe, latest_training_checkpoint)
+        stage.check()
+        self.accelerator = accelerator = processes_ready(stage.create_accelerator())
+        set_seed(recipe.seed)
+        self.setup = setup = stage.setup(accelerator, resume_from)
+        main = accelerator.is_main_process
+        run_dir = claim_run_dir(recipe, main) if resume_from else prepare_run_dir(recipe, main)
+        log = MetricsLog(run_dir / METRICS_FILE, main, start_trackers(accelerator, recipe, run_dir))
+        total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training)
+        self.context = RunContext(accelerator, run_dir, log, total_steps, resumed=resume_from is not None)
+        self.best = stage.best_so_far()
+        self.loop = TrainingLoop(accelerator, setup.model, setup.optimizer, make_schedule(recipe.schedule, total_steps),
+                                 total_steps, recipe.training, log, setup.throughput_unit, recipe.checkpoint_every,
+                                 self._save_state, momentum=make_momentum_schedule(recipe.schedule, total_steps),
+                                 stop_early=self._patience_exhausted)
+        stage.start(self.context)
+        state = self._restore(resume_from) if resume_from is not None else TrainingState()
+        with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
+            self._train(state.epoch, state.batches_in_epoch)
+        checkpoint = stage.finish(self.context, self.loop.step)
+        finish_run(accelerator, run_dir, self.loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
+        return checkpoint
+
+    def _train(self, epoch: int, batches_done: int) -> None:
+        """Epochs until the step budget is spent (training.max_steps may ask for more than training.epochs) or
+        patience runs out, each ending with an evaluation. A run resumed from a checkpoint at an epoch's last step
+        (batches_done > 0) still owes that epoch's evaluation, unless the checkpoint came after it."""
+        loop, setup = self.loop, self.setup
+        while not loop.finished or batches_done:
+            self.stage.before_epoch(epoch, loop.step, batches_done)
+            if not loop.finished:
+                loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, self._evaluate, self.recipe.eval_every,
+                                 batches_done, before_step=setup.before_step)
+            if loop.step != self.last_evaluated_step:  # the epoch did not end on a periodic evaluation
+                loop.log_evaluation(self._evaluate(), epoch)
+            self.stage.end_of_epoch(epoch, loop.step, self.last_record)
+            epoch, batches_done = epoch + 1, 0
+
+    def _evaluate(self) -> dict[str, Any]:
+        """Score the model; the best-so-far record follows, and a new best is the stage's to keep."""
+        scores, extra = self.stage.evaluate()
+        step = self.loop.step
+        self.last_evaluated_step = step
+        record = {**scores, **extra}
+        if self.best is not None:
+            if self.best.update(scores, step):
+                self.stage.on_new_best()
+            record["best_so_far"] = self.best.step == step
+        self.last_record = record
+        return record
+
+    def _patience_exhausted(self) -> bool:
+        return self.best is not None and self.best.patience_exhausted
+
+    def _save_state(self, state: TrainingState) -> Path:
+        """A periodic checkpoint: the loop's state (`state`) with the driver's and the stage's added."""
+        state.last_evaluated_step = self.last_evaluated_step
+        state.best = self.best.record() if self.best is not None else None
+        state.carried = self.stage.carried_tensors()
+        run_dir = self.context.run_dir
+        return save_training_checkpoint(self.accelerator, self.setup.saved_model(), self.setup.tokenizer,
+                                        step_checkpoint_dir(run_dir, state.step), self.recipe, state,
+                                        self.recipe.keep_checkpoints, self.stage.attachments(run_dir))
+
+    def _restore(self, checkpoint: Path) -> TrainingState:
+        """Continue from `checkpoint`: what a killed save left is swept, then every part of the state restored."""
+        run_dir = self.context.run_dir
+        if self.accelerator.is_main_process:
+            sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
+        state = load_training_state(self.accelerator, checkpoint, self.stage.attachments(run_dir))
+        self.stage.restore_carried(state.carried)
+        self.loop.restore(state, checkpoint)
+        self.last_evaluated_step = state.last_evaluated_step
+        if self.best is not None and state.best is not None:
+            self.best.continue_from(state.best)
+        console.print(f"resuming from {checkpoint} (step {self.loop.step}, epoch {state.epoch + 1})")
+        return state
