@@ -62,7 +62,7 @@ def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], ru
                             f"one's stage is '{recipe.stage}'")
         quiet_library_chatter()
         runner(recipe)
-    except UserError as error:
+    except UserError as error:  # an InputError from data or model loading that no stage named a key for, too
         _fail(str(error))
     except RunFailed as error:
         _fail(str(error), code=1)

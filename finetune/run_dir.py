@@ -165,7 +165,7 @@ def _remove_if_empty(path: Path) -> None:
 def guarded_stage(stage_function: Callable) -> Callable:
     """Decorate a stage's entry point: the run directories it locks are unlocked when it returns or fails, and
     those it created are emptied of its files again when it fails on a user mistake (nothing half-made is left
-    looking like a run)."""
+    looking like a run). An InputError is a UserError: bad data found below the stage cleans up the same."""
 
     @functools.wraps(stage_function)
     def run(*arguments, **keywords):

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
-from finetune.errors import UserError
+from finetune.errors import InputError
 
 
 class NextTokenBlocks(Dataset):
@@ -54,8 +54,8 @@ class BPTTBatches(Dataset):
         stream_length = documents.token_count + len(documents)  # every document is followed by a separator
         self.row_length = stream_length // (batch_size * num_processes)
         if self.row_length < bptt + 1:
-            raise UserError(f"{name} has {stream_length} tokens, too few for {batch_size * num_processes} rows of "
-                            f"at least {bptt + 1} tokens (training.batch_size, corpus.block_size)")
+            raise InputError(f"{name} has {stream_length} tokens, too few for {batch_size * num_processes} rows of "
+                             f"at least {bptt + 1} tokens (training.batch_size, corpus.block_size)")
         self.epoch = 0
         self._stream: DocumentStream | None = None
 

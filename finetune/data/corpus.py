@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 from finetune.data.masking import MaskingRule
 from finetune.data.token_arrays import (DocumentStream, PackedBlocks, TokenizedDocuments,  # noqa: F401  (re-exported)
                                         document_stream, pack_blocks)
-from finetune.errors import UserError
+from finetune.errors import DataFileError, InputError
 
 # Characters that show nothing: controls, format characters (zero-width space U+200B, joiners, the byte-order
 # mark U+FEFF), spaces and separators. BERT's normaliser deletes most of them, so a line of only these is empty.
@@ -71,7 +71,7 @@ DOCUMENT_KINDS = ("line", "paragraph", "file")  # the values of corpus.document
 def text_documents(text: str, document: str = "line") -> list[str]:
     """The documents of a text held in memory (a prompt), read as text files of that `document` kind are read."""
     if document not in DOCUMENT_KINDS:
-        raise UserError(f"--document: expected one of {', '.join(DOCUMENT_KINDS)} (got {document!r})")
+        raise InputError(f"expected one of {', '.join(DOCUMENT_KINDS)} (got {document!r})", value=document)
     if document == "line":
         return [line for line in map(document_text, text.splitlines()) if line]
     if document == "file":
@@ -112,7 +112,7 @@ def _decoded(raw: bytes, path: Path, line_number: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise UserError(f"{path} line {line_number}: not valid UTF-8") from None
+        raise DataFileError("not valid UTF-8", source=path, line=line_number) from None
 
 
 def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: Optional[int]):
@@ -197,10 +197,10 @@ def file_documents(paths: list[Path], document: str = "line") -> Iterator[str]:
         yield "".join(parts)
 
 
-def no_text(paths: list[Path]) -> UserError:
+def no_text(paths: list[Path]) -> DataFileError:
     """The error for files without a single document."""
-    return UserError(f"{', '.join(map(str, paths))}: no text (every line is empty, or holds only invisible "
-                     "characters such as U+200B)")
+    return DataFileError("no text (every line is empty, or holds only invisible characters such as U+200B)",
+                         source=", ".join(map(str, paths)))
 
 
 def read_documents(paths: list[Path], document: str = "line") -> list[str]:
@@ -225,7 +225,8 @@ def load_dataset_split(name: str, config: str | None, split: str, data_files=Non
     except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         verb = "stream" if streaming else "load"
-        raise UserError(f"{dataset_label(name, config, data_files)}: cannot {verb} split {split!r}: {reason}") from None
+        raise DataFileError(f"cannot {verb} split {split!r}: {reason}", source=dataset_label(name, config, data_files),
+                            value=split) from None
 
 
 def read_dataset_documents(name: str, config: str | None = None, split: str = "train", text_column: str = "text",
@@ -234,12 +235,12 @@ def read_dataset_documents(name: str, config: str | None = None, split: str = "t
     label = dataset_label(name, config, data_files)
     dataset = load_dataset_split(name, config, split, data_files)
     if text_column not in dataset.column_names:
-        raise UserError(f"{label}: no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
-                        "set corpus.text_column)")
+        raise DataFileError(f"no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
+                            "set corpus.text_column)", source=label, value=text_column)
     texts = (text for text in dataset[text_column] if isinstance(text, str))
     documents = [document for document in map(document_text, texts) if document]
     if not documents:
-        raise UserError(f"{label}: no text in column {text_column!r} of split {split!r}")
+        raise DataFileError(f"no text in column {text_column!r} of split {split!r}", source=label, value=text_column)
     return documents
 
 
@@ -250,7 +251,7 @@ def split_indices(count: int, fraction: float, seed: int) -> tuple[np.ndarray, n
     documents are strings in memory or rows of the token cache.
     """
     if count < 2:
-        raise UserError("the corpus has a single document: give corpus.validation_files to validate on")
+        raise InputError("the corpus has a single document: give corpus.validation_files to validate on", value=count)
     order = np.random.default_rng(seed).permutation(count)
     held_out = max(1, int(count * fraction))
     validation = np.sort(order[:held_out])

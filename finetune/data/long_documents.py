@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from finetune.errors import UserError
+from finetune.errors import InputError
 
 DEFAULT_TRANSFORMER_MAX_LENGTH = 128  # task.max_length when a recipe leaves it out, for every transformer family
 # Model types whose classifier reads any length (the AWD-LSTM: BPT3C chunks), so task.max_length left out means the
@@ -89,8 +89,8 @@ def head_tail_positions(sequence_ids: Sequence[Optional[int]], max_length: int, 
     if len(texts) <= room:
         return list(range(len(sequence_ids)))
     if head >= room:
-        raise UserError(f"task.long_documents.head {head} leaves no tokens for the tail: max_length {max_length} "
-                        f"holds {room} text tokens of this task's examples (set head below {room})")
+        raise InputError(f"task.long_documents.head {head} leaves no tokens for the tail: max_length {max_length} "
+                         f"holds {room} text tokens of this task's examples (set head below {room})", value=head)
     kept = set(texts[:head]) | set(texts[len(texts) - (room - head):])
     return [position for position, segment in enumerate(sequence_ids) if segment is None or position in kept]
 
@@ -103,8 +103,9 @@ def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, ove
     if len(texts) <= room:
         return [list(range(len(sequence_ids)))], 1
     if overlap >= room:
-        raise UserError(f"task.long_documents.overlap {overlap} leaves windows no new tokens: max_length "
-                        f"{max_length} holds {room} text tokens of this task's examples (set overlap below {room})")
+        raise InputError(f"task.long_documents.overlap {overlap} leaves windows no new tokens: max_length "
+                         f"{max_length} holds {room} text tokens of this task's examples (set overlap below {room})",
+                         value=overlap)
     starts = list(range(0, len(texts) - room, room - overlap)) + [len(texts) - room]
     if len(starts) > max_chunks:
         chosen = np.unique(np.linspace(0, len(starts) - 1, max_chunks).round().astype(int))

@@ -26,7 +26,7 @@ from finetune.data.corpus import dataset_label, file_pieces, no_text, read_datas
 from finetune.data.tasks import task_documents
 from finetune.data.token_arrays import TokenizedDocuments
 from finetune.data.token_cache import tokenize_corpus, tokenize_files
-from finetune.errors import UserError
+from finetune.errors import InputError
 from finetune.glue.specs import task_spec
 
 TRAINING_NAME, VALIDATION_NAME = "the training text", "the validation text"
@@ -81,8 +81,8 @@ class PretrainingText:
     def split(self) -> tuple[np.ndarray, np.ndarray]:
         """Indices of the training and the held-out documents among all the training text's documents."""
         if self.document != "line" and self.document_count() < 2:
-            raise UserError(f"corpus.document: {self.document}: {self.source} holds a single document, none to "
-                            "hold out for validation; give corpus.validation_files")
+            raise InputError(f"corpus.document: {self.document}: {self.source} holds a single document, none to "
+                             "hold out for validation; give corpus.validation_files")
         return split_indices(self.document_count(), self.validation_fraction, self.seed)
 
     def validation_source(self) -> str:
@@ -163,8 +163,8 @@ class PretrainingText:
                                               self.needs):
             given = tokens.token_count + len(tokens)  # a separator after every document
             if given < need.tokens:
-                raise UserError(f"{name} ({source}) gives {given:,} tokens, a separator after each document "
-                                f"included, fewer than the {need.tokens:,} needed for {need.purpose}")
+                raise InputError(f"{name} ({source}) gives {given:,} tokens, a separator after each document "
+                                 f"included, fewer than the {need.tokens:,} needed for {need.purpose}")
 
 
 def pretraining_text(corpus, seed: int, needs: Optional[tuple[StreamNeed, StreamNeed]] = None) -> PretrainingText:
@@ -215,5 +215,5 @@ def documents_size(documents: list[str]) -> tuple[int, int]:
 
 def _refuse_short(source: str, size: int, most: int, need: StreamNeed) -> None:
     if most < need.tokens:
-        raise UserError(f"{source}: {size:,} bytes give at most {most:,} tokens (documents and their separators), "
-                        f"fewer than the {need.tokens:,} needed for {need.purpose}")
+        raise InputError(f"{size:,} bytes give at most {most:,} tokens (documents and their separators), "
+                         f"fewer than the {need.tokens:,} needed for {need.purpose}", source=source, value=size)

@@ -19,7 +19,7 @@ import dataclasses
 from typing import Optional
 
 from finetune.data.token_arrays import TokenizedDocuments
-from finetune.errors import UserError
+from finetune.errors import InputError
 
 REVERSE_CONFIG_KEY = "finetune_reverse"  # in a checkpoint's config.json: true for a model that reads backwards
 
@@ -50,9 +50,9 @@ def pretraining_direction(requested: Optional[bool], continued_config, checkpoin
         return bool(requested) or stored
     if requested != stored:
         direction = "backwards" if stored else "forwards"
-        raise UserError(f"corpus.reverse: {str(requested).lower()}, but model.checkpoint {checkpoint} reads text "
-                        f"{direction}; remove corpus.reverse (null follows the checkpoint) or continue a "
-                        f"{'forward' if stored else 'backward'} model")
+        raise InputError(f"corpus.reverse: {str(requested).lower()}, but model.checkpoint {checkpoint} reads text "
+                         f"{direction}; remove corpus.reverse (null follows the checkpoint) or continue a "
+                         f"{'forward' if stored else 'backward'} model")
     return requested
 
 

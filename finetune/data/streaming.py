@@ -30,7 +30,7 @@ from finetune.data.masking import MaskingRule
 from finetune.data.reverse import read_backwards
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
 from finetune.data.token_cache import encode
-from finetune.errors import UserError
+from finetune.errors import DataFileError, InputError
 
 ROWS_PER_READ = 256  # rows fetched from the stream at once
 DOCUMENTS_PER_ENCODING = 256  # documents per batch encoding (the tokenizer's Rust threads share them)
@@ -41,7 +41,8 @@ def stream_documents(dataset, text_column: str, label: str) -> Iterator[str]:
     whatever torch worker runs it: the sharding is ours)."""
     for rows in dataset.iter(batch_size=ROWS_PER_READ):
         if text_column not in rows:
-            raise UserError(f"{label}: no column {text_column!r} (columns: {', '.join(rows)}; set corpus.text_column)")
+            raise DataFileError(f"no column {text_column!r} (columns: {', '.join(rows)}; set corpus.text_column)",
+                                source=label, value=text_column)
         for text in rows[text_column]:
             document = document_text(text) if isinstance(text, str) else ""
             if document:
@@ -63,7 +64,8 @@ class StreamedDocuments:
         documents = cls(load_dataset_split(name, config, split, data_files, streaming=True), text_column,
                         dataset_label(name, config, data_files))
         if next(documents(), None) is None:
-            raise UserError(f"{documents.label}: no text in column {text_column!r} of split {split!r}")
+            raise DataFileError(f"no text in column {text_column!r} of split {split!r}", source=documents.label,
+                                value=text_column)
         return documents
 
     def __call__(self) -> Iterator[str]:
@@ -148,5 +150,5 @@ class StreamedBatches(IterableDataset):
                     yield block if self.start_id is None else np.concatenate([[self.start_id], block])
                 pending = pending[count * body :]
             if not found:  # the last incomplete block of a pass is dropped, as packing drops it
-                raise UserError(f"the stream's training documents (shard {shard + 1} of {shards}) give fewer than "
-                                f"{body} tokens, not one block of {length} (corpus.block_size)")
+                raise InputError(f"the stream's training documents (shard {shard + 1} of {shards}) give fewer than "
+                                 f"{body} tokens, not one block of {length} (corpus.block_size)")

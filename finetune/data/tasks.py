@@ -19,7 +19,7 @@ from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the
 from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, head_tail_positions, window_positions
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
-from finetune.errors import UserError
+from finetune.errors import DataFileError, InputError
 from finetune.glue.specs import STANDARD_FILES, TaskSpec, label_text
 
 
@@ -27,12 +27,12 @@ def task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
     """The file of `split`, or a one-line error naming what exists."""
     splits = STANDARD_FILES if spec.files is None else spec.files
     if split not in splits:
-        raise UserError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(splits)})")
+        raise InputError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(splits)})", value=split)
     if spec.files is None:
         return found_task_file(spec, Path(data_dir), split)
     path = Path(data_dir) / spec.files[split]
     if not path.is_file():
-        raise UserError(f"task '{spec.name}': no {split} file {path}")
+        raise DataFileError(f"task '{spec.name}': no {split} file {path}", value=path)
     return path
 
 
@@ -43,10 +43,11 @@ def found_task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
                    if path.stem == split and path.suffix.lower() in FORMAT_BY_EXTENSION and path.is_file())
     if not found:
         looked_for = ", ".join(f"{split}{extension}" for extension in FORMAT_BY_EXTENSION)
-        raise UserError(f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})")
+        raise DataFileError(f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})",
+                            value=data_dir)
     if len(found) > 1:
-        raise UserError(f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} files: "
-                        f"keep one, or name it in task.files")
+        raise DataFileError(f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} "
+                            "files: keep one, or name it in task.files", value=found)
     return found[0]
 
 
@@ -59,8 +60,8 @@ def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> Tas
     path = task_file(spec, data_dir, split)
     file_format = spec.file_format or FORMAT_BY_EXTENSION.get(path.suffix.lower())
     if file_format is None:
-        raise UserError(f"{path}: unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, "
-                        "or set task.format)")
+        raise DataFileError(f"unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, or set task.format)",
+                            source=path, value=path.suffix)
     return read_examples_file(spec, path, file_format, spec.headerless_columns.get(split))
 
 
@@ -68,8 +69,8 @@ def read_labelled_split(spec: TaskSpec, data_dir: Optional[Path], split: str) ->
     """A split to learn from or to score against: without its label column, one line naming its file."""
     examples = read_task_split(spec, data_dir, split)
     if examples.labels is None:
-        raise UserError(f"task '{spec.name}': {split_source(spec, data_dir, split)} has no '{spec.label_column}' "
-                        f"column to {'learn from' if split == 'train' else 'score against'}")
+        raise DataFileError(f"task '{spec.name}': {split_source(spec, data_dir, split)} has no '{spec.label_column}' "
+                            f"column to {'learn from' if split == 'train' else 'score against'}", value=split)
     return examples
 
 
@@ -87,7 +88,7 @@ def read_examples_file(spec: TaskSpec, path: Path, file_format: str,
                 return examples_from_records(spec, path, json_records(handle, path))
             return examples_from_records(spec, path, delimited_records(handle, path, spec, file_format, headerless))
     except UnicodeDecodeError:
-        raise UserError(f"{path} line {first_undecodable_line(path)}: not valid UTF-8") from None
+        raise DataFileError("not valid UTF-8", source=path, line=first_undecodable_line(path)) from None
 
 
 def first_undecodable_line(path: Path) -> int:
@@ -116,21 +117,22 @@ def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
     rows = _checked_rows(reader, path)
     columns = list(headerless) if headerless else next(rows, [])
     if not columns:
-        raise UserError(f"{path}: no examples (the file is empty)")
+        raise DataFileError("no examples (the file is empty)", source=path)
     counts = Counter(columns)
     repeated = [name for name in counts if counts[name] > 1]
     if repeated and not headerless:  # dict(zip(...)) below would silently keep the last of them
-        raise UserError(f"{path} line {reader.line_num}: column '{repeated[0]}' appears {counts[repeated[0]]} times "
-                        "in the header")
+        raise DataFileError(f"column '{repeated[0]}' appears {counts[repeated[0]]} times in the header", source=path,
+                            line=reader.line_num, value=repeated[0])
     missing = [name for name in spec.text_columns if name not in columns]
     if missing:
-        raise UserError(f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(columns)})")
+        raise DataFileError(f"missing column(s) {', '.join(missing)} (header: {', '.join(columns)})", source=path,
+                            value=missing)
     for row in rows:
         if not row:  # an empty line (e.g. trailing): no example
             continue
         if len(row) != len(columns):
-            raise UserError(f"{path} line {reader.line_num}: expected {len(columns)} "
-                            f"{'tab-' if file_format == 'tsv' else 'comma-'}separated columns, found {len(row)}")
+            raise DataFileError(f"expected {len(columns)} {'tab-' if file_format == 'tsv' else 'comma-'}separated "
+                                f"columns, found {len(row)}", source=path, line=reader.line_num, value=row)
         yield reader.line_num, dict(zip(columns, row))
 
 
@@ -144,7 +146,7 @@ def _checked_rows(reader, path: Path) -> Iterator[list[str]]:
         # e.g. a CSV quote never closed. The limit is process-wide, so it stays as it is.
         reason = f"a field longer than {limit:,} characters, the most a field may hold" \
             if "field larger than field limit" in str(error) else str(error)
-        raise UserError(f"{path} line {reader.line_num}: {reason}") from None
+        raise DataFileError(reason, source=path, line=reader.line_num) from None
 
 
 def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -155,9 +157,10 @@ def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         try:
             record = json.loads(text)
         except json.JSONDecodeError as error:
-            raise UserError(f"{path} line {line}: invalid JSON ({error.msg})") from None
+            raise DataFileError(f"invalid JSON ({error.msg})", source=path, line=line) from None
         if not isinstance(record, dict):
-            raise UserError(f"{path} line {line}: expected a JSON object, found {type(record).__name__}")
+            raise DataFileError(f"expected a JSON object, found {type(record).__name__}", source=path, line=line,
+                                value=record)
         yield line, record
 
 
@@ -168,17 +171,18 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
     for line, record in records:
         missing = [name for name in spec.text_columns if name not in record]
         if missing:
-            raise UserError(f"{path} line {line}: missing key(s) {', '.join(missing)}")
+            raise DataFileError(f"missing key(s) {', '.join(missing)}", source=path, line=line, value=missing)
         texts.append(spec.model_texts(tuple(_text(record[name], name, path, line) for name in spec.text_columns)))
         ids.append(str(record[spec.index_column]) if spec.index_column in record else str(len(ids)))
         if labelled is None:
             labelled = spec.label_column in record
         if labelled:
             if spec.label_column not in record:
-                raise UserError(f"{path} line {line}: missing key {spec.label_column} (earlier lines have it)")
+                raise DataFileError(f"missing key {spec.label_column} (earlier lines have it)", source=path,
+                                    line=line, value=spec.label_column)
             labels.append(_parse_label(spec, record[spec.label_column], path, line))
     if not texts:
-        raise UserError(f"{path}: no examples")
+        raise DataFileError("no examples", source=path)
     if not labelled:
         return TaskExamples(texts, None, ids)
     dtype = np.float32 if spec.is_regression else np.int64
@@ -188,7 +192,7 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
 def _text(value: Any, name: str, path: Path, line: int) -> str:
     """A text field; JSON can hold other types, which are refused rather than turned into strings."""
     if not isinstance(value, str):
-        raise UserError(f"{path} line {line}: {name} is not a string ({value!r})")
+        raise DataFileError(f"{name} is not a string ({value!r})", source=path, line=line, value=value)
     return value
 
 
@@ -198,18 +202,19 @@ def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | i
         try:
             score = float(value)
         except (TypeError, ValueError):
-            raise UserError(f"{path} line {line}: label '{value}' is not a number") from None
+            raise DataFileError(f"label '{value}' is not a number", source=path, line=line, value=value) from None
         # NaN or inf (1e999 reads as inf; float32 labels make inf of anything past 3.4e38) poisons the loss and
         # the dev scores: refused here, where the line is known.
         if not math.isfinite(score) or abs(score) > FLOAT32_MAX:
             beyond = f" as a 32-bit float (past ±{FLOAT32_MAX:.1e})" if math.isfinite(score) else ""
-            raise UserError(f"{path} line {line}: label '{value}' is not a finite number{beyond}")
+            raise DataFileError(f"label '{value}' is not a finite number{beyond}", source=path, line=line,
+                                value=value)
         return score
     # JSON Lines may hold numbers and booleans: 1 stands for the text "1", true for "true" (1.0 for nothing).
     label, labels = label_text(value), spec.file_labels or spec.labels
     if label not in labels:
-        raise UserError(f"{path} line {line}: label '{value}' is not one of {', '.join(labels)}"
-                        + _label_hint(label, labels))
+        raise DataFileError(f"label '{value}' is not one of {', '.join(labels)}" + _label_hint(label, labels),
+                            source=path, line=line, value=value)
     return labels.index(label)
 
 
@@ -277,13 +282,13 @@ class EncodedTask(Dataset):
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
         if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
-            raise UserError(f"task.long_documents: mode {reading.mode} needs task.max_length (without it the model "
-                            "reads every example whole)")
+            raise InputError(f"task.long_documents: mode {reading.mode} needs task.max_length (without it the model "
+                             "reads every example whole)")
         if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
             need = "a model that reads text backwards needs" if reading.mode == "truncate" \
                 else f"task.long_documents mode {reading.mode} needs"
-            raise UserError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} (to tell "
-                            "its texts from its special tokens)")
+            raise InputError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
+                             "(to tell its texts from its special tokens)")
         columns = list(zip(*examples.texts))
         if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
             raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
@@ -394,7 +399,7 @@ class PaddingCollator:
 
     def __init__(self, tokenizer):
         if tokenizer.pad_token_id is None:
-            raise UserError(f"the tokenizer of {tokenizer.name_or_path} has no pad token to pad batches with")
+            raise InputError(f"the tokenizer of {tokenizer.name_or_path} has no pad token to pad batches with")
         input_name = tokenizer.model_input_names[0]
         self.pad_values = {input_name: tokenizer.pad_token_id, "token_type_ids": tokenizer.pad_token_type_id,
                            "attention_mask": 0, "special_tokens_mask": 1,

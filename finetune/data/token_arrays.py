@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from finetune.errors import UserError
+from finetune.errors import InputError
 
 IDS_FILE, OFFSETS_FILE = "ids.npy", "offsets.npy"
 
@@ -206,8 +206,8 @@ class PackedBlocks:
         self.body = block_size if start_id is None else block_size - 1
         self.count = len(stream) // self.body
         if self.count == 0:
-            raise UserError(f"{name} has {len(stream)} tokens, fewer than one block of {block_size} "
-                            "(corpus.block_size)")
+            raise InputError(f"{name} has {len(stream)} tokens, fewer than one block of {block_size} "
+                             "(corpus.block_size)")
 
     def __len__(self) -> int:
         return self.count

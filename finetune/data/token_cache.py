@@ -46,7 +46,7 @@ import numpy as np
 from finetune.console import console, parallel_tokenizing, progress_bar
 from finetune.data.corpus import PIECE_BYTES, Piece, file_pieces, no_text, read_line, read_piece
 from finetune.data.token_arrays import IDS_FILE, OFFSETS_FILE, TokenizedDocuments, offsets_of
-from finetune.errors import UserError
+from finetune.errors import InputError
 
 CACHE_FORMAT = 2  # part of every cache key: bump it when the cached arrays change meaning (1: one .npz file)
 POSITIONS_FILE, META_FILE = "positions.npy", "meta.json"
@@ -418,5 +418,5 @@ def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, first_text: str
         found = "no tokens at all"
     else:
         found = "only " + ", ".join(tokenizer.convert_ids_to_tokens(np.unique(tokenized.ids).tolist()))
-    raise UserError(f"{name} gives no known tokens: its {len(tokenized):,} documents tokenize to {found} "
-                    f"(the tokenizer knows none of their characters; the first is {first_text[:40]!r})")
+    raise InputError(f"{name} gives no known tokens: its {len(tokenized):,} documents tokenize to {found} "
+                     f"(the tokenizer knows none of their characters; the first is {first_text[:40]!r})")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from finetune.data.tasks import read_task_split
-from finetune.errors import UserError
+from finetune.errors import DataFileError, InputError
 from finetune.glue.specs import SUBMISSION_TASKS, TaskSpec
 
 HEADER = "index\tprediction"
@@ -54,8 +54,8 @@ def write_submission(path: Path, predictions: dict[str, tuple[Sequence[str], Seq
     """
     missing = missing_submission_tasks(predictions)
     if missing and not allow_incomplete:
-        raise UserError(f"submission: no predictions for {', '.join(missing)}; set allow_incomplete=true to write "
-                        "an archive without them")
+        raise InputError(f"no predictions for {', '.join(missing)}; set allow_incomplete=true to write an archive "
+                         "without them", value=missing)
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     try:
@@ -130,14 +130,16 @@ def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = N
 
 def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
     """The bytes of one member, at most MAX_MEMBER_BYTES + 1 of them (whatever size its header claims); one that
-    cannot be read (encrypted, corrupt) is a UserError naming it."""
+    cannot be read (encrypted, corrupt) is a DataFileError naming it."""
     if archive.getinfo(name).flag_bits & 0x1:  # bit 0 of the general-purpose flags: encrypted
-        raise UserError(f"{path}: member {name} is encrypted; the leaderboard reads only unencrypted archives")
+        raise DataFileError(f"member {name} is encrypted; the leaderboard reads only unencrypted archives",
+                            source=path, value=name)
     try:
         with archive.open(name) as member:
             return member.read(MAX_MEMBER_BYTES + 1)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:  # bad CRC, bad data, method
-        raise UserError(f"{path}: member {name} is corrupt ({error}); write the archive again") from None
+        raise DataFileError(f"member {name} is corrupt ({error}); write the archive again", source=path,
+                            value=name) from None
 
 
 def check_file(spec: TaskSpec, data: bytes, test_ids: Optional[list[str]]) -> tuple[int, list[str]]:

@@ -10,51 +10,62 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from safetensors import SafetensorError, safe_open
-from transformers import AutoConfig, AutoTokenizer
+from huggingface_hub import try_to_load_from_cache
+from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from finetune.errors import UserError
+from finetune.errors import CheckpointError, recipe_key
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "tokenizer.model")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
+# The recipe key most checkpoints come from. The functions below take the key their caller names (`recipe_key`
+# puts it before the message); this default serves the callers that name none (the model families' builders).
+CHECKPOINT_KEY = "model.checkpoint"
 
 
-def resolve_checkpoint(name: str, key: str = "model.checkpoint", marker_files: tuple[str, ...] = ("config.json",)) -> str:
+def resolve_checkpoint(name: str, key: str = CHECKPOINT_KEY, marker_files: tuple[str, ...] = ("config.json",)) -> str:
     """A local model folder as is; a hub name (`org/model`) for transformers to fetch; anything else an error.
 
     A local folder must hold one of `marker_files` (a model's config.json, or a tokenizer's files).
     """
+    with recipe_key(key):
+        return _resolved(name, marker_files)
+
+
+def _resolved(name: str, marker_files: tuple[str, ...]) -> str:
     path = Path(name)
     if path.is_dir():
         if not any((path / marker).is_file() for marker in marker_files):
             if marker_files == TOKENIZER_FILES:
-                raise UserError(f"{key}: {path} holds no tokenizer (none of {', '.join(marker_files)})")
-            raise UserError(f"{key}: {path} has no {' or '.join(marker_files)} (not a Hugging Face model folder)")
+                raise CheckpointError(f"{path} holds no tokenizer (none of {', '.join(marker_files)})", value=path)
+            raise CheckpointError(f"{path} has no {' or '.join(marker_files)} (not a Hugging Face model folder)",
+                                  value=path)
         if (path / CONFIG_FILE).is_file():  # tokenizers read it too
-            check_config_file(path / CONFIG_FILE, key)
+            check_config_file(path / CONFIG_FILE)
         return str(path)
     if path.exists() or not HUB_NAME.match(name):
-        raise UserError(f"{key}: no such model folder: {name}")
+        raise CheckpointError(f"no such model folder: {name}", value=name)
     return name
 
 
-def check_config_file(path: Path, key: str) -> None:
+def check_config_file(path: Path) -> None:
     """A checkpoint's config.json must be one JSON object: transformers meets anything else with a traceback."""
     try:
         text = path.read_text(encoding="utf-8")
         config = json.loads(text)
     except UnicodeDecodeError:
-        raise UserError(f"{key}: {path}: not UTF-8 text") from None
+        raise CheckpointError("not UTF-8 text", source=path) from None
     except json.JSONDecodeError as error:
-        raise UserError(f"{key}: {path} line {error.lineno}: not valid JSON ({error.msg})") from None
+        raise CheckpointError(f"not valid JSON ({error.msg})", source=path, line=error.lineno) from None
     if not isinstance(config, dict):
         line = text[: len(text) - len(text.lstrip())].count("\n") + 1  # where the top-level value starts
-        raise UserError(f"{key}: {path} line {line}: expected a JSON object, found {type(config).__name__}")
+        raise CheckpointError(f"expected a JSON object, found {type(config).__name__}", source=path, line=line,
+                              value=config)
 
 
-def check_weight_files(folder: Path, key: str) -> None:
+def check_weight_files(folder: Path) -> None:
     """Every weight file of a local checkpoint must be a whole safetensors file (a cut copy fails deep in torch)."""
     for path in sorted(folder.glob(WEIGHT_FILES)):
         try:
@@ -62,8 +73,8 @@ def check_weight_files(folder: Path, key: str) -> None:
                 pass
         except SafetensorError as error:
             reason = str(error).removeprefix("Error while deserializing header: ")
-            raise UserError(f"{key}: {path}: not a complete safetensors file ({reason}); copy or save it "
-                            "again") from None
+            raise CheckpointError(f"not a complete safetensors file ({reason}); copy or save it again",
+                                  source=path) from None
 
 
 def load_model(model_class, name: str, key: str, trust_remote_code: bool = False,
@@ -74,21 +85,22 @@ def load_model(model_class, name: str, key: str, trust_remote_code: bool = False
     `label_counts`: (stored, new) outputs of a warm-started classifier: tensors whose shapes differ only there
     are its output layer, renewed for the new labels.
     """
-    if Path(name).is_dir():
-        check_weight_files(Path(name), key)
-    with _held_load_report() as report:
-        model, loading = load_pretrained(model_class.from_pretrained, name, key, trust_remote_code,
-                                         ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
-        position = {tensor: index for index, tensor in enumerate(model.state_dict())}
-        mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
-                            for tensor, stored, expected in loading["mismatched_keys"]
-                            if not _new_output_size(stored, expected, label_counts))
-        if mismatched:
-            report.discard()  # the line below says what the report's table would
-            _, tensor, stored, expected = mismatched[0]
-            more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
-            raise UserError(f"{key}: the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
-                            f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}")
+    with recipe_key(key):
+        if Path(name).is_dir():
+            check_weight_files(Path(name))
+        with _held_load_report() as report:
+            model, loading = load_pretrained(model_class.from_pretrained, name, key, trust_remote_code,
+                                             ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+            position = {tensor: index for index, tensor in enumerate(model.state_dict())}
+            mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
+                                for tensor, stored, expected in loading["mismatched_keys"]
+                                if not _new_output_size(stored, expected, label_counts))
+            if mismatched:
+                report.discard()  # the line below says what the report's table would
+                _, tensor, stored, expected = mismatched[0]
+                more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
+                raise CheckpointError(f"the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
+                                      f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}", value=tensor)
     return model
 
 
@@ -129,40 +141,85 @@ def _held_load_report(logger_name: str = "transformers.modeling_utils") -> Itera
 
 
 def load_pretrained(loader, name: str, key: str, trust_remote_code: bool = False, **kwargs):
-    """Call a transformers `from_pretrained`, turning a failed download or bad folder into one line.
+    """Call a transformers `from_pretrained`, turning a failed download or bad folder into one line naming `key`.
 
     Every load in the package goes through here. Python code shipped with a checkpoint (its config's
     `auto_map`) runs only when a recipe sets `trust_remote_code` itself; passing False explicitly also keeps
     transformers from asking on the terminal. What transformers' configuration code logs about a load that is then
     refused (e.g. "You are using a model of type ... to instantiate ...") is dropped: the one line says it all.
     """
-    with _held_load_report("transformers.configuration_utils") as notes:
+    with recipe_key(key), _held_load_report("transformers.configuration_utils") as notes:
         try:
-            return _load_pretrained(loader, name, key, trust_remote_code, **kwargs)
-        except UserError:
+            return _load_pretrained(loader, name, trust_remote_code, **kwargs)
+        except CheckpointError:
             notes.discard()
             raise
 
 
-def _load_pretrained(loader, name: str, key: str, trust_remote_code: bool, **kwargs):
-    """`load_pretrained` without the held notes."""
+def _load_pretrained(loader, name: str, trust_remote_code: bool, **kwargs):
+    """`load_pretrained` without the held notes or the key.
+
+    transformers raises a ValueError for many reasons, told apart only by its wording (which changes between
+    versions); the checkpoint's own files say which reason it was, so they are read instead.
+    """
     try:
         return loader(name, trust_remote_code=trust_remote_code, **kwargs)
-    except OSError as error:
-        raise UserError(f"{key}: cannot load '{name}': {_first_line(error)}") from None
+    except OSError as error:  # no such hub name, no network, a file missing
+        raise CheckpointError(f"cannot load '{name}': {_first_line(error)}", value=name) from None
     except ValueError as error:
-        if "trust_remote_code" in str(error):
-            raise UserError(f"{key}: '{name}' ships Python code of its own, which runs only with "
-                            "trust_remote_code: true in the recipe (set it only for code you have read)") from None
-        if "does not recognize this architecture" in str(error) or "Unrecognized model in" in str(error):
-            raise UserError(f"{key}: '{name}' is no model family transformers knows (config.json: model_type "
-                            "missing or unknown)") from None
-        if "Couldn't instantiate the backend tokenizer" in str(error):
-            raise UserError(f"{key}: '{name}' has no tokenizer transformers can read (tokenizer.json, or the "
-                            "vocabulary files of its model family)") from None
-        if "Unrecognized configuration class" in str(error):
+        config = _stored_json(name, CONFIG_FILE)
+        if not trust_remote_code and _ships_code(name, config):
+            raise CheckpointError(f"'{name}' ships Python code of its own, which runs only with trust_remote_code: "
+                                  "true in the recipe (set it only for code you have read)", value=name) from None
+        if config is not None and config.get("model_type") not in CONFIG_MAPPING:
+            raise CheckpointError(f"'{name}' is no model family transformers knows (config.json: model_type "
+                                  "missing or unknown)", value=config.get("model_type")) from None
+        if _loads_a_tokenizer(loader) and _stored_file(name, "tokenizer.json") is None:
+            raise CheckpointError(f"'{name}' has no tokenizer transformers can read (tokenizer.json, or the "
+                                  "vocabulary files of its model family)", value=name) from None
+        model_type = getattr(kwargs.get("config"), "model_type", None) or (config or {}).get("model_type")
+        if _auto_class_lacks_family(loader, model_type):
             raise  # a known family without this kind of head: the caller says which (heads.load_classifier)
-        raise UserError(f"{key}: cannot load '{name}': {_first_line(error)}") from None  # e.g. no tokenizer files
+        raise CheckpointError(f"cannot load '{name}': {_first_line(error)}", value=name) from None
+
+
+def _stored_file(name: str, file_name: str) -> Optional[Path]:
+    """A file of a checkpoint as stored on this machine: in its folder, or in the hub cache (where the failed
+    load put it); None if there is none."""
+    if Path(name).is_dir():
+        path = Path(name) / file_name
+        return path if path.is_file() else None
+    cached = try_to_load_from_cache(name, file_name)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def _stored_json(name: str, file_name: str) -> Optional[dict]:
+    """A checkpoint's JSON file as a dict; None when it is not stored here or is no JSON object."""
+    path = _stored_file(name, file_name)
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8")) if path is not None else None
+    except (OSError, ValueError):
+        return None
+    return stored if isinstance(stored, dict) else None
+
+
+def _ships_code(name: str, config: Optional[dict]) -> bool:
+    """Whether the checkpoint points transformers at Python code of its own (an `auto_map`)."""
+    tokenizer_config = _stored_json(name, "tokenizer_config.json")
+    return any(stored is not None and "auto_map" in stored for stored in (config, tokenizer_config))
+
+
+def _loads_a_tokenizer(loader) -> bool:
+    """Whether `loader` is a tokenizer class's `from_pretrained` (AutoTokenizer's or a family's)."""
+    owner = getattr(loader, "__self__", None)
+    return isinstance(owner, type) and issubclass(owner, (AutoTokenizer, PreTrainedTokenizerBase))
+
+
+def _auto_class_lacks_family(loader, model_type: Optional[str]) -> bool:
+    """Whether `loader` is an Auto class's `from_pretrained` with no class for `model_type` (an n-gram model
+    asked for a sequence-classification head)."""
+    mapping = getattr(getattr(loader, "__self__", None), "_model_mapping", None)
+    return mapping is not None and model_type in CONFIG_MAPPING and CONFIG_MAPPING[model_type] not in mapping
 
 
 def _first_line(error: Exception) -> str:
@@ -170,7 +227,7 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def load_tokenizer(name: str, key: str = "model.checkpoint", trust_remote_code: bool = False):
+def load_tokenizer(name: str, key: str = CHECKPOINT_KEY, trust_remote_code: bool = False):
     """The tokenizer saved with a checkpoint, or in a folder of its own."""
     # A folder without any of these would give an empty tokenizer (transformers builds one from config.json alone).
     source = resolve_checkpoint(name, key, marker_files=TOKENIZER_FILES)
@@ -185,10 +242,11 @@ def load_for_continued_pretraining(model_class, model_type: str, name: str, drop
     checkpoint's own in every one of its `dropout_fields` (config attribute names).
     """
     source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+    config = load_pretrained(AutoConfig.from_pretrained, source, CHECKPOINT_KEY)
     if config.model_type != model_type:
-        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; {refusal}")
+        with recipe_key(CHECKPOINT_KEY):
+            raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
     if dropout is not None:
         for field in dropout_fields:
             setattr(config, field, dropout)
-    return load_model(model_class, source, "model.checkpoint", config=config, attn_implementation="sdpa")
+    return load_model(model_class, source, CHECKPOINT_KEY, config=config, attn_implementation="sdpa")

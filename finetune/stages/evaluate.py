@@ -21,7 +21,7 @@ from accelerate import Accelerator
 
 from finetune.console import console
 from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
@@ -305,7 +305,8 @@ def summarise_runs(spec: TaskSpec, runs: list[dict], examples: int) -> dict:
 def build_submission(path: Path, tasks: list[GlueTask], predictions: dict, submitted: dict[str, str],
                      allow_incomplete: bool) -> dict:
     """Write the archive and check it against the test files it was predicted from."""
-    missing = write_submission(path, predictions, allow_incomplete)
+    with recipe_key("submission"):
+        missing = write_submission(path, predictions, allow_incomplete)
     test_ids = {spec_name: examples.ids for task in tasks for spec_name, examples in task.test.items()}
     check = validate_submission(path, test_ids)
     if check.problems:  # e.g. a test file whose index repeats

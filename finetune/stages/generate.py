@@ -31,7 +31,7 @@ from transformers import TextStreamer
 from finetune.data.corpus import text_documents
 from finetune.data.reverse import reads_backwards
 from finetune.data.token_cache import encode
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.stages.language_model_validation import learned_positions, load_causal_language_model
 from finetune.training.checkpoints import trained_document_kind
 
@@ -74,7 +74,8 @@ def prompt_ids(tokenizer, prompt: str, document: str = "line") -> list[int]:
     paragraph, or the whole prompt, as corpus.document read it), <|endoftext|> between."""
     separator = tokenizer.eos_token_id
     ids = [separator]
-    documents = text_documents(prompt, document)
+    with recipe_key("--document"):
+        documents = text_documents(prompt, document)
     for index, document_ids in enumerate(encode(tokenizer, documents) if documents else []):
         ids += document_ids + ([separator] if index < len(documents) - 1 else [])
     return ids
