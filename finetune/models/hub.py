@@ -177,6 +177,13 @@ def load_tokenizer(name: str, key: str = "model.checkpoint", trust_remote_code: 
     return load_pretrained(AutoTokenizer.from_pretrained, source, key, trust_remote_code)
 
 
+def refuse_other_model_type(config, model_type: str, name: str, refusal: str, key: str = "model.checkpoint") -> None:
+    """A checkpoint to continue must be of `model_type`; another is refused in one line naming its type and
+    `refusal` (what continues what)."""
+    if config.model_type != model_type:
+        raise UserError(f"{key}: {name} is a '{config.model_type}' model; {refusal}")
+
+
 def load_for_continued_pretraining(model_class, model_type: str, name: str, dropout: float | None,
                                    dropout_fields: tuple[str, ...], refusal: str):
     """A pretrained checkpoint of `model_type` as `model_class`, to continue pretraining it (`model.checkpoint`).
@@ -186,8 +193,7 @@ def load_for_continued_pretraining(model_class, model_type: str, name: str, drop
     """
     source = resolve_checkpoint(name)
     config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
-    if config.model_type != model_type:
-        raise UserError(f"model.checkpoint: {name} is a '{config.model_type}' model; {refusal}")
+    refuse_other_model_type(config, model_type, name, refusal)
     if dropout is not None:
         for field in dropout_fields:
             setattr(config, field, dropout)
