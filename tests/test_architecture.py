@@ -147,3 +147,46 @@ def test_the_training_state_is_written_and_read_in_one_place():
     tensor_files = {module_name(path) for path in PACKAGE.rglob("*.py")
                     if "process_tensors_" in path.read_text(encoding="utf-8")}
     assert tensor_files == {"finetune.training.state"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Model families: asked of their objects in models/families.py, not compared as strings
+# ---------------------------------------------------------------------------------------------
+
+FAMILY_NAMES = {"bert", "gpt2", "causal_transformer", "awd_lstm", "ngram"}
+# Files that still compare family names, with how many comparisons: each a debt, never a place to add one.
+FAMILY_COMPARISONS_ALLOWED: dict[str, int] = {}  # none: a file that must compare one says why here
+
+
+def family_comparisons(source: str) -> list[int]:
+    """Lines of `source` with a comparison (==, !=, in, not in, ...) against a family name or a literal tuple, list
+    or set holding one (the count tools/code_shape.py reports)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        constants = [operand for operand in operands if isinstance(operand, ast.Constant)]
+        constants += [element for operand in operands if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+                      for element in operand.elts if isinstance(element, ast.Constant)]
+        if any(constant.value in FAMILY_NAMES for constant in constants):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_family_names_are_compared_only_in_the_family_registry():
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).as_posix()
+        if relative == "finetune/models/families.py":
+            continue
+        lines = family_comparisons(path.read_text(encoding="utf-8"))
+        if len(lines) > FAMILY_COMPARISONS_ALLOWED.get(relative, 0):
+            found[relative] = lines
+    assert found == {}, ("compare no family name outside finetune/models/families.py: ask the family object "
+                         f"(family_of(recipe.model), family_of_model_type(config.model_type)) instead: {found}")
+
+
+def test_a_family_comparison_is_counted():
+    source = 'if family == "bert": pass\nif x.model_type not in ("gpt2", "awd_lstm"): pass\nif y == "roberta": pass\n'
+    assert family_comparisons(source) == [1, 2]

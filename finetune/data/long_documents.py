@@ -24,10 +24,9 @@ import torch
 
 from finetune.errors import InputError
 
-DEFAULT_TRANSFORMER_MAX_LENGTH = 128  # task.max_length when a recipe leaves it out, for every transformer family
-# Model types whose classifier reads any length (the AWD-LSTM: BPT3C chunks), so task.max_length left out means the
-# whole document; they are also the ones fine-tuned with ULMFiT's techniques by default (training/techniques.py).
-WHOLE_DOCUMENT_TYPES = ("awd_lstm",)
+# task.max_length when a recipe leaves it out, for every transformer family (the recurrent ones, which read whole
+# documents: models/families.py WHOLE_DOCUMENT_TYPES, have none)
+DEFAULT_TRANSFORMER_MAX_LENGTH = 128
 WINDOW_DOCUMENT = "window_document"  # batch key of windowed documents: the document of every row
 
 

@@ -109,11 +109,14 @@ def hidden_state_from_names(model: nn.Module, tensors: dict[str, Tensor]) -> Hid
     return tuple(tuple(tensors[name] for name in layer_names) for layer_names in names)
 
 
+AWD_LSTM_TYPE = "awd_lstm"  # config.json's model_type (and the recipe's model.family)
+
+
 @strict
 class AWDLSTMConfig(PretrainedConfig):
     """Sizes and dropouts of an AWD-LSTM; defaults are fastai's ULMFiT language model (`awd_lstm_lm_config`)."""
 
-    model_type = "awd_lstm"
+    model_type = AWD_LSTM_TYPE
 
     vocab_size: int = 60000  # fastai's WikiText-103 vocabulary cap
     embedding_size: int = 400  # also the top layer's output size

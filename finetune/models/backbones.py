@@ -11,7 +11,7 @@ from typing import Callable
 from torch import nn
 
 from finetune.errors import UserError
-from finetune.models.awd_lstm import awd_lstm_layer_groups
+from finetune.models.awd_lstm import AWD_LSTM_TYPE, awd_lstm_layer_groups
 from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
 from finetune.models.mean_pooling import backbone_config
 
@@ -72,7 +72,7 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
     # ALBERT shares one set of block weights across all layers: one group per shared set (usually one in all),
     # and the projection up to the hidden size belongs to the embeddings as in ELECTRA.
     "albert": stacked_groups(("embeddings", "encoder.embedding_hidden_mapping_in"), "encoder.albert_layer_groups"),
-    "awd_lstm": awd_lstm_layer_groups,
+    AWD_LSTM_TYPE: awd_lstm_layer_groups,
     # GPT-2's final norm sits above the last block (the head group); its output layer is tied to wte.
     "gpt2": stacked_groups(("wte", "wpe"), "h"),
     # Ours (models/causal_transformer.py): Transformer-XL's global biases u and v are position information every

@@ -17,6 +17,7 @@ import time
 import torch
 from torch import nn
 
+from finetune.models.families import is_recurrent
 from finetune.models.mean_pooling import backbone_config
 
 TRAINING_FLOPS_PER_MULTIPLY_ADD = 6  # forward 2, backward 4
@@ -63,7 +64,7 @@ def multiply_adds_per_token(model: nn.Module, groups: list[list[nn.Parameter]], 
     lookups = lookup_tables(model)
     counts = [float(matrix_multiply_adds(group, lookups)) for group in groups]
     layer_indices = range(len(groups))[blocks]
-    recurrent = config.model_type == "awd_lstm"
+    recurrent = is_recurrent(config)
     layers = getattr(config, "num_layers" if recurrent else "num_hidden_layers")
     repeats = layers / len(layer_indices)  # 1, but for weights shared across layers (ALBERT's layer groups)
     for index in layer_indices:

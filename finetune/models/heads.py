@@ -11,12 +11,12 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from finetune.console import console
-from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, WHOLE_DOCUMENT_TYPES
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.data.reverse import reads_backwards
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.models.awd_lstm import remap_vocabulary_rows
-from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
+from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMENT_TYPES
 from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
 
@@ -38,8 +38,8 @@ def activation_regularization(backbone_config, stored, pooling: str) -> dict[str
     keys = {"activation_regularization": "classifier_activation_regularization",
             "temporal_activation_regularization": "classifier_temporal_activation_regularization"}
     given = {key: getattr(backbone_config, key) for key in keys if getattr(backbone_config, key) is not None}
-    if given and (stored.model_type != "awd_lstm" or pooling == "mean"):
-        why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if stored.model_type != "awd_lstm"
+    if given and (not AWD_LSTM.owns(stored) or pooling == "mean"):
+        why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if not AWD_LSTM.owns(stored)
                else "this recipe sets pooling: mean")
         raise UserError(f"model.{next(iter(given))}: only the AWD-LSTM classifier (pooling: model or scalar_mix) "
                         f"has AR/TAR; {why}")
@@ -52,7 +52,7 @@ def puts_new_mean_pooling_head(stored, pooling: str) -> bool:
     concat-pooling head; mean on it is refused where the new head would be built)."""
     if pooling == "model" or isinstance(stored, MeanPoolingConfig):
         return False
-    return not (pooling == "scalar_mix" and stored.model_type == "awd_lstm")
+    return not (pooling == "scalar_mix" and AWD_LSTM.owns(stored))
 
 
 def scalar_mix_switch(stored, pooling: str) -> dict[str, bool]:
@@ -60,17 +60,17 @@ def scalar_mix_switch(stored, pooling: str) -> dict[str, bool]:
     says; nothing for pooling: model (the checkpoint's head as it is). A warm start adding a mix starts it fresh."""
     if pooling == "model":
         return {}
-    key = "classifier_scalar_mix" if stored.model_type == "awd_lstm" else "scalar_mix"  # AWD-LSTM: classifier_* keys
+    key = "classifier_scalar_mix" if AWD_LSTM.owns(stored) else "scalar_mix"  # AWD-LSTM: classifier_* keys
     return {key: pooling == "scalar_mix"}
 
 
 def refuse_language_model_only(stored, checkpoint: str, key: str = "model.checkpoint") -> None:
     """Our causal transformer (Transformer-XL memory, sparse attention) has no classifier yet: one line, rather than
     a crash mid-training (scalar_mix), a head nobody tested (mean) or transformers' traceback (eval, predict)."""
-    if stored.model_type == CAUSAL_TRANSFORMER_TYPE:
+    if CAUSAL_TRANSFORMER.owns(stored):
         raise UserError(f"{key}: {checkpoint} is a language model with Transformer-XL memory or sparse "
-                        f"attention ('{CAUSAL_TRANSFORMER_TYPE}'); fine-tuning a classifier on it is not supported "
-                        "yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)")
+                        f"attention ('{CAUSAL_TRANSFORMER.model_type}'); fine-tuning a classifier on it is not "
+                        "supported yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)")
 
 
 # What a backward encoder must share with the forward one to sit beside it in one classifier (one config builds both).
@@ -84,7 +84,7 @@ def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = Fals
     if name is None:
         return {}
     key, forward = "model.backward_checkpoint", backbone_config.checkpoint
-    if stored.model_type != "awd_lstm":
+    if not AWD_LSTM.owns(stored):
         raise UserError(f"{key}: only AWD-LSTM classifiers read a backward language model beside the forward one; "
                         f"model.checkpoint {forward} is a '{stored.model_type}' model")
     if getattr(stored, "classifier_bidirectional", False):
@@ -94,8 +94,8 @@ def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = Fals
         raise UserError(f"{key}: model.checkpoint {forward} reads text backwards; give the forward language model "
                         "as model.checkpoint and the backward one (corpus.reverse: true) as model.backward_checkpoint")
     backward = load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(name, key), key, trust_remote_code)
-    if backward.model_type != "awd_lstm" or not reads_backwards(backward):
-        kind = "a forward AWD-LSTM" if backward.model_type == "awd_lstm" else f"a '{backward.model_type}' model"
+    if not AWD_LSTM.owns(backward) or not reads_backwards(backward):
+        kind = "a forward AWD-LSTM" if AWD_LSTM.owns(backward) else f"a '{backward.model_type}' model"
         raise UserError(f"{key}: {name} is {kind}; it must be an AWD-LSTM language model pretrained with "
                         "corpus.reverse: true")
     for size in BIDIRECTIONAL_SHAPE_KEYS:
@@ -195,7 +195,7 @@ def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: Task
                                 classifier_dropout: float | None, pooling: str = "mean"):
     """A fresh mean-pooling head (`pooling` mean or scalar_mix) on the checkpoint's encoder (its own head, if it has
     one, is left behind)."""
-    if stored.model_type == "awd_lstm":
+    if AWD_LSTM.owns(stored):
         raise UserError("pooling: mean is for transformer encoders; an AWD-LSTM classifier pools with ULMFiT's "
                         "concat pooling (last, max and mean) already: leave pooling at model (or scalar_mix, to "
                         "pool a learned mix of every layer)")

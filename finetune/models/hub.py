@@ -234,6 +234,14 @@ def load_tokenizer(name: str, key: str = CHECKPOINT_KEY, trust_remote_code: bool
     return load_pretrained(AutoTokenizer.from_pretrained, source, key, trust_remote_code)
 
 
+def refuse_other_model_type(config, model_type: str, name: str, refusal: str, key: str = CHECKPOINT_KEY) -> None:
+    """A checkpoint to continue must be of `model_type`; another is refused in one line naming its type and
+    `refusal` (what continues what)."""
+    if config.model_type != model_type:
+        with recipe_key(key):
+            raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
+
+
 def load_for_continued_pretraining(model_class, model_type: str, name: str, dropout: float | None,
                                    dropout_fields: tuple[str, ...], refusal: str):
     """A pretrained checkpoint of `model_type` as `model_class`, to continue pretraining it (`model.checkpoint`).
@@ -243,9 +251,7 @@ def load_for_continued_pretraining(model_class, model_type: str, name: str, drop
     """
     source = resolve_checkpoint(name)
     config = load_pretrained(AutoConfig.from_pretrained, source, CHECKPOINT_KEY)
-    if config.model_type != model_type:
-        with recipe_key(CHECKPOINT_KEY):
-            raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
+    refuse_other_model_type(config, model_type, name, refusal)
     if dropout is not None:
         for field in dropout_fields:
             setattr(config, field, dropout)

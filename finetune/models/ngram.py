@@ -129,11 +129,14 @@ def estimate_kneser_ney(stream: np.ndarray, vocab_size: int, order: int,
     return tables
 
 
+NGRAM_TYPE = "ngram"  # config.json's model_type (and the recipe's model.family)
+
+
 @strict
 class NGramConfig(PretrainedConfig):
     """The shape of an n-gram model: its order, vocabulary and table sizes (the tables are its weights)."""
 
-    model_type = "ngram"
+    model_type = NGRAM_TYPE
 
     vocab_size: int = 8000  # the uniform distribution at the bottom spreads over every id of the tokenizer
     order: int = 3  # the longest n-gram counted

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from finetune.errors import UserError
+from finetune.models.families import family_of
 from finetune.models.language_models import VocabularyOfSize, build_language_model
 
 BYTES_PER_VALUE = 4  # fp32: weights, gradients and optimizer state stay fp32 under mixed precision too
@@ -67,8 +68,8 @@ def check_model_fits_in_memory(recipe) -> None:
     if memory is None:
         return
     vocabulary = recipe.tokenizer.vocab_size  # an upper bound: a trained tokenizer has at most this many pieces
-    max_positions = getattr(model, "max_positions", None) or recipe.corpus.block_size
-    parameters = language_model_parameters(model, vocabulary, max_positions if model.family != "awd_lstm" else None)
+    parameters = language_model_parameters(model, vocabulary, family_of(model).max_positions(model,
+                                                                                           recipe.corpus.block_size))
     needed = parameters * TRAINING_BYTES_PER_PARAMETER
     if needed > memory:
         sizes = ", ".join(f"model.{key}={getattr(model, key)}" for key in ("layers", "hidden", "embedding_size",

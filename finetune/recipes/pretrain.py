@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_serializer, model_validator
 
@@ -22,7 +22,17 @@ def _drop_architecture(data: dict[str, Any], checkpoint: Optional[str], keys: tu
     return data
 
 
-class TransformerModelConfig(Section):
+class LanguageModelSection(Section):
+    """A model section: what the recipe's rules ask of its family (the models layer's families, models/families.py,
+    know the rest; this layer cannot import them). Read as class attributes, so no rule compares family names."""
+
+    masked_lm: ClassVar[bool] = False  # masked blocks: a masking section, a WordPiece tokenizer, uncased by default
+    counted: ClassVar[bool] = False  # counted from the whole corpus (ngram), not trained
+    bptt_rows: ClassVar[bool] = False  # always reads BPTT rows cut from the whole corpus (awd_lstm)
+    maps_new_vocabulary: ClassVar[bool] = False  # tokenizer.new_vocabulary: a continued model's rows mapped onto it
+
+
+class TransformerModelConfig(LanguageModelSection):
     """A transformer from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
 
     checkpoint: Optional[str] = Field(
@@ -57,6 +67,7 @@ class TransformerModelConfig(Section):
 class MaskedLMModelConfig(TransformerModelConfig):
     """A BERT-style encoder trained to fill in masked tokens."""
 
+    masked_lm: ClassVar[bool] = True
     family: Literal["bert"] = Field("bert", description="bert: masked LM; gpt2: causal transformer; "
                                     "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
 
@@ -98,9 +109,11 @@ class CausalLMModelConfig(TransformerModelConfig):
         return self
 
 
-class AWDLSTMModelConfig(Section):
+class AWDLSTMModelConfig(LanguageModelSection):
     """ULMFiT's AWD-LSTM: an LSTM language model regularised by five kinds of dropout, decoder tied."""
 
+    bptt_rows: ClassVar[bool] = True
+    maps_new_vocabulary: ClassVar[bool] = True
     family: Literal["awd_lstm"] = Field(description="bert: masked LM; gpt2: causal transformer; "
                                         "awd_lstm: ULMFiT's causal LSTM")
     checkpoint: Optional[str] = Field(
@@ -150,10 +163,11 @@ class AWDLSTMModelConfig(Section):
         return _drop_architecture(handler(self), self.checkpoint, AWD_LSTM_ARCHITECTURE_KEYS)
 
 
-class NGramModelConfig(Section):
+class NGramModelConfig(LanguageModelSection):
     """The baseline: an n-gram model with interpolated modified Kneser-Ney smoothing, counted on the corpus's token
     ids in one pass (no training loop: the training, schedule and discriminative keys do not apply)."""
 
+    counted: ClassVar[bool] = True
     family: Literal["ngram"] = Field(description="bert: masked LM; gpt2: causal transformer; "
                                      "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
     order: int = Field(3, ge=1, le=6, description="n: the longest n-gram counted (3: trigrams; 1: a unigram model)")
@@ -171,7 +185,12 @@ class NGramModelConfig(Section):
         return value
 
 
-MODEL_FAMILIES = ("bert", "gpt2", "awd_lstm", "ngram")
+# model.family -> its section: the tags of the pydantic discriminated union below (the one place family names are
+# written in the recipes).
+MODEL_SECTIONS: dict[str, type[LanguageModelSection]] = {
+    "bert": MaskedLMModelConfig, "gpt2": CausalLMModelConfig, "awd_lstm": AWDLSTMModelConfig, "ngram": NGramModelConfig,
+}
+MODEL_FAMILIES = tuple(MODEL_SECTIONS)
 
 
 def _model_family(value: Any) -> str:
@@ -182,12 +201,7 @@ def _model_family(value: Any) -> str:
 
 
 LanguageModelConfig = Annotated[
-    Union[
-        Annotated[MaskedLMModelConfig, Tag("bert")],
-        Annotated[CausalLMModelConfig, Tag("gpt2")],
-        Annotated[AWDLSTMModelConfig, Tag("awd_lstm")],
-        Annotated[NGramModelConfig, Tag("ngram")],
-    ],
+    Union[tuple(Annotated[section, Tag(name)] for name, section in MODEL_SECTIONS.items())],
     Discriminator(_model_family),
 ]
 
@@ -345,29 +359,31 @@ class PretrainRecipe(TrainingRunRecipe):
         """Fill in what depends on the model family, so the saved recipe shows every value used."""
         if not isinstance(data, dict):
             return data
-        family = _model_family(data.get("model") or {})
-        if family == "bert" and data.get("masking") is None:
+        section = MODEL_SECTIONS.get(_model_family(data.get("model") or {}))  # None: the union refuses it next
+        masked_lm = section is not None and section.masked_lm
+        if masked_lm and data.get("masking") is None:
             data = {**data, "masking": {}}
         tokenizer = data.get("tokenizer") or {}
         if isinstance(tokenizer, dict) and tokenizer.get("lowercase") is None:
-            data = {**data, "tokenizer": {**tokenizer, "lowercase": family == "bert"}}
+            data = {**data, "tokenizer": {**tokenizer, "lowercase": masked_lm}}
         return data
 
     @model_validator(mode="after")
     def _consistent_sections(self) -> "PretrainRecipe":
-        family, checkpoint = self.model.family, self.model.checkpoint
-        if family != "bert" and self.masking is not None:
+        model, checkpoint = self.model, self.model.checkpoint
+        family = model.family
+        if not model.masked_lm and self.masking is not None:
             raise ValueError(f"masking applies to masked LMs (model.family: bert), not {family}; remove it")
-        if self.corpus.reverse and family == "bert":
+        if self.corpus.reverse and model.masked_lm:
             raise ValueError("corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
                              "causal (gpt2, awd_lstm)")
-        if self.ngram_floor is not None and family not in ("gpt2", "awd_lstm"):
+        if self.ngram_floor is not None and (model.masked_lm or model.counted):  # trained causal families only
             raise ValueError(f"ngram_floor: a next-token floor for the causal families (gpt2, awd_lstm), not {family}")
         if self.ngram_floor is not None and self.corpus.streaming:
             raise ValueError("ngram_floor: an n-gram model is counted on the whole corpus, which a stream never holds")
-        if self.corpus.reverse and family == "ngram":  # its counts read the token arrays forwards
+        if self.corpus.reverse and model.counted:  # its counts read the token arrays forwards
             raise ValueError("corpus.reverse: backward LMs are gpt2 or awd_lstm; the ngram baseline counts forwards")
-        if self.tokenizer.new_vocabulary and (family != "awd_lstm" or checkpoint is None):
+        if self.tokenizer.new_vocabulary and (not model.maps_new_vocabulary or checkpoint is None):
             raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
         if checkpoint is not None and self.tokenizer.path is not None:
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
@@ -385,10 +401,10 @@ class PretrainRecipe(TrainingRunRecipe):
 
     def _check_streaming(self) -> None:
         """What a streamed corpus needs: a known run length, a tokenizer that exists, a block layout."""
-        if self.model.family == "awd_lstm":
+        if self.model.bptt_rows:
             raise ValueError("corpus.streaming: awd_lstm reads BPTT rows cut from the whole corpus; stream with "
                              "bert or gpt2, or give awd_lstm text files (tokenised once, memory-mapped)")
-        if self.model.family == "ngram":
+        if self.model.counted:
             raise ValueError("corpus.streaming: ngram counts the whole corpus at once; give it text files "
                              "(tokenised once, memory-mapped) or a dataset read whole")
         if getattr(self.model, "memory_length", 0):

@@ -16,16 +16,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from finetune.data.long_documents import DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.hub import HUB_NAME
-from finetune.models.language_models import uses_causal_transformer
+from finetune.models.families import family_of, family_of_model_type
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
 HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation", "pearson": "pearsonr",
                "spearman": "spearmanr"}
-PIPELINE = {"bert": "fill-mask", "gpt2": "text-generation", "awd_lstm": "text-generation", "ngram": "text-generation"}
-# The import that registers a family of this toolkit's own with transformers' Auto classes.
-REGISTERING_IMPORT = {"awd_lstm": "import finetune.models.awd_lstm  # registers the AWD-LSTM with the Auto classes\n",
-                      "ngram": "import finetune.models.ngram  # registers the n-gram model with the Auto classes\n"}
 
 
 def hub_base_model(checkpoint: Optional[str]) -> Optional[str]:
@@ -68,11 +64,11 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
                                dataset_split="validation", metric_type=HUB_METRICS.get(name, name),
                                metric_name=name, metric_value=round(float(value), 4))
                     for name, value in scores.items()]
+    family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
     data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
                          eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
                          library_name="transformers", pipeline_tag=task_type, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", "text-classification"] + (["ulmfit", "awd-lstm"] if model_type ==
-                                                                     "awd_lstm" else []))
+                         tags=["finetune", "text-classification"] + list(family.classifier_card_tags if family else ()))
     training, schedule = recipe.training, recipe.schedule
     unfreezing = recipe.unfreezing
     thaw = "off" if unfreezing.mode == "none" else (
@@ -93,9 +89,9 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
-    architecture = "import finetune.models.awd_lstm_classifier  # registers the AWD-LSTM with the Auto classes\n" \
-        if model_type == "awd_lstm" else ("import finetune.models.mean_pooling  # registers the mean-pooling head\n"
-                                          if recipe.pooling in ("mean", "scalar_mix") else "")
+    architecture = (family.classifier_registering_import if family else "") or (
+        "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
+        if recipe.pooling in ("mean", "scalar_mix") else "")
     body = f"""
 # {Path(recipe.run_dir).name}
 
@@ -137,7 +133,7 @@ unstable results from one seed to the next: compare seeds before relying on one 
 
 def language_model_card(recipe, records: list[dict]) -> ModelCard:
     """The card of a pretrained (or further pretrained) language model: its validation curve."""
-    family = recipe.model.family
+    family, trained = recipe.model.family, family_of(recipe.model)
     evaluations = [record for record in records if record.get("phase") == "eval"]
     last = evaluations[-1] if evaluations else {}
     base = getattr(recipe.model, "checkpoint", None)
@@ -149,20 +145,16 @@ def language_model_card(recipe, records: list[dict]) -> ModelCard:
     else:
         source = ", ".join(f"`{Path(path).name}`" for path in corpus.train_files)
     accuracy = next((name for name in last if name.endswith("accuracy")), None)
-    eval_results = [EvalResult(task_type=PIPELINE[family], dataset_type=corpus.dataset or "text",
+    eval_results = [EvalResult(task_type=trained.pipeline_tag, dataset_type=corpus.dataset or "text",
                                dataset_name=corpus.dataset or "held-out text", dataset_split="validation",
                                metric_type=name, metric_name=name, metric_value=round(float(last[name]), 4))
                     for name in ("validation_loss", "validation_perplexity", accuracy) if name and name in last]
     data = ModelCardData(base_model=hub_base_model(base), datasets=[corpus.dataset] if corpus.dataset else None,
                          eval_results=eval_results or None, library_name="transformers",
-                         pipeline_tag=PIPELINE[family], model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", family] + (["ulmfit"] if family == "awd_lstm" else []))
-    auto = "AutoModelForMaskedLM" if family == "bert" else "AutoModelForCausalLM"
-    architecture = REGISTERING_IMPORT.get(family, "")
-    if uses_causal_transformer(recipe.model):
-        architecture = ("import finetune.models.causal_transformer  # registers the model (Transformer-XL memory, "
-                        "sparse attention) with the Auto classes\n")
-    if family == "ngram":  # a baseline to compare with, not a backbone to fine-tune
+                         pipeline_tag=trained.pipeline_tag, model_name=Path(recipe.run_dir).name,
+                         tags=["finetune", family, *trained.card_tags])
+    auto, architecture = trained.auto_class, trained.registering_import
+    if trained.counted:  # a baseline to compare with, not a backbone to fine-tune
         purpose = "A baseline to compare language models with"
         next_step = ("Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "
                      "next-token log-probabilities")

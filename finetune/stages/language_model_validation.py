@@ -23,16 +23,13 @@ from finetune.data.token_cache import tokenize_files
 from finetune.errors import UserError
 from finetune.models.awd_lstm import AWDLSTMForCausalLM
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM
-from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE, CausalTransformerForCausalLM
+from finetune.models.causal_transformer import CausalTransformerForCausalLM
 from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
-from finetune.models.language_models import ACCURACY_NAME
+from finetune.models.families import CAUSAL_MODEL_TYPES, GPT2
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 from finetune.models.objectives import LanguageModelLoss
 from finetune.training.checkpoints import trained_document_kind
 
-# The causal model types `finetune pretrain` writes: gpt2 (GPT2LMHeadModel), our causal transformer (Transformer-XL
-# memory, sparse attention), the AWD-LSTM (LSTM, QRNN or tanh RNN cells) and the n-gram baseline.
-CAUSAL_MODEL_TYPES = ("gpt2", CAUSAL_TRANSFORMER_TYPE, "awd_lstm", "ngram")
 UNBOUNDED_SEGMENT_LENGTH = 1024  # score's segments for a model without a position table (its state is carried)
 
 
@@ -160,7 +157,7 @@ def score_text(checkpoint: str | Path, files: list[Path], segment_length: int | 
     segments = TextSegments(documents, tokenizer.eos_token_id, length)
     accelerator = Accelerator(cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
     metrics = validation_metrics(accelerator, language_model_loss(model).to(accelerator.device), segments,
-                                 ACCURACY_NAME["gpt2"])
+                                 GPT2.accuracy_name)
     return {"tokens": len(segments.stream), "segment_length": length, "nats_per_token": metrics["validation_loss"],
             "perplexity": metrics["validation_perplexity"], "next_token_accuracy": metrics["next_token_accuracy"]}
 
@@ -180,7 +177,7 @@ def segment_validation(checkpoint: str | Path, validation_files: list[Path], seg
     if isinstance(model, CausalTransformerForCausalLM):
         if memory_length and not config.relative_positions:
             raise UserError(f"memory_length: {checkpoint} was trained without memory (learned absolute positions)")
-    elif config.model_type != "gpt2" or memory_length:
+    elif not GPT2.owns(config) or memory_length:
         raise UserError(f"checkpoint: {checkpoint} is a '{config.model_type}' model; segment validation reads gpt2 "
                         "family models (memory_length: those trained with model.memory_length)")
     network = language_model_loss(model, memory_length)
@@ -192,4 +189,4 @@ def segment_validation(checkpoint: str | Path, validation_files: list[Path], seg
                            name="the validation text")
     accelerator = Accelerator(cpu=device == "cpu")
     return validation_metrics(accelerator, network.to(accelerator.device), DataLoader(segments, batch_size=None),
-                              ACCURACY_NAME["gpt2"])
+                              GPT2.accuracy_name)

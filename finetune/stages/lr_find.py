@@ -27,6 +27,7 @@ import numpy as np
 
 from finetune.console import console
 from finetune.errors import RunFailed, UserError
+from finetune.models.families import family_of
 from finetune.recipes import FinetuneRecipe, PretrainRecipe
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
 from finetune.reporting.plots import new_figure, save_figure
@@ -38,7 +39,7 @@ RESULT_JSON, RESULT_MARKDOWN, RESULT_PLOT = "lr_find.json", "lr_find.md", "lr_fi
 
 def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start_lr: float, end_lr: float):
     """The recipe changed into a range test: `steps` steps from `start_lr` to `end_lr`, nothing kept or resumed."""
-    if isinstance(recipe, PretrainRecipe) and recipe.model.family == "ngram":
+    if isinstance(recipe, PretrainRecipe) and family_of(recipe.model).counted:
         raise UserError("lr-find: model.family ngram is counted, not trained: it has no learning rate to find")
     if not 0 < start_lr < end_lr:
         raise UserError(f"--start-lr {start_lr:g} and --end-lr {end_lr:g}: need 0 < start < end")

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from finetune.console import console, phase_bar
 from finetune.data.causal import NextTokenBlocks
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
-from finetune.models.language_models import document_separator_id
+from finetune.models.families import NGRAM
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 from finetune.stages.language_model_validation import validation_metrics
 
@@ -31,7 +31,7 @@ def count_ngram_model(train_tokens: TokenizedDocuments, tokenizer, order: int, l
                       show_progress: bool = True) -> NGramForCausalLM:
     """Every n-gram up to `order` of the training stream, documents and separators as the causal families read it
     (the `ngram` family's run and the floor count the same way)."""
-    stream = DocumentStream(train_tokens, document_separator_id("ngram", tokenizer)).array()
+    stream = DocumentStream(train_tokens, NGRAM.separator_id(tokenizer)).array()
     with phase_bar(f"{label}counting n-grams up to order {order}", order, show_progress) as advance:
         return NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
 
@@ -45,7 +45,7 @@ def ngram_floor(order: int, accelerator, tokenizer, train_tokens: TokenizedDocum
     started = time.perf_counter()
     main = accelerator.is_main_process
     ngram = count_ngram_model(train_tokens, tokenizer, order, "n-gram floor: ", main)
-    blocks = NextTokenBlocks(PackedBlocks(DocumentStream(validation_tokens, document_separator_id("ngram", tokenizer)),
+    blocks = NextTokenBlocks(PackedBlocks(DocumentStream(validation_tokens, NGRAM.separator_id(tokenizer)),
                                           block_size + 1, name="the validation text"))
     metrics = validation_metrics(accelerator, NGramNextTokenLM(ngram).to(accelerator.device),
                                  DataLoader(blocks, batch_size=batch_size), "next_token_accuracy")

@@ -37,9 +37,8 @@ from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError
 from finetune.models.hub import load_tokenizer
-from finetune.models.language_models import (ACCURACY_NAME, build_language_model, check_tokenizer,
-                                             document_separator_id, language_model_layer_groups, load_language_model,
-                                             loss_module, reads_bptt_batches, train_tokenizer)
+from finetune.models.families import LanguageModelFamily, family_of
+from finetune.models.language_models import load_language_model, loss_module
 from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
@@ -59,7 +58,7 @@ from finetune.training.optim import build_optimizer, discriminative_lrs
 @guarded_stage
 def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
-    if recipe.model.family == "ngram":  # counted, not trained: no model to build, no optimizer, no training loop
+    if family_of(recipe.model).counted:  # no model to build, no optimizer, no training loop
         if resume:
             raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it "
                             "again")
@@ -79,18 +78,18 @@ class PretrainStage(TrainingStage):
 
     def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
         recipe = self.recipe
-        self.accelerator, self.family = accelerator, recipe.model.family
+        self.accelerator, self.family = accelerator, family_of(recipe.model)
         # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
-        self.bptt, self.streaming = reads_bptt_batches(recipe.model), recipe.corpus.streaming
+        self.bptt, self.streaming = self.family.reads_bptt_batches(recipe.model), recipe.corpus.streaming
         data = read_language_model_data(recipe, accelerator, resume_from)
         self.tokenizer, self.train_data, self.validation_tokens = data.tokenizer, data.train, data.validation_tokens
         self.train_tokens = data.train_tokens
         language_model = data.continued if data.continued is not None else \
-            build_language_model(recipe.model, data.tokenizer, data.max_positions)
+            self.family.build(recipe.model, data.tokenizer, data.max_positions)
         if data.backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
             mark_backwards(language_model.config)
         # One parameter group per layer group, each with its discriminative LR.
-        groups = language_model_layer_groups(self.family, language_model)
+        groups = self.family.layer_groups(language_model)
         model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
         lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
@@ -143,10 +142,10 @@ class PretrainStage(TrainingStage):
             self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
 
     def evaluate(self) -> tuple[dict, dict]:
-        return validation_metrics(self.accelerator, self.model, self.validation_loader, ACCURACY_NAME[self.family]), {}
+        return validation_metrics(self.accelerator, self.model, self.validation_loader, self.family.accuracy_name), {}
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
-        accuracy = ACCURACY_NAME[self.family]
+        accuracy = self.family.accuracy_name
         console.print(f"epoch {epoch + 1}: validation loss {record['validation_loss']:.4f}, perplexity "
                       f"{record['validation_perplexity']:.1f}, {accuracy.replace('_', ' ')} {record[accuracy]:.3f}")
 
@@ -170,7 +169,7 @@ class LanguageModelData(NamedTuple):
 
 def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: Optional[Path]) -> LanguageModelData:
     """Text -> tokenizer -> token ids (cached) -> training and validation data, and the model continued if any."""
-    family, corpus = recipe.model.family, recipe.corpus
+    family, corpus = family_of(recipe.model), recipe.corpus
     streaming = corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
     text = None if streaming else read_corpus(recipe)
     stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
@@ -179,7 +178,7 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: O
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
     backwards = pretraining_direction(corpus.reverse, continued.config if continued is not None else None,
                                       recipe.model.checkpoint)
-    max_positions = model_positions(recipe, continued)
+    max_positions = model_positions(recipe, family, continued)
     tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
         from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
@@ -197,26 +196,22 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: O
     if backwards:  # a view of the cached forward ids
         train_tokens, validation_tokens = read_backwards(train_tokens), read_backwards(validation_tokens)
     train, validation = language_model_data(recipe, tokenizer, train_tokens, validation_tokens, accelerator)
-    console.print(f"{family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
+    console.print(f"{recipe.model.family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
                   f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train):,} and "
-                  f"{len(validation):,} {'batches' if reads_bptt_batches(recipe.model) else 'blocks'} of "
+                  f"{len(validation):,} {'batches' if family.reads_bptt_batches(recipe.model) else 'blocks'} of "
                   f"{corpus.block_size} tokens")
     return LanguageModelData(tokenizer, train, validation, train_tokens, validation_tokens, continued,
                              max_positions, backwards)
 
 
-def model_positions(recipe: PretrainRecipe, continued) -> Optional[int]:
+def model_positions(recipe: PretrainRecipe, family: LanguageModelFamily, continued) -> Optional[int]:
     """The position table's size of the model trained (None: an LSTM or an n-gram model has none); a continued
     transformer's own, which the blocks must fit."""
-    family = recipe.model.family
-    max_positions = None
-    if family in ("bert", "gpt2"):
-        max_positions = recipe.model.max_positions or recipe.corpus.block_size
-    if continued is not None and family != "awd_lstm":
-        max_positions = continued.config.max_position_embeddings if family == "bert" else continued.config.n_positions
-        if recipe.corpus.block_size > max_positions:
-            raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
-                            f"of {recipe.model.checkpoint}")
+    max_positions = family.max_positions(recipe.model, recipe.corpus.block_size,
+                                         continued.config if continued is not None else None)
+    if continued is not None and max_positions is not None and recipe.corpus.block_size > max_positions:
+        raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
+                        f"of {recipe.model.checkpoint}")
     return max_positions
 
 
@@ -259,7 +254,7 @@ def run_ngram(recipe: PretrainRecipe) -> Path:
                   f"{time.perf_counter() - counting.started:.1f} s")
     validation_loader = DataLoader(data.validation, batch_size=recipe.training.batch_size)
     model = loss_module(recipe.model, ngram.to(accelerator.device))
-    metrics = validation_metrics(accelerator, model, validation_loader, ACCURACY_NAME["ngram"])
+    metrics = validation_metrics(accelerator, model, validation_loader, family_of(recipe.model).accuracy_name)
     log.write({"phase": "eval", "step": 0, "epoch": 0, **metrics})
     console.print(f"validation loss {metrics['validation_loss']:.4f}, perplexity "
                   f"{metrics['validation_perplexity']:.1f}, next token accuracy {metrics['next_token_accuracy']:.3f}")
@@ -278,13 +273,13 @@ def read_corpus(recipe: PretrainRecipe) -> PretrainingText:
 def stream_needs(recipe: PretrainRecipe) -> tuple[StreamNeed, StreamNeed]:
     """The fewest tokens (a separator after each document included) the training text (a batch; ngram: a block)
     and the validation text (a block, or a BPTT row) give in the layout `language_model_data` builds."""
-    block_size, batch_size = recipe.corpus.block_size, recipe.training.batch_size
-    if reads_bptt_batches(recipe.model):  # rows of at least bptt + 1 tokens (inputs and their next tokens)
+    block_size, batch_size, family = recipe.corpus.block_size, recipe.training.batch_size, family_of(recipe.model)
+    if family.reads_bptt_batches(recipe.model):  # rows of at least bptt + 1 tokens (inputs and their next tokens)
         row, blocks = block_size + 1, batch_size
         what = "BPTT row"
     else:  # bert: [CLS] and block_size - 1 tokens of text; gpt2: block_size + 1 (the last one only a label)
-        row = block_size - 1 if recipe.model.family == "bert" else block_size + 1
-        blocks = 1 if recipe.model.family == "ngram" else batch_size  # an n-gram model is counted, not batched
+        row = family.block_text_tokens(block_size)
+        blocks = 1 if family.counted else batch_size  # an n-gram model is counted, not batched
         what = "block"
     keys = f"training.batch_size {batch_size}, corpus.block_size {block_size}"
     return (StreamNeed(blocks * row, f"{blocks} {what}{'s' * (blocks > 1)} of {row} tokens of text ({keys})"),
@@ -296,7 +291,7 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
     """A stream's training batches (bert or gpt2 layout) and the validation blocks: the stream's first
     `validation_documents`, a split of the dataset, or validation files, tokenised in memory; `backwards`: every
     document read backwards."""
-    corpus, family, training = recipe.corpus, recipe.model.family, recipe.training
+    corpus, family, training = recipe.corpus, family_of(recipe.model), recipe.training
     if corpus.validation_documents is not None:
         texts = list(itertools.islice(documents(), corpus.validation_documents))
     elif corpus.validation_split is not None:  # read whole: a validation split is small beside the training text
@@ -309,9 +304,9 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
                                             show_progress=accelerator.is_main_process, name="the validation text")
     if backwards:
         validation_tokens = read_backwards(validation_tokens)
-    separator = document_separator_id(family, tokenizer)
-    rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family == "bert" else None
-    start_id = tokenizer.cls_token_id if family == "bert" else None
+    separator = family.separator_id(tokenizer)
+    rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family.masked else None
+    start_id = family.block_start_id(tokenizer)
     train = StreamedBatches(documents, tokenizer, separator, corpus.block_size, training.batch_size,
                             training.max_steps * training.gradient_accumulation_steps, recipe.seed, rule, start_id,
                             held_out=corpus.validation_documents or 0, process_index=accelerator.process_index,
@@ -320,7 +315,7 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
                           start_id, "the validation text")
     validation = (MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None
                   else NextTokenBlocks(blocks))
-    console.print(f"{family}: streaming {documents.label} into {len(train):,} batches of {training.batch_size} "
+    console.print(f"{recipe.model.family}: streaming {documents.label} into {len(train):,} batches of {training.batch_size} "
                   f"blocks of {corpus.block_size} tokens per process; {validation_tokens.token_count:,} validation "
                   f"tokens in {len(validation):,} blocks")
     return train, validation
@@ -328,26 +323,25 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
 
 def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: PretrainingText, continued, resume_from):
     """The run's tokenizer: the resumed checkpoint's, the continued model's, a reused one, or one trained here."""
-    family = recipe.model.family
+    family = family_of(recipe.model)
     if resume_from is not None:  # training a tokenizer twice can give other ids: always take the saved one
         return load_tokenizer(str(resume_from), "--resume")
     if continued is not None and not recipe.tokenizer.new_vocabulary:
         tokenizer = load_tokenizer(recipe.model.checkpoint)
-        check_tokenizer(family, tokenizer, recipe.model.checkpoint, "model.checkpoint")
+        family.check_tokenizer(tokenizer, recipe.model.checkpoint, "model.checkpoint")
         if len(tokenizer) > continued.config.vocab_size:
             raise UserError(f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
                             f"tokens, the model only {continued.config.vocab_size}")
         return tokenizer
     if recipe.tokenizer.path is not None:
         tokenizer = load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
-        check_tokenizer(family, tokenizer, str(recipe.tokenizer.path), "tokenizer.path")
+        family.check_tokenizer(tokenizer, str(recipe.tokenizer.path), "tokenizer.path")
         return tokenizer
-    kind = "WordPiece" if family == "bert" else "byte-level BPE"
 
     def train():
         count = len(text.split()[0]) if text.held_out else text.document_count()
-        console.print(f"training a {kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {count:,} documents")
-        return train_tokenizer(family, text.tokenizer_training_documents(), recipe.tokenizer)
+        console.print(f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {count:,} documents")
+        return family.train_tokenizer(text.tokenizer_training_documents(), recipe.tokenizer)
 
     return shared_tokenizer(accelerator, train)
 
@@ -355,15 +349,15 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
 def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: TokenizedDocuments,
                         validation_tokens: TokenizedDocuments, accelerator):
     """Training and validation datasets in the family's layout (masked blocks, next-token blocks, BPTT batches)."""
-    family, block_size = recipe.model.family, recipe.corpus.block_size
-    bptt = reads_bptt_batches(recipe.model)
-    separator = document_separator_id(family, tokenizer)
+    family, block_size = family_of(recipe.model), recipe.corpus.block_size
+    bptt = family.reads_bptt_batches(recipe.model)
+    separator = family.separator_id(tokenizer)
     names = ("the training text", "the validation text")
     both = list(zip((train_tokens, validation_tokens), names))
-    if family == "bert":
+    if family.masked:
         rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
         # Blocks are cut from the (memory-mapped) ids as they are read: no copy of the corpus is made.
-        blocks = [PackedBlocks(DocumentStream(tokens, separator), block_size, tokenizer.cls_token_id, name)
+        blocks = [PackedBlocks(DocumentStream(tokens, separator), block_size, family.block_start_id(tokenizer), name)
                   for tokens, name in both]
         # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
         train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
@@ -380,7 +374,7 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
                                          recipe.training.batch_size)
         validation = BPTTBatches(validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False,
                                  name=names[1], **split)
-    if family != "ngram" and not bptt and len(train) < recipe.training.batch_size:
+    if not family.counted and not bptt and len(train) < recipe.training.batch_size:
         raise UserError(f"the corpus gives {len(train)} training blocks, "
                         f"fewer than training.batch_size={recipe.training.batch_size}")
     return train, validation
@@ -396,7 +390,7 @@ def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
     if train_order is None:
         return (DataLoader(train_data, batch_size=None, **common),
                 DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
-    if reads_bptt_batches(recipe.model):
+    if family_of(recipe.model).reads_bptt_batches(recipe.model):
         return (DataLoader(train_data, batch_size=None, sampler=train_order, **common),
                 DataLoader(validation_data, batch_size=None, **common))
     return (DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order,

@@ -25,8 +25,8 @@ from finetune.models.backbones import layer_groups
 from finetune.models.flops import lookup_tables, matmul_gflops, multiply_adds_per_token, training_flops
 from finetune.models.heads import classifier_skeleton, fitted_max_length
 from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
-from finetune.models.language_models import (LANGUAGE_MODEL_CLASSES, VocabularyOfSize, build_language_model,
-                                             language_model_layer_groups)
+from finetune.models.families import family_of, is_recurrent
+from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
                                    parameter_count, transformer_layer_activation_bytes)
@@ -84,21 +84,18 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
         if isinstance(recipe, FinetuneRecipe):
             model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
-        family = recipe.model.family
+        family = family_of(recipe.model)
         if config is None:
-            model = build_language_model(recipe.model, pretraining_vocabulary(recipe), max_positions(recipe))
+            model = family.build(recipe.model, pretraining_vocabulary(recipe), max_positions(recipe))
             source += ("; vocabulary: the tokenizer at tokenizer.path" if recipe.tokenizer.path is not None else
                        "; vocabulary: at most tokenizer.vocab_size (the run trains its tokenizer on the corpus)")
         else:
-            if config.model_type != family:
-                raise UserError(f"{prefix}model.checkpoint: {checkpoint} is a '{config.model_type}' model; "
-                                f"model.family {family} continues {family} checkpoints")
+            family.check_checkpoint(config, recipe.model.checkpoint, f"{prefix}model.checkpoint")
             if recipe.tokenizer.new_vocabulary:  # at most this many pieces, trained on the new text
                 config.vocab_size = recipe.tokenizer.vocab_size
                 source += f"; vocabulary: at most tokenizer.vocab_size={recipe.tokenizer.vocab_size}"
-            model = LANGUAGE_MODEL_CLASSES[family]._from_config(config)
-    groups = language_model_layer_groups(family, model)
-    return BuiltModel(model, groups, slice(0, -1) if family == "awd_lstm" else slice(1, -1), source)
+            model = family.from_config(config)
+    return BuiltModel(model, family.layer_groups(model), family.layer_blocks, source)
 
 
 def stage_checkpoint_config(recipe, upstream: Optional[nn.Module], prefix: str):
@@ -144,9 +141,7 @@ def pretraining_vocabulary(recipe: PretrainRecipe) -> VocabularyOfSize:
 
 def max_positions(recipe: PretrainRecipe) -> Optional[int]:
     """The position table of a new transformer, as the pretrain stage sizes it (an LSTM or an n-gram model has none)."""
-    if recipe.model.family not in ("bert", "gpt2"):
-        return None
-    return recipe.model.max_positions or recipe.corpus.block_size
+    return family_of(recipe.model).max_positions(recipe.model, recipe.corpus.block_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +155,7 @@ def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -
     if isinstance(recipe, PretrainRecipe):
         seq_len = recipe.corpus.block_size
         # The sparse masked LM decodes only the masked positions; the causal families decode every one.
-        top_fraction = recipe.masking.probability if recipe.model.family == "bert" else 1.0
+        top_fraction = family_of(recipe.model).decoded_fraction(recipe)
         trainable = len(groups)  # pretraining never freezes a group
     else:
         # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
@@ -241,7 +236,7 @@ def trainable_at_start(recipe: FinetuneRecipe, num_groups: int) -> int:
 def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[float]:
     """The activation estimate of each layer, bottom to top, for one micro-batch of `tokens` tokens."""
     config = backbone_config(model.config)
-    if config.model_type == "awd_lstm":
+    if is_recurrent(config):
         return [lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size)
                 for layer in model.base_model.layers]
     hidden = config.hidden_size
@@ -254,16 +249,14 @@ def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[
 def model_summary(recipe, model: nn.Module, source: str) -> dict:
     """Family, sizes and where they came from."""
     config = backbone_config(model.config)
-    if config.model_type == "awd_lstm":
+    if is_recurrent(config):
         sizes = {"layers": config.num_layers, "embedding_size": config.embedding_size, "hidden": config.hidden_size}
     else:
         sizes = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
                  "positions": getattr(config, "max_position_embeddings", None)}
     sizes["vocabulary"] = config.vocab_size
     if isinstance(recipe, PretrainRecipe):
-        kind = {"bert": "masked language model", "gpt2": "causal language model",
-                "awd_lstm": "AWD-LSTM language model"}[recipe.model.family]
-        family = recipe.model.family
+        kind, family = family_of(recipe.model).description, recipe.model.family
     else:
         family, labels = config.model_type, model.config.num_labels
         kind = "regression" if labels == 1 else f"{labels}-label classifier"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, WHOLE_DOCUMENT_TYPES
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.errors import UserError
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
@@ -54,6 +54,8 @@ class Backbone:
 
     @property
     def recurrent(self) -> bool:
+        from finetune.models.families import WHOLE_DOCUMENT_TYPES  # late: the models import torch and transformers
+
         return self.model_type in WHOLE_DOCUMENT_TYPES
 
 
