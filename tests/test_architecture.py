@@ -1,6 +1,6 @@
 """The package's import structure: layers that import only downwards, and no import cycle.
 
-The layers, top to bottom (README "How the code is laid out"); a module may import its own layer and those below:
+The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
     cli, __main__, the package itself      the commands
     stages                                 one module per command
     training, reporting                    the loop, optimisers, schedules; plots, cards, trackers
@@ -91,7 +91,7 @@ def layer_of(module: str) -> int:
     """The index of the layer of `module`: the longest matching prefix decides (glue.specs before glue)."""
     matches = [(len(prefix), index) for index, layer in enumerate(LAYERS) for prefix in layer
                if module == prefix or module.startswith(prefix + ".")]
-    assert matches, f"{module} is in no layer: add it to LAYERS (and to the README's picture)"
+    assert matches, f"{module} is in no layer: add it to LAYERS (and to the picture in docs/architecture.md)"
     return max(matches)[1]
 
 

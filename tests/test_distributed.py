@@ -171,7 +171,7 @@ def torchrun_tracking_writes(tmp_path: Path, *arguments: str) -> tuple[subproces
     return result, re.findall(r"^WRITE 1 (.+)$", result.stdout, flags=re.MULTILINE)
 
 
-# Stated in the README ("Running on GPUs and clusters"): with dropout off, N processes x batch B follow the loss
+# Stated in docs/gpus-and-clusters.md: with dropout off, N processes x batch B follow the loss
 # curve of 1 process x batch N*B to this relative tolerance (only the order of float sums differs).
 LOSS_TOLERANCE = 1e-5
 

@@ -175,19 +175,19 @@ def test_a_folder_holding_only_a_users_subfolder_is_not_a_run_dir(workspace):
 
 def test_a_user_mistake_found_after_the_folder_exists_leaves_nothing_behind(workspace, monkeypatch):
     """The safety net behind the validation: a UserError raised once the run directory is written removes it."""
-    import finetune.stages.pretrain as pretrain_stage
+    import finetune.training.driver as driver  # it creates the run directory, then starts the trackers
 
     def refuse(*arguments, **keywords):
         raise UserError("a mistake noticed late")
 
     with monkeypatch.context() as patched:
-        patched.setattr(pretrain_stage, "data_loaders", refuse)
+        patched.setattr(driver, "start_trackers", refuse)
         assert_one_line_refusal(pretrain(), "noticed late", after_progress=True)
     assert not (workspace / "runs" / "pretrain").exists()
     assert pretrain().exit_code == 0  # an earlier run, then the same mistake with overwrite: its own files go
     inside = user_files(workspace / "runs" / "pretrain" / "keep")
     with monkeypatch.context() as patched:
-        patched.setattr(pretrain_stage, "data_loaders", refuse)
+        patched.setattr(driver, "start_trackers", refuse)
         assert_one_line_refusal(pretrain(), "noticed late", after_progress=True)
     assert sorted(path.name for path in (workspace / "runs" / "pretrain").iterdir()) == ["keep"]
     assert snapshot(workspace / "runs" / "pretrain" / "keep") == inside
