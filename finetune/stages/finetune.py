@@ -75,7 +75,9 @@ class FinetuneStage(TrainingStage):
     result_file = RESULT_FILE
 
     def create_accelerator(self):
-        return make_accelerator(self.recipe.training, parameters_change_trainability=self.recipe.unfreezing.mode != "none",
+        # Gradual unfreezing freezes parameters after DDP has wrapped the model.
+        unfreezes = self.recipe.unfreezing.mode != "none"
+        return make_accelerator(self.recipe.training, parameters_change_trainability=unfreezes,
                                 run_dir=self.recipe.run_dir)
 
     def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
@@ -199,11 +201,12 @@ class FinetuneStage(TrainingStage):
     def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
         unfreezing = self.recipe.unfreezing
         if self.thaw_every is None:  # per epoch; step-wise unfreezing happens in the loop
-            trainable = trainable_group_count(epoch, len(self.groups), unfreezing.mode, unfreezing.initial_groups,
-                                              unfreezing.groups_per_epoch, unfreezing.schedule)
-            freeze_below(self.groups, trainable)
+            self.epoch_trainable = trainable_group_count(epoch, len(self.groups), unfreezing.mode,
+                                                         unfreezing.initial_groups, unfreezing.groups_per_epoch,
+                                                         unfreezing.schedule)
+            freeze_below(self.groups, self.epoch_trainable)
             if not batches_done:  # a resumed epoch logged its unfreezing before
-                self._log_unfreezing(step, epoch, trainable)
+                self._log_unfreezing(step, epoch, self.epoch_trainable)
         self.train_loader.set_epoch(epoch)
         self.order.set_epoch(epoch)
         self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
@@ -223,12 +226,8 @@ class FinetuneStage(TrainingStage):
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         groups = len(self.groups)
-        if self.thaw_every is None:
-            trainable = trainable_group_count(epoch, groups, self.recipe.unfreezing.mode,
-                                              self.recipe.unfreezing.initial_groups,
-                                              self.recipe.unfreezing.groups_per_epoch, self.recipe.unfreezing.schedule)
-        else:  # the groups that trained in the epoch's last step
-            trainable = self._trainable_at_step(max(step - 1, 0))
+        # By steps: the groups that trained in the epoch's last step.
+        trainable = self.epoch_trainable if self.thaw_every is None else self._trainable_at_step(max(step - 1, 0))
         scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.best.last.items())
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
         if self.best.patience_exhausted:

@@ -315,9 +315,9 @@ def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocument
                           start_id, "the validation text")
     validation = (MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None
                   else NextTokenBlocks(blocks))
-    console.print(f"{recipe.model.family}: streaming {documents.label} into {len(train):,} batches of {training.batch_size} "
-                  f"blocks of {corpus.block_size} tokens per process; {validation_tokens.token_count:,} validation "
-                  f"tokens in {len(validation):,} blocks")
+    console.print(f"{recipe.model.family}: streaming {documents.label} into {len(train):,} batches of "
+                  f"{training.batch_size} blocks of {corpus.block_size} tokens per process; "
+                  f"{validation_tokens.token_count:,} validation tokens in {len(validation):,} blocks")
     return train, validation
 
 
@@ -340,7 +340,8 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
 
     def train():
         count = len(text.split()[0]) if text.held_out else text.document_count()
-        console.print(f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on {count:,} documents")
+        console.print(f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on "
+                      f"{count:,} documents")
         return family.train_tokenizer(text.tokenizer_training_documents(), recipe.tokenizer)
 
     return shared_tokenizer(accelerator, train)
