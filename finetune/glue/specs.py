@@ -56,6 +56,9 @@ class TaskSpec:
     # Custom tasks only:
     text_template: Optional[str] = None  # the one text a model reads, each {column} filled in; None: the columns
     file_labels: Optional[tuple[str, ...]] = None  # the labels as the files write them, where labels renames them
+    # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
+    kind: str = "classification"
+    tag_column: int = -1  # the column of a CoNLL line that holds the tag
 
     @property
     def is_regression(self) -> bool:
@@ -181,6 +184,8 @@ def predicted_with(name: str) -> list[TaskSpec]:
 
 def task_spec(task_config) -> TaskSpec:
     """The spec for a recipe's `task` section: the GLUE record, or one built from the custom keys."""
+    if task_config.kind == "tokens":
+        return tagging_spec(task_config)
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
@@ -203,3 +208,15 @@ def task_spec(task_config) -> TaskSpec:
         text_template=template,
         file_labels=tuple(labels) if names else None,
     )
+
+
+TAGGING_FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")  # entity-level micro scores (seqeval), token accuracy
+
+
+def tagging_spec(task_config) -> TaskSpec:
+    """A tagging task's spec: its tags are the recipe's labels, or (None here) those of its training file."""
+    return TaskSpec(name=task_config.name, text_columns=("text",), label_column="tags",
+                    labels=tuple(task_config.labels) if task_config.labels is not None else None,
+                    metrics=TAGGING_METRICS, files=dict(task_config.files or TAGGING_FILES), file_format="conll",
+                    kind="tokens", tag_column=task_config.tag_column)

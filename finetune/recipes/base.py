@@ -175,6 +175,9 @@ class TaskConfig(Section):
 
     name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
                       "or a custom name")
+    kind: Literal["classification", "tokens"] = Field(
+        "classification", description="classification: a class (or a score) per example, from its text or sentence "
+        "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll)")
     data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
@@ -237,9 +240,13 @@ class TaskConfig(Section):
     metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
         None, min_length=1, description="custom: metrics to report, the first one selects the best model"
     )
-    format: Optional[Literal["tsv", "csv", "jsonl"]] = Field(
-        None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl)"
+    format: Optional[Literal["tsv", "csv", "jsonl", "conll"]] = Field(
+        None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl); "
+        "conll (kind tokens): a word and its columns per line, a blank line between sentences"
     )
+    tag_column: int = Field(
+        -1, description="kind tokens: the column of each line that holds the tag (0 is the word; -1, the last: "
+        "CoNLL-2003's named entities)")
     files: Optional[dict[str, str]] = Field(
         None, description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
         "extension, or without format whichever of .tsv, .csv and .jsonl is there"
@@ -248,6 +255,11 @@ class TaskConfig(Section):
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
+        if self.kind == "tokens":
+            return self._check_tagging()
+        if self.format == "conll" or self.tag_column != TaskConfig.model_fields["tag_column"].default:
+            raise ValueError(f"{'format: conll' if self.format == 'conll' else 'tag_column'} is for tagging tasks "
+                             "(kind: tokens)")
         custom_keys = [k for k in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
                                    "format", "files", "index_column") if getattr(self, k) is not None]
         if (self.source == "files") == (self.data_dir is None):
@@ -273,6 +285,21 @@ class TaskConfig(Section):
                 raise ValueError(f"metric {metric} is for {kind} tasks")
             if metric == "f1" and len(self.labels) != 2:
                 raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
+        return self
+
+    def _check_tagging(self) -> "TaskConfig":
+        """A tagging task reads CoNLL column files of its own; the keys of sentence classification do not apply."""
+        if self.data_dir is None or self.source == "hub":
+            raise ValueError("kind tokens reads CoNLL column files: give data_dir")
+        if self.name in GLUE_TASKS:
+            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the tagging task otherwise")
+        if self.format not in (None, "conll"):
+            raise ValueError(f"format {self.format}: a tagging task reads CoNLL column files (format: conll)")
+        other = [key for key in ("text_columns", "pair", "text", "label_column", "label_names", "metrics",
+                                 "index_column", "long_documents") if getattr(self, key) is not None]
+        if other:
+            raise ValueError(f"{', '.join(other)}: not for kind tokens (each line's first column is the word, "
+                             "tag_column its tag)")
         return self
 
     def _check_text_and_labels(self) -> None:

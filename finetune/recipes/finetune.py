@@ -177,3 +177,13 @@ class FinetuneRecipe(TrainingRunRecipe):
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeats a seed")
         return self
+
+    @model_validator(mode="after")
+    def _tagging_reads_every_token(self) -> "FinetuneRecipe":
+        if self.task.kind == "tokens" and self.pooling not in (None, "model"):
+            raise ValueError(f"pooling: {self.pooling} pools a text into one vector for a class; a tagger (task.kind "
+                             "tokens) reads every token: leave pooling out")
+        if self.task.kind == "tokens" and self.model.backward_checkpoint is not None:
+            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a tagger")
+        return self
+

@@ -56,8 +56,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     """The card of a fine-tuned classifier or regressor: dev scores of the saved weights and the curve."""
     saved = result["best"] if result["saved"] == "best" else result["last"]
     scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
-    glue = spec.name in GLUE_TASKS
-    task_type = "text-classification"
+    glue, tagging = spec.name in GLUE_TASKS, spec.kind == "tokens"
+    task_type = "token-classification" if tagging else "text-classification"
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
                                dataset_config=spec.name if glue else None,
@@ -68,7 +68,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
                          eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
                          library_name="transformers", pipeline_tag=task_type, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", "text-classification"] + list(family.classifier_card_tags if family else ()))
+                         tags=["finetune", task_type] + list(family.classifier_card_tags if family else ()))
     training, schedule = recipe.training, recipe.schedule
     unfreezing = recipe.unfreezing
     thaw = "off" if unfreezing.mode == "none" else (
@@ -77,25 +77,28 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
            f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
     reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents)
+    reads = (f"reads at most {recipe.task.max_length or 'the default'} tokens of a sentence" if tagging
+             else reading.describe())
+    inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
+    outputs = "a score" if spec.is_regression else ("a tag per word: " if tagging else "") + ", ".join(spec.labels)
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
-                ["task", f"{spec.display_name} (`{spec.name}`): "
-                         + (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)) + " -> "
-                         + ("a score" if spec.is_regression else ", ".join(spec.labels))],
+                ["task", f"{spec.display_name} (`{spec.name}`): {inputs} -> {outputs}"],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
                 ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
                 ["schedule", schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
-                ["gradual unfreezing", thaw], ["reading", reading.describe()], ["seed", recipe.seed]]
+                ["gradual unfreezing", thaw], ["reading", reads], ["seed", recipe.seed]]
     which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
+    auto_class = "AutoModelForTokenClassification" if tagging else "AutoModelForSequenceClassification"
     architecture = (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
         if recipe.pooling in ("mean", "scalar_mix") else "")
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {model_type} classifier for {spec.display_name}, fine-tuned with the finetune toolkit from
+A {model_type} {"tagger" if tagging else "classifier"} for {spec.display_name}, fine-tuned with the finetune toolkit from
 `{recipe.model.checkpoint}`. {recipe.description}
 
 ## Results
@@ -120,11 +123,11 @@ The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune
 finetune predict PATH_TO_THIS_FOLDER --input texts.txt
 ```
 
-{_loading(architecture, "AutoModelForSequenceClassification", "PATH_TO_THIS_FOLDER")}
+{_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}
 
 ## Intended use and limits
 
-For {spec.display_name}-like inputs ({', '.join(spec.text_columns)}); the model {reading.describe()}. The scores above are from the task's dev set only; the model was not evaluated
+For {spec.display_name}-like inputs ({inputs}); the model {reads}. The scores above are from the task's dev set only; the model was not evaluated
 on other domains, and it inherits the biases of its base model and of its training data. Small training sets give
 unstable results from one seed to the next: compare seeds before relying on one run.
 """

@@ -20,14 +20,16 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
-from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
+from finetune.data.tagging import read_conll, tag_indices
+from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source, task_file
 from finetune.errors import UserError, recipe_key
-from finetune.glue.metrics import compute_metrics
+from finetune.glue.metrics import compute_metrics, entity_types_table, tagging_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import load_finetuned
+from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
@@ -36,6 +38,7 @@ from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
 from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
+from finetune.training.tagging import tag_sentences
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
@@ -73,6 +76,8 @@ def write_report(run_dir: Path, report: dict, markdown: str) -> None:
 def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
     spec = task_spec(recipe.task)
+    if spec.kind == "tokens":
+        return run_tagging_eval(recipe, spec, accelerator)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
@@ -113,6 +118,57 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     if accelerator.is_main_process:
         write_report(run_dir, report, report_markdown(report))
     return report
+
+
+def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
+    """Score every tagger of `models` on `split` of a tagging task: entity-level scores and a table per entity
+    type; with write_predictions, predictions/MODEL.txt in CoNLL columns (word, tag, predicted tag)."""
+    if recipe.ensembles:
+        raise UserError("ensembles: taggers (task kind tokens) are scored one by one; list them under models")
+    path = task_file(spec, recipe.task.data_dir, recipe.split)
+    sentences = read_conll(path, spec.tag_column)
+    taggers = {name: load_finetuned_tagger(checkpoint, f"models.{name}", recipe.trust_remote_code)
+               for name, checkpoint in recipe.models.items()}
+    for name, model in taggers.items():  # a tag the model does not know is one line naming file and line
+        with recipe_key(f"models.{name}"):
+            tag_indices(sentences, model_tags(model))
+    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
+    results = {}
+    for name, model in taggers.items():
+        checkpoint = recipe.models[name]
+        tokenizer = load_tokenizer(checkpoint, f"models.{name}", recipe.trust_remote_code)
+        max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
+        predicted = tag_sentences(model, tokenizer, sentences, model_tags(model), max_length, recipe.batch_size,
+                                  accelerator.device, name=recipe.split)
+        results[name] = {"checkpoint": checkpoint, **tagging_metrics(sentences.tags, predicted),
+                         "entity_types": entity_types_table(sentences.tags, predicted)}
+        if recipe.write_predictions and accelerator.is_main_process:
+            write_tagged(run_dir / PREDICTIONS_DIR / f"{name}.txt", sentences, predicted)
+    report = {"task": spec.name, "split": recipe.split, "examples": len(sentences.words),
+              "metrics": list(spec.metrics), "results": results}
+    if accelerator.is_main_process:
+        write_report(run_dir, report, tagging_report_markdown(report))
+    return report
+
+
+def write_tagged(path: Path, sentences, predicted: list[list[str]]) -> None:
+    """CoNLL columns: word, its tag in the file, the predicted tag; a blank line after each sentence."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blocks = ["\n".join(f"{word} {tag} {guess}" for word, tag, guess in zip(words, tags, guesses))
+              for words, tags, guesses in zip(sentences.words, sentences.tags, predicted)]
+    path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
+
+
+def tagging_report_markdown(report: dict) -> str:
+    """The scores table of every tagger, then each tagger's table per entity type."""
+    lines = [report_markdown(report)]
+    for name, result in report["results"].items():
+        lines += [f"## {name}: by entity type", "", "| type | entities | precision | recall | f1 |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {kind} | {row['entities']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
+                  f"{100 * row['f1']:.1f} |" for kind, row in result["entity_types"].items()]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:

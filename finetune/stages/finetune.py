@@ -12,23 +12,27 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
+from transformers import DataCollatorForTokenClassification
 
 from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
 from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
-from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator
-from finetune.glue.metrics import compute_metrics
+from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
+from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator, task_file
+from finetune.glue.metrics import compute_metrics, tagging_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.models.taggers import load_tagger
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.reporting.model_card import classifier_card, write_card
@@ -39,6 +43,7 @@ from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, r
 from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.training.tagging import sentence_logits
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import describe_backbone, resolve_techniques, techniques_summary
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
@@ -65,7 +70,8 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    return run_training(FinetuneStage(recipe), resume)
+    stage = TaggingStage if recipe.task.kind == "tokens" else FinetuneStage
+    return run_training(stage(recipe), resume)
 
 
 class FinetuneStage(TrainingStage):
@@ -84,21 +90,23 @@ class FinetuneStage(TrainingStage):
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
         self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
-        train_examples = read_labelled_split(self.spec, recipe.task.data_dir, "train")
-        self.dev_examples = read_labelled_split(self.spec, recipe.task.data_dir, "dev")
-        model = self._classifier()
+        if self.tokenizer.pad_token is None and self.tokenizer.eos_token is not None:
+            # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        train_count, dev_count = self.read_task()
+        model = self.task_model()
+        if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
+            model.config.pad_token_id = self.tokenizer.pad_token_id
         # Layer groups -> discriminative learning rates -> optimizer.
         self.groups = layer_groups(model)
         lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
-        console.print(f"task {self.spec.name}: {len(train_examples.texts):,} training and "
-                      f"{len(self.dev_examples.texts):,} dev examples; backbone {recipe.model.checkpoint} "
-                      f"({recipe.model.init} weights), seed {recipe.seed}")
+        console.print(f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
+                      f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
-        console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
-        train_loader, dev_loader = self._data_loaders(model, train_examples)
-        self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(model, optimizer, train_loader,
-                                                                                       dev_loader)
+        train_data, collate, dev_loader = self.encoded_task(model)
+        self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
+            model, optimizer, self._training_batches(train_data, collate), dev_loader)
         self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
         unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
@@ -107,28 +115,39 @@ class FinetuneStage(TrainingStage):
                              saved_model=lambda: accelerator.unwrap_model(self.model),
                              before_step=None if self.thaw_every is None else self._thaw_by_steps)
 
-    def _classifier(self):
+    # What the task's kind decides (a tagging task overrides these: stages/tagging.py).
+
+    def read_task(self) -> tuple[int, int]:
+        """Read the training and dev splits; returns their sizes."""
+        self.train_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "train")
+        self.dev_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "dev")
+        return len(self.train_examples.texts), len(self.dev_examples.texts)
+
+    def task_model(self):
         """The backbone with its task head, and how it reads an example (max_length, long documents)."""
-        recipe, tokenizer = self.recipe, self.tokenizer
-        if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-            # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
-            tokenizer.pad_token = tokenizer.eos_token
+        recipe = self.recipe
         model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
-        if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
-            model.config.pad_token_id = tokenizer.pad_token_id
         self.reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents)
         return model
 
-    def _data_loaders(self, model, train_examples) -> tuple[DataLoader, DataLoader]:
-        """Training batches (grouped by length per optimizer step where asked) and the dev batches."""
-        recipe, tokenizer, accelerator, training = self.recipe, self.tokenizer, self.accelerator, self.recipe.training
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        """The encoded training examples (with their `lengths`), how to collate them, and the dev batches."""
         # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
         directions = {"backwards": reads_backwards(model.config),
                       "both_directions": reads_both_directions(model.config)}
-        train_data = EncodedTask(train_examples, tokenizer, self.reading, **directions, name="training")
+        console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
+        train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
         note = gradient_window_note(model.config, train_data.lengths, whole=self.reading.max_length is None)
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
+        self.dev_batches = LengthSortedPrediction(
+            EncodedTask(self.dev_examples, self.tokenizer, self.reading, **directions, name="dev"), self.tokenizer,
+            self.recipe.training.batch_size * 2)
+        return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
+
+    def _training_batches(self, train_data, collate) -> DataLoader:
+        """Training batches, grouped by length per optimizer step where asked."""
+        recipe, accelerator, training = self.recipe, self.accelerator, self.recipe.training
         # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes
         # nothing.
         step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
@@ -139,14 +158,8 @@ class FinetuneStage(TrainingStage):
                               training.gradient_accumulation_steps)
         # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
         # untouched, so a resumed run draws the same dropout masks as one that never stopped.
-        train_loader = DataLoader(PaddableDataset(train_data), batch_sampler=batches,
-                                  collate_fn=CountingCollator(task_collator(tokenizer, train_data)),
-                                  num_workers=training.num_workers,
-                                  generator=torch.Generator().manual_seed(recipe.seed))
-        self.dev_batches = LengthSortedPrediction(
-            EncodedTask(self.dev_examples, tokenizer, self.reading, **directions, name="dev"), tokenizer,
-            training.batch_size * 2)
-        return train_loader, self.dev_batches.loader
+        return DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
+                          num_workers=training.num_workers, generator=torch.Generator().manual_seed(recipe.seed))
 
     def _loss(self, model, batch):
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
@@ -268,6 +281,50 @@ class FinetuneStage(TrainingStage):
 
     def finished_result(self, run_dir: Path) -> Path:
         return run_dir / CHECKPOINT_DIR
+
+
+class TaggingStage(FinetuneStage):
+    """`finetune finetune` for a task of kind tokens (see the module docstring)."""
+
+    def read_task(self) -> tuple[int, int]:
+        data_dir, column = self.recipe.task.data_dir, self.spec.tag_column
+        self.train_sentences = read_conll(task_file(self.spec, data_dir, "train"), column)
+        self.dev_sentences = read_conll(task_file(self.spec, data_dir, "dev"), column)
+        tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
+        self.spec = replace(self.spec, labels=tuple(tags))
+        return len(self.train_sentences.words), len(self.dev_sentences.words)
+
+    def task_model(self):
+        model = load_tagger(self.recipe.model, self.spec.labels, self.recipe.classifier_dropout)
+        self.max_length = fitted_max_length(self.recipe.task.max_length, model)
+        return model
+
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        console.print(f"the tagger reads at most {self.max_length} tokens of a sentence; {len(self.spec.labels)} tags: "
+                      f"{', '.join(self.spec.labels)}", markup=False, highlight=False, soft_wrap=True)
+        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.spec.labels)
+        self.dev_data = EncodedTagging(self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev")
+        collate = DataCollatorForTokenClassification(self.tokenizer, label_pad_token_id=IGNORED)
+        # Every process scores the whole dev set (sentences of any length do not gather across processes), from a
+        # loader of its own: accelerate would share the one returned here out among them.
+        self.tagging_dev_loader = DataLoader(self.dev_data, batch_size=self.recipe.training.batch_size * 2,
+                                             collate_fn=collate)
+        return train_data, collate, self.tagging_dev_loader
+
+    def _loss(self, model, batch):
+        """The mean cross-entropy over the batch's tagged words (first sub-tokens), counted as that many terms so
+        accumulated steps and processes weigh every word alike."""
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        words = (batch["labels"] != IGNORED).sum() if examples else 0
+        return model(**batch).loss, words, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Entity-level dev scores, and the dev loss (mean over tagged words) for metrics.jsonl only."""
+        model = self.accelerator.unwrap_model(self.model)
+        logits, loss = sentence_logits(model, self.tagging_dev_loader, self.accelerator.device, with_loss=True)
+        predicted = self.dev_data.word_tags(logits, self.spec.labels)
+        scores = tagging_metrics(self.dev_sentences.tags, predicted)
+        return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
 
 
 def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:

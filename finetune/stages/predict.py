@@ -8,7 +8,7 @@ label column included, are ignored). Examples are batched longest first like `fi
 eval`, with a progress bar on long input; outputs keep the input's order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
-`score` for regression; as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
+`score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
 extension. A file is written under a temporary name and renamed when complete.
 """
 
@@ -27,13 +27,16 @@ from typing import Iterable, Optional, Sequence, TextIO
 import torch
 
 from finetune.data.long_documents import DocumentReading
+from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
+from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.predict import example_logits
+from finetune.training.tagging import tag_sentences
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
@@ -82,6 +85,33 @@ class Predictor:
         return parts
 
 
+@dataclass
+class TaggingPredictor:
+    """A fine-tuned tagger (task kind tokens) ready to predict: a tag for every word of a sentence."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: TaskSpec  # its labels: the tagger's tags
+    max_length: Optional[int]
+    batch_size: int = 64
+
+    def predict(self, texts: Sequence[str]) -> list[dict]:
+        """One result per sentence: {"words", "tags"}, the words split at white space."""
+        return self.predict_examples(TaskExamples([(text,) for text in texts], None,
+                                                  [str(index) for index in range(len(texts))]))
+
+    def predict_examples(self, examples: TaskExamples) -> list[dict]:
+        words = [text.split() for text, in examples.texts]
+        if not any(words):
+            return [{"words": [], "tags": []} for _ in words]
+        sentences = TaggedSentences([sentence or [""] for sentence in words], None,
+                                    list(range(1, len(words) + 1)), Path("input"))
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        tags = tag_sentences(self.model, self.tokenizer, sentences, self.spec.labels, self.max_length,
+                             self.batch_size, device)
+        return [{"words": sentence, "tags": predicted[:len(sentence)]} for sentence, predicted in zip(words, tags)]
+
+
 def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[int] = None) -> Predictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
     from finetune.models.heads import fitted_max_length
@@ -95,6 +125,11 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
                         "fine-tuned by finetune (the file names the task's text columns and labels)")
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
     spec = task_spec(recipe.task)
+    if spec.kind == "tokens":
+        model = load_finetuned_tagger(folder, "CHECKPOINT", recipe.model.trust_remote_code)
+        tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
+        return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
+                                max_length or recipe.task.max_length, batch_size)
     model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
     tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
@@ -131,6 +166,8 @@ def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> T
     if not path.is_file():
         raise UserError(f"--input: no such file: {path}")
     file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
+    if file_format is not None and spec.kind == "tokens":
+        raise UserError(f"--input: {path}: a tagger reads plain text, a sentence per line (words split at spaces)")
     if file_format is not None:
         return read_examples_file(unlabelled, path, file_format)
     try:
@@ -189,8 +226,12 @@ def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: Optional
 def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     if file_format == "jsonl":
         return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    columns = list(spec.text_columns) + (["score"] if spec.is_regression else
-                                         ["label"] + [f"probability_{label}" for label in spec.labels])
+    if spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
+        rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
+        columns = list(spec.text_columns) + ["tags"]
+    else:
+        columns = list(spec.text_columns) + (["score"] if spec.is_regression else
+                                             ["label"] + [f"probability_{label}" for label in spec.labels])
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t" if file_format == "tsv" else ",", lineterminator="\n",
                         quoting=csv.QUOTE_MINIMAL)

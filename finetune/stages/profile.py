@@ -28,6 +28,7 @@ from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpo
 from finetune.models.families import family_of, is_recurrent
 from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
+from finetune.models.taggers import tagger_skeleton
 from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
                                    parameter_count, transformer_layer_activation_bytes)
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
@@ -50,6 +51,8 @@ class BuiltModel:
     blocks: slice  # which groups are layers (transformer blocks or LSTM layers)
     source: str
 
+
+PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
 
 def profile_recipe(recipe, matmul_rate: Optional[float] = None, mfu: float = DEFAULT_MFU) -> dict:
     """The profile of a pretrain or finetune recipe, or of each stage of an ulmfit recipe (under "stages")."""
@@ -81,6 +84,10 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
     prefix = f"{section}." if section else ""
     config, source = stage_checkpoint_config(recipe, upstream, prefix)
     with torch.device("meta"):
+        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "tokens":
+            # The tags are the training file's when the recipe does not list them: their count barely matters here.
+            model = tagger_skeleton(config, recipe.task.labels or ("O",) * PROFILED_TAGS, recipe.model.checkpoint)
+            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe):
             model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
@@ -259,8 +266,12 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
         kind, family = family_of(recipe.model).description, recipe.model.family
     else:
         family, labels = config.model_type, model.config.num_labels
-        kind = "regression" if labels == 1 else f"{labels}-label classifier"
-        kind += {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}.get(recipe.pooling, "")
+        if recipe.task.kind == "tokens":
+            kind = f"tagger, {labels} tags" if recipe.task.labels else \
+                f"tagger (counted with {labels} tags; the run takes those of its training file)"
+        else:
+            kind = "regression" if labels == 1 else f"{labels}-label classifier"
+            kind += {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}.get(recipe.pooling, "")
     return {"family": family, "kind": kind, "sizes": sizes, "source": source}
 
 

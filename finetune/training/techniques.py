@@ -171,6 +171,8 @@ def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
 def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     """The recipe with every open technique key decided: from the section's other keys, else the backbone's default."""
     defaults = backbone_defaults(backbone)
+    if recipe.task.kind == "tokens":
+        defaults["pooling"] = ("model", "a tagger reads every token: no pooling")
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
     sources, updates = {}, {}
     for key in TECHNIQUE_KEYS:

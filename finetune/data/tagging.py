@@ -1,0 +1,158 @@
+"""Tagging data (task kind tokens): CoNLL column files read into sentences of words and tags, and their encoding
+with the tag of each word on its first sub-token (BERT's way: the others are ignored by the loss and the scores).
+
+A CoNLL file holds one word per line with its columns (CoNLL-2003: word, part of speech, chunk, named entity),
+a blank line between sentences, and `-DOCSTART-` lines between documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from finetune.console import console
+from finetune.errors import DataFileError, InputError
+
+IGNORED = -100  # the label of sub-tokens after a word's first, and of special tokens: no loss, no score
+DOCUMENT_START = "-DOCSTART-"
+
+
+@dataclass
+class TaggedSentences:
+    """One split of a tagging task: the words of each sentence, their tags (None for a file without tags), and the
+    line each sentence starts on (for messages)."""
+
+    words: list[list[str]]
+    tags: Optional[list[list[str]]]
+    lines: list[int]
+    source: Path
+
+
+def read_conll(path: Path, tag_column: int = -1, with_tags: bool = True) -> TaggedSentences:
+    """The sentences of a CoNLL column file; `with_tags`: every line must have the tag column."""
+    words, tags, lines = [], [], []
+    sentence_words, sentence_tags, start = [], [], 0
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DataFileError("not valid UTF-8", source=path) from None
+    for number, line in enumerate(text.splitlines() + [""], start=1):
+        columns = line.split()
+        if columns and columns[0] == DOCUMENT_START:
+            columns = []  # a document boundary ends the sentence too
+        if not columns:
+            if sentence_words:
+                words.append(sentence_words)
+                tags.append(sentence_tags)
+                lines.append(start)
+            sentence_words, sentence_tags = [], []
+            continue
+        if not sentence_words:
+            start = number
+        sentence_words.append(columns[0])
+        if with_tags:
+            if len(columns) < 2 or not -len(columns) <= tag_column < len(columns) or tag_column in (0, -len(columns)):
+                raise DataFileError(f"no tag in column {tag_column} (the line has {len(columns)} columns, the first "
+                                    "being the word)", source=path, line=number, value=line)
+            sentence_tags.append(columns[tag_column])
+    if not words:
+        raise DataFileError("no sentences (a word per line, a blank line between sentences)", source=path)
+    return TaggedSentences(words, tags if with_tags else None, lines, Path(path))
+
+
+def tag_set(sentences: TaggedSentences) -> tuple[str, ...]:
+    """The tags of a training file in a stable order: O first, then by entity type, B- before I-."""
+    found = {tag for sentence in sentences.tags for tag in sentence}
+
+    def order(tag: str) -> tuple:
+        prefix, _, kind = tag.partition("-")
+        return (tag != "O", kind if kind else prefix, prefix)
+
+    return tuple(sorted(found, key=order))
+
+
+def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[int]]:
+    """Each sentence's tags as indices into `tags`; a tag outside them is one line naming file and line."""
+    index = {tag: position for position, tag in enumerate(tags)}
+    encoded = []
+    for sentence, start in zip(sentences.tags, sentences.lines):
+        unknown = next((offset for offset, tag in enumerate(sentence) if tag not in index), None)
+        if unknown is not None:
+            raise DataFileError(f"tag '{sentence[unknown]}' is not one of the task's tags ({', '.join(tags)})",
+                                source=sentences.source, line=start + unknown, value=sentence[unknown])
+        encoded.append([index[tag] for tag in sentence])
+    return encoded
+
+
+class EncodedTagging(Dataset):
+    """Sentences tokenised as pre-split words, each word's tag on its first sub-token (IGNORED elsewhere).
+
+    A sentence longer than `max_length` tokens is cut, and said so in one line at load time: its last words get
+    no prediction (scored as O) and no loss.
+    """
+
+    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: int, tags: Optional[Sequence[str]] = None,
+                 name: str = "training"):
+        if not getattr(tokenizer, "is_fast", False):
+            raise InputError("tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
+                             source=getattr(tokenizer, "name_or_path", None))
+        self.sentences, self.max_length = sentences, max_length
+        encoding = tokenizer(sentences.words, is_split_into_words=True, truncation=True, max_length=max_length)
+        labels = tag_indices(sentences, tags) if tags is not None and sentences.tags is not None else None
+        self.items, self.word_positions = [], []
+        cut = 0
+        for row, input_ids in enumerate(encoding["input_ids"]):
+            first_tokens = first_sub_tokens(encoding.word_ids(row))
+            self.word_positions.append(first_tokens)
+            cut += len(first_tokens) < len(sentences.words[row])
+            item = {key: encoding[key][row] for key in encoding.keys()}
+            if labels is not None:
+                item["labels"] = [IGNORED] * len(input_ids)
+                for word, position in enumerate(first_tokens):
+                    item["labels"][position] = labels[row][word]
+            self.items.append(item)
+        if cut:
+            console.print(f"note: {cut:,} of the {len(self.items):,} {name} sentences are longer than max_length "
+                          f"{max_length} tokens: their last words are not read (raise task.max_length)",
+                          markup=False, highlight=False)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict:
+        return self.items[index]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(item["input_ids"]) for item in self.items]
+
+    def word_tags(self, logits: Sequence[np.ndarray], tags: Sequence[str]) -> list[list[str]]:
+        """Each sentence's predicted tag per word, from per-token logits (a sentence's rows, padding cut off): the
+        tag at each word's first sub-token; a word cut by max_length gets O."""
+        predicted = []
+        for row, positions in enumerate(self.word_positions):
+            best = logits[row].argmax(axis=-1)
+            sentence = [tags[int(best[position])] for position in positions]
+            predicted.append(sentence + ["O"] * (len(self.sentences.words[row]) - len(sentence)))
+        return predicted
+
+
+def first_sub_tokens(word_ids: Sequence[Optional[int]]) -> list[int]:
+    """The position of each word's first sub-token, in word order (special tokens have no word)."""
+    positions, previous = [], None
+    for position, word in enumerate(word_ids):
+        if word is not None and word != previous:
+            positions.append(position)
+        previous = word
+    return positions
+
+
+def words_of_lines(lines: list[str], source: str) -> TaggedSentences:
+    """Plain text to tag: a sentence per line, words split at white space (blank lines skipped)."""
+    words = [line.split() for line in lines]
+    kept = [(number, sentence) for number, sentence in enumerate(words, start=1) if sentence]
+    return TaggedSentences([sentence for _, sentence in kept], None, [number for number, _ in kept], Path(source))

@@ -1,0 +1,262 @@
+"""Tagging (task kind tokens): CoNLL files read with every line checked, each word's tag on its first sub-token,
+a tagger fine-tuned with the classifier's machinery, scored by entity-level F1 (seqeval), evaluated with a table per
+entity type, predicting words with tags, and loadable with AutoModelForTokenClassification."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForTokenClassification, AutoTokenizer
+from typer.testing import CliRunner
+
+from finetune.cli import app
+from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set
+from finetune.errors import InputError
+from finetune.glue.metrics import entity_types_table, tagging_metrics
+from finetune.stages.predict import predict
+from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, save_tiny_masked_lm, write_yaml
+
+runner = CliRunner()
+
+
+def tagged_sentence(rng: random.Random) -> list[tuple[str, str]]:
+    """`the film was really great .` tagged SUBJ (the subject), POS or NEG (the adjective), O elsewhere."""
+    positive = rng.random() < 0.5
+    subject = rng.choice(SUBJECTS).split()
+    adjective = rng.choice(POSITIVE if positive else NEGATIVE)
+    return ([(subject[0], "B-SUBJ"), (subject[1], "I-SUBJ"), ("was", "O"), (rng.choice(FILLERS), "O"),
+             (adjective, "B-POS" if positive else "B-NEG"), (".", "O")])
+
+
+def write_conll(path: Path, sentences: int, seed: int) -> Path:
+    """CoNLL-2003's layout: word, two other columns, the tag; -DOCSTART- and blank lines between sentences."""
+    rng = random.Random(seed)
+    lines = ["-DOCSTART- -X- -X- O", ""]
+    for _ in range(sentences):
+        lines += [f"{word} X X {tag}" for word, tag in tagged_sentence(rng)] + [""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tagging_task(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tagging") / "task"
+    write_conll(folder / "train.txt", 80, 1)
+    write_conll(folder / "dev.txt", 24, 2)
+    write_conll(folder / "test.txt", 16, 3)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> Path:
+    return save_tiny_masked_lm(tmp_path_factory.mktemp("tagging-lm"))
+
+
+def tagging_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
+    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0,
+            "model": {"checkpoint": str(checkpoint)},
+            "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(task), "max_length": 32, **task_keys},
+            "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading CoNLL files
+# ---------------------------------------------------------------------------------------------
+
+
+def test_conll_sentences_words_and_tags(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n"
+                    "Blackburn NNP I-NP I-PER\n", encoding="utf-8")
+    sentences = read_conll(path)
+    assert sentences.words == [["EU", "rejects"], ["Peter", "Blackburn"]]
+    assert sentences.tags == [["B-ORG", "O"], ["B-PER", "I-PER"]] and sentences.lines == [3, 6]
+    assert read_conll(path, tag_column=1).tags == [["NNP", "VBZ"], ["NNP", "NNP"]]  # parts of speech
+    assert tag_set(sentences) == ("O", "B-ORG", "B-PER", "I-PER")
+
+
+def test_a_line_without_its_tag_column_names_file_and_line(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("EU NNP B-NP B-ORG\nrejects\n", encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        read_conll(path)
+    assert (error.value.source, error.value.line) == (path, 2) and "no tag in column -1" in str(error.value)
+
+
+def test_a_tag_outside_the_tag_set_names_file_and_line(tmp_path):
+    path = tmp_path / "dev.txt"
+    path.write_text("Peter B-PER\nsaid O\n\nParis B-PLACE\n", encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        tag_indices(read_conll(path), ("O", "B-PER", "I-PER"))
+    assert (error.value.line, error.value.value) == (4, "B-PLACE")
+    assert str(error.value).startswith(f"{path} line 4: tag 'B-PLACE' is not one of the task's tags")
+
+
+def test_each_word_is_labelled_on_its_first_sub_token(tmp_path, tiny_bert):
+    path = tmp_path / "train.txt"
+    path.write_text("the B-SUBJ\nfilmography I-SUBJ\nwas O\n", encoding="utf-8")  # a word of several pieces
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
+    encoded = EncodedTagging(read_conll(path), tokenizer, 32, ("O", "B-SUBJ", "I-SUBJ"))
+    item = encoded[0]
+    pieces = tokenizer.convert_ids_to_tokens(item["input_ids"])
+    assert len(pieces) > 5  # [CLS], the, film..., was, [SEP]: the long word is cut into pieces
+    labelled = [(piece, label) for piece, label in zip(pieces, item["labels"]) if label != IGNORED]
+    assert labelled == [("the", 1), (pieces[2], 2), ("was", 0)]
+    assert encoded.word_positions[0] == [1, 2, len(pieces) - 2]
+
+
+def test_seqeval_scores_whole_entities():
+    references = [["B-PER", "I-PER", "O", "B-LOC"]]
+    predictions = [["B-PER", "O", "O", "B-LOC"]]  # the person is cut short: that entity is wrong, not half right
+    assert tagging_metrics(references, predictions) == {"f1": 0.5, "precision": 0.5, "recall": 0.5,
+                                                         "accuracy": 0.75}
+    assert entity_types_table(references, predictions)["LOC"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0,
+                                                                  "entities": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tune, evaluate, predict
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tagger_run(tmp_path_factory, tiny_bert, tagging_task) -> Path:
+    folder = tmp_path_factory.mktemp("tagger")
+    result = runner.invoke(app, ["finetune", str(write_yaml(folder / "recipe.yaml",
+                                                            tagging_recipe(tiny_bert, tagging_task, folder / "run")))])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):
+    result = json.loads((tagger_run / "result.json").read_text())
+    assert result["main_metric"] == "f1" and set(result["best"]) == {"dev_f1", "dev_precision", "dev_recall",
+                                                                       "dev_accuracy"}
+    assert result["best"]["dev_f1"] > 0.9  # the tags follow the words: a tagger that learns gets them
+    records = [json.loads(line) for line in (tagger_run / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [record for record in records if record["phase"] == "eval"]
+    assert len(evaluations) == 6 and evaluations[0]["dev_f1"] < result["best"]["dev_f1"]
+    model = AutoModelForTokenClassification.from_pretrained(tagger_run / "checkpoint")
+    assert model.config.id2label == {0: "O", 1: "B-NEG", 2: "B-POS", 3: "B-SUBJ", 4: "I-SUBJ"}
+    card = (tagger_run / "checkpoint" / "README.md").read_text()
+    assert "pipeline_tag: token-classification" in card and "AutoModelForTokenClassification" in card
+
+
+def test_eval_scores_taggers_with_a_table_per_entity_type(tagger_run, tagging_task, tmp_path):
+    recipe = write_yaml(tmp_path / "eval.yaml", {
+        "stage": "eval", "run_dir": str(tmp_path / "eval"), "split": "test", "write_predictions": True,
+        "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(tagging_task)},
+        "models": {"tagger": str(tagger_run / "checkpoint")}})
+    result = runner.invoke(app, ["eval", str(recipe)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    scores = report["results"]["tagger"]
+    assert report["examples"] == 16 and scores["f1"] > 0.9
+    assert set(scores["entity_types"]) == {"NEG", "POS", "SUBJ"}
+    assert scores["entity_types"]["SUBJ"]["entities"] == 16  # one subject per sentence
+    assert "## tagger: by entity type" in (tmp_path / "eval" / "report.md").read_text()
+    predicted = (tmp_path / "eval" / "predictions" / "tagger.txt").read_text().split("\n\n")
+    assert len(predicted) == 16 and predicted[0].splitlines()[0].split()[1:] in (["B-SUBJ", "B-SUBJ"],
+                                                                               ["B-SUBJ", "O"])
+
+
+def test_predict_gives_words_with_tags(tagger_run):
+    rows = predict(str(tagger_run / "checkpoint"), ["the plot was so dreadful .", "the cast was truly superb ."])
+    assert rows[0]["words"] == ["the", "plot", "was", "so", "dreadful", "."]
+    assert rows[0]["tags"] == ["B-SUBJ", "I-SUBJ", "O", "O", "B-NEG", "O"]
+    assert rows[1]["tags"][4] == "B-POS"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line each
+# ---------------------------------------------------------------------------------------------
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
+def test_a_dev_tag_the_training_file_lacks_is_one_line(tiny_bert, tagging_task, tmp_path):
+    task = tmp_path / "task"
+    task.mkdir()
+    for name in ("train.txt", "test.txt"):
+        (task / name).write_text((tagging_task / name).read_text())
+    (task / "dev.txt").write_text("the B-SUBJ\nfilm I-SUBJ\nwas O\nodd B-ODD\n")
+    recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tiny_bert, task, tmp_path / "run"))
+    message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
+    assert message.startswith(f"error: {task / 'dev.txt'} line 4: tag 'B-ODD' is not one of the task's tags")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("keys, expected", [
+    ({"text_columns": ["sentence"]}, "text_columns: not for kind tokens"),
+    ({"format": "csv"}, "format csv: a tagging task reads CoNLL column files"),
+])
+def test_classification_keys_are_refused_for_a_tagging_task(tiny_bert, tagging_task, tmp_path, keys, expected):
+    recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", **keys))
+    assert expected in one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
+
+
+def test_format_conll_needs_kind_tokens(tiny_bert, tagging_task, tmp_path):
+    data = tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", format="conll")
+    del data["task"]["kind"]
+    data["task"].update({"text_columns": ["sentence"], "label_column": "label", "labels": ["0", "1"]})
+    message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))]))
+    assert "format: conll is for tagging tasks (kind: tokens)" in message
+
+
+def test_an_awd_lstm_is_refused_as_a_tagger_in_one_line(tagging_task, tmp_path):
+    from tests.test_profile import save_tiny_awd_lstm
+
+    checkpoint = save_tiny_awd_lstm(tmp_path / "lm")
+    recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(checkpoint, tagging_task, tmp_path / "run"))
+    message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
+    assert "is a 'awd_lstm' model, which has no token-classification head yet" in message
+
+
+def test_profile_counts_the_tagger_a_run_builds(tiny_bert, tagging_task, tmp_path):
+    data = tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", labels=["O", "B-NEG", "B-POS", "B-SUBJ",
+                                                                            "I-SUBJ"])
+    result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json",
+                                 "--matmul-gflops", "100"])
+    assert result.exit_code == 0, result.output
+    profile = json.loads(result.stdout)
+    real = AutoModelForTokenClassification.from_pretrained(tiny_bert, num_labels=5)
+    assert profile["parameters"]["total"] == sum(parameter.numel() for parameter in real.parameters())
+    assert profile["model"]["kind"] == "tagger, 5 tags"
+
+
+def test_a_stopped_tagging_run_resumes_bit_for_bit(tiny_bert, tagging_task, tmp_path, monkeypatch):
+    from tests.test_resume_finetune import Stopped, assert_same_run, stop_after_checkpoint
+
+    def recipe(name: str) -> Path:
+        data = tagging_recipe(tiny_bert, tagging_task, tmp_path / name)
+        data.update({"checkpoint_every": 7, "eval_every": 5})
+        data["training"]["epochs"] = 3
+        return write_yaml(tmp_path / f"{name}.yaml", data)
+
+    assert runner.invoke(app, ["finetune", str(recipe("full"))]).exit_code == 0
+    stop_after_checkpoint(monkeypatch, 14)  # mid-epoch 2 (10 steps an epoch), after an evaluation at step 10
+    with pytest.raises(Stopped):
+        from finetune.recipes import load_recipe
+        from finetune.stages.finetune import run_finetune
+
+        run_finetune(load_recipe(recipe("resumed")))
+    monkeypatch.undo()
+    result = runner.invoke(app, ["finetune", str(tmp_path / "resumed.yaml"), "--resume"])
+    assert result.exit_code == 0, result.output
+    assert_same_run(tmp_path / "full", tmp_path / "resumed")
+
+
+def test_pooling_is_not_for_a_tagger(tiny_bert, tagging_task, tmp_path):
+    data = {**tagging_recipe(tiny_bert, tagging_task, tmp_path / "run"), "pooling": "mean"}
+    message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))]))
+    assert "pooling: mean pools a text into one vector for a class; a tagger (task.kind tokens) reads every " \
+           "token" in message
