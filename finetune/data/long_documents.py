@@ -41,10 +41,15 @@ class DocumentReading:
     overlap: Optional[int] = None
     max_chunks: int = 8
     pool: str = "mean"
+    # GPT's similarity transformation (task.both_orders): a pair read as (a, b) and (b, a), two rows of one
+    # document whose logits are added, which for a linear head without bias is adding their representations.
+    both_orders: bool = False
 
     @classmethod
-    def of(cls, max_length: Optional[int], long_documents=None) -> "DocumentReading":
-        """From task.max_length and a task.long_documents section (None: truncate)."""
+    def of(cls, max_length: Optional[int], long_documents=None, both_orders: bool = False) -> "DocumentReading":
+        """From task.max_length, a task.long_documents section (None: truncate) and task.both_orders."""
+        if both_orders:
+            return cls(max_length, pool="sum", both_orders=True)
         if long_documents is None:
             return cls(max_length)
         return cls(max_length, long_documents.mode, long_documents.head, long_documents.overlap,
@@ -52,10 +57,14 @@ class DocumentReading:
 
     @property
     def windowed(self) -> bool:
-        return self.mode == "chunks"
+        """Whether an example is a document of rows whose logits are pooled (chunks' windows, both orders)."""
+        return self.mode == "chunks" or self.both_orders
 
     def describe(self) -> str:
         """One line for the start of a run."""
+        if self.both_orders:
+            return f"reads at most {self.max_length} tokens per example, each pair in both orders with their " \
+                   "logits added (GPT's similarity transformation)"
         if self.max_length is None:
             return "reads each example whole"
         if self.mode == "head_tail":
@@ -118,7 +127,7 @@ def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, ove
 
 def pool_windows(logits: torch.Tensor, documents: torch.Tensor, pool: str) -> torch.Tensor:
     """One row of logits per document from the rows of its windows (`documents`: the document of each row, numbered
-    from 0 in batch order, as WindowCollator numbers them)."""
+    from 0 in batch order, as WindowCollator numbers them): their mean, max or (both orders of a pair) sum."""
     count = int(documents.max()) + 1
     index = documents.to(logits.device).unsqueeze(-1).expand_as(logits)
     if pool == "max":
@@ -126,6 +135,8 @@ def pool_windows(logits: torch.Tensor, documents: torch.Tensor, pool: str) -> to
         return start.scatter_reduce(0, index, logits, reduce="amax", include_self=True)
     total = torch.zeros((count, logits.shape[-1]), dtype=logits.dtype, device=logits.device).scatter_add(
         0, index, logits)
+    if pool == "sum":
+        return total
     windows = torch.bincount(documents.to(logits.device), minlength=count).clamp(min=1)
     return total / windows.unsqueeze(-1).to(logits.dtype)
 

@@ -293,6 +293,9 @@ class EncodedTask(Dataset):
         if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
             raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
         second = columns[1] if len(columns) > 1 else None
+        if reading.both_orders and second is None:
+            raise InputError("task.both_orders reads a sentence pair in both orders: this task's examples are one "
+                             "text each")
         self.reading, self.labels = reading, examples.labels
         truncate = reading.mode == "truncate" and reading.max_length is not None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
@@ -308,8 +311,14 @@ class EncodedTask(Dataset):
                                  list(second[start:start + chunk]) if second else None,
                                  truncation=truncate, max_length=reading.max_length if truncate else None,
                                  verbose=False)
+                swapped = tokenizer(list(second[start:start + chunk]), list(columns[0][start:start + chunk]),
+                                    truncation=truncate, max_length=reading.max_length if truncate else None,
+                                    verbose=False) if reading.both_orders else None
                 for index in range(len(part["input_ids"])):
-                    self._add(part, index, backwards, both_directions)
+                    if swapped is not None:
+                        self._add_both_orders(part, swapped, index)
+                    else:
+                        self._add(part, index, backwards, both_directions)
                 advance(len(part["input_ids"]))
         lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
         self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
@@ -346,13 +355,23 @@ class EncodedTask(Dataset):
             rows = len(self.encodings["input_ids"])
             self.windows.append(range(rows - len(windows), rows))
 
+    def _add_both_orders(self, part, swapped, index: int) -> None:
+        """A pair as one document of two rows, (a, b) then (b, a): their logits are added (DocumentReading)."""
+        for encoding in (part, swapped):
+            for key, values in encoding.items():
+                self.encodings.setdefault(key, []).append(values[index])
+        rows = len(self.encodings["input_ids"])
+        self.windows.append(range(rows - 2, rows))
+
     def _note(self, tokenizer, first: Sequence[str], second: Optional[Sequence[str]], name: str) -> Optional[str]:
         """The line that says what reading did to the examples longer than max_length (None: none was)."""
         reading = self.reading
         if reading.max_length is None:
             return None
         if reading.mode == "truncate":
-            return truncation_note(tokenizer, first, second, self.lengths, reading.max_length, name)
+            # Both orders: the (a, b) rows say what was cut (the (b, a) ones hold the same tokens).
+            lengths = [len(ids) for ids in self.encodings["input_ids"][::2]] if reading.both_orders else self.lengths
+            return truncation_note(tokenizer, first, second, lengths, reading.max_length, name)
         return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]),
                                    name)
 

@@ -199,6 +199,11 @@ class TaskConfig(Section):
         """`long_documents: chunks` is short for `long_documents: {mode: chunks}`."""
         return {"mode": value} if isinstance(value, str) else value
 
+    both_orders: bool = Field(
+        False, description="GPT's similarity transformation for a symmetric pair task (STS-B, MRPC, QQP): each pair "
+        "read as (a, b) and (b, a), their representations added before the linear head (their logits summed); for "
+        "decoder backbones (gpt2), which read a pair in one direction")
+
     # Custom tasks only (a GLUE task brings its own):
     text_columns: Optional[list[str]] = Field(
         None, min_length=1, description="custom: the text columns; two are a sentence pair and more are joined into "
@@ -255,6 +260,11 @@ class TaskConfig(Section):
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
+        if self.both_orders and (self.kind != "classification" or (self.long_documents is not None and
+                                                                    self.long_documents.mode != "truncate")):
+            raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with "
+                             + ("kind " + self.kind if self.kind != "classification" else
+                                f"long_documents {self.long_documents.mode}"))
         if self.kind == "tokens":
             return self._check_tagging()
         if self.format == "conll" or self.tag_column != TaskConfig.model_fields["tag_column"].default:

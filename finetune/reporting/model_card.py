@@ -76,7 +76,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
         + (f"{unfreezing.every_steps} steps" if unfreezing.every_steps else
            f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
-    reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents)
+    reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders)
     reads = (f"reads at most {recipe.task.max_length or 'the default'} tokens of a sentence" if tagging
              else reading.describe())
     inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))

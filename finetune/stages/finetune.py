@@ -28,9 +28,11 @@ from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, Paddable
 from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator, task_file
+from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics, tagging_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
+from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.taggers import load_tagger
 from finetune.models.hub import load_tokenizer
@@ -127,7 +129,12 @@ class FinetuneStage(TrainingStage):
         """The backbone with its task head, and how it reads an example (max_length, long documents)."""
         recipe = self.recipe
         model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
-        self.reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents)
+        if recipe.task.both_orders and not adds_orders_exactly(model):
+            raise UserError(f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
+                            f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
+                            "classifier, whose head is not one (use a decoder backbone: gpt2)")
+        self.reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents,
+                                          recipe.task.both_orders)
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
@@ -325,6 +332,15 @@ class TaggingStage(FinetuneStage):
         predicted = self.dev_data.word_tags(logits, self.spec.labels)
         scores = tagging_metrics(self.dev_sentences.tags, predicted)
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
+
+
+def adds_orders_exactly(model) -> bool:
+    """Whether adding a classifier's logits of the two orders of a pair is adding their representations before its
+    head, as GPT's similarity transformation does: a decoder (its state at the last token) under a linear head
+    without bias (GPT-2's `score`)."""
+    head = getattr(model, "score", None)
+    decoder = model.config.model_type in CAUSAL_MODEL_TYPES
+    return decoder and isinstance(head, torch.nn.Linear) and head.bias is None
 
 
 def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:

@@ -133,7 +133,7 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
     model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
     tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
-                                 recipe.task.long_documents)
+                                 recipe.task.long_documents, recipe.task.both_orders)
     return Predictor(model, tokenizer, spec, reading, batch_size)
 
 

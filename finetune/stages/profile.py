@@ -179,7 +179,8 @@ def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -
         "model": model_summary(recipe, model, built.source),
         "parameters": parameters,
         "compute": compute,
-        "memory_mb": memory_summary(model, built, parameters, training.batch_size * seq_len, seq_len),
+        "memory_mb": memory_summary(model, built, parameters, compute["tokens_per_step"]
+                                    // training.gradient_accumulation_steps, seq_len),
         "time_estimate": time_estimate(recipe, rates, mfu, compute),
     }
 
@@ -188,7 +189,9 @@ def compute_summary(recipe, multiply_adds: list[float], trainable: int, seq_len:
     """FLOPs per token and per optimizer step (all groups trainable, and at the start), and with max_steps the run's."""
     training = recipe.training
     examples_per_step = training.batch_size * training.gradient_accumulation_steps
-    tokens_per_step = examples_per_step * seq_len
+    # task.both_orders reads every pair twice: (a, b) and (b, a).
+    orders = 2 if getattr(getattr(recipe, "task", None), "both_orders", False) else 1
+    tokens_per_step = examples_per_step * seq_len * orders
     per_token = training_flops(multiply_adds, len(multiply_adds))
     at_start = training_flops(multiply_adds, trainable)
     runs = len(getattr(recipe, "seeds", None) or [None])  # finetune's seeds: one run each

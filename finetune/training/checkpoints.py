@@ -119,7 +119,8 @@ def trained_document_kind(folder: str | Path) -> str:
 def checkpoint_reading(folder: str | Path, max_length: Optional[int] = None,
                        long_documents: Optional[LongDocumentsConfig] = None) -> DocumentReading:
     """How to read task examples for a fine-tuned checkpoint folder: `max_length` and `long_documents` (a
-    LongDocumentsConfig) where given, else as its saved recipe trained it (task.max_length, task.long_documents);
+    LongDocumentsConfig) where given, else as its saved recipe trained it (task.max_length, task.long_documents;
+    task.both_orders always as trained: the model learned the sum of both orders' logits);
     a checkpoint without one (another tool's, a hub name) gets the defaults (fitted to the model later)."""
     task = saved_recipe(folder).get("task")
     task = task if isinstance(task, dict) else {}
@@ -131,7 +132,7 @@ def checkpoint_reading(folder: str | Path, max_length: Optional[int] = None,
         except ValidationError as error:  # written by finetune: only an edited file gets here
             raise UserError(f"{Path(folder) / HYPERPARAMETERS_FILE}: task.long_documents: "
                             f"{error.errors()[0]['msg']}") from None
-    return DocumentReading.of(max_length, long_documents)
+    return DocumentReading.of(max_length, long_documents, task.get("both_orders") is True)
 
 
 def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
