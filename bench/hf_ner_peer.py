@@ -1,0 +1,94 @@
+"""Peer baseline: named-entity tagging with the Hugging Face Trainer, the way transformers' run_ner.py does it.
+
+Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup): words tokenised with
+is_split_into_words, each word's tag on its first sub-token (-100 elsewhere: run_ner.py's default,
+label_all_tokens false), DataCollatorForTokenClassification, AutoModelForTokenClassification, entity-level scores
+by seqeval. Prints one JSON line: training examples (sentences) per second of `trainer.train()` and the dev scores.
+
+    python bench/hf_ner_peer.py --model DIR --train FOLDER/train.txt --dev FOLDER/dev.txt --epochs 1
+"""
+
+import argparse
+import json
+import tempfile
+import time
+
+import numpy as np
+import torch
+from datasets import Dataset
+from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+from transformers import (AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer,
+                          TrainingArguments)
+
+
+def read_conll(path):
+    """Sentences of words and their last-column tags; blank lines and -DOCSTART- end a sentence."""
+    sentences, words, tags = [], [], []
+    for line in open(path, encoding="utf-8").read().splitlines() + [""]:
+        columns = line.split()
+        if not columns or columns[0] == "-DOCSTART-":
+            if words:
+                sentences.append((words, tags))
+            words, tags = [], []
+        else:
+            words.append(columns[0])
+            tags.append(columns[-1])
+    return sentences
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--dev", required=True)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    train_sentences, dev_sentences = read_conll(args.train), read_conll(args.dev)
+    labels = sorted({tag for _, tags in train_sentences for tag in tags})
+    label_ids = {label: index for index, label in enumerate(labels)}
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForTokenClassification.from_pretrained(
+        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
+
+    def encode(sentences):
+        encoding = tokenizer([words for words, _ in sentences], is_split_into_words=True, truncation=True,
+                             max_length=args.seq_len)
+        all_labels = []
+        for row, (_, tags) in enumerate(sentences):
+            previous, row_labels = None, []
+            for word in encoding.word_ids(row):
+                row_labels.append(-100 if word is None or word == previous else label_ids.get(tags[word], 0))
+                previous = word
+            all_labels.append(row_labels)
+        return Dataset.from_dict({**dict(encoding), "labels": all_labels})
+
+    train, dev = encode(train_sentences), encode(dev_sentences)
+    training = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch,
+                                 per_device_eval_batch_size=64, num_train_epochs=args.epochs,
+                                 learning_rate=args.lr, report_to=[], save_strategy="no", logging_strategy="no",
+                                 use_cpu=not torch.cuda.is_available(), seed=args.seed)
+    trainer = Trainer(model=model, args=training, train_dataset=train,
+                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    start = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - start
+    output = trainer.predict(dev)
+    predictions = np.argmax(output.predictions, axis=-1)
+    gold, guessed = [], []
+    for row_predictions, row_labels in zip(predictions, output.label_ids):
+        kept = [(labels[p], labels[g]) for p, g in zip(row_predictions, row_labels) if g != -100]
+        guessed.append([p for p, _ in kept])
+        gold.append([g for _, g in kept])
+    scores = {"f1": f1_score(gold, guessed), "precision": precision_score(gold, guessed),
+              "recall": recall_score(gold, guessed), "accuracy": accuracy_score(gold, guessed)}
+    print(json.dumps({"peer": "hf-trainer-ner", "train_examples": len(train), "epochs": args.epochs,
+                      "train_s": round(train_s, 1), "examples_per_s": round(len(train) * args.epochs / train_s, 2),
+                      "dev": {name: round(float(value), 4) for name, value in scores.items()}}))
+
+
+if __name__ == "__main__":
+    main()
