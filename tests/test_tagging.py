@@ -13,7 +13,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set
+from finetune.data.tagging import IGNORED, EncodedTagging, first_sub_tokens, read_conll, tag_indices, tag_set
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
 from finetune.stages.predict import predict
@@ -107,6 +107,17 @@ def test_each_word_is_labelled_on_its_first_sub_token(tmp_path, tiny_bert):
     labelled = [(piece, label) for piece, label in zip(pieces, item["labels"]) if label != IGNORED]
     assert labelled == [("the", 1), (pieces[2], 2), ("was", 0)]
     assert encoded.word_positions[0] == [1, 2, len(pieces) - 2]
+
+
+def test_words_find_their_first_token_by_character_offsets():
+    """`the film was` as running text: a byte-level token may start at the space before its word, and a token of a
+    space alone belongs to no word; a word without a token (cut off) gets None."""
+    words, segments = ["the", "film", "was"], [0, 0, 0, 0, 0]
+    offsets = [(0, 3), (3, 4), (4, 6), (6, 8), (8, 12)]  # the | Ġ | fi | lm | Ġwas
+    assert first_sub_tokens(offsets, segments, words) == [0, 2, 4]
+    assert first_sub_tokens(offsets[:3], segments[:3], words) == [0, 2, None]
+    with_specials = [(0, 0)] + offsets + [(0, 0)]  # [CLS] ... [SEP]
+    assert first_sub_tokens(with_specials, [None] + segments + [None], words) == [1, 3, 5]
 
 
 def test_seqeval_scores_whole_entities():
@@ -260,3 +271,25 @@ def test_pooling_is_not_for_a_tagger(tiny_bert, tagging_task, tmp_path):
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))]))
     assert "pooling: mean pools a text into one vector for a class; a tagger (task.kind tokens) reads every " \
            "token" in message
+
+
+def test_a_gpt2_tagger_reads_its_byte_level_pieces(tagging_task, tmp_path):
+    """A byte-level BPE marks a word's leading space: tagging tokenises the sentence as running text, so GPT-2
+    sees the pieces it was pretrained on, and each word still gets its tag."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from finetune.data.corpus import read_documents
+    from finetune.data.tokenizers import train_byte_level_bpe
+    from finetune.training.checkpoints import save_checkpoint
+    from tests.conftest import write_corpus
+
+    tokenizer = train_byte_level_bpe(read_documents([write_corpus(tmp_path / "corpus")]), 300, min_frequency=1)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
+                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "gpt2")
+    data = tagging_recipe(checkpoint, tagging_task, tmp_path / "run")
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_f1"] > 0.8
+    rows = predict(str(tmp_path / "run" / "checkpoint"), ["the plot was so dreadful ."])
+    assert len(rows[0]["tags"]) == 6 and rows[0]["tags"][4] == "B-NEG"

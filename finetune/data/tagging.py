@@ -89,10 +89,10 @@ def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[in
 
 
 class EncodedTagging(Dataset):
-    """Sentences tokenised as pre-split words, each word's tag on its first sub-token (IGNORED elsewhere).
+    """Sentences tokenised as running text, each word's tag on its first token (IGNORED elsewhere).
 
     A sentence longer than `max_length` tokens is cut, and said so in one line at load time: its last words get
-    no prediction (scored as O) and no loss.
+    no loss and are predicted O.
     """
 
     def __init__(self, sentences: TaggedSentences, tokenizer, max_length: int, tags: Optional[Sequence[str]] = None,
@@ -101,23 +101,30 @@ class EncodedTagging(Dataset):
             raise InputError("tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
                              source=getattr(tokenizer, "name_or_path", None))
         self.sentences, self.max_length = sentences, max_length
-        encoding = tokenizer(sentences.words, is_split_into_words=True, truncation=True, max_length=max_length)
+        # The words joined by spaces and tokenised as running text, each token mapped to its word by character
+        # offsets: every family then sees the pieces it was pretrained on (GPT-2's byte-level BPE marks a word's
+        # leading space, which pre-split words would lose).
+        texts = [" ".join(words) for words in sentences.words]
+        encoding = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
         labels = tag_indices(sentences, tags) if tags is not None and sentences.tags is not None else None
         self.items, self.word_positions = [], []
         cut = 0
         for row, input_ids in enumerate(encoding["input_ids"]):
-            first_tokens = first_sub_tokens(encoding.word_ids(row))
+            first_tokens = first_sub_tokens(encoding["offset_mapping"][row], encoding.sequence_ids(row),
+                                            sentences.words[row])
             self.word_positions.append(first_tokens)
-            cut += len(first_tokens) < len(sentences.words[row])
-            item = {key: encoding[key][row] for key in encoding.keys()}
+            cut += None in first_tokens
+            item = {key: encoding[key][row] for key in encoding.keys() if key != "offset_mapping"}
             if labels is not None:
                 item["labels"] = [IGNORED] * len(input_ids)
                 for word, position in enumerate(first_tokens):
-                    item["labels"][position] = labels[row][word]
+                    if position is not None:
+                        item["labels"][position] = labels[row][word]
             self.items.append(item)
         if cut:
-            console.print(f"note: {cut:,} of the {len(self.items):,} {name} sentences are longer than max_length "
-                          f"{max_length} tokens: their last words are not read (raise task.max_length)",
+            console.print(f"note: {cut:,} of the {len(self.items):,} {name} sentences have words the tagger does not "
+                          f"read, mostly their last ones beyond max_length {max_length} tokens (raise "
+                          "task.max_length); such words are predicted O",
                           markup=False, highlight=False)
 
     def __len__(self) -> int:
@@ -132,22 +139,28 @@ class EncodedTagging(Dataset):
 
     def word_tags(self, logits: Sequence[np.ndarray], tags: Sequence[str]) -> list[list[str]]:
         """Each sentence's predicted tag per word, from per-token logits (a sentence's rows, padding cut off): the
-        tag at each word's first sub-token; a word cut by max_length gets O."""
+        tag at each word's first token; a word not read gets O."""
         predicted = []
         for row, positions in enumerate(self.word_positions):
             best = logits[row].argmax(axis=-1)
-            sentence = [tags[int(best[position])] for position in positions]
-            predicted.append(sentence + ["O"] * (len(self.sentences.words[row]) - len(sentence)))
+            predicted.append(["O" if position is None else tags[int(best[position])] for position in positions])
         return predicted
 
 
-def first_sub_tokens(word_ids: Sequence[Optional[int]]) -> list[int]:
-    """The position of each word's first sub-token, in word order (special tokens have no word)."""
-    positions, previous = [], None
-    for position, word in enumerate(word_ids):
-        if word is not None and word != previous:
-            positions.append(position)
-        previous = word
+def first_sub_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[Optional[int]],
+                     words: Sequence[str]) -> list[Optional[int]]:
+    """The position of each word's first token for `words` joined by single spaces and tokenised with these
+    character `offsets`; None for a word with no token (cut off by max_length, or all of it dropped by the
+    tokenizer's normalisation)."""
+    starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
+    positions: list[Optional[int]] = [None] * len(words)
+    for position, ((start, end), segment) in enumerate(zip(offsets, sequence_ids)):
+        if segment is None or end <= start:
+            continue  # a special token
+        # The word holding the token's last character (a byte-level token may start at the space before it).
+        index = int(np.searchsorted(starts, end - 1, side="right")) - 1
+        if end - 1 < starts[index] + len(words[index]) and positions[index] is None:
+            positions[index] = position
     return positions
 
 
