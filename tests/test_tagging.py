@@ -8,12 +8,13 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.data.tagging import IGNORED, EncodedTagging, first_sub_tokens, read_conll, tag_indices, tag_set
+from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, word_tokens, tag_indices, tag_set
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
 from finetune.stages.predict import predict
@@ -109,15 +110,17 @@ def test_each_word_is_labelled_on_its_first_sub_token(tmp_path, tiny_bert):
     assert encoded.word_positions[0] == [1, 2, len(pieces) - 2]
 
 
-def test_words_find_their_first_token_by_character_offsets():
+def test_words_find_their_tokens_by_character_offsets():
     """`the film was` as running text: a byte-level token may start at the space before its word, and a token of a
     space alone belongs to no word; a word without a token (cut off) gets None."""
     words, segments = ["the", "film", "was"], [0, 0, 0, 0, 0]
     offsets = [(0, 3), (3, 4), (4, 6), (6, 8), (8, 12)]  # the | Ġ | fi | lm | Ġwas
-    assert first_sub_tokens(offsets, segments, words) == [0, 2, 4]
-    assert first_sub_tokens(offsets[:3], segments[:3], words) == [0, 2, None]
+    assert word_tokens(offsets, segments, words) == [0, 2, 4]
+    assert word_tokens(offsets[:3], segments[:3], words) == [0, 2, None]
     with_specials = [(0, 0)] + offsets + [(0, 0)]  # [CLS] ... [SEP]
-    assert first_sub_tokens(with_specials, [None] + segments + [None], words) == [1, 3, 5]
+    assert word_tokens(with_specials, [None] + segments + [None], words) == [1, 3, 5]
+    # A model that reads left to right tags a word at its last token.
+    assert word_tokens(offsets, segments, words, last=True) == [0, 3, 4]
 
 
 def test_seqeval_scores_whole_entities():
@@ -223,13 +226,34 @@ def test_format_conll_needs_kind_tokens(tiny_bert, tagging_task, tmp_path):
     assert "format: conll is for tagging tasks (kind: tokens)" in message
 
 
-def test_an_awd_lstm_is_refused_as_a_tagger_in_one_line(tagging_task, tmp_path):
+def test_an_awd_lstm_tags_too(tagging_task, tmp_path):
+    """ULMFiT's encoder under a linear layer per token (left to right: the tags here need no right context)."""
     from tests.test_profile import save_tiny_awd_lstm
 
-    checkpoint = save_tiny_awd_lstm(tmp_path / "lm")
-    recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(checkpoint, tagging_task, tmp_path / "run"))
+    data = tagging_recipe(save_tiny_awd_lstm(tmp_path / "lm"), tagging_task, tmp_path / "run")
+    # The encoder is random: no pretrained layers to protect, so every group trains at one constant LR.
+    data.update({"unfreezing": {"mode": "none"}, "schedule": {"kind": "constant"}, "discriminative": {"factor": 1.0}})
+    data["training"].update({"epochs": 15, "lr": 3e-3})
+    del data["task"]["max_length"]  # the AWD-LSTM reads every token
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    assert "the tagger reads every token of a sentence" in result.output
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_f1"] > 0.8
+    assert type(AutoModelForTokenClassification.from_pretrained(tmp_path / "run" / "checkpoint")).__name__ == \
+        "AWDLSTMForTokenClassification"
+
+
+def test_a_model_without_a_tagging_head_is_refused_in_one_line(tagging_task, tmp_path):
+    from finetune.models.ngram import NGramForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(save_tiny_masked_lm(tmp_path / "bert"))
+    stream = np.arange(2000) % 50
+    NGramForCausalLM.count(stream, vocab_size=len(tokenizer), order=2, eos_token_id=0).save_pretrained(
+        tmp_path / "ngram")
+    tokenizer.save_pretrained(tmp_path / "ngram")
+    recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tmp_path / "ngram", tagging_task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    assert "is a 'awd_lstm' model, which has no token-classification head yet" in message
+    assert "is a 'ngram' model, which has no token-classification head yet" in message
 
 
 def test_profile_counts_the_tagger_a_run_builds(tiny_bert, tagging_task, tmp_path):

@@ -1,5 +1,6 @@
 """Tagging data (task kind tokens): CoNLL column files read into sentences of words and tags, and their encoding
-with the tag of each word on its first sub-token (BERT's way: the others are ignored by the loss and the scores).
+with the tag of each word on its first sub-token (BERT's way: the others are ignored by the loss and the scores),
+or on its last for a model that reads left to right (it knows a word only once it has read all of it).
 
 A CoNLL file holds one word per line with its columns (CoNLL-2003: word, part of speech, chunk, named entity),
 a blank line between sentences, and `-DOCSTART-` lines between documents.
@@ -89,14 +90,15 @@ def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[in
 
 
 class EncodedTagging(Dataset):
-    """Sentences tokenised as running text, each word's tag on its first token (IGNORED elsewhere).
+    """Sentences tokenised as running text, each word's tag on its first token (IGNORED elsewhere); `last_token`
+    for a model that reads left to right, which knows a word only once it has read all of it.
 
     A sentence longer than `max_length` tokens is cut, and said so in one line at load time: its last words get
     no loss and are predicted O.
     """
 
-    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: int, tags: Optional[Sequence[str]] = None,
-                 name: str = "training"):
+    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: Optional[int],
+                 tags: Optional[Sequence[str]] = None, name: str = "training", last_token: bool = False):
         if not getattr(tokenizer, "is_fast", False):
             raise InputError("tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
                              source=getattr(tokenizer, "name_or_path", None))
@@ -110,8 +112,8 @@ class EncodedTagging(Dataset):
         self.items, self.word_positions = [], []
         cut = 0
         for row, input_ids in enumerate(encoding["input_ids"]):
-            first_tokens = first_sub_tokens(encoding["offset_mapping"][row], encoding.sequence_ids(row),
-                                            sentences.words[row])
+            first_tokens = word_tokens(encoding["offset_mapping"][row], encoding.sequence_ids(row),
+                                       sentences.words[row], last_token)
             self.word_positions.append(first_tokens)
             cut += None in first_tokens
             item = {key: encoding[key][row] for key in encoding.keys() if key != "offset_mapping"}
@@ -147,11 +149,11 @@ class EncodedTagging(Dataset):
         return predicted
 
 
-def first_sub_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[Optional[int]],
-                     words: Sequence[str]) -> list[Optional[int]]:
-    """The position of each word's first token for `words` joined by single spaces and tokenised with these
-    character `offsets`; None for a word with no token (cut off by max_length, or all of it dropped by the
-    tokenizer's normalisation)."""
+def word_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[Optional[int]], words: Sequence[str],
+                last: bool = False) -> list[Optional[int]]:
+    """The position of each word's first token (`last`: its last one) for `words` joined by single spaces and
+    tokenised with these character `offsets`; None for a word with no token (cut off by max_length, or all of it
+    dropped by the tokenizer's normalisation)."""
     starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
     positions: list[Optional[int]] = [None] * len(words)
     for position, ((start, end), segment) in enumerate(zip(offsets, sequence_ids)):
@@ -159,7 +161,7 @@ def first_sub_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[
             continue  # a special token
         # The word holding the token's last character (a byte-level token may start at the space before it).
         index = int(np.searchsorted(starts, end - 1, side="right")) - 1
-        if end - 1 < starts[index] + len(words[index]) and positions[index] is None:
+        if end - 1 < starts[index] + len(words[index]) and (last or positions[index] is None):
             positions[index] = position
     return positions
 

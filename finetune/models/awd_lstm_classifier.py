@@ -2,7 +2,8 @@
 
 Importing this module registers `AWDLSTMForSequenceClassification` with AutoModelForSequenceClassification, so
 `AutoModelForSequenceClassification.from_pretrained(language_model_folder, num_labels=...)` loads a pretrained
-AWD-LSTM's encoder (the decoder is left behind) under a freshly initialised head.
+AWD-LSTM's encoder (the decoder is left behind) under a freshly initialised head; and `AWDLSTMForTokenClassification`
+(a tagger) with AutoModelForTokenClassification the same way.
 
 Config keys read here (missing ones get the defaults below, written back so a saved classifier records them):
 classifier_hidden, classifier_dropout, classifier_hidden_dropout, classifier_bptt, classifier_max_len,
@@ -32,9 +33,9 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoModelForSequenceClassification, PreTrainedModel
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, PreTrainedModel
 from transformers import initialization as init
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
 from finetune.models.awd_lstm import (AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel, activation_penalty,
                                       with_gradient_of)
@@ -260,3 +261,45 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
 
 
 AutoModelForSequenceClassification.register(AWDLSTMConfig, AWDLSTMForSequenceClassification, exist_ok=True)
+
+
+class AWDLSTMForTokenClassification(AWDLSTMPreTrainedModel):
+    """A tagger on the AWD-LSTM encoder (task kind tokens): each token's top-layer state, dropout, a linear layer.
+
+    The encoder reads left to right, so a token's tag is decided from the tokens before it and itself: fine for
+    parts of speech, weaker than a bidirectional encoder for named entities (whose first word often needs the next).
+    A sentence is read in one pass (sentences are short; `classifier_bptt` chunks are for documents).
+    """
+
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]
+
+    def __init__(self, config: AWDLSTMConfig):
+        super().__init__(config)
+        if getattr(config, "classifier_dropout", None) is None:
+            config.classifier_dropout = CLASSIFIER_DEFAULTS["classifier_dropout"]
+        self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.embedding_size, config.num_labels)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """The encoder as AWD-LSTM does; the output layer as PyTorch's Linear does."""
+        if isinstance(module, nn.Linear):
+            init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+            init.uniform_(module.bias, -1 / math.sqrt(module.in_features), 1 / math.sqrt(module.in_features))
+        else:
+            super()._init_weights(module)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+                **unused) -> TokenClassifierOutput:
+        """Logits (batch, time, num_labels); with `labels` (-100: no tag), their cross-entropy."""
+        states = self.awd_lstm(input_ids).last_hidden_state
+        logits = self.classifier(self.dropout(states))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return TokenClassifierOutput(loss=loss, logits=logits)
+
+
+AutoModelForTokenClassification.register(AWDLSTMConfig, AWDLSTMForTokenClassification, exist_ok=True)

@@ -8,7 +8,9 @@ import copy
 from transformers import AutoConfig, AutoModelForTokenClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
+import finetune.models.awd_lstm_classifier  # noqa: F401  (registers the AWD-LSTM tagger)
 from finetune.errors import CheckpointError
+from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
 
 
@@ -22,8 +24,8 @@ def refuse_without_tagging_head(config, checkpoint: str) -> None:
     """A family transformers has no token-classification class for (the AWD-LSTM, an n-gram model): one line."""
     if type(config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING:
         raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no token-classification "
-                              "head yet: tag with a transformer encoder (BERT family) or GPT-2", source=checkpoint,
-                              value=config.model_type)
+                              "head yet: tag with a transformer encoder (BERT family), GPT-2 or the AWD-LSTM",
+                              source=checkpoint, value=config.model_type)
 
 
 def load_tagger(backbone_config, tags, classifier_dropout: float | None = None):
@@ -62,6 +64,12 @@ def load_finetuned_tagger(name: str, key: str, trust_remote_code: bool = False):
         raise CheckpointError(f"{name} is no tagger ({', '.join(architectures) or 'no architecture'}): fine-tune it "
                               "on a task of kind tokens first", source=name)
     return load_model(AutoModelForTokenClassification, source, key, trust_remote_code, config=config)
+
+
+def reads_left_to_right(config) -> bool:
+    """Whether a tagger's encoder reads left to right (GPT-2, the AWD-LSTM): it then tags each word at its last
+    token, having read all of it, where an encoder that reads both ways tags it at its first."""
+    return config.model_type in CAUSAL_MODEL_TYPES
 
 
 def model_tags(model) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.heads import fitted_max_length, load_classifier
-from finetune.models.taggers import load_tagger
+from finetune.models.taggers import load_tagger, reads_left_to_right
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.reporting.model_card import classifier_card, write_card
@@ -307,10 +307,15 @@ class TaggingStage(FinetuneStage):
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
-        console.print(f"the tagger reads at most {self.max_length} tokens of a sentence; {len(self.spec.labels)} tags: "
+        reads = "every token of a sentence" if self.max_length is None else \
+            f"at most {self.max_length} tokens of a sentence"
+        console.print(f"the tagger reads {reads}; {len(self.spec.labels)} tags: "
                       f"{', '.join(self.spec.labels)}", markup=False, highlight=False, soft_wrap=True)
-        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.spec.labels)
-        self.dev_data = EncodedTagging(self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev")
+        last = reads_left_to_right(model.config)  # then each word's tag sits on its last token
+        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.spec.labels,
+                                    last_token=last)
+        self.dev_data = EncodedTagging(self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev",
+                                       last_token=last)
         collate = DataCollatorForTokenClassification(self.tokenizer, label_pad_token_id=IGNORED)
         # Every process scores the whole dev set (sentences of any length do not gather across processes), from a
         # loader of its own: accelerate would share the one returned here out among them.

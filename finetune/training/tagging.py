@@ -12,6 +12,7 @@ from transformers import DataCollatorForTokenClassification
 from finetune.console import phase_bar
 from finetune.data.tagging import IGNORED, EncodedTagging, TaggedSentences
 from finetune.models.heads import fitted_max_length
+from finetune.models.taggers import reads_left_to_right
 
 
 def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], Optional[float]]:
@@ -38,7 +39,8 @@ def tag_sentences(model, tokenizer, sentences: TaggedSentences, tags, max_length
                   device, name: str = "input") -> list[list[str]]:
     """The predicted tag of every word of every sentence (eval and predict)."""
     model.to(device)
-    encoded = EncodedTagging(sentences, tokenizer, fitted_max_length(max_length, model), name=name)
+    encoded = EncodedTagging(sentences, tokenizer, fitted_max_length(max_length, model), name=name,
+                             last_token=reads_left_to_right(model.config))
     collate = DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORED)
     logits, _ = sentence_logits(model, DataLoader(encoded, batch_size=batch_size, collate_fn=collate), device)
     return encoded.word_tags(logits, tags)
