@@ -23,8 +23,10 @@ from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
-from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
+from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
+                                         windowed_logits)
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator
+from finetune.errors import recipe_key
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
@@ -33,6 +35,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, guarded_stage, read_metrics
+from finetune.stages.classifier_keys import classifier_keys
 from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, run_training
@@ -83,7 +86,8 @@ class FinetuneStage(TrainingStage):
     def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
-        self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
+        with recipe_key("model.checkpoint"):
+            self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
         train_examples = read_labelled_split(self.spec, recipe.task.data_dir, "train")
         self.dev_examples = read_labelled_split(self.spec, recipe.task.data_dir, "dev")
         model = self._classifier()
@@ -96,7 +100,8 @@ class FinetuneStage(TrainingStage):
                       f"({recipe.model.init} weights), seed {recipe.seed}")
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
         console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
-        train_loader, dev_loader = self._data_loaders(model, train_examples)
+        with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
+            train_loader, dev_loader = self._data_loaders(model, train_examples)
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(model, optimizer, train_loader,
                                                                                        dev_loader)
         self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
@@ -113,7 +118,8 @@ class FinetuneStage(TrainingStage):
         if tokenizer.pad_token is None and tokenizer.eos_token is not None:
             # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
             tokenizer.pad_token = tokenizer.eos_token
-        model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
+        with classifier_keys():
+            model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
         if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
             model.config.pad_token_id = tokenizer.pad_token_id
         self.reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents)
