@@ -196,8 +196,8 @@ def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
     from finetune.models.hub import load_tokenizer
     from finetune.stages.evaluate import predict
 
-    model = load_finetuned(str(checkpoint), spec, "checkpoint")
-    tokenizer = load_tokenizer(str(checkpoint), "checkpoint")
+    model = load_finetuned(str(checkpoint), spec)
+    tokenizer = load_tokenizer(str(checkpoint))
     predictions = predict(Accelerator(cpu=True), model, tokenizer, spec, examples, MAX_LENGTH, 64)
     return compute_metrics(spec, predictions, examples.labels), prediction_summary(spec, predictions, examples.labels)
 

@@ -126,8 +126,8 @@ def ours_once(task: str, checkpoint: str, data_dir: str, logits_file: str, batch
 
     spec = GLUE_TASKS[task]
     examples = read_task_split(spec, Path(data_dir), "dev")
-    model = load_finetuned(checkpoint, spec, "checkpoint")
-    tokenizer = load_tokenizer(checkpoint, "checkpoint")
+    model = load_finetuned(checkpoint, spec)
+    tokenizer = load_tokenizer(checkpoint)
     accelerator = Accelerator(cpu=not torch.cuda.is_available())  # `finetune eval` with its default device: auto
     start = time.perf_counter()
     logits = example_logits(accelerator, model, tokenizer, examples, seq_len, batch)  # = stages.evaluate.predict

@@ -78,8 +78,8 @@ def main() -> None:
     accelerator = Accelerator(cpu=True)
 
     def logits(checkpoint: Path):
-        model = load_finetuned(str(checkpoint), spec, "checkpoint")
-        return model.config, example_logits(accelerator, model, load_tokenizer(str(checkpoint), "checkpoint"),
+        model = load_finetuned(str(checkpoint), spec)
+        return model.config, example_logits(accelerator, model, load_tokenizer(str(checkpoint)),
                                             examples, 400, 64)  # the ULMFiT classifier's max_length
 
     def accuracy(outputs) -> float:

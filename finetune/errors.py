@@ -43,13 +43,17 @@ class CheckpointError(InputError):
 
 
 @contextlib.contextmanager
-def recipe_key(key: str) -> Iterator[None]:
+def recipe_key(key: str, kind: type[InputError] = InputError) -> Iterator[None]:
     """Inside, an InputError becomes the UserError "KEY: its message": the caller, which knows which recipe key (or
     command-line option) handed the value down, names it. An error already named passes through as it is, so the
-    innermost wrapper (the most precise key) wins."""
+    innermost wrapper (the most precise key) wins.
+
+    `kind`: only InputErrors of that class, where one call reads several settings (a classifier's backward
+    checkpoint beside its forward one): the others go on to an outer wrapper.
+    """
     try:
         yield
-    except InputError as error:
+    except kind as error:
         raise UserError(f"{key}: {error}") from error
 
 

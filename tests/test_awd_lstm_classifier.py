@@ -229,6 +229,7 @@ def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp
     from finetune.glue.specs import GLUE_TASKS
     from finetune.models.heads import load_classifier
     from finetune.recipes import BackboneConfig
+    from finetune.stages.classifier_keys import classifier_keys
     from tests.conftest import save_tiny_masked_lm
 
     AWDLSTMForCausalLM(tiny_config()).save_pretrained(tmp_path / "lstm")
@@ -238,7 +239,9 @@ def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp
     assert (model.config.classifier_activation_regularization,
             model.config.classifier_temporal_activation_regularization) == (0.5, 0.0)
     with pytest.raises(UserError, match="model.activation_regularization: only the AWD-LSTM classifier"):
-        load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")
+        with classifier_keys():  # the refused option, named by its recipe key as the stages name it
+            load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")
     bert = BackboneConfig(checkpoint=str(save_tiny_masked_lm(tmp_path / "bert")), temporal_activation_regularization=1)
     with pytest.raises(UserError, match="model.temporal_activation_regularization: .*is a 'bert' model"):
-        load_classifier(bert, GLUE_TASKS["sst2"], None)
+        with classifier_keys():
+            load_classifier(bert, GLUE_TASKS["sst2"], None)

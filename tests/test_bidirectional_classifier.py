@@ -28,9 +28,10 @@ from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.awd_lstm_classifier import (AWDLSTMForSequenceClassification, concat_pool, layer_widths,
                                                  reversed_rows)
 from finetune.models.backbones import layer_groups
-from finetune.models.heads import load_classifier
+from finetune.models.heads import BackwardEncoderError, load_classifier
 from finetune.recipes import BackboneConfig, TaskConfig
 from finetune.stages import finetune as finetune_stage
+from finetune.stages.classifier_keys import classifier_keys
 from tests.conftest import custom_task_section, finetune_recipe, write_corpus, write_yaml
 
 runner = CliRunner()
@@ -173,8 +174,10 @@ def test_a_backward_vocabulary_is_mapped_onto_the_forward_tokenizer(language_mod
 ])
 def test_a_backward_checkpoint_that_does_not_fit_is_refused(language_models, task_dir, backward, message):
     with pytest.raises(UserError, match=message) as error:
-        bidirectional_classifier(language_models, task_dir, backward=backward)
+        with classifier_keys():  # as the stages name the refusal
+            bidirectional_classifier(language_models, task_dir, backward=backward)
     assert str(error.value).startswith("model.backward_checkpoint:")
+    assert isinstance(error.value.__cause__, BackwardEncoderError)
 
 
 def test_a_backward_model_given_as_the_forward_one_is_refused(language_models, task_dir):

@@ -91,7 +91,7 @@ def test_predict_reads_the_columns_and_gives_label_names(news_run, monkeypatch):
     predicted = json.loads(next(line for line in result.stdout.splitlines() if line.startswith("{")))
     assert predicted["Title"] == title and predicted["label"] == rows[0]["label"]
     spec = task_spec(load_recipe(f"{checkpoint}/finetune_recipe.yaml", check_paths=False).task)
-    model, tokenizer = load_finetuned(checkpoint, spec, "test").eval(), AutoTokenizer.from_pretrained(checkpoint)
+    model, tokenizer = load_finetuned(checkpoint, spec).eval(), AutoTokenizer.from_pretrained(checkpoint)
     with torch.no_grad():
         logits = model(**tokenizer(f"{title}. {description}", truncation=True, max_length=24, return_tensors="pt"))
     expected = torch.softmax(logits.logits[0].double(), dim=-1).tolist()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-from finetune.errors import UserError
+from finetune.errors import CheckpointError, UserError, recipe_key
 from finetune.models.families import (AWD_LSTM, BERT, CAUSAL_MODEL_TYPES, CAUSAL_TRANSFORMER, FAMILIES, GPT2, NGRAM,
                                       WHOLE_DOCUMENT_TYPES, family, family_of, family_of_model_type, is_recurrent)
 from finetune.models.language_models import VocabularyOfSize
@@ -79,9 +79,10 @@ def test_the_data_layouts():
     assert (BERT.tokenizer_kind, GPT2.tokenizer_kind) == ("WordPiece", "byte-level BPE")
     assert (BERT.accuracy_name, AWD_LSTM.accuracy_name) == ("masked_accuracy", "next_token_accuracy")
     tokenizer.mask_token = None
-    with pytest.raises(UserError, match="tokenizer.path: the tokenizer of here has no mask_token, which bert"):
-        BERT.check_tokenizer(tokenizer, "here", "tokenizer.path")
-    GPT2.check_tokenizer(tokenizer, "here", "tokenizer.path")
+    with pytest.raises(CheckpointError, match="^the tokenizer of here has no mask_token, which bert") as refused:
+        BERT.check_tokenizer(tokenizer, "here")
+    assert refused.value.value == ["mask_token"]  # the stage names the key that gave "here" (stages/pretrain.py)
+    GPT2.check_tokenizer(tokenizer, "here")
 
 
 def test_what_is_known_of_a_loaded_config():
@@ -94,7 +95,8 @@ def test_what_is_known_of_a_loaded_config():
 def test_a_checkpoint_of_another_family_is_refused_with_its_type():
     with pytest.raises(UserError, match="^model.checkpoint: run/ckpt is a 'bert' model; model.family awd_lstm "
                                         "continues awd_lstm checkpoints$"):
-        AWD_LSTM.check_checkpoint(AutoConfig.for_model("bert"), "run/ckpt")
+        with recipe_key("model.checkpoint"):  # as the stages name it
+            AWD_LSTM.check_checkpoint(AutoConfig.for_model("bert"), "run/ckpt")
     GPT2.check_checkpoint(AutoConfig.for_model("gpt2"), "run/ckpt")
 
 

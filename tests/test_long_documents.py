@@ -15,8 +15,8 @@ import yaml
 from accelerate import Accelerator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, classification_loss, head_tail_positions,
-                                          pool_windows, window_positions, windowed_logits)
+from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
+                                          head_tail_positions, pool_windows, window_positions, windowed_logits)
 from finetune.data.reverse import reverse_segments
 from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
 from finetune.errors import UserError
@@ -49,9 +49,10 @@ def test_head_tail_of_a_pair_reads_its_two_texts_as_one():
     assert head_tail_positions(pair, 12, 4) == [0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 13, 14]
 
 
-def test_a_head_that_leaves_no_tail_names_the_key():
-    with pytest.raises(UserError, match=r"task.long_documents.head 8 .* below 8"):
+def test_a_head_that_leaves_no_tail_is_refused_with_its_value():
+    with pytest.raises(ReadingError, match=r"^head 8 .* below 8\)$") as refused:  # the stage names task.long_documents
         head_tail_positions(BERT_LIKE, 10, 8)
+    assert refused.value.value == 8
 
 
 def test_windows_cover_the_document_the_last_ending_at_its_end():
@@ -70,9 +71,10 @@ def test_max_chunks_keeps_windows_spread_from_first_to_last():
     assert windows[1][1] == 1 + 6 * 8  # the middle window of the 13
 
 
-def test_an_overlap_that_leaves_no_new_tokens_names_the_key():
-    with pytest.raises(UserError, match=r"task.long_documents.overlap 8"):
+def test_an_overlap_that_leaves_no_new_tokens_is_refused_with_its_value():
+    with pytest.raises(ReadingError, match=r"^overlap 8 leaves windows no new tokens") as refused:
         window_positions(BERT_LIKE, 10, 8, max_chunks=4)
+    assert refused.value.value == 8
 
 
 def test_pooling_is_the_mean_or_the_max_of_each_documents_windows():

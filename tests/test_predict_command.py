@@ -68,7 +68,7 @@ def reference_probabilities(checkpoint: Path, texts: list[str], spec) -> np.ndar
     """The model run on one example at a time, no padding: what every batched prediction must equal."""
     from transformers import AutoTokenizer
 
-    model = load_finetuned(str(checkpoint), spec, "test").eval()
+    model = load_finetuned(str(checkpoint), spec).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     with torch.no_grad():
         logits = [model(**tokenizer(text, truncation=True, max_length=16, return_tensors="pt")).logits[0]

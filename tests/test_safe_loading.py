@@ -219,7 +219,7 @@ def test_trust_remote_code_reaches_every_from_pretrained_as_set(checkpoint, task
     load_classifier(BackboneConfig(checkpoint=str(checkpoint), trust_remote_code=trusted), spec, None)
     load_tokenizer(str(checkpoint), trust_remote_code=trusted)
     with pytest.raises(UserError):  # a language model is no fine-tuned classifier: the label check refuses it
-        load_finetuned(str(checkpoint), spec, "models.x", trust_remote_code=trusted)
+        load_finetuned(str(checkpoint), spec, trust_remote_code=trusted)
     classes = {name for name, _ in seen}
     assert classes == {"AutoConfig", "AutoModelForSequenceClassification", "AutoTokenizer"}, seen
     assert all(value is trusted for _, value in seen), seen

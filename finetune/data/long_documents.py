@@ -30,6 +30,11 @@ DEFAULT_TRANSFORMER_MAX_LENGTH = 128
 WINDOW_DOCUMENT = "window_document"  # batch key of windowed documents: the document of every row
 
 
+class ReadingError(InputError):
+    """A DocumentReading setting (its mode, head or overlap: the reason names which) that cannot read this task's
+    examples; the stage names the recipe section it came from."""
+
+
 @dataclass(frozen=True)
 class DocumentReading:
     """How a classifier reads its task's examples: `max_length` tokens at most (None: whole), and how longer ones are
@@ -97,8 +102,8 @@ def head_tail_positions(sequence_ids: Sequence[Optional[int]], max_length: int, 
     if len(texts) <= room:
         return list(range(len(sequence_ids)))
     if head >= room:
-        raise InputError(f"task.long_documents.head {head} leaves no tokens for the tail: max_length {max_length} "
-                         f"holds {room} text tokens of this task's examples (set head below {room})", value=head)
+        raise ReadingError(f"head {head} leaves no tokens for the tail: max_length {max_length} holds {room} text "
+                           f"tokens of this task's examples (set head below {room})", value=head)
     kept = set(texts[:head]) | set(texts[len(texts) - (room - head):])
     return [position for position, segment in enumerate(sequence_ids) if segment is None or position in kept]
 
@@ -111,9 +116,8 @@ def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, ove
     if len(texts) <= room:
         return [list(range(len(sequence_ids)))], 1
     if overlap >= room:
-        raise InputError(f"task.long_documents.overlap {overlap} leaves windows no new tokens: max_length "
-                         f"{max_length} holds {room} text tokens of this task's examples (set overlap below {room})",
-                         value=overlap)
+        raise ReadingError(f"overlap {overlap} leaves windows no new tokens: max_length {max_length} holds {room} "
+                           f"text tokens of this task's examples (set overlap below {room})", value=overlap)
     starts = list(range(0, len(texts) - room, room - overlap)) + [len(texts) - room]
     if len(starts) > max_chunks:
         chosen = np.unique(np.linspace(0, len(starts) - 1, max_chunks).round().astype(int))

@@ -40,6 +40,11 @@ class StreamNeed(NamedTuple):
     purpose: str
 
 
+class SingleDocumentError(InputError):
+    """Training text that is one document of its kind (a paragraph, a file): none is left to hold out. The reason
+    starts with the kind of document, for the stage to name the setting that chose it."""
+
+
 @dataclass
 class PretrainingText:
     """Training text (files, or documents in memory) and validation text (files, a dataset's split, or held out of
@@ -81,8 +86,8 @@ class PretrainingText:
     def split(self) -> tuple[np.ndarray, np.ndarray]:
         """Indices of the training and the held-out documents among all the training text's documents."""
         if self.document != "line" and self.document_count() < 2:
-            raise InputError(f"corpus.document: {self.document}: {self.source} holds a single document, none to "
-                             "hold out for validation; give corpus.validation_files")
+            raise SingleDocumentError(f"{self.document}: {self.source} holds a single document, none to hold out for "
+                                      "validation; give corpus.validation_files", value=self.document)
         return split_indices(self.document_count(), self.validation_fraction, self.seed)
 
     def validation_source(self) -> str:

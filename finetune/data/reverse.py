@@ -50,9 +50,9 @@ def pretraining_direction(requested: Optional[bool], continued_config, checkpoin
         return bool(requested) or stored
     if requested != stored:
         direction = "backwards" if stored else "forwards"
-        raise InputError(f"corpus.reverse: {str(requested).lower()}, but model.checkpoint {checkpoint} reads text "
-                         f"{direction}; remove corpus.reverse (null follows the checkpoint) or continue a "
-                         f"{'forward' if stored else 'backward'} model")
+        raise InputError(f"{str(requested).lower()}, but model.checkpoint {checkpoint} reads text {direction}; "
+                         "remove corpus.reverse (null follows the checkpoint) or continue a "
+                         f"{'forward' if stored else 'backward'} model", value=requested)
     return requested
 
 

@@ -16,7 +16,8 @@ from torch.utils.data import Dataset
 from finetune.console import console, phase_bar
 from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
-from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, head_tail_positions, window_positions
+from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, head_tail_positions,
+                                         window_positions)
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import DataFileError, InputError
@@ -282,8 +283,8 @@ class EncodedTask(Dataset):
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
         if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
-            raise InputError(f"task.long_documents: mode {reading.mode} needs task.max_length (without it the model "
-                             "reads every example whole)")
+            raise ReadingError(f"mode {reading.mode} needs task.max_length (without it the model reads every example "
+                               "whole)", value=reading.mode)
         if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
             need = "a model that reads text backwards needs" if reading.mode == "truncate" \
                 else f"task.long_documents mode {reading.mode} needs"

@@ -10,7 +10,7 @@ from typing import Callable
 
 from torch import nn
 
-from finetune.errors import UserError
+from finetune.errors import CheckpointError
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, awd_lstm_layer_groups
 from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
 from finetune.models.mean_pooling import backbone_config
@@ -88,9 +88,9 @@ def layer_groups(model: nn.Module) -> Groups:
     finder = LAYER_GROUP_FINDERS.get(family)
     if finder is None:
         supported = ", ".join(sorted(LAYER_GROUP_FINDERS))
-        raise UserError(
+        raise CheckpointError(
             f"model family '{family}' has no layer groups yet (supported: {supported}); "
-            "add a finder to LAYER_GROUP_FINDERS in finetune/models/backbones.py"
+            "add a finder to LAYER_GROUP_FINDERS in finetune/models/backbones.py", value=family
         )
     groups = finder(model)
     grouped = {id(parameter) for group in groups for parameter in group}

@@ -31,7 +31,7 @@ from torch import nn
 from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
-from finetune.errors import UserError
+from finetune.errors import CheckpointError, InputError
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import (MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM, build_causal_lm,
@@ -102,12 +102,13 @@ class LanguageModelFamily:
         return train_byte_level_bpe(documents, tokenizer_config.vocab_size, tokenizer_config.lowercase,
                                     tokenizer_config.min_frequency)
 
-    def check_tokenizer(self, tokenizer, source: str, key: str) -> None:
-        """An existing tokenizer must have the special tokens the family's data layout uses."""
+    def check_tokenizer(self, tokenizer, source: str) -> None:
+        """An existing tokenizer must have the special tokens the family's data layout uses (a CheckpointError: the
+        caller names the key that gave `source`)."""
         missing = [name for name in self.special_tokens if getattr(tokenizer, name) is None]
         if missing:
-            raise UserError(f"{key}: the tokenizer of {source} has no {', '.join(missing)}, which {self.recipe_family} "
-                            "pretraining needs")
+            raise CheckpointError(f"the tokenizer of {source} has no {', '.join(missing)}, which {self.recipe_family} "
+                                  "pretraining needs", value=missing)
 
     # ----- model -----
 
@@ -128,12 +129,13 @@ class LanguageModelFamily:
     def load(self, model_config) -> nn.Module:
         """model.checkpoint, to continue pretraining it (ULMFiT's second stage); dropout keys given in the recipe
         replace the checkpoint's, the others keep its values."""
-        raise UserError(f"model.family {self.recipe_family}: continuing a checkpoint is not supported")
+        raise InputError(f"the {self.recipe_family} family continues no checkpoint", value=self.recipe_family)
 
-    def check_checkpoint(self, config, checkpoint: str, key: str = "model.checkpoint") -> None:
-        """A checkpoint this family continues: one of its own model type, else one line naming the type."""
+    def check_checkpoint(self, config, checkpoint: str) -> None:
+        """A checkpoint this family continues: one of its own model type, else one line naming the type (the refusal
+        names model.family as what decides it: the caller names the checkpoint's key)."""
         refuse_other_model_type(config, self.model_type, checkpoint,
-                                f"model.family {self.recipe_family} continues {self.model_type} checkpoints", key)
+                                f"model.family {self.recipe_family} continues {self.model_type} checkpoints")
 
     def from_config(self, config) -> nn.Module:
         """The model of a checkpoint's config, freshly initialised (nothing read: `finetune profile`)."""
@@ -262,11 +264,11 @@ class AWDLSTMFamily(LanguageModelFamily):
         given = model_config.model_fields_set
         dropouts = {name: value for name, value in self.dropouts(model_config).items() if name in given}
         source = resolve_checkpoint(model_config.checkpoint)
-        config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint")
+        config = load_pretrained(AutoConfig.from_pretrained, source)
         self.check_checkpoint(config, model_config.checkpoint)
         for name, value in dropouts.items():
             setattr(config, name, value)
-        return load_model(AWDLSTMForCausalLM, source, "model.checkpoint", config=config)
+        return load_model(AWDLSTMForCausalLM, source, config=config)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
         return RecurrentNextTokenLM(model, model_config.activation_regularization,
@@ -296,9 +298,9 @@ class NGramFamily(LanguageModelFamily):
     registering_import = "import finetune.models.ngram  # registers the n-gram model with the Auto classes\n"
 
     def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
-        # e.g. `finetune profile`: there is nothing to size or to train
-        raise UserError("model.family ngram is counted from the corpus by `finetune pretrain`; it has no sizes to "
-                        "build and no training to profile or range-test")
+        # the stages refuse it first (profile, lr-find): there is nothing to size or to train
+        raise InputError(f"an {self.recipe_family} model is counted from the corpus by `finetune pretrain`, not built",
+                         value=self.recipe_family)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
         return NGramNextTokenLM(model)
@@ -321,7 +323,7 @@ def family(name: str) -> LanguageModelFamily:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise UserError(f"unknown model family '{name}' (expected {', '.join(FAMILIES)})") from None
+        raise InputError(f"unknown model family '{name}' (expected {', '.join(FAMILIES)})", value=name) from None
 
 
 def family_of(model_config) -> LanguageModelFamily:

@@ -13,12 +13,41 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from finetune.console import console
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.data.reverse import reads_backwards
-from finetune.errors import UserError
+from finetune.errors import CheckpointError, InputError
 from finetune.glue.specs import TaskSpec
 from finetune.models.awd_lstm import remap_vocabulary_rows
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMENT_TYPES
-from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.hub import (auto_class_lacks_family, load_model, load_pretrained, load_tokenizer,
+                                 resolve_checkpoint)
 from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
+
+# The classifier is built from a backbone section (finetune/recipes: `checkpoint`, `backward_checkpoint`, AR/TAR
+# weights) and a `pooling`; where in a recipe those sit (model.*, classifier.model.* in ulmfit) is the stage's to say.
+
+
+class ClassifierOptionError(InputError):
+    """An option of the classifier (`option`: a backbone section field, or "pooling") that the checkpoint's family
+    has no use for: the stage names its recipe key (stages/classifier_keys.py)."""
+
+    def __init__(self, option: str, reason: str):
+        super().__init__(reason)
+        self.option = option
+
+
+class BackwardEncoderError(CheckpointError):
+    """The backward language model (`backward_checkpoint`) cannot be read, or cannot sit beside the forward one."""
+
+
+@contextlib.contextmanager
+def _about_the_backward_encoder():
+    """Inside, a CheckpointError is about the backward checkpoint: it becomes a BackwardEncoderError, so that the
+    stage names the right key."""
+    try:
+        yield
+    except BackwardEncoderError:
+        raise
+    except CheckpointError as error:
+        raise BackwardEncoderError(error.reason, error.source, error.line, error.value) from error
 
 
 def label_config(spec: TaskSpec) -> dict:
@@ -41,8 +70,8 @@ def activation_regularization(backbone_config, stored, pooling: str) -> dict[str
     if given and (not AWD_LSTM.owns(stored) or pooling == "mean"):
         why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if not AWD_LSTM.owns(stored)
                else "this recipe sets pooling: mean")
-        raise UserError(f"model.{next(iter(given))}: only the AWD-LSTM classifier (pooling: model or scalar_mix) "
-                        f"has AR/TAR; {why}")
+        raise ClassifierOptionError(next(iter(given)), "only the AWD-LSTM classifier (pooling: model or scalar_mix) "
+                                    f"has AR/TAR; {why}")
     return {keys[key]: value for key, value in given.items()}
 
 
@@ -64,13 +93,14 @@ def scalar_mix_switch(stored, pooling: str) -> dict[str, bool]:
     return {key: pooling == "scalar_mix"}
 
 
-def refuse_language_model_only(stored, checkpoint: str, key: str = "model.checkpoint") -> None:
+def refuse_language_model_only(stored, checkpoint: str) -> None:
     """Our causal transformer (Transformer-XL memory, sparse attention) has no classifier yet: one line, rather than
     a crash mid-training (scalar_mix), a head nobody tested (mean) or transformers' traceback (eval, predict)."""
     if CAUSAL_TRANSFORMER.owns(stored):
-        raise UserError(f"{key}: {checkpoint} is a language model with Transformer-XL memory or sparse "
-                        f"attention ('{CAUSAL_TRANSFORMER.model_type}'); fine-tuning a classifier on it is not "
-                        "supported yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)")
+        raise CheckpointError(f"{checkpoint} is a language model with Transformer-XL memory or sparse "
+                              f"attention ('{CAUSAL_TRANSFORMER.model_type}'); fine-tuning a classifier on it is not "
+                              "supported yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)",
+                              value=stored.model_type)
 
 
 # What a backward encoder must share with the forward one to sit beside it in one classifier (one config builds both).
@@ -79,29 +109,37 @@ BIDIRECTIONAL_SHAPE_KEYS = ("embedding_size", "hidden_size", "num_layers", "cell
 
 def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = False) -> dict[str, bool]:
     """{"classifier_bidirectional": True} when the recipe gives model.backward_checkpoint (ELMo's biLM on the
-    AWD-LSTM) and it fits the forward model `stored`, else {}; every refusal is one line."""
+    AWD-LSTM) and it fits the forward model `stored`, else {}; every refusal is one line (a BackwardEncoderError).
+
+    The reasons name the recipe keys of the two checkpoints as their advice (which to give where): the sentences
+    compare the two, so the stage could not add them around a fact.
+    """
     name = backbone_config.backward_checkpoint
     if name is None:
         return {}
-    key, forward = "model.backward_checkpoint", backbone_config.checkpoint
+    forward = backbone_config.checkpoint
     if not AWD_LSTM.owns(stored):
-        raise UserError(f"{key}: only AWD-LSTM classifiers read a backward language model beside the forward one; "
-                        f"model.checkpoint {forward} is a '{stored.model_type}' model")
+        raise BackwardEncoderError("only AWD-LSTM classifiers read a backward language model beside the forward one; "
+                                   f"model.checkpoint {forward} is a '{stored.model_type}' model", value=name)
     if getattr(stored, "classifier_bidirectional", False):
-        raise UserError(f"{key}: model.checkpoint {forward} is a bidirectional classifier already (it holds its "
-                        "backward encoder); remove model.backward_checkpoint to continue it")
+        raise BackwardEncoderError(f"model.checkpoint {forward} is a bidirectional classifier already (it holds its "
+                                   "backward encoder); remove model.backward_checkpoint to continue it", value=name)
     if reads_backwards(stored):
-        raise UserError(f"{key}: model.checkpoint {forward} reads text backwards; give the forward language model "
-                        "as model.checkpoint and the backward one (corpus.reverse: true) as model.backward_checkpoint")
-    backward = load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(name, key), key, trust_remote_code)
+        raise BackwardEncoderError(f"model.checkpoint {forward} reads text backwards; give the forward language "
+                                   "model as model.checkpoint and the backward one (corpus.reverse: true) as "
+                                   "model.backward_checkpoint", value=name)
+    with _about_the_backward_encoder():
+        backward = load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(name),
+                                   trust_remote_code=trust_remote_code)
     if not AWD_LSTM.owns(backward) or not reads_backwards(backward):
         kind = "a forward AWD-LSTM" if AWD_LSTM.owns(backward) else f"a '{backward.model_type}' model"
-        raise UserError(f"{key}: {name} is {kind}; it must be an AWD-LSTM language model pretrained with "
-                        "corpus.reverse: true")
+        raise BackwardEncoderError(f"{name} is {kind}; it must be an AWD-LSTM language model pretrained with "
+                                   "corpus.reverse: true", value=name)
     for size in BIDIRECTIONAL_SHAPE_KEYS:
         if getattr(backward, size) != getattr(stored, size):
-            raise UserError(f"{key}: {name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
-                            f"{getattr(stored, size)}: the two directions must have the same sizes")
+            raise BackwardEncoderError(f"{name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
+                                       f"{getattr(stored, size)}: the two directions must have the same sizes",
+                                       value=getattr(backward, size))
     return {"classifier_bidirectional": True}
 
 
@@ -109,17 +147,20 @@ def load_backward_encoder(model, backbone_config, trust_remote_code: bool = Fals
     """Copy model.backward_checkpoint's encoder into `model.awd_lstm_backward`, its embedding rows put in the order
     of the forward model's tokenizer (which the classifier reads with): a token both vocabularies hold keeps its
     trained row, one only the forward vocabulary has starts at the mean row (as ULMFiT's target-domain stage)."""
-    key, name = "model.backward_checkpoint", backbone_config.backward_checkpoint
-    backward = load_model(AutoModel, resolve_checkpoint(name, key), key, trust_remote_code)
-    forward_vocab = load_tokenizer(backbone_config.checkpoint, "model.checkpoint", trust_remote_code).get_vocab()
-    backward_vocab = load_tokenizer(name, key, trust_remote_code).get_vocab()
+    name = backbone_config.backward_checkpoint
+    with _about_the_backward_encoder():
+        backward = load_model(AutoModel, resolve_checkpoint(name), trust_remote_code=trust_remote_code)
+    forward_vocab = load_tokenizer(backbone_config.checkpoint, trust_remote_code=trust_remote_code).get_vocab()
+    with _about_the_backward_encoder():
+        backward_vocab = load_tokenizer(name, trust_remote_code=trust_remote_code).get_vocab()
     weights = backward.state_dict()
     if backward_vocab != forward_vocab:
         weights["embedding.weight"] = remap_vocabulary_rows(weights["embedding.weight"], backward_vocab,
                                                             forward_vocab)
         shared = len(forward_vocab.keys() & backward_vocab.keys())
-        console.print(f"{key}: its vocabulary differs from model.checkpoint's; {shared:,} of {len(forward_vocab):,} "
-                      "tokens keep their trained backward embedding, the others start at its mean")
+        console.print(f"model.backward_checkpoint: its vocabulary differs from model.checkpoint's; {shared:,} of "
+                      f"{len(forward_vocab):,} tokens keep their trained backward embedding, the others start at its "
+                      "mean")
     model.awd_lstm_backward.load_state_dict(weights)
 
 
@@ -130,27 +171,29 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     its head is kept when its labels are the task's, and replaced by a fresh one when they differ.
     `pooling`: "model" keeps the checkpoint's own kind of head; "mean" puts a new mean-pooling head on its encoder;
     "scalar_mix" does too, reading a learned mix of every layer (the AWD-LSTM's own head reads such a mix instead).
+    Refusals are CheckpointErrors (model.checkpoint's facts), BackwardEncoderErrors and ClassifierOptionErrors, which
+    the stage names by recipe key (stages/classifier_keys.py).
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
-    stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
+    stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)
     refuse_language_model_only(stored, backbone_config.checkpoint)
     regularization = activation_regularization(backbone_config, stored, pooling)
     if puts_new_mean_pooling_head(stored, pooling):
         return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout, pooling)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
+    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout,
                              **regularization, **label_config(spec))
     bidirectional = bidirectional_switch(backbone_config, stored, trusted)
     # Set after loading: from_pretrained drops a key the config class does not declare (the AWD-LSTM's is not).
     config.update(scalar_mix_switch(stored, pooling) | bidirectional)
-    with _family_without_a_head(backbone_config.checkpoint, config):
-        if backbone_config.init == "random":
-            return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
-        # A new label count changes the output layer's shape; any other tensor must fit as stored.
-        label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
-        model = load_model(AutoModelForSequenceClassification, source, "model.checkpoint", trusted,
-                           label_counts, config=config)
+    refuse_family_without_a_head(backbone_config.checkpoint, config)
+    if backbone_config.init == "random":
+        return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
+    # A new label count changes the output layer's shape; any other tensor must fit as stored.
+    label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
+    model = load_model(AutoModelForSequenceClassification, source, trust_remote_code=trusted,
+                       label_counts=label_counts, config=config)
     if bidirectional:
         load_backward_encoder(model, backbone_config, trusted)
     if replace_head:
@@ -160,17 +203,13 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     return model
 
 
-@contextlib.contextmanager
-def _family_without_a_head(checkpoint: str, config, key: str = "model.checkpoint"):
-    """transformers' refusal of a family without a sequence-classification class (an n-gram model), as one line
-    naming it."""
-    try:
-        yield
-    except ValueError as error:
-        if "Unrecognized configuration class" not in str(error):
-            raise
-        raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' model, which has "
-                        "no sequence-classification head yet") from None
+def refuse_family_without_a_head(checkpoint: str, config) -> None:
+    """A family without a sequence-classification class (an n-gram model), refused in one line before asking
+    transformers (whose refusal is a ValueError told apart from others only by its wording)."""
+    ships_its_own = "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {})
+    if not ships_its_own and auto_class_lacks_family(AutoModelForSequenceClassification, config.model_type):
+        raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no sequence-classification "
+                              "head yet", value=config.model_type)
 
 
 def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = "model"):
@@ -186,9 +225,8 @@ def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = 
     config = copy.deepcopy(stored)
     bidirectional = {"classifier_bidirectional": True} if backbone_config.backward_checkpoint else {}
     config.update(label_config(spec) | scalar_mix_switch(stored, pooling) | bidirectional)
-    with _family_without_a_head(backbone_config.checkpoint, config):
-        return AutoModelForSequenceClassification.from_config(
-            config, trust_remote_code=backbone_config.trust_remote_code)
+    refuse_family_without_a_head(backbone_config.checkpoint, config)
+    return AutoModelForSequenceClassification.from_config(config, trust_remote_code=backbone_config.trust_remote_code)
 
 
 def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: TaskSpec,
@@ -196,14 +234,14 @@ def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: Task
     """A fresh mean-pooling head (`pooling` mean or scalar_mix) on the checkpoint's encoder (its own head, if it has
     one, is left behind)."""
     if AWD_LSTM.owns(stored):
-        raise UserError("pooling: mean is for transformer encoders; an AWD-LSTM classifier pools with ULMFiT's "
-                        "concat pooling (last, max and mean) already: leave pooling at model (or scalar_mix, to "
-                        "pool a learned mix of every layer)")
+        raise ClassifierOptionError("pooling", "mean is for transformer encoders; an AWD-LSTM classifier pools with "
+                                    "ULMFiT's concat pooling (last, max and mean) already: leave pooling at model (or "
+                                    "scalar_mix, to pool a learned mix of every layer)")
     if stored.model_type not in CONFIG_MAPPING:  # a family shipped as code: the head cannot rebuild its config
-        raise UserError(f"pooling: {pooling} needs a model family transformers itself knows, not "
-                        f"'{stored.model_type}'")
+        raise ClassifierOptionError("pooling", f"{pooling} needs a model family transformers itself knows, not "
+                                    f"'{stored.model_type}'")
     encoder = None if backbone_config.init == "random" else load_model(
-        AutoModel, source, "model.checkpoint", backbone_config.trust_remote_code)
+        AutoModel, source, trust_remote_code=backbone_config.trust_remote_code)
     return mean_pooling_classifier(stored, encoder, classifier_dropout, scalar_mix=pooling == "scalar_mix",
                                    **label_config(spec))
 
@@ -226,7 +264,8 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
     """
     outputs = [module for module in model.modules() if isinstance(module, nn.Linear) and module.out_features == num_labels]
     if not outputs:
-        raise UserError(f"cannot find the output layer ({num_labels} outputs) of {type(model).__name__} to replace")
+        raise CheckpointError(f"cannot find the output layer ({num_labels} outputs) of {type(model).__name__} to "
+                              "replace", value=type(model).__name__)
     for parameter in outputs[-1].parameters():
         parameter._is_hf_initialized = False  # transformers' initialisers skip tensors marked as loaded
     model._init_weights(outputs[-1])
@@ -261,24 +300,28 @@ def fitted_max_length(requested: Optional[int], model) -> Optional[int]:
 LANGUAGE_MODEL_CLASS_ENDINGS = ("ForCausalLM", "ForMaskedLM", "LMHeadModel", "ForPreTraining")
 
 
-def refuse_head_less(config, checkpoint: str, key: str) -> None:
+def refuse_head_less(config, checkpoint: str) -> None:
     """A language model (a pretraining run's checkpoint) given where a fine-tuned classifier is needed: one line."""
     architectures = getattr(config, "architectures", None) or []
     if architectures and all(name.endswith(LANGUAGE_MODEL_CLASS_ENDINGS) for name in architectures):
-        raise UserError(f"{key}: {checkpoint} is a language model ({', '.join(architectures)}), not a fine-tuned "
-                        "classifier: fine-tune it on the task first (finetune finetune, model.checkpoint: that folder)")
+        raise CheckpointError(f"{checkpoint} is a language model ({', '.join(architectures)}), not a fine-tuned "
+                              "classifier: fine-tune it on the task first (finetune finetune, model.checkpoint: that "
+                              "folder)", value=checkpoint)
 
 
-def load_finetuned(name: str, spec: TaskSpec, key: str, trust_remote_code: bool = False):
-    """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order."""
-    source = resolve_checkpoint(name, key)
-    config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code)
-    refuse_language_model_only(config, name, key)
-    with _family_without_a_head(name, config, key):
-        model = load_model(AutoModelForSequenceClassification, source, key, trust_remote_code, config=config)
-    refuse_head_less(config, name, key)  # after loading: a damaged weights file is named first
+def load_finetuned(name: str, spec: TaskSpec, *, trust_remote_code: bool = False):
+    """A fine-tuned checkpoint whose stored label mapping must match the task's labels, in order; refusals are
+    CheckpointErrors, named by the caller (`recipe_key`)."""
+    source = resolve_checkpoint(name)
+    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
+    refuse_language_model_only(config, name)
+    refuse_family_without_a_head(name, config)
+    model = load_model(AutoModelForSequenceClassification, source, trust_remote_code=trust_remote_code,
+                       config=config)
+    refuse_head_less(config, name)  # after loading: a damaged weights file is named first
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:
-        raise UserError(f"{key}: {name} predicts labels {stored}, but task '{spec.name}' has {expected}")
+        raise CheckpointError(f"{name} predicts labels {stored}, but task '{spec.name}' has {expected}",
+                              value=stored)
     return model

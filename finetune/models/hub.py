@@ -13,28 +13,21 @@ from safetensors import SafetensorError, safe_open
 from huggingface_hub import try_to_load_from_cache
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
-from finetune.errors import CheckpointError, recipe_key
+from finetune.errors import CheckpointError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
                    "sentencepiece.bpe.model", "tokenizer.model")
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
-# The recipe key most checkpoints come from. The functions below take the key their caller names (`recipe_key`
-# puts it before the message); this default serves the callers that name none (the model families' builders).
-CHECKPOINT_KEY = "model.checkpoint"
 
 
-def resolve_checkpoint(name: str, key: str = CHECKPOINT_KEY, marker_files: tuple[str, ...] = ("config.json",)) -> str:
-    """A local model folder as is; a hub name (`org/model`) for transformers to fetch; anything else an error.
+def resolve_checkpoint(name: str, *, marker_files: tuple[str, ...] = ("config.json",)) -> str:
+    """A local model folder as is; a hub name (`org/model`) for transformers to fetch; anything else a
+    CheckpointError (which recipe key or option gave `name` is the caller's to say: `recipe_key`).
 
     A local folder must hold one of `marker_files` (a model's config.json, or a tokenizer's files).
     """
-    with recipe_key(key):
-        return _resolved(name, marker_files)
-
-
-def _resolved(name: str, marker_files: tuple[str, ...]) -> str:
     path = Path(name)
     if path.is_dir():
         if not any((path / marker).is_file() for marker in marker_files):
@@ -77,7 +70,7 @@ def check_weight_files(folder: Path) -> None:
                                   source=path) from None
 
 
-def load_model(model_class, name: str, key: str, trust_remote_code: bool = False,
+def load_model(model_class, name: str, *, trust_remote_code: bool = False,
                label_counts: Optional[tuple[int, int]] = None, **kwargs):
     """`model_class.from_pretrained` through `load_pretrained`, refusing weights of other shapes than config.json's.
 
@@ -85,22 +78,21 @@ def load_model(model_class, name: str, key: str, trust_remote_code: bool = False
     `label_counts`: (stored, new) outputs of a warm-started classifier: tensors whose shapes differ only there
     are its output layer, renewed for the new labels.
     """
-    with recipe_key(key):
-        if Path(name).is_dir():
-            check_weight_files(Path(name))
-        with _held_load_report() as report:
-            model, loading = load_pretrained(model_class.from_pretrained, name, key, trust_remote_code,
-                                             ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
-            position = {tensor: index for index, tensor in enumerate(model.state_dict())}
-            mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
-                                for tensor, stored, expected in loading["mismatched_keys"]
-                                if not _new_output_size(stored, expected, label_counts))
-            if mismatched:
-                report.discard()  # the line below says what the report's table would
-                _, tensor, stored, expected = mismatched[0]
-                more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
-                raise CheckpointError(f"the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
-                                      f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}", value=tensor)
+    if Path(name).is_dir():
+        check_weight_files(Path(name))
+    with _held_load_report() as report:
+        model, loading = load_pretrained(model_class.from_pretrained, name, trust_remote_code=trust_remote_code,
+                                         ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+        position = {tensor: index for index, tensor in enumerate(model.state_dict())}
+        mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
+                            for tensor, stored, expected in loading["mismatched_keys"]
+                            if not _new_output_size(stored, expected, label_counts))
+        if mismatched:
+            report.discard()  # the line below says what the report's table would
+            _, tensor, stored, expected = mismatched[0]
+            more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
+            raise CheckpointError(f"the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
+                                  f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}", value=tensor)
     return model
 
 
@@ -140,15 +132,15 @@ def _held_load_report(logger_name: str = "transformers.modeling_utils") -> Itera
             logger.handle(record)  # through the logger's own filters again (console.LibraryNoise)
 
 
-def load_pretrained(loader, name: str, key: str, trust_remote_code: bool = False, **kwargs):
-    """Call a transformers `from_pretrained`, turning a failed download or bad folder into one line naming `key`.
+def load_pretrained(loader, name: str, *, trust_remote_code: bool = False, **kwargs):
+    """Call a transformers `from_pretrained`, turning a failed download or bad folder into a one-line CheckpointError.
 
     Every load in the package goes through here. Python code shipped with a checkpoint (its config's
     `auto_map`) runs only when a recipe sets `trust_remote_code` itself; passing False explicitly also keeps
     transformers from asking on the terminal. What transformers' configuration code logs about a load that is then
     refused (e.g. "You are using a model of type ... to instantiate ...") is dropped: the one line says it all.
     """
-    with recipe_key(key), _held_load_report("transformers.configuration_utils") as notes:
+    with _held_load_report("transformers.configuration_utils") as notes:
         try:
             return _load_pretrained(loader, name, trust_remote_code, **kwargs)
         except CheckpointError:
@@ -157,7 +149,7 @@ def load_pretrained(loader, name: str, key: str, trust_remote_code: bool = False
 
 
 def _load_pretrained(loader, name: str, trust_remote_code: bool, **kwargs):
-    """`load_pretrained` without the held notes or the key.
+    """`load_pretrained` without the held notes.
 
     transformers raises a ValueError for many reasons, told apart only by its wording (which changes between
     versions); the checkpoint's own files say which reason it was, so they are read instead.
@@ -179,7 +171,7 @@ def _load_pretrained(loader, name: str, trust_remote_code: bool, **kwargs):
                                   "vocabulary files of its model family)", value=name) from None
         model_type = getattr(kwargs.get("config"), "model_type", None) or (config or {}).get("model_type")
         if _auto_class_lacks_family(loader, model_type):
-            raise  # a known family without this kind of head: the caller says which (heads.load_classifier)
+            raise  # a known family without this kind of head (heads refuses one before asking)
         raise CheckpointError(f"cannot load '{name}': {_first_line(error)}", value=name) from None
 
 
@@ -218,7 +210,14 @@ def _loads_a_tokenizer(loader) -> bool:
 def _auto_class_lacks_family(loader, model_type: Optional[str]) -> bool:
     """Whether `loader` is an Auto class's `from_pretrained` with no class for `model_type` (an n-gram model
     asked for a sequence-classification head)."""
-    mapping = getattr(getattr(loader, "__self__", None), "_model_mapping", None)
+    return auto_class_lacks_family(getattr(loader, "__self__", None), model_type)
+
+
+def auto_class_lacks_family(auto_class, model_type: Optional[str]) -> bool:
+    """Whether `auto_class` (AutoModelForSequenceClassification, ...) has no class for `model_type`, a family
+    transformers knows (or one registered with it); False for a family shipped as code (its config's auto_map
+    names its classes)."""
+    mapping = getattr(auto_class, "_model_mapping", None)
     return mapping is not None and model_type in CONFIG_MAPPING and CONFIG_MAPPING[model_type] not in mapping
 
 
@@ -227,19 +226,18 @@ def _first_line(error: Exception) -> str:
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
 
 
-def load_tokenizer(name: str, key: str = CHECKPOINT_KEY, trust_remote_code: bool = False):
+def load_tokenizer(name: str, *, trust_remote_code: bool = False):
     """The tokenizer saved with a checkpoint, or in a folder of its own."""
     # A folder without any of these would give an empty tokenizer (transformers builds one from config.json alone).
-    source = resolve_checkpoint(name, key, marker_files=TOKENIZER_FILES)
-    return load_pretrained(AutoTokenizer.from_pretrained, source, key, trust_remote_code)
+    source = resolve_checkpoint(name, marker_files=TOKENIZER_FILES)
+    return load_pretrained(AutoTokenizer.from_pretrained, source, trust_remote_code=trust_remote_code)
 
 
-def refuse_other_model_type(config, model_type: str, name: str, refusal: str, key: str = CHECKPOINT_KEY) -> None:
+def refuse_other_model_type(config, model_type: str, name: str, refusal: str) -> None:
     """A checkpoint to continue must be of `model_type`; another is refused in one line naming its type and
     `refusal` (what continues what)."""
     if config.model_type != model_type:
-        with recipe_key(key):
-            raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
+        raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
 
 
 def load_for_continued_pretraining(model_class, model_type: str, name: str, dropout: float | None,
@@ -250,9 +248,9 @@ def load_for_continued_pretraining(model_class, model_type: str, name: str, drop
     checkpoint's own in every one of its `dropout_fields` (config attribute names).
     """
     source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, CHECKPOINT_KEY)
+    config = load_pretrained(AutoConfig.from_pretrained, source)
     refuse_other_model_type(config, model_type, name, refusal)
     if dropout is not None:
         for field in dropout_fields:
             setattr(config, field, dropout)
-    return load_model(model_class, source, CHECKPOINT_KEY, config=config, attn_implementation="sdpa")
+    return load_model(model_class, source, config=config, attn_implementation="sdpa")

@@ -37,9 +37,9 @@ def train_tokenizer(family_name: str, documents: list[str], tokenizer_config):
     return family(family_name).train_tokenizer(documents, tokenizer_config)
 
 
-def check_tokenizer(family_name: str, tokenizer, source: str, key: str) -> None:
+def check_tokenizer(family_name: str, tokenizer, source: str) -> None:
     """An existing tokenizer must have the special tokens the family's data layout uses."""
-    family(family_name).check_tokenizer(tokenizer, source, key)
+    family(family_name).check_tokenizer(tokenizer, source)
 
 
 def document_separator_id(family_name: str, tokenizer) -> int:

@@ -1,7 +1,8 @@
 """How big a model a recipe asks for, and how much memory training it takes, known before anything is allocated.
 
 A typo such as `model.hidden=1048576` would otherwise end in an allocation failure deep inside
-torch (or the kernel's out-of-memory killer) after the corpus has been read. The parameters are
+torch (or the kernel's out-of-memory killer) after the corpus has been read (the stage refuses it:
+stages/pretrain.py, check_model_fits_in_memory). The parameters are
 counted exactly, on a model built on PyTorch's meta device (shapes without storage, so any size is
 counted at once); `finetune profile` counts its models the same way. Activations can only be estimated.
 """
@@ -14,8 +15,6 @@ from typing import Optional
 import torch
 from torch import nn
 
-from finetune.errors import UserError
-from finetune.models.families import family_of
 from finetune.models.language_models import VocabularyOfSize, build_language_model
 
 BYTES_PER_VALUE = 4  # fp32: weights, gradients and optimizer state stay fp32 under mixed precision too
@@ -57,24 +56,3 @@ def physical_memory_bytes() -> Optional[int]:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
-
-
-def check_model_fits_in_memory(recipe) -> None:
-    """Refuse a new model whose weights, gradients and optimizer state alone exceed this machine's memory."""
-    model = recipe.model
-    if model.checkpoint is not None:  # its sizes come from a checkpoint that was loaded once already
-        return
-    memory = physical_memory_bytes()
-    if memory is None:
-        return
-    vocabulary = recipe.tokenizer.vocab_size  # an upper bound: a trained tokenizer has at most this many pieces
-    parameters = language_model_parameters(model, vocabulary, family_of(model).max_positions(model,
-                                                                                           recipe.corpus.block_size))
-    needed = parameters * TRAINING_BYTES_PER_PARAMETER
-    if needed > memory:
-        sizes = ", ".join(f"model.{key}={getattr(model, key)}" for key in ("layers", "hidden", "embedding_size",
-                                                                              "intermediate", "max_positions")
-                          if getattr(model, key, None) is not None)
-        raise UserError(f"{sizes} ask for ~{parameters / 1e9:,.1f} billion parameters, ~{needed / 2**30:,.0f} GiB "
-                        f"with gradients and AdamW state; this machine has {memory / 2**30:,.0f} GiB: choose "
-                        "smaller sizes")

@@ -32,16 +32,16 @@ def load_tagger(backbone_config, tags, classifier_dropout: float | None = None):
     """A token-classification model for `tags` on the backbone, pretrained or freshly initialised (init random)."""
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted, **dropout,
+    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout,
                              **tag_config(tags))
     refuse_without_tagging_head(config, backbone_config.checkpoint)
     if backbone_config.init == "random":
         return AutoModelForTokenClassification.from_config(config, trust_remote_code=trusted)
-    stored = load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trusted)
+    stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)
     # A tagger of other tags (a warm start) gets a new output layer; anything else must fit as stored.
     label_counts = (stored.num_labels, len(tags)) if getattr(stored, "architectures", None) and any(
         name.endswith("ForTokenClassification") for name in stored.architectures) else None
-    return load_model(AutoModelForTokenClassification, source, "model.checkpoint", trusted, label_counts,
+    return load_model(AutoModelForTokenClassification, source, trust_remote_code=trusted, label_counts=label_counts,
                       config=config)
 
 
@@ -54,16 +54,16 @@ def tagger_skeleton(stored, tags, checkpoint: str):
     return AutoModelForTokenClassification.from_config(config)
 
 
-def load_finetuned_tagger(name: str, key: str, trust_remote_code: bool = False):
+def load_finetuned_tagger(name: str, *, trust_remote_code: bool = False):
     """A fine-tuned tagger (a `finetune` run's checkpoint of kind tokens) with its tags in config.id2label."""
-    source = resolve_checkpoint(name, key)
-    config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code)
+    source = resolve_checkpoint(name)
+    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
     refuse_without_tagging_head(config, name)
     architectures = getattr(config, "architectures", None) or []
     if not any(architecture.endswith("ForTokenClassification") for architecture in architectures):
         raise CheckpointError(f"{name} is no tagger ({', '.join(architectures) or 'no architecture'}): fine-tune it "
                               "on a task of kind tokens first", source=name)
-    return load_model(AutoModelForTokenClassification, source, key, trust_remote_code, config=config)
+    return load_model(AutoModelForTokenClassification, source, trust_remote_code=trust_remote_code, config=config)
 
 
 def reads_left_to_right(config) -> bool:

@@ -88,12 +88,13 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     for name, members in ensembles.items():
         check_one_task(f"ensembles.{name}", members)
         keys.update({path: f"ensembles.{name}" for path in members if path not in keys})
-    loaded = {path: load_finetuned(path, spec, key, recipe.trust_remote_code) for path, key in keys.items()}
+    loaded = {path: named_finetuned(path, spec, key, recipe.trust_remote_code) for path, key in keys.items()}
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
 
     outputs = {}  # checkpoint -> logits (or scores) of every example
     for path, model in loaded.items():
-        tokenizer = load_tokenizer(path, keys[path], recipe.trust_remote_code)
+        with recipe_key(keys[path]):
+            tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
         reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
         outputs[path] = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size,
                                        name=recipe.split)
@@ -127,8 +128,10 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
         raise UserError("ensembles: taggers (task kind tokens) are scored one by one; list them under models")
     path = task_file(spec, recipe.task.data_dir, recipe.split)
     sentences = read_conll(path, spec.tag_column)
-    taggers = {name: load_finetuned_tagger(checkpoint, f"models.{name}", recipe.trust_remote_code)
-               for name, checkpoint in recipe.models.items()}
+    taggers = {}
+    for name, checkpoint in recipe.models.items():
+        with recipe_key(f"models.{name}"):
+            taggers[name] = load_finetuned_tagger(checkpoint, trust_remote_code=recipe.trust_remote_code)
     for name, model in taggers.items():  # a tag the model does not know is one line naming file and line
         with recipe_key(f"models.{name}"):
             tag_indices(sentences, model_tags(model))
@@ -136,7 +139,8 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     results = {}
     for name, model in taggers.items():
         checkpoint = recipe.models[name]
-        tokenizer = load_tokenizer(checkpoint, f"models.{name}", recipe.trust_remote_code)
+        with recipe_key(f"models.{name}"):
+            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
         max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
         predicted = tag_sentences(model, tokenizer, sentences, model_tags(model), max_length, recipe.batch_size,
                                   accelerator.device, name=recipe.split)
@@ -249,7 +253,8 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
                             "file); set allow_incomplete=true to write the archive without them")
     for task in tasks:
         for checkpoint in task.checkpoints + task.ensemble:
-            resolve_checkpoint(checkpoint, f"tasks.{task.name}")
+            with recipe_key(f"tasks.{task.name}"):
+                resolve_checkpoint(checkpoint)
         check_one_task(f"tasks.{task.name}.ensemble", task.ensemble)
 
     # 2. every checkpoint on the dev files; the best one (first metric of the task), or the ensemble, predicts the
@@ -339,8 +344,9 @@ def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: st
     key = f"tasks.{task.name}"
     console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
     # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
-    model = load_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
-    tokenizer = load_tokenizer(checkpoint, key, recipe.trust_remote_code)
+    model = named_finetuned(checkpoint, task.specs[task.name], key, recipe.trust_remote_code)
+    with recipe_key(key):
+        tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
     reading = checkpoint_reading(checkpoint, recipe.max_length)  # as it was trained, unless max_length is given
     return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, reading,
                                                recipe.batch_size, name=f"{spec_name} {split}")
@@ -374,3 +380,9 @@ def build_submission(path: Path, tasks: list[GlueTask], predictions: dict, submi
                   for name in GLUE_TASKS if name in predictions},
         "missing": missing,
     }
+
+
+def named_finetuned(checkpoint: str, spec, key: str, trust_remote_code: bool):
+    """`load_finetuned`, its refusals named by the recipe key that gave the checkpoint (models.NAME, tasks.NAME)."""
+    with recipe_key(key):
+        return load_finetuned(checkpoint, spec, trust_remote_code=trust_remote_code)

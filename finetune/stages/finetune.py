@@ -25,10 +25,11 @@ from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
-from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
+from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
+                                          windowed_logits)
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator, task_file
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.glue.metrics import compute_metrics, tagging_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
@@ -39,6 +40,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, guarded_stage, read_metrics
+from finetune.stages.classifier_keys import classifier_keys
 from finetune.stages.seeds import run_each_seed
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, run_training
@@ -91,7 +93,8 @@ class FinetuneStage(TrainingStage):
     def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
-        self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
+        with recipe_key("model.checkpoint"):
+            self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
         if self.tokenizer.pad_token is None and self.tokenizer.eos_token is not None:
             # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -106,7 +109,8 @@ class FinetuneStage(TrainingStage):
         console.print(f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
                       f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
-        train_data, collate, dev_loader = self.encoded_task(model)
+        with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
+            train_data, collate, dev_loader = self.encoded_task(model)
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
             model, optimizer, self._training_batches(train_data, collate), dev_loader)
         self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
@@ -128,7 +132,8 @@ class FinetuneStage(TrainingStage):
     def task_model(self):
         """The backbone with its task head, and how it reads an example (max_length, long documents)."""
         recipe = self.recipe
-        model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
+        with classifier_keys():
+            model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
         if recipe.task.both_orders and not adds_orders_exactly(model):
             raise UserError(f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
                             f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
@@ -302,7 +307,8 @@ class TaggingStage(FinetuneStage):
         return len(self.train_sentences.words), len(self.dev_sentences.words)
 
     def task_model(self):
-        model = load_tagger(self.recipe.model, self.spec.labels, self.recipe.classifier_dropout)
+        with recipe_key("model.checkpoint"):
+            model = load_tagger(self.recipe.model, self.spec.labels, self.recipe.classifier_dropout)
         self.max_length = fitted_max_length(self.recipe.task.max_length, model)
         return model
 

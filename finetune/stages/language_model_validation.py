@@ -20,7 +20,7 @@ from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.data.reverse import read_backwards, reads_backwards
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
 from finetune.data.token_cache import tokenize_files
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.models.awd_lstm import AWDLSTMForCausalLM
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
@@ -87,8 +87,9 @@ def load_causal_language_model(checkpoint: str | Path, command: str, key: str = 
     tokenizer saved beside it; a masked LM, a classifier or another family is refused in one line naming its type."""
     from finetune.models.heads import is_classifier
 
-    source = resolve_checkpoint(str(checkpoint), key)
-    config = load_pretrained(AutoConfig.from_pretrained, source, key)
+    with recipe_key(key):
+        source = resolve_checkpoint(str(checkpoint))
+        config = load_pretrained(AutoConfig.from_pretrained, source)
     if config.model_type not in CAUSAL_MODEL_TYPES:
         raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' model; `finetune {command}` reads causal "
                         f"language models ({', '.join(CAUSAL_MODEL_TYPES)})")
@@ -96,8 +97,9 @@ def load_causal_language_model(checkpoint: str | Path, command: str, key: str = 
         raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' classifier ({', '.join(config.architectures)})"
                         f", not a language model; `finetune {command}` reads the language model it was fine-tuned "
                         "from")
-    model = load_model(AutoModelForCausalLM, source, key, config=config)
-    tokenizer = load_tokenizer(source, key)
+    with recipe_key(key):
+        model = load_model(AutoModelForCausalLM, source, config=config)
+        tokenizer = load_tokenizer(source)
     if tokenizer.eos_token_id is None:
         raise UserError(f"{key}: the tokenizer of {checkpoint} has no end-of-text token, which separates documents "
                         "in a causal model's text")
@@ -171,8 +173,9 @@ def segment_validation(checkpoint: str | Path, validation_files: list[Path], seg
     The text is cut into `rows` streams (fewer for a short text) read in order from an empty memory, as validation
     in a run is; a GPT-2 or a sparse model without memory reads every segment on its own. Nothing is cached.
     """
-    source = resolve_checkpoint(str(checkpoint), "checkpoint")
-    model = load_model(AutoModelForCausalLM, source, "checkpoint")
+    with recipe_key("checkpoint"):
+        source = resolve_checkpoint(str(checkpoint))
+        model = load_model(AutoModelForCausalLM, source)
     config = model.config
     if isinstance(model, CausalTransformerForCausalLM):
         if memory_length and not config.relative_positions:
@@ -182,7 +185,8 @@ def segment_validation(checkpoint: str | Path, validation_files: list[Path], seg
                         "family models (memory_length: those trained with model.memory_length)")
     network = language_model_loss(model, memory_length)
     check_segment_length(config, checkpoint, segment_length)
-    tokenizer = load_tokenizer(str(checkpoint), "checkpoint")
+    with recipe_key("checkpoint"):
+        tokenizer = load_tokenizer(str(checkpoint))
     tokens = tokenize_files(tokenizer, validation_files, None, show_progress=False, name="the validation text")
     streams = BPTTBatches.rows_that_fit(tokens, segment_length, 1, rows)
     segments = BPTTBatches(tokens, tokenizer.eos_token_id, streams, segment_length, seed=0, shuffle=False,

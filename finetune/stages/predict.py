@@ -29,7 +29,7 @@ import torch
 from finetune.data.long_documents import DocumentReading
 from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
@@ -117,7 +117,8 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
     from finetune.models.heads import fitted_max_length
     from finetune.recipes import load_recipe
 
-    folder = resolve_checkpoint(checkpoint, "CHECKPOINT")
+    with recipe_key("CHECKPOINT"):
+        folder = resolve_checkpoint(checkpoint)
     # A hub name: only the recipe file is fetched here, the weights by transformers.
     recipe_file = Path(folder) / HYPERPARAMETERS_FILE if Path(folder).is_dir() else _hub_file(checkpoint)
     if recipe_file is None or not recipe_file.is_file():
@@ -125,13 +126,14 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
                         "fine-tuned by finetune (the file names the task's text columns and labels)")
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
     spec = task_spec(recipe.task)
+    trusted = recipe.model.trust_remote_code
+    with recipe_key("CHECKPOINT"):
+        model = load_finetuned_tagger(folder, trust_remote_code=trusted) if spec.kind == "tokens" else \
+            load_finetuned(folder, spec, trust_remote_code=trusted)
+        tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
     if spec.kind == "tokens":
-        model = load_finetuned_tagger(folder, "CHECKPOINT", recipe.model.trust_remote_code)
-        tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
         return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
                                 max_length or recipe.task.max_length, batch_size)
-    model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
-    tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
                                  recipe.task.long_documents, recipe.task.both_orders)
     return Predictor(model, tokenizer, spec, reading, batch_size)

@@ -28,18 +28,18 @@ from finetune.console import console
 from finetune.data.causal import BPTTBatches, NextTokenBlocks
 from finetune.data.corpus import MaskedBlocks, read_documents
 from finetune.data.masking import MaskingRule
-from finetune.data.pretraining_text import PretrainingText, StreamNeed, pretraining_text
+from finetune.data.pretraining_text import PretrainingText, SingleDocumentError, StreamNeed, pretraining_text
 from finetune.data.reverse import mark_backwards, pretraining_direction, read_backwards
 from finetune.data.sampling import ResumableSampler
 from finetune.data.streaming import StreamedBatches, StreamedDocuments
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
 from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.models.hub import load_tokenizer
 from finetune.models.families import LanguageModelFamily, family_of
 from finetune.models.language_models import load_language_model, loss_module
-from finetune.models.sizes import check_model_fits_in_memory
+from finetune.models.sizes import TRAINING_BYTES_PER_PARAMETER, language_model_parameters, physical_memory_bytes
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import language_model_card, write_card
@@ -81,7 +81,8 @@ class PretrainStage(TrainingStage):
         self.accelerator, self.family = accelerator, family_of(recipe.model)
         # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
         self.bptt, self.streaming = self.family.reads_bptt_batches(recipe.model), recipe.corpus.streaming
-        data = read_language_model_data(recipe, accelerator, resume_from)
+        with recipe_key("corpus.document", SingleDocumentError):
+            data = read_language_model_data(recipe, accelerator, resume_from)
         self.tokenizer, self.train_data, self.validation_tokens = data.tokenizer, data.train, data.validation_tokens
         self.train_tokens = data.train_tokens
         language_model = data.continued if data.continued is not None else \
@@ -174,16 +175,19 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: O
     text = None if streaming else read_corpus(recipe)
     stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
                                     corpus.dataset_files) if streaming else None
-    continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
+    with recipe_key("model.checkpoint"):
+        continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
-    backwards = pretraining_direction(corpus.reverse, continued.config if continued is not None else None,
-                                      recipe.model.checkpoint)
+    with recipe_key("corpus.reverse"):
+        backwards = pretraining_direction(corpus.reverse, continued.config if continued is not None else None,
+                                          recipe.model.checkpoint)
     max_positions = model_positions(recipe, family, continued)
     tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
         from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
 
-        old_tokenizer = load_tokenizer(recipe.model.checkpoint)
+        with recipe_key("model.checkpoint"):
+            old_tokenizer = load_tokenizer(recipe.model.checkpoint)
         continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
     # An LSTM or an n-gram model reads any length: no maximum, so that transformers never warns of one.
     tokenizer.model_max_length = max_positions if max_positions is not None else VERY_LARGE_INTEGER
@@ -241,7 +245,8 @@ def run_ngram(recipe: PretrainRecipe) -> Path:
     if accelerator.num_processes > 1:
         raise UserError("model.family ngram counts in one process: run it without accelerate launch or torchrun")
     set_seed(recipe.seed)
-    data = read_language_model_data(recipe, accelerator, None)
+    with recipe_key("corpus.document", SingleDocumentError):
+        data = read_language_model_data(recipe, accelerator, None)
     counting = CountingPass(time.perf_counter())
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process,
@@ -325,17 +330,20 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
     """The run's tokenizer: the resumed checkpoint's, the continued model's, a reused one, or one trained here."""
     family = family_of(recipe.model)
     if resume_from is not None:  # training a tokenizer twice can give other ids: always take the saved one
-        return load_tokenizer(str(resume_from), "--resume")
+        with recipe_key("--resume"):
+            return load_tokenizer(str(resume_from))
     if continued is not None and not recipe.tokenizer.new_vocabulary:
-        tokenizer = load_tokenizer(recipe.model.checkpoint)
-        family.check_tokenizer(tokenizer, recipe.model.checkpoint, "model.checkpoint")
+        with recipe_key("model.checkpoint"):
+            tokenizer = load_tokenizer(recipe.model.checkpoint)
+            family.check_tokenizer(tokenizer, recipe.model.checkpoint)
         if len(tokenizer) > continued.config.vocab_size:
             raise UserError(f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
                             f"tokens, the model only {continued.config.vocab_size}")
         return tokenizer
     if recipe.tokenizer.path is not None:
-        tokenizer = load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")
-        family.check_tokenizer(tokenizer, str(recipe.tokenizer.path), "tokenizer.path")
+        with recipe_key("tokenizer.path"):
+            tokenizer = load_tokenizer(str(recipe.tokenizer.path))
+            family.check_tokenizer(tokenizer, str(recipe.tokenizer.path))
         return tokenizer
 
     def train():
@@ -397,3 +405,25 @@ def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
     return (DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order,
                        **common),
             DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
+
+
+def check_model_fits_in_memory(recipe) -> None:
+    """Refuse a new model whose weights, gradients and optimizer state alone exceed this machine's memory (named by
+    its recipe sizes: the check is the stage's, the counting models/sizes.py's)."""
+    model = recipe.model
+    if model.checkpoint is not None:  # its sizes come from a checkpoint that was loaded once already
+        return
+    memory = physical_memory_bytes()
+    if memory is None:
+        return
+    vocabulary = recipe.tokenizer.vocab_size  # an upper bound: a trained tokenizer has at most this many pieces
+    parameters = language_model_parameters(model, vocabulary, family_of(model).max_positions(model,
+                                                                                           recipe.corpus.block_size))
+    needed = parameters * TRAINING_BYTES_PER_PARAMETER
+    if needed > memory:
+        sizes = ", ".join(f"model.{key}={getattr(model, key)}" for key in ("layers", "hidden", "embedding_size",
+                                                                              "intermediate", "max_positions")
+                          if getattr(model, key, None) is not None)
+        raise UserError(f"{sizes} ask for ~{parameters / 1e9:,.1f} billion parameters, ~{needed / 2**30:,.0f} GiB "
+                        f"with gradients and AdamW state; this machine has {memory / 2**30:,.0f} GiB: choose "
+                        "smaller sizes")

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
-from finetune.errors import UserError
+from finetune.errors import CheckpointError, UserError, recipe_key
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.flops import lookup_tables, matmul_gflops, multiply_adds_per_token, training_flops
@@ -32,6 +32,7 @@ from finetune.models.taggers import tagger_skeleton
 from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
                                    parameter_count, transformer_layer_activation_bytes)
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
+from finetune.stages.classifier_keys import classifier_keys
 from finetune.training.loop import device_and_precision
 from finetune.training.techniques import backbone_of, resolve_techniques
 from finetune.training.unfreezing import trainable_group_count, trainable_group_count_at_step
@@ -89,15 +90,20 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
             model = tagger_skeleton(config, recipe.task.labels or ("O",) * PROFILED_TAGS, recipe.model.checkpoint)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe):
-            model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
+            with classifier_keys():
+                model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         family = family_of(recipe.model)
         if config is None:
+            if family.counted:
+                raise UserError(f"model.family {recipe.model.family} is counted from the corpus by `finetune "
+                                "pretrain`; it has no sizes to build and no training to profile or range-test")
             model = family.build(recipe.model, pretraining_vocabulary(recipe), max_positions(recipe))
             source += ("; vocabulary: the tokenizer at tokenizer.path" if recipe.tokenizer.path is not None else
                        "; vocabulary: at most tokenizer.vocab_size (the run trains its tokenizer on the corpus)")
         else:
-            family.check_checkpoint(config, recipe.model.checkpoint, f"{prefix}model.checkpoint")
+            with recipe_key(f"{prefix}model.checkpoint"):
+                family.check_checkpoint(config, recipe.model.checkpoint)
             if recipe.tokenizer.new_vocabulary:  # at most this many pieces, trained on the new text
                 config.vocab_size = recipe.tokenizer.vocab_size
                 source += f"; vocabulary: at most tokenizer.vocab_size={recipe.tokenizer.vocab_size}"
@@ -126,15 +132,17 @@ def with_techniques(recipe, upstream: Optional[nn.Module] = None, section: str =
 
 def checkpoint_config(name: str, key: str, trust_remote_code: bool):
     """A checkpoint's config.json, from its folder or the local Hugging Face cache: profile downloads nothing."""
-    source = resolve_checkpoint(name, key)
-    try:
-        config = load_pretrained(AutoConfig.from_pretrained, source, key, trust_remote_code, local_files_only=True)
-    except UserError as error:
-        if Path(name).is_dir():
-            raise
-        raise UserError(f"{key}: {name} is no local folder, and its config.json is not in the local Hugging Face "
-                        "cache (profile downloads nothing: give a folder, or load the model once with a "
-                        "network)") from error
+    with recipe_key(key):
+        source = resolve_checkpoint(name)
+        try:
+            config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code,
+                                     local_files_only=True)
+        except CheckpointError as error:
+            if Path(name).is_dir():
+                raise
+            raise UserError(f"{key}: {name} is no local folder, and its config.json is not in the local Hugging Face "
+                            "cache (profile downloads nothing: give a folder, or load the model once with a "
+                            "network)") from error
     return config, f"{name} (config.json)"
 
 
@@ -142,7 +150,8 @@ def pretraining_vocabulary(recipe: PretrainRecipe) -> VocabularyOfSize:
     """A reused tokenizer's exact size, else tokenizer.vocab_size: a tokenizer trained on the corpus has at most
     that many pieces (it is trained when the run starts)."""
     if recipe.tokenizer.path is not None:
-        return VocabularyOfSize(len(load_tokenizer(str(recipe.tokenizer.path), "tokenizer.path")))
+        with recipe_key("tokenizer.path"):
+            return VocabularyOfSize(len(load_tokenizer(str(recipe.tokenizer.path))))
     return VocabularyOfSize(recipe.tokenizer.vocab_size)
 
 

@@ -25,16 +25,16 @@ from accelerate import PartialState
 from finetune import run_lock
 from finetune.console import console
 from finetune.data.tasks import read_labelled_split
-from finetune.errors import UserError
+from finetune.data.pretraining_text import SingleDocumentError
+from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import task_spec
-from finetune.models.sizes import check_model_fits_in_memory
 from finetune.recipes import (ULMFIT_STAGE_FOLDERS, FinetuneRecipe, PretrainedLanguageModel, PretrainRecipe,
                               TrainingRunRecipe, UlmfitRecipe, path_problems, read_yaml, recipe_to_yaml, type_label)
 from finetune.run_dir import (METRICS_FILE, RECIPE_FILE, check_run_dir_free, claim_run_dir, flatten_keys, is_finished,
                               prepare_run_dir, read_metrics, remove_own_entries)
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training.techniques import describe_backbone, resolve_techniques
-from finetune.stages.pretrain import CHECKPOINT_DIR, read_corpus, run_pretrain
+from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, read_corpus, run_pretrain
 from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
 
@@ -179,7 +179,8 @@ def check_inputs_early(plans: list[StagePlan]) -> None:
         if isinstance(stage, PretrainRecipe) and stage.model.checkpoint is None:
             check_model_fits_in_memory(stage)
         if isinstance(stage, PretrainRecipe) and stage.corpus.dataset is None:  # a dataset would be downloaded here
-            read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
+            with recipe_key("corpus.document", SingleDocumentError):
+                read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
         elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
             spec = task_spec(stage.task)
             for split in ("train", "dev"):

@@ -11,8 +11,10 @@ from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
 from finetune.data.reverse import reads_backwards, reads_both_directions
-from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, pool_windows
+from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
+                                         pool_windows)
 from finetune.data.tasks import EncodedTask, TaskExamples, task_collator
+from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
 from finetune.models.packed_bert import packed_logits
@@ -76,8 +78,9 @@ def example_logits(accelerator, model, tokenizer, examples: TaskExamples, readin
     reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
     reading = replace(reading, max_length=fitted_max_length(reading.max_length, model))
     # A backward model reads its text backwards; a bidirectional one both ways.
-    encoded = EncodedTask(examples, tokenizer, reading, name=name,
-                          backwards=reads_backwards(model.config), both_directions=reads_both_directions(model.config))
+    with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
+        encoded = EncodedTask(examples, tokenizer, reading, name=name, backwards=reads_backwards(model.config),
+                              both_directions=reads_both_directions(model.config))
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
     return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader), reading.pool))
 

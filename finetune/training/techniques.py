@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
 ULMFIT_DEFAULTS = {"training.lr": 1e-2, "discriminative.factor": 2.6, "unfreezing.mode": "gradual",
@@ -101,9 +101,10 @@ def describe_backbone(checkpoint: str, trust_remote_code: bool = False) -> Backb
 
     from finetune.models.hub import load_pretrained, resolve_checkpoint
 
-    source = resolve_checkpoint(checkpoint)
-    return backbone_of(load_pretrained(AutoConfig.from_pretrained, source, "model.checkpoint", trust_remote_code),
-                       source)
+    with recipe_key("model.checkpoint"):
+        source = resolve_checkpoint(checkpoint)
+        return backbone_of(load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code),
+                           source)
 
 
 def backbone_of(config, source: str, local_files_only: bool = False) -> Backbone:
