@@ -186,6 +186,8 @@ def task_spec(task_config) -> TaskSpec:
     """The spec for a recipe's `task` section: the GLUE record, or one built from the custom keys."""
     if task_config.kind == "tokens":
         return tagging_spec(task_config)
+    if task_config.kind == "choices":
+        return choices_spec(task_config)
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
@@ -220,3 +222,14 @@ def tagging_spec(task_config) -> TaskSpec:
                     labels=tuple(task_config.labels) if task_config.labels is not None else None,
                     metrics=TAGGING_METRICS, files=dict(task_config.files or TAGGING_FILES), file_format="conll",
                     kind="tokens", tag_column=task_config.tag_column)
+
+
+CHOICES_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
+
+
+def choices_spec(task_config) -> TaskSpec:
+    """A multiple-choice task's spec: questions in ARC's JSON Lines layout, scored by accuracy. Its labels are
+    each question's own (A-E, 1-4): the spec has none."""
+    return TaskSpec(name=task_config.name, text_columns=("question", "choices"), label_column="answerKey",
+                    labels=None, metrics=("accuracy",), files=dict(task_config.files or CHOICES_FILES),
+                    file_format="jsonl", kind="choices")

@@ -175,9 +175,10 @@ class TaskConfig(Section):
 
     name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
                       "or a custom name")
-    kind: Literal["classification", "tokens"] = Field(
+    kind: Literal["classification", "tokens", "choices"] = Field(
         "classification", description="classification: a class (or a score) per example, from its text or sentence "
-        "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll)")
+        "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll); "
+        "choices: the right answer among each question's choices, from JSON Lines in ARC's layout")
     data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
@@ -267,6 +268,8 @@ class TaskConfig(Section):
                                 f"long_documents {self.long_documents.mode}"))
         if self.kind == "tokens":
             return self._check_tagging()
+        if self.kind == "choices":
+            return self._check_choices()
         if self.format == "conll" or self.tag_column != TaskConfig.model_fields["tag_column"].default:
             raise ValueError(f"{'format: conll' if self.format == 'conll' else 'tag_column'} is for tagging tasks "
                              "(kind: tokens)")
@@ -310,6 +313,26 @@ class TaskConfig(Section):
         if other:
             raise ValueError(f"{', '.join(other)}: not for kind tokens (each line's first column is the word, "
                              "tag_column its tag)")
+        return self
+
+    def _check_choices(self) -> "TaskConfig":
+        """A multiple-choice task reads JSON Lines in ARC's layout (id, question: stem and choices, answerKey): the
+        keys of sentence classification and tagging do not apply."""
+        if self.data_dir is None or self.source == "hub":
+            raise ValueError("kind choices reads JSON Lines files in ARC's layout: give data_dir")
+        if self.name in GLUE_TASKS:
+            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the multiple-choice task "
+                             "otherwise")
+        if self.format not in (None, "jsonl"):
+            raise ValueError(f"format {self.format}: a multiple-choice task reads JSON Lines in ARC's layout "
+                             "(format: jsonl)")
+        other = [key for key in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
+                                 "index_column", "long_documents") if getattr(self, key) is not None]
+        if self.tag_column != TaskConfig.model_fields["tag_column"].default:
+            other.append("tag_column")
+        if other:
+            raise ValueError(f"{', '.join(other)}: not for kind choices (each line holds a question, its choices with "
+                             "their labels and the answerKey)")
         return self
 
     def _check_text_and_labels(self) -> None:

@@ -187,3 +187,12 @@ class FinetuneRecipe(TrainingRunRecipe):
             raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a tagger")
         return self
 
+    @model_validator(mode="after")
+    def _choices_score_each_choice(self) -> "FinetuneRecipe":
+        if self.task.kind == "choices" and self.pooling not in (None, "model"):
+            raise ValueError(f"pooling: {self.pooling} is for classifiers; a multiple-choice model (task.kind "
+                             "choices) scores each choice with its family's own head: leave pooling out")
+        if self.task.kind == "choices" and self.model.backward_checkpoint is not None:
+            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a multiple-choice "
+                             "model")
+        return self

@@ -16,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from finetune.data.long_documents import DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.hub import HUB_NAME
+from finetune.models.choices import choice_registering_import
 from finetune.models.families import family_of, family_of_model_type
 
 CARD_FILE = "README.md"
@@ -56,8 +57,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     """The card of a fine-tuned classifier or regressor: dev scores of the saved weights and the curve."""
     saved = result["best"] if result["saved"] == "best" else result["last"]
     scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
-    glue, tagging = spec.name in GLUE_TASKS, spec.kind == "tokens"
-    task_type = "token-classification" if tagging else "text-classification"
+    glue, tagging, choices = spec.name in GLUE_TASKS, spec.kind == "tokens", spec.kind == "choices"
+    task_type = "token-classification" if tagging else "multiple-choice" if choices else "text-classification"
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
                                dataset_config=spec.name if glue else None,
@@ -78,9 +79,11 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
     reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders)
     reads = (f"reads at most {recipe.task.max_length or 'the default'} tokens of a sentence" if tagging
-             else reading.describe())
+             else f"reads at most {recipe.task.max_length or 'the default'} tokens of a question with one of its "
+             "choices" if choices else reading.describe())
     inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
-    outputs = "a score" if spec.is_regression else ("a tag per word: " if tagging else "") + ", ".join(spec.labels)
+    outputs = ("a probability per choice" if choices else "a score" if spec.is_regression else
+               ("a tag per word: " if tagging else "") + ", ".join(spec.labels))
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
                 ["task", f"{spec.display_name} (`{spec.name}`): {inputs} -> {outputs}"],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
@@ -91,14 +94,19 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
-    auto_class = "AutoModelForTokenClassification" if tagging else "AutoModelForSequenceClassification"
+    auto_class = ("AutoModelForTokenClassification" if tagging else "AutoModelForMultipleChoice" if choices
+                  else "AutoModelForSequenceClassification")
     architecture = (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
         if recipe.pooling in ("mean", "scalar_mix") else "")
+    if choices:
+        architecture = choice_registering_import(model_type)
+    what = "tagger" if tagging else "multiple-choice model" if choices else "classifier"
+    example_input = "questions.jsonl" if choices else "texts.txt"
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {model_type} {"tagger" if tagging else "classifier"} for {spec.display_name}, fine-tuned with the finetune toolkit from
+A {model_type} {what} for {spec.display_name}, fine-tuned with the finetune toolkit from
 `{recipe.model.checkpoint}`. {recipe.description}
 
 ## Results
@@ -120,7 +128,7 @@ The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune
 ## How to use
 
 ```bash
-finetune predict PATH_TO_THIS_FOLDER --input texts.txt
+finetune predict PATH_TO_THIS_FOLDER --input {example_input}
 ```
 
 {_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}

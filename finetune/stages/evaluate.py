@@ -20,6 +20,7 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
+from finetune.data.choices import read_choices
 from finetune.data.tagging import read_conll, tag_indices
 from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source, task_file
 from finetune.errors import UserError, recipe_key
@@ -30,6 +31,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import load_finetuned
 from finetune.models.taggers import load_finetuned_tagger, model_tags
+from finetune.models.choices import load_finetuned_choice_model
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
@@ -39,6 +41,7 @@ from finetune.training.driver import processes_ready
 from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
 from finetune.training.tagging import tag_sentences
+from finetune.training.choices import choose
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
@@ -78,6 +81,8 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     spec = task_spec(recipe.task)
     if spec.kind == "tokens":
         return run_tagging_eval(recipe, spec, accelerator)
+    if spec.kind == "choices":
+        return run_choices_eval(recipe, spec, accelerator)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
@@ -173,6 +178,45 @@ def tagging_report_markdown(report: dict) -> str:
                   f"{100 * row['f1']:.1f} |" for kind, row in result["entity_types"].items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def run_choices_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
+    """Score every multiple-choice model of `models` on `split` (accuracy); with write_predictions,
+    predictions/MODEL.tsv with each question's id and predicted choice label."""
+    if recipe.ensembles:
+        raise UserError("ensembles: multiple-choice models (task kind choices) are scored one by one; list them under "
+                        "models")
+    questions = read_choices(task_file(spec, recipe.task.data_dir, recipe.split))
+    models = {}
+    for name, checkpoint in recipe.models.items():
+        with recipe_key(f"models.{name}"):
+            models[name] = load_finetuned_choice_model(checkpoint, trust_remote_code=recipe.trust_remote_code)
+    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
+    results = {}
+    for name, model in models.items():
+        checkpoint = recipe.models[name]
+        with recipe_key(f"models.{name}"):
+            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
+        max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
+        probabilities = choose(model, tokenizer, questions, max_length, recipe.batch_size, accelerator.device)
+        predicted = np.asarray([int(row.argmax()) for row in probabilities])
+        results[name] = {"checkpoint": checkpoint,
+                         **compute_metrics(spec, predicted, np.asarray(questions.answers))}
+        if recipe.write_predictions and accelerator.is_main_process:
+            labels = [question_labels[index] for question_labels, index in zip(questions.labels, predicted)]
+            write_choice_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", questions.ids, labels)
+    report = {"task": spec.name, "split": recipe.split, "examples": len(questions.ids),
+              "metrics": list(spec.metrics), "results": results}
+    if accelerator.is_main_process:
+        write_report(run_dir, report, report_markdown(report))
+    return report
+
+
+def write_choice_predictions(path: Path, ids: list[str], labels: list[str]) -> None:
+    """`id<TAB>prediction` per question: the label of the chosen choice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ["id\tprediction"] + [f"{question_id}\t{label}" for question_id, label in zip(ids, labels)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
 def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:

@@ -25,6 +25,7 @@ from finetune.console import console
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, PaddableDataset, StepBatches
+from finetune.data.choices import collate_choices, read_choices
 from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
                                           windowed_logits)
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
@@ -35,6 +36,7 @@ from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.models.choices import load_choice_model
 from finetune.models.taggers import load_tagger, reads_left_to_right
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
@@ -48,6 +50,7 @@ from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.tagging import sentence_logits
+from finetune.training.choices import choice_loss, encoded_questions, question_probabilities
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import describe_backbone, resolve_techniques, techniques_summary
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
@@ -74,7 +77,7 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = TaggingStage if recipe.task.kind == "tokens" else FinetuneStage
+    stage = {"tokens": TaggingStage, "choices": ChoicesStage}.get(recipe.task.kind, FinetuneStage)
     return run_training(stage(recipe), resume)
 
 
@@ -342,6 +345,48 @@ class TaggingStage(FinetuneStage):
         logits, loss = sentence_logits(model, self.tagging_dev_loader, self.accelerator.device, with_loss=True)
         predicted = self.dev_data.word_tags(logits, self.spec.labels)
         scores = tagging_metrics(self.dev_sentences.tags, predicted)
+        return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
+
+
+class ChoicesStage(FinetuneStage):
+    """`finetune finetune` for a task of kind choices: a score per choice, a softmax over each question's own
+    choices (3, 4 and 5 of them mix in a batch), trained with the classifier's machinery."""
+
+    def read_task(self) -> tuple[int, int]:
+        data_dir = self.recipe.task.data_dir
+        self.train_questions = read_choices(task_file(self.spec, data_dir, "train"))
+        self.dev_questions = read_choices(task_file(self.spec, data_dir, "dev"))
+        return len(self.train_questions.ids), len(self.dev_questions.ids)
+
+    def task_model(self):
+        with recipe_key("model.checkpoint"):
+            model = load_choice_model(self.recipe.model, self.recipe.classifier_dropout)
+        self.max_length = fitted_max_length(self.recipe.task.max_length, model)
+        return model
+
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        console.print(f"the model reads at most {self.max_length} tokens of a question with one of its choices",
+                      markup=False, highlight=False, soft_wrap=True)
+        train_data = encoded_questions(model, self.tokenizer, self.train_questions, self.max_length)
+        dev_data = encoded_questions(model, self.tokenizer, self.dev_questions, self.max_length)
+        collate = collate_choices(self.tokenizer.pad_token_id)
+        # Every process scores the whole dev set from a loader of its own (accelerate shares out the one returned).
+        self.choices_dev_loader = DataLoader(dev_data, batch_size=self.recipe.training.batch_size * 2,
+                                             collate_fn=collate)
+        return train_data, collate, self.choices_dev_loader
+
+    def _loss(self, model, batch):
+        """The mean cross-entropy over the batch's questions, each over its own choices: a term per question."""
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        return choice_loss(model, batch), examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev accuracy, and the dev loss (mean over questions) for metrics.jsonl only."""
+        model = self.accelerator.unwrap_model(self.model)
+        probabilities, loss = question_probabilities(model, self.choices_dev_loader, self.accelerator.device,
+                                                     with_loss=True)
+        predicted = [int(row.argmax()) for row in probabilities]
+        scores = compute_metrics(self.spec, np.asarray(predicted), np.asarray(self.dev_questions.answers))
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
 
 

@@ -8,8 +8,11 @@ label column included, are ignored). Examples are batched longest first like `fi
 eval`, with a progress bar on long input; outputs keep the input's order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
-`score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
-extension. A file is written under a temporary name and renamed when complete.
+`score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line),
+`id`, `label` (the chosen choice's) and `probabilities` (per choice label) for a multiple-choice model (task kind
+choices: JSON Lines in ARC's layout, answerKey not needed, output JSON Lines only); as JSON Lines (the default,
+and on stdout) or as TSV / CSV by the output file's extension. A file is written under a temporary name and
+renamed when complete.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Iterable, Optional, Sequence, TextIO
 import torch
 
 from finetune.data.long_documents import DocumentReading
+from finetune.data.choices import ChoiceQuestions, parse_choices, read_choices
 from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
@@ -34,9 +38,11 @@ from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.models.taggers import load_finetuned_tagger, model_tags
+from finetune.models.choices import load_finetuned_choice_model
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.predict import example_logits
 from finetune.training.tagging import tag_sentences
+from finetune.training.choices import choose
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
@@ -112,6 +118,30 @@ class TaggingPredictor:
         return [{"words": sentence, "tags": predicted[:len(sentence)]} for sentence, predicted in zip(words, tags)]
 
 
+@dataclass
+class ChoicesPredictor:
+    """A fine-tuned multiple-choice model (task kind choices) ready to predict: the right choice of a question."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: TaskSpec
+    max_length: Optional[int]
+    batch_size: int = 64
+
+    def predict(self, questions: Sequence[dict]) -> list[dict]:
+        """One result per question in ARC's layout ({"id", "question": {"stem", "choices": [{"text", "label"}]}},
+        answerKey not needed): {"id", "label", "probabilities"}."""
+        lines = [json.dumps(question) for question in questions]
+        return self.predict_questions(parse_choices(lines, Path("questions"), with_answers=False)) if lines else []
+
+    def predict_questions(self, questions: ChoiceQuestions) -> list[dict]:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        probabilities = choose(self.model, self.tokenizer, questions, self.max_length, self.batch_size, device)
+        return [{"id": question_id, "label": labels[int(row.argmax())],
+                 "probabilities": {label: float(p) for label, p in zip(labels, row)}}
+                for question_id, labels, row in zip(questions.ids, questions.labels, probabilities)]
+
+
 def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[int] = None) -> Predictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
     from finetune.models.heads import fitted_max_length
@@ -128,12 +158,15 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
     spec = task_spec(recipe.task)
     trusted = recipe.model.trust_remote_code
     with recipe_key("CHECKPOINT"):
-        model = load_finetuned_tagger(folder, trust_remote_code=trusted) if spec.kind == "tokens" else \
+        loader = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}.get(spec.kind)
+        model = loader(folder, trust_remote_code=trusted) if loader else \
             load_finetuned(folder, spec, trust_remote_code=trusted)
         tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
     if spec.kind == "tokens":
         return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
                                 max_length or recipe.task.max_length, batch_size)
+    if spec.kind == "choices":
+        return ChoicesPredictor(model, tokenizer, spec, max_length or recipe.task.max_length, batch_size)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
                                  recipe.task.long_documents, recipe.task.both_orders)
     return Predictor(model, tokenizer, spec, reading, batch_size)
@@ -248,13 +281,31 @@ def run_predict(checkpoint: str, source: str = STDIO, target: str = STDIO, batch
                 max_length: Optional[int] = None) -> int:
     """The CLI's work: read, predict, write; returns the number of examples."""
     predictor = load_predictor(checkpoint, batch_size, max_length)
+    if isinstance(predictor, ChoicesPredictor):
+        return predict_choices_file(predictor, source, target)
     examples = read_input(source, predictor.spec)
     write_output(output_rows(predictor.spec, examples, predictor.predict_examples(examples)), target, predictor.spec)
     return len(examples.texts)
 
 
+def predict_choices_file(predictor: ChoicesPredictor, source: str, target: str) -> int:
+    """Questions in ARC's layout (a .jsonl file, or `-`: standard input) to JSON Lines of predictions."""
+    if target != STDIO and not target.lower().endswith(".jsonl"):
+        raise UserError(f"--output: {target}: multiple-choice predictions (a probability per choice label) are "
+                        "written as JSON Lines (.jsonl)")
+    if source == STDIO:
+        questions = parse_choices(sys.stdin.read().splitlines(), Path("<stdin>"), with_answers=False)
+    elif not Path(source).is_file():
+        raise UserError(f"--input: no such file: {source}")
+    else:
+        questions = read_choices(Path(source), with_answers=False)
+    write_output(predictor.predict_questions(questions), target, predictor.spec)
+    return len(questions.ids)
+
+
 def predict(checkpoint: str, texts: Sequence[str | Sequence[str]], batch_size: int = 64) -> list[dict]:
-    """Predict raw texts with a fine-tuned checkpoint: one dict per text, {"label", "probabilities"} or {"score"}.
+    """Predict raw texts with a fine-tuned checkpoint: one dict per text, {"label", "probabilities"} or {"score"}
+    (a multiple-choice checkpoint takes question dicts in ARC's layout instead).
 
     A pair task takes (first, second) pairs. Loads the checkpoint on every call; for many calls keep
     `load_predictor(checkpoint)` and call its `predict`.

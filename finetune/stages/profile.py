@@ -29,6 +29,7 @@ from finetune.models.families import family_of, is_recurrent
 from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.taggers import tagger_skeleton
+from finetune.models.choices import choice_model_skeleton
 from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
                                    parameter_count, transformer_layer_activation_bytes)
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
@@ -88,6 +89,9 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
         if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "tokens":
             # The tags are the training file's when the recipe does not list them: their count barely matters here.
             model = tagger_skeleton(config, recipe.task.labels or ("O",) * PROFILED_TAGS, recipe.model.checkpoint)
+            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
+        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "choices":
+            model = choice_model_skeleton(config, recipe.model.checkpoint)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe):
             with classifier_keys():
@@ -278,7 +282,9 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
         kind, family = family_of(recipe.model).description, recipe.model.family
     else:
         family, labels = config.model_type, model.config.num_labels
-        if recipe.task.kind == "tokens":
+        if recipe.task.kind == "choices":
+            kind = "multiple choice, a score per choice"
+        elif recipe.task.kind == "tokens":
             kind = f"tagger, {labels} tags" if recipe.task.labels else \
                 f"tagger (counted with {labels} tags; the run takes those of its training file)"
         else:
