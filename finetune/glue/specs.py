@@ -186,6 +186,8 @@ def task_spec(task_config) -> TaskSpec:
     """The spec for a recipe's `task` section: the GLUE record, or one built from the custom keys."""
     if task_config.kind == "tokens":
         return tagging_spec(task_config)
+    if task_config.kind == "spans":
+        return spans_spec(task_config)
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
@@ -220,3 +222,14 @@ def tagging_spec(task_config) -> TaskSpec:
                     labels=tuple(task_config.labels) if task_config.labels is not None else None,
                     metrics=TAGGING_METRICS, files=dict(task_config.files or TAGGING_FILES), file_format="conll",
                     kind="tokens", tag_column=task_config.tag_column)
+
+
+SPANS_FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
+SPANS_METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (glue/squad_metrics.py); f1 picks the best
+
+
+def spans_spec(task_config) -> TaskSpec:
+    """A question-answering task's spec: SQuAD JSON files, no labels (the answers are spans of the context)."""
+    return TaskSpec(name=task_config.name, text_columns=("question", "context"), label_column="answers",
+                    labels=None, metrics=SPANS_METRICS, files=dict(task_config.files or SPANS_FILES),
+                    file_format="squad", kind="spans")

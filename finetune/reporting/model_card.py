@@ -58,6 +58,9 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
     glue, tagging = spec.name in GLUE_TASKS, spec.kind == "tokens"
     task_type = "token-classification" if tagging else "text-classification"
+    spans = spec.kind == "spans"  # extractive question answering
+    if spans:
+        task_type = "question-answering"
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
                                dataset_config=spec.name if glue else None,
@@ -81,6 +84,12 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              else reading.describe())
     inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
     outputs = "a score" if spec.is_regression else ("a tag per word: " if tagging else "") + ", ".join(spec.labels)
+    if spans:
+        from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
+
+        reads = SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe()
+        inputs, outputs = "a question and its context", "the answer, a span of the context (or none, where trained " \
+            "with unanswerable questions)"
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
                 ["task", f"{spec.display_name} (`{spec.name}`): {inputs} -> {outputs}"],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
@@ -92,13 +101,15 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
     auto_class = "AutoModelForTokenClassification" if tagging else "AutoModelForSequenceClassification"
+    if spans:
+        auto_class = "AutoModelForQuestionAnswering"
     architecture = (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
         if recipe.pooling in ("mean", "scalar_mix") else "")
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {model_type} {"tagger" if tagging else "classifier"} for {spec.display_name}, fine-tuned with the finetune toolkit from
+A {model_type} {"tagger" if tagging else "question-answering model" if spans else "classifier"} for {spec.display_name}, fine-tuned with the finetune toolkit from
 `{recipe.model.checkpoint}`. {recipe.description}
 
 ## Results
@@ -120,7 +131,7 @@ The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune
 ## How to use
 
 ```bash
-finetune predict PATH_TO_THIS_FOLDER --input texts.txt
+finetune predict PATH_TO_THIS_FOLDER --input {"questions.jsonl" if spans else "texts.txt"}
 ```
 
 {_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}
