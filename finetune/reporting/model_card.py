@@ -109,7 +109,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {model_type} {"tagger" if tagging else "question-answering model" if spans else "classifier"} for {spec.display_name}, fine-tuned with the finetune toolkit from
+A {model_type} {"tagger" if tagging else "question-answering model" if spans else "classifier"} for {spec.display_name},
+fine-tuned with the finetune toolkit from
 `{recipe.model.checkpoint}`. {recipe.description}
 
 ## Results

@@ -10,8 +10,9 @@ eval`, with a progress bar on long input; outputs keep the input's order.
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
 `score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line),
 `answer`, `score`, `start` and `end` (characters of the context) for question answering (task kind spans: a
-question and its context per row: JSON Lines, TSV / CSV with those columns, or plain lines `question<TAB>context`); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
-extension. A file is written under a temporary name and renamed when complete.
+question and its context per row: JSON Lines, TSV / CSV with those columns, or plain lines `question<TAB>context`);
+as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's extension. A file is written under
+a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
