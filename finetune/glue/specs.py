@@ -188,6 +188,8 @@ def task_spec(task_config) -> TaskSpec:
         return tagging_spec(task_config)
     if task_config.kind == "choices":
         return choices_spec(task_config)
+    if task_config.kind == "spans":
+        return spans_spec(task_config)
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
@@ -233,3 +235,14 @@ def choices_spec(task_config) -> TaskSpec:
     return TaskSpec(name=task_config.name, text_columns=("question", "choices"), label_column="answerKey",
                     labels=None, metrics=("accuracy",), files=dict(task_config.files or CHOICES_FILES),
                     file_format="jsonl", kind="choices")
+
+
+SPANS_FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
+SPANS_METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (glue/squad_metrics.py); f1 picks the best
+
+
+def spans_spec(task_config) -> TaskSpec:
+    """A question-answering task's spec: SQuAD JSON files, no labels (the answers are spans of the context)."""
+    return TaskSpec(name=task_config.name, text_columns=("question", "context"), label_column="answers",
+                    labels=None, metrics=SPANS_METRICS, files=dict(task_config.files or SPANS_FILES),
+                    file_format="squad", kind="spans")

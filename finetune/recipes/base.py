@@ -170,15 +170,19 @@ class LongDocumentsConfig(Section):
         return self
 
 
+SPAN_KEYS = ("doc_stride", "n_best", "max_answer_length", "null_threshold")  # task keys of kind spans only
+
+
 class TaskConfig(Section):
     """A classification or regression task: a GLUE task by name, or a custom one described here."""
 
     name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
                       "or a custom name")
-    kind: Literal["classification", "tokens", "choices"] = Field(
+    kind: Literal["classification", "tokens", "choices", "spans"] = Field(
         "classification", description="classification: a class (or a score) per example, from its text or sentence "
         "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll); "
-        "choices: the right answer among each question's choices, from JSON Lines in ARC's layout")
+        "choices: the right answer among each question's choices, from JSON Lines in ARC's layout; spans: extractive "
+        "question answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0)")
     data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
@@ -258,6 +262,17 @@ class TaskConfig(Section):
         "extension, or without format whichever of .tsv, .csv and .jsonl is there"
     )
     index_column: Optional[str] = Field(None, description="custom: the id column of test files; null: index")
+    # Question answering (kind spans) only; null: the defaults (in an eval recipe: each checkpoint's own).
+    doc_stride: Optional[int] = Field(
+        None, gt=0, description="kind spans: tokens two windows of a long context share; null: a third of max_length "
+        "(128 of the default 384)")
+    n_best: Optional[int] = Field(None, gt=0, description="kind spans: the best starts and ends paired per window; "
+                                  "null: 20")
+    max_answer_length: Optional[int] = Field(None, gt=0, description="kind spans: the longest answer, in tokens; "
+                                             "null: 30")
+    null_threshold: Optional[float] = Field(
+        None, description="kind spans, SQuAD 2.0: no answer when the no-answer score beats the best span's by more "
+        "than this; null: 0.0 (eval reports the threshold that would have scored best on its split)")
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
@@ -266,6 +281,11 @@ class TaskConfig(Section):
             raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with "
                              + ("kind " + self.kind if self.kind != "classification" else
                                 f"long_documents {self.long_documents.mode}"))
+        if self.kind == "spans":
+            return self._check_spans()
+        span_keys = [key for key in SPAN_KEYS if getattr(self, key) is not None]
+        if span_keys:
+            raise ValueError(f"{', '.join(span_keys)}: for question answering (kind: spans)")
         if self.kind == "tokens":
             return self._check_tagging()
         if self.kind == "choices":
@@ -333,6 +353,28 @@ class TaskConfig(Section):
         if other:
             raise ValueError(f"{', '.join(other)}: not for kind choices (each line holds a question, its choices with "
                              "their labels and the answerKey)")
+        return self
+
+    def _check_spans(self) -> "TaskConfig":
+        """A question-answering task reads SQuAD JSON files; the keys of classification and tagging do not apply."""
+        if self.data_dir is None or self.source == "hub":
+            raise ValueError("kind spans reads SQuAD JSON files: give data_dir")
+        if self.name in GLUE_TASKS:
+            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the question-answering task "
+                             "otherwise")
+        if self.format is not None:
+            raise ValueError(f"format {self.format}: a question-answering task reads SQuAD JSON files (leave format "
+                             "out)")
+        other = [key for key in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
+                                 "index_column", "long_documents") if getattr(self, key) is not None]
+        if self.tag_column != TaskConfig.model_fields["tag_column"].default:
+            other.append("tag_column")
+        if other:
+            raise ValueError(f"{', '.join(other)}: not for kind spans (SQuAD files hold the questions, contexts and "
+                             "answers; long contexts are read in windows: doc_stride)")
+        if self.doc_stride is not None and self.max_length is not None and self.doc_stride >= self.max_length // 2:
+            raise ValueError(f"doc_stride {self.doc_stride}: windows of max_length {self.max_length} tokens need "
+                             f"a doc_stride below half of it ({self.max_length // 2}), room left for the question")
         return self
 
     def _check_text_and_labels(self) -> None:

@@ -196,3 +196,12 @@ class FinetuneRecipe(TrainingRunRecipe):
             raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a multiple-choice "
                              "model")
         return self
+
+    @model_validator(mode="after")
+    def _answers_read_every_token(self) -> "FinetuneRecipe":
+        if self.task.kind == "spans" and self.pooling not in (None, "model"):
+            raise ValueError(f"pooling: {self.pooling} pools a text into one vector for a class; question answering "
+                             "(task.kind spans) scores every token as an answer's start and end: leave pooling out")
+        if self.task.kind == "spans" and self.model.backward_checkpoint is not None:
+            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not question answering")
+        return self

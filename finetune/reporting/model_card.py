@@ -58,7 +58,9 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     saved = result["best"] if result["saved"] == "best" else result["last"]
     scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
     glue, tagging, choices = spec.name in GLUE_TASKS, spec.kind == "tokens", spec.kind == "choices"
-    task_type = "token-classification" if tagging else "multiple-choice" if choices else "text-classification"
+    spans = spec.kind == "spans"  # extractive question answering
+    task_type = ("token-classification" if tagging else "multiple-choice" if choices else "question-answering" if spans
+                 else "text-classification")
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
                                dataset_config=spec.name if glue else None,
@@ -84,6 +86,12 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
     outputs = ("a probability per choice" if choices else "a score" if spec.is_regression else
                ("a tag per word: " if tagging else "") + ", ".join(spec.labels))
+    if spans:
+        from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
+
+        reads = SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe()
+        inputs, outputs = "a question and its context", "the answer, a span of the context (or none, where trained " \
+            "with unanswerable questions)"
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
                 ["task", f"{spec.display_name} (`{spec.name}`): {inputs} -> {outputs}"],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
@@ -95,14 +103,15 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
     names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
     auto_class = ("AutoModelForTokenClassification" if tagging else "AutoModelForMultipleChoice" if choices
-                  else "AutoModelForSequenceClassification")
+                  else "AutoModelForQuestionAnswering" if spans else "AutoModelForSequenceClassification")
     architecture = (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
         if recipe.pooling in ("mean", "scalar_mix") else "")
     if choices:
         architecture = choice_registering_import(model_type)
-    what = "tagger" if tagging else "multiple-choice model" if choices else "classifier"
-    example_input = "questions.jsonl" if choices else "texts.txt"
+    what = ("tagger" if tagging else "multiple-choice model" if choices else "question-answering model" if spans
+            else "classifier")
+    example_input = "questions.jsonl" if choices or spans else "texts.txt"
     body = f"""
 # {Path(recipe.run_dir).name}
 

@@ -42,6 +42,10 @@ from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
 from finetune.training.tagging import tag_sentences
 from finetune.training.choices import choose
+from finetune.data.spans import read_squad
+from finetune.glue.squad_metrics import best_threshold, squad_scores
+from finetune.models.question_answering import answers_no_answer, load_finetuned_qa
+from finetune.training.spans import answer_questions, checkpoint_span_reading, gold_answers
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one TSV per model, with write_predictions
@@ -83,6 +87,8 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         return run_tagging_eval(recipe, spec, accelerator)
     if spec.kind == "choices":
         return run_choices_eval(recipe, spec, accelerator)
+    if spec.kind == "spans":
+        return run_spans_eval(recipe, spec, accelerator)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
@@ -158,6 +164,62 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     if accelerator.is_main_process:
         write_report(run_dir, report, tagging_report_markdown(report))
     return report
+
+
+def run_spans_eval(recipe, spec: TaskSpec, accelerator) -> dict:
+    """Score every question-answering model of `models` on `split`: exact match and F1 (and HasAns / NoAns for
+    SQuAD 2.0 data, with the best no-answer threshold); with write_predictions, predictions/MODEL.json."""
+    if recipe.ensembles:
+        raise UserError("ensembles: question-answering models (task kind spans) are scored one by one; list them "
+                        "under models")
+    path = task_file(spec, recipe.task.data_dir, recipe.split)
+    questions = read_squad(path, with_answers=not recipe.write_predictions)
+    labelled = any(question.answers or question.unanswerable for question in questions.questions)
+    if not labelled and not recipe.write_predictions:
+        raise UserError(f"{path} has no answers to score: set write_predictions: true to write the predictions")
+    models = {}
+    for name, checkpoint in recipe.models.items():
+        with recipe_key(f"models.{name}"):
+            models[name] = load_finetuned_qa(checkpoint, trust_remote_code=recipe.trust_remote_code)
+    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
+    golds, results = gold_answers(questions), {}
+    for name, model in models.items():
+        checkpoint = recipe.models[name]
+        with recipe_key(f"models.{name}"):
+            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
+        reading = checkpoint_span_reading(recipe.task, checkpoint, model)
+        answers = answer_questions(model, tokenizer, questions, reading, recipe.batch_size, accelerator.device)
+        results[name] = {"checkpoint": checkpoint, "null_threshold": reading.null_threshold}
+        if labelled:
+            results[name].update(squad_scores(golds, [answer.text for answer in answers]))
+            if questions.has_unanswerable and answers_no_answer(model):
+                best_f1, threshold = best_threshold(golds, [answer.span for answer in answers],
+                                                    [answer.null_margin for answer in answers])
+                results[name].update({"best_f1": best_f1, "best_f1_thresh": threshold})
+        if recipe.write_predictions and accelerator.is_main_process:
+            target = run_dir / PREDICTIONS_DIR / f"{name}.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            predictions = {question.id: answer.text for question, answer in zip(questions.questions, answers)}
+            target.write_text(json.dumps(predictions, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    metrics = ["f1", "exact"] + (["HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"]
+                                 if questions.has_unanswerable else [])
+    report = {"task": spec.name, "split": recipe.split, "examples": len(questions.questions),
+              "metrics": metrics if labelled else [], "results": results}
+    if accelerator.is_main_process:
+        write_report(run_dir, report, spans_report_markdown(report))
+    return report
+
+
+def spans_report_markdown(report: dict) -> str:
+    """The scores table, and for SQuAD 2.0 data the no-answer threshold each model used and the best one."""
+    lines = [report_markdown(report)]
+    for name, result in report["results"].items():
+        if "best_f1_thresh" in result:
+            lines.append(f"- {name}: no answer when the no-answer score beats the best span by more than "
+                         f"{result['null_threshold']:g}; the threshold {result['best_f1_thresh']:.3f} would have "
+                         f"scored the best F1 on this split, {100 * result['best_f1']:.1f} (task.null_threshold; "
+                         "chosen on this split, that score is optimistic)")
+    return "\n".join(lines) + "\n"
 
 
 def write_tagged(path: Path, sentences, predicted: list[list[str]]) -> None:

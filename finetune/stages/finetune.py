@@ -51,6 +51,11 @@ from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.tagging import sentence_logits
 from finetune.training.choices import choice_loss, encoded_questions, question_probabilities
+from finetune.training.spans import best_answers, gold_answers, window_logits
+from finetune.data.spans import DEFAULT_MAX_LENGTH, EncodedSpans, SpanReading, read_squad
+from finetune.glue.squad_metrics import squad_scores
+from finetune.models.question_answering import load_qa_model
+from transformers import DataCollatorWithPadding
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import describe_backbone, resolve_techniques, techniques_summary
 from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
@@ -77,7 +82,7 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = {"tokens": TaggingStage, "choices": ChoicesStage}.get(recipe.task.kind, FinetuneStage)
+    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage}.get(recipe.task.kind, FinetuneStage)
     return run_training(stage(recipe), resume)
 
 
@@ -397,6 +402,58 @@ def adds_orders_exactly(model) -> bool:
     head = getattr(model, "score", None)
     decoder = model.config.model_type in CAUSAL_MODEL_TYPES
     return decoder and isinstance(head, torch.nn.Linear) and head.bias is None
+
+
+class SpansStage(FinetuneStage):
+    """`finetune finetune` for extractive question answering (task kind spans): SQuAD JSON files, each window of a
+    question's context one training example (its answer's first and last token, or [CLS]); dev scores are SQuAD's
+    F1 (choosing the best checkpoint) and exact match over questions, after post-processing (training/spans.py).
+    A model trained on a file with unanswerable questions (SQuAD 2.0) may answer nothing."""
+
+    def read_task(self) -> tuple[int, int]:
+        data_dir = self.recipe.task.data_dir
+        self.train_questions = read_squad(task_file(self.spec, data_dir, "train"))
+        self.dev_questions = read_squad(task_file(self.spec, data_dir, "dev"))
+        # SQuAD 2.0-style data (unanswerable questions in training) makes a model that may answer nothing.
+        self.no_answer = self.train_questions.has_unanswerable
+        return len(self.train_questions.questions), len(self.dev_questions.questions)
+
+    def task_model(self):
+        with recipe_key("model.checkpoint"):
+            model = load_qa_model(self.recipe.model, self.no_answer)
+        max_length = fitted_max_length(self.recipe.task.max_length or DEFAULT_MAX_LENGTH, model)
+        self.span_reading = SpanReading.of(self.recipe.task, max_length)
+        return model
+
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        reading = self.span_reading
+        train_data = EncodedSpans(self.train_questions, self.tokenizer, reading)
+        self.dev_data = EncodedSpans(self.dev_questions, self.tokenizer, reading)
+        console.print(f"the model {reading.describe()}: {len(train_data):,} training and {len(self.dev_data):,} dev "
+                      f"windows; {'answers or no answer (SQuAD 2.0)' if self.no_answer else 'always answers'}",
+                      markup=False, highlight=False, soft_wrap=True)
+        collate = DataCollatorWithPadding(self.tokenizer)
+        # Every process scores the whole dev set (a question's windows must meet), from a loader of its own:
+        # accelerate would share the one returned here out among them.
+        self.spans_dev_loader = DataLoader(self.dev_data, batch_size=self.recipe.training.batch_size * 2,
+                                           collate_fn=collate)
+        return train_data, collate, self.spans_dev_loader
+
+    def _loss(self, model, batch):
+        """The model's loss (the mean of the start and end cross-entropies) over the batch's windows."""
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        return model(**batch).loss, examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """SQuAD's F1 and exact match over the dev questions; the dev loss (mean over windows) and, for SQuAD
+        2.0-style dev data, the HasAns / NoAns scores for metrics.jsonl only."""
+        model = self.accelerator.unwrap_model(self.model)
+        starts, ends, loss = window_logits(model, self.spans_dev_loader, self.accelerator.device, with_loss=True)
+        answers = best_answers(self.dev_data, starts, ends, self.span_reading, self.no_answer)
+        scores = squad_scores(gold_answers(self.dev_questions), [answer.text for answer in answers])
+        extras = {f"dev_{name}": value for name, value in scores.items() if name.startswith(("HasAns_", "NoAns_"))
+                  and not name.endswith("_total")}
+        return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss, **extras}
 
 
 def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:

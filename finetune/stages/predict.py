@@ -10,9 +10,10 @@ eval`, with a progress bar on long input; outputs keep the input's order.
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
 `score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line),
 `id`, `label` (the chosen choice's) and `probabilities` (per choice label) for a multiple-choice model (task kind
-choices: JSON Lines in ARC's layout, answerKey not needed, output JSON Lines only); as JSON Lines (the default,
-and on stdout) or as TSV / CSV by the output file's extension. A file is written under a temporary name and
-renamed when complete.
+choices: JSON Lines in ARC's layout, answerKey not needed, output JSON Lines only); `answer`, `score`, `start` and
+`end` (characters of the context) for question answering (task kind spans: a question and its context per row:
+JSON Lines, TSV / CSV with those columns, or plain lines `question<TAB>context`); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's extension. A file is written under
+a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.predict import example_logits
 from finetune.training.tagging import tag_sentences
 from finetune.training.choices import choose
+from finetune.data.spans import DEFAULT_MAX_LENGTH, Question, SpanReading, SquadQuestions
+from finetune.models.question_answering import load_finetuned_qa
+from finetune.training.spans import answer_questions
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
@@ -142,6 +146,42 @@ class ChoicesPredictor:
                 for question_id, labels, row in zip(questions.ids, questions.labels, probabilities)]
 
 
+@dataclass
+class SpanPredictor:
+    """A fine-tuned question-answering model ready to predict: an answer to a question from its context."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    spec: TaskSpec  # text columns question, context
+    reading: SpanReading
+    batch_size: int = 64
+
+    def predict(self, texts: Sequence[Sequence[str]]) -> list[dict]:
+        """One result per (question, context) pair: {"answer", "score", "start", "end"} (characters of the context;
+        answer "" and start, end None for no answer)."""
+        return self.predict_examples(TaskExamples([tuple(pair) for pair in texts], None,
+                                                  [str(index) for index in range(1, len(texts) + 1)]))
+
+    def predict_examples(self, examples: TaskExamples) -> list[dict]:
+        questions = SquadQuestions([Question(identifier, question, context) for identifier, (question, context)
+                                    in zip(examples.ids, examples.texts)], Path("input"))
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        answers = answer_questions(self.model, self.tokenizer, questions, self.reading, self.batch_size, device)
+        return [answer.as_row() for answer in answers]
+
+
+def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int,
+                        max_length: Optional[int]) -> SpanPredictor:
+    """The question-answering model of a checkpoint folder, read and answering as it was trained."""
+    from finetune.models.heads import fitted_max_length
+
+    with recipe_key("CHECKPOINT"):
+        model = load_finetuned_qa(folder, trust_remote_code=recipe.model.trust_remote_code)
+        tokenizer = load_tokenizer(folder, trust_remote_code=recipe.model.trust_remote_code)
+    length = fitted_max_length(max_length or recipe.task.max_length or DEFAULT_MAX_LENGTH, model)
+    return SpanPredictor(model, tokenizer, spec, SpanReading.of(recipe.task, length), batch_size)
+
+
 def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[int] = None) -> Predictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
     from finetune.models.heads import fitted_max_length
@@ -156,6 +196,8 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
                         "fine-tuned by finetune (the file names the task's text columns and labels)")
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
     spec = task_spec(recipe.task)
+    if spec.kind == "spans":
+        return load_span_predictor(folder, recipe, spec, batch_size, max_length)
     trusted = recipe.model.trust_remote_code
     with recipe_key("CHECKPOINT"):
         loader = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}.get(spec.kind)
@@ -261,7 +303,9 @@ def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: Optional
 def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     if file_format == "jsonl":
         return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    if spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
+    if spec.kind == "spans":  # the question, its context, the answer and where it is
+        columns = list(spec.text_columns) + ["answer", "score", "start", "end"]
+    elif spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
         rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
         columns = list(spec.text_columns) + ["tags"]
     else:

@@ -30,6 +30,8 @@ from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.taggers import tagger_skeleton
 from finetune.models.choices import choice_model_skeleton
+from finetune.models.question_answering import qa_skeleton
+from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
                                    parameter_count, transformer_layer_activation_bytes)
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
@@ -86,6 +88,9 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
     prefix = f"{section}." if section else ""
     config, source = stage_checkpoint_config(recipe, upstream, prefix)
     with torch.device("meta"):
+        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "spans":
+            model = qa_skeleton(config, recipe.model.checkpoint)
+            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "tokens":
             # The tags are the training file's when the recipe does not list them: their count barely matters here.
             model = tagger_skeleton(config, recipe.task.labels or ("O",) * PROFILED_TAGS, recipe.model.checkpoint)
@@ -180,6 +185,8 @@ def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -
     else:
         # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
         fitted = fitted_max_length(recipe.task.max_length, model)
+        if recipe.task.kind == "spans":  # windows of question and context: 384 tokens unless the recipe says
+            fitted = fitted_max_length(recipe.task.max_length or DEFAULT_SPAN_WINDOW, model)
         seq_len = fitted or WHOLE_DOCUMENT_PROFILE_LENGTH
         top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
     compute = compute_summary(recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks),
@@ -284,6 +291,8 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
         family, labels = config.model_type, model.config.num_labels
         if recipe.task.kind == "choices":
             kind = "multiple choice, a score per choice"
+        elif recipe.task.kind == "spans":
+            kind = "question answering (a start and an end score per token)"
         elif recipe.task.kind == "tokens":
             kind = f"tagger, {labels} tags" if recipe.task.labels else \
                 f"tagger (counted with {labels} tags; the run takes those of its training file)"

@@ -176,6 +176,8 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
         defaults["pooling"] = ("model", "a tagger reads every token: no pooling")
     if recipe.task.kind == "choices":
         defaults["pooling"] = ("model", "a multiple-choice model scores each choice with its family's own head")
+    if recipe.task.kind == "spans":
+        defaults["pooling"] = ("model", "question answering scores every token: no pooling")
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
     sources, updates = {}, {}
     for key in TECHNIQUE_KEYS:
