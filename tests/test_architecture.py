@@ -126,7 +126,7 @@ def test_no_stage_or_loop_function_is_longer_than_sixty_lines():
     """The run's life cycle is the driver's, the step the loop's: what a stage adds stays short enough to read."""
     paths = [*(PACKAGE / "stages").glob("*.py"), *(PACKAGE / "training").glob("*.py")]
     lengths = function_lengths(paths)
-    assert "finetune.training.loop:train_epoch" in lengths and "finetune.stages.finetune:setup" in lengths
+    assert "finetune.training.loop:train_epoch" in lengths and "finetune.stages.task_stage:setup" in lengths
     assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
 
 

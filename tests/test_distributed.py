@@ -28,8 +28,8 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 # Runs the CLI under torchrun; reports each process's view so the test can check all of them.
 LAUNCHER = textwrap.dedent("""
     import hashlib, json, sys
-    import finetune.stages.finetune as finetune_stage
     import finetune.stages.pretrain as pretrain_stage
+    import finetune.stages.task_stage as finetune_stage  # every task kind's accelerator is made there
     from finetune.cli import app
 
     make_accelerator, shared_tokenizer = pretrain_stage.make_accelerator, pretrain_stage.shared_tokenizer

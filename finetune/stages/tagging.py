@@ -1,0 +1,69 @@
+"""`finetune finetune` for task kind tokens: a tag per word (named entities, parts of speech), from CoNLL files."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+from torch.utils.data import DataLoader, Dataset
+from transformers import DataCollatorForTokenClassification
+
+from finetune.console import console
+from finetune.data.step_batches import REAL_EXAMPLES
+from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
+from finetune.data.tasks import task_file
+from finetune.errors import recipe_key
+from finetune.glue.metrics import tagging_metrics
+from finetune.models.heads import fitted_max_length
+from finetune.models.taggers import load_tagger, reads_left_to_right
+from finetune.stages.task_stage import TaskStage
+from finetune.training.tagging import sentence_logits
+
+class TaggingStage(TaskStage):
+    """`finetune finetune` for a task of kind tokens (see the module docstring)."""
+
+    def read_task(self) -> tuple[int, int]:
+        data_dir, column = self.recipe.task.data_dir, self.spec.tag_column
+        self.train_sentences = read_conll(task_file(self.spec, data_dir, "train"), column)
+        self.dev_sentences = read_conll(task_file(self.spec, data_dir, "dev"), column)
+        tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
+        self.spec = replace(self.spec, labels=tuple(tags))
+        return len(self.train_sentences.words), len(self.dev_sentences.words)
+
+    def task_model(self):
+        with recipe_key("model.checkpoint"):
+            model = load_tagger(self.recipe.model, self.spec.labels, self.recipe.classifier_dropout)
+        self.max_length = fitted_max_length(self.recipe.task.max_length, model)
+        return model
+
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        reads = "every token of a sentence" if self.max_length is None else \
+            f"at most {self.max_length} tokens of a sentence"
+        console.print(f"the tagger reads {reads}; {len(self.spec.labels)} tags: "
+                      f"{', '.join(self.spec.labels)}", markup=False, highlight=False, soft_wrap=True)
+        last = reads_left_to_right(model.config)  # then each word's tag sits on its last token
+        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.spec.labels,
+                                    last_token=last)
+        self.dev_data = EncodedTagging(self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev",
+                                       last_token=last)
+        collate = DataCollatorForTokenClassification(self.tokenizer, label_pad_token_id=IGNORED)
+        # Every process scores the whole dev set (sentences of any length do not gather across processes), from a
+        # loader of its own: accelerate would share the one returned here out among them.
+        self.tagging_dev_loader = DataLoader(self.dev_data, batch_size=self.recipe.training.batch_size * 2,
+                                             collate_fn=collate)
+        return train_data, collate, self.tagging_dev_loader
+
+    def _loss(self, model, batch):
+        """The mean cross-entropy over the batch's tagged words (first sub-tokens), counted as that many terms so
+        accumulated steps and processes weigh every word alike."""
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        words = (batch["labels"] != IGNORED).sum() if examples else 0
+        return model(**batch).loss, words, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Entity-level dev scores, and the dev loss (mean over tagged words) for metrics.jsonl only."""
+        model = self.accelerator.unwrap_model(self.model)
+        logits, loss = sentence_logits(model, self.tagging_dev_loader, self.accelerator.device, with_loss=True)
+        predicted = self.dev_data.word_tags(logits, self.spec.labels)
+        scores = tagging_metrics(self.dev_sentences.tags, predicted)
+        return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}

@@ -1,0 +1,226 @@
+"""What every task kind's fine-tuning shares: a task head on a pretrained backbone, trained with ULMFiT's three
+techniques and run by the driver (training/driver.py).
+
+setup (the kind's data and head; layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch or
+every N optimizer steps, evaluate, keep the best, stop early) -> save (HF checkpoint, result.json, model card). A
+kind (stages/finetune.py: classification; tagging.py, choices.py, spans.py) supplies its `read_task`,
+`task_model`, `encoded_task`, `_loss` and `evaluate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from abc import abstractmethod
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from finetune.console import console
+from finetune.data.long_documents import ReadingError
+from finetune.data.sampling import ResumableSampler
+from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
+from finetune.data.tasks import LengthGroupedSampler
+from finetune.errors import recipe_key
+from finetune.glue.specs import task_spec
+from finetune.models.backbones import layer_groups
+from finetune.models.hub import load_tokenizer
+from finetune.reporting.model_card import classifier_card, write_card
+from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
+from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
+from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
+from finetune.training.loop import make_accelerator, total_optimizer_steps
+from finetune.training.optim import build_optimizer, discriminative_lrs
+from finetune.training.state import BestSoFar
+from finetune.training.techniques import techniques_summary
+from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
+                                         trainable_group_count_at_step)
+
+RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
+BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
+
+
+class TaskStage(TrainingStage):
+    """A task head on a pretrained backbone: discriminative LRs over its layer groups, STLR, gradual unfreezing per
+    epoch or every N steps, dev evaluation with keep-best and early stopping. Subclasses are the task kinds."""
+
+    result_file = RESULT_FILE
+
+    def create_accelerator(self):
+        # Gradual unfreezing freezes parameters after DDP has wrapped the model.
+        unfreezes = self.recipe.unfreezing.mode != "none"
+        return make_accelerator(self.recipe.training, parameters_change_trainability=unfreezes,
+                                run_dir=self.recipe.run_dir)
+
+    def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+        recipe = self.recipe
+        self.accelerator, self.spec = accelerator, task_spec(recipe.task)
+        with recipe_key("model.checkpoint"):
+            self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
+        if self.tokenizer.pad_token is None and self.tokenizer.eos_token is not None:
+            # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        train_count, dev_count = self.read_task()
+        model = self.task_model()
+        if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
+            model.config.pad_token_id = self.tokenizer.pad_token_id
+        # Layer groups -> discriminative learning rates -> optimizer.
+        self.groups = layer_groups(model)
+        lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
+        optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+        console.print(f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
+                      f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
+        console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
+        with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
+            train_data, collate, dev_loader = self.encoded_task(model)
+        self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
+            model, optimizer, self._training_batches(train_data, collate), dev_loader)
+        self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
+        unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
+        # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
+        self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
+        return TrainingSetup(self.model, optimizer, self.train_loader, self._loss, "examples", self.tokenizer,
+                             saved_model=lambda: accelerator.unwrap_model(self.model),
+                             before_step=None if self.thaw_every is None else self._thaw_by_steps)
+
+    # What the task's kind decides.
+
+    @abstractmethod
+    def read_task(self) -> tuple[int, int]:
+        """Read the training and dev splits; returns their sizes."""
+
+    @abstractmethod
+    def task_model(self):
+        """The backbone with the kind's head."""
+
+    @abstractmethod
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        """The encoded training examples (with their `lengths`), how to collate them, and the dev batches."""
+
+    @abstractmethod
+    def _loss(self, model, batch):
+        """(mean loss of the batch, its number of loss terms, its examples), as the loop takes it."""
+
+    def _training_batches(self, train_data, collate) -> DataLoader:
+        """Training batches, grouped by length per optimizer step where asked."""
+        recipe, accelerator, training = self.recipe, self.accelerator, self.recipe.training
+        # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes
+        # nothing.
+        step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
+        self.order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
+            if training.group_by_length else ResumableSampler(len(train_data), recipe.seed)
+        # Each step holds the same examples on any number of processes, and no example comes twice an epoch.
+        batches = StepBatches(self.order, training.batch_size, accelerator.num_processes,
+                              training.gradient_accumulation_steps)
+        # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
+        # untouched, so a resumed run draws the same dropout masks as one that never stopped.
+        return DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
+                          num_workers=training.num_workers, generator=torch.Generator().manual_seed(recipe.seed))
+
+    def start(self, context: RunContext) -> None:
+        self.context = context
+        self.best_dir = context.run_dir / BEST_DIR
+        unfreezing, groups = self.recipe.unfreezing, len(self.groups)
+        if self.thaw_every is None and unfreezing.mode == "gradual" and not context.resumed:
+            steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
+            epochs = math.ceil(context.total_steps / steps_per_epoch)
+            thawed = trainable_group_count(epochs - 1, groups, "gradual", unfreezing.initial_groups,
+                                           unfreezing.groups_per_epoch, unfreezing.schedule)
+            if thawed < groups:  # said, not silently left: the lower groups keep their pretrained weights
+                console.print(f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) "
+                              f"{thawed} of the {groups} layer groups train and the lowest {groups - thawed} never do "
+                              "(more epochs, or unfreezing.every_fraction to thaw by steps)", markup=False)
+
+    def best_so_far(self) -> BestSoFar:
+        return self.best
+
+    def attachments(self, run_dir: Path) -> dict[str, Path]:
+        return {"best": run_dir / BEST_DIR}  # the best evaluation's weights travel with every periodic checkpoint
+
+    # Gradual unfreezing decides, per epoch or per optimizer step, how many layer groups from the top learn.
+
+    def _trainable_at_step(self, step: int) -> int:
+        return trainable_group_count_at_step(step, len(self.groups), self.recipe.unfreezing.initial_groups,
+                                             self.thaw_every)
+
+    def _thaw_by_steps(self, step: int, epoch: int) -> None:
+        """The loop's before_step: freeze to the count of this step, with a record at step 0 and at each change.
+
+        Written from the step alone (not from what this process did before), so a resumed run freezes and logs
+        exactly what the stopped one would have: the stopped run wrote the record of its checkpoint's step, if
+        any, only after that checkpoint.
+        """
+        trainable = self._trainable_at_step(step)
+        freeze_below(self.groups, trainable)  # idempotent, and cheap next to a step: one flag per parameter
+        if step == 0 or trainable != self._trainable_at_step(step - 1):
+            self._log_unfreezing(step, epoch, trainable)
+
+    def _log_unfreezing(self, step: int, epoch: int, trainable: int) -> None:
+        # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
+        self.context.log.write({"phase": "unfreeze", "step": step, "epoch": epoch, "trainable_groups": trainable,
+                                "total_groups": len(self.groups)})
+
+    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
+        unfreezing = self.recipe.unfreezing
+        if self.thaw_every is None:  # per epoch; step-wise unfreezing happens in the loop
+            self.epoch_trainable = trainable_group_count(epoch, len(self.groups), unfreezing.mode,
+                                                         unfreezing.initial_groups, unfreezing.groups_per_epoch,
+                                                         unfreezing.schedule)
+            freeze_below(self.groups, self.epoch_trainable)
+            if not batches_done:  # a resumed epoch logged its unfreezing before
+                self._log_unfreezing(step, epoch, self.epoch_trainable)
+        self.train_loader.set_epoch(epoch)
+        self.order.set_epoch(epoch)
+        self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
+
+    def on_new_best(self) -> None:
+        if self.recipe.keep_best:
+            self._save(self.best_dir)
+
+    def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
+        groups = len(self.groups)
+        # By steps: the groups that trained in the epoch's last step.
+        trainable = self.epoch_trainable if self.thaw_every is None else self._trainable_at_step(max(step - 1, 0))
+        scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.best.last.items())
+        console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
+        if self.best.patience_exhausted:
+            console.print(f"early stopping: no better dev {self.spec.main_metric} in "
+                          f"{self.recipe.early_stopping_patience} evaluations")
+
+    def _save(self, directory: Path) -> None:
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            save_checkpoint(self.accelerator.unwrap_model(self.model), self.tokenizer, directory, self.recipe)
+
+    def finish(self, context: RunContext, step: int) -> Path:
+        """The best evaluation's weights (in RUN_DIR/checkpoints/best until now), or the last ones; result.json and
+        the model card."""
+        recipe, accelerator, best, run_dir = self.recipe, self.accelerator, self.best, context.run_dir
+        checkpoint = run_dir / CHECKPOINT_DIR
+        freeze_below(self.groups, len(self.groups))  # every parameter trainable again, as in any loaded checkpoint
+        if recipe.keep_best:
+            accelerator.wait_for_everyone()
+            if accelerator.is_main_process:
+                commit_checkpoint(self.best_dir, checkpoint)  # every run ends with an evaluation: the best exists
+                with contextlib.suppress(OSError):  # the folder stays when it holds periodic checkpoints
+                    self.best_dir.parent.rmdir()
+        else:
+            self._save(checkpoint)
+        if accelerator.is_main_process:
+            metric = self.spec.main_metric
+            result = {"main_metric": metric, "saved": "best" if recipe.keep_best else "last",
+                      "best_step": best.step, "best": best.scores, "last_step": step, "last": best.last}
+            (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            card = classifier_card(recipe, self.spec, result, read_metrics(run_dir / METRICS_FILE),
+                                   accelerator.unwrap_model(self.model).config.model_type)
+            write_card(card, checkpoint)  # README.md: the Hugging Face model card
+            which = f"best dev {metric} {best.scores['dev_' + metric]:.4f} at step {best.step}" \
+                if recipe.keep_best else "after the last step"
+            console.print(f"checkpoint ({which}) saved to {checkpoint}")
+        return checkpoint
+
+    def finished_result(self, run_dir: Path) -> Path:
+        return run_dir / CHECKPOINT_DIR
