@@ -28,10 +28,11 @@ from finetune.data.step_batches import REAL_EXAMPLES, CountingCollator, Paddable
 from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.data.tasks import EncodedTask, LengthGroupedSampler, read_labelled_split, task_collator, task_file
-from finetune.glue.metrics import compute_metrics, tagging_metrics
+from finetune.glue.metrics import best_threshold, compute_metrics, multilabel_metrics, tagging_metrics
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.models.multilabel import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.models.taggers import load_tagger
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import FinetuneRecipe
@@ -43,6 +44,7 @@ from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, r
 from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.training.multilabel import binary_cross_entropy, label_probabilities
 from finetune.training.tagging import sentence_logits
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import describe_backbone, resolve_techniques, techniques_summary
@@ -70,7 +72,7 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = TaggingStage if recipe.task.kind == "tokens" else FinetuneStage
+    stage = {"tokens": TaggingStage, "multilabel": MultilabelStage}.get(recipe.task.kind, FinetuneStage)
     return run_training(stage(recipe), resume)
 
 
@@ -325,6 +327,45 @@ class TaggingStage(FinetuneStage):
         predicted = self.dev_data.word_tags(logits, self.spec.labels)
         scores = tagging_metrics(self.dev_sentences.tags, predicted)
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
+
+
+class MultilabelStage(FinetuneStage):
+    """`finetune finetune` for a task of kind multilabel: the classifier's data, model and machinery with a sigmoid
+    per label and binary cross-entropy (the head's problem_type), scored by micro F1 at a decision threshold that
+    is given (task.threshold) or chosen on dev at each evaluation, and saved with the checkpoint.
+
+    The loss is transformers' BCEWithLogitsLoss, the mean over example x label terms, and a batch counts its
+    examples as its loss terms: every example has the same number of labels, so weighing by examples weighs every
+    example x label term alike (accumulated steps and processes included).
+    """
+
+    def _loss(self, model, batch):
+        if WINDOW_DOCUMENT not in batch:
+            return super()._loss(model, batch)
+        examples = batch.pop(REAL_EXAMPLES)  # chunks: the loss of each document's pooled logits
+        logits = windowed_logits(model, batch, self.reading.pool)
+        return binary_cross_entropy(logits, batch["labels"]), examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as
+        dev_threshold: the best evaluation's travels with the best-so-far record (and through a resume) to the
+        checkpoint and result.json. The dev loss goes to metrics.jsonl only."""
+        logits = self.dev_batches.in_file_order(predict_logits(self.accelerator, self.model, self.dev_loader,
+                                                               self.reading.pool))
+        references, probabilities = self.dev_examples.labels, label_probabilities(logits)
+        threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
+        if threshold == "dev":
+            threshold = best_threshold(references, probabilities)
+        scores = multilabel_metrics(references, probabilities > threshold)
+        loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
+        return ({f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
+                {"validation_loss": loss})
+
+    def _save(self, directory: Path) -> None:
+        """The weights with the threshold of the evaluation they come from (the newest: a new best, or the last)."""
+        config = self.accelerator.unwrap_model(self.model).config
+        setattr(config, THRESHOLD_KEY, self.best.last["dev_threshold"])
+        super()._save(directory)
 
 
 def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:

@@ -8,8 +8,10 @@ label column included, are ignored). Examples are batched longest first like `fi
 eval`, with a progress bar on long input; outputs keep the input's order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
-`score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's
-extension. A file is written under a temporary name and renamed when complete.
+`score` for regression, `labels` (those above the checkpoint's saved decision threshold) and `probabilities` for a
+multi-label classifier, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line);
+as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's extension. A file is written under
+a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -29,13 +31,15 @@ import torch
 from finetune.data.long_documents import DocumentReading
 from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
-from finetune.errors import UserError
+from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
+from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.predict import example_logits
+from finetune.training.multilabel import label_probabilities, label_sets
 from finetune.training.tagging import tag_sentences
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
@@ -86,6 +90,28 @@ class Predictor:
 
 
 @dataclass
+class MultilabelPredictor(Predictor):
+    """A fine-tuned multi-label classifier ready to predict: the labels above its saved threshold, and every label's
+    probability (a sigmoid each)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+
+    def predict_examples(self, examples: TaskExamples) -> list[dict]:
+        """One result per example: {"labels": [...], "probabilities": {label: probability}}."""
+        if not examples.texts:
+            return []
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
+        probabilities = label_probabilities(example_logits(accelerator, self.model, self.tokenizer, examples,
+                                                           self.reading, self.batch_size, name="input"))
+        labels = self.spec.labels
+        return [{"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
+                for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)]
+
+
+@dataclass
 class TaggingPredictor:
     """A fine-tuned tagger (task kind tokens) ready to predict: a tag for every word of a sentence."""
 
@@ -130,10 +156,17 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
         tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
         return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
                                 max_length or recipe.task.max_length, batch_size)
-    model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
+    if spec.kind == "multilabel":
+        with recipe_key("CHECKPOINT"):
+            model = load_finetuned_multilabel(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
+    else:
+        model = load_finetuned(folder, spec, "CHECKPOINT", recipe.model.trust_remote_code)
     tokenizer = load_tokenizer(folder, "CHECKPOINT", recipe.model.trust_remote_code)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
                                  recipe.task.long_documents)
+    if spec.kind == "multilabel":
+        return MultilabelPredictor(model, tokenizer, spec, reading, batch_size,
+                                   saved_threshold(model) or DEFAULT_THRESHOLD)
     return Predictor(model, tokenizer, spec, reading, batch_size)
 
 
@@ -159,7 +192,8 @@ def _hub_file(repository: str) -> Optional[Path]:
 def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> TaskExamples:
     """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
     Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
-    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None)
+    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None,
+                         label_columns=None)
     if source == STDIO:
         return plain_lines(stdin or sys.stdin, "<stdin>", spec)
     path = Path(source)
@@ -229,6 +263,9 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     if spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
         rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
         columns = list(spec.text_columns) + ["tags"]
+    elif spec.kind == "multilabel":  # the predicted labels joined by the task's separator, a probability each
+        rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
+        columns = list(spec.text_columns) + ["labels"] + [f"probability_{label}" for label in spec.labels]
     else:
         columns = list(spec.text_columns) + (["score"] if spec.is_regression else
                                              ["label"] + [f"probability_{label}" for label in spec.labels])
