@@ -13,5 +13,5 @@ class TaskExamples:
     """One split of a task: the texts of each example, their labels (None for unlabeled test files), ids."""
 
     texts: list[tuple[str, ...]]
-    labels: Optional[np.ndarray]  # class indices (int64) or scores (float32)
+    labels: Optional[np.ndarray]  # class indices (int64), scores (float32), or 0/1 rows (multilabel, float32)
     ids: list[str]

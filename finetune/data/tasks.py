@@ -18,6 +18,7 @@ from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
 from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, head_tail_positions,
                                          window_positions)
+from finetune.data.multilabel import has_label_set, label_set_row
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import DataFileError, InputError
@@ -176,8 +177,10 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
         texts.append(spec.model_texts(tuple(_text(record[name], name, path, line) for name in spec.text_columns)))
         ids.append(str(record[spec.index_column]) if spec.index_column in record else str(len(ids)))
         if labelled is None:
-            labelled = spec.label_column in record
-        if labelled:
+            labelled = has_label_set(spec, record) if spec.kind == "multilabel" else spec.label_column in record
+        if labelled and spec.kind == "multilabel":  # a 0/1 row over the task's labels
+            labels.append(label_set_row(spec, record, path, line))
+        elif labelled:
             if spec.label_column not in record:
                 raise DataFileError(f"missing key {spec.label_column} (earlier lines have it)", source=path,
                                     line=line, value=spec.label_column)
@@ -186,7 +189,7 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
         raise DataFileError("no examples", source=path)
     if not labelled:
         return TaskExamples(texts, None, ids)
-    dtype = np.float32 if spec.is_regression else np.int64
+    dtype = np.float32 if spec.is_regression or spec.kind == "multilabel" else np.int64
     return TaskExamples(texts, np.array(labels, dtype=dtype), ids)
 
 
@@ -386,7 +389,7 @@ class EncodedTask(Dataset):
         else:
             item = {key: values[index] for key, values in self.encodings.items()}
         if self.labels is not None:
-            item["labels"] = self.labels[index].item()
+            item["labels"] = self.labels[index].tolist()  # a class, a score, or a multi-label 0/1 row
         return item
 
 

@@ -59,6 +59,10 @@ class TaskSpec:
     # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
     kind: str = "classification"
     tag_column: int = -1  # the column of a CoNLL line that holds the tag
+    # Multi-label tasks (kind multilabel): a set of `labels` per example, from a list column (label_column, its
+    # items separated by label_separator in TSV/CSV) or from a 0/1 column per label (label_columns).
+    label_columns: Optional[tuple[str, ...]] = None
+    label_separator: str = "|"
 
     @property
     def is_regression(self) -> bool:
@@ -190,6 +194,8 @@ def task_spec(task_config) -> TaskSpec:
         return choices_spec(task_config)
     if task_config.kind == "spans":
         return spans_spec(task_config)
+    if task_config.kind == "multilabel":
+        return multilabel_spec(task_config)
     if task_config.name in GLUE_TASKS:
         spec = GLUE_TASKS[task_config.name]
         return replace(spec, source="hub") if task_config.source == "hub" else spec
@@ -246,3 +252,21 @@ def spans_spec(task_config) -> TaskSpec:
     return TaskSpec(name=task_config.name, text_columns=("question", "context"), label_column="answers",
                     labels=None, metrics=SPANS_METRICS, files=dict(task_config.files or SPANS_FILES),
                     file_format="squad", kind="spans")
+
+
+MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
+DEFAULT_LABEL_SEPARATOR = "|"
+
+
+def multilabel_spec(task_config) -> TaskSpec:
+    """A multi-label task's spec: a custom task's text columns, a label set per example."""
+    label_columns = task_config.label_columns
+    plain = task_config.model_copy(update={"kind": "classification", "label_columns": None, "threshold": None,
+                                           "label_separator": None,
+                                           "label_column": task_config.label_column or label_columns[0]})
+    spec = task_spec(plain)
+    return replace(spec, kind="multilabel", metrics=MULTILABEL_METRICS,
+                   labels=tuple(label_columns) if label_columns else spec.labels,
+                   label_column=task_config.label_column or ", ".join(label_columns),
+                   label_columns=tuple(label_columns) if label_columns else None,
+                   label_separator=task_config.label_separator or DEFAULT_LABEL_SEPARATOR)

@@ -56,7 +56,8 @@ def label_config(spec: TaskSpec) -> dict:
         return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "score"}, "label2id": {"score": 0}}
     return {
         "num_labels": spec.num_labels,
-        "problem_type": "single_label_classification",
+        # multi-label: a sigmoid per label and binary cross-entropy (transformers' BCEWithLogitsLoss)
+        "problem_type": "multi_label_classification" if spec.kind == "multilabel" else "single_label_classification",
         "id2label": dict(enumerate(spec.labels)),
         "label2id": {label: index for index, label in enumerate(spec.labels)},
     }

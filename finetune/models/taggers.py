@@ -8,7 +8,6 @@ import copy
 from transformers import AutoConfig, AutoModelForTokenClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
-import finetune.models.awd_lstm_classifier  # noqa: F401  (registers the AWD-LSTM tagger)
 from finetune.errors import CheckpointError
 from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint

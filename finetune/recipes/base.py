@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -178,11 +178,12 @@ class TaskConfig(Section):
 
     name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
                       "or a custom name")
-    kind: Literal["classification", "tokens", "choices", "spans"] = Field(
+    kind: Literal["classification", "tokens", "choices", "spans", "multilabel"] = Field(
         "classification", description="classification: a class (or a score) per example, from its text or sentence "
         "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll); "
         "choices: the right answer among each question's choices, from JSON Lines in ARC's layout; spans: extractive "
-        "question answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0)")
+        "question answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0); multilabel: any number "
+        "of labels per example (label_column holding a list, or label_columns of 0/1)")
     data_dir: Optional[InputFolder] = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
@@ -239,7 +240,7 @@ class TaskConfig(Section):
     def _named_labels_as_written(cls, names: Any) -> Any:
         return {_label_as_text(label): name for label, name in names.items()} if isinstance(names, dict) else names
 
-    @field_validator("labels", "text_columns")
+    @field_validator("labels", "text_columns", "label_columns")
     @classmethod
     def _distinct(cls, names: Optional[list[str]]) -> Optional[list[str]]:
         repeated = sorted({name for name in names or [] if names.count(name) > 1})
@@ -274,8 +275,24 @@ class TaskConfig(Section):
         None, description="kind spans, SQuAD 2.0: no answer when the no-answer score beats the best span's by more "
         "than this; null: 0.0 (eval reports the threshold that would have scored best on its split)")
 
+    # Multi-label tasks (kind multilabel) only:
+    label_columns: Optional[list[str]] = Field(
+        None, min_length=2, description="kind multilabel: one 0/1 column per label, named by the label (instead of "
+        "label_column)")
+    label_separator: Optional[Annotated[str, Field(min_length=1)]] = Field(
+        None, description="kind multilabel: what separates the labels of a label_column in TSV/CSV files (e.g. "
+        "PER|LOC); null: |. A JSON list (a JSON Lines value, or a field that starts with [) is read as one")
+    threshold: Optional[Union[Annotated[float, Field(gt=0, lt=1)], Literal["dev"]]] = Field(
+        None, description="kind multilabel: a label is predicted when its probability is above this; dev: the "
+        "threshold that maximises micro F1 on dev, chosen at each evaluation and saved with the checkpoint; null: "
+        "0.5 (in an eval recipe: each checkpoint's own)")
+
     @model_validator(mode="after")
     def _custom_or_known(self) -> "TaskConfig":
+        multilabel_keys = [key for key in ("label_columns", "label_separator", "threshold")
+                           if getattr(self, key) is not None]
+        if multilabel_keys and self.kind != "multilabel":
+            raise ValueError(f"{', '.join(multilabel_keys)}: for multi-label tasks (kind: multilabel)")
         if self.both_orders and (self.kind != "classification" or (self.long_documents is not None and
                                                                     self.long_documents.mode != "truncate")):
             raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with "
@@ -293,6 +310,8 @@ class TaskConfig(Section):
         if self.format == "conll" or self.tag_column != TaskConfig.model_fields["tag_column"].default:
             raise ValueError(f"{'format: conll' if self.format == 'conll' else 'tag_column'} is for tagging tasks "
                              "(kind: tokens)")
+        if self.kind == "multilabel":
+            return self._check_multilabel()
         custom_keys = [k for k in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
                                    "format", "files", "index_column") if getattr(self, k) is not None]
         if (self.source == "files") == (self.data_dir is None):
@@ -375,6 +394,35 @@ class TaskConfig(Section):
         if self.doc_stride is not None and self.max_length is not None and self.doc_stride >= self.max_length // 2:
             raise ValueError(f"doc_stride {self.doc_stride}: windows of max_length {self.max_length} tokens need "
                              f"a doc_stride below half of it ({self.max_length // 2}), room left for the question")
+        return self
+
+    def _check_multilabel(self) -> "TaskConfig":
+        """A multi-label task is a custom task whose label is a set: a list column, or a 0/1 column per label."""
+        if self.data_dir is None or self.source == "hub":
+            raise ValueError("kind multilabel reads the task's files: give data_dir")
+        if self.name in GLUE_TASKS:
+            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the multi-label task otherwise")
+        if self.text_columns is None and self.text is None:
+            raise ValueError("kind multilabel needs text_columns (or text)")
+        if (self.label_column is None) == (self.label_columns is None):
+            both = ", not both" if self.label_column is not None else ""
+            raise ValueError("kind multilabel needs label_column (a list of labels per example) or label_columns "
+                             f"(a 0/1 column per label){both}")
+        if self.label_column is not None and self.labels is None:
+            raise ValueError("labels: list the label set (label_column holds lists of them)")
+        if self.label_columns is not None:
+            if self.labels is not None:
+                raise ValueError("labels: with label_columns the columns name the labels; leave labels out")
+            if self.label_separator is not None:
+                raise ValueError("label_separator: for a label_column holding lists, not label_columns")
+        shared = set(self.label_columns or [self.label_column]) & set(self.text_columns or template_columns(self.text))
+        if shared:
+            raise ValueError(f"'{sorted(shared)[0]}' is both a text column and a label column")
+        other = [key for key in ("label_names", "metrics") if getattr(self, key) is not None]
+        if other:
+            raise ValueError(f"{', '.join(other)}: not for kind multilabel (its scores are micro F1, macro F1 and "
+                             "subset accuracy)")
+        self._check_text_and_labels()
         return self
 
     def _check_text_and_labels(self) -> None:

@@ -56,9 +56,11 @@ def _loading(architecture_import: str, auto_class: str, folder: str) -> str:
 def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str) -> ModelCard:
     """The card of a fine-tuned classifier or regressor: dev scores of the saved weights and the curve."""
     saved = result["best"] if result["saved"] == "best" else result["last"]
-    scores = {name.removeprefix("dev_"): value for name, value in saved.items() if name.startswith("dev_")}
+    # A multi-label run's dev_threshold is the decision threshold these scores were taken at, not a score.
+    scores = {name.removeprefix("dev_"): value for name, value in saved.items()
+              if name.startswith("dev_") and name != "dev_threshold"}
     glue, tagging, choices = spec.name in GLUE_TASKS, spec.kind == "tokens", spec.kind == "choices"
-    spans = spec.kind == "spans"  # extractive question answering
+    spans, multilabel = spec.kind == "spans", spec.kind == "multilabel"
     task_type = ("token-classification" if tagging else "multiple-choice" if choices else "question-answering" if spans
                  else "text-classification")
     dataset = "nyu-mll/glue" if glue else spec.name
@@ -71,7 +73,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
                          eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
                          library_name="transformers", pipeline_tag=task_type, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", task_type] + list(family.classifier_card_tags if family else ()))
+                         tags=["finetune", task_type] + (["multi-label-classification"] if multilabel else [])
+                         + list(family.classifier_card_tags if family else ()))
     training, schedule = recipe.training, recipe.schedule
     unfreezing = recipe.unfreezing
     thaw = "off" if unfreezing.mode == "none" else (
@@ -85,7 +88,8 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
              "choices" if choices else reading.describe())
     inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
     outputs = ("a probability per choice" if choices else "a score" if spec.is_regression else
-               ("a tag per word: " if tagging else "") + ", ".join(spec.labels))
+               ("a tag per word: " if tagging else "any number of labels (multi-label): " if multilabel else "")
+               + ", ".join(spec.labels))
     if spans:
         from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
 
@@ -98,10 +102,14 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
                 ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
                 ["schedule", schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
                 ["gradual unfreezing", thaw], ["reading", reads], ["seed", recipe.seed]]
+    if multilabel:
+        threshold = saved["dev_threshold"]
+        settings.append(["decision threshold", f"{threshold:g} (a sigmoid per label; a label is predicted above it; "
+                         + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev" else "given)")])
     which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
-    names = [f"dev_{name}" for name in spec.metrics] + ["validation_loss"]
+    names = [f"dev_{name}" for name in spec.metrics] + (["dev_threshold"] if multilabel else []) + ["validation_loss"]
     auto_class = ("AutoModelForTokenClassification" if tagging else "AutoModelForMultipleChoice" if choices
                   else "AutoModelForQuestionAnswering" if spans else "AutoModelForSequenceClassification")
     architecture = (family.classifier_registering_import if family else "") or (
@@ -112,6 +120,10 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     what = ("tagger" if tagging else "multiple-choice model" if choices else "question-answering model" if spans
             else "classifier")
     example_input = "questions.jsonl" if choices or spans else "texts.txt"
+    multilabel_use = ("\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
+                      "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
+                      "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label)."
+                      if multilabel else "")
     body = f"""
 # {Path(recipe.run_dir).name}
 
@@ -140,7 +152,7 @@ The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune
 finetune predict PATH_TO_THIS_FOLDER --input {example_input}
 ```
 
-{_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}
+{_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}{multilabel_use}
 
 ## Intended use and limits
 

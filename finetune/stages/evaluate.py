@@ -24,12 +24,13 @@ from finetune.data.choices import read_choices
 from finetune.data.tagging import read_conll, tag_indices
 from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source, task_file
 from finetune.errors import UserError, recipe_key
-from finetune.glue.metrics import compute_metrics, entity_types_table, tagging_metrics
+from finetune.glue.metrics import compute_metrics, entity_types_table, label_table, multilabel_metrics, tagging_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import load_finetuned
+from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.models.choices import load_finetuned_choice_model
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
@@ -40,6 +41,7 @@ from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
 from finetune.training.ensemble import check_one_task, ensemble_outputs
 from finetune.training.predict import example_logits, logits_to_predictions
+from finetune.training.multilabel import label_probabilities, label_sets
 from finetune.training.tagging import tag_sentences
 from finetune.training.choices import choose
 from finetune.data.spans import read_squad
@@ -89,6 +91,8 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         return run_choices_eval(recipe, spec, accelerator)
     if spec.kind == "spans":
         return run_spans_eval(recipe, spec, accelerator)
+    if spec.kind == "multilabel":
+        return run_multilabel_eval(recipe, spec, accelerator)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
@@ -279,6 +283,77 @@ def write_choice_predictions(path: Path, ids: list[str], labels: list[str]) -> N
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = ["id\tprediction"] + [f"{question_id}\t{label}" for question_id, label in zip(ids, labels)]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
+    """Score every multi-label classifier of `models` on `split`: micro F1, macro F1 and subset accuracy at each
+    checkpoint's saved threshold (or task.threshold, a number), and a table per label; with write_predictions,
+    predictions/MODEL.tsv with each example's predicted label set."""
+    if recipe.ensembles:
+        raise UserError("ensembles: multi-label classifiers (task kind multilabel) are scored one by one; list them "
+                        "under models")
+    if recipe.task.threshold == "dev":
+        raise UserError("task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
+                        "applies; give a number to score at another one, or leave it out")
+    examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
+    if examples.labels is None and not recipe.write_predictions:
+        raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+                        f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
+                        "predict it)")
+    models = {}
+    for name, path in recipe.models.items():
+        with recipe_key(f"models.{name}"):
+            models[name] = load_finetuned_multilabel(path, spec, trust_remote_code=recipe.trust_remote_code)
+    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
+    results = {}
+    for name, model in models.items():
+        path = recipe.models[name]
+        with recipe_key(f"models.{name}"):
+            tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
+        reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
+        probabilities = label_probabilities(example_logits(accelerator, model, tokenizer, examples, reading,
+                                                           recipe.batch_size, name=recipe.split))
+        threshold = recipe.task.threshold or saved_threshold(model)
+        if threshold is None:
+            console.print(f"models.{name}: {path} has no saved decision threshold: {DEFAULT_THRESHOLD} is used")
+            threshold = DEFAULT_THRESHOLD
+        predicted = probabilities > threshold
+        results[name] = {"checkpoint": path, "threshold": threshold}
+        if examples.labels is not None:
+            results[name] |= {**multilabel_metrics(examples.labels, predicted),
+                              "labels": label_table(examples.labels, predicted, spec.labels)}
+        if recipe.write_predictions and accelerator.is_main_process:
+            write_label_sets(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids,
+                             label_sets(probabilities, spec.labels, threshold))
+    report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
+              "metrics": list(spec.metrics), "results": results}
+    if accelerator.is_main_process:
+        write_report(run_dir, report, multilabel_report_markdown(report))
+    return report
+
+
+def write_label_sets(path: Path, spec: TaskSpec, ids: list[str], predicted: list[list[str]]) -> None:
+    """`index<TAB>labels` per example: its predicted labels joined by the task's label separator (empty: none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ["index\tlabels"] + [f"{example_id}\t{spec.label_separator.join(labels)}"
+                                for example_id, labels in zip(ids, predicted)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
+def multilabel_report_markdown(report: dict) -> str:
+    """The scores table of every model (with the threshold it was scored at), then each model's table per label."""
+    lines = [report_markdown(report), "| model | threshold |", "|---|---:|"]
+    lines += [f"| {name} | {result['threshold']:g} |" for name, result in report["results"].items()]
+    lines.append("")
+    for name, result in report["results"].items():
+        if "labels" not in result:
+            continue
+        lines += [f"## {name}: by label", "", "| label | examples | precision | recall | f1 |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {label} | {row['examples']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
+                  f"{100 * row['f1']:.1f} |" for label, row in result["labels"].items()]
+        lines.append("")
+    return "\n".join(lines)
 
 
 def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:

@@ -22,9 +22,10 @@ from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tasks import EncodedTask, read_labelled_split, task_collator
 from finetune.errors import UserError
-from finetune.glue.metrics import compute_metrics
+from finetune.glue.metrics import best_threshold, compute_metrics, multilabel_metrics
 from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.models.multilabel import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.recipes import FinetuneRecipe
 from finetune.run_dir import guarded_stage
 from finetune.stages.choices import ChoicesStage
@@ -35,6 +36,7 @@ from finetune.stages.tagging import TaggingStage
 from finetune.stages.task_stage import RESULT_FILE, TaskStage
 from finetune.training.driver import run_training
 from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.training.multilabel import binary_cross_entropy, label_probabilities
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
 
@@ -55,7 +57,8 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage}.get(recipe.task.kind, FinetuneStage)
+    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage,
+             "multilabel": MultilabelStage}.get(recipe.task.kind, FinetuneStage)
     return run_training(stage(recipe), resume)
 
 
@@ -121,6 +124,45 @@ def adds_orders_exactly(model) -> bool:
     head = getattr(model, "score", None)
     decoder = model.config.model_type in CAUSAL_MODEL_TYPES
     return decoder and isinstance(head, torch.nn.Linear) and head.bias is None
+
+
+class MultilabelStage(FinetuneStage):
+    """`finetune finetune` for a task of kind multilabel: the classifier's data, model and machinery with a sigmoid
+    per label and binary cross-entropy (the head's problem_type), scored by micro F1 at a decision threshold that
+    is given (task.threshold) or chosen on dev at each evaluation, and saved with the checkpoint.
+
+    The loss is transformers' BCEWithLogitsLoss, the mean over example x label terms, and a batch counts its
+    examples as its loss terms: every example has the same number of labels, so weighing by examples weighs every
+    example x label term alike (accumulated steps and processes included).
+    """
+
+    def _loss(self, model, batch):
+        if WINDOW_DOCUMENT not in batch:
+            return super()._loss(model, batch)
+        examples = batch.pop(REAL_EXAMPLES)  # chunks: the loss of each document's pooled logits
+        logits = windowed_logits(model, batch, self.reading.pool)
+        return binary_cross_entropy(logits, batch["labels"]), examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as
+        dev_threshold: the best evaluation's travels with the best-so-far record (and through a resume) to the
+        checkpoint and result.json. The dev loss goes to metrics.jsonl only."""
+        logits = self.dev_batches.in_file_order(predict_logits(self.accelerator, self.model, self.dev_loader,
+                                                               self.reading.pool))
+        references, probabilities = self.dev_examples.labels, label_probabilities(logits)
+        threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
+        if threshold == "dev":
+            threshold = best_threshold(references, probabilities)
+        scores = multilabel_metrics(references, probabilities > threshold)
+        loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
+        return ({f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
+                {"validation_loss": loss})
+
+    def _save(self, directory: Path) -> None:
+        """The weights with the threshold of the evaluation they come from (the newest: a new best, or the last)."""
+        config = self.accelerator.unwrap_model(self.model).config
+        setattr(config, THRESHOLD_KEY, self.best.last["dev_threshold"])
+        super()._save(directory)
 
 
 def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:

@@ -8,11 +8,13 @@ label column included, are ignored). Examples are batched longest first like `fi
 eval`, with a progress bar on long input; outputs keep the input's order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
-`score` for regression, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line),
+`score` for regression, `labels` (those above the checkpoint's saved decision threshold) and `probabilities` for a
+multi-label classifier, `words` and their `tags` for a tagger (task kind tokens: plain text, a sentence per line),
 `id`, `label` (the chosen choice's) and `probabilities` (per choice label) for a multiple-choice model (task kind
 choices: JSON Lines in ARC's layout, answerKey not needed, output JSON Lines only); `answer`, `score`, `start` and
 `end` (characters of the context) for question answering (task kind spans: a question and its context per row:
-JSON Lines, TSV / CSV with those columns, or plain lines `question<TAB>context`); as JSON Lines (the default, and on stdout) or as TSV / CSV by the output file's extension. A file is written under
+JSON Lines, TSV / CSV with those columns, or plain lines `question<TAB>context`); as JSON Lines (the default, and on
+stdout) or as TSV / CSV by the output file's extension. A file is written under
 a temporary name and renamed when complete.
 """
 
@@ -38,10 +40,12 @@ from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
+from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.models.choices import load_finetuned_choice_model
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.predict import example_logits
+from finetune.training.multilabel import label_probabilities, label_sets
 from finetune.training.tagging import tag_sentences
 from finetune.training.choices import choose
 from finetune.data.spans import DEFAULT_MAX_LENGTH, Question, SpanReading, SquadQuestions
@@ -93,6 +97,28 @@ class Predictor:
             raise UserError(f"example {index}: task '{self.spec.name}' reads {len(columns)} text(s) "
                             f"({', '.join(columns)}), got {parts!r:.80}")
         return parts
+
+
+@dataclass
+class MultilabelPredictor(Predictor):
+    """A fine-tuned multi-label classifier ready to predict: the labels above its saved threshold, and every label's
+    probability (a sigmoid each)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+
+    def predict_examples(self, examples: TaskExamples) -> list[dict]:
+        """One result per example: {"labels": [...], "probabilities": {label: probability}}."""
+        if not examples.texts:
+            return []
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
+        probabilities = label_probabilities(example_logits(accelerator, self.model, self.tokenizer, examples,
+                                                           self.reading, self.batch_size, name="input"))
+        labels = self.spec.labels
+        return [{"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
+                for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)]
 
 
 @dataclass
@@ -200,9 +226,12 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
         return load_span_predictor(folder, recipe, spec, batch_size, max_length)
     trusted = recipe.model.trust_remote_code
     with recipe_key("CHECKPOINT"):
-        loader = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}.get(spec.kind)
-        model = loader(folder, trust_remote_code=trusted) if loader else \
-            load_finetuned(folder, spec, trust_remote_code=trusted)
+        if spec.kind in ("tokens", "choices"):  # their labels are in the checkpoint, not the recipe
+            loader = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}[spec.kind]
+            model = loader(folder, trust_remote_code=trusted)
+        else:
+            loader = load_finetuned_multilabel if spec.kind == "multilabel" else load_finetuned
+            model = loader(folder, spec, trust_remote_code=trusted)
         tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
     if spec.kind == "tokens":
         return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
@@ -211,6 +240,9 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
         return ChoicesPredictor(model, tokenizer, spec, max_length or recipe.task.max_length, batch_size)
     reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
                                  recipe.task.long_documents, recipe.task.both_orders)
+    if spec.kind == "multilabel":
+        return MultilabelPredictor(model, tokenizer, spec, reading, batch_size,
+                                   saved_threshold(model) or DEFAULT_THRESHOLD)
     return Predictor(model, tokenizer, spec, reading, batch_size)
 
 
@@ -236,7 +268,8 @@ def _hub_file(repository: str) -> Optional[Path]:
 def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> TaskExamples:
     """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
     Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
-    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None)
+    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None,
+                         label_columns=None)
     if source == STDIO:
         return plain_lines(stdin or sys.stdin, "<stdin>", spec)
     path = Path(source)
@@ -308,6 +341,9 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     elif spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
         rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
         columns = list(spec.text_columns) + ["tags"]
+    elif spec.kind == "multilabel":  # the predicted labels joined by the task's separator, a probability each
+        rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
+        columns = list(spec.text_columns) + ["labels"] + [f"probability_{label}" for label in spec.labels]
     else:
         columns = list(spec.text_columns) + (["score"] if spec.is_regression else
                                              ["label"] + [f"probability_{label}" for label in spec.labels])

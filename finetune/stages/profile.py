@@ -298,6 +298,7 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
                 f"tagger (counted with {labels} tags; the run takes those of its training file)"
         else:
             kind = "regression" if labels == 1 else f"{labels}-label classifier"
+            kind = f"multi-label classifier, {labels} labels" if recipe.task.kind == "multilabel" else kind
             kind += {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}.get(recipe.pooling, "")
     return {"family": family, "kind": kind, "sizes": sizes, "source": source}
 
