@@ -9,7 +9,7 @@ hub shows the metrics and `ModelCard.load` reads the card back.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
@@ -53,81 +53,108 @@ def _loading(architecture_import: str, auto_class: str, folder: str) -> str:
             f"model = {auto_class}.from_pretrained(\"{folder}\")\n```")
 
 
-def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str) -> ModelCard:
-    """The card of a fine-tuned classifier or regressor: dev scores of the saved weights and the curve."""
-    saved = result["best"] if result["saved"] == "best" else result["last"]
-    # A multi-label run's dev_threshold is the decision threshold these scores were taken at, not a score.
-    scores = {name.removeprefix("dev_"): value for name, value in saved.items()
-              if name.startswith("dev_") and name != "dev_threshold"}
-    glue, tagging, choices = spec.name in GLUE_TASKS, spec.kind == "tokens", spec.kind == "choices"
-    spans, multilabel = spec.kind == "spans", spec.kind == "multilabel"
-    task_type = ("token-classification" if tagging else "multiple-choice" if choices else "question-answering" if spans
-                 else "text-classification")
-    dataset = "nyu-mll/glue" if glue else spec.name
-    eval_results = [EvalResult(task_type=task_type, dataset_type=dataset, dataset_name=spec.display_name,
-                               dataset_config=spec.name if glue else None,
-                               dataset_split="validation", metric_type=HUB_METRICS.get(name, name),
-                               metric_name=name, metric_value=round(float(value), 4))
-                    for name, value in scores.items()]
+class CardKind(NamedTuple):
+    """What a fine-tuned model's card says of its task kind."""
+
+    task_type: str  # the hub's pipeline tag
+    what: str  # "a bert {what} for ..."
+    auto_class: str  # the Auto class that loads it
+    architecture: str  # the import that registers a class of ours (may be empty)
+    example_input: str  # the file `finetune predict` reads in the card's example
+    inputs: str
+    outputs: str
+    reads: str  # how it reads an example
+    tags: tuple[str, ...] = ()
+    use_note: str = ""
+
+
+def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
+    """The task kind's part of a fine-tuned model's card."""
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
-    data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
-                         eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
-                         library_name="transformers", pipeline_tag=task_type, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", task_type] + (["multi-label-classification"] if multilabel else [])
-                         + list(family.classifier_card_tags if family else ()))
-    training, schedule = recipe.training, recipe.schedule
-    unfreezing = recipe.unfreezing
+    architecture = (family.classifier_registering_import if family else "") or (
+        "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
+        if recipe.pooling in ("mean", "scalar_mix") else "")
+    length = recipe.task.max_length or "the default"
+    if spec.kind == "tokens":
+        return CardKind("token-classification", "tagger", "AutoModelForTokenClassification", architecture, "texts.txt",
+                        "words", "a tag per word: " + ", ".join(spec.labels),
+                        f"reads at most {length} tokens of a sentence")
+    if spec.kind == "choices":
+        return CardKind("multiple-choice", "multiple-choice model", "AutoModelForMultipleChoice",
+                        choice_registering_import(model_type), "questions.jsonl", ", ".join(spec.text_columns),
+                        "a probability per choice", f"reads at most {length} tokens of a question with one of its "
+                        "choices")
+    if spec.kind == "spans":
+        from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
+
+        return CardKind("question-answering", "question-answering model", "AutoModelForQuestionAnswering",
+                        architecture, "questions.jsonl", "a question and its context", "the answer, a span of the "
+                        "context (or none, where trained with unanswerable questions)",
+                        SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe())
+    inputs = f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)
+    reads = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders).describe()
+    if spec.kind == "multilabel":
+        return CardKind("text-classification", "classifier", "AutoModelForSequenceClassification", architecture,
+                        "texts.txt", inputs, "any number of labels (multi-label): " + ", ".join(spec.labels), reads,
+                        ("multi-label-classification",),
+                        "\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
+                        "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
+                        "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).")
+    outputs = "a score" if spec.is_regression else ", ".join(spec.labels)
+    return CardKind("text-classification", "classifier", "AutoModelForSequenceClassification", architecture,
+                    "texts.txt", inputs, outputs, reads)
+
+
+def training_settings(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> list[list]:
+    """The card's table of how the model was trained."""
+    training, unfreezing = recipe.training, recipe.unfreezing
     thaw = "off" if unfreezing.mode == "none" else (
         f"gradual, from {unfreezing.initial_groups} group(s), one more every "
         + (f"{unfreezing.every_steps} steps" if unfreezing.every_steps else
            f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
            f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
-    reading = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders)
-    reads = (f"reads at most {recipe.task.max_length or 'the default'} tokens of a sentence" if tagging
-             else f"reads at most {recipe.task.max_length or 'the default'} tokens of a question with one of its "
-             "choices" if choices else reading.describe())
-    inputs = "words" if tagging else (f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns))
-    outputs = ("a probability per choice" if choices else "a score" if spec.is_regression else
-               ("a tag per word: " if tagging else "any number of labels (multi-label): " if multilabel else "")
-               + ", ".join(spec.labels))
-    if spans:
-        from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
-
-        reads = SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe()
-        inputs, outputs = "a question and its context", "the answer, a span of the context (or none, where trained " \
-            "with unanswerable questions)"
     settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
-                ["task", f"{spec.display_name} (`{spec.name}`): {inputs} -> {outputs}"],
+                ["task", f"{spec.display_name} (`{spec.name}`): {kind.inputs} -> {kind.outputs}"],
                 ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
                 ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
-                ["schedule", schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
-                ["gradual unfreezing", thaw], ["reading", reads], ["seed", recipe.seed]]
-    if multilabel:
-        threshold = saved["dev_threshold"]
-        settings.append(["decision threshold", f"{threshold:g} (a sigmoid per label; a label is predicted above it; "
-                         + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev" else "given)")])
+                ["schedule", recipe.schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
+                ["gradual unfreezing", thaw], ["reading", kind.reads], ["seed", recipe.seed]]
+    if spec.kind == "multilabel":
+        saved = result["best"] if result["saved"] == "best" else result["last"]
+        settings.append(["decision threshold", f"{saved['dev_threshold']:g} (a sigmoid per label; a label is predicted "
+                         "above it; " + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev"
+                                         else "given)")])
+    return settings
+
+
+def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str) -> ModelCard:
+    """The card of a fine-tuned model of any task kind: dev scores of the saved weights and the curve."""
+    saved = result["best"] if result["saved"] == "best" else result["last"]
+    # A multi-label run's dev_threshold is the decision threshold these scores were taken at, not a score.
+    scores = {name.removeprefix("dev_"): value for name, value in saved.items()
+              if name.startswith("dev_") and name != "dev_threshold"}
+    kind, glue = card_kind(recipe, spec, model_type), spec.name in GLUE_TASKS
+    dataset = "nyu-mll/glue" if glue else spec.name
+    eval_results = [EvalResult(task_type=kind.task_type, dataset_type=dataset, dataset_name=spec.display_name,
+                               dataset_config=spec.name if glue else None,
+                               dataset_split="validation", metric_type=HUB_METRICS.get(name, name),
+                               metric_name=name, metric_value=round(float(value), 4))
+                    for name, value in scores.items()]
+    family = family_of_model_type(model_type)
+    data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
+                         eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
+                         library_name="transformers", pipeline_tag=kind.task_type, model_name=Path(recipe.run_dir).name,
+                         tags=["finetune", kind.task_type, *kind.tags,
+                               *(family.classifier_card_tags if family else ())])
     which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
              "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
              if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
-    names = [f"dev_{name}" for name in spec.metrics] + (["dev_threshold"] if multilabel else []) + ["validation_loss"]
-    auto_class = ("AutoModelForTokenClassification" if tagging else "AutoModelForMultipleChoice" if choices
-                  else "AutoModelForQuestionAnswering" if spans else "AutoModelForSequenceClassification")
-    architecture = (family.classifier_registering_import if family else "") or (
-        "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
-        if recipe.pooling in ("mean", "scalar_mix") else "")
-    if choices:
-        architecture = choice_registering_import(model_type)
-    what = ("tagger" if tagging else "multiple-choice model" if choices else "question-answering model" if spans
-            else "classifier")
-    example_input = "questions.jsonl" if choices or spans else "texts.txt"
-    multilabel_use = ("\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
-                      "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
-                      "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label)."
-                      if multilabel else "")
+    names = [f"dev_{name}" for name in spec.metrics] + (["dev_threshold"] if spec.kind == "multilabel" else []) \
+        + ["validation_loss"]
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {model_type} {what} for {spec.display_name}, fine-tuned with the finetune toolkit from
+A {model_type} {kind.what} for {spec.display_name}, fine-tuned with the finetune toolkit from
 `{recipe.model.checkpoint}`. {recipe.description}
 
 ## Results
@@ -142,23 +169,24 @@ Every evaluation of the run (dev set):
 
 ## Training
 
-{_table(["setting", "value"], settings)}
+{_table(["setting", "value"], training_settings(recipe, spec, result, kind))}
 
 The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune finetune_recipe.yaml` trains it again.
 
 ## How to use
 
 ```bash
-finetune predict PATH_TO_THIS_FOLDER --input {example_input}
+finetune predict PATH_TO_THIS_FOLDER --input {kind.example_input}
 ```
 
-{_loading(architecture, auto_class, "PATH_TO_THIS_FOLDER")}{multilabel_use}
+{_loading(kind.architecture, kind.auto_class, "PATH_TO_THIS_FOLDER")}{kind.use_note}
 
 ## Intended use and limits
 
-For {spec.display_name}-like inputs ({inputs}); the model {reads}. The scores above are from the task's dev set only; the model was not evaluated
-on other domains, and it inherits the biases of its base model and of its training data. Small training sets give
-unstable results from one seed to the next: compare seeds before relying on one run.
+For {spec.display_name}-like inputs ({kind.inputs}); the model {kind.reads}.
+The scores above are from the task's dev set only; the model was not evaluated on other domains, and it inherits the
+biases of its base model and of its training data. Small training sets give unstable results from one seed to the
+next: compare seeds before relying on one run.
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
