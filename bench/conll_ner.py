@@ -88,7 +88,7 @@ def main() -> None:
     if args.update_results:
         with open(ROOT / "bench" / "results" / f"conll_ner-{record['date']}.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
-    print(f"| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
+    print("| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
     for side in (ours, peer):
         dev = side["dev"]
         print(f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
