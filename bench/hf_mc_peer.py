@@ -1,0 +1,77 @@
+"""Peer baseline: multiple choice with the Hugging Face Trainer, the way transformers' run_swag.py does it.
+
+Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup): each question and
+one of its choices tokenised as a sentence pair, padded per batch (DataCollatorForMultipleChoice, run_swag.py's
+default), AutoModelForMultipleChoice, accuracy. run_swag.py reads a fixed number of choices, so the files given must hold questions with the same number of
+choices (bench/arc_choices.py keeps ARC-Easy's 4-choice questions). Prints one JSON line: training questions per
+second of `trainer.train()` and dev accuracy.
+
+    python bench/hf_mc_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl --epochs 1
+"""
+
+import argparse
+import json
+import tempfile
+import time
+
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import (AutoModelForMultipleChoice, AutoTokenizer, DataCollatorForMultipleChoice, Trainer,
+                          TrainingArguments)
+
+
+def read_arc(path):
+    """(stem, choice texts, answer index) per line of ARC's JSON Lines layout."""
+    rows = []
+    for line in open(path, encoding="utf-8"):
+        record = json.loads(line)
+        choices = record["question"]["choices"]
+        labels = [choice["label"] for choice in choices]
+        rows.append((record["question"]["stem"], [choice["text"] for choice in choices],
+                     labels.index(record["answerKey"])))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--train", required=True)
+    parser.add_argument("--dev", required=True)
+    parser.add_argument("--epochs", type=float, default=1.0)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForMultipleChoice.from_pretrained(args.model)
+
+    def encode(rows):
+        choices = len(rows[0][1])
+        first = [stem for stem, texts, _ in rows for _ in texts]
+        second = [text for _, texts, _ in rows for text in texts]
+        encoding = tokenizer(first, second, truncation=True, max_length=args.seq_len)
+        grouped = {key: [values[index:index + choices] for index in range(0, len(values), choices)]
+                   for key, values in encoding.items()}
+        return Dataset.from_dict({**grouped, "labels": [answer for _, _, answer in rows]})
+
+    train, dev = encode(read_arc(args.train)), encode(read_arc(args.dev))
+    training = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch,
+                                 per_device_eval_batch_size=32, num_train_epochs=args.epochs,
+                                 learning_rate=args.lr, report_to=[], save_strategy="no", logging_strategy="no",
+                                 use_cpu=not torch.cuda.is_available(), seed=args.seed)
+    trainer = Trainer(model=model, args=training, train_dataset=train,
+                      data_collator=DataCollatorForMultipleChoice(tokenizer))
+    start = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - start
+    output = trainer.predict(dev)
+    accuracy = float((np.argmax(output.predictions, axis=-1) == np.asarray(dev["labels"])).mean())
+    print(json.dumps({"peer": "hf-trainer-multiple-choice", "train_examples": len(train), "epochs": args.epochs,
+                      "train_s": round(train_s, 1), "examples_per_s": round(len(train) * args.epochs / train_s, 2),
+                      "dev": {"accuracy": round(accuracy, 4)}}))
+
+
+if __name__ == "__main__":
+    main()
