@@ -2,9 +2,9 @@
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup): each question and
 one of its choices tokenised as a sentence pair, padded per batch (DataCollatorForMultipleChoice, run_swag.py's
-default), AutoModelForMultipleChoice, accuracy. run_swag.py reads a fixed number of choices, so the files given must hold questions with the same number of
-choices (bench/arc_choices.py keeps ARC-Easy's 4-choice questions). Prints one JSON line: training questions per
-second of `trainer.train()` and dev accuracy.
+default), AutoModelForMultipleChoice, accuracy. run_swag.py reads a fixed number of choices, so the files given
+must hold questions with the same number of choices (bench/arc_choices.py keeps ARC-Easy's 4-choice questions).
+Prints one JSON line: training questions per second of `trainer.train()` and dev accuracy.
 
     python bench/hf_mc_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl --epochs 1
 """
