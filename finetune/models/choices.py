@@ -9,18 +9,16 @@ Importing this module registers it with AutoModelForMultipleChoice (what a loadi
 
 from __future__ import annotations
 
-import copy
 from typing import Optional
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForMultipleChoice, GPT2Config, GPT2Model, GPT2PreTrainedModel
+from transformers import AutoModelForMultipleChoice, GPT2Config, GPT2Model, GPT2PreTrainedModel
 from transformers.modeling_outputs import MultipleChoiceModelOutput
 from transformers.models.auto.modeling_auto import (MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
                                                     MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES)
 
-from finetune.errors import CheckpointError
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.task_heads import TaskHead
 
 CHOICE_CLASS_ENDING = "ForMultipleChoice"
 
@@ -66,40 +64,23 @@ def reads_last_token(model) -> bool:
     return getattr(model, "reads_last_token", False)
 
 
-def refuse_without_choice_head(config, checkpoint: str) -> None:
-    """A family with no multiple-choice class (the AWD-LSTM, an n-gram model, DeBERTa v1): one line."""
-    if type(config) not in MODEL_FOR_MULTIPLE_CHOICE_MAPPING:
-        raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no multiple-choice head yet: "
-                              "answer questions with a transformer encoder (BERT family) or GPT-2",
-                              source=checkpoint, value=config.model_type)
+CHOICES = TaskHead(AutoModelForMultipleChoice, MODEL_FOR_MULTIPLE_CHOICE_MAPPING, CHOICE_CLASS_ENDING, "choices",
+                   "multiple-choice model", "multiple-choice head yet: answer questions with a transformer encoder "
+                   "(BERT family) or GPT-2")
 
 
 def load_choice_model(backbone_config, classifier_dropout: float | None = None):
     """A multiple-choice model on the backbone, pretrained or freshly initialised (init random)."""
-    source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout)
-    refuse_without_choice_head(config, backbone_config.checkpoint)
-    if backbone_config.init == "random":
-        return AutoModelForMultipleChoice.from_config(config, trust_remote_code=trusted)
-    return load_model(AutoModelForMultipleChoice, source, trust_remote_code=trusted, config=config)
+    return CHOICES.build(backbone_config, dropout)
 
 
 def choice_model_skeleton(stored, checkpoint: str):
     """The model `load_choice_model` builds on a checkpoint whose config is `stored`, with fresh weights and no file
     read (`finetune profile`, under `torch.device("meta")`)."""
-    config = copy.deepcopy(stored)
-    refuse_without_choice_head(config, checkpoint)
-    return AutoModelForMultipleChoice.from_config(config)
+    return CHOICES.skeleton(stored, checkpoint)
 
 
 def load_finetuned_choice_model(name: str, *, trust_remote_code: bool = False):
     """A fine-tuned multiple-choice model (a `finetune` run's checkpoint of kind choices)."""
-    source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
-    refuse_without_choice_head(config, name)
-    architectures = getattr(config, "architectures", None) or []
-    if not any(architecture.endswith(CHOICE_CLASS_ENDING) for architecture in architectures):
-        raise CheckpointError(f"{name} is no multiple-choice model ({', '.join(architectures) or 'no architecture'}):"
-                              " fine-tune it on a task of kind choices first", source=name)
-    return load_model(AutoModelForMultipleChoice, source, trust_remote_code=trust_remote_code, config=config)
+    return CHOICES.load_finetuned(name, trust_remote_code=trust_remote_code)

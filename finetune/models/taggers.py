@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import copy
-
-from transformers import AutoConfig, AutoModelForTokenClassification
+from transformers import AutoModelForTokenClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
-from finetune.errors import CheckpointError
 from finetune.models.families import CAUSAL_MODEL_TYPES
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.task_heads import TaskHead
 
 
 def tag_config(tags) -> dict:
@@ -19,50 +16,27 @@ def tag_config(tags) -> dict:
             "label2id": {tag: index for index, tag in enumerate(tags)}}
 
 
-def refuse_without_tagging_head(config, checkpoint: str) -> None:
-    """A family transformers has no token-classification class for (the AWD-LSTM, an n-gram model): one line."""
-    if type(config) not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING:
-        raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no token-classification "
-                              "head yet: tag with a transformer encoder (BERT family), GPT-2 or the AWD-LSTM",
-                              source=checkpoint, value=config.model_type)
+TAGGER = TaskHead(AutoModelForTokenClassification, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "ForTokenClassification",
+                  "tokens", "tagger", "token-classification head yet: tag with a transformer encoder (BERT family), "
+                  "GPT-2 or the AWD-LSTM")
 
 
 def load_tagger(backbone_config, tags, classifier_dropout: float | None = None):
-    """A token-classification model for `tags` on the backbone, pretrained or freshly initialised (init random)."""
-    source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
+    """A token-classification model for `tags` on the backbone, pretrained or freshly initialised (init random); a
+    tagger of other tags (a warm start) gets a new output layer, anything else must fit as stored."""
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout,
-                             **tag_config(tags))
-    refuse_without_tagging_head(config, backbone_config.checkpoint)
-    if backbone_config.init == "random":
-        return AutoModelForTokenClassification.from_config(config, trust_remote_code=trusted)
-    stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)
-    # A tagger of other tags (a warm start) gets a new output layer; anything else must fit as stored.
-    label_counts = (stored.num_labels, len(tags)) if getattr(stored, "architectures", None) and any(
-        name.endswith("ForTokenClassification") for name in stored.architectures) else None
-    return load_model(AutoModelForTokenClassification, source, trust_remote_code=trusted, label_counts=label_counts,
-                      config=config)
+    return TAGGER.build(backbone_config, {**dropout, **tag_config(tags)}, new_labels=len(tags))
 
 
 def tagger_skeleton(stored, tags, checkpoint: str):
     """The tagger `load_tagger` builds on a checkpoint whose config is `stored`, with fresh weights and no file read
     (`finetune profile`, under `torch.device("meta")`)."""
-    config = copy.deepcopy(stored)
-    config.update(tag_config(tags))
-    refuse_without_tagging_head(config, checkpoint)
-    return AutoModelForTokenClassification.from_config(config)
+    return TAGGER.skeleton(stored, checkpoint, tag_config(tags))
 
 
 def load_finetuned_tagger(name: str, *, trust_remote_code: bool = False):
     """A fine-tuned tagger (a `finetune` run's checkpoint of kind tokens) with its tags in config.id2label."""
-    source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
-    refuse_without_tagging_head(config, name)
-    architectures = getattr(config, "architectures", None) or []
-    if not any(architecture.endswith("ForTokenClassification") for architecture in architectures):
-        raise CheckpointError(f"{name} is no tagger ({', '.join(architectures) or 'no architecture'}): fine-tune it "
-                              "on a task of kind tokens first", source=name)
-    return load_model(AutoModelForTokenClassification, source, trust_remote_code=trust_remote_code, config=config)
+    return TAGGER.load_finetuned(name, trust_remote_code=trust_remote_code)
 
 
 def reads_left_to_right(config) -> bool:

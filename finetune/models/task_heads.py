@@ -1,0 +1,73 @@
+"""What every task kind with a Hugging Face Auto class of its own does alike (tagging, multiple choice, question
+answering): build its model on a backbone, size it for `finetune profile`, and load a fine-tuned one, each refusing a
+family the Auto class has no model for in one line."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from transformers import AutoConfig
+
+from finetune.errors import CheckpointError
+from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+
+
+@dataclass(frozen=True)
+class TaskHead:
+    """A task kind's Auto class and how its messages name it."""
+
+    auto_class: Any  # e.g. AutoModelForTokenClassification
+    mapping: Any  # its config class -> model class mapping (transformers' own and those registered with it)
+    class_ending: str  # what the name of such a model's class ends with (config.json's architectures)
+    kind: str  # the task kind that trains one (task.kind)
+    called: str  # what a model of the kind is called: "tagger", ...
+    no_head: str  # said of a family without one, after "which has no ": what it lacks and what to use instead
+
+    def refuse_family_without(self, config, checkpoint: str) -> None:
+        """A family the Auto class has no model for (the AWD-LSTM for some kinds, an n-gram model): one line."""
+        if type(config) not in self.mapping:
+            raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no {self.no_head}",
+                                  source=checkpoint, value=config.model_type)
+
+    def is_saved_in(self, config) -> bool:
+        """Whether a checkpoint's config.json says it holds a model of this kind."""
+        return any(name.endswith(self.class_ending) for name in getattr(config, "architectures", None) or [])
+
+    def build(self, backbone_config, config_keys: Optional[dict] = None, extra_keys: Optional[dict] = None,
+              new_labels: Optional[int] = None):
+        """The kind's model on the backbone, pretrained or freshly initialised (init random). `config_keys` go to
+        `from_pretrained`; `extra_keys`, which it would drop (keys no config class declares), are set after.
+        `new_labels`: a checkpoint of this kind already (a warm start) gets a new output layer of that size."""
+        source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
+        config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **(config_keys or {}))
+        config.update(extra_keys or {})
+        self.refuse_family_without(config, backbone_config.checkpoint)
+        if backbone_config.init == "random":
+            return self.auto_class.from_config(config, trust_remote_code=trusted)
+        label_counts = None
+        if new_labels is not None:
+            stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)
+            label_counts = (stored.num_labels, new_labels) if self.is_saved_in(stored) else None
+        return load_model(self.auto_class, source, trust_remote_code=trusted, label_counts=label_counts,
+                          config=config)
+
+    def skeleton(self, stored, checkpoint: str, config_keys: Optional[dict] = None):
+        """The model `build` makes on a checkpoint whose config is `stored`, with fresh weights and no file read
+        (`finetune profile`, under `torch.device("meta")`)."""
+        config = copy.deepcopy(stored)
+        config.update(config_keys or {})
+        self.refuse_family_without(config, checkpoint)
+        return self.auto_class.from_config(config)
+
+    def load_finetuned(self, name: str, *, trust_remote_code: bool = False):
+        """A `finetune` run's checkpoint of this kind; another model is refused in one line."""
+        source = resolve_checkpoint(name)
+        config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
+        self.refuse_family_without(config, name)
+        if not self.is_saved_in(config):
+            architectures = ", ".join(getattr(config, "architectures", None) or []) or "no architecture"
+            raise CheckpointError(f"{name} is no {self.called} ({architectures}): fine-tune it on a task of kind "
+                                  f"{self.kind} first", source=name)
+        return load_model(self.auto_class, source, trust_remote_code=trust_remote_code, config=config)
