@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, NamedTuple, Optional
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -131,6 +131,26 @@ class UnfreezingConfig(Section):
         return self
 
 
+class OwnHead(NamedTuple):
+    """A task kind whose model is its family's own per token or per choice, not a pooled classifier."""
+
+    pooling_refused: str  # why a pooling key does not apply (after "pooling: VALUE ")
+    called: str  # what the model is instead of a classifier
+    default_why: str  # the run summary's reason for its pooling: model
+
+
+HEADS_OF_THEIR_OWN = {
+    "tokens": OwnHead("pools a text into one vector for a class; a tagger (task.kind tokens) reads every token",
+                      "a tagger", "a tagger reads every token: no pooling"),
+    "choices": OwnHead("is for classifiers; a multiple-choice model (task.kind choices) scores each choice with its "
+                       "family's own head", "a multiple-choice model",
+                       "a multiple-choice model scores each choice with its family's own head"),
+    "spans": OwnHead("pools a text into one vector for a class; question answering (task.kind spans) scores every "
+                     "token as an answer's start and end", "question answering",
+                     "question answering scores every token: no pooling"),
+}
+
+
 class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
@@ -179,29 +199,13 @@ class FinetuneRecipe(TrainingRunRecipe):
         return self
 
     @model_validator(mode="after")
-    def _tagging_reads_every_token(self) -> "FinetuneRecipe":
-        if self.task.kind == "tokens" and self.pooling not in (None, "model"):
-            raise ValueError(f"pooling: {self.pooling} pools a text into one vector for a class; a tagger (task.kind "
-                             "tokens) reads every token: leave pooling out")
-        if self.task.kind == "tokens" and self.model.backward_checkpoint is not None:
-            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a tagger")
-        return self
-
-    @model_validator(mode="after")
-    def _choices_score_each_choice(self) -> "FinetuneRecipe":
-        if self.task.kind == "choices" and self.pooling not in (None, "model"):
-            raise ValueError(f"pooling: {self.pooling} is for classifiers; a multiple-choice model (task.kind "
-                             "choices) scores each choice with its family's own head: leave pooling out")
-        if self.task.kind == "choices" and self.model.backward_checkpoint is not None:
-            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not a multiple-choice "
-                             "model")
-        return self
-
-    @model_validator(mode="after")
-    def _answers_read_every_token(self) -> "FinetuneRecipe":
-        if self.task.kind == "spans" and self.pooling not in (None, "model"):
-            raise ValueError(f"pooling: {self.pooling} pools a text into one vector for a class; question answering "
-                             "(task.kind spans) scores every token as an answer's start and end: leave pooling out")
-        if self.task.kind == "spans" and self.model.backward_checkpoint is not None:
-            raise ValueError("model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not question answering")
+    def _a_head_of_its_own(self) -> "FinetuneRecipe":
+        """Pooling and a backward language model are a classifier's: the kinds below have their family's head."""
+        if self.task.kind not in HEADS_OF_THEIR_OWN:
+            return self
+        head = HEADS_OF_THEIR_OWN[self.task.kind]
+        if self.pooling not in (None, "model"):
+            raise ValueError(f"pooling: {self.pooling} {head.pooling_refused}: leave pooling out")
+        if self.model.backward_checkpoint is not None:
+            raise ValueError(f"model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not {head.called}")
         return self

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.errors import UserError, recipe_key
+from finetune.recipes.finetune import HEADS_OF_THEIR_OWN
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
 ULMFIT_DEFAULTS = {"training.lr": 1e-2, "discriminative.factor": 2.6, "unfreezing.mode": "gradual",
@@ -172,12 +173,8 @@ def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
 def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     """The recipe with every open technique key decided: from the section's other keys, else the backbone's default."""
     defaults = backbone_defaults(backbone)
-    if recipe.task.kind == "tokens":
-        defaults["pooling"] = ("model", "a tagger reads every token: no pooling")
-    if recipe.task.kind == "choices":
-        defaults["pooling"] = ("model", "a multiple-choice model scores each choice with its family's own head")
-    if recipe.task.kind == "spans":
-        defaults["pooling"] = ("model", "question answering scores every token: no pooling")
+    if recipe.task.kind in HEADS_OF_THEIR_OWN:  # its family's own head per token or choice: nothing to pool
+        defaults["pooling"] = ("model", HEADS_OF_THEIR_OWN[recipe.task.kind].default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
     sources, updates = {}, {}
     for key in TECHNIQUE_KEYS:
