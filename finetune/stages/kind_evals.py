@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,17 +36,35 @@ from finetune.training.spans import answer_questions, checkpoint_span_reading, g
 from finetune.training.tagging import tag_sentences
 
 
+
+def refuse_ensembles(recipe: EvalRecipe, models: str) -> None:
+    """These kinds score their models one by one: an ensemble is refused in one line."""
+    if recipe.ensembles:
+        raise UserError(f"ensembles: {models} are scored one by one; list them under models")
+
+
+def load_each(recipe: EvalRecipe, load: Callable) -> dict[str, Any]:
+    """Every checkpoint of `models` by its report name, loaded with `load(path, trust_remote_code=...)`; a failure
+    names its key (models.NAME)."""
+    loaded = {}
+    for name, path in recipe.models.items():
+        with recipe_key(f"models.{name}"):
+            loaded[name] = load(path, trust_remote_code=recipe.trust_remote_code)
+    return loaded
+
+
+def tokenizer_of(recipe: EvalRecipe, name: str):
+    """The tokenizer saved with the checkpoint of models.NAME."""
+    with recipe_key(f"models.{name}"):
+        return load_tokenizer(recipe.models[name], trust_remote_code=recipe.trust_remote_code)
+
 def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every tagger of `models` on `split` of a tagging task: entity-level scores and a table per entity
     type; with write_predictions, predictions/MODEL.txt in CoNLL columns (word, tag, predicted tag)."""
-    if recipe.ensembles:
-        raise UserError("ensembles: taggers (task kind tokens) are scored one by one; list them under models")
+    refuse_ensembles(recipe, "taggers (task kind tokens)")
     path = task_file(spec, recipe.task.data_dir, recipe.split)
     sentences = read_conll(path, spec.tag_column)
-    taggers = {}
-    for name, checkpoint in recipe.models.items():
-        with recipe_key(f"models.{name}"):
-            taggers[name] = load_finetuned_tagger(checkpoint, trust_remote_code=recipe.trust_remote_code)
+    taggers = load_each(recipe, load_finetuned_tagger)
     for name, model in taggers.items():  # a tag the model does not know is one line naming file and line
         with recipe_key(f"models.{name}"):
             tag_indices(sentences, model_tags(model))
@@ -53,8 +72,7 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     results = {}
     for name, model in taggers.items():
         checkpoint = recipe.models[name]
-        with recipe_key(f"models.{name}"):
-            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
+        tokenizer = tokenizer_of(recipe, name)
         max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
         predicted = tag_sentences(model, tokenizer, sentences, model_tags(model), max_length, recipe.batch_size,
                                   accelerator.device, name=recipe.split)
@@ -72,24 +90,18 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
 def run_spans_eval(recipe, spec: TaskSpec, accelerator) -> dict:
     """Score every question-answering model of `models` on `split`: exact match and F1 (and HasAns / NoAns for
     SQuAD 2.0 data, with the best no-answer threshold); with write_predictions, predictions/MODEL.json."""
-    if recipe.ensembles:
-        raise UserError("ensembles: question-answering models (task kind spans) are scored one by one; list them "
-                        "under models")
+    refuse_ensembles(recipe, "question-answering models (task kind spans)")
     path = task_file(spec, recipe.task.data_dir, recipe.split)
     questions = read_squad(path, with_answers=not recipe.write_predictions)
     labelled = any(question.answers or question.unanswerable for question in questions.questions)
     if not labelled and not recipe.write_predictions:
         raise UserError(f"{path} has no answers to score: set write_predictions: true to write the predictions")
-    models = {}
-    for name, checkpoint in recipe.models.items():
-        with recipe_key(f"models.{name}"):
-            models[name] = load_finetuned_qa(checkpoint, trust_remote_code=recipe.trust_remote_code)
+    models = load_each(recipe, load_finetuned_qa)
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     golds, results = gold_answers(questions), {}
     for name, model in models.items():
         checkpoint = recipe.models[name]
-        with recipe_key(f"models.{name}"):
-            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
+        tokenizer = tokenizer_of(recipe, name)
         reading = checkpoint_span_reading(recipe.task, checkpoint, model)
         answers = answer_questions(model, tokenizer, questions, reading, recipe.batch_size, accelerator.device)
         results[name] = {"checkpoint": checkpoint, "null_threshold": reading.null_threshold}
@@ -148,20 +160,14 @@ def tagging_report_markdown(report: dict) -> str:
 def run_choices_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every multiple-choice model of `models` on `split` (accuracy); with write_predictions,
     predictions/MODEL.tsv with each question's id and predicted choice label."""
-    if recipe.ensembles:
-        raise UserError("ensembles: multiple-choice models (task kind choices) are scored one by one; list them under "
-                        "models")
+    refuse_ensembles(recipe, "multiple-choice models (task kind choices)")
     questions = read_choices(task_file(spec, recipe.task.data_dir, recipe.split))
-    models = {}
-    for name, checkpoint in recipe.models.items():
-        with recipe_key(f"models.{name}"):
-            models[name] = load_finetuned_choice_model(checkpoint, trust_remote_code=recipe.trust_remote_code)
+    models = load_each(recipe, load_finetuned_choice_model)
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
     for name, model in models.items():
         checkpoint = recipe.models[name]
-        with recipe_key(f"models.{name}"):
-            tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
+        tokenizer = tokenizer_of(recipe, name)
         max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
         probabilities = choose(model, tokenizer, questions, max_length, recipe.batch_size, accelerator.device)
         predicted = np.asarray([int(row.argmax()) for row in probabilities])
@@ -188,9 +194,7 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
     """Score every multi-label classifier of `models` on `split`: micro F1, macro F1 and subset accuracy at each
     checkpoint's saved threshold (or task.threshold, a number), and a table per label; with write_predictions,
     predictions/MODEL.tsv with each example's predicted label set."""
-    if recipe.ensembles:
-        raise UserError("ensembles: multi-label classifiers (task kind multilabel) are scored one by one; list them "
-                        "under models")
+    refuse_ensembles(recipe, "multi-label classifiers (task kind multilabel)")
     if recipe.task.threshold == "dev":
         raise UserError("task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
                         "applies; give a number to score at another one, or leave it out")
@@ -199,16 +203,12 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
         raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
                         f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
                         "predict it)")
-    models = {}
-    for name, path in recipe.models.items():
-        with recipe_key(f"models.{name}"):
-            models[name] = load_finetuned_multilabel(path, spec, trust_remote_code=recipe.trust_remote_code)
+    models = load_each(recipe, lambda path, **trust: load_finetuned_multilabel(path, spec, **trust))
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
     for name, model in models.items():
         path = recipe.models[name]
-        with recipe_key(f"models.{name}"):
-            tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
+        tokenizer = tokenizer_of(recipe, name)
         reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
         probabilities = label_probabilities(example_logits(accelerator, model, tokenizer, examples, reading,
                                                            recipe.batch_size, name=recipe.split))
