@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
-from torch.utils.data import Dataset
 
+from finetune.data.examples import EncodedItems
 from finetune.errors import DataFileError
 
 MAX_CHOICES = 8  # ARC has 3 to 5; more is taken for a malformed row
@@ -97,7 +97,7 @@ def _add_question(questions: ChoiceQuestions, row, number: int, with_answers: bo
     questions.lines.append(number)
 
 
-class EncodedChoices(Dataset):
+class EncodedChoices(EncodedItems):
     """Each question as one token sequence per choice, at most `max_length` tokens each.
 
     An encoder reads a choice as a sentence pair (BERT: [CLS] question [SEP] choice [SEP]); a decoder, GPT's way
@@ -116,12 +116,6 @@ class EncodedChoices(Dataset):
             if questions.answers is not None:
                 item["labels"] = questions.answers[index]
             self.items.append(item)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.items[index]
 
     @property
     def lengths(self) -> list[int]:

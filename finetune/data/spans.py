@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from torch.utils.data import Dataset
 
+from finetune.data.examples import EncodedItems
 from finetune.errors import DataFileError, InputError
 
 DEFAULT_MAX_LENGTH = 384  # tokens of a window (question and context): SQuAD's usual, fitted to the model's positions
@@ -156,7 +156,7 @@ class SpanReading:
                 f"answers of at most {self.max_answer_length} tokens from the {self.n_best} best starts and ends")
 
 
-class EncodedSpans(Dataset):
+class EncodedSpans(EncodedItems):
     """Questions encoded into windows (features): each an item for the model (with `start_positions` and
     `end_positions` where the answers are known) and what post-processing needs: the question it belongs to, the
     character offsets of its context tokens (None elsewhere) and the position of its [CLS] token."""
@@ -187,16 +187,6 @@ class EncodedSpans(Dataset):
             self.question_of.append(question_index)
             self.offsets.append(offsets)
             self.cls_positions.append(cls)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.items[index]
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(item["input_ids"]) for item in self.items]
 
 
 def check_question_lengths(questions: SquadQuestions, tokenizer, texts: Sequence[str], reading: SpanReading) -> None:

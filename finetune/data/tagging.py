@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-from torch.utils.data import Dataset
 
 from finetune.console import console
+from finetune.data.examples import EncodedItems
 from finetune.errors import DataFileError, InputError
 
 IGNORED = -100  # the label of sub-tokens after a word's first, and of special tokens: no loss, no score
@@ -89,7 +89,7 @@ def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[in
     return encoded
 
 
-class EncodedTagging(Dataset):
+class EncodedTagging(EncodedItems):
     """Sentences tokenised as running text, each word's tag on its first token (IGNORED elsewhere); `last_token`
     for a model that reads left to right, which knows a word only once it has read all of it.
 
@@ -128,16 +128,6 @@ class EncodedTagging(Dataset):
                           f"read, mostly their last ones beyond max_length {max_length} tokens (raise "
                           "task.max_length); such words are predicted O",
                           markup=False, highlight=False)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.items[index]
-
-    @property
-    def lengths(self) -> list[int]:
-        return [len(item["input_ids"]) for item in self.items]
 
     def word_tags(self, logits: Sequence[np.ndarray], tags: Sequence[str]) -> list[list[str]]:
         """Each sentence's predicted tag per word, from per-token logits (a sentence's rows, padding cut off): the
