@@ -30,6 +30,14 @@ def make_sentence(rng: random.Random, positive: bool) -> str:
     return f"{rng.choice(SUBJECTS)} was {rng.choice(FILLERS)} {adjective} ."
 
 
+def one_error_line(result) -> str:
+    """The single `error:` line of a CLI run refused on user input (exit code 2, no traceback)."""
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:
     """Write a dict as YAML (the way a user writes a recipe)."""
     path.parent.mkdir(parents=True, exist_ok=True)

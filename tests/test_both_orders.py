@@ -21,7 +21,7 @@ from finetune.data.tasks import EncodedTask, task_collator
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.stages.predict import predict
 from finetune.training.checkpoints import save_checkpoint
-from tests.conftest import NEGATIVE, POSITIVE, save_tiny_masked_lm, write_corpus, write_yaml
+from tests.conftest import NEGATIVE, POSITIVE, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml
 
 runner = CliRunner()
 
@@ -116,13 +116,6 @@ def test_predict_and_eval_read_the_pair_both_ways_as_trained(both_orders_run, pa
     result = json.loads((both_orders_run / "result.json").read_text())
     assert report["results"]["both"]["accuracy"] == pytest.approx(result["best"]["dev_accuracy"])
     assert "both orders" in (checkpoint / "README.md").read_text()
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def test_an_encoder_with_a_non_linear_head_is_refused(tmp_path, pair_task):

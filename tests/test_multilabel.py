@@ -22,7 +22,7 @@ from finetune.glue.metrics import best_threshold, label_table, multilabel_metric
 from finetune.glue.specs import task_spec
 from finetune.recipes.base import TaskConfig
 from finetune.stages.predict import predict
-from tests.conftest import FILLERS, save_tiny_masked_lm, write_yaml
+from tests.conftest import FILLERS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
 MARKERS = {"great": "GREAT", "awful": "AWFUL", "music": "MUSIC"}  # a sentence has the label of each marker it holds
@@ -326,13 +326,6 @@ def test_a_stopped_multilabel_run_resumes_bit_for_bit(tiny_bert, marker_task, tm
 # ---------------------------------------------------------------------------------------------
 # Refusals: one line each
 # ---------------------------------------------------------------------------------------------
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 @pytest.mark.parametrize("keys, expected", [

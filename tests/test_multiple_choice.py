@@ -19,7 +19,7 @@ from finetune.errors import InputError
 from finetune.models.choices import GPT2ForMultipleChoice
 from finetune.stages.predict import predict
 from finetune.training.choices import choice_delimiter, choice_logits
-from tests.conftest import NEGATIVE, POSITIVE, SUBJECTS, save_tiny_masked_lm, write_corpus, write_yaml
+from tests.conftest import NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml
 
 runner = CliRunner()
 LETTERS, DIGITS = "ABCDE", "1234"
@@ -258,13 +258,6 @@ def test_predict_gives_the_chosen_label_and_a_probability_per_choice(gpt2_run, t
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line each
 # ---------------------------------------------------------------------------------------------
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def test_a_dev_answer_key_outside_its_choices_is_one_line(tiny_bert, choices_task, tmp_path):

@@ -21,7 +21,7 @@ from finetune.errors import InputError
 from finetune.glue.squad_metrics import best_threshold, f1_score, normalize_answer, question_scores, squad_scores
 from finetune.stages.predict import predict
 from finetune.training.spans import best_answers
-from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, save_tiny_masked_lm, write_yaml
+from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
 ADJECTIVES = POSITIVE + NEGATIVE
@@ -314,13 +314,6 @@ def test_predict_answers_a_question_from_its_context(qa_run, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Bad input and refusals: one line each
 # ---------------------------------------------------------------------------------------------
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def test_a_dev_answer_off_its_context_is_one_line_and_no_run(tiny_bert, qa_task, tmp_path):

@@ -18,7 +18,7 @@ from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, word_toke
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
 from finetune.stages.predict import predict
-from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, save_tiny_masked_lm, write_yaml
+from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
 
@@ -188,13 +188,6 @@ def test_predict_gives_words_with_tags(tagger_run):
 # ---------------------------------------------------------------------------------------------
 # Bad input: one line each
 # ---------------------------------------------------------------------------------------------
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
 
 
 def test_a_dev_tag_the_training_file_lacks_is_one_line(tiny_bert, tagging_task, tmp_path):
