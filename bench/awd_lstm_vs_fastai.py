@@ -42,7 +42,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-
 from _common import PEERS, ROOT, WIKITEXT, finetune_cli, require, run_json
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"

@@ -55,12 +55,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from _common import PEERS, ROOT, STDERR_TAIL, WIKITEXT, finetune_cli, require, run, run_json
 from awd_lstm_vs_fastai import shared_tokenizer
 from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
 
-from finetune.models.flops import matmul_gflops, training_flops_per_token  # noqa: E402  (the package's, as profile's)
+from finetune.models.flops import matmul_gflops, training_flops_per_token
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "hf_clm_pretrain.py"

@@ -76,7 +76,6 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Optional
 
 from _common import ROOT, TASKS, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
@@ -247,7 +246,7 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def start_worker(threads: Optional[int]) -> None:
+def start_worker(threads: int | None) -> None:
     """Once per process that runs jobs: torch threads and the toolkit's filter of library chatter."""
     import torch
 
@@ -271,7 +270,7 @@ def read_records(path: Path) -> list[dict]:
 
 
 def summarise(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
-              seeds: Optional[list[int]]) -> dict:
+              seeds: list[int] | None) -> dict:
     """{(task, labels): {variant: {median, degenerate, runs, scores}}} of the records of `mode`."""
     cells: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
@@ -321,7 +320,7 @@ def print_table(cells: dict, variants: list[str], select: bool) -> dict:
 
 
 def report(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
-           seeds: Optional[list[int]]) -> None:
+           seeds: list[int] | None) -> None:
     """Print the table, then one JSON line with every figure."""
     cells = summarise(records, mode, tasks, labels, variants, seeds)
     if not cells:

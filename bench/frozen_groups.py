@@ -17,15 +17,14 @@ import sys
 import time
 
 import torch
+from _common import GLUE, ROOT, minilm_checkpoint, require_glue
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 from transformers.utils import logging as transformers_logging
 
-from _common import GLUE, ROOT, minilm_checkpoint, require_glue
-
 sys.path.insert(0, str(ROOT))
-from finetune.models.backbones import layer_groups  # noqa: E402
-from finetune.training.optim import build_optimizer  # noqa: E402
-from finetune.training.unfreezing import freeze_below  # noqa: E402
+from finetune.models.backbones import layer_groups
+from finetune.training.optim import build_optimizer
+from finetune.training.unfreezing import freeze_below
 
 SST2 = GLUE / "SST-2" / "train.tsv"
 

@@ -44,16 +44,15 @@ import time
 from pathlib import Path
 
 import torch
-
 from _common import ROOT, WIKITEXT, cpu_model, require
 
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
-from transformers.generation.streamers import BaseStreamer  # noqa: E402
+from transformers.generation.streamers import BaseStreamer
 
-from finetune.console import quiet_library_chatter  # noqa: E402
-from finetune.models.flops import matmul_gflops  # noqa: E402  (the package's, as `finetune profile` measures it)
-from finetune.stages.generate import Sampling, generate_samples, prompt_ids  # noqa: E402
-from finetune.stages.language_model_validation import load_causal_language_model  # noqa: E402
+from finetune.console import quiet_library_chatter
+from finetune.models.flops import matmul_gflops
+from finetune.stages.generate import Sampling, generate_samples, prompt_ids
+from finetune.stages.language_model_validation import load_causal_language_model
 
 VOCABULARY = 16000
 RESULTS = ROOT / "bench" / "results"

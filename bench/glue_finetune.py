@@ -36,7 +36,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _common import finetune_cli, minilm_checkpoint, require, require_glue, run_json
 from glue_quality import PEER, VARIANTS, truncated_task  # the same peer, data subset and recipe variants
 

@@ -17,8 +17,13 @@ import time
 import numpy as np
 import torch
 from datasets import Dataset
-from transformers import (AutoModelForMultipleChoice, AutoTokenizer, DataCollatorForMultipleChoice, Trainer,
-                          TrainingArguments)
+from transformers import (
+    AutoModelForMultipleChoice,
+    AutoTokenizer,
+    DataCollatorForMultipleChoice,
+    Trainer,
+    TrainingArguments,
+)
 
 
 def read_arc(path):

@@ -17,8 +17,13 @@ import numpy as np
 import torch
 from datasets import Dataset
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-from transformers import (AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer,
-                          TrainingArguments)
+from transformers import (
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+)
 
 
 def read_conll(path):

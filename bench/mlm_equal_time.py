@@ -28,11 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, BertForMaskedLM
-
 from _common import ROOT, STDERR_TAIL, minilm_checkpoint, require
 from _common import run as run_command  # `run` names the runs below
 from mlm_pretrain import PEER, RECIPE, TRAIN, VALID, run_ours, run_peer, training_corpus
+from transformers import AutoTokenizer, BertForMaskedLM
 
 from finetune.data.masking import MaskingRule
 from finetune.models.masked_lm import IGNORE_INDEX

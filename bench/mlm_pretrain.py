@@ -26,13 +26,12 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, require, run_json
 
 sys.path.insert(0, str(ROOT))
 # The FLOP count (the numerator of MFU) and the machine's matmul rate (its denominator): the package's, which
 # `finetune profile` uses too.
-from finetune.models.flops import matmul_gflops, training_flops_per_token  # noqa: E402
+from finetune.models.flops import matmul_gflops, training_flops_per_token
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds

@@ -47,7 +47,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from _common import GLUE, PEERS, ROOT, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
 from glue_quality import VARIANTS, truncated_task
 

@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, build_causal_lm  # noqa: E402
-from finetune.models.causal_transformer import build_causal_transformer  # noqa: E402
-from finetune.recipes import CausalLMModelConfig  # noqa: E402
+from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, build_causal_lm
+from finetune.models.causal_transformer import build_causal_transformer
+from finetune.recipes import CausalLMModelConfig
 
 VOCABULARY = 16000
 SPECIAL = SimpleNamespace(bos_token_id=0, eos_token_id=0, pad_token_id=0)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from _common import GLUE, ROOT, require
 
+
 def classifiers(work_dir: Path, variant: str = "") -> dict[tuple[int, int], Path]:
     """(labels, seed) -> checkpoint of every dev classifier of `variant` ("": the default) in a ulmfit_sst2.py work
     dir (its folders are 3-ulmfit-LABELS-seedSEED[-VARIANT]-dev)."""

@@ -76,7 +76,6 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
 from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, require
 
 IMDB = SHARED / "data" / "imdb"

@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from _common import GLUE, ROOT, WIKITEXT, finetune_cli, last_record, require, require_glue
 
 SST2 = GLUE / "SST-2"

@@ -18,17 +18,11 @@ from pathlib import Path
 SEED = 13
 OUT = Path(__file__).resolve().parent / "quickstart"
 
-POSITIVE = """excellent wonderful superb delightful brilliant charming splendid terrific marvelous lovely
-fantastic stunning gorgeous pleasant fabulous outstanding enjoyable magnificent remarkable exquisite
-graceful elegant heartwarming uplifting""".split()
-NEGATIVE = """awful terrible dreadful horrible boring dull tedious bland mediocre clumsy lousy atrocious
-miserable dismal painful pointless shoddy sloppy tiresome unbearable annoying disappointing forgettable
-lifeless""".split()
+POSITIVE = ["excellent", "wonderful", "superb", "delightful", "brilliant", "charming", "splendid", "terrific", "marvelous", "lovely", "fantastic", "stunning", "gorgeous", "pleasant", "fabulous", "outstanding", "enjoyable", "magnificent", "remarkable", "exquisite", "graceful", "elegant", "heartwarming", "uplifting"]
+NEGATIVE = ["awful", "terrible", "dreadful", "horrible", "boring", "dull", "tedious", "bland", "mediocre", "clumsy", "lousy", "atrocious", "miserable", "dismal", "painful", "pointless", "shoddy", "sloppy", "tiresome", "unbearable", "annoying", "disappointing", "forgettable", "lifeless"]
 SEEN_PER_SIDE = 6  # adjectives per polarity that the labelled training set may use
 
-NOUNS = """film movie story plot script cast acting ending soundtrack dialogue pacing score direction
-performance scenery camera work lead actor lead actress villain hero finale opening visuals editing
-costumes sequel premise twist""".split()
+NOUNS = ["film", "movie", "story", "plot", "script", "cast", "acting", "ending", "soundtrack", "dialogue", "pacing", "score", "direction", "performance", "scenery", "camera", "work", "lead", "actor", "lead", "actress", "villain", "hero", "finale", "opening", "visuals", "editing", "costumes", "sequel", "premise", "twist"]
 SUBJECTS = ["the " + noun for noun in NOUNS if noun not in ("work", "lead", "actor", "actress")]
 INTENSIFIERS = ["", "", "really ", "very ", "quite ", "truly ", "rather ", "so ", "absolutely ", "pretty "]
 NEUTRAL_CLAUSES = [

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import errno
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,7 +24,7 @@ app = typer.Typer(
 
 RecipeArgument = Annotated[Path, typer.Argument(help="Recipe YAML file (see `finetune recipes`).", show_default=False)]
 OverridesArgument = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Argument(help="Dotted key=value overrides applied on top of the recipe, e.g. training.lr=1e-3 "
                    "run_dir=runs/try2. Values are parsed as YAML.", show_default=False),
 ]
@@ -43,8 +44,8 @@ def _finished_stages_kept(stage: str, command: str) -> str:
     return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
 
 
-def _run_stage(stage: str, recipe_path: Path, overrides: Optional[list[str]], runner: Callable,
-               recipe_stages: Optional[tuple[str, ...]] = None) -> None:
+def _run_stage(stage: str, recipe_path: Path, overrides: list[str] | None, runner: Callable,
+               recipe_stages: tuple[str, ...] | None = None) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
     Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
@@ -158,7 +159,7 @@ def profile(
     recipe: RecipeArgument,
     overrides: OverridesArgument = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
-    matmul_gflops: Annotated[Optional[float], typer.Option(
+    matmul_gflops: Annotated[float | None, typer.Option(
         "--matmul-gflops", min=0.001, help="Use this matmul rate (GFLOP/s) for the time estimate instead of "
         "measuring this machine's, e.g. another machine's.", show_default=False)] = None,
     mfu: Annotated[float, typer.Option(
@@ -201,7 +202,7 @@ def predict_command(
     output_file: Annotated[str, typer.Option("--output", "-o", help="A .jsonl, .tsv or .csv file; - writes JSON "
                                              "lines to stdout.")] = "-",
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch.")] = 64,
-    max_length: Annotated[Optional[int], typer.Option(min=1, help="Tokens per example; default: the "
+    max_length: Annotated[int | None, typer.Option(min=1, help="Tokens per example; default: the "
                                                       "checkpoint's task.max_length.")] = None,
 ) -> None:
     """Predict labels and probabilities (scores for regression) for raw text with a fine-tuned checkpoint."""
@@ -225,7 +226,7 @@ CausalCheckpointArgument = Annotated[str, typer.Argument(
     "RNN, n-gram: its checkpoint/ folder), or a hub name.", show_default=False)]
 
 
-DocumentOption = Annotated[Optional[str], typer.Option(
+DocumentOption = Annotated[str | None, typer.Option(
     help="What a document of the text is, as corpus.document says for pretraining: line, paragraph or file (the "
     "whole text, line breaks kept). Default: what the checkpoint's own pretraining read (its saved recipe), else "
     "line.", show_default=False)]
@@ -234,7 +235,7 @@ DocumentOption = Annotated[Optional[str], typer.Option(
 @app.command()
 def generate(
     checkpoint: CausalCheckpointArgument,
-    prompt: Annotated[Optional[str], typer.Option(
+    prompt: Annotated[str | None, typer.Option(
         "--prompt", "-p", help="Text to continue, read as pretraining reads text (each line a document; the model "
         "continues the last). Default: stdin when it is piped, else none (a new document).",
         show_default=False)] = None,
@@ -248,13 +249,13 @@ def generate(
                                          "(nucleus sampling); 1: all.")] = 1.0,
     num_samples: Annotated[int, typer.Option("--num-samples", "-n", min=1, help="Samples to draw, one after "
                                              "another.")] = 1,
-    seed: Annotated[Optional[int], typer.Option(help="Seed the sampling: the same seed gives the same samples.",
+    seed: Annotated[int | None, typer.Option(help="Seed the sampling: the same seed gives the same samples.",
                                                 show_default=False)] = None,
     stop_at_eos: Annotated[bool, typer.Option(
         "--stop-at-eos/--no-stop-at-eos", help="End a sample at <|endoftext|>, the end of the document it writes; "
         "--no-stop-at-eos writes on into new documents (shown separated by <|endoftext|>) up to "
         "--max-new-tokens.")] = True,
-    output: Annotated[Optional[str], typer.Option(
+    output: Annotated[str | None, typer.Option(
         "--output", "-o", help="Also write the samples as JSON Lines to this file (prompt, sample, seed, text, "
         "new_tokens, stop); - writes them to stdout instead of the streamed text.", show_default=False)] = None,
     document: DocumentOption = None,
@@ -292,7 +293,7 @@ def score(
     checkpoint: CausalCheckpointArgument,
     files: Annotated[list[Path], typer.Argument(help="Text files, one document per line as pretraining reads them, "
                                                 "scored as one text.", show_default=False)],
-    segment_length: Annotated[Optional[int], typer.Option(
+    segment_length: Annotated[int | None, typer.Option(
         min=1, help="Tokens read at a time; default: the model's positions (the block it trained on), or 1024 for a "
         "model without a position table.", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the line.")] = False,
@@ -357,7 +358,7 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
 def validate_submission_command(
     archive: Annotated[Path, typer.Argument(help="The GLUE submission zip, e.g. RUN_DIR/submission.zip.",
                                             show_default=False)],
-    glue_dir: Annotated[Optional[Path], typer.Option(
+    glue_dir: Annotated[Path | None, typer.Option(
         "--glue-dir", help="GLUE root (download_glue_data.py's layout): rows are checked against its test files, "
         "index by index; without it, against the official test-set sizes.", show_default=False)] = None,
     allow_incomplete: Annotated[bool, typer.Option(
@@ -398,7 +399,7 @@ def validate_submission_command(
 def recipes(
     directory: Annotated[Path, typer.Option("--dir", help="Folder of recipes to list.")] = Path("recipes"),
     keys: Annotated[
-        Optional[str], typer.Option("--keys", help="Instead of listing recipes, explain every key of a stage's "
+        str | None, typer.Option("--keys", help="Instead of listing recipes, explain every key of a stage's "
                                     "recipes: pretrain, finetune, eval or ulmfit.", show_default=False)
     ] = None,
 ) -> None:
@@ -432,7 +433,7 @@ def recipes(
     _print_table(console, ("recipe", "stage", "description"), rows)
 
 
-def _print_table(console, columns: tuple[str, ...], rows: list[tuple[str, ...]], title: Optional[str] = None) -> None:
+def _print_table(console, columns: tuple[str, ...], rows: list[tuple[str, ...]], title: str | None = None) -> None:
     """A table on a terminal (the first column never cut: it is copied from there); piped or redirected, one
     tab-separated line per row with every value whole, for grep and cut."""
     from rich.table import Table
@@ -488,7 +489,7 @@ def runs() -> None:
 def compare(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (pretrain or finetune) to compare.",
                                                    show_default=False)],
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Write the Markdown report to this file and the overlay PNG beside it (report.md -> "
         "report.png); without it the report is printed and the PNG written to ./runs-compare.png.",
         show_default=False)] = None,
@@ -519,7 +520,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     version: Annotated[
-        Optional[bool], typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool | None, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = None,
 ) -> None:
     """Transfer learning for NLP in the line of ULMFiT, GPT and BERT."""

@@ -6,14 +6,14 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 console = Console(stderr=True)
-_live: Optional["PhaseProgress"] = None  # the progress display on screen now (rich allows one at a time)
+_live: PhaseProgress | None = None  # the progress display on screen now (rich allows one at a time)
 TOKENIZERS_PARALLELISM = "TOKENIZERS_PARALLELISM"
 _parallelism_turned_off = False  # whether quiet_library_chatter (not the user) turned the tokenizers' threads off
 
@@ -21,7 +21,7 @@ _parallelism_turned_off = False  # whether quiet_library_chatter (not the user) 
 class PhaseProgress(Progress):
     """A Progress that phases started while it is shown (an evaluation during an epoch) add their bars to."""
 
-    def __enter__(self) -> "PhaseProgress":
+    def __enter__(self) -> PhaseProgress:
         global _live
         super().__enter__()
         if _live is None:
@@ -51,7 +51,7 @@ def progress_bar(enabled: bool = True, transient: bool = False) -> Progress:
 
 
 @contextmanager
-def phase_bar(description: str, total: Optional[int], enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Callable[[int], None]]:
     """A bar for a short phase (an evaluation), gone when it ends; yields `advance(count=1)`.
 
     Started while another bar is shown (a periodic evaluation inside a training epoch), it becomes a

@@ -9,8 +9,9 @@ the value. `recipe_key` is the boundary between the two: the caller that knows t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any
 
 
 class UserError(Exception):
@@ -26,7 +27,7 @@ class InputError(UserError):
     clean-up, each `except UserError`): a file's own facts are often message enough.
     """
 
-    def __init__(self, reason: str, source: Union[str, Path, None] = None, line: Optional[int] = None,
+    def __init__(self, reason: str, source: str | Path | None = None, line: int | None = None,
                  value: Any = None):
         self.reason, self.source, self.line, self.value = reason, source, line, value
         where = f"{source}" if source is not None else ""
@@ -68,6 +69,6 @@ class RunFailed(Exception):
 class RunInterrupted(Exception):
     """Ctrl-C during training: a resumable checkpoint was saved at a step boundary (the CLI exits 130)."""
 
-    def __init__(self, step: int, checkpoint: Optional[Path]):
+    def __init__(self, step: int, checkpoint: Path | None):
         super().__init__(f"interrupted at step {step}")
         self.step, self.checkpoint = step, checkpoint

@@ -13,8 +13,9 @@ import functools
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from finetune import run_lock
 from finetune._version import __version__
@@ -69,7 +70,7 @@ def is_own_entry(entry: Path) -> bool:
             or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink()))
 
 
-def check_run_dir_free(recipe, latest_checkpoint: Optional[Callable[[Path], Optional[Path]]] = None) -> None:
+def check_run_dir_free(recipe, latest_checkpoint: Callable[[Path], Path | None] | None = None) -> None:
     """Refuse a run_dir that is in use, holds a run (without `overwrite`) or holds files of the user's.
 
     `latest_checkpoint(run_dir)`: the stage's newest resumable checkpoint, to say whether `--resume` would help.
@@ -234,7 +235,7 @@ def flatten_keys(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 class MetricsLog:
     """Appends JSON lines to metrics.jsonl; silent on every process but the main one."""
 
-    def __init__(self, path: Path, enabled: bool = True, forward_to: Optional[Callable[[dict[str, Any]], None]] = None):
+    def __init__(self, path: Path, enabled: bool = True, forward_to: Callable[[dict[str, Any]], None] | None = None):
         self.path, self.enabled = path, enabled
         self.forward_to = forward_to  # also given every record: the experiment trackers (reporting/trackers.py)
 

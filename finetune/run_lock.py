@@ -14,7 +14,6 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Optional
 
 from finetune.errors import UserError
 
@@ -23,7 +22,7 @@ LOCK_FILE = ".finetune-lock"
 _held: set[Path] = set()  # run directories whose lock this process holds
 
 
-def _process_start_time(pid: int) -> Optional[str]:
+def _process_start_time(pid: int) -> str | None:
     """The start time of process `pid` in clock ticks since boot (Linux), None where unknown or not running."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -36,7 +35,7 @@ def _this_process() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "start_time": _process_start_time(os.getpid())}
 
 
-def lock_owner(run_dir: Path) -> Optional[dict]:
+def lock_owner(run_dir: Path) -> dict | None:
     """The lock's owner if a live process (not this one) holds `run_dir`, else None (no lock, ours, or stale)."""
     try:
         owner = json.loads((Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8"))

@@ -20,7 +20,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, Bert
 from typer.testing import CliRunner
 
 import finetune
-import finetune.models.awd_lstm_classifier  # noqa: F401  (registers the AWD-LSTM classifier with the Auto classes)
+import finetune.models.awd_lstm_classifier
 from finetune.cli import app
 from finetune.data.causal import BPTTBatches
 from finetune.data.corpus import read_documents

@@ -14,8 +14,9 @@ import os
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
@@ -23,8 +24,15 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.data.tokenizers import train_wordpiece
-from tests.conftest import (eval_recipe, finetune_recipe, pretrain_recipe, save_tiny_masked_lm, write_corpus,
-                            write_task, write_yaml)
+from tests.conftest import (
+    eval_recipe,
+    finetune_recipe,
+    pretrain_recipe,
+    save_tiny_masked_lm,
+    write_corpus,
+    write_task,
+    write_yaml,
+)
 from tests.test_ulmfit_flow import ulmfit_recipe
 
 

@@ -25,8 +25,12 @@ from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
-from finetune.models.awd_lstm_classifier import (AWDLSTMForSequenceClassification, concat_pool, layer_widths,
-                                                 reversed_rows)
+from finetune.models.awd_lstm_classifier import (
+    AWDLSTMForSequenceClassification,
+    concat_pool,
+    layer_widths,
+    reversed_rows,
+)
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import BackwardEncoderError, load_classifier
 from finetune.recipes import BackboneConfig, TaskConfig
@@ -173,9 +177,8 @@ def test_a_backward_vocabulary_is_mapped_onto_the_forward_tokenizer(language_mod
     ("wider", "hidden_size 16"),
 ])
 def test_a_backward_checkpoint_that_does_not_fit_is_refused(language_models, task_dir, backward, message):
-    with pytest.raises(UserError, match=message) as error:
-        with classifier_keys():  # as the stages name the refusal
-            bidirectional_classifier(language_models, task_dir, backward=backward)
+    with pytest.raises(UserError, match=message) as error, classifier_keys():  # as the stages name the refusal
+        bidirectional_classifier(language_models, task_dir, backward=backward)
     assert str(error.value).startswith("model.backward_checkpoint:")
     assert isinstance(error.value.__cause__, BackwardEncoderError)
 
@@ -254,8 +257,9 @@ def test_the_cli_refuses_a_backward_checkpoint_on_a_transformer(tmp_path, task_d
 
 
 def test_the_profile_counts_the_backward_encoder(language_models, task_dir):
-    from finetune.models.heads import classifier_skeleton
     from transformers import AutoConfig
+
+    from finetune.models.heads import classifier_skeleton
 
     spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
     backbone = BackboneConfig(checkpoint=str(language_models["forward"]),

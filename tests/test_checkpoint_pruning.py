@@ -19,9 +19,15 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.recipes import load_recipe
 from finetune.stages.pretrain import run_pretrain
-from finetune.training.checkpoints import (PROGRESS_FILE, TRAINING_STATE_DIR, WEIGHTS_FILE, WEIGHTS_INDEX_FILE,
-                                           latest_training_checkpoint, sweep_incomplete_checkpoints,
-                                           training_checkpoints)
+from finetune.training.checkpoints import (
+    PROGRESS_FILE,
+    TRAINING_STATE_DIR,
+    WEIGHTS_FILE,
+    WEIGHTS_INDEX_FILE,
+    latest_training_checkpoint,
+    sweep_incomplete_checkpoints,
+    training_checkpoints,
+)
 from tests.conftest import REPO_ROOT, write_yaml
 from tests.test_pretrain_families import family_recipe, tokenizers  # noqa: F401  (tokenizers: a fixture)
 

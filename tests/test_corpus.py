@@ -10,9 +10,9 @@ import pytest
 
 from finetune.data import token_cache
 from finetune.data.corpus import (
-    file_pieces,
     TokenizedDocuments,
     document_stream,
+    file_pieces,
     pack_blocks,
     read_dataset_documents,
     read_documents,

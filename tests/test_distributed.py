@@ -106,10 +106,11 @@ def test_finetune_with_gradual_unfreezing_on_two_processes(tmp_path):
 
 def test_awd_lstm_on_two_processes_matches_one_process_with_the_same_global_batch(tmp_path):
     """BPTT streams split by process: 2 x 4 rows train the same model as 1 x 8 rows (dropouts off, same data)."""
+    from safetensors.torch import load_file
+
     from finetune.data.tokenizers import train_byte_level_bpe
     from finetune.recipes import load_recipe
     from finetune.stages.pretrain import run_pretrain
-    from safetensors.torch import load_file
 
     corpus = write_corpus(tmp_path / "corpus", lines=300)
     tokenizer = train_byte_level_bpe(read_documents([corpus]), vocab_size=300, min_frequency=1)

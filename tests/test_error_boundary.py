@@ -102,9 +102,8 @@ def test_an_input_error_reads_as_its_facts():
 
 
 def test_recipe_key_names_the_key_of_an_input_error():
-    with pytest.raises(UserError) as info:
-        with recipe_key("task.data_dir"):
-            raise DataFileError("no examples", source="dev.tsv")
+    with pytest.raises(UserError) as info, recipe_key("task.data_dir"):
+        raise DataFileError("no examples", source="dev.tsv")
     assert str(info.value) == "task.data_dir: dev.tsv: no examples"
     assert not isinstance(info.value, InputError)  # named once: an outer recipe_key leaves it as it is
     assert isinstance(info.value.__cause__, DataFileError)  # the facts stay reachable
@@ -114,12 +113,10 @@ def test_recipe_key_keeps_the_innermost_key_and_lets_other_errors_through():
     with pytest.raises(UserError, match=r"^models\.x: no such model folder: m$"):
         with recipe_key("model.checkpoint"), recipe_key("models.x"):
             raise CheckpointError("no such model folder: m")
-    with pytest.raises(UserError, match="^already named$"):
-        with recipe_key("task"):
-            raise UserError("already named")
-    with pytest.raises(ValueError):
-        with recipe_key("task"):
-            raise ValueError("not input")
+    with pytest.raises(UserError, match="^already named$"), recipe_key("task"):
+        raise UserError("already named")
+    with pytest.raises(ValueError), recipe_key("task"):
+        raise ValueError("not input")
 
 
 def test_the_cli_reports_an_uncaught_input_error_on_one_line(tmp_path, monkeypatch):

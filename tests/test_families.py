@@ -8,11 +8,22 @@ import torch
 from transformers import AutoConfig
 
 from finetune.errors import CheckpointError, UserError, recipe_key
-from finetune.models.families import (AWD_LSTM, BERT, CAUSAL_MODEL_TYPES, CAUSAL_TRANSFORMER, FAMILIES, GPT2, NGRAM,
-                                      WHOLE_DOCUMENT_TYPES, family, family_of, family_of_model_type, is_recurrent)
+from finetune.models.families import (
+    AWD_LSTM,
+    BERT,
+    CAUSAL_MODEL_TYPES,
+    CAUSAL_TRANSFORMER,
+    FAMILIES,
+    GPT2,
+    NGRAM,
+    WHOLE_DOCUMENT_TYPES,
+    family,
+    family_of,
+    family_of_model_type,
+    is_recurrent,
+)
 from finetune.models.language_models import VocabularyOfSize
-from finetune.recipes.pretrain import (AWDLSTMModelConfig, CausalLMModelConfig, MaskedLMModelConfig,
-                                       NGramModelConfig)
+from finetune.recipes.pretrain import AWDLSTMModelConfig, CausalLMModelConfig, MaskedLMModelConfig, NGramModelConfig
 
 SECTIONS = {
     "bert": MaskedLMModelConfig(layers=1, hidden=16, heads=2),

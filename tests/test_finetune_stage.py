@@ -20,8 +20,15 @@ from finetune.stages.evaluate import run_eval
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import trainable_group_count
-from tests.conftest import (custom_task_section, eval_recipe, finetune_recipe, save_tiny_masked_lm, write_corpus,
-                            write_task, write_yaml)
+from tests.conftest import (
+    custom_task_section,
+    eval_recipe,
+    finetune_recipe,
+    save_tiny_masked_lm,
+    write_corpus,
+    write_task,
+    write_yaml,
+)
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,7 @@ def _task_files(name: str) -> dict[str, str]:
 def write_glue_root(root: Path, skip: tuple[str, ...] = ()) -> Path:
     """Every GLUE folder (CoLA ... WNLI, diagnostic) with small files; `skip` leaves tasks' folders out."""
     for spec in GLUE_TASKS.values():
-        if spec.name in skip or spec.predicted_by == "mnli" and spec.name != "ax":  # mnli-mm lives in MNLI/
+        if spec.name in skip or (spec.predicted_by == "mnli" and spec.name != "ax"):  # mnli-mm lives in MNLI/
             continue
         folder = root / spec.glue_folder
         folder.mkdir(parents=True, exist_ok=True)

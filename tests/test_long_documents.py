@@ -15,8 +15,16 @@ import yaml
 from accelerate import Accelerator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
-                                          head_tail_positions, pool_windows, window_positions, windowed_logits)
+from finetune.data.long_documents import (
+    WINDOW_DOCUMENT,
+    DocumentReading,
+    ReadingError,
+    classification_loss,
+    head_tail_positions,
+    pool_windows,
+    window_positions,
+    windowed_logits,
+)
 from finetune.data.reverse import reverse_segments
 from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
 from finetune.errors import UserError
@@ -26,8 +34,14 @@ from finetune.stages.evaluate import run_eval
 from finetune.stages.finetune import gradient_window_note, run_finetune
 from finetune.stages.predict import load_predictor
 from finetune.training.predict import example_logits
-from tests.conftest import (custom_task_section, eval_recipe, finetune_recipe, make_sentence, save_tiny_masked_lm,
-                            write_yaml)
+from tests.conftest import (
+    custom_task_section,
+    eval_recipe,
+    finetune_recipe,
+    make_sentence,
+    save_tiny_masked_lm,
+    write_yaml,
+)
 
 BERT_LIKE = [None] + [0] * 20 + [None]  # [CLS] 20 text tokens [SEP]
 

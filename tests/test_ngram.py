@@ -17,14 +17,17 @@ from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.pretraining_text import pretraining_text
 from finetune.models.language_models import loss_module, train_tokenizer
-from finetune.models.ngram import (FALLBACK_DISCOUNTS, NGramForCausalLM, estimate_kneser_ney,
-                                   modified_kneser_ney_discounts)
+from finetune.models.ngram import (
+    FALLBACK_DISCOUNTS,
+    NGramForCausalLM,
+    estimate_kneser_ney,
+    modified_kneser_ney_discounts,
+)
 from finetune.recipes import TokenizerConfig, load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import language_model_data, validation_metrics
 from finetune.training.loop import make_accelerator
-from tests.conftest import (eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task,
-                            write_yaml)
+from tests.conftest import eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 
 runner = CliRunner()
 

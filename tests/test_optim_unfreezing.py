@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel,
-                          T5Config, T5Model)
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    GPT2Config,
+    GPT2LMHeadModel,
+    T5Config,
+    T5Model,
+)
 
 from finetune.errors import UserError
 from finetune.models.backbones import layer_groups

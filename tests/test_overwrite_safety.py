@@ -22,8 +22,15 @@ from finetune.cli import app
 from finetune.errors import UserError
 from finetune.run_dir import MARKER_FILE, OWN_ENTRIES, is_own_entry, remove_own_entries
 from finetune.run_lock import LOCK_FILE
-from tests.conftest import (REPO_ROOT, eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task,
-                            write_yaml)
+from tests.conftest import (
+    REPO_ROOT,
+    eval_recipe,
+    finetune_recipe,
+    pretrain_recipe,
+    write_corpus,
+    write_task,
+    write_yaml,
+)
 
 runner = CliRunner()
 

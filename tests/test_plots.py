@@ -10,8 +10,16 @@ from pathlib import Path
 import pytest
 
 from finetune.errors import UserError
-from finetune.reporting.plots import (DPI, FIGURE_SIZE, PLOTS_DIR, UNFREEZE_MARK, evaluation_figure,
-                                      learning_rate_figure, write_plots, write_plots_or_warn)
+from finetune.reporting.plots import (
+    DPI,
+    FIGURE_SIZE,
+    PLOTS_DIR,
+    UNFREEZE_MARK,
+    evaluation_figure,
+    learning_rate_figure,
+    write_plots,
+    write_plots_or_warn,
+)
 from finetune.run_dir import read_metrics
 from finetune.training.optim import discriminative_lrs
 from finetune.training.schedules import slanted_triangular

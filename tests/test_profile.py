@@ -219,7 +219,7 @@ def test_frozen_groups_cost_only_their_forward(tmp_path, finetune_recipe_data, w
 
 def test_json_has_every_section(tmp_path, corpus_file, write_recipe):
     profile = profile_json(write_recipe(lm_recipe(corpus_file, tmp_path / "run", BERT)), "training.max_steps=20")
-    assert KEYS <= profile.keys() and profile["recipe"].endswith(".yaml")
+    assert profile.keys() >= KEYS and profile["recipe"].endswith(".yaml")
     assert {"total", "trainable_at_start", "embeddings", "other"} <= profile["parameters"].keys()
     assert {"flops_per_token", "tokens_per_step", "flops_per_step", "total_flops"} <= profile["compute"].keys()
     assert {"weights", "gradients", "adamw", "activations_estimate"} <= profile["memory_mb"].keys()

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.errors import UserError
-from finetune.stages import push as push_module
 from finetune.stages.push import push_checkpoint
 from tests.conftest import save_tiny_masked_lm
 

@@ -128,7 +128,7 @@ def test_an_answerable_question_without_answers_and_bad_json_are_one_line(tmp_pa
 
 def test_a_long_context_is_read_in_overlapping_windows_labelled_with_the_answer_or_cls(tiny_bert):
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
-    words = "the film was really the plot was so the cast was very".split() * 3 + ["great"] + ["the", "music"] * 4
+    words = ["the", "film", "was", "really", "the", "plot", "was", "so", "the", "cast", "was", "very"] * 3 + ["great"] + ["the", "music"] * 4
     context = " ".join(words)
     answered = Question("a", "was it good ?", context, [("great", context.index("great"))])
     unanswerable = Question("b", "was it good ?", context, [], unanswerable=True)

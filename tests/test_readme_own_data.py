@@ -38,7 +38,7 @@ def write_news(folder: Path, rows: int, labelled: bool = True) -> None:
 def write_play(path: Path, speeches: int = 120) -> None:
     """Speeches: a speaker's name on its own line, two lines of verse, a blank line."""
     rng = random.Random(0)
-    words = "the king my lord good night sweet prince what is this and now to be or not".split()
+    words = ["the", "king", "my", "lord", "good", "night", "sweet", "prince", "what", "is", "this", "and", "now", "to", "be", "or", "not"]
     text = []
     for index in range(speeches):
         verse = [" ".join(rng.choice(words) for _ in range(6)) + "," for _ in range(2)]

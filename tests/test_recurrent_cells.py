@@ -19,8 +19,13 @@ from typer.testing import CliRunner
 import finetune.models.awd_lstm_classifier  # noqa: F401  (registers the classifier with the Auto classes)
 from finetune.cli import app
 from finetune.data.corpus import read_documents
-from finetune.models.awd_lstm import (AWDLSTMConfig, AWDLSTMForCausalLM, detach_hidden_state, hidden_state_from_names,
-                                      named_hidden_state)
+from finetune.models.awd_lstm import (
+    AWDLSTMConfig,
+    AWDLSTMForCausalLM,
+    detach_hidden_state,
+    hidden_state_from_names,
+    named_hidden_state,
+)
 from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import RecurrentNextTokenLM
 from finetune.models.language_models import train_tokenizer

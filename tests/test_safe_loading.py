@@ -69,7 +69,7 @@ def unsafe_uses(path: Path) -> list[str]:
     """Every unsafe loading construct in one source file, as 'file:line: what'."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     label = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path.name
-    where = lambda node: f"{label}:{node.lineno}"  # noqa: E731
+    where = lambda node: f"{label}:{node.lineno}"
     problems = []
     for call in calls(tree):
         name = dotted_name(call.func)

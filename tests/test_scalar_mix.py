@@ -23,8 +23,14 @@ from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, m
 from finetune.models.scalar_mix import ProjectedScalarMix, ScalarMix
 from finetune.recipes import BackboneConfig, TaskConfig, load_recipe
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from tests.conftest import (custom_task_section, eval_recipe, finetune_recipe, save_tiny_masked_lm, write_corpus,
-                            write_yaml)
+from tests.conftest import (
+    custom_task_section,
+    eval_recipe,
+    finetune_recipe,
+    save_tiny_masked_lm,
+    write_corpus,
+    write_yaml,
+)
 
 
 @pytest.fixture(scope="module")

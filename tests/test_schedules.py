@@ -7,8 +7,15 @@ import math
 import pytest
 
 from finetune.recipes import ScheduleConfig
-from finetune.training.schedules import (constant, linear_warmup_decay, make_momentum_schedule, make_schedule,
-                                         one_cycle, one_cycle_momentum, slanted_triangular)
+from finetune.training.schedules import (
+    constant,
+    linear_warmup_decay,
+    make_momentum_schedule,
+    make_schedule,
+    one_cycle,
+    one_cycle_momentum,
+    slanted_triangular,
+)
 
 STLR_CASES = [(100, 0.1, 32.0), (1000, 0.2, 10.0), (37, 0.3, 5.0), (10, 0.5, 2.0), (250, 0.06, 100.0)]
 

@@ -14,7 +14,7 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, word_tokens, tag_indices, tag_set
+from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
 from finetune.stages.predict import predict

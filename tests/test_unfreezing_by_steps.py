@@ -16,8 +16,14 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.models.backbones import layer_groups
 from finetune.recipes import load_recipe, recipe_to_yaml
-from finetune.reporting.plots import (PLOTS_DIR, UNFREEZE_MARK, is_trainable, learning_rate_figure, unfreezing_marks,
-                                      write_plots)
+from finetune.reporting.plots import (
+    PLOTS_DIR,
+    UNFREEZE_MARK,
+    is_trainable,
+    learning_rate_figure,
+    unfreezing_marks,
+    write_plots,
+)
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import run_finetune
 from finetune.training import loop as loop_module

@@ -15,9 +15,9 @@ marks the real choices in `choice_mask`; the scores of padding choices are set t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
 
 import torch
 
@@ -37,7 +37,7 @@ class ChoiceQuestions:
     stems: list[str]
     choices: list[list[str]]
     labels: list[list[str]]
-    answers: Optional[list[int]]
+    answers: list[int] | None
     lines: list[int]
     source: Path
 
@@ -105,7 +105,7 @@ class EncodedChoices(EncodedItems):
     token has read the whole sequence. Too long a sequence loses the start of its question.
     """
 
-    def __init__(self, questions: ChoiceQuestions, tokenizer, max_length: int, delimiter: Optional[int] = None):
+    def __init__(self, questions: ChoiceQuestions, tokenizer, max_length: int, delimiter: int | None = None):
         self.questions, self.items = questions, []
         for index, (stem, choices) in enumerate(zip(questions.stems, questions.choices)):
             if delimiter is None:

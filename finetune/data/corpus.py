@@ -12,16 +12,16 @@ from __future__ import annotations
 import bisect
 import itertools
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from finetune.data.masking import MaskingRule
-from finetune.data.token_arrays import (DocumentStream, PackedBlocks, TokenizedDocuments,  # noqa: F401  (re-exported)
-                                        document_stream, pack_blocks)
+from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments, document_stream, pack_blocks  # noqa: F401  (re-exported)
 from finetune.errors import DataFileError, InputError
 
 # Characters that show nothing: controls, format characters (zero-width space U+200B, joiners, the byte-order
@@ -86,7 +86,7 @@ def text_documents(text: str, document: str = "line") -> list[str]:
     return paragraphs
 
 
-def file_pieces(paths: list[Path], document: str = "line", piece_bytes: Optional[int] = PIECE_BYTES,
+def file_pieces(paths: list[Path], document: str = "line", piece_bytes: int | None = PIECE_BYTES,
                 ) -> Iterator[Piece]:
     """The files' documents (corpus.document: every non-empty line, paragraph or file), as pieces (a line's document
     is one piece; `piece_bytes` None: every document one piece), with their byte positions in the files one after
@@ -115,7 +115,7 @@ def _decoded(raw: bytes, path: Path, line_number: int) -> str:
         raise DataFileError("not valid UTF-8", source=path, line=line_number) from None
 
 
-def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: Optional[int]):
+def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: int | None):
     """The pieces of one file's paragraphs (or of the file as one document); returns the position after the file."""
     pending = bytearray()  # the current piece's bytes, from `start`
     start, cut, first, shown = position, None, True, False  # cut: where in `pending` the piece may end
@@ -147,7 +147,7 @@ def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: O
     return position
 
 
-def _file_at(paths: list[Path], position: int) -> tuple[Optional[Path], int, int]:
+def _file_at(paths: list[Path], position: int) -> tuple[Path | None, int, int]:
     """The file holding byte `position` of the files one after another, where it starts and ends (None: past them)."""
     ends = list(itertools.accumulate(path.stat().st_size for path in paths))
     file = bisect.bisect_right(ends, position)
@@ -156,7 +156,7 @@ def _file_at(paths: list[Path], position: int) -> tuple[Optional[Path], int, int
     return paths[file], ends[file - 1] if file else 0, ends[file]
 
 
-def _read_at(paths: list[Path], start: int, end: Optional[int] = None, line: bool = False) -> Optional[str]:
+def _read_at(paths: list[Path], start: int, end: int | None = None, line: bool = False) -> str | None:
     """The text from byte `start` of the files one after another to the end of its line (`line`), or to `end` or
     its file's end, whichever is first; None where no file is, or where the bytes are not UTF-8."""
     path, file_start, file_end = _file_at(paths, start)
@@ -178,7 +178,7 @@ def read_line(paths: list[Path], position: int) -> str:
     return document_text(text) if text is not None else ""
 
 
-def read_piece(paths: list[Path], start: int, end: Optional[int], document: str, first: bool, last: bool) -> str:
+def read_piece(paths: list[Path], start: int, end: int | None, document: str, first: bool, last: bool) -> str:
     """A paragraph's or a file's piece read back from its bytes, `start` to `end` (the next piece's start; None: its
     file's end), as `file_pieces` made it ('' if it is not there): the token cache's check."""
     text = _read_at(paths, start, end)

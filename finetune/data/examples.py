@@ -4,7 +4,6 @@ and the dataset of their encodings that the task kinds with their own layout bui
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -15,7 +14,7 @@ class TaskExamples:
     """One split of a task: the texts of each example, their labels (None for unlabeled test files), ids."""
 
     texts: list[tuple[str, ...]]
-    labels: Optional[np.ndarray]  # class indices (int64), scores (float32), or 0/1 rows (multilabel, float32)
+    labels: np.ndarray | None  # class indices (int64), scores (float32), or 0/1 rows (multilabel, float32)
     ids: list[str]
 
 

@@ -16,8 +16,8 @@ with more windows than `max_chunks` is read in that many spread evenly over it. 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -40,10 +40,10 @@ class DocumentReading:
     """How a classifier reads its task's examples: `max_length` tokens at most (None: whole), and how longer ones are
     read (task.long_documents)."""
 
-    max_length: Optional[int]
+    max_length: int | None
     mode: str = "truncate"
-    head: Optional[int] = None
-    overlap: Optional[int] = None
+    head: int | None = None
+    overlap: int | None = None
     max_chunks: int = 8
     pool: str = "mean"
     # GPT's similarity transformation (task.both_orders): a pair read as (a, b) and (b, a), two rows of one
@@ -51,7 +51,7 @@ class DocumentReading:
     both_orders: bool = False
 
     @classmethod
-    def of(cls, max_length: Optional[int], long_documents=None, both_orders: bool = False) -> "DocumentReading":
+    def of(cls, max_length: int | None, long_documents=None, both_orders: bool = False) -> DocumentReading:
         """From task.max_length, a task.long_documents section (None: truncate) and task.both_orders."""
         if both_orders:
             return cls(max_length, pool="sum", both_orders=True)
@@ -89,13 +89,13 @@ class DocumentReading:
         return self.overlap if self.overlap is not None else self.max_length // 4
 
 
-def text_room(sequence_ids: Sequence[Optional[int]], max_length: int) -> tuple[list[int], int]:
+def text_room(sequence_ids: Sequence[int | None], max_length: int) -> tuple[list[int], int]:
     """The text positions of an encoded example (not special tokens) and how many of them fit in max_length."""
     texts = [position for position, segment in enumerate(sequence_ids) if segment is not None]
     return texts, max_length - (len(sequence_ids) - len(texts))
 
 
-def head_tail_positions(sequence_ids: Sequence[Optional[int]], max_length: int, head: int) -> list[int]:
+def head_tail_positions(sequence_ids: Sequence[int | None], max_length: int, head: int) -> list[int]:
     """The positions head_tail keeps: every special token, the first `head` text positions and the last ones that
     fill max_length."""
     texts, room = text_room(sequence_ids, max_length)
@@ -108,7 +108,7 @@ def head_tail_positions(sequence_ids: Sequence[Optional[int]], max_length: int, 
     return [position for position, segment in enumerate(sequence_ids) if segment is None or position in kept]
 
 
-def window_positions(sequence_ids: Sequence[Optional[int]], max_length: int, overlap: int,
+def window_positions(sequence_ids: Sequence[int | None], max_length: int, overlap: int,
                      max_chunks: int) -> tuple[list[list[int]], int]:
     """The positions of each window of an example (every special token in each), and how many windows it had
     before `max_chunks` (more than that: that many, spread evenly from the first to the last)."""

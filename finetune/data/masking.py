@@ -7,7 +7,6 @@ Of the non-special tokens, `probability` are chosen as prediction targets; of th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -25,10 +24,10 @@ class MaskingRule:
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
     # Whole-word masking: True at the ids of word-continuing pieces (WordPiece's "##..."); None: per token.
-    continues_word: Optional[np.ndarray] = None
+    continues_word: np.ndarray | None = None
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, masking_config) -> "MaskingRule":
+    def for_tokenizer(cls, tokenizer, masking_config) -> MaskingRule:
         """The rule for a Hugging Face tokenizer and a recipe's `masking` section."""
         return cls(
             mask_token_id=tokenizer.mask_token_id,

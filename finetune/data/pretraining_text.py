@@ -16,9 +16,10 @@ passes that bound and still gives too few tokens is refused once they are counte
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,15 +52,15 @@ class PretrainingText:
     the training text)."""
 
     train_files: list[Path] = field(default_factory=list)  # streamed; empty when `documents` holds the text
-    documents: Optional[list[str]] = None  # a dataset's or a task's text
+    documents: list[str] | None = None  # a dataset's or a task's text
     validation_files: list[Path] = field(default_factory=list)
-    validation_documents: Optional[list[str]] = None  # a dataset's validation split
+    validation_documents: list[str] | None = None  # a dataset's validation split
     validation_fraction: float = 0.05  # held out of the training text when no validation text is given
     seed: int = 0
     document: str = "line"  # what a document of the files is: line, paragraph or file (corpus.document)
     source: str = ""  # how errors name the training text: its files, the dataset or the task
-    needs: Optional[tuple[StreamNeed, StreamNeed]] = None  # what the training and the validation text must give
-    _count: Optional[int] = None  # documents of the training files, once counted
+    needs: tuple[StreamNeed, StreamNeed] | None = None  # what the training and the validation text must give
+    _count: int | None = None  # documents of the training files, once counted
 
     @property
     def held_out(self) -> bool:
@@ -135,7 +136,7 @@ class PretrainingText:
             if keep is None or keep[index]:
                 yield piece.text
 
-    def tokenize(self, tokenizer, cache_dir: Optional[Path], show_progress: bool = True,
+    def tokenize(self, tokenizer, cache_dir: Path | None, show_progress: bool = True,
                  ) -> tuple[TokenizedDocuments, TokenizedDocuments]:
         """Training and validation token ids: each text tokenised once (or mapped from the cache), then split."""
         options = {"show_progress": show_progress}
@@ -172,7 +173,7 @@ class PretrainingText:
                                  f"included, fewer than the {need.tokens:,} needed for {need.purpose}")
 
 
-def pretraining_text(corpus, seed: int, needs: Optional[tuple[StreamNeed, StreamNeed]] = None) -> PretrainingText:
+def pretraining_text(corpus, seed: int, needs: tuple[StreamNeed, StreamNeed] | None = None) -> PretrainingText:
     """The recipe's corpus section as text to read: a dataset or a task is read here, files are only named; with
     `needs` (training, validation), a text too short for them by its size is refused here, before any tokenising."""
     text = PretrainingText(validation_files=list(corpus.validation_files),

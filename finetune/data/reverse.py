@@ -16,7 +16,6 @@ and a cached forward corpus cannot reach a backward run unreversed.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from finetune.data.token_arrays import TokenizedDocuments
 from finetune.errors import InputError
@@ -41,7 +40,7 @@ def mark_backwards(config) -> None:
     setattr(config, REVERSE_CONFIG_KEY, True)
 
 
-def pretraining_direction(requested: Optional[bool], continued_config, checkpoint: Optional[str]) -> bool:
+def pretraining_direction(requested: bool | None, continued_config, checkpoint: str | None) -> bool:
     """Whether a pretraining run reads backwards: `corpus.reverse` as given, or (null) as the continued checkpoint
     reads; a checkpoint that reads the other way than `corpus.reverse` asks is refused (its weights learnt the other
     direction: continuing it would unlearn it)."""
@@ -61,7 +60,7 @@ def read_backwards(documents: TokenizedDocuments) -> TokenizedDocuments:
     return dataclasses.replace(documents, backwards=True)
 
 
-def reverse_segments(input_ids: list[int], sequence_ids: list[Optional[int]]) -> list[int]:
+def reverse_segments(input_ids: list[int], sequence_ids: list[int | None]) -> list[int]:
     """An encoded example with the tokens of each text segment in reverse order, special tokens left in place.
 
     For a pair, each text is reversed where it stands: [CLS] a1 a2 [SEP] b1 b2 [SEP] becomes [CLS] a2 a1 [SEP] b2 b1

@@ -12,10 +12,9 @@ wholly inside it or the question has none (BERT's and Hugging Face's run_qa's wa
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
-
 
 from finetune.data.examples import EncodedItems
 from finetune.errors import DataFileError, InputError
@@ -116,7 +115,7 @@ def _question(qa, context: str, title: str, path: Path, text: str, with_answers:
     return Question(identifier, qa["question"], context, answers, unanswerable, title)
 
 
-def line_of(text: str, identifier: str) -> Optional[int]:
+def line_of(text: str, identifier: str) -> int | None:
     """The line of a question's id in the file's text (JSON keeps no line numbers), None if not found."""
     position = text.find(json.dumps(identifier))
     return text.count("\n", 0, position) + 1 if position >= 0 else None
@@ -129,7 +128,7 @@ class SpanReading:
     no-answer score must beat the best span (`null_threshold`, SQuAD 2.0)."""
 
     max_length: int = DEFAULT_MAX_LENGTH
-    doc_stride: Optional[int] = None  # None: a third of max_length (128 of 384)
+    doc_stride: int | None = None  # None: a third of max_length (128 of 384)
     n_best: int = 20
     max_answer_length: int = 30
     null_threshold: float = 0.0
@@ -139,7 +138,7 @@ class SpanReading:
             self.doc_stride = self.max_length // 3
 
     @classmethod
-    def of(cls, task, max_length: int, saved: Optional[dict] = None) -> "SpanReading":
+    def of(cls, task, max_length: int, saved: dict | None = None) -> SpanReading:
         """The reading of a recipe's `task` section (max_length already fitted to the model); keys it leaves out
         come from `saved` (a checkpoint's saved task section), else the defaults."""
         saved = saved or {}
@@ -205,7 +204,7 @@ def check_question_lengths(questions: SquadQuestions, tokenizer, texts: Sequence
                                 else None, value=question.id)
 
 
-def answer_positions(question: Question, offsets: Sequence[Optional[tuple[int, int]]], cls: int) -> tuple[int, int]:
+def answer_positions(question: Question, offsets: Sequence[tuple[int, int] | None], cls: int) -> tuple[int, int]:
     """The first and last token of the (first) answer in a window, or (cls, cls) when the question has no answer
     or the answer is not wholly inside the window's part of the context."""
     if question.unanswerable or not question.answers:

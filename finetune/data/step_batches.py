@@ -14,7 +14,8 @@ counts zero times (its process still has to join the gradient all-reduce).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset, Sampler
@@ -34,7 +35,7 @@ class StepBatches:
         self.sampler, self.micro_batch_size = sampler, batch_size
         self.processes, self.step_size = processes, batch_size * processes * accumulation
 
-    def __iter__(self) -> Iterator[list[Optional[int]]]:
+    def __iter__(self) -> Iterator[list[int | None]]:
         order = list(self.sampler)
         full = len(order) - len(order) % self.step_size  # examples in whole optimizer steps
         for start in range(0, full, self.micro_batch_size):
@@ -64,7 +65,7 @@ class PaddableDataset(Dataset):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: Optional[int]) -> tuple[Any, bool]:
+    def __getitem__(self, index: int | None) -> tuple[Any, bool]:
         return (self.dataset[0], False) if index is PADDING else (self.dataset[index], True)
 
 

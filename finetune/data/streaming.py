@@ -18,8 +18,9 @@ continues with exactly the batches the interrupted run would have read next.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,7 +59,7 @@ class StreamedDocuments:
     label: str  # how errors name the dataset
 
     @classmethod
-    def open(cls, name: str, config: Optional[str], split: str, text_column: str, data_files=None,
+    def open(cls, name: str, config: str | None, split: str, text_column: str, data_files=None,
              ) -> StreamedDocuments:
         """The split, its first rows read now: an unreadable dataset or a wrong column stops a run before it starts."""
         documents = cls(load_dataset_split(name, config, split, data_files, streaming=True), text_column,
@@ -81,8 +82,8 @@ class StreamedBatches(IterableDataset):
     """
 
     def __init__(self, documents: Callable[[], Iterator[str]], tokenizer, separator_id: int, block_size: int,
-                 batch_size: int, batches: int, seed: int, rule: Optional[MaskingRule] = None,
-                 start_id: Optional[int] = None, held_out: int = 0, process_index: int = 0, num_processes: int = 1,
+                 batch_size: int, batches: int, seed: int, rule: MaskingRule | None = None,
+                 start_id: int | None = None, held_out: int = 0, process_index: int = 0, num_processes: int = 1,
                  backwards: bool = False):
         self.documents, self.tokenizer, self.separator_id = documents, tokenizer, separator_id
         self.block_size, self.batch_size, self.batches, self.seed = block_size, batch_size, batches, seed

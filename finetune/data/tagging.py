@@ -8,9 +8,9 @@ a blank line between sentences, and `-DOCSTART-` lines between documents.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class TaggedSentences:
     line each sentence starts on (for messages)."""
 
     words: list[list[str]]
-    tags: Optional[list[list[str]]]
+    tags: list[list[str]] | None
     lines: list[int]
     source: Path
 
@@ -97,8 +97,8 @@ class EncodedTagging(EncodedItems):
     no loss and are predicted O.
     """
 
-    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: Optional[int],
-                 tags: Optional[Sequence[str]] = None, name: str = "training", last_token: bool = False):
+    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: int | None,
+                 tags: Sequence[str] | None = None, name: str = "training", last_token: bool = False):
         if not getattr(tokenizer, "is_fast", False):
             raise InputError("tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
                              source=getattr(tokenizer, "name_or_path", None))
@@ -139,13 +139,13 @@ class EncodedTagging(EncodedItems):
         return predicted
 
 
-def word_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[Optional[int]], words: Sequence[str],
-                last: bool = False) -> list[Optional[int]]:
+def word_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[int | None], words: Sequence[str],
+                last: bool = False) -> list[int | None]:
     """The position of each word's first token (`last`: its last one) for `words` joined by single spaces and
     tokenised with these character `offsets`; None for a word with no token (cut off by max_length, or all of it
     dropped by the tokenizer's normalisation)."""
     starts = np.cumsum([0] + [len(word) + 1 for word in words[:-1]])
-    positions: list[Optional[int]] = [None] * len(words)
+    positions: list[int | None] = [None] * len(words)
     for position, ((start, end), segment) in enumerate(zip(offsets, sequence_ids)):
         if segment is None or end <= start:
             continue  # a special token

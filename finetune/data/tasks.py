@@ -6,8 +6,9 @@ import csv
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,9 +16,14 @@ from torch.utils.data import Dataset
 
 from finetune.console import console, phase_bar
 from finetune.data.corpus import document_text
-from finetune.data.examples import TaskExamples  # noqa: F401  (re-exported: the readers' result type)
-from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, head_tail_positions,
-                                         window_positions)
+from finetune.data.examples import TaskExamples
+from finetune.data.long_documents import (
+    WINDOW_DOCUMENT,
+    DocumentReading,
+    ReadingError,
+    head_tail_positions,
+    window_positions,
+)
 from finetune.data.multilabel import has_label_set, label_set_row
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
@@ -53,7 +59,7 @@ def found_task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
     return found[0]
 
 
-def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> TaskExamples:
+def read_task_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaskExamples:
     """One split from the hub (`spec.source`) or from its file in `data_dir`, every row checked."""
     if spec.source == "hub":
         from finetune.glue.hub import read_hub_split  # late import: `datasets` is slow to import
@@ -67,7 +73,7 @@ def read_task_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> Tas
     return read_examples_file(spec, path, file_format, spec.headerless_columns.get(split))
 
 
-def read_labelled_split(spec: TaskSpec, data_dir: Optional[Path], split: str) -> TaskExamples:
+def read_labelled_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaskExamples:
     """A split to learn from or to score against: without its label column, one line naming its file."""
     examples = read_task_split(spec, data_dir, split)
     if examples.labels is None:
@@ -76,13 +82,13 @@ def read_labelled_split(spec: TaskSpec, data_dir: Optional[Path], split: str) ->
     return examples
 
 
-def split_source(spec: TaskSpec, data_dir: Optional[Path], split: str) -> str:
+def split_source(spec: TaskSpec, data_dir: Path | None, split: str) -> str:
     """How a message names a split: its file, or the hub's split."""
     return f"the hub's {split} split" if spec.source == "hub" else f"the {split} file {task_file(spec, data_dir, split)}"
 
 
 def read_examples_file(spec: TaskSpec, path: Path, file_format: str,
-                       headerless: Optional[tuple[str, ...]] = None) -> TaskExamples:
+                       headerless: tuple[str, ...] | None = None) -> TaskExamples:
     """The examples of one TSV, CSV or JSON Lines file, every row checked; bad bytes name their line."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: MRPC starts with a BOM
@@ -109,7 +115,7 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)  # regression labels are stored as
 
 
 def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
-                      headerless: Optional[tuple[str, ...]]) -> Iterator[tuple[int, dict[str, str]]]:
+                      headerless: tuple[str, ...] | None) -> Iterator[tuple[int, dict[str, str]]]:
     """(line, {column: value}) per row of a TSV or CSV file; a row with the wrong column count names its line.
 
     TSV is read with quoting disabled (GLUE files hold stray quotes that belong to the text); CSV
@@ -244,8 +250,8 @@ def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[st
     return documents
 
 
-def truncation_note(tokenizer, first: Sequence[str], second: Optional[Sequence[str]], lengths: list[int],
-                    max_length: int, name: str) -> Optional[str]:
+def truncation_note(tokenizer, first: Sequence[str], second: Sequence[str] | None, lengths: list[int],
+                    max_length: int, name: str) -> str | None:
     """One line when task.max_length cut examples: how many, and the lengths they had (None when nothing was cut).
 
     Only the examples that reached max_length can have been cut: they alone are tokenised again, whole.
@@ -279,9 +285,9 @@ class EncodedTask(Dataset):
     does to examples longer than max_length.
     """
 
-    def __init__(self, examples: TaskExamples, tokenizer, reading: DocumentReading | Optional[int],
+    def __init__(self, examples: TaskExamples, tokenizer, reading: DocumentReading | int | None,
                  chunk: int = 20_000, backwards: bool = False, both_directions: bool = False,
-                 name: Optional[str] = None):
+                 name: str | None = None):
         reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
@@ -304,7 +310,7 @@ class EncodedTask(Dataset):
         truncate = reading.mode == "truncate" and reading.max_length is not None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
         self.encodings: dict[str, list] = {}
-        self.windows: Optional[list[range]] = [] if reading.windowed else None  # rows of each document
+        self.windows: list[range] | None = [] if reading.windowed else None  # rows of each document
         self.full_lengths: list[int] = []  # tokens of each whole example (head_tail, chunks: what the note reports)
         self.windows_before_cap: list[int] = []  # chunks: windows of each document before max_chunks
         with phase_bar("tokenizing", len(columns[0]), enabled=len(columns[0]) > chunk) as advance:
@@ -367,7 +373,7 @@ class EncodedTask(Dataset):
         rows = len(self.encodings["input_ids"])
         self.windows.append(range(rows - 2, rows))
 
-    def _note(self, tokenizer, first: Sequence[str], second: Optional[Sequence[str]], name: str) -> Optional[str]:
+    def _note(self, tokenizer, first: Sequence[str], second: Sequence[str] | None, name: str) -> str | None:
         """The line that says what reading did to the examples longer than max_length (None: none was)."""
         reading = self.reading
         if reading.max_length is None:
@@ -394,7 +400,7 @@ class EncodedTask(Dataset):
 
 
 def long_documents_note(reading: DocumentReading, full_lengths: np.ndarray, windows: np.ndarray,
-                        name: str) -> Optional[str]:
+                        name: str) -> str | None:
     """One line on the examples longer than max_length under head_tail or chunks (None when there are none)."""
     longer = int((full_lengths > reading.max_length).sum())
     if not longer:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -30,8 +29,8 @@ class TokenizedDocuments:
 
     ids: np.ndarray  # int32: every stored document's ids, one document after another (np.memmap from the cache)
     offsets: np.ndarray  # int64, one more than the stored documents: document i is ids[offsets[i]:offsets[i + 1]]
-    order: Optional[np.ndarray] = None  # int64 indices of the stored documents meant here; None: all, as stored
-    source: Optional[Path] = None  # the cache folder the arrays are mapped from (pickling sends this, not the ids)
+    order: np.ndarray | None = None  # int64 indices of the stored documents meant here; None: all, as stored
+    source: Path | None = None  # the cache folder the arrays are mapped from (pickling sends this, not the ids)
     # Each document read from its last token to its first (a backward LM, data/reverse.py): the ids stay forward.
     backwards: bool = False
 
@@ -46,7 +45,7 @@ class TokenizedDocuments:
         if self.order is not None:
             self.order = np.asarray(self.order, dtype=np.int64)
             if self.order.ndim != 1 or (len(self.order) and not (
-                    0 <= self.order.min() and self.order.max() < len(self.offsets) - 1)):
+                    self.order.min() >= 0 and self.order.max() < len(self.offsets) - 1)):
                 raise ValueError("order names documents that are not stored")
 
     @classmethod
@@ -89,7 +88,7 @@ class TokenizedDocuments:
     def select(self, indices: np.ndarray) -> TokenizedDocuments:
         """Documents `indices` of this selection, in that order, sharing the ids (nothing is copied)."""
         indices = np.asarray(indices, dtype=np.int64)
-        if len(indices) and not (0 <= indices.min() and indices.max() < len(self)):
+        if len(indices) and not (indices.min() >= 0 and indices.max() < len(self)):
             raise IndexError("document index out of range")
         order = indices if self.order is None else self.order[indices]
         return TokenizedDocuments(self.ids, self.offsets, order, self.source, self.backwards)
@@ -134,7 +133,7 @@ class TokenizedDocuments:
         self.__dict__.update(state)
 
 
-def _load_array(path: Path, mode: Optional[str]) -> np.ndarray:
+def _load_array(path: Path, mode: str | None) -> np.ndarray:
     """An .npy file, memory-mapped when `mode` is given (an empty array cannot be mapped: it is read)."""
     array = np.load(path, mmap_mode=mode)
     return np.load(path) if mode is not None and array.size == 0 else array

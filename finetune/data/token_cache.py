@@ -37,9 +37,9 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -166,8 +166,8 @@ def _batched(pieces: Iterable[Piece], batch_size: int) -> Iterator[list[Piece]]:
         yield batch
 
 
-def _write_tokens(tokenizer, batches: Iterable[tuple], cache: Optional[TokenCache], advance, check,
-                  meta: Optional[dict] = None, report: Optional[str] = None, grouped: bool = False,
+def _write_tokens(tokenizer, batches: Iterable[tuple], cache: TokenCache | None, advance, check,
+                  meta: dict | None = None, report: str | None = None, grouped: bool = False,
                   ) -> TokenizedDocuments:
     """Tokenise the batches (texts, byte positions or None, whether each text starts a document or None, progress)
     into the cache entry, or into memory (`grouped`: the texts are pieces of documents); with `report`, print what
@@ -202,7 +202,7 @@ class TokenWriter:
     added are pieces, and documents are the runs of pieces from one that starts a document to the next.
     """
 
-    def __init__(self, folder: Optional[Path], grouped: bool = False):
+    def __init__(self, folder: Path | None, grouped: bool = False):
         self.folder, self.count, self.grouped, self.added = folder, 0, grouped, 0  # count: ids; added: texts
         self.lengths: list[np.ndarray] = []
         self.positions: list[np.ndarray] = []
@@ -220,8 +220,8 @@ class TokenWriter:
             self.handle, {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False,
                           "shape": (self.count,)})
 
-    def add(self, id_lists: list[list[int]], positions: Optional[list[int]] = None,
-            firsts: Optional[list[bool]] = None) -> None:
+    def add(self, id_lists: list[list[int]], positions: list[int] | None = None,
+            firsts: list[bool] | None = None) -> None:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=NPY_INT32, count=int(lengths.sum()))
         if self.grouped:
@@ -271,7 +271,7 @@ class TokenCache:
         self.cache_dir = Path(cache_dir).expanduser()
         self.path = self.cache_dir / f"tokens-{key}"
 
-    def load(self, document_count: Optional[int] = None, check=None) -> Optional[TokenizedDocuments]:
+    def load(self, document_count: int | None = None, check=None) -> TokenizedDocuments | None:
         """The entry's documents, memory-mapped; None when absent, or (with a warning) unreadable or failing
         `check(documents) -> reason or None`, so that they are made again."""
         if not self.path.is_dir():
@@ -324,7 +324,7 @@ def corpus_cache_key(tokenizer, documents: list[str]) -> str:
     return digest.hexdigest()
 
 
-def files_cache_key(tokenizer, paths: list[Path], document: str = "line", piece_bytes: Optional[int] = None) -> str:
+def files_cache_key(tokenizer, paths: list[Path], document: str = "line", piece_bytes: int | None = None) -> str:
     """A digest of the tokenizer, what a document is (and the pieces of one) and each file's absolute path, size
     and modification time: no text is read."""
     digest = hashlib.blake2b(digest_size=16)
@@ -363,7 +363,7 @@ class PieceReader:
 
 
 def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path],
-                    document: str = "line") -> Optional[str]:
+                    document: str = "line") -> str | None:
     """Why a text files' entry does not hold these files' tokens, from SAMPLE_SIZE documents (pieces of paragraphs
     or files) read back; None if it does. They are found by their byte positions: nothing before them is read."""
     if document == "line":

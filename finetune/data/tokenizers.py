@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from accelerate.utils import broadcast_object_list
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers

@@ -3,7 +3,7 @@ entity-level scores of tagging tasks with seqeval."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.stats import pearsonr, spearmanr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 STANDARD_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
 STANDARD_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
@@ -24,7 +24,7 @@ class HubSource:
     text_columns: tuple[str, ...]
     splits: dict[str, str] = field(default_factory=lambda: dict(STANDARD_HUB_SPLITS))
     # The task's label strings in the order of the hub's class ids; None: the task's own order.
-    labels: Optional[tuple[str, ...]] = None
+    labels: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,32 +36,32 @@ class TaskSpec:
     label_column: str
     # The class names (reports, predictions, the model's id2label): the files' label texts, or the recipe's
     # label_names for them; None: regression.
-    labels: Optional[tuple[str, ...]]
+    labels: tuple[str, ...] | None
     metrics: tuple[str, ...]  # the first one selects the best checkpoint
     # split -> file name in the task's folder; None: whichever of SPLIT.tsv, SPLIT.csv and SPLIT.jsonl is there
-    files: Optional[dict[str, str]] = field(default_factory=lambda: dict(STANDARD_FILES))
+    files: dict[str, str] | None = field(default_factory=lambda: dict(STANDARD_FILES))
     # Files without a header row get these column names (CoLA's train/dev).
     headerless_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     index_column: str = "index"  # test files: the id each submission row must carry
-    file_format: Optional[str] = None  # tsv, csv or jsonl; None: by each file's extension
+    file_format: str | None = None  # tsv, csv or jsonl; None: by each file's extension
     source: str = "files"  # files: read from a folder; hub: from the hub's GLUE dataset (see `hub`)
     # GLUE only:
-    glue_folder: Optional[str] = None  # the task's folder in a GLUE root (download_glue_data.py's layout)
-    hub: Optional[HubSource] = None
-    predicted_by: Optional[str] = None  # a task without a model of its own, predicted by this task's model
-    submission_file: Optional[str] = None  # file name in the leaderboard archive
-    submission_labels: Optional[tuple[str, ...]] = None  # what a submission writes per class; None: the labels
-    submission_range: Optional[tuple[float, float]] = None  # regression predictions are clipped to this
-    test_rows: Optional[int] = None  # rows of the official test file: what a submission must have
+    glue_folder: str | None = None  # the task's folder in a GLUE root (download_glue_data.py's layout)
+    hub: HubSource | None = None
+    predicted_by: str | None = None  # a task without a model of its own, predicted by this task's model
+    submission_file: str | None = None  # file name in the leaderboard archive
+    submission_labels: tuple[str, ...] | None = None  # what a submission writes per class; None: the labels
+    submission_range: tuple[float, float] | None = None  # regression predictions are clipped to this
+    test_rows: int | None = None  # rows of the official test file: what a submission must have
     # Custom tasks only:
-    text_template: Optional[str] = None  # the one text a model reads, each {column} filled in; None: the columns
-    file_labels: Optional[tuple[str, ...]] = None  # the labels as the files write them, where labels renames them
+    text_template: str | None = None  # the one text a model reads, each {column} filled in; None: the columns
+    file_labels: tuple[str, ...] | None = None  # the labels as the files write them, where labels renames them
     # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
     kind: str = "classification"
     tag_column: int = -1  # the column of a CoNLL line that holds the tag
     # Multi-label tasks (kind multilabel): a set of `labels` per example, from a list column (label_column, its
     # items separated by label_separator in TSV/CSV) or from a 0/1 column per label (label_columns).
-    label_columns: Optional[tuple[str, ...]] = None
+    label_columns: tuple[str, ...] | None = None
     label_separator: str = "|"
 
     @property
@@ -121,7 +121,7 @@ GLUE_TASKS: dict[str, TaskSpec] = {
     for spec in [
         TaskSpec(
             "cola", ("sentence",), "label", _BINARY, ("mcc", "accuracy"),
-            headerless_columns={split: ("source", "label", "star", "sentence") for split in ("train", "dev")},
+            headerless_columns=dict.fromkeys(("train", "dev"), ("source", "label", "star", "sentence")),
             glue_folder="CoLA", hub=HubSource("cola", ("sentence",)), submission_file="CoLA.tsv", test_rows=1063,
         ),
         TaskSpec(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import re
 import string
-from typing import Sequence
+from collections.abc import Sequence
 
 PUNCTUATION = set(string.punctuation)
 ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)

@@ -11,9 +11,9 @@ import os
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 from finetune.data.tasks import read_task_split
 from finetune.errors import DataFileError, InputError
@@ -87,7 +87,7 @@ class SubmissionCheck:
 MAX_MEMBER_BYTES = 16 * 2**20  # 4x the largest submission file (QQP); more is not read
 
 
-def validate_submission(path: Path, test_ids: Optional[dict[str, list[str]]] = None) -> SubmissionCheck:
+def validate_submission(path: Path, test_ids: dict[str, list[str]] | None = None) -> SubmissionCheck:
     """Check names, headers, labels, row counts and index coverage of an archive.
 
     Rows are checked against the test files' ids in `test_ids` ({task: ids}) where given, else
@@ -142,7 +142,7 @@ def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
                             value=name) from None
 
 
-def check_file(spec: TaskSpec, data: bytes, test_ids: Optional[list[str]]) -> tuple[int, list[str]]:
+def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple[int, list[str]]:
     """(rows, problems) of one submission file."""
     name = spec.submission_file
     try:
@@ -181,7 +181,7 @@ def check_file(spec: TaskSpec, data: bytes, test_ids: Optional[list[str]]) -> tu
     return rows, problems
 
 
-def value_problem(spec: TaskSpec, value: str) -> Optional[str]:
+def value_problem(spec: TaskSpec, value: str) -> str | None:
     """Why one prediction is not what the leaderboard accepts for the task, or None."""
     if not spec.is_regression:
         vocabulary = spec.submission_labels or spec.labels

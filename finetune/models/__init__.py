@@ -2,5 +2,10 @@
 (Transformer-XL memory, sparse attention) and the mean-pooling classifier with transformers' Auto classes, so that
 `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained` load this toolkit's own checkpoints."""
 
-from finetune.models import (awd_lstm, awd_lstm_classifier, causal_transformer, mean_pooling,  # noqa: F401
-                             ngram)  # (registration on import)
+from finetune.models import (  # noqa: F401
+                             awd_lstm,
+                             awd_lstm_classifier,
+                             causal_transformer,
+                             mean_pooling,
+                             ngram,  # (registration on import)
+)

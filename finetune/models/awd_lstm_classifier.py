@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import OrderedDict
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +37,13 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 from transformers import initialization as init
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 
-from finetune.models.awd_lstm import (AWDLSTMConfig, AWDLSTMModel, AWDLSTMPreTrainedModel, activation_penalty,
-                                      with_gradient_of)
+from finetune.models.awd_lstm import (
+    AWDLSTMConfig,
+    AWDLSTMModel,
+    AWDLSTMPreTrainedModel,
+    activation_penalty,
+    with_gradient_of,
+)
 from finetune.models.mean_pooling import mean_over_real_tokens
 from finetune.models.scalar_mix import ProjectedScalarMix, ScalarMix
 

@@ -25,8 +25,14 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 
-from finetune.models.awd_lstm import (HiddenState, activation_penalty, detach_hidden_state, hidden_state_from_names,
-                                      named_hidden_state, with_gradient_of)
+from finetune.models.awd_lstm import (
+    HiddenState,
+    activation_penalty,
+    detach_hidden_state,
+    hidden_state_from_names,
+    named_hidden_state,
+    with_gradient_of,
+)
 from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy

@@ -9,14 +9,14 @@ Importing this module registers it with AutoModelForMultipleChoice (what a loadi
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import nn
 from transformers import AutoModelForMultipleChoice, GPT2Config, GPT2Model, GPT2PreTrainedModel
 from transformers.modeling_outputs import MultipleChoiceModelOutput
-from transformers.models.auto.modeling_auto import (MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
-                                                    MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES)
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
+    MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES,
+)
 
 from finetune.models.task_heads import TaskHead
 
@@ -38,7 +38,7 @@ class GPT2ForMultipleChoice(GPT2PreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor,
-                labels: Optional[torch.LongTensor] = None, **kwargs) -> MultipleChoiceModelOutput:
+                labels: torch.LongTensor | None = None, **kwargs) -> MultipleChoiceModelOutput:
         questions, choices, length = input_ids.shape
         flat_mask = attention_mask.reshape(-1, length)
         states = self.transformer(input_ids.reshape(-1, length), attention_mask=flat_mask).last_hidden_state

@@ -25,8 +25,6 @@ each family's model section.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from torch import nn
 from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel
 
@@ -34,10 +32,18 @@ from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import CheckpointError, InputError
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
-from finetune.models.causal_lm import (MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM, build_causal_lm,
-                                       load_causal_lm)
-from finetune.models.causal_transformer import (CAUSAL_TRANSFORMER_TYPE, CausalTransformerForCausalLM,
-                                                build_causal_transformer)
+from finetune.models.causal_lm import (
+    MemoryNextTokenLM,
+    NextTokenLM,
+    RecurrentNextTokenLM,
+    build_causal_lm,
+    load_causal_lm,
+)
+from finetune.models.causal_transformer import (
+    CAUSAL_TRANSFORMER_TYPE,
+    CausalTransformerForCausalLM,
+    build_causal_transformer,
+)
 from finetune.models.hub import load_model, load_pretrained, refuse_other_model_type, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.models.ngram import NGRAM_TYPE, NGramForCausalLM, NGramNextTokenLM
@@ -83,7 +89,7 @@ class LanguageModelFamily:
         """The token packed after every document: the end-of-text token for causal LMs."""
         return tokenizer.eos_token_id
 
-    def block_start_id(self, tokenizer) -> Optional[int]:
+    def block_start_id(self, tokenizer) -> int | None:
         """The token every block starts with ([CLS] for BERT); None: a block is text alone."""
         return None
 
@@ -112,7 +118,7 @@ class LanguageModelFamily:
 
     # ----- model -----
 
-    def max_positions(self, model_config, block_size: int, checkpoint_config=None) -> Optional[int]:
+    def max_positions(self, model_config, block_size: int, checkpoint_config=None) -> int | None:
         """The position table of the model a pretraining run trains: a continued checkpoint's (`checkpoint_config`),
         else the recipe's max_positions, else corpus.block_size; None for a model without one (it reads any
         length)."""
@@ -122,7 +128,7 @@ class LanguageModelFamily:
             return checkpoint_config.max_position_embeddings  # GPT2Config maps it to n_positions
         return getattr(model_config, "max_positions", None) or block_size
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         """A randomly initialised model of the recipe's sizes (`tokenizer`: its length and special token ids)."""
         raise NotImplementedError
 
@@ -172,7 +178,7 @@ class BertFamily(LanguageModelFamily):
     def separator_id(self, tokenizer) -> int:
         return tokenizer.sep_token_id
 
-    def block_start_id(self, tokenizer) -> Optional[int]:
+    def block_start_id(self, tokenizer) -> int | None:
         return tokenizer.cls_token_id
 
     def block_text_tokens(self, block_size: int) -> int:
@@ -186,7 +192,7 @@ class BertFamily(LanguageModelFamily):
         return train_wordpiece(documents, tokenizer_config.vocab_size, tokenizer_config.lowercase,
                                tokenizer_config.min_frequency)
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
 
     def load(self, model_config) -> nn.Module:
@@ -204,7 +210,7 @@ class GPT2Family(LanguageModelFamily):
     model_class = GPT2LMHeadModel
     description = "causal language model"
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         return build_causal_lm(model_config, len(tokenizer), max_positions, tokenizer)
 
     def load(self, model_config) -> nn.Module:
@@ -225,7 +231,7 @@ class CausalTransformerFamily(GPT2Family):
     def reads_bptt_batches(self, model_config) -> bool:
         return getattr(model_config, "memory_length", 0) > 0
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         return build_causal_transformer(model_config, len(tokenizer), max_positions, tokenizer)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
@@ -252,7 +258,7 @@ class AWDLSTMFamily(LanguageModelFamily):
         """The five AWD-LSTM dropouts of a recipe, named as in AWDLSTMConfig."""
         return {name: getattr(model_config, name) for name in self.DROPOUTS}
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         config = AWDLSTMConfig(
             vocab_size=len(tokenizer), embedding_size=model_config.embedding_size, hidden_size=model_config.hidden,
             num_layers=model_config.layers, cell=model_config.cell, pad_token_id=tokenizer.pad_token_id,
@@ -297,7 +303,7 @@ class NGramFamily(LanguageModelFamily):
     has_position_table = False
     registering_import = "import finetune.models.ngram  # registers the n-gram model with the Auto classes\n"
 
-    def build(self, model_config, tokenizer, max_positions: Optional[int]) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         # the stages refuse it first (profile, lr-find): there is nothing to size or to train
         raise InputError(f"an {self.recipe_family} model is counted from the corpus by `finetune pretrain`, not built",
                          value=self.recipe_family)
@@ -335,7 +341,7 @@ def family_of(model_config) -> LanguageModelFamily:
     return family(model_config.family)
 
 
-def family_of_model_type(model_type: str) -> Optional[LanguageModelFamily]:
+def family_of_model_type(model_type: str) -> LanguageModelFamily | None:
     """The family of a loaded config's model_type; None for one of ours it is not (transformers' roberta, ...)."""
     return _BY_MODEL_TYPE.get(model_type)
 

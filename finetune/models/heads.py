@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from typing import Optional
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
@@ -17,9 +16,9 @@ from finetune.errors import CheckpointError, InputError
 from finetune.glue.specs import TaskSpec
 from finetune.models.awd_lstm import remap_vocabulary_rows
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMENT_TYPES
-from finetune.models.hub import (auto_class_lacks_family, load_model, load_pretrained, load_tokenizer,
-                                 resolve_checkpoint)
-from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config as encoder_config, mean_pooling_classifier
+from finetune.models.hub import auto_class_lacks_family, load_model, load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.mean_pooling import MeanPoolingConfig, mean_pooling_classifier
+from finetune.models.mean_pooling import backbone_config as encoder_config
 
 # The classifier is built from a backbone section (finetune/recipes: `checkpoint`, `backward_checkpoint`, AR/TAR
 # weights) and a `pooling`; where in a recipe those sit (model.*, classifier.model.* in ulmfit) is the stage's to say.
@@ -276,7 +275,7 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
 POSITION_OFFSET_FAMILIES = {"roberta", "xlm-roberta"}
 
 
-def fitted_max_length(requested: Optional[int], model) -> Optional[int]:
+def fitted_max_length(requested: int | None, model) -> int | None:
     """`task.max_length`, shortened to the positions the model has (a checkpoint pretrained on short blocks).
 
     None (left out): the whole example for an AWD-LSTM (it reads any length, BPT3C), else 128 tokens (or the

@@ -6,11 +6,11 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
-from safetensors import SafetensorError, safe_open
 from huggingface_hub import try_to_load_from_cache
+from safetensors import SafetensorError, safe_open
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
 
 from finetune.errors import CheckpointError
@@ -71,7 +71,7 @@ def check_weight_files(folder: Path) -> None:
 
 
 def load_model(model_class, name: str, *, trust_remote_code: bool = False,
-               label_counts: Optional[tuple[int, int]] = None, **kwargs):
+               label_counts: tuple[int, int] | None = None, **kwargs):
     """`model_class.from_pretrained` through `load_pretrained`, refusing weights of other shapes than config.json's.
 
     transformers would fail with a traceback, or re-initialise those tensors when asked to ignore them.
@@ -96,7 +96,7 @@ def load_model(model_class, name: str, *, trust_remote_code: bool = False,
     return model
 
 
-def _new_output_size(stored, expected, label_counts: Optional[tuple[int, int]]) -> bool:
+def _new_output_size(stored, expected, label_counts: tuple[int, int] | None) -> bool:
     """Whether two shapes differ only where a classifier's output size went from label_counts[0] to [1]."""
     return label_counts is not None and len(stored) == len(expected) and all(
         old == new or (old, new) == label_counts for old, new in zip(stored, expected))
@@ -175,7 +175,7 @@ def _load_pretrained(loader, name: str, trust_remote_code: bool, **kwargs):
         raise CheckpointError(f"cannot load '{name}': {_first_line(error)}", value=name) from None
 
 
-def _stored_file(name: str, file_name: str) -> Optional[Path]:
+def _stored_file(name: str, file_name: str) -> Path | None:
     """A file of a checkpoint as stored on this machine: in its folder, or in the hub cache (where the failed
     load put it); None if there is none."""
     if Path(name).is_dir():
@@ -185,7 +185,7 @@ def _stored_file(name: str, file_name: str) -> Optional[Path]:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def _stored_json(name: str, file_name: str) -> Optional[dict]:
+def _stored_json(name: str, file_name: str) -> dict | None:
     """A checkpoint's JSON file as a dict; None when it is not stored here or is no JSON object."""
     path = _stored_file(name, file_name)
     try:
@@ -195,7 +195,7 @@ def _stored_json(name: str, file_name: str) -> Optional[dict]:
     return stored if isinstance(stored, dict) else None
 
 
-def _ships_code(name: str, config: Optional[dict]) -> bool:
+def _ships_code(name: str, config: dict | None) -> bool:
     """Whether the checkpoint points transformers at Python code of its own (an `auto_map`)."""
     tokenizer_config = _stored_json(name, "tokenizer_config.json")
     return any(stored is not None and "auto_map" in stored for stored in (config, tokenizer_config))
@@ -207,13 +207,13 @@ def _loads_a_tokenizer(loader) -> bool:
     return isinstance(owner, type) and issubclass(owner, (AutoTokenizer, PreTrainedTokenizerBase))
 
 
-def _auto_class_lacks_family(loader, model_type: Optional[str]) -> bool:
+def _auto_class_lacks_family(loader, model_type: str | None) -> bool:
     """Whether `loader` is an Auto class's `from_pretrained` with no class for `model_type` (an n-gram model
     asked for a sequence-classification head)."""
     return auto_class_lacks_family(getattr(loader, "__self__", None), model_type)
 
 
-def auto_class_lacks_family(auto_class, model_type: Optional[str]) -> bool:
+def auto_class_lacks_family(auto_class, model_type: str | None) -> bool:
     """Whether `auto_class` (AutoModelForSequenceClassification, ...) has no class for `model_type`, a family
     transformers knows (or one registered with it); False for a family shipped as code (its config's auto_map
     names its classes)."""

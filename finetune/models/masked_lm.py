@@ -16,8 +16,6 @@ Evaluation keeps Hugging Face's forward, which is also the reference the tests c
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertModel
@@ -28,7 +26,7 @@ from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entr
 from finetune.models.objectives import LanguageModelLoss
 
 # (mean loss, masked tokens, correct predictions or None while training)
-MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]
+MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 
 
 def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token_id: int) -> BertForMaskedLM:

@@ -4,8 +4,6 @@ so that eval and predict apply the one the run chose."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 from finetune.errors import CheckpointError
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import load_finetuned
@@ -24,7 +22,7 @@ def load_finetuned_multilabel(name: str, spec: TaskSpec, *, trust_remote_code: b
     return model
 
 
-def saved_threshold(model) -> Optional[float]:
+def saved_threshold(model) -> float | None:
     """The decision threshold a multi-label checkpoint was saved with (None: another tool's checkpoint)."""
     value = getattr(model.config, THRESHOLD_KEY, None)
     return float(value) if isinstance(value, (int, float)) else None

@@ -13,7 +13,7 @@ mixes its concatenated biLM states.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -10,7 +10,6 @@ counted at once); `finetune profile` counts its models the same way. Activations
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import torch
 from torch import nn
@@ -27,7 +26,7 @@ def parameter_count(model: nn.Module) -> int:
     return sum(parameter.numel() for parameter in model.parameters())
 
 
-def language_model_parameters(model_config, vocabulary: int, max_positions: Optional[int]) -> int:
+def language_model_parameters(model_config, vocabulary: int, max_positions: int | None) -> int:
     """Exact parameter count of a new language model of the recipe's family and sizes (built on the meta device)."""
     with torch.device("meta"):
         return parameter_count(build_language_model(model_config, VocabularyOfSize(vocabulary), max_positions))
@@ -50,7 +49,7 @@ def lstm_layer_activation_bytes(tokens: int, inputs: int, outputs: int) -> float
     return BYTES_PER_VALUE * tokens * (inputs + 7 * outputs)
 
 
-def physical_memory_bytes() -> Optional[int]:
+def physical_memory_bytes() -> int | None:
     """The machine's memory, where the OS says (Linux, macOS); None elsewhere."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

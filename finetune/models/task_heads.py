@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from transformers import AutoConfig
 
@@ -35,8 +35,8 @@ class TaskHead:
         """Whether a checkpoint's config.json says it holds a model of this kind."""
         return any(name.endswith(self.class_ending) for name in getattr(config, "architectures", None) or [])
 
-    def build(self, backbone_config, config_keys: Optional[dict] = None, extra_keys: Optional[dict] = None,
-              new_labels: Optional[int] = None):
+    def build(self, backbone_config, config_keys: dict | None = None, extra_keys: dict | None = None,
+              new_labels: int | None = None):
         """The kind's model on the backbone, pretrained or freshly initialised (init random). `config_keys` go to
         `from_pretrained`; `extra_keys`, which it would drop (keys no config class declares), are set after.
         `new_labels`: a checkpoint of this kind already (a warm start) gets a new output layer of that size."""
@@ -53,7 +53,7 @@ class TaskHead:
         return load_model(self.auto_class, source, trust_remote_code=trusted, label_counts=label_counts,
                           config=config)
 
-    def skeleton(self, stored, checkpoint: str, config_keys: Optional[dict] = None):
+    def skeleton(self, stored, checkpoint: str, config_keys: dict | None = None):
         """The model `build` makes on a checkpoint whose config is `stored`, with fresh weights and no file read
         (`finetune profile`, under `torch.device("meta")`)."""
         config = copy.deepcopy(stored)

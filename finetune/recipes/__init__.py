@@ -8,22 +8,72 @@ One module per stage (pretrain, finetune, evaluation, ulmfit) on top of the shar
 a file with its overrides into one of them, describe explains their keys. The names below are the public ones.
 """
 
-from finetune.recipes.base import (DiscriminativeConfig, RunRecipe, ScheduleConfig, Section, TaskConfig, TrainingConfig,
-                                   TrainingRunRecipe)
+from finetune.recipes.base import (
+                                   DiscriminativeConfig,
+                                   RunRecipe,
+                                   ScheduleConfig,
+                                   Section,
+                                   TaskConfig,
+                                   TrainingConfig,
+                                   TrainingRunRecipe,
+)
 from finetune.recipes.describe import describe_keys, type_label
 from finetune.recipes.evaluation import EvalRecipe, GlueTaskEntry
 from finetune.recipes.finetune import BackboneConfig, FinetuneRecipe, UnfreezingConfig
-from finetune.recipes.loader import (RECIPE_TYPES, Recipe, apply_override, input_path_problems, load_recipe,
-                                     path_problems, read_yaml, recipe_to_yaml, run_dir_location_problem)
-from finetune.recipes.pretrain import (AWDLSTMModelConfig, CausalLMModelConfig, CorpusConfig, MaskedLMModelConfig,
-                                       MaskingConfig, PretrainRecipe, TokenizerConfig)
+from finetune.recipes.loader import (
+                                   RECIPE_TYPES,
+                                   Recipe,
+                                   apply_override,
+                                   input_path_problems,
+                                   load_recipe,
+                                   path_problems,
+                                   read_yaml,
+                                   recipe_to_yaml,
+                                   run_dir_location_problem,
+)
+from finetune.recipes.pretrain import (
+                                   AWDLSTMModelConfig,
+                                   CausalLMModelConfig,
+                                   CorpusConfig,
+                                   MaskedLMModelConfig,
+                                   MaskingConfig,
+                                   PretrainRecipe,
+                                   TokenizerConfig,
+)
 from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel, UlmfitRecipe
 
 __all__ = [
-    "AWDLSTMModelConfig", "BackboneConfig", "CausalLMModelConfig", "CorpusConfig", "DiscriminativeConfig",
-    "EvalRecipe", "FinetuneRecipe", "GlueTaskEntry", "MaskedLMModelConfig", "MaskingConfig", "PretrainRecipe",
-    "PretrainedLanguageModel", "RECIPE_TYPES", "Recipe", "RunRecipe", "ScheduleConfig", "Section", "TaskConfig",
-    "TokenizerConfig", "TrainingConfig", "TrainingRunRecipe", "ULMFIT_STAGE_FOLDERS", "UlmfitRecipe",
-    "UnfreezingConfig", "apply_override", "describe_keys", "input_path_problems", "load_recipe", "path_problems",
-    "read_yaml", "recipe_to_yaml", "run_dir_location_problem", "type_label",
+                                   "RECIPE_TYPES",
+                                   "ULMFIT_STAGE_FOLDERS",
+                                   "AWDLSTMModelConfig",
+                                   "BackboneConfig",
+                                   "CausalLMModelConfig",
+                                   "CorpusConfig",
+                                   "DiscriminativeConfig",
+                                   "EvalRecipe",
+                                   "FinetuneRecipe",
+                                   "GlueTaskEntry",
+                                   "MaskedLMModelConfig",
+                                   "MaskingConfig",
+                                   "PretrainRecipe",
+                                   "PretrainedLanguageModel",
+                                   "Recipe",
+                                   "RunRecipe",
+                                   "ScheduleConfig",
+                                   "Section",
+                                   "TaskConfig",
+                                   "TokenizerConfig",
+                                   "TrainingConfig",
+                                   "TrainingRunRecipe",
+                                   "UlmfitRecipe",
+                                   "UnfreezingConfig",
+                                   "apply_override",
+                                   "describe_keys",
+                                   "input_path_problems",
+                                   "load_recipe",
+                                   "path_problems",
+                                   "read_yaml",
+                                   "recipe_to_yaml",
+                                   "run_dir_location_problem",
+                                   "type_label",
 ]

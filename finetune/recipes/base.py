@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -60,7 +60,7 @@ class TrainingConfig(Section):
     """How the optimisation runs: length, batch, optimiser, logging, device."""
 
     epochs: int = Field(1, gt=0, description="passes over the training data")
-    max_steps: Optional[int] = Field(
+    max_steps: int | None = Field(
         None, gt=0, description="the run's length in optimizer steps, whatever epochs says (the data repeats, the "
         "epochs go on; the LR schedule and unfreezing are fitted to it); null: epochs x steps per epoch"
     )
@@ -70,7 +70,7 @@ class TrainingConfig(Section):
     weight_decay: float = Field(0.01, ge=0, description="AdamW decay; biases and norm weights are never decayed")
     adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
         (0.9, 0.999), description="AdamW betas, each in [0, 1)")
-    max_grad_norm: Optional[float] = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
     log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
     log_with: list[str] = Field(
         default_factory=list, description="experiment trackers that also get every metrics.jsonl record, through "
@@ -118,14 +118,14 @@ class ScheduleConfig(Section):
     div: float = Field(25.0, ge=1, description="one_cycle: the LR starts at the peak / div (fastai's 25)")
     final_div: float = Field(1e5, ge=1, description="one_cycle: the LR ends at the peak / final_div (fastai's 1e5)")
     range_ratio: float = Field(1e8, gt=1, description="range_test: the first step's LR is training.lr / range_ratio")
-    momentum: Optional[tuple[float, float]] = Field(
+    momentum: tuple[float, float] | None = Field(
         (0.95, 0.85), description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
         "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout"
     )
 
     @field_validator("momentum")
     @classmethod
-    def _momentum_is_a_decay(cls, value: Optional[tuple[float, float]]) -> Optional[tuple[float, float]]:
+    def _momentum_is_a_decay(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
         if value is not None and not all(0 <= beta < 1 for beta in value):
             raise ValueError(f"momentum {list(value)}: each beta1 must be in [0, 1)")
         return value
@@ -148,10 +148,10 @@ class LongDocumentsConfig(Section):
         "truncate", description="truncate: its first max_length tokens; head_tail: its first `head` and last "
         "max_length - head tokens (Sun et al. 2019: 128 + 382 was best on IMDb); chunks: windows of max_length "
         "tokens, each classified, the document's logits pooled over its windows (training, eval, predict alike)")
-    head: Optional[int] = Field(
+    head: int | None = Field(
         None, gt=0, description="head_tail: tokens kept from the start, the rest of max_length from the end; null: a "
         "quarter of max_length")
-    overlap: Optional[int] = Field(
+    overlap: int | None = Field(
         None, ge=0, description="chunks: tokens each window repeats from the one before (what Hugging Face "
         "tokenizers call stride); null: a quarter of max_length")
     max_chunks: int = Field(
@@ -161,7 +161,7 @@ class LongDocumentsConfig(Section):
                                          "maximum over its windows")
 
     @model_validator(mode="after")
-    def _keys_of_the_mode(self) -> "LongDocumentsConfig":
+    def _keys_of_the_mode(self) -> LongDocumentsConfig:
         defaults = {name: field.default for name, field in type(self).model_fields.items()}
         for mode, keys in LONG_DOCUMENT_MODE_KEYS.items():
             given = [key for key in keys if getattr(self, key) != defaults[key]]
@@ -184,18 +184,18 @@ class TaskConfig(Section):
         "choices: the right answer among each question's choices, from JSON Lines in ARC's layout; spans: extractive "
         "question answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0); multilabel: any number "
         "of labels per example (label_column holding a list, or label_columns of 0/1)")
-    data_dir: Optional[InputFolder] = Field(
+    data_dir: InputFolder | None = Field(
         None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
         "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
     )
     source: Literal["files", "hub"] = Field(
         "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
     )
-    max_length: Optional[int] = Field(
+    max_length: int | None = Field(
         None, gt=1, description="tokens the model reads per example (long_documents says what becomes of longer "
         "ones); null: 128 for a transformer, the whole document for an AWD-LSTM (read in BPT3C chunks); in an eval "
         "recipe null: each checkpoint's own")
-    long_documents: Optional[LongDocumentsConfig] = Field(
+    long_documents: LongDocumentsConfig | None = Field(
         None, description="examples longer than max_length: truncate, head_tail or chunks (a word, or a section with "
         "its keys); null: truncate (in an eval recipe: each checkpoint's own)")
 
@@ -211,21 +211,21 @@ class TaskConfig(Section):
         "decoder backbones (gpt2), which read a pair in one direction")
 
     # Custom tasks only (a GLUE task brings its own):
-    text_columns: Optional[list[str]] = Field(
+    text_columns: list[str] | None = Field(
         None, min_length=1, description="custom: the text columns; two are a sentence pair and more are joined into "
         "one text, unless pair or text says otherwise")
-    pair: Optional[bool] = Field(
+    pair: bool | None = Field(
         None, description="custom: true: the 2 text_columns are a sentence pair (the model is shown where the first "
         "ends: BERT's [SEP] and segment ids); false: the columns joined with a space into one text; null: a pair for "
         "2 columns, joined for more")
-    text: Optional[str] = Field(
+    text: str | None = Field(
         None, description="custom: the one text the model reads, each {column} filled in from the file, e.g. "
         "'{Title}. {Description}'; text_columns may be left out (these are the columns)")
-    label_column: Optional[str] = Field(None, description="custom: the label column")
-    labels: Optional[list[str]] = Field(
+    label_column: str | None = Field(None, description="custom: the label column")
+    labels: list[str] | None = Field(
         None, min_length=2, description="custom: the labels as the files write them, compared as text (1 is the text "
         "1, true is true; quote anything else YAML would change: '1.0', 'yes', 'True'); omit for regression")
-    label_names: Optional[dict[str, Annotated[str, Field(min_length=1)]]] = Field(
+    label_names: dict[str, Annotated[str, Field(min_length=1)]] | None = Field(
         None, description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
         "and the model's id2label; a label without one keeps its text")
 
@@ -242,53 +242,53 @@ class TaskConfig(Section):
 
     @field_validator("labels", "text_columns", "label_columns")
     @classmethod
-    def _distinct(cls, names: Optional[list[str]]) -> Optional[list[str]]:
+    def _distinct(cls, names: list[str] | None) -> list[str] | None:
         repeated = sorted({name for name in names or [] if names.count(name) > 1})
         if repeated:
             raise ValueError(f"'{repeated[0]}' is listed twice")
         return names
 
-    metrics: Optional[list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]]] = Field(
+    metrics: list[Literal["accuracy", "f1", "mcc", "pearson", "spearman"]] | None = Field(
         None, min_length=1, description="custom: metrics to report, the first one selects the best model"
     )
-    format: Optional[Literal["tsv", "csv", "jsonl", "conll"]] = Field(
+    format: Literal["tsv", "csv", "jsonl", "conll"] | None = Field(
         None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl); "
         "conll (kind tokens): a word and its columns per line, a blank line between sentences"
     )
     tag_column: int = Field(
         -1, description="kind tokens: the column of each line that holds the tag (0 is the word; -1, the last: "
         "CoNLL-2003's named entities)")
-    files: Optional[dict[str, str]] = Field(
+    files: dict[str, str] | None = Field(
         None, description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
         "extension, or without format whichever of .tsv, .csv and .jsonl is there"
     )
-    index_column: Optional[str] = Field(None, description="custom: the id column of test files; null: index")
+    index_column: str | None = Field(None, description="custom: the id column of test files; null: index")
     # Question answering (kind spans) only; null: the defaults (in an eval recipe: each checkpoint's own).
-    doc_stride: Optional[int] = Field(
+    doc_stride: int | None = Field(
         None, gt=0, description="kind spans: tokens two windows of a long context share; null: a third of max_length "
         "(128 of the default 384)")
-    n_best: Optional[int] = Field(None, gt=0, description="kind spans: the best starts and ends paired per window; "
+    n_best: int | None = Field(None, gt=0, description="kind spans: the best starts and ends paired per window; "
                                   "null: 20")
-    max_answer_length: Optional[int] = Field(None, gt=0, description="kind spans: the longest answer, in tokens; "
+    max_answer_length: int | None = Field(None, gt=0, description="kind spans: the longest answer, in tokens; "
                                              "null: 30")
-    null_threshold: Optional[float] = Field(
+    null_threshold: float | None = Field(
         None, description="kind spans, SQuAD 2.0: no answer when the no-answer score beats the best span's by more "
         "than this; null: 0.0 (eval reports the threshold that would have scored best on its split)")
 
     # Multi-label tasks (kind multilabel) only:
-    label_columns: Optional[list[str]] = Field(
+    label_columns: list[str] | None = Field(
         None, min_length=2, description="kind multilabel: one 0/1 column per label, named by the label (instead of "
         "label_column)")
-    label_separator: Optional[Annotated[str, Field(min_length=1)]] = Field(
+    label_separator: Annotated[str, Field(min_length=1)] | None = Field(
         None, description="kind multilabel: what separates the labels of a label_column in TSV/CSV files (e.g. "
         "PER|LOC); null: |. A JSON list (a JSON Lines value, or a field that starts with [) is read as one")
-    threshold: Optional[Union[Annotated[float, Field(gt=0, lt=1)], Literal["dev"]]] = Field(
+    threshold: Annotated[float, Field(gt=0, lt=1)] | Literal["dev"] | None = Field(
         None, description="kind multilabel: a label is predicted when its probability is above this; dev: the "
         "threshold that maximises micro F1 on dev, chosen at each evaluation and saved with the checkpoint; null: "
         "0.5 (in an eval recipe: each checkpoint's own)")
 
     @model_validator(mode="after")
-    def _custom_or_known(self) -> "TaskConfig":
+    def _custom_or_known(self) -> TaskConfig:
         multilabel_keys = [key for key in ("label_columns", "label_separator", "threshold")
                            if getattr(self, key) is not None]
         if multilabel_keys and self.kind != "multilabel":
@@ -339,7 +339,7 @@ class TaskConfig(Section):
                 raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
         return self
 
-    def _check_tagging(self) -> "TaskConfig":
+    def _check_tagging(self) -> TaskConfig:
         """A tagging task reads CoNLL column files of its own; the keys of sentence classification do not apply."""
         if self.data_dir is None or self.source == "hub":
             raise ValueError("kind tokens reads CoNLL column files: give data_dir")
@@ -354,7 +354,7 @@ class TaskConfig(Section):
                              "tag_column its tag)")
         return self
 
-    def _check_choices(self) -> "TaskConfig":
+    def _check_choices(self) -> TaskConfig:
         """A multiple-choice task reads JSON Lines in ARC's layout (id, question: stem and choices, answerKey): the
         keys of sentence classification and tagging do not apply."""
         if self.data_dir is None or self.source == "hub":
@@ -374,7 +374,7 @@ class TaskConfig(Section):
                              "their labels and the answerKey)")
         return self
 
-    def _check_spans(self) -> "TaskConfig":
+    def _check_spans(self) -> TaskConfig:
         """A question-answering task reads SQuAD JSON files; the keys of classification and tagging do not apply."""
         if self.data_dir is None or self.source == "hub":
             raise ValueError("kind spans reads SQuAD JSON files: give data_dir")
@@ -396,7 +396,7 @@ class TaskConfig(Section):
                              f"a doc_stride below half of it ({self.max_length // 2}), room left for the question")
         return self
 
-    def _check_multilabel(self) -> "TaskConfig":
+    def _check_multilabel(self) -> TaskConfig:
         """A multi-label task is a custom task whose label is a set: a list column, or a 0/1 column per label."""
         if self.data_dir is None or self.source == "hub":
             raise ValueError("kind multilabel reads the task's files: give data_dir")
@@ -491,7 +491,7 @@ class RunRecipe(Section):
 class TrainingRunRecipe(RunRecipe):
     """What the training stages (pretrain, finetune) share: periodic checkpoints that `--resume` continues from."""
 
-    checkpoint_every: Optional[int] = Field(
+    checkpoint_every: int | None = Field(
         None, gt=0, description="save a checkpoint with the full training state every N steps (for --resume)"
     )
     keep_checkpoints: int = Field(2, gt=0, description="how many of the periodic checkpoints to keep (newest)")

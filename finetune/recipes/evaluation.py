@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -10,7 +10,7 @@ from finetune.glue.specs import GLUE_TASKS
 from finetune.recipes.base import InputFolder, RunRecipe, Section, TaskConfig
 
 
-def _repeated_member(members: list[str]) -> Optional[str]:
+def _repeated_member(members: list[str]) -> str | None:
     """The first checkpoint listed twice, if any."""
     return next((path for path in sorted(members) if members.count(path) > 1), None)
 
@@ -20,7 +20,7 @@ class GlueTaskEntry(Section):
     own folder."""
 
     # Before checkpoints: its validator reads it.
-    ensemble: Optional[list[str]] = Field(
+    ensemble: list[str] | None = Field(
         None, min_length=2, description="instead of checkpoints: classifiers whose class probabilities (STS-B: "
         "scores) are averaged, e.g. a forward and a backward one (ULMFiT's bidirectional model); the ensemble is "
         "the task's score and submission, each member is reported beside it"
@@ -29,7 +29,7 @@ class GlueTaskEntry(Section):
         default_factory=list, validate_default=True,
         description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
     )
-    data_dir: Optional[InputFolder] = Field(
+    data_dir: InputFolder | None = Field(
         None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
     )
 
@@ -53,7 +53,7 @@ class GlueTaskEntry(Section):
         return checkpoints
 
     @model_validator(mode="after")
-    def _distinct_checkpoints(self) -> "GlueTaskEntry":
+    def _distinct_checkpoints(self) -> GlueTaskEntry:
         repeated = _repeated_member(self.checkpoints or self.ensemble or [])
         if repeated:
             raise ValueError(f"checkpoint {repeated} is listed twice (it would count twice in the mean)")
@@ -69,12 +69,12 @@ class EvalRecipe(RunRecipe):
 
     stage: Literal["eval"]
     # One task (custom or GLUE): `models` scored on `split`.
-    task: Optional[TaskConfig] = Field(None, description="the one task to score models on (or use tasks)")
+    task: TaskConfig | None = Field(None, description="the one task to score models on (or use tasks)")
     split: str = Field("dev", description="task: which split file to score: dev -> dev.tsv")
-    models: Optional[dict[str, str]] = Field(
+    models: dict[str, str] | None = Field(
         None, min_length=1, description="task: report row name -> fine-tuned checkpoint folder"
     )
-    ensembles: Optional[dict[str, list[str]]] = Field(
+    ensembles: dict[str, list[str]] | None = Field(
         None, min_length=1, description="task: report row name -> fine-tuned checkpoints whose class probabilities "
         "(regression: scores) are averaged, e.g. [forward, backward] (ULMFiT's bidirectional model); each member "
         "is scored beside the ensemble"
@@ -84,18 +84,18 @@ class EvalRecipe(RunRecipe):
         "without labels (test) is then predicted but not scored"
     )
     # GLUE: a map of tasks to checkpoints.
-    tasks: Optional[dict[str, GlueTaskEntry]] = Field(
+    tasks: dict[str, GlueTaskEntry] | None = Field(
         None, min_length=1, description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
         "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX"
     )
-    glue_dir: Optional[InputFolder] = Field(
+    glue_dir: InputFolder | None = Field(
         None, description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, "
         "diagnostic/)"
     )
     source: Literal["files", "hub"] = Field(
         "files", description="tasks: files (glue_dir or each data_dir) or hub (nyu-mll/glue; needs a network)"
     )
-    max_length: Optional[int] = Field(
+    max_length: int | None = Field(
         None, gt=1, description="tasks: tokens read per example; null: each checkpoint's own task.max_length")
     submission: bool = Field(
         False, description="tasks: also predict every test file (each task's best checkpoint on dev) into "
@@ -112,7 +112,7 @@ class EvalRecipe(RunRecipe):
     )
 
     @model_validator(mode="after")
-    def _one_task_or_a_map(self) -> "EvalRecipe":
+    def _one_task_or_a_map(self) -> EvalRecipe:
         if (self.task is None) == (self.tasks is None):
             raise ValueError("give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
                              if self.task is not None else "give task and models (one task) or tasks (GLUE tasks)")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple, Optional
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from finetune.recipes.base import (SCHEDULE_KIND_HELP, SCHEDULE_KINDS, DiscriminativeConfig, ScheduleConfig, Section,
-                                   Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
+from finetune.recipes.base import (
+    SCHEDULE_KIND_HELP,
+    SCHEDULE_KINDS,
+    DiscriminativeConfig,
+    ScheduleConfig,
+    Section,
+    Seed,
+    TaskConfig,
+    TrainingConfig,
+    TrainingRunRecipe,
+)
 
 # The techniques left open (null) are decided by the backbone when the run starts (training/techniques.py): what this
 # project measured best for an AWD-LSTM (ULMFiT's) differs from what it measured best for a pretrained transformer.
@@ -17,7 +26,7 @@ BY_BACKBONE = "null: by the backbone at run start, "
 class FinetuneTrainingConfig(TrainingConfig):
     """`training` of a fine-tuning run: the peak LR's default depends on the backbone."""
 
-    lr: Optional[float] = Field(
+    lr: float | None = Field(
         None, gt=0, description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
         "(ULMFiT's), transformers 1e-4, from hidden size 768 up 3e-5"
     )
@@ -26,7 +35,7 @@ class FinetuneTrainingConfig(TrainingConfig):
 class FinetuneScheduleConfig(ScheduleConfig):
     """`schedule` of a fine-tuning run: the kind's default depends on the backbone."""
 
-    kind: Optional[SCHEDULE_KINDS] = Field(
+    kind: SCHEDULE_KINDS | None = Field(
         None, description=SCHEDULE_KIND_HELP + "; " + BY_BACKBONE + "the kind whose own keys the section changes "
         "(cut_frac: stlr, warmup_fraction: linear, ...), else AWD-LSTM stlr, transformers linear"
     )
@@ -35,7 +44,7 @@ class FinetuneScheduleConfig(ScheduleConfig):
 class FinetuneDiscriminativeConfig(DiscriminativeConfig):
     """`discriminative` of a fine-tuning run: the factor's default depends on the backbone."""
 
-    factor: Optional[float] = Field(
+    factor: float | None = Field(
         None, ge=1, description="group l gets lr / factor ** (its depth from the top); 1.0: one LR for all; "
         + BY_BACKBONE + "AWD-LSTM 2.6 (ULMFiT's), transformers 1.0"
     )
@@ -52,17 +61,17 @@ class BackboneConfig(Section):
         False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
         "only for code you have read: false refuses such checkpoints"
     )
-    backward_checkpoint: Optional[str] = Field(
+    backward_checkpoint: str | None = Field(
         None, description="AWD-LSTM classifiers: a backward language model (pretrained with corpus.reverse: true) "
         "read beside model.checkpoint, the forward one: the head pools both directions' states (ELMo's biLM; with "
         "pooling: scalar_mix, ELMo's features). Same sizes as the forward model; its vocabulary is mapped onto the "
         "forward tokenizer's"
     )
-    activation_regularization: Optional[float] = Field(
+    activation_regularization: float | None = Field(
         None, ge=0, description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
         "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off"
     )
-    temporal_activation_regularization: Optional[float] = Field(
+    temporal_activation_regularization: float | None = Field(
         None, ge=0, description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
         "null: the checkpoint's value, else fastai's 1.0; 0: off"
     )
@@ -71,34 +80,34 @@ class BackboneConfig(Section):
 class UnfreezingConfig(Section):
     """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
 
-    mode: Optional[Literal["gradual", "none"]] = Field(
+    mode: Literal["gradual", "none"] | None = Field(
         None, description="none: every group trainable from the start; " + BY_BACKBONE + "gradual when the section "
         "changes a key of gradual unfreezing, else AWD-LSTM gradual (ULMFiT's), transformers none"
     )
     initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
     # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
     # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
-    groups_per_epoch: Optional[int] = Field(
+    groups_per_epoch: int | None = Field(
         None, gt=0, description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or "
         "every_fraction)"
     )
-    schedule: Optional[list[int]] = Field(
+    schedule: list[int] | None = Field(
         None, min_length=1, description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
         "last entry holds for later epochs; replaces initial_groups/groups_per_epoch"
     )
     # Step-wise unfreezing: a run of one or two epochs (most transformer fine-tuning) has too few epoch
     # boundaries to thaw a deep model by, and a fraction says "all thawed by 30% of training" without the step count.
-    every_steps: Optional[int] = Field(
+    every_steps: int | None = Field(
         None, gt=0, description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
         "optimizer steps, instead of per epoch"
     )
-    every_fraction: Optional[float] = Field(
+    every_fraction: float | None = Field(
         None, gt=0, le=1, description="gradual: thaw one more group every this fraction of the run's optimizer "
         "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%"
     )
 
     @model_validator(mode="after")
-    def _schedule_grows(self) -> "UnfreezingConfig":
+    def _schedule_grows(self) -> UnfreezingConfig:
         if self.schedule is not None:
             if any(count <= 0 for count in self.schedule):
                 raise ValueError("unfreezing.schedule entries must be positive group counts")
@@ -116,7 +125,7 @@ class UnfreezingConfig(Section):
         return data
 
     @model_validator(mode="after")
-    def _one_pace(self) -> "UnfreezingConfig":
+    def _one_pace(self) -> UnfreezingConfig:
         """One way to pace the thawing: per epoch (groups_per_epoch or schedule), every_steps or every_fraction."""
         stepwise = [key for key in ("every_steps", "every_fraction") if getattr(self, key) is not None]
         paces = stepwise + (["schedule"] if self.schedule is not None else [])
@@ -156,7 +165,7 @@ class FinetuneRecipe(TrainingRunRecipe):
 
     stage: Literal["finetune"]
     seed: Seed = Field(0, description="seed for the head's initialisation, data order and dropout")
-    seeds: Optional[list[Seed]] = Field(
+    seeds: list[Seed] | None = Field(
         None, min_length=1, description="run once per seed (into run_dir/seed-N) and report mean, median and "
         "spread of the dev metrics; replaces seed"
     )
@@ -166,13 +175,13 @@ class FinetuneRecipe(TrainingRunRecipe):
     schedule: FinetuneScheduleConfig = Field(default_factory=FinetuneScheduleConfig)
     discriminative: FinetuneDiscriminativeConfig = Field(default_factory=FinetuneDiscriminativeConfig)
     unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
-    classifier_dropout: Optional[float] = Field(
+    classifier_dropout: float | None = Field(
         None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
         "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
     )
     # scalar_mix is a value of pooling, not a `features:` section of its own: it has no setting but on or off, and it
     # is one more answer to the question pooling answers (what the head reads), exclusive of the others.
-    pooling: Optional[Literal["model", "mean", "scalar_mix"]] = Field(
+    pooling: Literal["model", "mean", "scalar_mix"] | None = Field(
         None, description=BY_BACKBONE + "mean for a sentence-embedding checkpoint (a sentence-transformers mean "
         "Pooling module beside it), else model. model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
         "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
@@ -181,25 +190,25 @@ class FinetuneRecipe(TrainingRunRecipe):
         "times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then concat "
         "pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen backbone"
     )
-    eval_every: Optional[int] = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
+    eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
         True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
         "false: the one after the last step"
     )
     # Where each technique left open came from (training/techniques.py); not a key: the run's summary reads it.
     _technique_sources: dict[str, str] = PrivateAttr(default_factory=dict)
-    early_stopping_patience: Optional[int] = Field(
+    early_stopping_patience: int | None = Field(
         None, gt=0, description="stop after this many dev evaluations without a new best score; null: never"
     )
 
     @model_validator(mode="after")
-    def _seeds_are_distinct(self) -> "FinetuneRecipe":
+    def _seeds_are_distinct(self) -> FinetuneRecipe:
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeats a seed")
         return self
 
     @model_validator(mode="after")
-    def _a_head_of_its_own(self) -> "FinetuneRecipe":
+    def _a_head_of_its_own(self) -> FinetuneRecipe:
         """Pooling and a backward language model are a classifier's: the kinds below have their family's head."""
         if self.task.kind not in HEADS_OF_THEIR_OWN:
             return self

@@ -7,7 +7,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -96,7 +96,7 @@ def recipe_keys(stage: str) -> list[str]:
     return keys
 
 
-def suggested_key(key: str, stage: str) -> Optional[str]:
+def suggested_key(key: str, stage: str) -> str | None:
     """The known key an unknown `key` most likely meant: another tool's name for a key of the same section, a close
     spelling in the same section, or the same name in another section (the nearest one); None when nothing is near."""
     if stage not in RECIPE_TYPES:
@@ -180,7 +180,7 @@ def input_path_problems(section: BaseModel, prefix: str = "") -> list[tuple[str,
     return problems
 
 
-def _input_path_kind(field: Any) -> Optional[str]:
+def _input_path_kind(field: Any) -> str | None:
     """"file" or "folder" for `InputFile`/`InputFolder` fields (also optional or in a list), else None."""
     metadata = list(field.metadata)
     for argument in getattr(field.annotation, "__args__", ()):
@@ -188,7 +188,7 @@ def _input_path_kind(field: Any) -> Optional[str]:
     return next((meta.kind for meta in metadata if isinstance(meta, MustExist)), None)
 
 
-def output_folder_problem(path: Path) -> Optional[str]:
+def output_folder_problem(path: Path) -> str | None:
     """Why a folder a run writes into (run_dir, a cache) cannot be used, or None: it is a file, lies inside a
     file, or it (or the folder it would be created in) cannot be written."""
     path = Path(path).expanduser()
@@ -202,7 +202,7 @@ def output_folder_problem(path: Path) -> Optional[str]:
     return None
 
 
-def run_dir_location_problem(run_dir: Path) -> Optional[str]:
+def run_dir_location_problem(run_dir: Path) -> str | None:
     """Why `run_dir` may never be a run directory, or None: the working folder, a folder above it, the home folder
     (or one above it) or the root would put a run's files, and what `overwrite` removes, among the user's own."""
     if str(run_dir).strip() in ("", "."):
@@ -234,7 +234,7 @@ def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
 def load_recipe(
     path: Path | str,
     overrides: list[str] = (),
-    expected_stage: Optional[str] = None,
+    expected_stage: str | None = None,
     check_paths: bool = True,
 ) -> Recipe:
     """Load, override and validate a recipe; raise UserError naming the key and file on any problem."""

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_serializer, model_validator
 
-from finetune.recipes.base import (MAX_VOCABULARY, DiscriminativeConfig, InputFile, InputFolder, PretrainScheduleConfig,
-                                   Section, Seed, TaskConfig, TrainingConfig, TrainingRunRecipe)
+from finetune.recipes.base import (
+    MAX_VOCABULARY,
+    DiscriminativeConfig,
+    InputFile,
+    InputFolder,
+    PretrainScheduleConfig,
+    Section,
+    Seed,
+    TaskConfig,
+    TrainingConfig,
+    TrainingRunRecipe,
+)
 
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
 AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "cell", "embedding_init_range")
 
 
-def _drop_architecture(data: dict[str, Any], checkpoint: Optional[str], keys: tuple[str, ...]) -> dict[str, Any]:
+def _drop_architecture(data: dict[str, Any], checkpoint: str | None, keys: tuple[str, ...]) -> dict[str, Any]:
     """`data` (a dumped model section) without the architecture `keys` when a checkpoint gives the architecture."""
     if checkpoint is not None:
         for key in keys:
@@ -35,21 +45,21 @@ class LanguageModelSection(Section):
 class TransformerModelConfig(LanguageModelSection):
     """A transformer from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
 
-    checkpoint: Optional[str] = Field(
+    checkpoint: str | None = Field(
         None, description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
         "LM stage); its architecture and tokenizer are kept"
     )
     layers: int = Field(2, gt=0, description="transformer blocks")
     hidden: int = Field(128, gt=0, description="hidden size")
     heads: int = Field(2, gt=0, description="attention heads; must divide hidden")
-    intermediate: Optional[int] = Field(None, gt=0, description="feed-forward size; null: 4 x hidden")
+    intermediate: int | None = Field(None, gt=0, description="feed-forward size; null: 4 x hidden")
     dropout: float = Field(0.1, ge=0, lt=1, description="dropout on hidden states and attention")
-    max_positions: Optional[int] = Field(
+    max_positions: int | None = Field(
         None, gt=0, description="position embeddings (longest input); null: corpus.block_size"
     )
 
     @model_validator(mode="after")
-    def _consistent_architecture(self) -> "TransformerModelConfig":
+    def _consistent_architecture(self) -> TransformerModelConfig:
         given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
@@ -88,12 +98,12 @@ class CausalLMModelConfig(TransformerModelConfig):
         "attention_stride-th before them; fixed: the own block of attention_stride positions and the last position "
         "of every earlier block; dense: every earlier position"
     )
-    attention_stride: Optional[int] = Field(
+    attention_stride: int | None = Field(
         None, gt=0, description="the stride of a strided or fixed attention; must divide corpus.block_size"
     )
 
     @model_validator(mode="after")
-    def _memory_and_attention(self) -> "CausalLMModelConfig":
+    def _memory_and_attention(self) -> CausalLMModelConfig:
         # Values, not the keys given: a run's saved recipe.yaml spells every default out.
         if (self.attention == "dense") != (self.attention_stride is None):
             raise ValueError(f"attention {self.attention} " + ("takes no attention_stride; remove it"
@@ -116,7 +126,7 @@ class AWDLSTMModelConfig(LanguageModelSection):
     maps_new_vocabulary: ClassVar[bool] = True
     family: Literal["awd_lstm"] = Field(description="bert: masked LM; gpt2: causal transformer; "
                                         "awd_lstm: ULMFiT's causal LSTM")
-    checkpoint: Optional[str] = Field(
+    checkpoint: str | None = Field(
         None, description="continue pretraining this AWD-LSTM checkpoint folder (ULMFiT's target-domain LM stage)"
     )
     embedding_size: int = Field(400, gt=0, description="embedding size (also the last LSTM's size: tied decoder)")
@@ -151,7 +161,7 @@ class AWDLSTMModelConfig(LanguageModelSection):
     )
 
     @model_validator(mode="after")
-    def _architecture_from_checkpoint(self) -> "AWDLSTMModelConfig":
+    def _architecture_from_checkpoint(self) -> AWDLSTMModelConfig:
         given = [key for key in AWD_LSTM_ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
@@ -175,11 +185,11 @@ class NGramModelConfig(LanguageModelSection):
         "modified", description="modified Kneser-Ney: three discounts per order from its count-of-counts "
         "(Chen & Goodman 1998)"
     )
-    checkpoint: Optional[str] = Field(None, description="not supported: an n-gram model is always counted anew")
+    checkpoint: str | None = Field(None, description="not supported: an n-gram model is always counted anew")
 
     @field_validator("checkpoint")
     @classmethod
-    def _counted_anew(cls, value: Optional[str]) -> Optional[str]:
+    def _counted_anew(cls, value: str | None) -> str | None:
         if value is not None:
             raise ValueError("an ngram model is counted from scratch; continuing a checkpoint is not supported")
         return value
@@ -201,7 +211,7 @@ def _model_family(value: Any) -> str:
 
 
 LanguageModelConfig = Annotated[
-    Union[tuple(Annotated[section, Tag(name)] for name, section in MODEL_SECTIONS.items())],
+    tuple(Annotated[section, Tag(name)] for name, section in MODEL_SECTIONS.items()),
     Discriminator(_model_family),
 ]
 
@@ -210,12 +220,12 @@ class TokenizerConfig(Section):
     """The tokenizer: trained on the corpus inside the pretrain stage (WordPiece for masked LMs, byte-level BPE
     for causal ones), or an existing one reused."""
 
-    path: Optional[InputFolder] = Field(
+    path: InputFolder | None = Field(
         None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
     )
     vocab_size: int = Field(8000, ge=100, le=MAX_VOCABULARY,
                             description="vocabulary size of a trained tokenizer, special tokens included")
-    lowercase: Optional[bool] = Field(
+    lowercase: bool | None = Field(
         None, description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
         "(uncased, as BERT), false for the byte-level BPE of causal LMs"
     )
@@ -239,16 +249,16 @@ class CorpusConfig(Section):
         "Byte-level BPE (gpt2, awd_lstm, ngram) makes line breaks tokens; bert's WordPiece reads them as spaces. "
         "Paragraphs and files are read and tokenised in ~64 KB pieces"
     )
-    dataset: Optional[str] = Field(
+    dataset: str | None = Field(
         None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
     )
-    dataset_config: Optional[str] = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
+    dataset_config: str | None = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
     text_column: str = Field("text", description="the dataset's column holding the text")
-    dataset_files: Optional[Union[list[str], dict[str, list[str]]]] = Field(
+    dataset_files: list[str] | dict[str, list[str]] | None = Field(
         None, description="with dataset: its data_files, e.g. dataset: json with a list of local JSON Lines files "
         "(the train split), or {train: [...], validation: [...]}"
     )
-    validation_split: Optional[str] = Field(
+    validation_split: str | None = Field(
         None, description="with dataset: the split to validate on (e.g. validation) instead of validation_fraction"
     )
     streaming: bool = Field(
@@ -256,11 +266,11 @@ class CorpusConfig(Section):
         "for text larger than a token cache should hold; needs training.max_steps and validation_split, "
         "validation_documents or validation_files"
     )
-    validation_documents: Optional[int] = Field(
+    validation_documents: int | None = Field(
         None, gt=0, description="with streaming: the first N documents of the stream are the validation text "
         "(never trained on)"
     )
-    task: Optional[TaskConfig] = Field(
+    task: TaskConfig | None = Field(
         None, description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
         "fine-tuning), each text one document; labels are not read"
     )
@@ -273,18 +283,18 @@ class CorpusConfig(Section):
         128, ge=8, description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
         "the truncated-BPTT length (awd_lstm; ULMFiT: 70)"
     )
-    cache_dir: Optional[Path] = Field(
+    cache_dir: Path | None = Field(
         Path("~/.cache/finetune/corpus"),
         description="tokenized corpora are cached here by content and tokenizer; null: no cache",
     )
-    reverse: Optional[bool] = Field(
+    reverse: bool | None = Field(
         None, description="true: a backward LM (ULMFiT's bidirectional ensemble), trained on each document's tokens "
         "in reverse order (gpt2, awd_lstm); its checkpoint records it and every later stage reads text backwards; "
         "null: as model.checkpoint reads (forwards from scratch)"
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> "CorpusConfig":
+    def _one_source(self) -> CorpusConfig:
         if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
             raise ValueError("give exactly one of train_files, dataset and task")
         if self.document != "line" and not self.train_files:  # rows and a task's texts are documents already
@@ -321,7 +331,7 @@ class MaskingConfig(Section):
     )
 
     @model_validator(mode="after")
-    def _fractions_fit(self) -> "MaskingConfig":
+    def _fractions_fit(self) -> MaskingConfig:
         if self.mask_fraction + self.random_fraction > 1:
             raise ValueError(
                 f"mask_fraction + random_fraction = {self.mask_fraction + self.random_fraction:g} exceeds 1"
@@ -338,7 +348,7 @@ class PretrainRecipe(TrainingRunRecipe):
     model: LanguageModelConfig = Field(default_factory=MaskedLMModelConfig)
     tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
     corpus: CorpusConfig
-    masking: Optional[MaskingConfig] = Field(None, description="masked LMs only; filled in with defaults for bert")
+    masking: MaskingConfig | None = Field(None, description="masked LMs only; filled in with defaults for bert")
     training: TrainingConfig = Field(default_factory=TrainingConfig)
     schedule: PretrainScheduleConfig = Field(default_factory=PretrainScheduleConfig)
     discriminative: DiscriminativeConfig = Field(
@@ -346,8 +356,8 @@ class PretrainRecipe(TrainingRunRecipe):
         description="layer-wise learning rates; 1.0 (off) for pretraining from scratch, ULMFiT uses 2.6 when "
         "fine-tuning a language model on target-task text",
     )
-    eval_every: Optional[int] = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
-    ngram_floor: Optional[int] = Field(
+    eval_every: int | None = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
+    ngram_floor: int | None = Field(
         None, ge=1, le=6, description="gpt2, awd_lstm: before training, count an n-gram model of this order "
         "(Kneser-Ney) on the same tokens and score it on the same validation text; the report shows its loss as the "
         "floor the network has to go below; null: none"
@@ -369,7 +379,7 @@ class PretrainRecipe(TrainingRunRecipe):
         return data
 
     @model_validator(mode="after")
-    def _consistent_sections(self) -> "PretrainRecipe":
+    def _consistent_sections(self) -> PretrainRecipe:
         model, checkpoint = self.model, self.model.checkpoint
         family = model.family
         if not model.masked_lm and self.masking is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
@@ -37,11 +37,11 @@ class UlmfitRecipe(RunRecipe):
 
     stage: Literal["ulmfit"]
     seed: Seed = Field(0, description="the seed of every stage whose section gives none")
-    task: Optional[TaskConfig] = Field(
+    task: TaskConfig | None = Field(
         None, description="the target task, written once (the keys of a finetune recipe's task.*): it becomes "
         "classifier.task and, unless target_lm.corpus reads train_files or a dataset, target_lm.corpus.task, whose "
         "text the language model is fine-tuned on; give it here or in those sections, not both")
-    general_lm: Union[PretrainRecipe, PretrainedLanguageModel] = Field(
+    general_lm: PretrainRecipe | PretrainedLanguageModel = Field(
         description="stage 1, into RUN_DIR/1-general-lm: a pretrain recipe without stage and run_dir (model.family "
         "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model")
     target_lm: PretrainRecipe = Field(
@@ -104,7 +104,7 @@ class UlmfitRecipe(RunRecipe):
         raise ValueError("expected a pretrain recipe (without stage and run_dir) or {checkpoint: PATH}")
 
     @model_validator(mode="after")
-    def _same_family(self) -> "UlmfitRecipe":
+    def _same_family(self) -> UlmfitRecipe:
         general = self.general_lm
         if isinstance(general, PretrainRecipe) and general.model.family != self.target_lm.model.family:
             raise ValueError(f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
@@ -136,7 +136,7 @@ class UlmfitRecipe(RunRecipe):
                 data["target_lm"]["corpus"].pop("task")
         return data
 
-    def stage_recipes(self) -> dict[str, Optional[TrainingRunRecipe]]:
+    def stage_recipes(self) -> dict[str, TrainingRunRecipe | None]:
         """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
         general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}

@@ -10,7 +10,7 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 from matplotlib.figure import Figure
@@ -32,8 +32,8 @@ class Run:
     label: str  # the path as given on the command line
     recipe: dict[str, Any]  # dotted keys: {"training.lr": 0.002, ...}
     records: list[dict[str, Any]]
-    timing: Optional[dict[str, Any]]
-    main_metric: Optional[str]  # the evaluation key to overlay: dev_<main metric> or validation_loss
+    timing: dict[str, Any] | None
+    main_metric: str | None  # the evaluation key to overlay: dev_<main metric> or validation_loss
 
     @property
     def train(self) -> list[dict[str, Any]]:
@@ -145,14 +145,14 @@ def overlay_figure(runs: list[Run]) -> Figure:
     return figure
 
 
-def curves_path(output: Optional[Path]) -> Path:
+def curves_path(output: Path | None) -> Path:
     """Where the overlay PNG goes: beside the report (report.md -> report.png), else in the current folder."""
     if output is None:
         return Path("runs-compare.png")
     return output.with_name(output.stem + "-curves.png") if output.suffix == ".png" else output.with_suffix(".png")
 
 
-def compare_runs(paths: list[Path], output: Optional[Path] = None) -> tuple[str, Path]:
+def compare_runs(paths: list[Path], output: Path | None = None) -> tuple[str, Path]:
     """The Markdown report of the runs and the overlay PNG it links (written); the report is written to `output`."""
     runs = [load_run(Path(path)) for path in paths]
     curves = curves_path(output)

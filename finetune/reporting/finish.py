@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from finetune.reporting.plots import write_plots_or_warn
 from finetune.reporting.trackers import finish_trackers
@@ -26,7 +26,7 @@ def finish_run(accelerator, run_dir: Path, loop) -> None:
     accelerator.wait_for_everyone()
 
 
-def read_timing(run_dir: Path) -> Optional[dict[str, Any]]:
+def read_timing(run_dir: Path) -> dict[str, Any] | None:
     """The run's timing.json, or None for a run that has none (unfinished, or older than the file)."""
     path = Path(run_dir) / TIMING_FILE
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None

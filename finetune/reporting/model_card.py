@@ -9,15 +9,15 @@ hub shows the metrics and `ModelCard.load` reads the card back.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
-from finetune.models.hub import HUB_NAME
 from finetune.models.choices import choice_registering_import
 from finetune.models.families import family_of, family_of_model_type
+from finetune.models.hub import HUB_NAME
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
@@ -25,7 +25,7 @@ HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation"
                "spearman": "spearmanr"}
 
 
-def hub_base_model(checkpoint: Optional[str]) -> Optional[str]:
+def hub_base_model(checkpoint: str | None) -> str | None:
     """A base model the hub can link to: a hub name (`name`, `org/name`) that is not a local folder; else None."""
     if checkpoint and HUB_NAME.match(checkpoint) and not Path(checkpoint).exists():
         return checkpoint

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -49,7 +50,7 @@ def save_figure(figure: Figure, path: Path) -> Path:
     return path
 
 
-def loss_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
+def loss_figure(records: list[dict[str, Any]]) -> Figure | None:
     """Training loss of each logged window and validation loss of each evaluation, over optimizer steps."""
     train = records_of(records, "train")
     validation = [record for record in records_of(records, "eval") if is_number(record.get("validation_loss"))]
@@ -94,7 +95,7 @@ def is_trainable(group: int, step: int, unfreezing: list[dict[str, Any]]) -> boo
     return group >= latest["total_groups"] - latest["trainable_groups"]
 
 
-def learning_rate_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
+def learning_rate_figure(records: list[dict[str, Any]]) -> Figure | None:
     """The LR of each layer group over the steps (solid while it trains), the unfreezing steps as vertical lines.
 
     The schedule's shape (STLR's short rise and long decay) shows in every line, the discriminative
@@ -148,7 +149,7 @@ def evaluation_metrics(evaluations: list[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
-def evaluation_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
+def evaluation_figure(records: list[dict[str, Any]]) -> Figure | None:
     """Dev (or validation) metrics over the evaluations: scores within [-1, 1] together, others on their own axes."""
     evaluations = records_of(records, "eval")
     names = evaluation_metrics(evaluations)
@@ -170,7 +171,7 @@ def evaluation_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
     return figure
 
 
-def throughput_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
+def throughput_figure(records: list[dict[str, Any]]) -> Figure | None:
     """Items per second of each logged window (examples or tokens, all processes together)."""
     train = records_of(records, "train")
     keys = [key for key in (train[0] if train else {}) if key.endswith("_per_s")]
@@ -186,7 +187,7 @@ def throughput_figure(records: list[dict[str, Any]]) -> Optional[Figure]:
     return figure
 
 
-PLOTS: dict[str, Callable[[list[dict[str, Any]]], Optional[Figure]]] = {
+PLOTS: dict[str, Callable[[list[dict[str, Any]]], Figure | None]] = {
     "loss": loss_figure,
     "learning_rates": learning_rate_figure,
     "evaluation": evaluation_figure,
@@ -211,7 +212,7 @@ def write_plots_or_warn(run_dir: Path) -> list[Path]:
     """`write_plots` at the end of a run: a failure is a warning, never the end of a run whose results are saved."""
     try:
         return write_plots(run_dir)
-    except Exception as error:  # noqa: BLE001 - any plotting problem; the checkpoint and metrics are already written
+    except Exception as error:
         warnings.warn(f"could not draw the plots of {run_dir} ({type(error).__name__}: {error}); "
                       f"retry with `finetune plot {run_dir}`", RuntimeWarning, stacklevel=2)
         return []

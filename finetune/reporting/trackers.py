@@ -8,8 +8,9 @@ tracker needs code here: whatever accelerate supports is reachable by its name.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from finetune.errors import UserError
 from finetune.run_dir import flatten_keys
@@ -50,7 +51,7 @@ def tracker_values(record: dict[str, Any]) -> dict[str, float]:
     return values
 
 
-def start_trackers(accelerator, recipe, run_dir: Path) -> Optional[Callable[[dict[str, Any]], None]]:
+def start_trackers(accelerator, recipe, run_dir: Path) -> Callable[[dict[str, Any]], None] | None:
     """Start the recipe's trackers with its hyperparameters; returns what sends a record to them (None: none)."""
     if not accelerator.log_with:
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from torch.utils.data import DataLoader, Dataset
@@ -17,6 +17,7 @@ from finetune.models.choices import load_choice_model
 from finetune.models.heads import fitted_max_length
 from finetune.stages.task_stage import TaskStage
 from finetune.training.choices import choice_loss, encoded_questions, question_probabilities
+
 
 class ChoicesStage(TaskStage):
     """`finetune finetune` for a task of kind choices: a score per choice, a softmax over each question's own

@@ -4,7 +4,7 @@ stage that read them from a recipe says which key to change."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 from finetune.errors import UserError, recipe_key
 from finetune.models.heads import BackwardEncoderError, ClassifierOptionError

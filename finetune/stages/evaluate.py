@@ -12,7 +12,6 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -93,7 +92,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         outputs[path] = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size,
                                        name=recipe.split)
 
-    def scored(row: dict, model_outputs: np.ndarray, name: Optional[str] = None) -> dict:
+    def scored(row: dict, model_outputs: np.ndarray, name: str | None = None) -> dict:
         """`row` with the scores of these outputs; with `name`, their predictions are also written."""
         predictions = logits_to_predictions(spec, model_outputs)
         if examples.labels is not None:

@@ -9,8 +9,8 @@ random states, unfreezing stage, data position, best score so far (and its weigh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -35,8 +35,8 @@ from finetune.stages.spans import SpansStage
 from finetune.stages.tagging import TaggingStage
 from finetune.stages.task_stage import RESULT_FILE, TaskStage
 from finetune.training.driver import run_training
-from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.multilabel import binary_cross_entropy, label_probabilities
+from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
 
@@ -165,7 +165,7 @@ class MultilabelStage(FinetuneStage):
         super()._save(directory)
 
 
-def gradient_window_note(config, lengths: list[int], whole: bool = True) -> Optional[str]:
+def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str | None:
     """For a classifier that reads documents in chunks with a bounded gradient (the AWD-LSTM's BPT3C): how much of
     the training documents it reads (`whole`: every token, no task.max_length), and how many are longer than the
     tokens its gradients reach."""

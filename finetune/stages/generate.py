@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 import torch
 from transformers import TextStreamer
@@ -94,7 +94,7 @@ class _CallbackStreamer(TextStreamer):
 
 
 def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Sampling(), count: int = 1,
-                     seed: Optional[int] = None, on_text: Optional[Callable[[str], None]] = None,
+                     seed: int | None = None, on_text: Callable[[str], None] | None = None,
                      document: str = "line") -> Iterator[Sample]:
     """`count` continuations of `prompt` by a loaded causal model, each yielded when it is complete; `on_text`
     receives the text of the one in progress as it is produced (whole characters only). `seed` seeds torch's
@@ -130,7 +130,7 @@ def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Samplin
     return draw()
 
 
-def sample_rows(prompt: str, samples: list[Sample], seed: Optional[int]) -> list[dict]:
+def sample_rows(prompt: str, samples: list[Sample], seed: int | None) -> list[dict]:
     """What --output writes: one JSON object per sample."""
     return [{"prompt": prompt, "sample": index, "seed": seed, "text": sample.text, "new_tokens": sample.new_tokens,
              "stop": "end_of_text" if sample.ended_document else "max_new_tokens"}
@@ -149,8 +149,8 @@ def write_json_lines(rows: list[dict], path: Path) -> None:
         raise
 
 
-def run_generate(checkpoint: str, prompt: str, sampling: Sampling, count: int, seed: Optional[int],
-                 output: Optional[str], write: Callable[[str], None], document: Optional[str] = None) -> None:
+def run_generate(checkpoint: str, prompt: str, sampling: Sampling, count: int, seed: int | None,
+                 output: str | None, write: Callable[[str], None], document: str | None = None) -> None:
     """The CLI's work. Without `output` (or with a file) each sample is written through `write` as it comes: the
     prompt, its continuation, a blank line between samples; `output` "-" writes JSON Lines through `write` instead.
     `document`: how the prompt is cut into documents; None: as the checkpoint's pretraining read its text."""

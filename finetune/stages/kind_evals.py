@@ -6,8 +6,9 @@ entity type), multiple-choice models (accuracy), question answering (SQuAD's EM 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,6 @@ from finetune.training.multilabel import label_probabilities, label_sets
 from finetune.training.predict import example_logits
 from finetune.training.spans import answer_questions, checkpoint_span_reading, gold_answers
 from finetune.training.tagging import tag_sentences
-
 
 
 def refuse_ensembles(recipe: EvalRecipe, models: str) -> None:

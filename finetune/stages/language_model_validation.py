@@ -24,8 +24,8 @@ from finetune.errors import UserError, recipe_key
 from finetune.models.awd_lstm import AWDLSTMForCausalLM
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
-from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.families import CAUSAL_MODEL_TYPES, GPT2
+from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 from finetune.models.objectives import LanguageModelLoss
 from finetune.training.checkpoints import trained_document_kind

@@ -29,8 +29,8 @@ from finetune.console import console
 from finetune.errors import RunFailed, UserError
 from finetune.models.families import family_of
 from finetune.recipes import FinetuneRecipe, PretrainRecipe
-from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
 from finetune.reporting.plots import new_figure, save_figure
+from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
 
 SMOOTHING_FRACTION = 0.1  # the moving average spans this share of the steps
 DIVERGENCE = 4.0  # the curve stops where the smoothed loss exceeds this many times its minimum

@@ -26,31 +26,32 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable, Optional, Sequence, TextIO
+from typing import TextIO
 
 import torch
 
-from finetune.data.long_documents import DocumentReading
 from finetune.data.choices import ChoiceQuestions, parse_choices, read_choices
+from finetune.data.long_documents import DocumentReading
+from finetune.data.spans import DEFAULT_MAX_LENGTH, Question, SpanReading, SquadQuestions
 from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
+from finetune.models.choices import load_finetuned_choice_model
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
 from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
-from finetune.models.taggers import load_finetuned_tagger, model_tags
-from finetune.models.choices import load_finetuned_choice_model
-from finetune.training.checkpoints import HYPERPARAMETERS_FILE
-from finetune.training.predict import example_logits
-from finetune.training.multilabel import label_probabilities, label_sets
-from finetune.training.tagging import tag_sentences
-from finetune.training.choices import choose
-from finetune.data.spans import DEFAULT_MAX_LENGTH, Question, SpanReading, SquadQuestions
 from finetune.models.question_answering import load_finetuned_qa
+from finetune.models.taggers import load_finetuned_tagger, model_tags
+from finetune.training.checkpoints import HYPERPARAMETERS_FILE
+from finetune.training.choices import choose
+from finetune.training.multilabel import label_probabilities, label_sets
+from finetune.training.predict import example_logits
 from finetune.training.spans import answer_questions
+from finetune.training.tagging import tag_sentences
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
@@ -128,7 +129,7 @@ class TaggingPredictor:
     model: torch.nn.Module
     tokenizer: object
     spec: TaskSpec  # its labels: the tagger's tags
-    max_length: Optional[int]
+    max_length: int | None
     batch_size: int = 64
 
     def predict(self, texts: Sequence[str]) -> list[dict]:
@@ -155,7 +156,7 @@ class ChoicesPredictor:
     model: torch.nn.Module
     tokenizer: object
     spec: TaskSpec
-    max_length: Optional[int]
+    max_length: int | None
     batch_size: int = 64
 
     def predict(self, questions: Sequence[dict]) -> list[dict]:
@@ -197,7 +198,7 @@ class SpanPredictor:
 
 
 def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int,
-                        max_length: Optional[int]) -> SpanPredictor:
+                        max_length: int | None) -> SpanPredictor:
     """The question-answering model of a checkpoint folder, read and answering as it was trained."""
     from finetune.models.heads import fitted_max_length
 
@@ -208,7 +209,7 @@ def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int,
     return SpanPredictor(model, tokenizer, spec, SpanReading.of(recipe.task, length), batch_size)
 
 
-def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[int] = None) -> Predictor:
+def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> Predictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
     from finetune.models.heads import fitted_max_length
     from finetune.recipes import load_recipe
@@ -246,7 +247,7 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: Optional[i
     return Predictor(model, tokenizer, spec, reading, batch_size)
 
 
-def _hub_file(repository: str) -> Optional[Path]:
+def _hub_file(repository: str) -> Path | None:
     """The recipe file of a hub repository (None when it has none); a hub that cannot be reached is a UserError."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
@@ -265,7 +266,7 @@ def _hub_file(repository: str) -> Optional[Path]:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_input(source: str, spec: TaskSpec, stdin: Optional[TextIO] = None) -> TaskExamples:
+def read_input(source: str, spec: TaskSpec, stdin: TextIO | None = None) -> TaskExamples:
     """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
     Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
     unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None,
@@ -311,7 +312,7 @@ def output_rows(spec: TaskSpec, examples: TaskExamples, results: list[dict]) -> 
     return [{**dict(zip(spec.text_columns, texts)), **result} for texts, result in zip(examples.texts, results)]
 
 
-def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: Optional[TextIO] = None) -> None:
+def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: TextIO | None = None) -> None:
     """JSON Lines on stdout or to a .jsonl file; TSV/CSV with one probability column per label."""
     if target == STDIO:
         (stdout or sys.stdout).write(_render(rows, "jsonl", spec))
@@ -358,7 +359,7 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
 
 
 def run_predict(checkpoint: str, source: str = STDIO, target: str = STDIO, batch_size: int = 64,
-                max_length: Optional[int] = None) -> int:
+                max_length: int | None = None) -> int:
     """The CLI's work: read, predict, write; returns the number of examples."""
     predictor = load_predictor(checkpoint, batch_size, max_length)
     if isinstance(predictor, ChoicesPredictor):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import torch
 from accelerate.data_loader import prepare_data_loader
@@ -36,23 +36,29 @@ from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDo
 from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError, recipe_key
-from finetune.models.hub import load_tokenizer
 from finetune.models.families import LanguageModelFamily, family_of
+from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import load_language_model, loss_module
 from finetune.models.sizes import TRAINING_BYTES_PER_PARAMETER, language_model_parameters, physical_memory_bytes
 from finetune.recipes import PretrainRecipe
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import (CHECKPOINT_DIR, METRICS_FILE, MetricsLog, check_run_dir_free, guarded_stage,
-                               prepare_run_dir, read_metrics)
+from finetune.run_dir import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    MetricsLog,
+    check_run_dir_free,
+    guarded_stage,
+    prepare_run_dir,
+    read_metrics,
+)
 from finetune.stages.language_model_validation import validation_metrics
 from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
 from finetune.training.checkpoints import latest_training_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, processes_ready, run_training
 from finetune.training.loop import make_accelerator
 from finetune.training.optim import build_optimizer, discriminative_lrs
-
 
 
 @guarded_stage
@@ -76,7 +82,7 @@ class PretrainStage(TrainingStage):
     def create_accelerator(self):
         return make_accelerator(self.recipe.training, run_dir=self.recipe.run_dir)
 
-    def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+    def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.family = accelerator, family_of(recipe.model)
         # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
@@ -161,14 +167,14 @@ class LanguageModelData(NamedTuple):
     tokenizer: Any
     train: Any
     validation: Any
-    train_tokens: Optional[TokenizedDocuments]  # None for a stream
-    validation_tokens: Optional[TokenizedDocuments]
+    train_tokens: TokenizedDocuments | None  # None for a stream
+    validation_tokens: TokenizedDocuments | None
     continued: Any  # the model whose pretraining continues, or None
-    max_positions: Optional[int]
+    max_positions: int | None
     backwards: bool
 
 
-def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: Optional[Path]) -> LanguageModelData:
+def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: Path | None) -> LanguageModelData:
     """Text -> tokenizer -> token ids (cached) -> training and validation data, and the model continued if any."""
     family, corpus = family_of(recipe.model), recipe.corpus
     streaming = corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
@@ -208,7 +214,7 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: O
                              max_positions, backwards)
 
 
-def model_positions(recipe: PretrainRecipe, family: LanguageModelFamily, continued) -> Optional[int]:
+def model_positions(recipe: PretrainRecipe, family: LanguageModelFamily, continued) -> int | None:
     """The position table's size of the model trained (None: an LSTM or an n-gram model has none); a continued
     transformer's own, which the blocks must fit."""
     max_positions = family.max_positions(recipe.model, recipe.corpus.block_size,

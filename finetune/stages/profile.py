@@ -13,27 +13,31 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import nn
 from transformers import AutoConfig
 
+from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.errors import CheckpointError, UserError, recipe_key
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
+from finetune.models.choices import choice_model_skeleton
+from finetune.models.families import family_of, is_recurrent
 from finetune.models.flops import lookup_tables, matmul_gflops, multiply_adds_per_token, training_flops
 from finetune.models.heads import classifier_skeleton, fitted_max_length
 from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
-from finetune.models.families import family_of, is_recurrent
 from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
-from finetune.models.taggers import tagger_skeleton
-from finetune.models.choices import choice_model_skeleton
 from finetune.models.question_answering import qa_skeleton
-from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
-from finetune.models.sizes import (BYTES_PER_VALUE, TRAINING_BYTES_PER_PARAMETER, lstm_layer_activation_bytes,
-                                   parameter_count, transformer_layer_activation_bytes)
+from finetune.models.sizes import (
+    BYTES_PER_VALUE,
+    TRAINING_BYTES_PER_PARAMETER,
+    lstm_layer_activation_bytes,
+    parameter_count,
+    transformer_layer_activation_bytes,
+)
+from finetune.models.taggers import tagger_skeleton
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
 from finetune.stages.classifier_keys import classifier_keys
 from finetune.training.loop import device_and_precision
@@ -58,7 +62,7 @@ class BuiltModel:
 
 PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
 
-def profile_recipe(recipe, matmul_rate: Optional[float] = None, mfu: float = DEFAULT_MFU) -> dict:
+def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAULT_MFU) -> dict:
     """The profile of a pretrain or finetune recipe, or of each stage of an ulmfit recipe (under "stages")."""
     rates = MatmulRates(matmul_rate)
     if isinstance(recipe, UlmfitRecipe):
@@ -82,7 +86,7 @@ def profile_recipe(recipe, matmul_rate: Optional[float] = None, mfu: float = DEF
 # ---------------------------------------------------------------------------------------------
 
 
-def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "") -> BuiltModel:
+def stage_model(recipe, upstream: nn.Module | None = None, section: str = "") -> BuiltModel:
     """The stage's model as it would start training; `upstream`: the previous ulmfit stage's model, whose config
     stands in for its checkpoint until that stage has run."""
     prefix = f"{section}." if section else ""
@@ -120,7 +124,7 @@ def stage_model(recipe, upstream: Optional[nn.Module] = None, section: str = "")
     return BuiltModel(model, family.layer_groups(model), family.layer_blocks, source)
 
 
-def stage_checkpoint_config(recipe, upstream: Optional[nn.Module], prefix: str):
+def stage_checkpoint_config(recipe, upstream: nn.Module | None, prefix: str):
     """(config, where it came from) of the checkpoint the stage starts from, or (None, ...) for a model built from
     the recipe's sizes."""
     checkpoint = recipe.model.checkpoint
@@ -131,7 +135,7 @@ def stage_checkpoint_config(recipe, upstream: Optional[nn.Module], prefix: str):
     return checkpoint_config(checkpoint, f"{prefix}model.checkpoint", getattr(recipe.model, "trust_remote_code", False))
 
 
-def with_techniques(recipe, upstream: Optional[nn.Module] = None, section: str = ""):
+def with_techniques(recipe, upstream: nn.Module | None = None, section: str = ""):
     """A finetune recipe with the techniques it leaves open decided by its backbone, as the stage decides them."""
     if not isinstance(recipe, FinetuneRecipe):
         return recipe
@@ -164,7 +168,7 @@ def pretraining_vocabulary(recipe: PretrainRecipe) -> VocabularyOfSize:
     return VocabularyOfSize(recipe.tokenizer.vocab_size)
 
 
-def max_positions(recipe: PretrainRecipe) -> Optional[int]:
+def max_positions(recipe: PretrainRecipe) -> int | None:
     """The position table of a new transformer, as the pretrain stage sizes it (an LSTM or an n-gram model has none)."""
     return family_of(recipe.model).max_positions(recipe.model, recipe.corpus.block_size)
 
@@ -174,7 +178,7 @@ def max_positions(recipe: PretrainRecipe) -> Optional[int]:
 # ---------------------------------------------------------------------------------------------
 
 
-def stage_profile(recipe, built: BuiltModel, rates: "MatmulRates", mfu: float) -> dict:
+def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> dict:
     """Parameters, FLOPs, memory and time of one training stage, as a JSON-ready dict."""
     model, groups, training = built.model, built.groups, recipe.training
     if isinstance(recipe, PretrainRecipe):
@@ -306,7 +310,7 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
 class MatmulRates:
     """The matmul rate per (device, precision): the one given (--matmul-gflops), or measured here once."""
 
-    def __init__(self, given: Optional[float] = None):
+    def __init__(self, given: float | None = None):
         self.given, self.measured = given, {}
 
     def rate(self, device: str, dtype: torch.dtype) -> float:

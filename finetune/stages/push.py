@@ -9,7 +9,6 @@ one line naming the cause.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from finetune.console import console
 from finetune.errors import UserError
@@ -28,7 +27,7 @@ def checkpoint_folder(run_dir: Path) -> Path:
                     "is written when a run ends)")
 
 
-def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: Optional[str] = None,
+def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: str | None = None,
                     api=None) -> str:
     """Create the model repository if needed and upload the checkpoint in one commit; returns its URL."""
     from huggingface_hub import HfApi

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding
@@ -17,6 +17,7 @@ from finetune.models.heads import fitted_max_length
 from finetune.models.question_answering import load_qa_model
 from finetune.stages.task_stage import TaskStage
 from finetune.training.spans import best_answers, gold_answers, window_logits
+
 
 class SpansStage(TaskStage):
     """`finetune finetune` for extractive question answering (task kind spans): SQuAD JSON files, each window of a

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorForTokenClassification
@@ -18,6 +18,7 @@ from finetune.models.heads import fitted_max_length
 from finetune.models.taggers import load_tagger, reads_left_to_right
 from finetune.stages.task_stage import TaskStage
 from finetune.training.tagging import sentence_logits
+
 
 class TaggingStage(TaskStage):
     """`finetune finetune` for a task of kind tokens (see the module docstring)."""

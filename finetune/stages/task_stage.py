@@ -13,8 +13,8 @@ import contextlib
 import json
 import math
 from abc import abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -36,8 +36,12 @@ from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
-from finetune.training.unfreezing import (freeze_below, thaw_interval, trainable_group_count,
-                                         trainable_group_count_at_step)
+from finetune.training.unfreezing import (
+    freeze_below,
+    thaw_interval,
+    trainable_group_count,
+    trainable_group_count_at_step,
+)
 
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
@@ -55,7 +59,7 @@ class TaskStage(TrainingStage):
         return make_accelerator(self.recipe.training, parameters_change_trainability=unfreezes,
                                 run_dir=self.recipe.run_dir)
 
-    def setup(self, accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+    def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
         with recipe_key("model.checkpoint"):

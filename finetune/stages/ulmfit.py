@@ -17,26 +17,45 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import torch
 from accelerate import PartialState
 
 from finetune import run_lock
 from finetune.console import console
-from finetune.data.tasks import read_labelled_split
 from finetune.data.pretraining_text import SingleDocumentError
+from finetune.data.tasks import read_labelled_split
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import task_spec
-from finetune.recipes import (ULMFIT_STAGE_FOLDERS, FinetuneRecipe, PretrainedLanguageModel, PretrainRecipe,
-                              TrainingRunRecipe, UlmfitRecipe, path_problems, read_yaml, recipe_to_yaml, type_label)
-from finetune.run_dir import (METRICS_FILE, RECIPE_FILE, check_run_dir_free, claim_run_dir, flatten_keys, is_finished,
-                              prepare_run_dir, read_metrics, remove_own_entries)
+from finetune.recipes import (
+    ULMFIT_STAGE_FOLDERS,
+    FinetuneRecipe,
+    PretrainedLanguageModel,
+    PretrainRecipe,
+    TrainingRunRecipe,
+    UlmfitRecipe,
+    path_problems,
+    read_yaml,
+    recipe_to_yaml,
+    type_label,
+)
+from finetune.run_dir import (
+    METRICS_FILE,
+    RECIPE_FILE,
+    check_run_dir_free,
+    claim_run_dir,
+    flatten_keys,
+    is_finished,
+    prepare_run_dir,
+    read_metrics,
+    remove_own_entries,
+)
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from finetune.training.techniques import describe_backbone, resolve_techniques
 from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, read_corpus, run_pretrain
 from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
+from finetune.training.techniques import describe_backbone, resolve_techniques
 
 STAGE_TITLES = {"general_lm": "general-domain language model", "target_lm": "language model on the task's text",
                 "classifier": "classifier"}
@@ -153,7 +172,7 @@ def stage_resumable(stage: TrainingRunRecipe) -> bool:
     return latest_training_checkpoint(stage.run_dir) is not None
 
 
-def latest_stage_checkpoint(run_dir: Path) -> Optional[Path]:
+def latest_stage_checkpoint(run_dir: Path) -> Path | None:
     """What `--resume` of a stopped flow would keep or continue from: the newest stage's periodic checkpoint or
     finished checkpoint (a seed's too), for the message that refuses a rerun into a used run_dir."""
     for folder in reversed(ULMFIT_STAGE_FOLDERS.values()):

@@ -19,8 +19,8 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 import yaml
@@ -116,8 +116,8 @@ def trained_document_kind(folder: str | Path) -> str:
     return document if document in DOCUMENT_KINDS else "line"
 
 
-def checkpoint_reading(folder: str | Path, max_length: Optional[int] = None,
-                       long_documents: Optional[LongDocumentsConfig] = None) -> DocumentReading:
+def checkpoint_reading(folder: str | Path, max_length: int | None = None,
+                       long_documents: LongDocumentsConfig | None = None) -> DocumentReading:
     """How to read task examples for a fine-tuned checkpoint folder: `max_length` and `long_documents` (a
     LongDocumentsConfig) where given, else as its saved recipe trained it (task.max_length, task.long_documents;
     task.both_orders always as trained: the model learned the sum of both orders' logits);
@@ -141,7 +141,7 @@ def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 
 def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, recipe, state: TrainingState,
-                             keep: int, attachments: Optional[dict[str, Path]] = None) -> Path:
+                             keep: int, attachments: dict[str, Path] | None = None) -> Path:
     """A Hugging Face checkpoint plus everything needed to resume; call on every process. Returns its folder.
 
     Every process saves its own random-number state through accelerate and its share of `state` (see
@@ -185,7 +185,7 @@ def _run_on_every_process(accelerator, phase: Callable[[], None], directory: Pat
     failure = None
     try:
         phase()
-    except Exception as error:  # noqa: BLE001 - every process must reach the barrier below
+    except Exception as error:
         failure = error
     failed = failure is not None
     if accelerator.num_processes > 1:
@@ -211,7 +211,7 @@ def _is_disk_full(error: BaseException) -> bool:
             or "No space left on device" in text or "StorageFull" in text)
 
 
-def save_failed(directory: Path, error: Optional[BaseException]) -> RunFailed:
+def save_failed(directory: Path, error: BaseException | None) -> RunFailed:
     """One line for a failed save: the checkpoint, why, and the last complete checkpoint that was kept."""
     disk_full = error is not None and _is_disk_full(error)
     if error is None:
@@ -264,7 +264,7 @@ def _has_weights(folder: Path) -> bool:
     return all((folder / shard).is_file() for shard in shards)
 
 
-def latest_training_checkpoint(run_dir: Path) -> Optional[Path]:
+def latest_training_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete periodic checkpoint of a run, or None."""
     checkpoints = training_checkpoints(Path(run_dir) / "checkpoints")
     return checkpoints[-1] if checkpoints else None
@@ -296,7 +296,7 @@ def sweep_incomplete_checkpoints(run_dir: Path) -> None:
             remove_checkpoint(path)
 
 
-def load_training_state(accelerator, checkpoint: Path, attachments: Optional[dict[str, Path]] = None
+def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Path] | None = None
                         ) -> TrainingState:
     """Restore model, optimizer and random states saved by `save_training_checkpoint`; returns this process's
     TrainingState.

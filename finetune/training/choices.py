@@ -3,8 +3,6 @@ loss over each question's choices, and the probabilities of every question (eval
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -28,7 +26,7 @@ def choice_loss(model, batch: dict) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(choice_logits(model, batch), batch["labels"])
 
 
-def question_probabilities(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], Optional[float]]:
+def question_probabilities(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], float | None]:
     """Each question's probabilities over its choices (padding cut off), in the loader's order; with_loss: the
     mean cross-entropy over the questions."""
     model.eval()
@@ -46,17 +44,17 @@ def question_probabilities(model, loader, device, with_loss: bool = False) -> tu
     return outputs, (loss_sum / max(count, 1) if with_loss else None)
 
 
-def choice_delimiter(model, tokenizer) -> Optional[int]:
+def choice_delimiter(model, tokenizer) -> int | None:
     """GPT's delimiter (the end-of-text token) for a model that reads the last token; None for a sentence pair."""
     return tokenizer.eos_token_id if reads_last_token(model) else None
 
 
-def encoded_questions(model, tokenizer, questions: ChoiceQuestions, max_length: Optional[int]) -> EncodedChoices:
+def encoded_questions(model, tokenizer, questions: ChoiceQuestions, max_length: int | None) -> EncodedChoices:
     return EncodedChoices(questions, tokenizer, fitted_max_length(max_length, model),
                           choice_delimiter(model, tokenizer))
 
 
-def choose(model, tokenizer, questions: ChoiceQuestions, max_length: Optional[int], batch_size: int,
+def choose(model, tokenizer, questions: ChoiceQuestions, max_length: int | None, batch_size: int,
            device) -> list[np.ndarray]:
     """Every question's probabilities over its choices, in file order (eval and predict)."""
     model.to(device)

@@ -12,9 +12,10 @@ and the run's timing and plots at the end. So the bit-exact resume guarantee liv
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -23,10 +24,22 @@ from accelerate.utils import set_seed
 from finetune.console import console
 from finetune.reporting.finish import finish_run
 from finetune.reporting.trackers import start_trackers
-from finetune.run_dir import (METRICS_FILE, MetricsLog, check_resumable, check_run_dir_free, check_same_recipe,
-                               claim_run_dir, prepare_run_dir)
-from finetune.training.checkpoints import (latest_training_checkpoint, load_training_state, save_training_checkpoint,
-                                           step_checkpoint_dir, sweep_incomplete_checkpoints)
+from finetune.run_dir import (
+    METRICS_FILE,
+    MetricsLog,
+    check_resumable,
+    check_run_dir_free,
+    check_same_recipe,
+    claim_run_dir,
+    prepare_run_dir,
+)
+from finetune.training.checkpoints import (
+    latest_training_checkpoint,
+    load_training_state,
+    save_training_checkpoint,
+    step_checkpoint_dir,
+    sweep_incomplete_checkpoints,
+)
 from finetune.training.loop import LossFunction, StepHook, TrainingLoop, total_optimizer_steps
 from finetune.training.schedules import make_momentum_schedule, make_schedule
 from finetune.training.state import BestSoFar, TrainingState
@@ -44,7 +57,7 @@ class TrainingSetup:
     throughput_unit: str  # tokens or examples, for the logged throughput
     tokenizer: Any  # saved with every checkpoint
     saved_model: Callable[[], torch.nn.Module]  # the Hugging Face model a checkpoint holds
-    before_step: Optional[StepHook] = None  # a change between optimizer steps (step-wise unfreezing)
+    before_step: StepHook | None = None  # a change between optimizer steps (step-wise unfreezing)
 
 
 @dataclass
@@ -61,7 +74,7 @@ class RunContext:
 class TrainingStage(ABC):
     """A training stage, as the driver runs it (see the module docstring)."""
 
-    result_file: Optional[str] = None  # a run folder holding it is finished: --resume then has nothing to do
+    result_file: str | None = None  # a run folder holding it is finished: --resume then has nothing to do
 
     def __init__(self, recipe):
         self.recipe = recipe
@@ -74,13 +87,13 @@ class TrainingStage(ABC):
         """The stage's accelerator (`training.loop.make_accelerator` with what the stage needs of it)."""
 
     @abstractmethod
-    def setup(self, accelerator: Accelerator, resume_from: Optional[Path]) -> TrainingSetup:
+    def setup(self, accelerator: Accelerator, resume_from: Path | None) -> TrainingSetup:
         """Read every input and build the model, optimizer and data; nothing is written yet."""
 
     def start(self, context: RunContext) -> None:
         """The run folder exists and the loop is built: log what comes before training (not when resumed)."""
 
-    def best_so_far(self) -> Optional[BestSoFar]:
+    def best_so_far(self) -> BestSoFar | None:
         """The record that keep-best and early stopping follow, or None when the stage keeps no best."""
         return None
 
@@ -137,8 +150,8 @@ class RunDriver:
 
     def __init__(self, stage: TrainingStage):
         self.stage, self.recipe = stage, stage.recipe
-        self.best: Optional[BestSoFar] = None
-        self.last_evaluated_step: Optional[int] = None
+        self.best: BestSoFar | None = None
+        self.last_evaluated_step: int | None = None
         self.last_record: dict[str, Any] = {}
 
     def run(self, resume: bool) -> Path:

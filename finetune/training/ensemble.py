@@ -9,7 +9,6 @@ class. Regression (STS-B): the mean of the members' scores. `finetune eval` scor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -29,7 +28,7 @@ def ensemble_outputs(spec: TaskSpec, member_outputs: list[np.ndarray]) -> np.nda
     return np.mean(np.stack(probabilities), axis=0).astype(np.float32)
 
 
-def fine_tuned_task(checkpoint: str) -> Optional[str]:
+def fine_tuned_task(checkpoint: str) -> str | None:
     """The task a checkpoint was fine-tuned on, from the recipe saved beside its weights (None: not recorded)."""
     recipe = Path(checkpoint) / HYPERPARAMETERS_FILE
     if not recipe.is_file():  # a hub model, or a classifier trained elsewhere

@@ -17,9 +17,10 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 from accelerate import Accelerator
@@ -52,7 +53,7 @@ def device_and_precision(training_config) -> tuple[bool, str]:
 
 
 def make_accelerator(training_config, parameters_change_trainability: bool = False,
-                     run_dir: Optional[Path] = None) -> Accelerator:
+                     run_dir: Path | None = None) -> Accelerator:
     """An Accelerator for the recipe: mixed precision only where the hardware does it well. Gradient accumulation is
     the loop's own (`TrainingLoop._optimizer_step`), so accelerate is not told of it.
 
@@ -97,10 +98,10 @@ class TrainingLoop:
         training_config,
         metrics_log: MetricsLog,
         throughput_unit: str,
-        checkpoint_every: Optional[int] = None,
-        save_checkpoint: Optional[Callable[[TrainingState], Optional[Path]]] = None,
-        momentum: Optional[Callable[[int], float]] = None,
-        stop_early: Optional[Callable[[], bool]] = None,
+        checkpoint_every: int | None = None,
+        save_checkpoint: Callable[[TrainingState], Path | None] | None = None,
+        momentum: Callable[[int], float] | None = None,
+        stop_early: Callable[[], bool] | None = None,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
@@ -111,7 +112,7 @@ class TrainingLoop:
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
         self.stop_early = stop_early  # () -> True once the run should end after this step (early stopping)
         self.step = 0  # optimizer steps taken so far
-        self.last_checkpoint: Optional[Path] = None  # the newest periodic checkpoint, named when a run fails
+        self.last_checkpoint: Path | None = None  # the newest periodic checkpoint, named when a run fails
         self._saved_step = 0  # the step of the newest checkpoint: Ctrl-C right after one saves nothing new
         self._interrupt_requested = False  # set by the Ctrl-C handler of `watching`
         # First step (1-based; 0: none) with a non-finite loss / gradient norm, kept on the device: no sync per step.
@@ -135,10 +136,10 @@ class TrainingLoop:
         loader,
         epoch: int,
         compute_loss: LossFunction,
-        evaluate: Optional[Callable[[], dict[str, Any]]] = None,
-        eval_every: Optional[int] = None,
+        evaluate: Callable[[], dict[str, Any]] | None = None,
+        eval_every: int | None = None,
         batches_done: int = 0,
-        before_step: Optional[StepHook] = None,
+        before_step: StepHook | None = None,
     ) -> float:
         """One pass over `loader` (or until the step budget ends); returns the mean training loss.
 

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
+from finetune.data.long_documents import (
+    WINDOW_DOCUMENT,
+    DocumentReading,
+    ReadingError,
+    classification_loss,
+    pool_windows,
+)
 from finetune.data.reverse import reads_backwards, reads_both_directions
-from finetune.data.long_documents import (WINDOW_DOCUMENT, DocumentReading, ReadingError, classification_loss,
-                                         pool_windows)
 from finetune.data.tasks import EncodedTask, TaskExamples, task_collator
 from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec
@@ -65,8 +69,8 @@ def predict_logits(accelerator, model, loader, pool: str = "mean") -> np.ndarray
     return torch.cat(outputs).numpy()
 
 
-def example_logits(accelerator, model, tokenizer, examples: TaskExamples, reading: DocumentReading | Optional[int],
-                   batch_size: int, name: Optional[str] = None) -> np.ndarray:
+def example_logits(accelerator, model, tokenizer, examples: TaskExamples, reading: DocumentReading | int | None,
+                   batch_size: int, name: str | None = None) -> np.ndarray:
     """A classifier's logits (or scores) for every example, batched longest first, returned in file order.
 
     `reading`: how the model reads each example (or just task.max_length), fitted to the model's positions; `name`

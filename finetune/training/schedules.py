@@ -7,7 +7,7 @@ without an optimizer: `lr(step) = peak_lr * multiplier(step, total_steps, ...)`.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 def slanted_triangular(step: int, total_steps: int, cut_frac: float = 0.1, ratio: float = 32.0) -> float:
@@ -87,7 +87,7 @@ def make_schedule(config, total_steps: int) -> Callable[[int], float]:
     return lambda step: constant(step, total_steps)
 
 
-def make_momentum_schedule(config, total_steps: int) -> Optional[Callable[[int], float]]:
+def make_momentum_schedule(config, total_steps: int) -> Callable[[int], float] | None:
     """Adam's beta1 per step where the schedule cycles it (one_cycle with `momentum`); None: betas stay put."""
     if config.kind != "one_cycle" or config.momentum is None:
         return None

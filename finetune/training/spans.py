@@ -11,7 +11,6 @@ run_qa): it answers nothing when that score beats the best span by more than `nu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -32,8 +31,8 @@ class Answer:
 
     text: str
     score: float
-    start: Optional[int]
-    end: Optional[int]
+    start: int | None
+    end: int | None
     span: str
     null_margin: float
 
@@ -42,7 +41,7 @@ class Answer:
 
 
 def window_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], list[np.ndarray],
-                                                                          Optional[float]]:
+                                                                          float | None]:
     """Each window's start and end logits (padding cut off), in the loader's order; with_loss: the model's mean
     loss over the windows (where the batches hold start and end positions)."""
     model.eval()

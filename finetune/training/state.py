@@ -18,7 +18,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -37,11 +37,11 @@ class BestSoFar:
     left: what keep-best and early stopping need, carried through a resume."""
 
     metric: str  # the key in an evaluation's scores, e.g. dev_accuracy
-    patience: Optional[int] = None  # evaluations in a row without a new best before the run stops
-    step: Optional[int] = None  # step of the best evaluation
+    patience: int | None = None  # evaluations in a row without a new best before the run stops
+    step: int | None = None  # step of the best evaluation
     scores: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)  # the newest evaluation's scores
-    last_evaluated_step: Optional[int] = None
+    last_evaluated_step: int | None = None
     evaluations_without_gain: int = 0
 
     def update(self, scores: dict[str, float], step: int) -> bool:
@@ -86,9 +86,9 @@ class TrainingState:
     window_items: int = 0  # tokens or examples in the open log window (the main process's), for the throughput
     window_seconds: float = 0.0  # training time in the open log window
     training_seconds: float = 0.0  # training time of the run so far (timing.json)
-    last_evaluated_step: Optional[int] = None  # a run resumed at an epoch's end owes its evaluation unless equal
-    best: Optional[dict[str, Any]] = None  # BestSoFar.record() of a stage that keeps the best evaluation
-    running_sums: Optional[torch.Tensor] = None  # this process's loss sums: log window's, then epoch's
+    last_evaluated_step: int | None = None  # a run resumed at an epoch's end owes its evaluation unless equal
+    best: dict[str, Any] | None = None  # BestSoFar.record() of a stage that keeps the best evaluation
+    running_sums: torch.Tensor | None = None  # this process's loss sums: log window's, then epoch's
     carried: dict[str, torch.Tensor] = field(default_factory=dict)  # this process's tensors carried between batches
 
     def write(self, folder: Path, process_index: int, main_process: bool) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -15,7 +13,7 @@ from finetune.models.heads import fitted_max_length
 from finetune.models.taggers import reads_left_to_right
 
 
-def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], Optional[float]]:
+def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], float | None]:
     """Each sentence's per-token logits (padding cut off), in the loader's order; with_loss: the mean
     cross-entropy over the tagged tokens."""
     model.eval()
@@ -35,7 +33,7 @@ def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[lis
     return outputs, (loss_sum / max(tagged, 1) if with_loss else None)
 
 
-def tag_sentences(model, tokenizer, sentences: TaggedSentences, tags, max_length: Optional[int], batch_size: int,
+def tag_sentences(model, tokenizer, sentences: TaggedSentences, tags, max_length: int | None, batch_size: int,
                   device, name: str = "input") -> list[list[str]]:
     """The predicted tag of every word of every sentence (eval and predict)."""
     model.to(device)

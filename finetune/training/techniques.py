@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.errors import UserError, recipe_key
@@ -50,8 +50,8 @@ class Backbone:
     """What the defaults depend on: the checkpoint's model type and width, and how it was trained to be read."""
 
     model_type: str
-    hidden_size: Optional[int]
-    sentence_pooling: Optional[str]  # "mean", "cls", ...: a sentence-transformers Pooling module beside it
+    hidden_size: int | None
+    sentence_pooling: str | None  # "mean", "cls", ...: a sentence-transformers Pooling module beside it
 
     @property
     def recurrent(self) -> bool:
@@ -118,7 +118,7 @@ def backbone_of(config, source: str, local_files_only: bool = False) -> Backbone
     return Backbone(config.model_type, hidden, sentence_pooling(source, local_files_only))
 
 
-def sentence_pooling(source: str, local_files_only: bool = False) -> Optional[str]:
+def sentence_pooling(source: str, local_files_only: bool = False) -> str | None:
     """How a sentence-transformers checkpoint pools its tokens ("mean", "cls", "max", ...), None for any other.
 
     Read from its modules.json and the Pooling module's config.json: in the folder, or for a hub name from the hub
@@ -199,7 +199,7 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     return ResolvedTechniques(resolved, sources)
 
 
-def _kind_from_keys(schedule) -> Optional[tuple[str, str]]:
+def _kind_from_keys(schedule) -> tuple[str, str] | None:
     """The schedule kind whose own keys the section sets to other values than their defaults, if any."""
     changed = _changed_keys(schedule)
     kinds = [kind for kind, keys in SCHEDULE_KIND_KEYS.items() if changed & set(keys)]
@@ -210,7 +210,7 @@ def _kind_from_keys(schedule) -> Optional[tuple[str, str]]:
     return (kinds[0], f"from schedule.{sorted(changed & set(SCHEDULE_KIND_KEYS[kinds[0]]))[0]}") if kinds else None
 
 
-def _mode_from_keys(unfreezing) -> Optional[tuple[str, str]]:
+def _mode_from_keys(unfreezing) -> tuple[str, str] | None:
     """gradual when the section sets any key of gradual unfreezing to another value than its default."""
     changed = sorted(_changed_keys(unfreezing) & set(GRADUAL_KEYS))
     return ("gradual", f"from unfreezing.{changed[0]}") if changed else None
