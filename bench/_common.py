@@ -101,8 +101,9 @@ def run(command: list, echo: bool = False, **options) -> str:
         print("$ " + " ".join(command), file=sys.stderr, flush=True)
     finished = subprocess.run(command, capture_output=True, text=True, **options)
     if finished.returncode != 0:
-        sys.exit(f"bench: {_name(command)} failed (exit status {finished.returncode}):\n"
-                 f"{finished.stderr[-STDERR_TAIL:]}")
+        sys.exit(
+            f"bench: {_name(command)} failed (exit status {finished.returncode}):\n{finished.stderr[-STDERR_TAIL:]}"
+        )
     return finished.stdout
 
 

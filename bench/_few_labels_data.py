@@ -37,11 +37,12 @@ def draw_rows(rows: int, labels: int, held_out: int, seed: int) -> tuple[list[in
         sys.exit(f"bench: {labels} labelled + {held_out} held-out rows, but the training file has only {rows}")
     order = list(range(rows))
     random.Random(seed).shuffle(order)
-    return order[:labels], order[rows - held_out:] if held_out else []
+    return order[:labels], order[rows - held_out :] if held_out else []
 
 
-def write_task_folders(task: str, training: TrainingFile, labels: int, held_out: int, seed: int,
-                       folder: Path) -> tuple[Path, Path]:
+def write_task_folders(
+    task: str, training: TrainingFile, labels: int, held_out: int, seed: int, folder: Path
+) -> tuple[Path, Path]:
     """(training folder, scoring folder) for one run.
 
     The training folder holds the labelled rows as train.tsv and TRAINING_DEV_ROWS of them as dev.tsv: the stage

@@ -30,8 +30,11 @@ BATCH_SIZE, LR, MAX_LENGTH = 16, 3e-5, 128
 def four_choice_subset(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for split, name in (("train", "ARC-Easy-Train.jsonl"), ("dev", "ARC-Easy-Dev.jsonl")):
-        lines = [line for line in (ARC / name).read_text(encoding="utf-8").splitlines()
-                 if len(json.loads(line)["question"]["choices"]) == 4]
+        lines = [
+            line
+            for line in (ARC / name).read_text(encoding="utf-8").splitlines()
+            if len(json.loads(line)["question"]["choices"]) == 4
+        ]
         (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
@@ -47,23 +50,62 @@ def main() -> None:
     from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
 
     rate = matmul_gflops()
-    peer = run_json([sys.executable, PEER, "--model", checkpoint, "--train", data / "train.jsonl", "--dev",
-                     data / "dev.jsonl", "--epochs", args.epochs, "--batch", BATCH_SIZE, "--lr", LR, "--seq-len",
-                     MAX_LENGTH])
+    peer = run_json(
+        [
+            sys.executable,
+            PEER,
+            "--model",
+            checkpoint,
+            "--train",
+            data / "train.jsonl",
+            "--dev",
+            data / "dev.jsonl",
+            "--epochs",
+            args.epochs,
+            "--batch",
+            BATCH_SIZE,
+            "--lr",
+            LR,
+            "--seq-len",
+            MAX_LENGTH,
+        ]
+    )
     questions = sum(1 for _ in open(data / "train.jsonl", encoding="utf-8"))
     run_dir = args.work / "ours"
-    finetune_cli("finetune", "recipes/finetune/bert-base-arc-easy.yaml", f"model.checkpoint={checkpoint}",
-                 f"task.data_dir={data}", "task.files=null", f"training.epochs={args.epochs}",
-                 f"training.batch_size={BATCH_SIZE}", f"training.lr={LR}", f"task.max_length={MAX_LENGTH}",
-                 "schedule.kind=linear", "schedule.warmup_fraction=0.0", "discriminative.factor=1.0",
-                 "training.weight_decay=0.0", "keep_best=false", f"training.log_every={-(-questions // BATCH_SIZE)}",
-                 f"run_dir={run_dir}", "overwrite=true", echo=True)
-    ours = {"examples_per_s": last_record(run_dir, "train")["examples_per_s"],
-            "dev": {"accuracy": round(last_record(run_dir, "eval")["dev_accuracy"], 4)}}
-    record = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "matmul_gflops": round(rate, 1),
-              "train_questions": questions, "epochs": args.epochs, "ours": ours,
-              "peer": {"examples_per_s": peer["examples_per_s"], "dev": peer["dev"]},
-              "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2)}
+    finetune_cli(
+        "finetune",
+        "recipes/finetune/bert-base-arc-easy.yaml",
+        f"model.checkpoint={checkpoint}",
+        f"task.data_dir={data}",
+        "task.files=null",
+        f"training.epochs={args.epochs}",
+        f"training.batch_size={BATCH_SIZE}",
+        f"training.lr={LR}",
+        f"task.max_length={MAX_LENGTH}",
+        "schedule.kind=linear",
+        "schedule.warmup_fraction=0.0",
+        "discriminative.factor=1.0",
+        "training.weight_decay=0.0",
+        "keep_best=false",
+        f"training.log_every={-(-questions // BATCH_SIZE)}",
+        f"run_dir={run_dir}",
+        "overwrite=true",
+        echo=True,
+    )
+    ours = {
+        "examples_per_s": last_record(run_dir, "train")["examples_per_s"],
+        "dev": {"accuracy": round(last_record(run_dir, "eval")["dev_accuracy"], 4)},
+    }
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "matmul_gflops": round(rate, 1),
+        "train_questions": questions,
+        "epochs": args.epochs,
+        "ours": ours,
+        "peer": {"examples_per_s": peer["examples_per_s"], "dev": peer["dev"]},
+        "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2),
+    }
     line = json.dumps(record)
     with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
         out.write(line + "\n")
@@ -73,8 +115,9 @@ def main() -> None:
     print("| side | questions/s | dev accuracy |\n|---|---:|---:|")
     print(f"| finetune | {ours['examples_per_s']:.1f} | {100 * ours['dev']['accuracy']:.1f} |")
     print(f"| hf-trainer | {peer['examples_per_s']:.1f} | {100 * peer['dev']['accuracy']:.1f} |")
-    print(f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul "
-          f"{record['matmul_gflops']} GFLOP/s)")
+    print(
+        f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
+    )
     print(line)
 
 

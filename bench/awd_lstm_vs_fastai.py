@@ -58,10 +58,18 @@ RECIPES = {
     "init 0.1, STLR 1e-2": ["schedule.kind=stlr", "training.lr=1e-2"],
     # fastai's ULMFiT language-model recipe: fit_one_cycle at 1e-2..2e-2 with moms (0.8, 0.7, 0.8); `finetune
     # lr-find` on this model and stream puts the loss minimum near 1e-2 and the run stable up to ~0.2.
-    "init 0.5, one-cycle 1e-2": ["model.embedding_init_range=0.5", "schedule.kind=one_cycle", "training.lr=1e-2",
-                                 "schedule.momentum=[0.8, 0.7]"],
-    "init 0.5, one-cycle 3e-2": ["model.embedding_init_range=0.5", "schedule.kind=one_cycle", "training.lr=3e-2",
-                                 "schedule.momentum=[0.8, 0.7]"],
+    "init 0.5, one-cycle 1e-2": [
+        "model.embedding_init_range=0.5",
+        "schedule.kind=one_cycle",
+        "training.lr=1e-2",
+        "schedule.momentum=[0.8, 0.7]",
+    ],
+    "init 0.5, one-cycle 3e-2": [
+        "model.embedding_init_range=0.5",
+        "schedule.kind=one_cycle",
+        "training.lr=3e-2",
+        "schedule.momentum=[0.8, 0.7]",
+    ],
 }
 
 
@@ -85,8 +93,9 @@ def peer_training_file(workdir: Path, documents: list[str], seed: int) -> Path:
     return path
 
 
-def check_same_batches(tokenizer_dir: Path, documents: list[str], peer_file: Path, seed: int, batch: int,
-                       bptt: int) -> None:
+def check_same_batches(
+    tokenizer_dir: Path, documents: list[str], peer_file: Path, seed: int, batch: int, bptt: int
+) -> None:
     """The first training batches of both layouts are the same tokens (else the comparison means nothing)."""
     import torch
     from transformers import AutoTokenizer
@@ -95,52 +104,108 @@ def check_same_batches(tokenizer_dir: Path, documents: list[str], peer_file: Pat
     from finetune.data.token_cache import tokenize_corpus
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    ours = BPTTBatches(tokenize_corpus(tokenizer, documents, show_progress=False), tokenizer.eos_token_id, batch,
-                       bptt, seed)
+    ours = BPTTBatches(
+        tokenize_corpus(tokenizer, documents, show_progress=False), tokenizer.eos_token_id, batch, bptt, seed
+    )
     lines = [line.strip() for line in open(peer_file, encoding="utf-8") if line.strip()]
-    ids = [token for chunk in tokenizer(lines, add_special_tokens=False)["input_ids"]
-           for token in chunk + [tokenizer.eos_token_id]]
+    ids = [
+        token
+        for chunk in tokenizer(lines, add_special_tokens=False)["input_ids"]
+        for token in chunk + [tokenizer.eos_token_id]
+    ]
     columns = (len(ids) - 1) // batch
     peer_rows = torch.tensor(ids[: columns * batch]).view(batch, columns)
     for index in (0, 1, len(ours) - 1):
         start = index * bptt
-        if not torch.equal(ours[index]["input_ids"], peer_rows[:, start:start + bptt]):
-            sys.exit(f"bench: batch {index} differs between the two layouts; the comparison would not be on the "
-                     "same tokens")
+        if not torch.equal(ours[index]["input_ids"], peer_rows[:, start : start + bptt]):
+            sys.exit(
+                f"bench: batch {index} differs between the two layouts; the comparison would not be on the same tokens"
+            )
 
 
 def run_peer(args, tokenizer_dir: Path, train_file: Path) -> dict:
     """fastai's AWD-LSTM through the peer script, as shipped."""
-    command = [args.fastai_python, PEER, "--corpus", train_file, "--valid", VALID, "--tokenizer", tokenizer_dir,
-               "--emb", args.emb, "--hidden", args.hidden, "--layers", args.layers, "--batch", args.batch,
-               "--bptt", args.bptt, "--steps", args.steps, "--lr", args.lr, "--eval-every", args.eval_every,
-               "--valid-tokens", 0, "--seed", args.seed]
+    command = [
+        args.fastai_python,
+        PEER,
+        "--corpus",
+        train_file,
+        "--valid",
+        VALID,
+        "--tokenizer",
+        tokenizer_dir,
+        "--emb",
+        args.emb,
+        "--hidden",
+        args.hidden,
+        "--layers",
+        args.layers,
+        "--batch",
+        args.batch,
+        "--bptt",
+        args.bptt,
+        "--steps",
+        args.steps,
+        "--lr",
+        args.lr,
+        "--eval-every",
+        args.eval_every,
+        "--valid-tokens",
+        0,
+        "--seed",
+        args.seed,
+    ]
     environment = {**os.environ, "PYTHONWARNINGS": "ignore"}
     result = run_json(command, echo=True, env=environment)
-    return {"tokens_per_s": result["tokens_per_s"],
-            "validation_loss": {record["step"]: record["validation_loss"] for record in result["evals"]}}
+    return {
+        "tokens_per_s": result["tokens_per_s"],
+        "validation_loss": {record["step"]: record["validation_loss"] for record in result["evals"]},
+    }
 
 
 def run_ours(args, tokenizer_dir: Path, workdir: Path, name: str, overrides: list[str]) -> dict:
     """`finetune pretrain` with the peer's configuration (plus a recipe's `overrides`)."""
     run_dir = workdir / ("ours-" + "".join(c if c.isalnum() else "-" for c in name))
-    finetune_cli("pretrain", RECIPE, f"run_dir={run_dir}", f"corpus.train_files=[{TRAIN}]",
-                 f"corpus.validation_files=[{VALID}]", f"tokenizer.path={tokenizer_dir}", f"seed={args.seed}",
-                 f"corpus.block_size={args.bptt}", f"model.embedding_size={args.emb}", f"model.hidden={args.hidden}",
-                 f"model.layers={args.layers}", "model.embedding_init_range=0.1",
-                 "model.activation_regularization=2.0", "model.temporal_activation_regularization=1.0",
-                 f"training.batch_size={args.batch}", f"training.lr={args.lr}", "training.adam_betas=[0.8, 0.99]",
-                 "training.weight_decay=0.01", "training.max_grad_norm=0.4", f"training.max_steps={args.steps}",
-                 "training.log_every=5", f"eval_every={args.eval_every}", "checkpoint_every=null",
-                 "schedule.kind=constant", "training.device=cpu", *overrides, echo=True)
+    finetune_cli(
+        "pretrain",
+        RECIPE,
+        f"run_dir={run_dir}",
+        f"corpus.train_files=[{TRAIN}]",
+        f"corpus.validation_files=[{VALID}]",
+        f"tokenizer.path={tokenizer_dir}",
+        f"seed={args.seed}",
+        f"corpus.block_size={args.bptt}",
+        f"model.embedding_size={args.emb}",
+        f"model.hidden={args.hidden}",
+        f"model.layers={args.layers}",
+        "model.embedding_init_range=0.1",
+        "model.activation_regularization=2.0",
+        "model.temporal_activation_regularization=1.0",
+        f"training.batch_size={args.batch}",
+        f"training.lr={args.lr}",
+        "training.adam_betas=[0.8, 0.99]",
+        "training.weight_decay=0.01",
+        "training.max_grad_norm=0.4",
+        f"training.max_steps={args.steps}",
+        "training.log_every=5",
+        f"eval_every={args.eval_every}",
+        "checkpoint_every=null",
+        "schedule.kind=constant",
+        "training.device=cpu",
+        *overrides,
+        echo=True,
+    )
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
     windows = [record for record in records if record["phase"] == "train"]
     steps = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
     tokens = [count * args.batch * args.bptt for count in steps]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(tokens, windows[1:]))
-    return {"tokens_per_s": round(sum(tokens) / seconds, 1),
-            "validation_loss": {record["step"]: round(record["validation_loss"], 4)
-                                for record in records if record["phase"] == "eval"}}
+    return {
+        "tokens_per_s": round(sum(tokens) / seconds, 1),
+        "validation_loss": {
+            record["step"]: round(record["validation_loss"], 4) for record in records if record["phase"] == "eval"
+        },
+    }
 
 
 def print_table(rows: dict[str, dict], peer_name: str) -> None:
@@ -150,8 +215,9 @@ def print_table(rows: dict[str, dict], peer_name: str) -> None:
     print("\n| run | " + " | ".join(f"step {step}" for step in steps) + " | tokens/s | vs fastai |")
     print("|---|" + "---:|" * (len(steps) + 2))
     for name, row in rows.items():
-        losses = " | ".join(f"{row['validation_loss'][step]:.3f}" if step in row["validation_loss"] else "-"
-                            for step in steps)
+        losses = " | ".join(
+            f"{row['validation_loss'][step]:.3f}" if step in row["validation_loss"] else "-" for step in steps
+        )
         print(f"| {name} | {losses} | {row['tokens_per_s']:,.0f} | {row['tokens_per_s'] / peer['tokens_per_s']:.2f}x |")
 
 
@@ -167,15 +233,27 @@ def main() -> None:
     parser.add_argument("--bptt", type=int, default=70)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--recipes", nargs="*", metavar="NAME", default=None,
-                        help=f"also run our plateau recipes (all when no name given): {', '.join(RECIPES)}")
-    parser.add_argument("--fastai-python", type=Path, default=FASTAI_PYTHON,
-                        help="the python of a virtualenv with fastai installed (see the module docstring)")
+    parser.add_argument(
+        "--recipes",
+        nargs="*",
+        metavar="NAME",
+        default=None,
+        help=f"also run our plateau recipes (all when no name given): {', '.join(RECIPES)}",
+    )
+    parser.add_argument(
+        "--fastai-python",
+        type=Path,
+        default=FASTAI_PYTHON,
+        help="the python of a virtualenv with fastai installed (see the module docstring)",
+    )
     args = parser.parse_args()
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
-    require(args.fastai_python, "a python with fastai (the .venv-fastai virtualenv)",
-            f"see the install lines at the top of {Path(__file__).name}")
+    require(
+        args.fastai_python,
+        "a python with fastai (the .venv-fastai virtualenv)",
+        f"see the install lines at the top of {Path(__file__).name}",
+    )
     chosen = list(RECIPES) if args.recipes == [] else (args.recipes or [])
     unknown = [name for name in chosen if name not in RECIPES]
     if unknown:
@@ -186,18 +264,36 @@ def main() -> None:
         tokenizer_dir, documents = shared_tokenizer(workdir, args.vocab)
         peer_file = peer_training_file(workdir, documents, args.seed)
         check_same_batches(tokenizer_dir, documents, peer_file, args.seed, args.batch, args.bptt)
-        rows = {"fastai AWD-LSTM (peer)": run_peer(args, tokenizer_dir, peer_file),
-                "finetune, same recipe": run_ours(args, tokenizer_dir, workdir, "same", [])}
+        rows = {
+            "fastai AWD-LSTM (peer)": run_peer(args, tokenizer_dir, peer_file),
+            "finetune, same recipe": run_ours(args, tokenizer_dir, workdir, "same", []),
+        }
         for name in chosen:
             rows[f"finetune, {name}"] = run_ours(args, tokenizer_dir, workdir, name, RECIPES[name])
 
-    print(f"\nmachine: {platform.processor() or platform.machine()}; AWD-LSTM emb {args.emb}, {args.layers} x "
-          f"{args.hidden}, BPE {args.vocab:,}, batch {args.batch} x BPTT {args.bptt}, {args.steps} steps; "
-          f"validation loss in nats per token on all of WikiText-2 valid.txt")
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}; AWD-LSTM emb {args.emb}, {args.layers} x "
+        f"{args.hidden}, BPE {args.vocab:,}, batch {args.batch} x BPTT {args.bptt}, {args.steps} steps; "
+        f"validation loss in nats per token on all of WikiText-2 valid.txt"
+    )
     print_table(rows, "fastai AWD-LSTM (peer)")
-    print(json.dumps({"benchmark": "awd_lstm_vs_fastai", "emb": args.emb, "hidden": args.hidden,
-                      "layers": args.layers, "vocab": args.vocab, "batch": args.batch, "bptt": args.bptt,
-                      "steps": args.steps, "lr": args.lr, "seed": args.seed, "runs": rows}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "awd_lstm_vs_fastai",
+                "emb": args.emb,
+                "hidden": args.hidden,
+                "layers": args.layers,
+                "vocab": args.vocab,
+                "batch": args.batch,
+                "bptt": args.bptt,
+                "steps": args.steps,
+                "lr": args.lr,
+                "seed": args.seed,
+                "runs": rows,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

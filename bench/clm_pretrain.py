@@ -86,21 +86,58 @@ def stage_validation_file(workdir: Path) -> Path:
 
 def peer_command(args, corpus: Path, tokenizer_dir: Path, steps: int) -> list:
     """hf_clm_pretrain.py's arguments for this configuration."""
-    return [PEER, "--corpus", corpus, "--tokenizer", tokenizer_dir, "--layers", args.layers, "--hidden", args.hidden,
-            "--heads", args.heads, "--seq-len", args.seq_len, "--batch", args.batch, "--steps", steps,
-            "--warmup", args.peer_warmup, "--lr", args.lr, "--max-lines", args.max_lines]
+    return [
+        PEER,
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        tokenizer_dir,
+        "--layers",
+        args.layers,
+        "--hidden",
+        args.hidden,
+        "--heads",
+        args.heads,
+        "--seq-len",
+        args.seq_len,
+        "--batch",
+        args.batch,
+        "--steps",
+        steps,
+        "--warmup",
+        args.peer_warmup,
+        "--lr",
+        args.lr,
+        "--max-lines",
+        args.max_lines,
+    ]
 
 
-def our_arguments(args, corpus: Path, tokenizer_dir: Path, validation: Path, run_dir: Path, steps: int,
-                  log_every: int) -> list:
+def our_arguments(
+    args, corpus: Path, tokenizer_dir: Path, validation: Path, run_dir: Path, steps: int, log_every: int
+) -> list:
     """`finetune pretrain`'s recipe and overrides for this configuration."""
-    return ["pretrain", RECIPE, f"run_dir={run_dir}", f"corpus.train_files=[{corpus}]",
-            f"corpus.validation_files=[{validation}]", f"tokenizer.path={tokenizer_dir}",
-            f"model.layers={args.layers}", f"model.hidden={args.hidden}", f"model.heads={args.heads}",
-            f"model.max_positions={args.seq_len}", f"corpus.block_size={args.seq_len}",
-            f"training.batch_size={args.batch}", f"training.lr={args.lr}", f"training.max_steps={steps}",
-            "training.epochs=1000",  # max_steps decides the length (and the schedule), however long the corpus
-            f"training.log_every={log_every}", "eval_every=null", "checkpoint_every=null", "training.device=cpu"]
+    return [
+        "pretrain",
+        RECIPE,
+        f"run_dir={run_dir}",
+        f"corpus.train_files=[{corpus}]",
+        f"corpus.validation_files=[{validation}]",
+        f"tokenizer.path={tokenizer_dir}",
+        f"model.layers={args.layers}",
+        f"model.hidden={args.hidden}",
+        f"model.heads={args.heads}",
+        f"model.max_positions={args.seq_len}",
+        f"corpus.block_size={args.seq_len}",
+        f"training.batch_size={args.batch}",
+        f"training.lr={args.lr}",
+        f"training.max_steps={steps}",
+        "training.epochs=1000",  # max_steps decides the length (and the schedule), however long the corpus
+        f"training.log_every={log_every}",
+        "eval_every=null",
+        "checkpoint_every=null",
+        "training.device=cpu",
+    ]
 
 
 def train_windows(run_dir: Path) -> list[dict]:
@@ -120,8 +157,10 @@ def run_ours(args, corpus: Path, tokenizer_dir: Path, validation: Path, steps: i
     finetune_cli(*our_arguments(args, corpus, tokenizer_dir, validation, run_dir, steps, args.log_every))
     windows = train_windows(run_dir)
     if len(windows) < 2:
-        sys.exit(f"bench: our run logged {len(windows)} window(s) of {args.log_every} steps; --our-steps must give "
-                 "at least two (the first is warm-up)")
+        sys.exit(
+            f"bench: our run logged {len(windows)} window(s) of {args.log_every} steps; --our-steps must give "
+            "at least two (the first is warm-up)"
+        )
     steps_per_window = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
     tokens = [count * args.batch * args.seq_len for count in steps_per_window]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(tokens, windows[1:]))
@@ -135,21 +174,34 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
     for _ in range(args.repeats):
         peer = run_peer(args, corpus, tokenizer_dir, args.peer_steps)
         pairs.append((peer, run_ours(args, corpus, tokenizer_dir, validation, args.our_steps, workdir)))
-    useful = training_flops_per_token(args.layers, args.hidden, args.seq_len, args.vocab, masked_fraction=1.0,
-                                      sparse_decoder=False, head_transform=False)
+    useful = training_flops_per_token(
+        args.layers,
+        args.hidden,
+        args.seq_len,
+        args.vocab,
+        masked_fraction=1.0,
+        sparse_decoder=False,
+        head_transform=False,
+    )
     for peer, ours in pairs:
         for side in (peer, ours):
             side["mfu"] = round(side["tokens_per_s"] * useful / (peak * 1e9), 4)
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
-          f"{torch.__version__}; fp32 matmul {peak:.1f} GFLOP/s; useful training FLOPs per token {useful / 1e6:.1f}M")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch "
+        f"{torch.__version__}; fp32 matmul {peak:.1f} GFLOP/s; useful training FLOPs per token {useful / 1e6:.1f}M"
+    )
     print(f"$ python {shlex.join(sys.argv)}")
-    print(f"\n| pretraining (GPT-2, {args.layers} layers, hidden {args.hidden}, seq {args.seq_len}, batch "
-          f"{args.batch}) | tokens/s | vs peer | MFU |\n|---|---:|---:|---:|")
+    print(
+        f"\n| pretraining (GPT-2, {args.layers} layers, hidden {args.hidden}, seq {args.seq_len}, batch "
+        f"{args.batch}) | tokens/s | vs peer | MFU |\n|---|---:|---:|---:|"
+    )
     for number, (peer, ours) in enumerate(pairs, start=1):
         label = f", run {number}" if len(pairs) > 1 else ""
         for name, side in (("Hugging Face Trainer (peer)", peer), ("finetune", ours)):
-            print(f"| {name}{label} | {side['tokens_per_s']:,.0f} | {side['tokens_per_s'] / peer['tokens_per_s']:.2f}x"
-                  f" | {100 * side['mfu']:.1f}% |")
+            print(
+                f"| {name}{label} | {side['tokens_per_s']:,.0f} | {side['tokens_per_s'] / peer['tokens_per_s']:.2f}x"
+                f" | {100 * side['mfu']:.1f}% |"
+            )
     ratios = [ours["tokens_per_s"] / peer["tokens_per_s"] for peer, ours in pairs]
     if len(pairs) > 1:
         print(f"\nmedian ratio: {statistics.median(ratios):.2f}x")
@@ -158,18 +210,33 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
     step_tokens = args.batch * args.seq_len
     ours_step = step_tokens / statistics.median(ours["tokens_per_s"] for _, ours in pairs)
     peer_rate = statistics.median(peer["tokens_per_s"] for peer, _ in pairs)
-    bound = {"products_ms_per_step": round(1000 * products, 1), "our_ms_per_step": round(1000 * ours_step, 1),
-             "products_only_tokens_per_s": round(step_tokens / products, 1),
-             "products_only_vs_peer": round(step_tokens / products / peer_rate, 3),
-             "products_only_mfu": round(useful * step_tokens / products / (peak * 1e9), 4)}
-    print(f"\nmatrix products alone, each timed at its shape: {bound['products_ms_per_step']:.0f} ms of our "
-          f"{bound['our_ms_per_step']:.0f} ms step; a step of nothing else would run "
-          f"{bound['products_only_tokens_per_s']:,.0f} tokens/s = {bound['products_only_vs_peer']:.2f}x the peer "
-          f"(MFU {100 * bound['products_only_mfu']:.1f}%)")
-    print(json.dumps({"benchmark": "clm_pretrain", "mode": "speed", "configuration": configuration(args),
-                      "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
-                      "median_ratio": round(statistics.median(ratios), 3), "matmul_gflops": round(peak, 1),
-                      "useful_flops_per_token": useful, "products_bound": bound}))
+    bound = {
+        "products_ms_per_step": round(1000 * products, 1),
+        "our_ms_per_step": round(1000 * ours_step, 1),
+        "products_only_tokens_per_s": round(step_tokens / products, 1),
+        "products_only_vs_peer": round(step_tokens / products / peer_rate, 3),
+        "products_only_mfu": round(useful * step_tokens / products / (peak * 1e9), 4),
+    }
+    print(
+        f"\nmatrix products alone, each timed at its shape: {bound['products_ms_per_step']:.0f} ms of our "
+        f"{bound['our_ms_per_step']:.0f} ms step; a step of nothing else would run "
+        f"{bound['products_only_tokens_per_s']:,.0f} tokens/s = {bound['products_only_vs_peer']:.2f}x the peer "
+        f"(MFU {100 * bound['products_only_mfu']:.1f}%)"
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "clm_pretrain",
+                "mode": "speed",
+                "configuration": configuration(args),
+                "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
+                "median_ratio": round(statistics.median(ratios), 3),
+                "matmul_gflops": round(peak, 1),
+                "useful_flops_per_token": useful,
+                "products_bound": bound,
+            }
+        )
+    )
 
 
 def step_products(args) -> list[tuple[int, int, int, int, int]]:
@@ -183,11 +250,16 @@ def step_products(args) -> list[tuple[int, int, int, int, int]]:
     forward = [(args.layers, 1, tokens, hidden, width) for width in (3 * hidden, hidden, 4 * hidden)]
     forward.append((args.layers, 1, tokens, 4 * hidden, hidden))
     heads = args.batch * args.heads
-    forward += [(args.layers, heads, args.seq_len, head, args.seq_len), (args.layers, heads, args.seq_len,
-                                                                          args.seq_len, head)]
+    forward += [
+        (args.layers, heads, args.seq_len, head, args.seq_len),
+        (args.layers, heads, args.seq_len, args.seq_len, head),
+    ]
     forward.append((1, 1, tokens, hidden, args.vocab))
-    return [product for times, batch, m, k, n in forward
-            for product in ((times, batch, m, k, n), (times, batch, m, n, k), (times, batch, k, m, n))]
+    return [
+        product
+        for times, batch, m, k, n in forward
+        for product in ((times, batch, m, k, n), (times, batch, m, n, k), (times, batch, k, m, n))
+    ]
 
 
 def products_seconds(args, repeats: int = 5) -> float:
@@ -214,26 +286,49 @@ def planned_steps(args, budget_seconds: float, tokens_per_s: float) -> int:
 
 def train_peer_for(args, corpus: Path, tokenizer_dir: Path, steps: int, budget: float, folder: Path) -> dict:
     """The unchanged peer through bench/peer_budget.py, which stops it at the budget and saves its model."""
-    command = [sys.executable, ROOT / "bench" / "peer_budget.py", "--budget-seconds", budget, "--save-to", folder,
-               "--", *peer_command(args, corpus, tokenizer_dir, steps)]
+    command = [
+        sys.executable,
+        ROOT / "bench" / "peer_budget.py",
+        "--budget-seconds",
+        budget,
+        "--save-to",
+        folder,
+        "--",
+        *peer_command(args, corpus, tokenizer_dir, steps),
+    ]
     finished = subprocess.run(list(map(str, command)), capture_output=True, text=True)
     if not (folder / "budget.json").is_file():  # written right after training, before the peer prints its figure
         sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
     return {**json.loads((folder / "budget.json").read_text()), "model": folder}
 
 
-def train_ours_for(args, corpus: Path, tokenizer_dir: Path, validation: Path, steps: int, budget: float,
-                   workdir: Path) -> dict:
+def train_ours_for(
+    args, corpus: Path, tokenizer_dir: Path, validation: Path, steps: int, budget: float, workdir: Path
+) -> dict:
     """`finetune pretrain` with training.max_steps from the plan, through bench/ours_budget.py (the same stop)."""
     run_dir = workdir / "ours-equal-time"
-    run([sys.executable, ROOT / "bench" / "ours_budget.py", "--budget-seconds", budget, "--",
-         *our_arguments(args, corpus, tokenizer_dir, validation, run_dir, steps, 10)], cwd=ROOT)
+    run(
+        [
+            sys.executable,
+            ROOT / "bench" / "ours_budget.py",
+            "--budget-seconds",
+            budget,
+            "--",
+            *our_arguments(args, corpus, tokenizer_dir, validation, run_dir, steps, 10),
+        ],
+        cwd=ROOT,
+    )
     seconds, done = 0.0, 0
     for record in train_windows(run_dir):  # each window's seconds = its tokens / its tokens per second
         seconds += (record["step"] - done) * args.seq_len * args.batch / record["tokens_per_s"]
         done = record["step"]
-    return {"steps": done, "max_steps": steps, "train_seconds": round(seconds, 1), "stopped_at_budget": done < steps,
-            "model": run_dir / "checkpoint"}
+    return {
+        "steps": done,
+        "max_steps": steps,
+        "train_seconds": round(seconds, 1),
+        "stopped_at_budget": done < steps,
+        "model": run_dir / "checkpoint",
+    }
 
 
 def validation_layouts(tokenizer, seq_len: int, limit: int | None) -> dict[str, torch.Tensor]:
@@ -247,8 +342,7 @@ def validation_layouts(tokenizer, seq_len: int, limit: int | None) -> dict[str, 
     # the peer's (run_clm.py group_texts): the lines concatenated as they are, blocks of seq_len
     stream = np.concatenate([np.asarray(line, dtype=np.int64) for line in ids])
     peers = stream[: len(stream) // seq_len * seq_len].reshape(-1, seq_len)
-    return {"finetune layout": torch.from_numpy(ours[:limit]),
-            "HF run_clm layout": torch.from_numpy(peers[:limit])}
+    return {"finetune layout": torch.from_numpy(ours[:limit]), "HF run_clm layout": torch.from_numpy(peers[:limit])}
 
 
 @torch.inference_mode()
@@ -261,10 +355,9 @@ def validation_loss(model_dir: Path, blocks: torch.Tensor, batch: int = 16) -> f
     model = GPT2LMHeadModel.from_pretrained(str(model_dir)).eval()
     total, count = 0.0, 0
     for start in range(0, len(blocks), batch):
-        part = blocks[start:start + batch]
+        part = blocks[start : start + batch]
         logits = model(input_ids=part[:, :-1]).logits.float()
-        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), part[:, 1:].flatten(),
-                                                   reduction="sum").item()
+        total += torch.nn.functional.cross_entropy(logits.flatten(0, 1), part[:, 1:].flatten(), reduction="sum").item()
         count += part[:, 1:].numel()
     return total / count
 
@@ -277,35 +370,56 @@ def equal_time(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdi
     peer_rate = args.peer_tokens_per_s or run_peer(args, corpus, tokenizer_dir, 12)["tokens_per_s"]
     our_rate = args.our_tokens_per_s or run_ours(args, corpus, tokenizer_dir, validation, 25, workdir)["tokens_per_s"]
     runs = {
-        "Hugging Face Trainer (peer)": train_peer_for(args, corpus, tokenizer_dir,
-                                                      planned_steps(args, budget, peer_rate), budget,
-                                                      workdir / "peer-equal-time"),
-        "finetune": train_ours_for(args, corpus, tokenizer_dir, validation, planned_steps(args, budget, our_rate),
-                                   budget, workdir),
+        "Hugging Face Trainer (peer)": train_peer_for(
+            args, corpus, tokenizer_dir, planned_steps(args, budget, peer_rate), budget, workdir / "peer-equal-time"
+        ),
+        "finetune": train_ours_for(
+            args, corpus, tokenizer_dir, validation, planned_steps(args, budget, our_rate), budget, workdir
+        ),
     }
     layouts = validation_layouts(AutoTokenizer.from_pretrained(tokenizer_dir), args.seq_len, args.validation_blocks)
     for side in runs.values():
         model_dir = side.pop("model")
         side["losses"] = {name: round(validation_loss(model_dir, blocks), 4) for name, blocks in layouts.items()}
     names = list(layouts)
-    print(f"budget {budget:.0f} s of training per side; planned from {peer_rate:,.0f} (peer) and {our_rate:,.0f} "
-          f"(ours) tokens/s; validation: WikiText-2 valid.txt, "
-          + ", ".join(f"{len(blocks):,} blocks in the {name}" for name, blocks in layouts.items()))
+    print(
+        f"budget {budget:.0f} s of training per side; planned from {peer_rate:,.0f} (peer) and {our_rate:,.0f} "
+        f"(ours) tokens/s; validation: WikiText-2 valid.txt, "
+        + ", ".join(f"{len(blocks):,} blocks in the {name}" for name, blocks in layouts.items())
+    )
     print(f"$ python {shlex.join(sys.argv)}")
-    print(f"\n| equal time ({budget:.0f} s, GPT-2 {args.layers} x {args.hidden}) | steps | tokens | trained s | "
-          + " | ".join(f"valid loss, {name}" for name in names) + " |\n|---|---:|---:|---:|" + "---:|" * len(names))
+    print(
+        f"\n| equal time ({budget:.0f} s, GPT-2 {args.layers} x {args.hidden}) | steps | tokens | trained s | "
+        + " | ".join(f"valid loss, {name}" for name in names)
+        + " |\n|---|---:|---:|---:|"
+        + "---:|" * len(names)
+    )
     for label, side in runs.items():
-        print(f"| {label} | {side['steps']:,} | {side['steps'] * args.seq_len * args.batch:,} | "
-              f"{side['train_seconds']:.0f} | " + " | ".join(f"{side['losses'][name]:.3f}" for name in names) + " |")
-    print(json.dumps({"benchmark": "clm_pretrain", "mode": "equal_time", "configuration": configuration(args),
-                      "budget_seconds": budget, "peer_tokens_per_s": peer_rate, "our_tokens_per_s": our_rate,
-                      "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()}, "runs": runs}))
+        print(
+            f"| {label} | {side['steps']:,} | {side['steps'] * args.seq_len * args.batch:,} | "
+            f"{side['train_seconds']:.0f} | " + " | ".join(f"{side['losses'][name]:.3f}" for name in names) + " |"
+        )
+    print(
+        json.dumps(
+            {
+                "benchmark": "clm_pretrain",
+                "mode": "equal_time",
+                "configuration": configuration(args),
+                "budget_seconds": budget,
+                "peer_tokens_per_s": peer_rate,
+                "our_tokens_per_s": our_rate,
+                "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()},
+                "runs": runs,
+            }
+        )
+    )
 
 
 def configuration(args) -> dict:
     """The shared configuration, for the JSON line."""
-    return {key: getattr(args, key) for key in ("layers", "hidden", "heads", "seq_len", "batch", "lr", "vocab",
-                                                "max_lines")}
+    return {
+        key: getattr(args, key) for key in ("layers", "hidden", "heads", "seq_len", "batch", "lr", "vocab", "max_lines")
+    }
 
 
 def main() -> None:
@@ -321,16 +435,28 @@ def main() -> None:
     parser.add_argument("--peer-steps", type=int, default=20, help="speed: optimizer steps the peer runs")
     parser.add_argument("--peer-warmup", type=int, default=3, help="the peer's first steps left out of its figure")
     parser.add_argument("--our-steps", type=int, default=40, help="speed: optimizer steps we run")
-    parser.add_argument("--log-every", type=int, default=5, help="speed: steps per metrics window of ours (the "
-                        "first window is left out)")
+    parser.add_argument(
+        "--log-every",
+        type=int,
+        default=5,
+        help="speed: steps per metrics window of ours (the first window is left out)",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="speed: peer-then-ours pairs, interleaved")
-    parser.add_argument("--equal-time", type=float, metavar="SECONDS", help="quality at equal training time instead "
-                        "of speed: each side trains this long, then both are scored on valid.txt")
+    parser.add_argument(
+        "--equal-time",
+        type=float,
+        metavar="SECONDS",
+        help="quality at equal training time instead "
+        "of speed: each side trains this long, then both are scored on valid.txt",
+    )
     parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
     parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
     parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
-    parser.add_argument("--work-dir", type=Path, help="keep the tokenizer (and runs) here and reuse the tokenizer "
-                        "(default: a temporary folder)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep the tokenizer (and runs) here and reuse the tokenizer (default: a temporary folder)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):

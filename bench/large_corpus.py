@@ -85,8 +85,10 @@ def build_corpus(work_dir: Path, source: Path, tokenizer_folder: Path, tokens: i
 
     tokenizer = Tokenizer.from_file(str(tokenizer_folder / "tokenizer.json"))
     lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    per_line = [len(encoding.ids) for encoding in
-                tokenizer.encode_batch_fast([line.strip() for line in lines], add_special_tokens=False)]
+    per_line = [
+        len(encoding.ids)
+        for encoding in tokenizer.encode_batch_fast([line.strip() for line in lines], add_special_tokens=False)
+    ]
     per_copy = sum(per_line)
     copies, rest = divmod(tokens, per_copy)
     path = work_dir / f"wikitext2-train-x{tokens}.txt"
@@ -123,19 +125,30 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
         usage_file, stdout_file, stderr_file = (Path(folder) / name for name in ("usage.json", "stdout", "stderr"))
         with open(stdout_file, "w") as stdout, open(stderr_file, "w") as stderr:
             started = time.perf_counter()
-            process = subprocess.Popen([sys.executable, "-c", REAPER, usage_file, *map(str, command)], cwd=cwd,
-                                       env=env, stdout=stdout, stderr=stderr)
+            process = subprocess.Popen(
+                [sys.executable, "-c", REAPER, usage_file, *map(str, command)],
+                cwd=cwd,
+                env=env,
+                stdout=stdout,
+                stderr=stderr,
+            )
             first_step = None
             while process.poll() is None:
-                if watch is not None and first_step is None and watch.is_file() and \
-                        '"phase": "train"' in watch.read_text(encoding="utf-8"):
+                if (
+                    watch is not None
+                    and first_step is None
+                    and watch.is_file()
+                    and '"phase": "train"' in watch.read_text(encoding="utf-8")
+                ):
                     first_step = time.perf_counter() - started
                 time.sleep(0.02)
             wall = time.perf_counter() - started
         output, errors = stdout_file.read_text(), stderr_file.read_text()
         if process.returncode != 0:
-            sys.exit(f"bench: {' '.join(map(str, command[1:4]))} failed (exit status {process.returncode}):\n"
-                     f"{errors[-3000:]}")
+            sys.exit(
+                f"bench: {' '.join(map(str, command[1:4]))} failed (exit status {process.returncode}):\n"
+                f"{errors[-3000:]}"
+            )
         peak = json.loads(usage_file.read_text())["peak_rss_kib"] / 1024
     return {"wall_s": wall, "first_step_s": first_step, "stdout": output, "stderr": errors, "peak_rss_mb": peak}
 
@@ -143,11 +156,18 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
 def pretrain_recipe(work_dir: Path, corpus: Path, tokenizer_folder: Path, steps: int) -> Path:
     """The pretraining run: tiny GPT-2, blocks of 128 from the corpus, a few steps; a cache folder of its own."""
     recipe = {
-        "stage": "pretrain", "run_dir": str(work_dir / "run"), "overwrite": True, "seed": 0,
+        "stage": "pretrain",
+        "run_dir": str(work_dir / "run"),
+        "overwrite": True,
+        "seed": 0,
         "model": {"family": "gpt2", "layers": 2, "hidden": 64, "heads": 2},
         "tokenizer": {"path": str(tokenizer_folder)},
-        "corpus": {"train_files": [str(corpus)], "validation_fraction": 0.0005, "block_size": 128,
-                   "cache_dir": str(work_dir / "cache")},
+        "corpus": {
+            "train_files": [str(corpus)],
+            "validation_fraction": 0.0005,
+            "block_size": 128,
+            "cache_dir": str(work_dir / "cache"),
+        },
         "training": {"epochs": 1, "max_steps": steps, "batch_size": 8, "log_every": 1, "device": "cpu"},
     }
     path = work_dir / "pretrain.yaml"
@@ -158,8 +178,11 @@ def pretrain_recipe(work_dir: Path, corpus: Path, tokenizer_folder: Path, steps:
 def tokenising_rate(stderr: str) -> dict:
     """What the stage printed about tokenising the training text (absent in versions that print nothing)."""
     joined = " ".join(stderr.split())  # rich wraps long lines at the console's width
-    found = re.search(r"tokenizing the training text: ([\d,]+) documents, ([\d,]+) tokens in ([\d.]+) s "
-                      r"\(([\d,]+) tokens/s\)", joined)
+    found = re.search(
+        r"tokenizing the training text: ([\d,]+) documents, ([\d,]+) tokens in ([\d.]+) s "
+        r"\(([\d,]+) tokens/s\)",
+        joined,
+    )
     if not found:
         return {}
     documents, tokens, seconds, rate = (float(group.replace(",", "")) for group in found.groups())
@@ -191,8 +214,11 @@ def measure(arguments, work_dir: Path) -> dict:
     threads = str(arguments.threads)
     env = {key: value for key, value in os.environ.items() if key != "TOKENIZERS_PARALLELISM"}
     env.update(RAYON_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-    peer = child([sys.executable, "-c", PEER, tokenizer_folder / "tokenizer.json", corpus],
-                          {**env, "TOKENIZERS_PARALLELISM": "true"}, work_dir)
+    peer = child(
+        [sys.executable, "-c", PEER, tokenizer_folder / "tokenizer.json", corpus],
+        {**env, "TOKENIZERS_PARALLELISM": "true"},
+        work_dir,
+    )
     peer["rates"] = json.loads(peer.pop("stdout").strip().splitlines()[-1])
     recipe = pretrain_recipe(work_dir, corpus, tokenizer_folder, arguments.steps)
     shutil.rmtree(work_dir / "cache", ignore_errors=True)  # the first run tokenises, whatever a kept folder held
@@ -200,12 +226,19 @@ def measure(arguments, work_dir: Path) -> dict:
     for name in ("first_run", "restart"):
         metrics = work_dir / "run" / "metrics.jsonl"
         metrics.unlink(missing_ok=True)
-        runs[name] = child([sys.executable, "-m", "finetune", "pretrain", recipe], env,
-                                    arguments.checkout.resolve(), watch=metrics)
+        runs[name] = child(
+            [sys.executable, "-m", "finetune", "pretrain", recipe], env, arguments.checkout.resolve(), watch=metrics
+        )
     if "tokensfrom" + "".join(str(work_dir / "cache").split()) not in "".join(runs["restart"]["stderr"].split()):
         print("bench: warning: the restart did not report mapping the cache", file=sys.stderr)
-    return {"corpus": corpus, "corpus_mb": corpus.stat().st_size / 1e6, "copies": copies, "peer": peer,
-            "runs": runs, "tokenizing": tokenising_rate(runs["first_run"]["stderr"])}
+    return {
+        "corpus": corpus,
+        "corpus_mb": corpus.stat().st_size / 1e6,
+        "copies": copies,
+        "peer": peer,
+        "runs": runs,
+        "tokenizing": tokenising_rate(runs["first_run"]["stderr"]),
+    }
 
 
 def report(arguments, results: dict) -> None:
@@ -213,17 +246,23 @@ def report(arguments, results: dict) -> None:
     peer, runs, ours = results["peer"], results["runs"], results["tokenizing"]
     rates = {method: figures["tokens"] / figures["seconds"] for method, figures in peer["rates"].items()}
     tokens = peer["rates"]["encode_batch"]["tokens"]
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, --threads "
-          f"{arguments.threads}, load average before: {os.getloadavg()[0]:.2f}")
-    print(f"corpus: {tokens:,} tokens, {results['corpus_mb']:,.0f} MB: WikiText-2 train.txt x {results['copies']:.2f} "
-          f"(byte-level BPE {arguments.vocab:,})")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, --threads "
+        f"{arguments.threads}, load average before: {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"corpus: {tokens:,} tokens, {results['corpus_mb']:,.0f} MB: WikiText-2 train.txt x {results['copies']:.2f} "
+        f"(byte-level BPE {arguments.vocab:,})"
+    )
     print("\n| measure | value |\n|---|---:|")
     for method, rate in rates.items():
         print(f"| tokenizers `{method}` alone | {rate:,.0f} tokens/s |")
     if ours:
-        print(f"| finetune pretrain's tokenising (read, encode, write the ids) | {ours['tokens_per_s']:,.0f} tokens/s "
-              f"({ours['tokens_per_s'] / rates['encode_batch']:.2f}x encode_batch, "
-              f"{ours['tokens_per_s'] / rates['encode_batch_fast']:.2f}x encode_batch_fast) |")
+        print(
+            f"| finetune pretrain's tokenising (read, encode, write the ids) | {ours['tokens_per_s']:,.0f} tokens/s "
+            f"({ours['tokens_per_s'] / rates['encode_batch']:.2f}x encode_batch, "
+            f"{ours['tokens_per_s'] / rates['encode_batch_fast']:.2f}x encode_batch_fast) |"
+        )
     first_step = runs["first_run"]["first_step_s"]
     print(f"| first run: start to first training step (tokenising included) | {first_step:.1f} s |")
     print(f"| first run: peak RSS | {runs['first_run']['peak_rss_mb']:,.0f} MB |")
@@ -231,13 +270,27 @@ def report(arguments, results: dict) -> None:
     print(f"| restart: peak RSS | {runs['restart']['peak_rss_mb']:,.0f} MB |")
     print(f"| tokenizers alone: peak RSS (text held in memory) | {peer['peak_rss_mb']:,.0f} MB |")
     summary = {
-        "tokens": tokens, "corpus_mb": round(results["corpus_mb"], 1), "copies": round(results["copies"], 3),
-        "threads": arguments.threads, "vocab": arguments.vocab, "steps": arguments.steps,
-        "peer": {"tokens_per_s": {method: round(rate) for method, rate in rates.items()},
-                 "peak_rss_mb": round(peer["peak_rss_mb"])},
-        "ours": {"tokenizing": {key: round(value, 2) for key, value in ours.items()},
-                 **{name: {"first_step_s": round(run["first_step_s"], 2), "wall_s": round(run["wall_s"], 2),
-                           "peak_rss_mb": round(run["peak_rss_mb"])} for name, run in runs.items()}},
+        "tokens": tokens,
+        "corpus_mb": round(results["corpus_mb"], 1),
+        "copies": round(results["copies"], 3),
+        "threads": arguments.threads,
+        "vocab": arguments.vocab,
+        "steps": arguments.steps,
+        "peer": {
+            "tokens_per_s": {method: round(rate) for method, rate in rates.items()},
+            "peak_rss_mb": round(peer["peak_rss_mb"]),
+        },
+        "ours": {
+            "tokenizing": {key: round(value, 2) for key, value in ours.items()},
+            **{
+                name: {
+                    "first_step_s": round(run["first_step_s"], 2),
+                    "wall_s": round(run["wall_s"], 2),
+                    "peak_rss_mb": round(run["peak_rss_mb"]),
+                }
+                for name, run in runs.items()
+            },
+        },
     }
     print(json.dumps(summary))
 

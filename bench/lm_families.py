@@ -127,8 +127,14 @@ def run_variant(name: str, tokens: int, workdir: Path, tokenizer: Path) -> dict:
     if result_file.exists():
         return json.loads(result_file.read_text())
     steps = None if counted else max(1, tokens // tokens_per_step(recipe))
-    arguments = [f"tokenizer.path={tokenizer}", f"corpus.train_files=[{TRAIN}]", f"corpus.validation_files=[{VALID}]",
-                 f"run_dir={run_dir}", "overwrite=true", *overrides]
+    arguments = [
+        f"tokenizer.path={tokenizer}",
+        f"corpus.train_files=[{TRAIN}]",
+        f"corpus.validation_files=[{VALID}]",
+        f"run_dir={run_dir}",
+        "overwrite=true",
+        *overrides,
+    ]
     if not counted:
         arguments += [f"training.max_steps={steps}", "eval_every=null", "checkpoint_every=null"]
     start = time.perf_counter()
@@ -137,12 +143,18 @@ def run_variant(name: str, tokens: int, workdir: Path, tokenizer: Path) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     final = [record for record in records if record["phase"] == "eval"][-1]
     result = {
-        "variant": name, "recipe": recipe_file, "overrides": overrides, "family": recipe["model"]["family"],
-        "training_tokens": None if counted else steps * tokens_per_step(recipe), "steps": steps,
-        "validation_loss": final["validation_loss"], "validation_perplexity": final["validation_perplexity"],
+        "variant": name,
+        "recipe": recipe_file,
+        "overrides": overrides,
+        "family": recipe["model"]["family"],
+        "training_tokens": None if counted else steps * tokens_per_step(recipe),
+        "steps": steps,
+        "validation_loss": final["validation_loss"],
+        "validation_perplexity": final["validation_perplexity"],
         "next_token_accuracy": final.get("next_token_accuracy"),
         "tokens_per_s": None if counted else round(training_rate(records) or 0.0, 1),
-        "parameters": parameter_count(run_dir / "checkpoint", counted), "seconds": round(seconds, 1),
+        "parameters": parameter_count(run_dir / "checkpoint", counted),
+        "seconds": round(seconds, 1),
     }
     result_file.write_text(json.dumps(result))
     return result
@@ -160,8 +172,16 @@ def long_context(results: list[dict], workdir: Path, tokens: int) -> list[dict]:
             kept = run_dir / f"bench-context-{segment}-{memory}.json"
             if not kept.exists():
                 metrics = segment_validation(run_dir / "checkpoint", [VALID], segment, memory)
-                kept.write_text(json.dumps({"variant": result["variant"], "segment": segment, "memory": memory,
-                                            "validation_loss": metrics["validation_loss"]}))
+                kept.write_text(
+                    json.dumps(
+                        {
+                            "variant": result["variant"],
+                            "segment": segment,
+                            "memory": memory,
+                            "validation_loss": metrics["validation_loss"],
+                        }
+                    )
+                )
             rows.append(json.loads(kept.read_text()))
     if rows:
         print("\n| variant | segment length | memory | validation loss (nats/token) |\n|---|---:|---:|---:|")
@@ -172,17 +192,23 @@ def long_context(results: list[dict], workdir: Path, tokens: int) -> list[dict]:
 
 
 def print_table(results: list[dict], tokens: int) -> None:
-    print(f"\nWikiText-2, byte-level BPE {VOCABULARY:,}; neural variants trained on {tokens:,} tokens each "
-          "(the n-gram counted on all of train.txt)\n")
-    print("| variant | recipe | validation loss (nats/token) | perplexity | next-token accuracy | tokens/s | "
-          "parameters (n-gram: stored n-grams) | wall time |")
+    print(
+        f"\nWikiText-2, byte-level BPE {VOCABULARY:,}; neural variants trained on {tokens:,} tokens each "
+        "(the n-gram counted on all of train.txt)\n"
+    )
+    print(
+        "| variant | recipe | validation loss (nats/token) | perplexity | next-token accuracy | tokens/s | "
+        "parameters (n-gram: stored n-grams) | wall time |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for result in results:
         rate = f"{result['tokens_per_s']:,.0f}" if result["tokens_per_s"] else "counted"
         accuracy = f"{result['next_token_accuracy']:.3f}" if result["next_token_accuracy"] is not None else "-"
-        print(f"| {result['variant']} | {result['recipe']} {' '.join(result['overrides'])} | "
-              f"{result['validation_loss']:.3f} | {result['validation_perplexity']:.1f} | {accuracy} | {rate} | "
-              f"{result['parameters']:,} | {result['seconds']:.0f} s |")
+        print(
+            f"| {result['variant']} | {result['recipe']} {' '.join(result['overrides'])} | "
+            f"{result['validation_loss']:.3f} | {result['validation_perplexity']:.1f} | {accuracy} | {rate} | "
+            f"{result['parameters']:,} | {result['seconds']:.0f} s |"
+        )
 
 
 def main() -> None:
@@ -191,8 +217,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1_000_000, help="training tokens of every neural variant")
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-lm-families")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of the kept runs")
-    parser.add_argument("--long-context", action="store_true",
-                        help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)")
+    parser.add_argument(
+        "--long-context",
+        action="store_true",
+        help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)",
+    )
     arguments = parser.parse_args()
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     if arguments.table_only:
@@ -207,8 +236,9 @@ def main() -> None:
         sys.exit(f"bench: no finished runs in {arguments.work_dir}")
     print_table(results, arguments.tokens)
     contexts = long_context(results, arguments.work_dir, arguments.tokens) if arguments.long_context else []
-    print(json.dumps({"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results,
-                      "long_context": contexts}))
+    print(
+        json.dumps({"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results, "long_context": contexts})
+    )
 
 
 if __name__ == "__main__":

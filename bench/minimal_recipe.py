@@ -36,20 +36,35 @@ from glue_quality import truncated_task
 TRAIN_ROWS = 2000
 RECIPES = {
     "minimal": {},
-    "before": {"training": {"lr": 5e-4}, "discriminative": {"factor": 2.6}, "pooling": "model",
-               "unfreezing": {"mode": "gradual", "initial_groups": 1, "groups_per_epoch": 1},
-               "schedule": {"kind": "stlr", "cut_frac": 0.1, "ratio": 32}},
-    "shipped": {"training": {"lr": 1e-4, "batch_size": 16}, "discriminative": {"factor": 1.0}, "pooling": "mean",
-                "unfreezing": {"mode": "none"}, "schedule": {"kind": "linear", "warmup_fraction": 0.1}},
+    "before": {
+        "training": {"lr": 5e-4},
+        "discriminative": {"factor": 2.6},
+        "pooling": "model",
+        "unfreezing": {"mode": "gradual", "initial_groups": 1, "groups_per_epoch": 1},
+        "schedule": {"kind": "stlr", "cut_frac": 0.1, "ratio": 32},
+    },
+    "shipped": {
+        "training": {"lr": 1e-4, "batch_size": 16},
+        "discriminative": {"factor": 1.0},
+        "pooling": "mean",
+        "unfreezing": {"mode": "none"},
+        "schedule": {"kind": "linear", "warmup_fraction": 0.1},
+    },
 }
 RESULTS = ROOT / "bench" / "results" / "minimal_recipe.jsonl"
 
 
 def recipe(name: str, checkpoint: str, task: str, data_dir: Path, run_dir: Path, seed: int) -> dict:
     """The minimal recipe with the named variant's sections laid over it."""
-    minimal = {"stage": "finetune", "run_dir": str(run_dir), "seed": seed, "overwrite": True,
-               "model": {"checkpoint": checkpoint}, "task": {"name": task, "data_dir": str(data_dir)},
-               "training": {"epochs": 1}}
+    minimal = {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": seed,
+        "overwrite": True,
+        "model": {"checkpoint": checkpoint},
+        "task": {"name": task, "data_dir": str(data_dir)},
+        "training": {"epochs": 1},
+    }
     for key, value in RECIPES[name].items():
         minimal[key] = {**minimal.get(key, {}), **value} if isinstance(value, dict) else value
     return minimal
@@ -68,26 +83,44 @@ def run(name: str, task: str, seed: int, checkpoint: str, work_dir: Path) -> dic
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     metric = f"dev_{TASKS[task].metric}"
     used = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))  # the techniques as decided
-    return {"task": task, "recipe": name, "seed": seed, "metric": metric, "score": result["last"][metric],
-            "steps": result["last_step"], "seconds": round(seconds, 1),
-            "techniques": {"lr": used["training"]["lr"], "factor": used["discriminative"]["factor"],
-                           "unfreezing": used["unfreezing"]["mode"], "schedule": used["schedule"]["kind"],
-                           "pooling": used["pooling"], "batch_size": used["training"]["batch_size"]}}
+    return {
+        "task": task,
+        "recipe": name,
+        "seed": seed,
+        "metric": metric,
+        "score": result["last"][metric],
+        "steps": result["last_step"],
+        "seconds": round(seconds, 1),
+        "techniques": {
+            "lr": used["training"]["lr"],
+            "factor": used["discriminative"]["factor"],
+            "unfreezing": used["unfreezing"]["mode"],
+            "schedule": used["schedule"]["kind"],
+            "pooling": used["pooling"],
+            "batch_size": used["training"]["batch_size"],
+        },
+    }
 
 
 def table(records: list[dict], tasks: list[str]) -> str:
     """Median x100 over seeds (and the seeds' scores) per task and recipe, and minimal - shipped."""
-    lines = ["| task (first 2,000 rows, 1 epoch) | minimal | before | shipped | minimal - shipped |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| task (first 2,000 rows, 1 epoch) | minimal | before | shipped | minimal - shipped |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for task in tasks:
         medians, cells = {}, []
         for name in RECIPES:
-            scores = sorted(100 * record["score"] for record in records
-                            if record["task"] == task and record["recipe"] == name)
+            scores = sorted(
+                100 * record["score"] for record in records if record["task"] == task and record["recipe"] == name
+            )
             medians[name] = statistics.median(scores) if scores else None
             cells.append(f"{medians[name]:.1f} ({' / '.join(f'{score:.1f}' for score in scores)})" if scores else "-")
-        gap = f"{medians['minimal'] - medians['shipped']:+.1f}" if None not in (medians["minimal"],
-                                                                               medians["shipped"]) else "-"
+        gap = (
+            f"{medians['minimal'] - medians['shipped']:+.1f}"
+            if None not in (medians["minimal"], medians["shipped"])
+            else "-"
+        )
         lines.append(f"| {task} ({TASKS[task].metric}) | " + " | ".join(cells) + f" | {gap} |")
     return "\n".join(lines)
 
@@ -115,8 +148,11 @@ def main() -> None:
                 records.append(record)
                 with open(log, "a", encoding="utf-8") as handle:
                     handle.write(json.dumps(record) + "\n")
-                print(f"{task} {name} seed {seed}: {record['metric']} {record['score']:.4f} "
-                      f"({record['seconds']} s)", file=sys.stderr, flush=True)
+                print(
+                    f"{task} {name} seed {seed}: {record['metric']} {record['score']:.4f} ({record['seconds']} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     markdown = table(records, arguments.tasks)
     (arguments.work_dir / "table.md").write_text(markdown + "\n", encoding="utf-8")
     print(markdown)

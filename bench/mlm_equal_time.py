@@ -49,9 +49,24 @@ def planned_steps(budget_seconds: float, tokens_per_s: float) -> int:
 
 def train_peer(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: float, folder: Path) -> dict:
     """The unchanged peer script through bench/peer_budget.py, which stops it at the budget and saves its model."""
-    command = [sys.executable, str(ROOT / "bench" / "peer_budget.py"), "--budget-seconds", str(budget_seconds),
-               "--save-to", str(folder), "--", str(PEER), "--corpus", str(corpus), "--tokenizer", tokenizer_dir,
-               "--steps", str(steps), "--max-lines", "20000"]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "peer_budget.py"),
+        "--budget-seconds",
+        str(budget_seconds),
+        "--save-to",
+        str(folder),
+        "--",
+        str(PEER),
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        tokenizer_dir,
+        "--steps",
+        str(steps),
+        "--max-lines",
+        "20000",
+    ]
     finished = subprocess.run(command, capture_output=True, text=True)
     if not (folder / "budget.json").is_file():  # the model is saved before the peer prints its own figure
         sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
@@ -61,10 +76,23 @@ def train_peer(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
 def train_ours(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: float, workdir: Path) -> dict:
     """`finetune pretrain` with training.max_steps from the plan, through bench/ours_budget.py (the same stop)."""
     run_dir = workdir / "ours-equal-time"
-    command = [sys.executable, str(ROOT / "bench" / "ours_budget.py"), "--budget-seconds", str(budget_seconds), "--",
-               "pretrain", str(RECIPE), f"corpus.train_files=[{corpus}]",
-               f"corpus.validation_files=[{VALID}]", f"tokenizer.path={tokenizer_dir}", f"run_dir={run_dir}",
-               f"training.max_steps={steps}", "training.log_every=10", "eval_every=null", "training.device=cpu"]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "ours_budget.py"),
+        "--budget-seconds",
+        str(budget_seconds),
+        "--",
+        "pretrain",
+        str(RECIPE),
+        f"corpus.train_files=[{corpus}]",
+        f"corpus.validation_files=[{VALID}]",
+        f"tokenizer.path={tokenizer_dir}",
+        f"run_dir={run_dir}",
+        f"training.max_steps={steps}",
+        "training.log_every=10",
+        "eval_every=null",
+        "training.device=cpu",
+    ]
     run_command(command, cwd=ROOT)
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     windows = [record for record in records if record["phase"] == "train"]
@@ -72,8 +100,13 @@ def train_ours(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
     for record in windows:  # each window's seconds = its tokens / its tokens per second
         seconds += (record["step"] - done) * SEQ_LEN * BATCH / record["tokens_per_s"]
         done = record["step"]
-    return {"steps": done, "max_steps": steps, "train_seconds": round(seconds, 1), "stopped_at_budget": done < steps,
-            "model": run_dir / "checkpoint"}
+    return {
+        "steps": done,
+        "max_steps": steps,
+        "train_seconds": round(seconds, 1),
+        "stopped_at_budget": done < steps,
+        "model": run_dir / "checkpoint",
+    }
 
 
 def validation_blocks(tokenizer, limit: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -90,10 +123,13 @@ def validation_blocks(tokenizer, limit: int | None = None) -> dict[str, tuple[to
     rule = MaskingRule.for_tokenizer(tokenizer, MaskingConfig())
     layouts = {}
     for name, blocks in (("finetune layout", packed), ("HF run_mlm layout", grouped)):
-        pairs = [rule.apply(block, np.random.default_rng((MASK_SEED, index)))
-                 for index, block in enumerate(blocks[:limit])]
-        layouts[name] = (torch.from_numpy(np.stack([inputs for inputs, _ in pairs])),
-                         torch.from_numpy(np.stack([labels for _, labels in pairs])))
+        pairs = [
+            rule.apply(block, np.random.default_rng((MASK_SEED, index))) for index, block in enumerate(blocks[:limit])
+        ]
+        layouts[name] = (
+            torch.from_numpy(np.stack([inputs for inputs, _ in pairs])),
+            torch.from_numpy(np.stack([labels for _, labels in pairs])),
+        )
     return layouts
 
 
@@ -103,10 +139,10 @@ def dense_validation_loss(model_dir: Path, input_ids: torch.Tensor, labels: torc
     model = BertForMaskedLM.from_pretrained(str(model_dir)).eval()
     total, count = 0.0, 0
     for start in range(0, len(input_ids), batch):
-        part = labels[start:start + batch]
+        part = labels[start : start + batch]
         masked = int((part != IGNORE_INDEX).sum())
         if masked:
-            total += model(input_ids=input_ids[start:start + batch], labels=part).loss.item() * masked
+            total += model(input_ids=input_ids[start : start + batch], labels=part).loss.item() * masked
             count += masked
     return total / count
 
@@ -129,8 +165,9 @@ def main() -> None:
         peer_rate = arguments.peer_tokens_per_s or run_peer(corpus, tokenizer_dir, 12)["tokens_per_s"]
         our_rate = arguments.our_tokens_per_s or run_ours(corpus, tokenizer_dir, 25, workdir)["tokens_per_s"]
         runs = {
-            "Hugging Face Trainer (peer)": train_peer(corpus, tokenizer_dir, planned_steps(budget, peer_rate), budget,
-                                                      workdir / "peer-model"),
+            "Hugging Face Trainer (peer)": train_peer(
+                corpus, tokenizer_dir, planned_steps(budget, peer_rate), budget, workdir / "peer-model"
+            ),
             "finetune": train_ours(corpus, tokenizer_dir, planned_steps(budget, our_rate), budget, workdir),
         }
         layouts = validation_blocks(AutoTokenizer.from_pretrained(tokenizer_dir), arguments.validation_blocks)
@@ -139,16 +176,29 @@ def main() -> None:
             del run["model"]
 
     names = list(layouts)
-    print(f"budget {budget:.0f} s of training per side; planned from {peer_rate:,.0f} (peer) and "
-          f"{our_rate:,.0f} (ours) tokens/s; validation: WikiText-2 valid.txt, "
-          + ", ".join(f"{len(tensors[0]):,} blocks in the {name}" for name, tensors in layouts.items()))
-    print(f"\n| equal time ({budget:.0f} s, BERT-mini) | steps | tokens | trained s | "
-          + " | ".join(f"valid loss, {name}" for name in names) + " |\n|---|---:|---:|---:|" + "---:|" * len(names))
+    print(
+        f"budget {budget:.0f} s of training per side; planned from {peer_rate:,.0f} (peer) and "
+        f"{our_rate:,.0f} (ours) tokens/s; validation: WikiText-2 valid.txt, "
+        + ", ".join(f"{len(tensors[0]):,} blocks in the {name}" for name, tensors in layouts.items())
+    )
+    print(
+        f"\n| equal time ({budget:.0f} s, BERT-mini) | steps | tokens | trained s | "
+        + " | ".join(f"valid loss, {name}" for name in names)
+        + " |\n|---|---:|---:|---:|"
+        + "---:|" * len(names)
+    )
     for label, run in runs.items():
-        print(f"| {label} | {run['steps']:,} | {run['steps'] * SEQ_LEN * BATCH:,} | {run['train_seconds']:.0f} | "
-              + " | ".join(f"{run['losses'][name]:.3f}" for name in names) + " |")
-    print(json.dumps({"budget_seconds": budget, "peer_tokens_per_s": peer_rate, "our_tokens_per_s": our_rate,
-                      "runs": runs}, default=str))
+        print(
+            f"| {label} | {run['steps']:,} | {run['steps'] * SEQ_LEN * BATCH:,} | {run['train_seconds']:.0f} | "
+            + " | ".join(f"{run['losses'][name]:.3f}" for name in names)
+            + " |"
+        )
+    print(
+        json.dumps(
+            {"budget_seconds": budget, "peer_tokens_per_s": peer_rate, "our_tokens_per_s": our_rate, "runs": runs},
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

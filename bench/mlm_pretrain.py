@@ -47,9 +47,24 @@ STEPS = {"mini": (20, 40), "small": (12, 24), "base": (8, 16)}
 def run_peer(corpus: Path, tokenizer_dir: str, steps: int, size: str = "mini") -> dict:
     """The peer script as shipped, printing one JSON line."""
     layers, hidden, heads = SIZES[size]
-    command = [sys.executable, str(PEER), "--corpus", str(corpus), "--tokenizer", tokenizer_dir,
-               "--steps", str(steps), "--max-lines", "20000", "--layers", str(layers), "--hidden", str(hidden),
-               "--heads", str(heads)]
+    command = [
+        sys.executable,
+        str(PEER),
+        "--corpus",
+        str(corpus),
+        "--tokenizer",
+        tokenizer_dir,
+        "--steps",
+        str(steps),
+        "--max-lines",
+        "20000",
+        "--layers",
+        str(layers),
+        "--hidden",
+        str(hidden),
+        "--heads",
+        str(heads),
+    ]
     return run_json(command)
 
 
@@ -58,10 +73,21 @@ def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: 
     layers, hidden, heads = SIZES[size]
     run_dir = Path(tempfile.mkdtemp(prefix="ours-", dir=workdir)) / "run"  # a fresh one for every repeat
     log_every = max(1, min(5, steps // 8))  # the first window is warm-up: keep it short when steps are few
-    finetune_cli("pretrain", RECIPE, f"corpus.train_files=[{corpus}]", f"corpus.validation_files=[{VALID}]",
-                 f"tokenizer.path={tokenizer_dir}", f"run_dir={run_dir}", f"training.max_steps={steps}",
-                 f"training.log_every={log_every}", "eval_every=null", "training.device=cpu",
-                 f"model.layers={layers}", f"model.hidden={hidden}", f"model.heads={heads}")
+    finetune_cli(
+        "pretrain",
+        RECIPE,
+        f"corpus.train_files=[{corpus}]",
+        f"corpus.validation_files=[{VALID}]",
+        f"tokenizer.path={tokenizer_dir}",
+        f"run_dir={run_dir}",
+        f"training.max_steps={steps}",
+        f"training.log_every={log_every}",
+        "eval_every=null",
+        "training.device=cpu",
+        f"model.layers={layers}",
+        f"model.hidden={hidden}",
+        f"model.heads={heads}",
+    )
     records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
     windows = [record for record in records if record["phase"] == "train"]
     # All tokens over all time, as the peer counts (not a mean of window rates, which favours fast windows).
@@ -81,10 +107,18 @@ def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["mini"], help="BERT sizes to compare at")
-    parser.add_argument("--peer-steps", type=int, default=None,
-                        help="optimizer steps the peer runs (3 are warmup); default per size: STEPS")
-    parser.add_argument("--our-steps", type=int, default=None,
-                        help="optimizer steps we run (the first log window is warmup); default per size: STEPS")
+    parser.add_argument(
+        "--peer-steps",
+        type=int,
+        default=None,
+        help="optimizer steps the peer runs (3 are warmup); default per size: STEPS",
+    )
+    parser.add_argument(
+        "--our-steps",
+        type=int,
+        default=None,
+        help="optimizer steps we run (the first log window is warmup); default per size: STEPS",
+    )
     parser.add_argument("--repeats", type=int, default=1, help="peer-then-ours pairs, interleaved (noisy machines)")
     arguments = parser.parse_args()
     require(TRAIN, "WikiText-2 train.txt")
@@ -104,8 +138,10 @@ def main() -> None:
                 peer = run_peer(corpus, tokenizer_dir, peer_steps, size)
                 pairs[size].append((peer, run_ours(corpus, tokenizer_dir, our_steps, workdir, size)))
 
-    print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}; fp32 matmul {peak:.1f} GFLOP/s")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}; fp32 matmul {peak:.1f} GFLOP/s"
+    )
     print("\n| pretraining (seq 128, batch 32) | tokens/s | vs peer | MFU |\n|---|---:|---:|---:|")
     useful = {}
     for size, runs in pairs.items():
@@ -115,15 +151,30 @@ def main() -> None:
             label = f", run {run}" if len(runs) > 1 else ""
             for name, side in (("Hugging Face Trainer (peer)", peer), ("finetune", ours)):
                 tokens_per_s, mfu = side["tokens_per_s"], side["tokens_per_s"] * useful[size] / (peak * 1e9)
-                print(f"| BERT-{size} {layers}/{hidden}, {name}{label} | {tokens_per_s:,.0f} | "
-                      f"{tokens_per_s / peer['tokens_per_s']:.2f}x | {100 * mfu:.1f}% |")
+                print(
+                    f"| BERT-{size} {layers}/{hidden}, {name}{label} | {tokens_per_s:,.0f} | "
+                    f"{tokens_per_s / peer['tokens_per_s']:.2f}x | {100 * mfu:.1f}% |"
+                )
         if len(runs) > 1:
-            print(f"\nBERT-{size} median ratio: "
-                  f"{statistics.median(o['tokens_per_s'] / p['tokens_per_s'] for p, o in runs):.2f}x\n")
-    print(json.dumps({"sizes": {size: {"layers_hidden_heads": SIZES[size], "useful_flops_per_token": useful[size],
-                                       "runs": [{"peer": peer, "ours": ours} for peer, ours in runs]}
-                                for size, runs in pairs.items()},
-                      "matmul_gflops": round(peak, 1)}))
+            print(
+                f"\nBERT-{size} median ratio: "
+                f"{statistics.median(o['tokens_per_s'] / p['tokens_per_s'] for p, o in runs):.2f}x\n"
+            )
+    print(
+        json.dumps(
+            {
+                "sizes": {
+                    size: {
+                        "layers_hidden_heads": SIZES[size],
+                        "useful_flops_per_token": useful[size],
+                        "runs": [{"peer": peer, "ours": ours} for peer, ours in runs],
+                    }
+                    for size, runs in pairs.items()
+                },
+                "matmul_gflops": round(peak, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,12 @@ def main() -> None:
         trainer.add_callback(budget)
         output = original_train(trainer, *args, **kwargs)
         trainer.save_model(str(arguments.save_to))
-        record = {"steps": trainer.state.global_step, "max_steps": trainer.state.max_steps,
-                  "train_seconds": round(budget.elapsed, 1), "stopped_at_budget": budget.stopped_early}
+        record = {
+            "steps": trainer.state.global_step,
+            "max_steps": trainer.state.max_steps,
+            "train_seconds": round(budget.elapsed, 1),
+            "stopped_at_budget": budget.stopped_early,
+        }
         (arguments.save_to / "budget.json").write_text(json.dumps(record))
         return output
 

@@ -53,9 +53,11 @@ from glue_quality import VARIANTS, truncated_task
 PEER = PEERS / "hf_predict.py"
 CLASSIFICATION = [task for task in TASKS if task != "stsb"]  # argmax identity needs classes
 TRAIN_BATCH, TRAIN_LR = 32, 1e-4  # making the checkpoints: a handful of steps of the plain recipe
-PEER_DYNAMIC, PEER_PADDED, OURS = ("Hugging Face Trainer.predict, dynamic padding (peer)",
-                                   "Hugging Face Trainer.predict, padded to --seq-len (run_glue.py)",
-                                   "finetune (finetune eval's prediction)")
+PEER_DYNAMIC, PEER_PADDED, OURS = (
+    "Hugging Face Trainer.predict, dynamic padding (peer)",
+    "Hugging Face Trainer.predict, padded to --seq-len (run_glue.py)",
+    "finetune (finetune eval's prediction)",
+)
 
 
 def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict) -> Path:
@@ -68,13 +70,22 @@ def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict) -> 
     with tempfile.TemporaryDirectory(prefix="predict-speed-") as folder:
         data = truncated_task(task, rows, Path(folder))
         recipe = Path(folder) / "recipe.yaml"
-        recipe.write_text(json.dumps({  # JSON is YAML
-            "stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False, "overwrite": True,
-            "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
-            "model": {"checkpoint": minilm_checkpoint()},
-            "task": {"name": task, "data_dir": str(data), "max_length": 128},
-            "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
-        }), encoding="utf-8")
+        recipe.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "stage": "finetune",
+                    "run_dir": str(run_dir),
+                    "seed": 0,
+                    "keep_best": False,
+                    "overwrite": True,
+                    "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
+                    "model": {"checkpoint": minilm_checkpoint()},
+                    "task": {"name": task, "data_dir": str(data), "max_length": 128},
+                    "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
+                }
+            ),
+            encoding="utf-8",
+        )
         print(f"making the {task} checkpoint: {rows} training rows, one epoch", file=sys.stderr, flush=True)
         finetune_cli("finetune", recipe, *VARIANTS["full"], env=environment)
     return checkpoint
@@ -89,25 +100,59 @@ def dev_folder(task: str, max_rows: int | None, folder: Path) -> Path:
     header = 1 if TASKS[task].header else 0
     target = folder / TASKS[task].folder
     target.mkdir(parents=True, exist_ok=True)
-    (target / "dev.tsv").write_text("".join(lines[:header + max_rows]), encoding="utf-8")
+    (target / "dev.tsv").write_text("".join(lines[: header + max_rows]), encoding="utf-8")
     return target
 
 
-def run_peer(task: str, checkpoint: Path, data_dir: Path, args, pad_to_max: bool, logits_file: Path,
-             environment: dict) -> dict:
+def run_peer(
+    task: str, checkpoint: Path, data_dir: Path, args, pad_to_max: bool, logits_file: Path, environment: dict
+) -> dict:
     """hf_predict.py as shipped (through peer_predictions.py, which keeps its logits): examples/s and metric."""
-    command = [sys.executable, ROOT / "bench" / "peer_predictions.py", "--save-to", logits_file, "--", PEER,
-               "--model", checkpoint, "--task-dir", data_dir, "--task", task, "--split", "dev",
-               "--batch", args.batch, "--seq-len", args.seq_len]
+    command = [
+        sys.executable,
+        ROOT / "bench" / "peer_predictions.py",
+        "--save-to",
+        logits_file,
+        "--",
+        PEER,
+        "--model",
+        checkpoint,
+        "--task-dir",
+        data_dir,
+        "--task",
+        task,
+        "--split",
+        "dev",
+        "--batch",
+        args.batch,
+        "--seq-len",
+        args.seq_len,
+    ]
     result = run_json(command + (["--pad-to-max"] if pad_to_max else []), env=environment)
-    return {"examples_per_s": result["examples_per_s"], "seconds": result["seconds"], "examples": result["examples"],
-            "metric": result["metric"][TASKS[task].metric]}
+    return {
+        "examples_per_s": result["examples_per_s"],
+        "seconds": result["seconds"],
+        "examples": result["examples"],
+        "metric": result["metric"][TASKS[task].metric],
+    }
 
 
 def run_ours(task: str, checkpoint: Path, data_dir: Path, args, logits_file: Path, environment: dict) -> dict:
     """This script with --ours-once, in a fresh process as the peer runs: examples/s and metric."""
-    command = [sys.executable, Path(__file__).resolve(), "--ours-once", checkpoint, data_dir, logits_file,
-               "--tasks", task, "--batch", args.batch, "--seq-len", args.seq_len]
+    command = [
+        sys.executable,
+        Path(__file__).resolve(),
+        "--ours-once",
+        checkpoint,
+        data_dir,
+        logits_file,
+        "--tasks",
+        task,
+        "--batch",
+        args.batch,
+        "--seq-len",
+        args.seq_len,
+    ]
     return run_json(command, env=environment)
 
 
@@ -134,16 +179,26 @@ def ours_once(task: str, checkpoint: str, data_dir: str, logits_file: str, batch
     seconds = time.perf_counter() - start
     np.save(logits_file, logits)
     metric = compute_metrics(spec, predictions, examples.labels)[TASKS[task].metric]
-    print(json.dumps({"examples_per_s": round(len(logits) / seconds, 1), "seconds": round(seconds, 2),
-                      "examples": len(logits), "metric": round(float(metric), 4)}))
+    print(
+        json.dumps(
+            {
+                "examples_per_s": round(len(logits) / seconds, 1),
+                "seconds": round(seconds, 2),
+                "examples": len(logits),
+                "metric": round(float(metric), 4),
+            }
+        )
+    )
 
 
 def compare(ours: np.ndarray, peer: np.ndarray) -> dict:
     """Rows whose argmax differs, and the largest absolute logit difference."""
     if ours.shape != peer.shape:
         sys.exit(f"bench: our logits have shape {ours.shape}, the peer's {peer.shape}")
-    return {"differing_rows": int((ours.argmax(axis=-1) != peer.argmax(axis=-1)).sum()),
-            "max_abs_logit_difference": float(np.abs(ours - peer).max())}
+    return {
+        "differing_rows": int((ours.argmax(axis=-1) != peer.argmax(axis=-1)).sum()),
+        "max_abs_logit_difference": float(np.abs(ours - peer).max()),
+    }
 
 
 def main() -> None:
@@ -153,12 +208,21 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="truncate (and --pad-to-max: pad) to this length")
     parser.add_argument("--repeats", type=int, default=1, help="run every side this many times, interleaved")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every side (default: torch's)")
-    parser.add_argument("--checkpoint", nargs="*", default=[], metavar="TASK=DIR",
-                        help="your own fine-tuned checkpoint for a task instead of the one made here")
+    parser.add_argument(
+        "--checkpoint",
+        nargs="*",
+        default=[],
+        metavar="TASK=DIR",
+        help="your own fine-tuned checkpoint for a task instead of the one made here",
+    )
     parser.add_argument("--train-rows", type=int, default=320, help="training rows of the checkpoints made here")
     parser.add_argument("--max-rows", type=int, help="predict only the first N dev rows (smoke runs)")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-predict",
-                        help="where the checkpoints made here are kept for later runs")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=ROOT / "runs" / "bench-predict",
+        help="where the checkpoints made here are kept for later runs",
+    )
     parser.add_argument("--ours-once", nargs=3, metavar=("CHECKPOINT", "DATA_DIR", "LOGITS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ours_once:  # one timed prediction of ours, in this fresh process (see run_ours)
@@ -170,16 +234,22 @@ def main() -> None:
     if len(given) != len(args.checkpoint) or set(given) - set(args.tasks):
         sys.exit(f"bench: --checkpoint takes TASK=DIR for tasks of --tasks ({' '.join(args.tasks)})")
     for task, folder in given.items():
-        require(Path(folder) / "config.json", f"the {task} checkpoint",
-                "give a fine-tuned checkpoint folder, or leave --checkpoint out to make one here")
+        require(
+            Path(folder) / "config.json",
+            f"the {task} checkpoint",
+            "give a fine-tuned checkpoint folder, or leave --checkpoint out to make one here",
+        )
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
 
     results = {}
     with tempfile.TemporaryDirectory(prefix="predict-speed-") as folder:
         scratch = Path(folder)
         for task in args.tasks:
-            checkpoint = Path(given[task]) if task in given else make_checkpoint(task, args.train_rows,
-                                                                                  args.work_dir, environment)
+            checkpoint = (
+                Path(given[task])
+                if task in given
+                else make_checkpoint(task, args.train_rows, args.work_dir, environment)
+            )
             data_dir = dev_folder(task, args.max_rows, scratch / "data")
             sides = {
                 PEER_DYNAMIC: lambda logits: run_peer(task, checkpoint, data_dir, args, False, logits, environment),
@@ -190,41 +260,71 @@ def main() -> None:
             for repeat in range(args.repeats):
                 for number, (name, side) in enumerate(sides.items()):
                     runs[name].append(side(scratch / f"{task}-{number}-{repeat}.npy"))
-                    print(f"{task}, repeat {repeat + 1}: {name}: {json.dumps(runs[name][-1])}", file=sys.stderr,
-                          flush=True)
+                    print(
+                        f"{task}, repeat {repeat + 1}: {name}: {json.dumps(runs[name][-1])}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             logits = [np.load(scratch / f"{task}-{number}-0.npy") for number in range(len(sides))]
-            rates = {name: statistics.median(run["examples_per_s"] for run in side_runs)
-                     for name, side_runs in runs.items()}
+            rates = {
+                name: statistics.median(run["examples_per_s"] for run in side_runs) for name, side_runs in runs.items()
+            }
             results[task] = {
-                "checkpoint": str(checkpoint), "examples": runs[OURS][0]["examples"], "runs": runs,
+                "checkpoint": str(checkpoint),
+                "examples": runs[OURS][0]["examples"],
+                "runs": runs,
                 "median_examples_per_s": rates,
                 "ours_vs_dynamic": round(rates[OURS] / rates[PEER_DYNAMIC], 3),
                 "ours_vs_padded": round(rates[OURS] / rates[PEER_PADDED], 3),
-                "against_ours": {PEER_DYNAMIC: compare(logits[2], logits[0]),
-                                 PEER_PADDED: compare(logits[2], logits[1])},
+                "against_ours": {
+                    PEER_DYNAMIC: compare(logits[2], logits[0]),
+                    PEER_PADDED: compare(logits[2], logits[1]),
+                },
             }
-            results[task]["identical"] = all(check["differing_rows"] == 0
-                                             for check in results[task]["against_ours"].values())
+            results[task]["identical"] = all(
+                check["differing_rows"] == 0 for check in results[task]["against_ours"].values()
+            )
 
     threads = args.threads or torch.get_num_threads()
-    print(f"\nmachine: {platform.processor() or platform.machine()}, {threads} thread(s) per side, torch "
-          f"{torch.__version__}; batch {args.batch}, sequences cut at {args.seq_len}; median of {args.repeats} "
-          "run(s) per side")
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}, {threads} thread(s) per side, torch "
+        f"{torch.__version__}; batch {args.batch}, sequences cut at {args.seq_len}; median of {args.repeats} "
+        "run(s) per side"
+    )
     print(f"$ python {shlex.join(sys.argv)}")
-    print("\n| task (dev rows) | prediction | examples/s | vs Trainer (dynamic) | vs Trainer (padded) | metric "
-          "| rows whose argmax differs from ours |\n|---|---|---:|---:|---:|---:|---:|")
+    print(
+        "\n| task (dev rows) | prediction | examples/s | vs Trainer (dynamic) | vs Trainer (padded) | metric "
+        "| rows whose argmax differs from ours |\n|---|---|---:|---:|---:|---:|---:|"
+    )
     for task, result in results.items():
         rates = result["median_examples_per_s"]
         for name in (PEER_DYNAMIC, PEER_PADDED, OURS):
             metric = result["runs"][name][0]["metric"]
             differing = result["against_ours"][name]["differing_rows"] if name != OURS else "-"
-            print(f"| {task} ({result['examples']:,}) | {name} | {rates[name]:,.1f} | "
-                  f"{rates[name] / rates[PEER_DYNAMIC]:.2f}x | {rates[name] / rates[PEER_PADDED]:.2f}x | "
-                  f"{TASKS[task].metric} {100 * metric:.1f} | {differing} |")
-    print("\n" + "; ".join(f"{task}: predictions identical to the peer's: {'yes' if result['identical'] else 'no'}"
-                           for task, result in results.items()))
-    print(json.dumps({"benchmark": "predict_speed", "batch": args.batch, "seq_len": args.seq_len,
-                      "threads": threads, "repeats": args.repeats, "tasks": results}))
+            print(
+                f"| {task} ({result['examples']:,}) | {name} | {rates[name]:,.1f} | "
+                f"{rates[name] / rates[PEER_DYNAMIC]:.2f}x | {rates[name] / rates[PEER_PADDED]:.2f}x | "
+                f"{TASKS[task].metric} {100 * metric:.1f} | {differing} |"
+            )
+    print(
+        "\n"
+        + "; ".join(
+            f"{task}: predictions identical to the peer's: {'yes' if result['identical'] else 'no'}"
+            for task, result in results.items()
+        )
+    )
+    print(
+        json.dumps(
+            {
+                "benchmark": "predict_speed",
+                "batch": args.batch,
+                "seq_len": args.seq_len,
+                "threads": threads,
+                "repeats": args.repeats,
+                "tasks": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -40,20 +40,34 @@ VARIANTS = {"last-layer": ["pooling=mean"], "scalar-mix": ["pooling=scalar_mix"]
 
 def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, work_dir: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="scalar-mix-") as folder:
-        training, scoring = write_task_folders("sst2", read_training_file("sst2"), labels, held_out, seed,
-                                               Path(folder))
+        training, scoring = write_task_folders("sst2", read_training_file("sst2"), labels, held_out, seed, Path(folder))
         run_dir = Path(folder) / "run"
-        seconds = finetune_cli("finetune", RECIPE, f"model.checkpoint={checkpoint}", f"task.data_dir={training}",
-                               f"seed={seed}", "keep_best=false", "eval_every=null", f"run_dir={run_dir}",
-                               *VARIANTS[variant], echo=True)
+        seconds = finetune_cli(
+            "finetune",
+            RECIPE,
+            f"model.checkpoint={checkpoint}",
+            f"task.data_dir={training}",
+            f"seed={seed}",
+            "keep_best=false",
+            "eval_every=null",
+            f"run_dir={run_dir}",
+            *VARIANTS[variant],
+            echo=True,
+        )
         from finetune.data.tasks import read_task_split
         from finetune.glue.specs import GLUE_TASKS
 
         spec = GLUE_TASKS["sst2"]
         metrics, _ = score_checkpoint(run_dir / "checkpoint", spec, read_task_split(spec, scoring, "dev"))
         accuracy = float(metrics["accuracy"])
-    return {"variant": variant, "seed": seed, "labels": labels, "held_out": held_out, "accuracy": accuracy,
-            "seconds": round(seconds, 1)}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "labels": labels,
+        "held_out": held_out,
+        "accuracy": accuracy,
+        "seconds": round(seconds, 1),
+    }
 
 
 def main() -> None:
@@ -79,8 +93,11 @@ def main() -> None:
                 with open(log, "a", encoding="utf-8") as out:
                     out.write(json.dumps(record) + "\n")
                 records.append(record)
-    chosen = [r for r in records if r["labels"] == arguments.labels and r["held_out"] == arguments.held_out
-              and r["seed"] in arguments.seeds]
+    chosen = [
+        r
+        for r in records
+        if r["labels"] == arguments.labels and r["held_out"] == arguments.held_out and r["seed"] in arguments.seeds
+    ]
     if not chosen:
         sys.exit(f"bench: no runs recorded in {log} for these labels, seeds and scoring rows")
     where = f"{arguments.held_out} held-out training rows" if arguments.held_out else "the SST-2 dev set"
@@ -91,10 +108,12 @@ def main() -> None:
         scores = {r["seed"]: r["accuracy"] for r in chosen if r["variant"] == variant}
         if scores:
             table[variant] = {"median": statistics.median(scores.values()), "scores": scores}
-            print(f"| {variant} | {100 * table[variant]['median']:.1f} | "
-                  + ", ".join(f"{100 * scores[seed]:.1f}" for seed in sorted(scores)) + " |")
-    print(json.dumps({"labels": arguments.labels, "held_out": arguments.held_out, "variants": table,
-                      "runs": chosen}))
+            print(
+                f"| {variant} | {100 * table[variant]['median']:.1f} | "
+                + ", ".join(f"{100 * scores[seed]:.1f}" for seed in sorted(scores))
+                + " |"
+            )
+    print(json.dumps({"labels": arguments.labels, "held_out": arguments.held_out, "variants": table, "runs": chosen}))
 
 
 if __name__ == "__main__":

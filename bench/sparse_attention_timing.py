@@ -38,13 +38,22 @@ SPECIAL = SimpleNamespace(bos_token_id=0, eos_token_id=0, pad_token_id=0)
 def models(block: int, stride: int):
     """(name, training module) for GPT-2 and our model with each attention pattern, all of one size."""
     sizes = {"family": "gpt2", "layers": 4, "hidden": 256, "heads": 4, "dropout": 0.1}
-    yield "GPT-2 (GPT2LMHeadModel, written-out route)", NextTokenLM(
-        build_causal_lm(CausalLMModelConfig(**sizes), VOCABULARY, block, SPECIAL))
+    yield (
+        "GPT-2 (GPT2LMHeadModel, written-out route)",
+        NextTokenLM(build_causal_lm(CausalLMModelConfig(**sizes), VOCABULARY, block, SPECIAL)),
+    )
     for attention in ("dense", "strided", "fixed"):
-        config = SimpleNamespace(**sizes, intermediate=None, memory_length=0, attention=attention,
-                                 attention_stride=None if attention == "dense" else stride)
-        yield f"ours, {attention} attention", MemoryNextTokenLM(
-            build_causal_transformer(config, VOCABULARY, block, SPECIAL))
+        config = SimpleNamespace(
+            **sizes,
+            intermediate=None,
+            memory_length=0,
+            attention=attention,
+            attention_stride=None if attention == "dense" else stride,
+        )
+        yield (
+            f"ours, {attention} attention",
+            MemoryNextTokenLM(build_causal_transformer(config, VOCABULARY, block, SPECIAL)),
+        )
 
 
 def seconds_per_step(network: torch.nn.Module, input_ids: torch.Tensor, labels: torch.Tensor, steps: int) -> float:
@@ -76,10 +85,22 @@ def main() -> None:
     results = {}
     for name, network in models(arguments.block, arguments.stride):
         results[name] = seconds_per_step(network, input_ids, labels, arguments.steps)
-        print(f"{name:45s} {results[name]:6.2f} s/step  "
-              f"{arguments.batch * arguments.block / results[name]:8,.0f} tokens/s", flush=True)
-    print(json.dumps({"threads": arguments.threads, "batch": arguments.batch, "block": arguments.block,
-                      "stride": arguments.stride, "seconds_per_step": results}))
+        print(
+            f"{name:45s} {results[name]:6.2f} s/step  "
+            f"{arguments.batch * arguments.block / results[name]:8,.0f} tokens/s",
+            flush=True,
+        )
+    print(
+        json.dumps(
+            {
+                "threads": arguments.threads,
+                "batch": arguments.batch,
+                "block": arguments.block,
+                "stride": arguments.stride,
+                "seconds_per_step": results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--forward", type=Path, required=True, help="ulmfit_sst2.py's work dir, forward flow")
     parser.add_argument("--backward", type=Path, required=True, help="its work dir of the backward flow")
-    parser.add_argument("--bilm-variants", nargs="*", default=["bilm", "bilm-mix"],
-                        help="variants of biLM classifiers in --forward, each a column where present")
+    parser.add_argument(
+        "--bilm-variants",
+        nargs="*",
+        default=["bilm", "bilm-mix"],
+        help="variants of biLM classifiers in --forward, each a column where present",
+    )
     arguments = parser.parse_args()
     require(GLUE / "SST-2" / "dev.tsv", "GLUE SST-2 dev.tsv")
     forward, backward = classifiers(arguments.forward), classifiers(arguments.backward)
@@ -80,8 +84,9 @@ def main() -> None:
 
     def logits(checkpoint: Path):
         model = load_finetuned(str(checkpoint), spec)
-        return model.config, example_logits(accelerator, model, load_tokenizer(str(checkpoint)),
-                                            examples, 400, 64)  # the ULMFiT classifier's max_length
+        return model.config, example_logits(
+            accelerator, model, load_tokenizer(str(checkpoint)), examples, 400, 64
+        )  # the ULMFiT classifier's max_length
 
     def accuracy(outputs) -> float:
         return float(compute_metrics(spec, logits_to_predictions(spec, outputs), examples.labels)["accuracy"])
@@ -91,11 +96,19 @@ def main() -> None:
         forward_config, forward_logits = logits(forward[labels, seed])
         backward_config, backward_logits = logits(backward[labels, seed])
         if reads_backwards(forward_config) or not reads_backwards(backward_config):
-            sys.exit(f"bench: {labels} labels, seed {seed}: the --forward classifier must read forwards and the "
-                     "--backward one backwards (finetune_reverse in config.json)")
-        runs.append({"labels": labels, "seed": seed, "forward": accuracy(forward_logits),
-                     "backward": accuracy(backward_logits),
-                     "ensemble": accuracy(ensemble_outputs(spec, [forward_logits, backward_logits]))})
+            sys.exit(
+                f"bench: {labels} labels, seed {seed}: the --forward classifier must read forwards and the "
+                "--backward one backwards (finetune_reverse in config.json)"
+            )
+        runs.append(
+            {
+                "labels": labels,
+                "seed": seed,
+                "forward": accuracy(forward_logits),
+                "backward": accuracy(backward_logits),
+                "ensemble": accuracy(ensemble_outputs(spec, [forward_logits, backward_logits])),
+            }
+        )
         for variant, found in bilm.items():
             if (labels, seed) in found:
                 config, outputs = logits(found[labels, seed])
@@ -105,16 +118,23 @@ def main() -> None:
         print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
 
     columns = ["forward", "backward", "ensemble"] + [variant for variant in bilm if any(variant in run for run in runs)]
-    print("\n| labels | seeds | forward | backward | ensemble (mean probabilities) |"
-          + "".join(f" {variant} (one classifier, both LMs) |" for variant in columns[3:])
-          + "\n|---:|---:|---:|---:|---:|" + "---:|" * len(columns[3:]))
+    print(
+        "\n| labels | seeds | forward | backward | ensemble (mean probabilities) |"
+        + "".join(f" {variant} (one classifier, both LMs) |" for variant in columns[3:])
+        + "\n|---:|---:|---:|---:|---:|"
+        + "---:|" * len(columns[3:])
+    )
     for labels in sorted({run["labels"] for run in runs}):
         rows = [run for run in runs if run["labels"] == labels]
         cells = []
         for column in columns:
             scores = [run[column] for run in rows if column in run]
-            cells.append(f"{100 * statistics.median(scores):.1f}" + ("" if len(scores) == len(rows) else
-                                                                       f" ({len(scores)} seeds)") if scores else "-")
+            cells.append(
+                f"{100 * statistics.median(scores):.1f}"
+                + ("" if len(scores) == len(rows) else f" ({len(scores)} seeds)")
+                if scores
+                else "-"
+            )
         print(f"| {labels:,} | {len(rows)} | " + " | ".join(cells) + " |")
     print(json.dumps({"forward_dir": str(arguments.forward), "backward_dir": str(arguments.backward), "runs": runs}))
 

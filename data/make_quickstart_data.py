@@ -18,24 +18,135 @@ from pathlib import Path
 SEED = 13
 OUT = Path(__file__).resolve().parent / "quickstart"
 
-POSITIVE = ["excellent", "wonderful", "superb", "delightful", "brilliant", "charming", "splendid", "terrific", "marvelous", "lovely", "fantastic", "stunning", "gorgeous", "pleasant", "fabulous", "outstanding", "enjoyable", "magnificent", "remarkable", "exquisite", "graceful", "elegant", "heartwarming", "uplifting"]
-NEGATIVE = ["awful", "terrible", "dreadful", "horrible", "boring", "dull", "tedious", "bland", "mediocre", "clumsy", "lousy", "atrocious", "miserable", "dismal", "painful", "pointless", "shoddy", "sloppy", "tiresome", "unbearable", "annoying", "disappointing", "forgettable", "lifeless"]
+POSITIVE = [
+    "excellent",
+    "wonderful",
+    "superb",
+    "delightful",
+    "brilliant",
+    "charming",
+    "splendid",
+    "terrific",
+    "marvelous",
+    "lovely",
+    "fantastic",
+    "stunning",
+    "gorgeous",
+    "pleasant",
+    "fabulous",
+    "outstanding",
+    "enjoyable",
+    "magnificent",
+    "remarkable",
+    "exquisite",
+    "graceful",
+    "elegant",
+    "heartwarming",
+    "uplifting",
+]
+NEGATIVE = [
+    "awful",
+    "terrible",
+    "dreadful",
+    "horrible",
+    "boring",
+    "dull",
+    "tedious",
+    "bland",
+    "mediocre",
+    "clumsy",
+    "lousy",
+    "atrocious",
+    "miserable",
+    "dismal",
+    "painful",
+    "pointless",
+    "shoddy",
+    "sloppy",
+    "tiresome",
+    "unbearable",
+    "annoying",
+    "disappointing",
+    "forgettable",
+    "lifeless",
+]
 SEEN_PER_SIDE = 6  # adjectives per polarity that the labelled training set may use
 
-NOUNS = ["film", "movie", "story", "plot", "script", "cast", "acting", "ending", "soundtrack", "dialogue", "pacing", "score", "direction", "performance", "scenery", "camera", "work", "lead", "actor", "lead", "actress", "villain", "hero", "finale", "opening", "visuals", "editing", "costumes", "sequel", "premise", "twist"]
+NOUNS = [
+    "film",
+    "movie",
+    "story",
+    "plot",
+    "script",
+    "cast",
+    "acting",
+    "ending",
+    "soundtrack",
+    "dialogue",
+    "pacing",
+    "score",
+    "direction",
+    "performance",
+    "scenery",
+    "camera",
+    "work",
+    "lead",
+    "actor",
+    "lead",
+    "actress",
+    "villain",
+    "hero",
+    "finale",
+    "opening",
+    "visuals",
+    "editing",
+    "costumes",
+    "sequel",
+    "premise",
+    "twist",
+]
 SUBJECTS = ["the " + noun for noun in NOUNS if noun not in ("work", "lead", "actor", "actress")]
 INTENSIFIERS = ["", "", "really ", "very ", "quite ", "truly ", "rather ", "so ", "absolutely ", "pretty "]
 NEUTRAL_CLAUSES = [
-    "i watched it on a sunday", "it runs about two hours", "i saw it with my brother", "it came out last year",
-    "the theater was half empty", "i went in knowing nothing", "it is based on a novel", "we got popcorn",
-    "the director is new", "my friend picked it", "it was raining outside", "i saw the late show",
+    "i watched it on a sunday",
+    "it runs about two hours",
+    "i saw it with my brother",
+    "it came out last year",
+    "the theater was half empty",
+    "i went in knowing nothing",
+    "it is based on a novel",
+    "we got popcorn",
+    "the director is new",
+    "my friend picked it",
+    "it was raining outside",
+    "i saw the late show",
 ]
 # Polarity cues appear in the corpus only, never in the labelled task.
 CUES = {
-    +1: ["i loved it", "i would recommend it", "what a treat", "i enjoyed every minute", "go and see it",
-         "i would watch it again", "a real pleasure", "it made my day", "five stars", "worth every penny"],
-    -1: ["i hated it", "i would not recommend it", "what a waste", "i regretted every minute", "avoid it",
-         "i walked out early", "a real chore", "it ruined my evening", "one star", "want my money back"],
+    +1: [
+        "i loved it",
+        "i would recommend it",
+        "what a treat",
+        "i enjoyed every minute",
+        "go and see it",
+        "i would watch it again",
+        "a real pleasure",
+        "it made my day",
+        "five stars",
+        "worth every penny",
+    ],
+    -1: [
+        "i hated it",
+        "i would not recommend it",
+        "what a waste",
+        "i regretted every minute",
+        "avoid it",
+        "i walked out early",
+        "a real chore",
+        "it ruined my evening",
+        "one star",
+        "want my money back",
+    ],
 }
 
 
@@ -54,13 +165,16 @@ def corpus_review(rng: random.Random, lexicon: dict[int, list[str]]) -> str:
         if form == 0:
             sentences.append(f"{rng.choice(SUBJECTS)} was {adjective_phrase(rng, words)}")
         elif form == 1:
-            sentences.append(f"{rng.choice(SUBJECTS)} was {rng.choice(words)} and {rng.choice(SUBJECTS)} "
-                             f"was {adjective_phrase(rng, words)}")
+            sentences.append(
+                f"{rng.choice(SUBJECTS)} was {rng.choice(words)} and {rng.choice(SUBJECTS)} "
+                f"was {adjective_phrase(rng, words)}"
+            )
         elif form == 2:
             sentences.append(f"{rng.choice(CUES[polarity])} , {rng.choice(SUBJECTS)} was {rng.choice(words)}")
         elif form == 3:
-            sentences.append(f"a {rng.choice(words)} , {rng.choice(words)} {rng.choice(NOUNS)} . "
-                             f"{rng.choice(CUES[polarity])}")
+            sentences.append(
+                f"a {rng.choice(words)} , {rng.choice(words)} {rng.choice(NOUNS)} . {rng.choice(CUES[polarity])}"
+            )
         elif form == 4:
             sentences.append(f"{rng.choice(words)} , {rng.choice(words)} and {adjective_phrase(rng, words)}")
         else:
@@ -104,6 +218,7 @@ def main() -> None:
     (corpus / "valid.txt").write_text("\n".join(corpus_review(rng, everything) for _ in range(80)) + "\n")
 
     train = [task_example(rng, seen) for _ in range(400)]
+
     # dev and test: a quarter with seen adjectives, three quarters with adjectives the task never shows
     def evaluation_set(size: int) -> list[tuple[str, int]]:
         return [task_example(rng, seen if rng.random() < 0.25 else unseen) for _ in range(size)]

@@ -25,12 +25,20 @@ app = typer.Typer(
 RecipeArgument = Annotated[Path, typer.Argument(help="Recipe YAML file (see `finetune recipes`).", show_default=False)]
 OverridesArgument = Annotated[
     list[str] | None,
-    typer.Argument(help="Dotted key=value overrides applied on top of the recipe, e.g. training.lr=1e-3 "
-                   "run_dir=runs/try2. Values are parsed as YAML.", show_default=False),
+    typer.Argument(
+        help="Dotted key=value overrides applied on top of the recipe, e.g. training.lr=1e-3 "
+        "run_dir=runs/try2. Values are parsed as YAML.",
+        show_default=False,
+    ),
 ]
-ResumeOption = Annotated[bool, typer.Option(
-    "--resume", help="Continue the stopped run in the recipe's run_dir from its newest periodic checkpoint (see "
-    "checkpoint_every), exactly as if it had not stopped; the recipe must be the one it started with.")]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Continue the stopped run in the recipe's run_dir from its newest periodic checkpoint (see "
+        "checkpoint_every), exactly as if it had not stopped; the recipe must be the one it started with.",
+    ),
+]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -44,8 +52,13 @@ def _finished_stages_kept(stage: str, command: str) -> str:
     return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
 
 
-def _run_stage(stage: str, recipe_path: Path, overrides: list[str] | None, runner: Callable,
-               recipe_stages: tuple[str, ...] | None = None) -> None:
+def _run_stage(
+    stage: str,
+    recipe_path: Path,
+    overrides: list[str] | None,
+    runner: Callable,
+    recipe_stages: tuple[str, ...] | None = None,
+) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
     Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
@@ -59,8 +72,10 @@ def _run_stage(stage: str, recipe_path: Path, overrides: list[str] | None, runne
     try:
         recipe = load_recipe(recipe_path, overrides or [], expected_stage=None if recipe_stages else stage)
         if recipe_stages and recipe.stage not in recipe_stages:
-            raise UserError(f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "
-                            f"one's stage is '{recipe.stage}'")
+            raise UserError(
+                f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "
+                f"one's stage is '{recipe.stage}'"
+            )
         quiet_library_chatter()
         runner(recipe)
     except UserError as error:  # an InputError from data or model loading that no stage named a key for, too
@@ -69,11 +84,17 @@ def _run_stage(stage: str, recipe_path: Path, overrides: list[str] | None, runne
         _fail(str(error), code=1)
     except RunInterrupted as interrupted:
         if interrupted.checkpoint is None:
-            typer.echo(f"interrupted at step {interrupted.step}; no checkpoint was saved"
-                       + _finished_stages_kept(stage, resume_command), err=True)
+            typer.echo(
+                f"interrupted at step {interrupted.step}; no checkpoint was saved"
+                + _finished_stages_kept(stage, resume_command),
+                err=True,
+            )
         else:
-            typer.echo(f"interrupted at step {interrupted.step}; checkpoint saved to {interrupted.checkpoint}; "
-                       f"continue with: {resume_command}", err=True)
+            typer.echo(
+                f"interrupted at step {interrupted.step}; checkpoint saved to {interrupted.checkpoint}; "
+                f"continue with: {resume_command}",
+                err=True,
+            )
         raise typer.Exit(code=130)
     except KeyboardInterrupt:
         typer.echo("interrupted" + (_finished_stages_kept(stage, resume_command) or "; nothing was saved"), err=True)
@@ -85,11 +106,7 @@ def _run_stage(stage: str, recipe_path: Path, overrides: list[str] | None, runne
 
 
 @app.command()
-def pretrain(
-    recipe: RecipeArgument,
-    overrides: OverridesArgument = None,
-    resume: ResumeOption = False,
-) -> None:
+def pretrain(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
     """Pretrain a language model on text files: masked (bert), causal (gpt2) or ULMFiT's AWD-LSTM.
 
     Trains a tokenizer on the corpus (WordPiece for bert, byte-level BPE for the causal families) or
@@ -118,9 +135,14 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
 def ulmfit(
     recipe: RecipeArgument,
     overrides: OverridesArgument = None,
-    resume: Annotated[bool, typer.Option(
-        "--resume", help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
-        "one continues from its newest periodic checkpoint, the later ones run.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
+            "one continues from its newest periodic checkpoint, the later ones run.",
+        ),
+    ] = False,
 ) -> None:
     """Run ULMFiT's three stages in one go, each starting from the checkpoint of the one before.
 
@@ -150,8 +172,13 @@ def lr_find(
     """
     from finetune.stages.lr_find import run_lr_find
 
-    _run_stage("lr-find", recipe, overrides, lambda loaded: run_lr_find(loaded, steps, start_lr, end_lr),
-               recipe_stages=("pretrain", "finetune"))
+    _run_stage(
+        "lr-find",
+        recipe,
+        overrides,
+        lambda loaded: run_lr_find(loaded, steps, start_lr, end_lr),
+        recipe_stages=("pretrain", "finetune"),
+    )
 
 
 @app.command()
@@ -159,11 +186,20 @@ def profile(
     recipe: RecipeArgument,
     overrides: OverridesArgument = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
-    matmul_gflops: Annotated[float | None, typer.Option(
-        "--matmul-gflops", min=0.001, help="Use this matmul rate (GFLOP/s) for the time estimate instead of "
-        "measuring this machine's, e.g. another machine's.", show_default=False)] = None,
-    mfu: Annotated[float, typer.Option(
-        min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction).")] = 0.5,
+    matmul_gflops: Annotated[
+        float | None,
+        typer.Option(
+            "--matmul-gflops",
+            min=0.001,
+            help="Use this matmul rate (GFLOP/s) for the time estimate instead of "
+            "measuring this machine's, e.g. another machine's.",
+            show_default=False,
+        ),
+    ] = None,
+    mfu: Annotated[
+        float,
+        typer.Option(min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction)."),
+    ] = 0.5,
 ) -> None:
     """What a pretrain, finetune or ulmfit recipe will cost, before any training: parameters, FLOPs, memory, time.
 
@@ -180,8 +216,10 @@ def profile(
 
     def show(loaded) -> None:
         if loaded.stage == "eval":
-            raise UserError(f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
-                            "ulmfit); an eval recipe trains nothing")
+            raise UserError(
+                f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
+                "ulmfit); an eval recipe trains nothing"
+            )
         report = profile_recipe(loaded, matmul_gflops, mfu)
         if as_json:
             typer.echo(json.dumps({"recipe": str(recipe), **report}, indent=2))
@@ -194,16 +232,30 @@ def profile(
 
 @app.command(name="predict")
 def predict_command(
-    checkpoint: Annotated[str, typer.Argument(help="A checkpoint fine-tuned by `finetune finetune` (its "
-                                              "checkpoint/ folder), or a hub name.", show_default=False)],
-    input_file: Annotated[str, typer.Option("--input", "-i", help="Plain text, one example per line (a pair "
-                                            "task: two texts separated by a tab), or a .tsv/.csv/.jsonl file "
-                                            "with the task's text columns; - reads stdin.")] = "-",
-    output_file: Annotated[str, typer.Option("--output", "-o", help="A .jsonl, .tsv or .csv file; - writes JSON "
-                                             "lines to stdout.")] = "-",
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="A checkpoint fine-tuned by `finetune finetune` (its checkpoint/ folder), or a hub name.",
+            show_default=False,
+        ),
+    ],
+    input_file: Annotated[
+        str,
+        typer.Option(
+            "--input",
+            "-i",
+            help="Plain text, one example per line (a pair "
+            "task: two texts separated by a tab), or a .tsv/.csv/.jsonl file "
+            "with the task's text columns; - reads stdin.",
+        ),
+    ] = "-",
+    output_file: Annotated[
+        str, typer.Option("--output", "-o", help="A .jsonl, .tsv or .csv file; - writes JSON lines to stdout.")
+    ] = "-",
     batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch.")] = 64,
-    max_length: Annotated[int | None, typer.Option(min=1, help="Tokens per example; default: the "
-                                                      "checkpoint's task.max_length.")] = None,
+    max_length: Annotated[
+        int | None, typer.Option(min=1, help="Tokens per example; default: the checkpoint's task.max_length.")
+    ] = None,
 ) -> None:
     """Predict labels and probabilities (scores for regression) for raw text with a fine-tuned checkpoint."""
     from finetune.console import console, quiet_library_chatter
@@ -221,43 +273,82 @@ def predict_command(
         console.print(f"{count:,} predictions written to {output_file}")
 
 
-CausalCheckpointArgument = Annotated[str, typer.Argument(
-    help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / QRNN / "
-    "RNN, n-gram: its checkpoint/ folder), or a hub name.", show_default=False)]
+CausalCheckpointArgument = Annotated[
+    str,
+    typer.Argument(
+        help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / QRNN / "
+        "RNN, n-gram: its checkpoint/ folder), or a hub name.",
+        show_default=False,
+    ),
+]
 
 
-DocumentOption = Annotated[str | None, typer.Option(
-    help="What a document of the text is, as corpus.document says for pretraining: line, paragraph or file (the "
-    "whole text, line breaks kept). Default: what the checkpoint's own pretraining read (its saved recipe), else "
-    "line.", show_default=False)]
+DocumentOption = Annotated[
+    str | None,
+    typer.Option(
+        help="What a document of the text is, as corpus.document says for pretraining: line, paragraph or file (the "
+        "whole text, line breaks kept). Default: what the checkpoint's own pretraining read (its saved recipe), else "
+        "line.",
+        show_default=False,
+    ),
+]
 
 
 @app.command()
 def generate(
     checkpoint: CausalCheckpointArgument,
-    prompt: Annotated[str | None, typer.Option(
-        "--prompt", "-p", help="Text to continue, read as pretraining reads text (each line a document; the model "
-        "continues the last). Default: stdin when it is piped, else none (a new document).",
-        show_default=False)] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Option(
+            "--prompt",
+            "-p",
+            help="Text to continue, read as pretraining reads text (each line a document; the model "
+            "continues the last). Default: stdin when it is piped, else none (a new document).",
+            show_default=False,
+        ),
+    ] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per sample, at most.")] = 100,
-    greedy: Annotated[bool, typer.Option("--greedy", help="Take the most probable token every time instead of "
-                                         "sampling (--temperature, --top-k and --top-p then do nothing).")] = False,
-    temperature: Annotated[float, typer.Option(help="Divide the logits by this before sampling: below 1 "
-                                               "sharper, above 1 flatter.")] = 1.0,
+    greedy: Annotated[
+        bool,
+        typer.Option(
+            "--greedy",
+            help="Take the most probable token every time instead of "
+            "sampling (--temperature, --top-k and --top-p then do nothing).",
+        ),
+    ] = False,
+    temperature: Annotated[
+        float, typer.Option(help="Divide the logits by this before sampling: below 1 sharper, above 1 flatter.")
+    ] = 1.0,
     top_k: Annotated[int, typer.Option(help="Sample among the k most probable tokens only; 0: all.")] = 0,
-    top_p: Annotated[float, typer.Option(help="Sample among the fewest tokens whose probabilities add up to p "
-                                         "(nucleus sampling); 1: all.")] = 1.0,
-    num_samples: Annotated[int, typer.Option("--num-samples", "-n", min=1, help="Samples to draw, one after "
-                                             "another.")] = 1,
-    seed: Annotated[int | None, typer.Option(help="Seed the sampling: the same seed gives the same samples.",
-                                                show_default=False)] = None,
-    stop_at_eos: Annotated[bool, typer.Option(
-        "--stop-at-eos/--no-stop-at-eos", help="End a sample at <|endoftext|>, the end of the document it writes; "
-        "--no-stop-at-eos writes on into new documents (shown separated by <|endoftext|>) up to "
-        "--max-new-tokens.")] = True,
-    output: Annotated[str | None, typer.Option(
-        "--output", "-o", help="Also write the samples as JSON Lines to this file (prompt, sample, seed, text, "
-        "new_tokens, stop); - writes them to stdout instead of the streamed text.", show_default=False)] = None,
+    top_p: Annotated[
+        float,
+        typer.Option(help="Sample among the fewest tokens whose probabilities add up to p (nucleus sampling); 1: all."),
+    ] = 1.0,
+    num_samples: Annotated[
+        int, typer.Option("--num-samples", "-n", min=1, help="Samples to draw, one after another.")
+    ] = 1,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed the sampling: the same seed gives the same samples.", show_default=False)
+    ] = None,
+    stop_at_eos: Annotated[
+        bool,
+        typer.Option(
+            "--stop-at-eos/--no-stop-at-eos",
+            help="End a sample at <|endoftext|>, the end of the document it writes; "
+            "--no-stop-at-eos writes on into new documents (shown separated by <|endoftext|>) up to "
+            "--max-new-tokens.",
+        ),
+    ] = True,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Also write the samples as JSON Lines to this file (prompt, sample, seed, text, "
+            "new_tokens, stop); - writes them to stdout instead of the streamed text.",
+            show_default=False,
+        ),
+    ] = None,
     document: DocumentOption = None,
 ) -> None:
     """Generate text with a causal language model, streamed to the terminal as it is produced.
@@ -276,8 +367,14 @@ def generate(
 
     if prompt is None:
         prompt = "" if sys.stdin.isatty() else sys.stdin.read()
-    sampling = Sampling(max_new_tokens=max_new_tokens, greedy=greedy, temperature=temperature, top_k=top_k,
-                        top_p=top_p, stop_at_end_of_text=stop_at_eos)
+    sampling = Sampling(
+        max_new_tokens=max_new_tokens,
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        stop_at_end_of_text=stop_at_eos,
+    )
     try:
         quiet_library_chatter()
         run_generate(checkpoint, prompt, sampling, num_samples, seed, output, write, document)
@@ -291,11 +388,21 @@ def generate(
 @app.command()
 def score(
     checkpoint: CausalCheckpointArgument,
-    files: Annotated[list[Path], typer.Argument(help="Text files, one document per line as pretraining reads them, "
-                                                "scored as one text.", show_default=False)],
-    segment_length: Annotated[int | None, typer.Option(
-        min=1, help="Tokens read at a time; default: the model's positions (the block it trained on), or 1024 for a "
-        "model without a position table.", show_default=False)] = None,
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Text files, one document per line as pretraining reads them, scored as one text.", show_default=False
+        ),
+    ],
+    segment_length: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Tokens read at a time; default: the model's positions (the block it trained on), or 1024 for a "
+            "model without a position table.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the line.")] = False,
     document: DocumentOption = None,
 ) -> None:
@@ -320,16 +427,23 @@ def score(
     if as_json:
         typer.echo(json.dumps({"checkpoint": checkpoint, "files": [str(path) for path in files], **result}))
         return
-    typer.echo(f"{result['tokens']:,} tokens: {result['nats_per_token']:.4f} nats per token, perplexity "
-               f"{result['perplexity']:.2f}, next-token accuracy {result['next_token_accuracy']:.4f}")
+    typer.echo(
+        f"{result['tokens']:,} tokens: {result['nats_per_token']:.4f} nats per token, perplexity "
+        f"{result['perplexity']:.2f}, next-token accuracy {result['next_token_accuracy']:.4f}"
+    )
 
 
 @app.command(name="push")
 def push(
-    run_dir: Annotated[Path, typer.Argument(help="A finished run directory (or its checkpoint folder).",
-                                            show_default=False)],
-    repo_id: Annotated[str, typer.Argument(help="The hub model repository, e.g. your-name/minilm-sst2 (created "
-                                           "if needed).", show_default=False)],
+    run_dir: Annotated[
+        Path, typer.Argument(help="A finished run directory (or its checkpoint folder).", show_default=False)
+    ],
+    repo_id: Annotated[
+        str,
+        typer.Argument(
+            help="The hub model repository, e.g. your-name/minilm-sst2 (created if needed).", show_default=False
+        ),
+    ],
     private: Annotated[bool, typer.Option("--private", help="Create the repository private.")] = False,
 ) -> None:
     """Upload a run's final checkpoint (weights, tokenizer, recipe, model card) to the Hugging Face hub."""
@@ -356,13 +470,21 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
 
 @app.command(name="validate-submission")
 def validate_submission_command(
-    archive: Annotated[Path, typer.Argument(help="The GLUE submission zip, e.g. RUN_DIR/submission.zip.",
-                                            show_default=False)],
-    glue_dir: Annotated[Path | None, typer.Option(
-        "--glue-dir", help="GLUE root (download_glue_data.py's layout): rows are checked against its test files, "
-        "index by index; without it, against the official test-set sizes.", show_default=False)] = None,
-    allow_incomplete: Annotated[bool, typer.Option(
-        "--allow-incomplete", help="Accept an archive without some tasks' files (they are listed).")] = False,
+    archive: Annotated[
+        Path, typer.Argument(help="The GLUE submission zip, e.g. RUN_DIR/submission.zip.", show_default=False)
+    ],
+    glue_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--glue-dir",
+            help="GLUE root (download_glue_data.py's layout): rows are checked against its test files, "
+            "index by index; without it, against the official test-set sizes.",
+            show_default=False,
+        ),
+    ] = None,
+    allow_incomplete: Annotated[
+        bool, typer.Option("--allow-incomplete", help="Accept an archive without some tasks' files (they are listed).")
+    ] = False,
 ) -> None:
     """Check a GLUE leaderboard archive: file names at its root, headers, labels, row counts, index coverage.
 
@@ -389,8 +511,10 @@ def validate_submission_command(
     for problem in check.problems:
         typer.echo(f"problem: {problem}", err=True)
     if not check.accepted(allow_incomplete):
-        typer.echo(f"{archive}: not valid" + ("" if check.problems else " (incomplete; --allow-incomplete "
-                                                                         "accepts it)"), err=True)
+        typer.echo(
+            f"{archive}: not valid" + ("" if check.problems else " (incomplete; --allow-incomplete accepts it)"),
+            err=True,
+        )
         raise typer.Exit(code=1)
     typer.echo(f"{archive}: valid" + (f", {len(check.missing)} task(s) missing" if check.missing else ", complete"))
 
@@ -399,8 +523,13 @@ def validate_submission_command(
 def recipes(
     directory: Annotated[Path, typer.Option("--dir", help="Folder of recipes to list.")] = Path("recipes"),
     keys: Annotated[
-        str | None, typer.Option("--keys", help="Instead of listing recipes, explain every key of a stage's "
-                                    "recipes: pretrain, finetune, eval or ulmfit.", show_default=False)
+        str | None,
+        typer.Option(
+            "--keys",
+            help="Instead of listing recipes, explain every key of a stage's "
+            "recipes: pretrain, finetune, eval or ulmfit.",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """List the recipes with one line each, or explain every recipe key of a stage (--keys STAGE)."""
@@ -451,8 +580,9 @@ def _print_table(console, columns: tuple[str, ...], rows: list[tuple[str, ...]],
 
 @app.command()
 def plot(
-    run_dir: Annotated[Path, typer.Argument(help="A pretrain or finetune run directory (it holds metrics.jsonl).",
-                                            show_default=False)],
+    run_dir: Annotated[
+        Path, typer.Argument(help="A pretrain or finetune run directory (it holds metrics.jsonl).", show_default=False)
+    ],
 ) -> None:
     """Draw a run's plots again from its metrics.jsonl into RUN_DIR/plots/: loss, LRs, evaluations, throughput.
 
@@ -463,8 +593,11 @@ def plot(
 
     if not run_dir.is_dir():
         _fail(f"{run_dir}: no such folder")
-    targets = [run_dir] if (run_dir / METRICS_FILE).is_file() else \
-        sorted(path.parent for path in run_dir.glob(f"seed-*/{METRICS_FILE}"))
+    targets = (
+        [run_dir]
+        if (run_dir / METRICS_FILE).is_file()
+        else sorted(path.parent for path in run_dir.glob(f"seed-*/{METRICS_FILE}"))
+    )
     if not targets:
         _fail(f"{run_dir}: not a run directory (no {METRICS_FILE})")
     for target in targets:
@@ -487,12 +620,19 @@ def runs() -> None:
 
 @runs_app.command()
 def compare(
-    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (pretrain or finetune) to compare.",
-                                                   show_default=False)],
-    output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="Write the Markdown report to this file and the overlay PNG beside it (report.md -> "
-        "report.png); without it the report is printed and the PNG written to ./runs-compare.png.",
-        show_default=False)] = None,
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories (pretrain or finetune) to compare.", show_default=False)
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the Markdown report to this file and the overlay PNG beside it (report.md -> "
+            "report.png); without it the report is printed and the PNG written to ./runs-compare.png.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Compare runs: a Markdown table of the recipe keys that differ, final metrics, wall time and throughput.
 

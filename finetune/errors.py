@@ -27,8 +27,7 @@ class InputError(UserError):
     clean-up, each `except UserError`): a file's own facts are often message enough.
     """
 
-    def __init__(self, reason: str, source: str | Path | None = None, line: int | None = None,
-                 value: Any = None):
+    def __init__(self, reason: str, source: str | Path | None = None, line: int | None = None, value: Any = None):
         self.reason, self.source, self.line, self.value = reason, source, line, value
         where = f"{source}" if source is not None else ""
         where += f" line {line}" if line is not None else ""

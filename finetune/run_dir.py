@@ -29,11 +29,29 @@ CHECKPOINT_DIR = "checkpoint"  # the final model, written when the run ends (so 
 MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this folder is a run of this toolkit
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
-OWN_ENTRIES = frozenset({
-    MARKER_FILE, run_lock.LOCK_FILE, RECIPE_FILE, METRICS_FILE, "timing.json", "plots", "trackers",
-    CHECKPOINT_DIR, "checkpoints", "result.json", "seeds.json", "seeds.md", "report.json", "report.md",
-    "predictions", "submission.zip", "lr_find.json", "lr_find.md", "lr_find.png",
-})
+OWN_ENTRIES = frozenset(
+    {
+        MARKER_FILE,
+        run_lock.LOCK_FILE,
+        RECIPE_FILE,
+        METRICS_FILE,
+        "timing.json",
+        "plots",
+        "trackers",
+        CHECKPOINT_DIR,
+        "checkpoints",
+        "result.json",
+        "seeds.json",
+        "seeds.md",
+        "report.json",
+        "report.md",
+        "predictions",
+        "submission.zip",
+        "lr_find.json",
+        "lr_find.md",
+        "lr_find.png",
+    }
+)
 # A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.
 _OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")
 _SEED_FOLDER = re.compile(r"^seed-\d+$")
@@ -53,8 +71,12 @@ def is_run_dir(path: Path) -> bool:
         return False
     try:
         saved = load_yaml(recipe.read_text(encoding="utf-8"))
-        return (isinstance(saved, dict) and saved.get("stage") in RECIPE_TYPES and isinstance(saved.get("run_dir"), str)
-                and Path(saved["run_dir"]).expanduser().resolve() == path.resolve())
+        return (
+            isinstance(saved, dict)
+            and saved.get("stage") in RECIPE_TYPES
+            and isinstance(saved.get("run_dir"), str)
+            and Path(saved["run_dir"]).expanduser().resolve() == path.resolve()
+        )
     except (YAMLProblem, UnicodeDecodeError, OSError):
         return False
 
@@ -66,8 +88,11 @@ def is_finished(path: Path) -> bool:
 
 def is_own_entry(entry: Path) -> bool:
     """True for an entry of a run directory that this toolkit wrote: only these are ever removed."""
-    return (entry.name in OWN_ENTRIES or bool(_OWN_VARIANT.match(entry.name))
-            or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink()))
+    return (
+        entry.name in OWN_ENTRIES
+        or bool(_OWN_VARIANT.match(entry.name))
+        or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink())
+    )
 
 
 def check_run_dir_free(recipe, latest_checkpoint: Callable[[Path], Path | None] | None = None) -> None:
@@ -90,19 +115,27 @@ def check_run_dir_free(recipe, latest_checkpoint: Callable[[Path], Path | None] 
         return
     if not is_run_dir(path):
         shown = ", ".join(sorted(entry.name for entry in entries)[:3]) + (", ..." if len(entries) > 3 else "")
-        raise UserError(f"run_dir {path} holds files that finetune did not write ({shown}); overwrite only ever "
-                        "replaces a finetune run: choose a new or empty folder")
+        raise UserError(
+            f"run_dir {path} holds files that finetune did not write ({shown}); overwrite only ever "
+            "replaces a finetune run: choose a new or empty folder"
+        )
     if recipe.overwrite:
         return
     if is_finished(path):
-        raise UserError(f"run_dir {path} already holds a finished run; set overwrite=true to replace it (this "
-                        "deletes that run's files only) or choose another run_dir")
+        raise UserError(
+            f"run_dir {path} already holds a finished run; set overwrite=true to replace it (this "
+            "deletes that run's files only) or choose another run_dir"
+        )
     checkpoint = latest_checkpoint(path) if latest_checkpoint is not None else None
     if checkpoint is not None:
-        raise UserError(f"run_dir {path} holds a stopped run that --resume continues (from "
-                        f"{checkpoint.relative_to(path)}); or set overwrite=true to start it again")
-    raise UserError(f"run_dir {path} holds a run that stopped before saving a checkpoint to resume from: set "
-                    "overwrite=true to start it again (or choose another run_dir)")
+        raise UserError(
+            f"run_dir {path} holds a stopped run that --resume continues (from "
+            f"{checkpoint.relative_to(path)}); or set overwrite=true to start it again"
+        )
+    raise UserError(
+        f"run_dir {path} holds a run that stopped before saving a checkpoint to resume from: set "
+        "overwrite=true to start it again (or choose another run_dir)"
+    )
 
 
 def prepare_run_dir(recipe, is_main_process: bool = True) -> Path:
@@ -194,8 +227,9 @@ def check_resumable(recipe, latest_checkpoint) -> Path:
     checkpoint = latest_checkpoint(path)
     if checkpoint is None:
         if is_finished(path):
-            raise UserError(f"--resume: {path} holds a finished run: nothing to resume (overwrite=true starts it "
-                            "again)")
+            raise UserError(
+                f"--resume: {path} holds a finished run: nothing to resume (overwrite=true starts it again)"
+            )
         if recipe.checkpoint_every is None:
             reason = "its recipe saves no periodic checkpoints (set checkpoint_every to make runs resumable)"
         else:
@@ -214,8 +248,9 @@ def check_same_recipe(recipe) -> Path:
     run_lock.check_not_locked(path)
     started = flatten_keys(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
     given = flatten_keys(recipe.model_dump(mode="json"))
-    changed = sorted(key for key in given.keys() | started.keys()
-                     if key != "overwrite" and given.get(key) != started.get(key))
+    changed = sorted(
+        key for key in given.keys() | started.keys() if key != "overwrite" and given.get(key) != started.get(key)
+    )
     if changed:
         raise UserError(f"--resume: the recipe differs from the one {path} was started with in: {', '.join(changed)}")
     return path

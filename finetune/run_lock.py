@@ -65,9 +65,11 @@ def lock_owner(run_dir: Path) -> dict | None:
 
 
 def in_use_error(run_dir: Path, owner: dict) -> UserError:
-    return UserError(f"run_dir {run_dir} is in use by another run (process {owner.get('pid')} on "
-                     f"{owner.get('host')}); wait for it to end or choose another run_dir (if no run is using it, "
-                     f"delete {Path(run_dir) / LOCK_FILE})")
+    return UserError(
+        f"run_dir {run_dir} is in use by another run (process {owner.get('pid')} on "
+        f"{owner.get('host')}); wait for it to end or choose another run_dir (if no run is using it, "
+        f"delete {Path(run_dir) / LOCK_FILE})"
+    )
 
 
 def check_not_locked(run_dir: Path) -> None:

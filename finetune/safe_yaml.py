@@ -84,8 +84,10 @@ def _check_size(root: Node) -> None:
                 if height > MAX_DEPTH:
                     raise YAMLProblem(f"nested more than {MAX_DEPTH} levels deep", node.start_mark.line + 1)
                 if total > MAX_VALUES:
-                    raise YAMLProblem(f"the document expands to more than {MAX_VALUES:,} values (aliases that "
-                                      "repeat aliases?)", node.start_mark.line + 1)
+                    raise YAMLProblem(
+                        f"the document expands to more than {MAX_VALUES:,} values (aliases that repeat aliases?)",
+                        node.start_mark.line + 1,
+                    )
         measured[id(node)] = total, height
         return total, height
 

@@ -26,9 +26,18 @@ QUICKSTART_CORPUS = REPO_ROOT / "data" / "quickstart" / "corpus"
 def tiny_lstm_lm() -> AWDLSTMForCausalLM:
     """Two small layers with every dropout on, so that AR (after output dropout) and TAR (before it) differ."""
     torch.manual_seed(0)
-    config = AWDLSTMConfig(vocab_size=VOCABULARY, embedding_size=8, hidden_size=12, num_layers=2, pad_token_id=1,
-                           output_dropout=0.3, hidden_dropout=0.2, input_dropout=0.2, embedding_dropout=0.1,
-                           weight_dropout=0.2)
+    config = AWDLSTMConfig(
+        vocab_size=VOCABULARY,
+        embedding_size=8,
+        hidden_size=12,
+        num_layers=2,
+        pad_token_id=1,
+        output_dropout=0.3,
+        hidden_dropout=0.2,
+        input_dropout=0.2,
+        embedding_dropout=0.1,
+        weight_dropout=0.2,
+    )
     return AWDLSTMForCausalLM(config)
 
 
@@ -117,8 +126,12 @@ def test_a_single_time_step_has_no_temporal_term():
 def test_recipe_keys_default_to_fastai_and_are_allowed_with_a_checkpoint():
     config = AWDLSTMModelConfig(family="awd_lstm")
     assert (config.activation_regularization, config.temporal_activation_regularization) == (2.0, 1.0)
-    continued = AWDLSTMModelConfig(family="awd_lstm", checkpoint="runs/lm/checkpoint", activation_regularization=0,
-                                   temporal_activation_regularization=0.5)
+    continued = AWDLSTMModelConfig(
+        family="awd_lstm",
+        checkpoint="runs/lm/checkpoint",
+        activation_regularization=0,
+        temporal_activation_regularization=0.5,
+    )
     assert continued.activation_regularization == 0
 
 
@@ -127,13 +140,22 @@ def test_the_logged_training_loss_is_the_cross_entropy(tmp_path, corpus_file, to
     differ because the gradients did; validation never sees the penalty either."""
     records = {}
     for alpha in (0.0, 50.0):
-        data = family_recipe("awd_lstm", corpus_file, tmp_path / f"alpha-{alpha}", tokenizers["awd_lstm"],
-                             checkpoint_every=None, eval_every=None)
+        data = family_recipe(
+            "awd_lstm",
+            corpus_file,
+            tmp_path / f"alpha-{alpha}",
+            tokenizers["awd_lstm"],
+            checkpoint_every=None,
+            eval_every=None,
+        )
         data["model"].update(activation_regularization=alpha, temporal_activation_regularization=alpha)
         data["training"].update(max_steps=3, epochs=1)
         run_pretrain(load_recipe(write_yaml(tmp_path / f"alpha-{alpha}.yaml", data)))
-        records[alpha] = [record for record in read_metrics(tmp_path / f"alpha-{alpha}" / "metrics.jsonl")
-                          if record["phase"] == "train"]
+        records[alpha] = [
+            record
+            for record in read_metrics(tmp_path / f"alpha-{alpha}" / "metrics.jsonl")
+            if record["phase"] == "train"
+        ]
     plain, regularised = records[0.0], records[50.0]
     assert [record["step"] for record in plain] == [1, 2, 3]
     assert regularised[0]["loss"] == plain[0]["loss"]
@@ -144,18 +166,38 @@ def test_the_logged_training_loss_is_the_cross_entropy(tmp_path, corpus_file, to
 def test_pretrain_and_continue_an_awd_lstm_on_the_quickstart_corpus_with_the_keys(tmp_path):
     """ULMFiT's stages 1 and 2 through the CLI, regularised in both (stage 2 continues the stage-1 checkpoint)."""
     stage_1 = {
-        "stage": "pretrain", "run_dir": str(tmp_path / "lm"), "seed": 0,
-        "model": {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2,
-                  "activation_regularization": 2.0, "temporal_activation_regularization": 1.0},
+        "stage": "pretrain",
+        "run_dir": str(tmp_path / "lm"),
+        "seed": 0,
+        "model": {
+            "family": "awd_lstm",
+            "embedding_size": 16,
+            "hidden": 24,
+            "layers": 2,
+            "activation_regularization": 2.0,
+            "temporal_activation_regularization": 1.0,
+        },
         "tokenizer": {"vocab_size": 300},
         # A small validation split: evaluating all of valid.txt would take most of the test's time.
-        "corpus": {"train_files": [str(QUICKSTART_CORPUS / "train.txt")], "validation_fraction": 0.01,
-                   "block_size": 16, "cache_dir": None},
+        "corpus": {
+            "train_files": [str(QUICKSTART_CORPUS / "train.txt")],
+            "validation_fraction": 0.01,
+            "block_size": 16,
+            "cache_dir": None,
+        },
         "training": {"epochs": 1, "max_steps": 4, "batch_size": 8, "lr": 3e-3, "log_every": 2, "device": "cpu"},
     }
-    stage_2 = {**stage_1, "run_dir": str(tmp_path / "lm-2"), "tokenizer": {},
-               "model": {"family": "awd_lstm", "checkpoint": str(tmp_path / "lm" / "checkpoint"),
-                         "activation_regularization": 1.0, "temporal_activation_regularization": 2.0}}
+    stage_2 = {
+        **stage_1,
+        "run_dir": str(tmp_path / "lm-2"),
+        "tokenizer": {},
+        "model": {
+            "family": "awd_lstm",
+            "checkpoint": str(tmp_path / "lm" / "checkpoint"),
+            "activation_regularization": 1.0,
+            "temporal_activation_regularization": 2.0,
+        },
+    }
     for name, data in (("stage-1", stage_1), ("stage-2", stage_2)):
         result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / f"{name}.yaml", data))])
         assert result.exit_code == 0, result.output

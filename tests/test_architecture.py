@@ -49,7 +49,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
         state[node] = 1
         for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state:
                 found = visit(target, path + [target])
                 if found:
@@ -68,7 +68,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
 def test_the_package_has_no_import_cycle():
     graph = import_graph()
     assert len(graph) > 50 and "finetune.stages.finetune" in graph["finetune.cli"] | {
-        target for targets in graph.values() for target in targets}
+        target for targets in graph.values() for target in targets
+    }
     assert find_cycle(graph) == []
 
 
@@ -89,15 +90,23 @@ LAYERS = [
 
 def layer_of(module: str) -> int:
     """The index of the layer of `module`: the longest matching prefix decides (glue.specs before glue)."""
-    matches = [(len(prefix), index) for index, layer in enumerate(LAYERS) for prefix in layer
-               if module == prefix or module.startswith(prefix + ".")]
+    matches = [
+        (len(prefix), index)
+        for index, layer in enumerate(LAYERS)
+        for prefix in layer
+        if module == prefix or module.startswith(prefix + ".")
+    ]
     assert matches, f"{module} is in no layer: add it to LAYERS (and to the picture in docs/architecture.md)"
     return max(matches)[1]
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
-                  if layer_of(target) < layer_of(module))
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_of(target) < layer_of(module)
+    )
 
 
 def test_imports_run_downwards_only():
@@ -109,7 +118,8 @@ def test_imports_run_downwards_only():
 
 def test_an_upward_import_is_reported():
     assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
-        "finetune.recipes.base -> finetune.glue.metrics"]
+        "finetune.recipes.base -> finetune.glue.metrics"
+    ]
 
 
 def function_lengths(paths) -> dict[str, int]:
@@ -132,7 +142,8 @@ def test_no_stage_or_loop_function_is_longer_than_sixty_lines():
 
 def names_used(path: Path) -> set[str]:
     return {node.id for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Name)} | {
-        node.attr for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Attribute)}
+        node.attr for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Attribute)
+    }
 
 
 def test_the_training_state_is_written_and_read_in_one_place():
@@ -144,8 +155,9 @@ def test_the_training_state_is_written_and_read_in_one_place():
     progress_users = {module_name(path) for path in PACKAGE.rglob("*.py") if "PROGRESS_FILE" in names_used(path)}
     # checkpoints.py only asks whether the file is there (a complete periodic checkpoint).
     assert progress_users == {"finetune.training.state", "finetune.training.checkpoints"}
-    tensor_files = {module_name(path) for path in PACKAGE.rglob("*.py")
-                    if "process_tensors_" in path.read_text(encoding="utf-8")}
+    tensor_files = {
+        module_name(path) for path in PACKAGE.rglob("*.py") if "process_tensors_" in path.read_text(encoding="utf-8")
+    }
     assert tensor_files == {"finetune.training.state"}
 
 
@@ -167,8 +179,13 @@ def family_comparisons(source: str) -> list[int]:
             continue
         operands = [node.left, *node.comparators]
         constants = [operand for operand in operands if isinstance(operand, ast.Constant)]
-        constants += [element for operand in operands if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
-                      for element in operand.elts if isinstance(element, ast.Constant)]
+        constants += [
+            element
+            for operand in operands
+            if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+            for element in operand.elts
+            if isinstance(element, ast.Constant)
+        ]
         if any(constant.value in FAMILY_NAMES for constant in constants):
             lines.append(node.lineno)
     return lines
@@ -183,8 +200,10 @@ def test_family_names_are_compared_only_in_the_family_registry():
         lines = family_comparisons(path.read_text(encoding="utf-8"))
         if len(lines) > FAMILY_COMPARISONS_ALLOWED.get(relative, 0):
             found[relative] = lines
-    assert found == {}, ("compare no family name outside finetune/models/families.py: ask the family object "
-                         f"(family_of(recipe.model), family_of_model_type(config.model_type)) instead: {found}")
+    assert found == {}, (
+        "compare no family name outside finetune/models/families.py: ask the family object "
+        f"(family_of(recipe.model), family_of_model_type(config.model_type)) instead: {found}"
+    )
 
 
 def test_a_family_comparison_is_counted():

@@ -221,7 +221,6 @@ def test_layer_groups_embedding_each_layer_then_head(language_model):
     assert len(encoder_groups) == 3 + 2 and encoder_groups[-1] == []
 
 
-
 def test_language_model_groups_put_the_tied_embedding_on_top(language_model):
     """Language-model training (ULMFiT stage 2) steps its discriminative LRs down from the embedding+decoder, as
     fastai's awd_lstm_lm_split: the new vocabulary's rows must learn at the full LR, not at the bottom group's."""
@@ -239,6 +238,7 @@ def test_language_model_groups_put_the_tied_embedding_on_top(language_model):
     assert lrs[-1] == 4e-3 and lrs[0] < lrs[-1]  # the embedding gets the top LR, the first LSTM layer the lowest
     # The classifier keeps the embedding at the bottom (fastai's awd_lstm_clas_split): tested above via layer_groups.
     assert layer_groups(language_model)[0] == [language_model.awd_lstm.embedding.weight]
+
 
 def test_remap_vocabulary_rows_keeps_known_rows_and_averages_new_ones():
     weight = torch.arange(12.0).reshape(4, 3)

@@ -90,8 +90,9 @@ def test_reading_in_chunks_equals_reading_in_one_go():
 
 
 def test_gradients_reach_the_encoder_only_through_the_last_max_len_tokens():
-    no_dropout = dict(output_dropout=0.0, hidden_dropout=0.0, input_dropout=0.0, embedding_dropout=0.0,
-                      weight_dropout=0.0)
+    no_dropout = dict(
+        output_dropout=0.0, hidden_dropout=0.0, input_dropout=0.0, embedding_dropout=0.0, weight_dropout=0.0
+    )
     early, late = list(range(2, 10)), list(range(10, 18))  # tokens of the first two chunks, of the last two
     input_ids = torch.tensor([early + late, early[::-1] + late[::-1]])
 
@@ -127,8 +128,7 @@ def test_loads_the_encoder_of_a_language_model_checkpoint(tmp_path):
     torch.manual_seed(0)
     language_model = AWDLSTMForCausalLM(tiny_config())
     language_model.save_pretrained(tmp_path)
-    model, info = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=3,
-                                                                     output_loading_info=True)
+    model, info = AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=3, output_loading_info=True)
     assert isinstance(model, AWDLSTMForSequenceClassification)
     assert not info["unexpected_keys"]  # the decoder is ignored quietly
     assert {key.split(".")[0] for key in info["missing_keys"]} == {"classifier"}  # only the head is new
@@ -177,20 +177,31 @@ def test_every_stage_brings_the_registration_with_it():
     import sys
 
     for stage in ("finetune.stages.finetune", "finetune.stages.evaluate", "finetune.stages.pretrain"):
-        code = (f"import {stage}; from transformers import AutoConfig, AutoModelForSequenceClassification; "
-                "print(type(AutoModelForSequenceClassification.from_config("
-                "AutoConfig.for_model('awd_lstm', vocab_size=20, embedding_size=4, hidden_size=4, num_layers=1))).__name__)")
+        code = (
+            f"import {stage}; from transformers import AutoConfig, AutoModelForSequenceClassification; "
+            "print(type(AutoModelForSequenceClassification.from_config("
+            "AutoConfig.for_model('awd_lstm', vocab_size=20, embedding_size=4, hidden_size=4, num_layers=1))).__name__)"
+        )
         output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         assert output.strip() == "AWDLSTMForSequenceClassification", stage
+
 
 def test_training_loss_carries_ar_and_tar_of_real_tokens_in_its_gradient_only():
     """fastai's classifier regularises the encoder's top layer too; here padding is left out of both means."""
     input_ids, attention_mask = right_padded([[5, 6, 7, 8, 9], [10, 11, 12]], width=5)
     labels = torch.tensor([0, 2])
-    model = tiny_classifier(embedding_dropout=0.0, input_dropout=0.0, hidden_dropout=0.0, weight_dropout=0.0,
-                            classifier_dropout=0.0, classifier_hidden_dropout=0.0).train()
-    assert (model.config.classifier_activation_regularization,
-            model.config.classifier_temporal_activation_regularization) == (2.0, 1.0)  # fastai's alpha, beta
+    model = tiny_classifier(
+        embedding_dropout=0.0,
+        input_dropout=0.0,
+        hidden_dropout=0.0,
+        weight_dropout=0.0,
+        classifier_dropout=0.0,
+        classifier_hidden_dropout=0.0,
+    ).train()
+    assert (
+        model.config.classifier_activation_regularization,
+        model.config.classifier_temporal_activation_regularization,
+    ) == (2.0, 1.0)  # fastai's alpha, beta
     regularised = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     regularised.loss.backward()
     got = {name: parameter.grad.clone() for name, parameter in model.named_parameters()}
@@ -233,11 +244,14 @@ def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp
     from tests.conftest import save_tiny_masked_lm
 
     AWDLSTMForCausalLM(tiny_config()).save_pretrained(tmp_path / "lstm")
-    backbone = BackboneConfig(checkpoint=str(tmp_path / "lstm"), activation_regularization=0.5,
-                              temporal_activation_regularization=0.0)
+    backbone = BackboneConfig(
+        checkpoint=str(tmp_path / "lstm"), activation_regularization=0.5, temporal_activation_regularization=0.0
+    )
     model = load_classifier(backbone, GLUE_TASKS["sst2"], None)
-    assert (model.config.classifier_activation_regularization,
-            model.config.classifier_temporal_activation_regularization) == (0.5, 0.0)
+    assert (
+        model.config.classifier_activation_regularization,
+        model.config.classifier_temporal_activation_regularization,
+    ) == (0.5, 0.0)
     with pytest.raises(UserError, match="model.activation_regularization: only the AWD-LSTM classifier"):
         with classifier_keys():  # the refused option, named by its recipe key as the stages name it
             load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")

@@ -24,8 +24,14 @@ runner = CliRunner()
 
 def minimal_recipe(checkpoint: Path, task: Path, run_dir: Path, **extra) -> dict:
     """What a newcomer writes: a checkpoint, the data, the columns and labels; nothing about the techniques."""
-    return {"stage": "finetune", "run_dir": str(run_dir), "model": {"checkpoint": str(checkpoint)},
-            "task": custom_task_section(task), "training": {"epochs": 1, "batch_size": 8, "device": "cpu"}, **extra}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "model": {"checkpoint": str(checkpoint)},
+        "task": custom_task_section(task),
+        "training": {"epochs": 1, "batch_size": 8, "device": "cpu"},
+        **extra,
+    }
 
 
 def resolved(data: dict, tmp_path: Path, *overrides: str):
@@ -35,8 +41,10 @@ def resolved(data: dict, tmp_path: Path, *overrides: str):
 
 def with_sentence_transformers_pooling(checkpoint: Path, mode: str = "mean") -> Path:
     """The files sentence-transformers saves beside a model: modules.json and the Pooling module's config."""
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     (checkpoint / "modules.json").write_text(json.dumps(modules))
     (checkpoint / "1_Pooling").mkdir()
     modes = {f"pooling_mode_{name}": name.startswith(mode) for name in ("cls_token", "mean_tokens", "max_tokens")}
@@ -47,8 +55,13 @@ def with_sentence_transformers_pooling(checkpoint: Path, mode: str = "mean") -> 
 def test_a_pretrained_transformer_gets_the_plain_recipe(pretrained, task_dir, tmp_path):  # noqa: F811
     techniques = resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path)
     recipe = techniques.recipe
-    assert (recipe.training.lr, recipe.discriminative.factor, recipe.unfreezing.mode, recipe.schedule.kind,
-            recipe.pooling) == (1e-4, 1.0, "none", "linear", "model")
+    assert (
+        recipe.training.lr,
+        recipe.discriminative.factor,
+        recipe.unfreezing.mode,
+        recipe.schedule.kind,
+        recipe.pooling,
+    ) == (1e-4, 1.0, "none", "linear", "model")
     assert set(techniques.sources.values()) == {"default for a bert transformer"}
 
 
@@ -64,8 +77,13 @@ def test_a_sentence_embedding_checkpoint_is_read_by_mean_pooling(tmp_path, task_
 def test_the_awd_lstm_keeps_ulmfits_techniques(tmp_path, task_dir):
     checkpoint = save_tiny_awd_lstm(tmp_path / "lstm")
     recipe = resolved(minimal_recipe(checkpoint, task_dir, tmp_path / "run"), tmp_path).recipe
-    assert (recipe.training.lr, recipe.discriminative.factor, recipe.unfreezing.mode, recipe.schedule.kind,
-            recipe.pooling) == (1e-2, 2.6, "gradual", "stlr", "model")
+    assert (
+        recipe.training.lr,
+        recipe.discriminative.factor,
+        recipe.unfreezing.mode,
+        recipe.schedule.kind,
+        recipe.pooling,
+    ) == (1e-2, 2.6, "gradual", "stlr", "model")
 
 
 def test_base_sized_transformers_get_a_smaller_lr():
@@ -74,23 +92,37 @@ def test_base_sized_transformers_get_a_smaller_lr():
 
 
 def test_what_the_recipe_sets_is_kept_and_said(pretrained, task_dir, tmp_path):  # noqa: F811
-    techniques = resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path,
-                          "discriminative.factor=2.6", "pooling=mean", "training.lr=3e-3")
+    techniques = resolved(
+        minimal_recipe(pretrained, task_dir, tmp_path / "run"),
+        tmp_path,
+        "discriminative.factor=2.6",
+        "pooling=mean",
+        "training.lr=3e-3",
+    )
     recipe = techniques.recipe
     assert (recipe.discriminative.factor, recipe.pooling, recipe.training.lr) == (2.6, "mean", 3e-3)
     assert techniques.sources["discriminative.factor"] == techniques.sources["pooling"] == "set"
     assert recipe.unfreezing.mode == "none"
 
 
-@pytest.mark.parametrize("override, key, value", [
-    ("schedule.cut_frac=0.2", "schedule.kind", "stlr"),
-    ("schedule.pct_start=0.3", "schedule.kind", "one_cycle"),
-    ("unfreezing.every_fraction=0.1", "unfreezing.mode", "gradual"),
-    ("unfreezing.schedule=[1, 2]", "unfreezing.mode", "gradual"),
-    ("unfreezing.groups_per_epoch=2", "unfreezing.mode", "gradual"),
-])
-def test_an_open_kind_is_read_from_the_keys_the_section_changes(pretrained, task_dir, tmp_path,  # noqa: F811
-                                                                 override, key, value):
+@pytest.mark.parametrize(
+    "override, key, value",
+    [
+        ("schedule.cut_frac=0.2", "schedule.kind", "stlr"),
+        ("schedule.pct_start=0.3", "schedule.kind", "one_cycle"),
+        ("unfreezing.every_fraction=0.1", "unfreezing.mode", "gradual"),
+        ("unfreezing.schedule=[1, 2]", "unfreezing.mode", "gradual"),
+        ("unfreezing.groups_per_epoch=2", "unfreezing.mode", "gradual"),
+    ],
+)
+def test_an_open_kind_is_read_from_the_keys_the_section_changes(
+    pretrained,
+    task_dir,
+    tmp_path,
+    override,
+    key,
+    value,
+):
     techniques = resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path, override)
     section, name = key.split(".")
     assert getattr(getattr(techniques.recipe, section), name) == value
@@ -99,8 +131,12 @@ def test_an_open_kind_is_read_from_the_keys_the_section_changes(pretrained, task
 
 def test_keys_of_two_schedule_kinds_are_refused(pretrained, task_dir, tmp_path):  # noqa: F811
     with pytest.raises(UserError, match=r"schedule\.cut_frac, schedule\.warmup_fraction belong to different"):
-        resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path, "schedule.cut_frac=0.2",
-                 "schedule.warmup_fraction=0.2")
+        resolved(
+            minimal_recipe(pretrained, task_dir, tmp_path / "run"),
+            tmp_path,
+            "schedule.cut_frac=0.2",
+            "schedule.warmup_fraction=0.2",
+        )
 
 
 def test_a_run_prints_its_techniques_and_saves_them_resolved(pretrained, task_dir, tmp_path):  # noqa: F811
@@ -136,8 +172,10 @@ def test_a_gradual_unfreezing_that_cannot_thaw_every_group_says_so(pretrained, t
     data["training"]["max_steps"] = 7  # 2 epochs of 5 steps: 2 of the 4 groups ever train
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
-    assert ("note: gradual unfreezing thaws one more group per epoch; in 2 epoch(s) 2 of the 4 layer groups train "
-            "and the lowest 2 never do") in " ".join(result.output.split())
+    assert (
+        "note: gradual unfreezing thaws one more group per epoch; in 2 epoch(s) 2 of the 4 layer groups train "
+        "and the lowest 2 never do"
+    ) in " ".join(result.output.split())
     data["training"]["max_steps"] = 20  # 4 epochs: every group thaws, nothing to say
     data["run_dir"] = str(tmp_path / "long")
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "long.yaml", data))])

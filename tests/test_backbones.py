@@ -13,8 +13,17 @@ from finetune.models.backbones import layer_groups
 from finetune.training.unfreezing import freeze_below
 
 # Hidden 32, 2 layers, 2 heads, vocabulary 64: every family's tiny size, in the names most configs accept.
-TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=2)
+TINY = dict(
+    vocab_size=64,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    num_labels=2,
+)
 
 
 @dataclass(frozen=True)
@@ -35,29 +44,89 @@ class Family:
 
 
 FAMILIES = [
-    Family("xlm-roberta", dict(TINY, type_vocab_size=1, pad_token_id=1), ("embeddings.",),
-           ("embeddings.position_embeddings.weight",), "encoder.layer"),
+    Family(
+        "xlm-roberta",
+        dict(TINY, type_vocab_size=1, pad_token_id=1),
+        ("embeddings.",),
+        ("embeddings.position_embeddings.weight",),
+        "encoder.layer",
+    ),
     # A smaller embedding than hidden size gives ELECTRA its projection, which belongs to the embeddings.
-    Family("electra", dict(TINY, embedding_size=16), ("embeddings.", "embeddings_project."),
-           ("embeddings.position_embeddings.weight",), "encoder.layer"),
-    Family("distilbert", dict(vocab_size=64, dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64,
-                              dropout=0.0, attention_dropout=0.0, num_labels=2),
-           ("embeddings.",), ("embeddings.position_embeddings.weight",), "transformer.layer"),
+    Family(
+        "electra",
+        dict(TINY, embedding_size=16),
+        ("embeddings.", "embeddings_project."),
+        ("embeddings.position_embeddings.weight",),
+        "encoder.layer",
+    ),
+    Family(
+        "distilbert",
+        dict(
+            vocab_size=64,
+            dim=32,
+            n_layers=2,
+            n_heads=2,
+            hidden_dim=64,
+            max_position_embeddings=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            num_labels=2,
+        ),
+        ("embeddings.",),
+        ("embeddings.position_embeddings.weight",),
+        "transformer.layer",
+    ),
     # DeBERTa-v3's layout: relative positions only, normalised by the encoder-level LayerNorm, and a conv after block 0.
-    Family("deberta-v2", dict(TINY, relative_attention=True, position_biased_input=False, pos_att_type=["p2c", "c2p"],
-                              norm_rel_ebd="layer_norm", position_buckets=16, conv_kernel_size=3, type_vocab_size=0),
-           ("embeddings.", "encoder.rel_embeddings.", "encoder.LayerNorm."), ("encoder.rel_embeddings.weight",),
-           "encoder.layer", with_first_block=("encoder.conv.",)),
-    Family("deberta", dict(TINY, relative_attention=True, pos_att_type=["p2c", "c2p"]),
-           ("embeddings.", "encoder.rel_embeddings."),
-           ("embeddings.position_embeddings.weight", "encoder.rel_embeddings.weight"), "encoder.layer"),
-    Family("modernbert", dict(TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
-                              attention_dropout=0.0, mlp_dropout=0.0, embedding_dropout=0.0),
-           ("embeddings.",), (), "layers"),
+    Family(
+        "deberta-v2",
+        dict(
+            TINY,
+            relative_attention=True,
+            position_biased_input=False,
+            pos_att_type=["p2c", "c2p"],
+            norm_rel_ebd="layer_norm",
+            position_buckets=16,
+            conv_kernel_size=3,
+            type_vocab_size=0,
+        ),
+        ("embeddings.", "encoder.rel_embeddings.", "encoder.LayerNorm."),
+        ("encoder.rel_embeddings.weight",),
+        "encoder.layer",
+        with_first_block=("encoder.conv.",),
+    ),
+    Family(
+        "deberta",
+        dict(TINY, relative_attention=True, pos_att_type=["p2c", "c2p"]),
+        ("embeddings.", "encoder.rel_embeddings."),
+        ("embeddings.position_embeddings.weight", "encoder.rel_embeddings.weight"),
+        "encoder.layer",
+    ),
+    Family(
+        "modernbert",
+        dict(
+            TINY,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            cls_token_id=1,
+            sep_token_id=2,
+            attention_dropout=0.0,
+            mlp_dropout=0.0,
+            embedding_dropout=0.0,
+        ),
+        ("embeddings.",),
+        (),
+        "layers",
+    ),
     # ALBERT's layers share one set of weights: one group for the shared block, whatever the depth.
-    Family("albert", dict(TINY, embedding_size=16, num_hidden_groups=1),
-           ("embeddings.", "encoder.embedding_hidden_mapping_in."), ("embeddings.position_embeddings.weight",),
-           "encoder.albert_layer_groups", block_count=1),
+    Family(
+        "albert",
+        dict(TINY, embedding_size=16, num_hidden_groups=1),
+        ("embeddings.", "encoder.embedding_hidden_mapping_in."),
+        ("embeddings.position_embeddings.weight",),
+        "encoder.albert_layer_groups",
+        block_count=1,
+    ),
 ]
 BY_NAME = {family.model_type: family for family in FAMILIES}
 
@@ -121,11 +190,26 @@ def test_albert_with_unshared_layers_has_a_group_per_layer():
     assert len(groups) == 4 and [_ids(group) for group in groups] == _expected_groups(family, model)
 
 
-@pytest.mark.parametrize("model_type, settings", [
-    ("t5", dict(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)),
-    ("bart", dict(vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                  decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32)),
-])
+@pytest.mark.parametrize(
+    "model_type, settings",
+    [
+        ("t5", dict(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2)),
+        (
+            "bart",
+            dict(
+                vocab_size=64,
+                d_model=32,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=32,
+            ),
+        ),
+    ],
+)
 def test_unsupported_family_names_it(model_type, settings):
     model = AutoModel.from_config(AutoConfig.for_model(model_type, **settings))
     with pytest.raises(UserError) as info:
@@ -144,6 +228,7 @@ def _record_block_calls(model, family: Family) -> tuple[list[tuple[int, bool, bo
         def record(module, args, kwargs, output):
             output = output[0] if isinstance(output, tuple) else output
             calls.append((index, needs_grad(list(args) + list(kwargs.values())), output.requires_grad))
+
         return record
 
     blocks = model.base_model.get_submodule(family.blocks)
@@ -181,8 +266,16 @@ def test_fitted_max_length_leaves_out_robertas_offset_positions():
 
     from finetune.models.heads import fitted_max_length
 
-    model = RobertaForSequenceClassification(RobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                                           num_attention_heads=2, intermediate_size=32,
-                                                           max_position_embeddings=64, pad_token_id=1)).eval()
+    model = RobertaForSequenceClassification(
+        RobertaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=64,
+            pad_token_id=1,
+        )
+    ).eval()
     assert fitted_max_length(128, model) == 62 and fitted_max_length(40, model) == 40
     model(input_ids=torch.full((1, 62), 5))  # the longest input that fits runs

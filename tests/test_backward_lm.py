@@ -100,8 +100,16 @@ def test_a_cached_corpus_is_stored_forwards_and_read_backwards(tmp_path, corpus_
 def test_a_streamed_corpus_is_read_backwards_too(byte_level_bpe, corpus_file):
     documents = read_documents([corpus_file])
     separator = byte_level_bpe.eos_token_id
-    batches = StreamedBatches(lambda: iter(documents), byte_level_bpe, separator, block_size=8, batch_size=2,
-                              batches=2, seed=0, backwards=True)
+    batches = StreamedBatches(
+        lambda: iter(documents),
+        byte_level_bpe,
+        separator,
+        block_size=8,
+        batch_size=2,
+        batches=2,
+        seed=0,
+        backwards=True,
+    )
     first = next(iter(batches))
     stream = [token for ids in encode(byte_level_bpe, documents) for token in (*ids[::-1], separator)]
     assert first["input_ids"].tolist() == [stream[0:8], stream[9:17]]
@@ -191,8 +199,10 @@ def backward_flow(tmp_path_factory) -> dict:
 
     def classifier_that_records_its_input(*arguments, **keywords):
         model = original_classifier(*arguments, **keywords)
-        model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(
-            (kwargs["input_ids"].clone(), kwargs["attention_mask"].clone())), with_kwargs=True)
+        model.register_forward_pre_hook(
+            lambda module, args, kwargs: fed.append((kwargs["input_ids"].clone(), kwargs["attention_mask"].clone())),
+            with_kwargs=True,
+        )
         return model
 
     with pytest.MonkeyPatch.context() as patch:
@@ -200,13 +210,21 @@ def backward_flow(tmp_path_factory) -> dict:
         patch.setattr(finetune_stage, "load_classifier", classifier_that_records_its_input)
         result = runner.invoke(app, ["ulmfit", str(write_yaml(folder / "flow.yaml", data))])
     assert result.exit_code == 0, result.output
-    return {"run": folder / "flow", "task": task, "folder": folder, "target_lm_data": language_model_data[1],
-            "fed": fed}
+    return {
+        "run": folder / "flow",
+        "task": task,
+        "folder": folder,
+        "target_lm_data": language_model_data[1],
+        "fed": fed,
+    }
 
 
 def texts_of(task: Path, *splits: str) -> list[str]:
-    return [texts[0] for split in splits
-            for texts in read_task_split(task_spec(TaskConfig(**custom_task_section(task))), task, split).texts]
+    return [
+        texts[0]
+        for split in splits
+        for texts in read_task_split(task_spec(TaskConfig(**custom_task_section(task))), task, split).texts
+    ]
 
 
 def test_every_stage_of_a_backward_flow_reads_backwards(backward_flow):
@@ -216,8 +234,9 @@ def test_every_stage_of_a_backward_flow_reads_backwards(backward_flow):
     assert read_yaml(run / "2-target-lm" / "recipe.yaml")["corpus"]["reverse"] is None  # followed stage 1
     # Stage 2 trained on the task's text (its own, new vocabulary), each text reversed.
     tokenizer = AutoTokenizer.from_pretrained(run / "2-target-lm" / "checkpoint")
-    reversed_texts = {tuple(tokenizer(text)["input_ids"][::-1]) for text in texts_of(backward_flow["task"], "train",
-                                                                                      "test")}
+    reversed_texts = {
+        tuple(tokenizer(text)["input_ids"][::-1]) for text in texts_of(backward_flow["task"], "train", "test")
+    }
     read, document = set(), []
     for token in backward_flow["target_lm_data"][0].stream().array().tolist():  # the epoch's documents, separated
         if token == tokenizer.eos_token_id:
@@ -236,8 +255,11 @@ def test_the_backward_classifier_is_fed_reversed_text(backward_flow):
     forward = {tuple(tokenizer(text, truncation=True, max_length=16)["input_ids"]) for text in texts}
     assert any(len(ids) == 16 for ids in forward) and any(len(ids) < 16 for ids in forward)
     backward = {ids[::-1] for ids in forward}
-    fed = {tuple(ids[mask.bool()].tolist()) for input_ids, masks in backward_flow["fed"]
-           for ids, mask in zip(input_ids, masks)}
+    fed = {
+        tuple(ids[mask.bool()].tolist())
+        for input_ids, masks in backward_flow["fed"]
+        for ids, mask in zip(input_ids, masks)
+    }
     assert fed == backward and not fed & forward
 
 
@@ -281,14 +303,17 @@ def test_eval_reads_a_backward_classifier_backwards_and_averages_the_probabiliti
     member_logits = [logits_of(bidirectional["forward"]), logits_of(bidirectional["backward"])]
     np.testing.assert_allclose(torch.softmax(torch.from_numpy(member_logits[1]), -1).numpy(), backward, atol=1e-5)
     predicted = finetune.predict(str(bidirectional["backward"]), texts)  # `finetune predict` reads backwards too
-    np.testing.assert_allclose([[row["probabilities"][label] for label in spec.labels] for row in predicted],
-                               backward, atol=1e-5)
+    np.testing.assert_allclose(
+        [[row["probabilities"][label] for label in spec.labels] for row in predicted], backward, atol=1e-5
+    )
     averaged = (forward + backward) / 2
     np.testing.assert_allclose(ensemble_outputs(spec, member_logits), averaged, atol=1e-5)
 
     data = eval_recipe(bidirectional["task"], tmp_path / "eval", {"backward": str(bidirectional["backward"])})
-    data.update(ensembles={"bidirectional": [str(bidirectional["forward"]), str(bidirectional["backward"])]},
-                write_predictions=True)
+    data.update(
+        ensembles={"bidirectional": [str(bidirectional["forward"]), str(bidirectional["backward"])]},
+        write_predictions=True,
+    )
     result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", data))])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -299,8 +324,9 @@ def test_eval_reads_a_backward_classifier_backwards_and_averages_the_probabiliti
 
     ensemble = report["results"]["bidirectional"]
     assert ensemble["accuracy"] == pytest.approx(accuracy(averaged))
-    assert [member["accuracy"] for member in ensemble["members"]] == pytest.approx([accuracy(forward),
-                                                                                   accuracy(backward)])
+    assert [member["accuracy"] for member in ensemble["members"]] == pytest.approx(
+        [accuracy(forward), accuracy(backward)]
+    )
     assert report["results"]["backward"]["accuracy"] == pytest.approx(accuracy(backward))
     written = (tmp_path / "eval" / "predictions" / "bidirectional.tsv").read_text().splitlines()[1:]
     assert [line.split("\t")[1] for line in written] == [spec.labels[index] for index in averaged.argmax(axis=1)]
@@ -313,8 +339,9 @@ def test_probabilities_are_averaged_not_logits():
     spec = GLUE_TASKS["sst2"]
     members = [np.array([[0.0, 10.0]]), np.array([[3.0, 0.0]]), np.array([[3.0, 0.0]])]
     outputs = ensemble_outputs(spec, members)
-    expected = np.mean([torch.softmax(torch.tensor(member, dtype=torch.float64), -1).numpy() for member in members],
-                       axis=0)
+    expected = np.mean(
+        [torch.softmax(torch.tensor(member, dtype=torch.float64), -1).numpy() for member in members], axis=0
+    )
     np.testing.assert_allclose(outputs, expected, rtol=1e-6)
     assert outputs.argmax() == 0 and np.mean(members, axis=0).argmax() == 1
     scores = [np.array([[1.0], [4.5]]), np.array([[2.0], [0.5]])]
@@ -340,24 +367,41 @@ def test_bad_ensembles_are_one_line(bidirectional, tmp_path):
         result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", data))])
         assert_one_line_error(result, "ensembles.both", named)
         assert not (tmp_path / "eval").exists()
-    recipe = write_yaml(tmp_path / "eval.yaml", eval_recipe(bidirectional["task"], tmp_path / "eval",
-                                                            {"both": backward}))
+    recipe = write_yaml(
+        tmp_path / "eval.yaml", eval_recipe(bidirectional["task"], tmp_path / "eval", {"both": backward})
+    )
     for overrides, named in (
-            ([f"ensembles={{both: [{forward}]}}"], ("ensembles.both", "at least two")),
-            ([f"ensembles={{both: [{forward}, {forward}]}}"], ("ensembles.both", "listed twice")),
-            ([f"ensembles={{both: [{forward}, {backward}]}}"], ("ensembles.both", "models has a row")),
-            (["models=null", "ensembles=null"], ("models", "ensembles"))):
+        ([f"ensembles={{both: [{forward}]}}"], ("ensembles.both", "at least two")),
+        ([f"ensembles={{both: [{forward}, {forward}]}}"], ("ensembles.both", "listed twice")),
+        ([f"ensembles={{both: [{forward}, {backward}]}}"], ("ensembles.both", "models has a row")),
+        (["models=null", "ensembles=null"], ("models", "ensembles")),
+    ):
         assert_one_line_error(runner.invoke(app, ["eval", str(recipe), *overrides]), *named)
 
 
 def three_labels_classifier(folder: Path) -> None:
     """A tiny BERT classifier of three labels, saved with its tokenizer."""
-    tokenizer = train_wordpiece(read_documents([write_corpus(folder.parent / "corpus")]), vocab_size=120,
-                                min_frequency=1)
-    spec = task_spec(TaskConfig(name="three", data_dir=str(folder.parent), text_columns=["sentence"],
-                                label_column="label", labels=["a", "b", "c"]))
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=8, max_position_embeddings=64, **label_config(spec))
+    tokenizer = train_wordpiece(
+        read_documents([write_corpus(folder.parent / "corpus")]), vocab_size=120, min_frequency=1
+    )
+    spec = task_spec(
+        TaskConfig(
+            name="three",
+            data_dir=str(folder.parent),
+            text_columns=["sentence"],
+            label_column="label",
+            labels=["a", "b", "c"],
+        )
+    )
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=8,
+        max_position_embeddings=64,
+        **label_config(spec),
+    )
     save_checkpoint(BertForSequenceClassification(config), tokenizer, folder)
 
 
@@ -368,9 +412,16 @@ def three_labels_classifier(folder: Path) -> None:
 
 def constant_classifier(tokenizer, spec, bias: list[float], folder: Path) -> str:
     """A tiny BERT classifier whose outputs are `bias` for every input."""
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=8, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
-                        **label_config(spec))
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=8,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        **label_config(spec),
+    )
     model = BertForSequenceClassification(config)
     with torch.no_grad():
         model.classifier.weight.zero_()
@@ -381,11 +432,24 @@ def constant_classifier(tokenizer, spec, bias: list[float], folder: Path) -> str
 def test_a_glue_ensemble_is_scored_and_submitted(tmp_path):
     tokenizer = train_wordpiece(read_documents([write_corpus(tmp_path / "corpus")]), vocab_size=120, min_frequency=1)
     members = {"sst2": [[1.0, 0.0], [0.0, 3.0]], "stsb": [[2.0], [4.5]]}
-    checkpoints = {name: [constant_classifier(tokenizer, GLUE_TASKS[name], bias, tmp_path / f"{name}-{index}")
-                          for index, bias in enumerate(biases)] for name, biases in members.items()}
-    data = {"stage": "eval", "run_dir": str(tmp_path / "run"), "glue_dir": str(write_glue_root(tmp_path / "glue")),
-            "tasks": {name: {"ensemble": paths} for name, paths in checkpoints.items()}, "batch_size": 4,
-            "device": "cpu", "max_length": 16, "submission": True, "allow_incomplete": True}
+    checkpoints = {
+        name: [
+            constant_classifier(tokenizer, GLUE_TASKS[name], bias, tmp_path / f"{name}-{index}")
+            for index, bias in enumerate(biases)
+        ]
+        for name, biases in members.items()
+    }
+    data = {
+        "stage": "eval",
+        "run_dir": str(tmp_path / "run"),
+        "glue_dir": str(write_glue_root(tmp_path / "glue")),
+        "tasks": {name: {"ensemble": paths} for name, paths in checkpoints.items()},
+        "batch_size": 4,
+        "device": "cpu",
+        "max_length": 16,
+        "submission": True,
+        "allow_incomplete": True,
+    }
     result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", data))])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "run" / "report.json").read_text())

@@ -59,18 +59,22 @@ def language_models(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("bilm")
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(folder / "corpus")]), 300, min_frequency=1)
     other = train_byte_level_bpe(read_documents([write_corpus(folder / "other", lines=60)]), 280, min_frequency=1)
-    return {"forward": save_language_model(folder / "forward", tokenizer, 0, backwards=False),
-            "backward": save_language_model(folder / "backward", tokenizer, 1, backwards=True),
-            "other_vocabulary": save_language_model(folder / "other-vocabulary", other, 2, backwards=True),
-            "wider": save_language_model(folder / "wider", tokenizer, 3, backwards=True, hidden_size=16),
-            "forward_as_backward": save_language_model(folder / "forward-2", tokenizer, 4, backwards=False)}
+    return {
+        "forward": save_language_model(folder / "forward", tokenizer, 0, backwards=False),
+        "backward": save_language_model(folder / "backward", tokenizer, 1, backwards=True),
+        "other_vocabulary": save_language_model(folder / "other-vocabulary", other, 2, backwards=True),
+        "wider": save_language_model(folder / "wider", tokenizer, 3, backwards=True, hidden_size=16),
+        "forward_as_backward": save_language_model(folder / "forward-2", tokenizer, 4, backwards=False),
+    }
 
 
-def bidirectional_classifier(language_models: dict[str, Path], task: Path, backward: str = "backward",
-                             pooling: str = "model"):
+def bidirectional_classifier(
+    language_models: dict[str, Path], task: Path, backward: str = "backward", pooling: str = "model"
+):
     spec = task_spec(TaskConfig(**custom_task_section(task)))
-    backbone = BackboneConfig(checkpoint=str(language_models["forward"]),
-                              backward_checkpoint=str(language_models[backward]))
+    backbone = BackboneConfig(
+        checkpoint=str(language_models["forward"]), backward_checkpoint=str(language_models[backward])
+    )
     return load_classifier(backbone, spec, None, pooling)
 
 
@@ -125,14 +129,15 @@ def test_the_scalar_mix_mixes_both_directions_layers_each_half_projected_on_its_
     with torch.no_grad():
         forward, backward = layers(model.awd_lstm, input_ids), layers(model.awd_lstm_backward, backward_ids)
         shares = torch.softmax(torch.tensor([0.3, -1.0, 0.5]), dim=0)
-        halves = [torch.cat([project(f), project_backward(b)], dim=-1) for project, project_backward, f, b
-                  in zip(mix.projections, mix.backward_projections, forward, backward)]
+        halves = [
+            torch.cat([project(f), project_backward(b)], dim=-1)
+            for project, project_backward, f, b in zip(mix.projections, mix.backward_projections, forward, backward)
+        ]
         expected = model.classifier(1.7 * sum(share * half for share, half in zip(shares, halves)), mask.bool())
         logits = model(input_ids=input_ids, attention_mask=mask).logits
     torch.testing.assert_close(logits, expected)
     # The inner layer of each direction has its own projection (12 -> 8); the others fit as they are.
-    assert [type(projection).__name__ for projection in mix.backward_projections] == ["Identity", "Linear",
-                                                                                     "Identity"]
+    assert [type(projection).__name__ for projection in mix.backward_projections] == ["Identity", "Linear", "Identity"]
     assert mix.backward_projections[1].weight.shape == (8, 12)
     assert layer_widths(model.config) == [8, 12, 8]
 
@@ -172,10 +177,9 @@ def test_a_backward_vocabulary_is_mapped_onto_the_forward_tokenizer(language_mod
     assert embedding.shape[0] == len(forward_vocab)
 
 
-@pytest.mark.parametrize("backward, message", [
-    ("forward_as_backward", "corpus.reverse: true"),
-    ("wider", "hidden_size 16"),
-])
+@pytest.mark.parametrize(
+    "backward, message", [("forward_as_backward", "corpus.reverse: true"), ("wider", "hidden_size 16")]
+)
 def test_a_backward_checkpoint_that_does_not_fit_is_refused(language_models, task_dir, backward, message):
     with pytest.raises(UserError, match=message) as error, classifier_keys():  # as the stages name the refusal
         bidirectional_classifier(language_models, task_dir, backward=backward)
@@ -185,14 +189,16 @@ def test_a_backward_checkpoint_that_does_not_fit_is_refused(language_models, tas
 
 def test_a_backward_model_given_as_the_forward_one_is_refused(language_models, task_dir):
     spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
-    backbone = BackboneConfig(checkpoint=str(language_models["backward"]),
-                              backward_checkpoint=str(language_models["backward"]))
+    backbone = BackboneConfig(
+        checkpoint=str(language_models["backward"]), backward_checkpoint=str(language_models["backward"])
+    )
     with pytest.raises(UserError, match="reads text backwards; give the forward"):
         load_classifier(backbone, spec, None)
 
 
-def test_a_finetune_run_feeds_both_directions_and_saves_one_loadable_classifier(language_models, task_dir,
-                                                                                tmp_path, monkeypatch):
+def test_a_finetune_run_feeds_both_directions_and_saves_one_loadable_classifier(
+    language_models, task_dir, tmp_path, monkeypatch
+):
     data = finetune_recipe(language_models["forward"], task_dir, tmp_path / "run")
     data["model"]["backward_checkpoint"] = str(language_models["backward"])
     data["unfreezing"] = {"mode": "gradual", "every_fraction": 0.25}
@@ -201,9 +207,12 @@ def test_a_finetune_run_feeds_both_directions_and_saves_one_loadable_classifier(
 
     def recording(*arguments, **keywords):
         model = original(*arguments, **keywords)
-        model.register_forward_pre_hook(lambda module, args, kwargs: fed.append(
-            (kwargs["input_ids"].clone(), kwargs["backward_input_ids"].clone(), kwargs["attention_mask"].clone())),
-            with_kwargs=True)
+        model.register_forward_pre_hook(
+            lambda module, args, kwargs: fed.append(
+                (kwargs["input_ids"].clone(), kwargs["backward_input_ids"].clone(), kwargs["attention_mask"].clone())
+            ),
+            with_kwargs=True,
+        )
         return model
 
     monkeypatch.setattr(finetune_stage, "load_classifier", recording)
@@ -230,13 +239,33 @@ def test_a_finetune_run_feeds_both_directions_and_saves_one_loadable_classifier(
     texts = [text for text, *_ in examples.texts]
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     with torch.no_grad():
-        by_hand = torch.cat([torch.softmax(model.eval()(input_ids=torch.tensor(
-            [tokenizer(text, truncation=True, max_length=16)["input_ids"]])).logits, dim=-1) for text in texts])
+        by_hand = torch.cat(
+            [
+                torch.softmax(
+                    model.eval()(
+                        input_ids=torch.tensor([tokenizer(text, truncation=True, max_length=16)["input_ids"]])
+                    ).logits,
+                    dim=-1,
+                )
+                for text in texts
+            ]
+        )
     predicted = finetune.predict(str(checkpoint), texts)
-    torch.testing.assert_close(torch.tensor([[row["probabilities"][label] for label in spec.labels]
-                                             for row in predicted]), by_hand, atol=1e-5, rtol=1e-4)
-    evaluation = {"stage": "eval", "run_dir": str(tmp_path / "eval"), "task": custom_task_section(task_dir),
-                  "split": "dev", "models": {"bilm": str(checkpoint)}, "batch_size": 16, "device": "cpu"}
+    torch.testing.assert_close(
+        torch.tensor([[row["probabilities"][label] for label in spec.labels] for row in predicted]),
+        by_hand,
+        atol=1e-5,
+        rtol=1e-4,
+    )
+    evaluation = {
+        "stage": "eval",
+        "run_dir": str(tmp_path / "eval"),
+        "task": custom_task_section(task_dir),
+        "split": "dev",
+        "models": {"bilm": str(checkpoint)},
+        "batch_size": 16,
+        "device": "cpu",
+    }
     result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", evaluation))])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -262,8 +291,9 @@ def test_the_profile_counts_the_backward_encoder(language_models, task_dir):
     from finetune.models.heads import classifier_skeleton
 
     spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
-    backbone = BackboneConfig(checkpoint=str(language_models["forward"]),
-                              backward_checkpoint=str(language_models["backward"]))
+    backbone = BackboneConfig(
+        checkpoint=str(language_models["forward"]), backward_checkpoint=str(language_models["backward"])
+    )
     stored = AutoConfig.from_pretrained(language_models["forward"])
     for pooling in ("model", "scalar_mix"):
         skeleton = classifier_skeleton(backbone, stored, spec, pooling)

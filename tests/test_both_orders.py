@@ -31,8 +31,17 @@ def tiny_gpt2(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("gpt2")
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(folder / "corpus")]), 300, min_frequency=1)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
-                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=64,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+        )
+    )
     return save_checkpoint(model, tokenizer, folder / "checkpoint")
 
 
@@ -52,11 +61,23 @@ def pair_task(tmp_path_factory) -> Path:
 
 
 def pair_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
-    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0, "model": {"checkpoint": str(checkpoint)},
-            "task": {"name": "same-sentiment", "data_dir": str(task), "text_columns": ["first", "second"],
-                     "label_column": "label", "labels": ["0", "1"], "max_length": 32, "both_orders": True,
-                     **task_keys},
-            "training": {"epochs": 2, "batch_size": 8, "lr": 1e-3, "log_every": 4, "device": "cpu"}}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint)},
+        "task": {
+            "name": "same-sentiment",
+            "data_dir": str(task),
+            "text_columns": ["first", "second"],
+            "label_column": "label",
+            "labels": ["0", "1"],
+            "max_length": 32,
+            "both_orders": True,
+            **task_keys,
+        },
+        "training": {"epochs": 2, "batch_size": 8, "lr": 1e-3, "log_every": 4, "device": "cpu"},
+    }
 
 
 def test_a_pair_is_one_document_of_both_orders(tiny_gpt2):
@@ -76,8 +97,11 @@ def test_summed_logits_are_the_head_of_the_summed_representations(tiny_gpt2):
     tokenizer.pad_token = tokenizer.eos_token
     model = GPT2ForSequenceClassification.from_pretrained(tiny_gpt2, num_labels=2, pad_token_id=tokenizer.pad_token_id)
     model.eval()
-    examples = TaskExamples([("the film was great .", "the plot was so very dull ."),
-                             ("the cast was dull .", "the music was great .")], np.array([1, 0]), ["0", "1"])
+    examples = TaskExamples(
+        [("the film was great .", "the plot was so very dull ."), ("the cast was dull .", "the music was great .")],
+        np.array([1, 0]),
+        ["0", "1"],
+    )
     encoded = EncodedTask(examples, tokenizer, DocumentReading.of(32, None, both_orders=True))
     batch = task_collator(tokenizer, encoded)([encoded[0], encoded[1]])
     with torch.no_grad():
@@ -103,14 +127,26 @@ def both_orders_run(tmp_path_factory, tiny_gpt2, pair_task) -> Path:
 
 def test_predict_and_eval_read_the_pair_both_ways_as_trained(both_orders_run, pair_task, tmp_path):
     checkpoint = both_orders_run / "checkpoint"
-    forward, backward = predict(str(checkpoint), [("the film was great .", "the plot was dull ."),
-                                                  ("the plot was dull .", "the film was great .")])
+    forward, backward = predict(
+        str(checkpoint),
+        [("the film was great .", "the plot was dull ."), ("the plot was dull .", "the film was great .")],
+    )
     assert forward["probabilities"] == pytest.approx(backward["probabilities"], abs=1e-6)  # either order, one answer
-    recipe = write_yaml(tmp_path / "eval.yaml", {
-        "stage": "eval", "run_dir": str(tmp_path / "eval"),
-        "task": {"name": "same-sentiment", "data_dir": str(pair_task), "text_columns": ["first", "second"],
-                 "label_column": "label", "labels": ["0", "1"]},
-        "models": {"both": str(checkpoint)}})
+    recipe = write_yaml(
+        tmp_path / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "eval"),
+            "task": {
+                "name": "same-sentiment",
+                "data_dir": str(pair_task),
+                "text_columns": ["first", "second"],
+                "label_column": "label",
+                "labels": ["0", "1"],
+            },
+            "models": {"both": str(checkpoint)},
+        },
+    )
     assert runner.invoke(app, ["eval", str(recipe)]).exit_code == 0
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     result = json.loads((both_orders_run / "result.json").read_text())
@@ -122,8 +158,11 @@ def test_an_encoder_with_a_non_linear_head_is_refused(tmp_path, pair_task):
     bert = save_tiny_masked_lm(tmp_path / "bert")
     recipe = write_yaml(tmp_path / "recipe.yaml", pair_recipe(bert, pair_task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    assert "task.both_orders: GPT's similarity transformation adds the two orders' representations before a " \
-           "linear head" in message and "'bert' classifier" in message
+    assert (
+        "task.both_orders: GPT's similarity transformation adds the two orders' representations before a linear head"
+        in message
+        and "'bert' classifier" in message
+    )
 
 
 def test_both_orders_needs_a_pair_and_truncation(tmp_path, tiny_gpt2, pair_task):
@@ -139,8 +178,9 @@ def test_both_orders_needs_a_pair_and_truncation(tmp_path, tiny_gpt2, pair_task)
 def test_profile_counts_both_orders(tmp_path, tiny_gpt2, pair_task):
     def profiled(both: bool) -> dict:
         data = pair_recipe(tiny_gpt2, pair_task, tmp_path / "run", both_orders=both)
-        result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / f"{both}.yaml", data)), "--json",
-                                     "--matmul-gflops", "100"])
+        result = runner.invoke(
+            app, ["profile", str(write_yaml(tmp_path / f"{both}.yaml", data)), "--json", "--matmul-gflops", "100"]
+        )
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
 

@@ -20,7 +20,8 @@ def documents(count: int = 30, seed: int = 0) -> TokenizedDocuments:
     """Documents of 3-9 tokens with ids that say where they come from: 100 * (document + 1) + position."""
     rng = np.random.default_rng(seed)
     return TokenizedDocuments.from_lists(
-        [[100 * (index + 1) + position for position in range(rng.integers(3, 10))] for index in range(count)])
+        [[100 * (index + 1) + position for position in range(rng.integers(3, 10))] for index in range(count)]
+    )
 
 
 def test_next_token_blocks_label_each_position_with_the_following_token():
@@ -58,8 +59,10 @@ def test_bptt_epochs_shuffle_documents_but_keep_every_token():
 
 def test_bptt_processes_read_disjoint_rows_that_together_are_the_single_process_batch():
     whole = BPTTBatches(documents(), SEPARATOR, batch_size=4, bptt=3, seed=0)
-    parts = [BPTTBatches(documents(), SEPARATOR, batch_size=2, bptt=3, seed=0, process_index=rank, num_processes=2)
-             for rank in range(2)]
+    parts = [
+        BPTTBatches(documents(), SEPARATOR, batch_size=2, bptt=3, seed=0, process_index=rank, num_processes=2)
+        for rank in range(2)
+    ]
     assert np.array_equal(np.concatenate([part.rows() for part in parts]), whole.rows())
 
 

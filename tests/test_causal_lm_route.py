@@ -92,8 +92,15 @@ def test_training_route_applies_dropout_given_the_seed():
     assert without_dropout not in losses
 
 
-@pytest.mark.parametrize("change", [{"reorder_and_upcast_attn": True}, {"scale_attn_by_inverse_layer_idx": True},
-                                    {"activation_function": "relu"}, {"dtype": torch.bfloat16}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"reorder_and_upcast_attn": True},
+        {"scale_attn_by_inverse_layer_idx": True},
+        {"activation_function": "relu"},
+        {"dtype": torch.bfloat16},
+    ],
+)
 def test_other_variants_take_hugging_faces_forward(change):
     model = causal_lm(dropout=0.0)
     if "dtype" in change:

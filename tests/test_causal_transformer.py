@@ -38,9 +38,17 @@ runner = CliRunner()
 def tiny_model(layers: int = 1, seed: int = 0, **options) -> CausalTransformerForCausalLM:
     """A small model without dropout, in eval mode: outputs are a deterministic function of the input."""
     torch.manual_seed(seed)
-    config = CausalTransformerConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=layers,
-                                     num_attention_heads=2, intermediate_size=32, dropout=0.0,
-                                     attention_dropout=0.0, max_position_embeddings=64, **options)
+    config = CausalTransformerConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        intermediate_size=32,
+        dropout=0.0,
+        attention_dropout=0.0,
+        max_position_embeddings=64,
+        **options,
+    )
     return CausalTransformerForCausalLM(config).eval()
 
 
@@ -74,14 +82,19 @@ def test_the_mask_is_the_pattern_of_the_papers(pattern, memory):
 
 
 PATTERN_MODELS = {  # (model options, segments): one segment alone, or a second one reading the first from memory
-    "strided, learned positions": ({"attention_pattern": "strided", "attention_stride": 4,
-                                    "relative_positions": False}, 1),
-    "fixed, learned positions": ({"attention_pattern": "fixed", "attention_stride": 4,
-                                  "relative_positions": False}, 1),
-    "strided, relative positions and memory": ({"attention_pattern": "strided", "attention_stride": 4,
-                                                "memory_length": 12}, 2),
-    "fixed, relative positions and memory": ({"attention_pattern": "fixed", "attention_stride": 4,
-                                              "memory_length": 12}, 2),
+    "strided, learned positions": (
+        {"attention_pattern": "strided", "attention_stride": 4, "relative_positions": False},
+        1,
+    ),
+    "fixed, learned positions": ({"attention_pattern": "fixed", "attention_stride": 4, "relative_positions": False}, 1),
+    "strided, relative positions and memory": (
+        {"attention_pattern": "strided", "attention_stride": 4, "memory_length": 12},
+        2,
+    ),
+    "fixed, relative positions and memory": (
+        {"attention_pattern": "fixed", "attention_stride": 4, "memory_length": 12},
+        2,
+    ),
 }
 
 
@@ -95,7 +108,7 @@ def test_each_position_sees_exactly_its_pattern(options, segments):
     def last_segment(ids: torch.Tensor) -> torch.Tensor:  # read segment by segment, the memory carried
         memory = None
         for start in range(0, ids.shape[1], length):
-            output = model(ids[:, start:start + length], memory=memory)
+            output = model(ids[:, start : start + length], memory=memory)
             memory = output.memory
         return output.logits[0]
 
@@ -184,8 +197,11 @@ def test_memory_is_dropped_for_a_batch_of_another_size():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("options", [{"memory_length": 8}, {"attention_pattern": "fixed", "attention_stride": 4,
-                                                            "relative_positions": False}], ids=["xl", "fixed"])
+@pytest.mark.parametrize(
+    "options",
+    [{"memory_length": 8}, {"attention_pattern": "fixed", "attention_stride": 4, "relative_positions": False}],
+    ids=["xl", "fixed"],
+)
 def test_save_and_reload_gives_the_same_model(options, tmp_path):
     model = tiny_model(layers=2, **options)
     model.save_pretrained(tmp_path)
@@ -217,8 +233,15 @@ def causal_recipe(tmp_path: Path, options: dict, run: str = "run", tokenizer: Pa
     corpus = write_corpus(tmp_path / "corpus", lines=300)
     validation = write_corpus(tmp_path / "validation", lines=40)
     data = pretrain_recipe(corpus, tmp_path / run)
-    data["model"] = {"family": "gpt2", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.1,
-                     **options}
+    data["model"] = {
+        "family": "gpt2",
+        "layers": 2,
+        "hidden": 32,
+        "heads": 2,
+        "intermediate": 64,
+        "dropout": 0.1,
+        **options,
+    }
     data["corpus"].update(validation_files=[str(validation)])
     data["corpus"].pop("validation_fraction")
     data["training"].update({"epochs": 2, "max_steps": 12, "log_every": 1})
@@ -298,21 +321,31 @@ def test_segment_validation_refusals(tmp_path):
 
 
 REMOVED = object()  # a corpus key the case takes out
-STREAM = {"dataset": "json", "streaming": True, "validation_documents": 10, "train_files": REMOVED,
-          "validation_fraction": REMOVED}
+STREAM = {
+    "dataset": "json",
+    "streaming": True,
+    "validation_documents": 10,
+    "train_files": REMOVED,
+    "validation_fraction": REMOVED,
+}
 BAD_MODELS = {  # model section, changes to the corpus section, fragments the one error line must name
-    "stride does not divide the block": ({"attention": "strided", "attention_stride": 5}, {},
-                                         ("model.attention_stride (5)", "corpus.block_size (16)")),
-    "sparse attention without a stride": ({"attention": "fixed"}, {}, ("model", "attention fixed needs "
-                                                                       "attention_stride")),
+    "stride does not divide the block": (
+        {"attention": "strided", "attention_stride": 5},
+        {},
+        ("model.attention_stride (5)", "corpus.block_size (16)"),
+    ),
+    "sparse attention without a stride": (
+        {"attention": "fixed"},
+        {},
+        ("model", "attention fixed needs attention_stride"),
+    ),
     "a stride with dense attention": ({"attention_stride": 4}, {}, ("model", "takes no attention_stride")),
     "unknown pattern": ({"attention": "diagonal"}, {}, ("model.attention", "diagonal")),
     "negative memory": ({"memory_length": -1}, {}, ("model.memory_length",)),
     "memory with a position table": ({"memory_length": 8, "max_positions": 64}, {}, ("max_positions",)),
     "memory on a stream": ({"memory_length": 8}, STREAM, ("corpus.streaming", "model.memory_length")),
     "memory on bert": ({"family": "bert", "memory_length": 8}, {}, ("model.memory_length", "unknown key")),
-    "attention on awd_lstm": ({"family": "awd_lstm", "attention": "strided"}, {}, ("model.attention",
-                                                                                  "unknown key")),
+    "attention on awd_lstm": ({"family": "awd_lstm", "attention": "strided"}, {}, ("model.attention", "unknown key")),
     "memory with a checkpoint": ({"checkpoint": "gpt2", "memory_length": 8}, {}, ("model.checkpoint",)),
 }
 

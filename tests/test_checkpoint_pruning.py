@@ -58,11 +58,22 @@ HANGING_DELETE_DRIVER = textwrap.dedent("""
 def kill_during_the_first_pruning(tmp_path: Path, recipe: Path) -> None:
     """Run `finetune pretrain RECIPE` until it is deleting a checkpoint, then SIGKILL it."""
     marker = tmp_path / "pruning"
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false",
-                   "OMP_NUM_THREADS": str(torch.get_num_threads()), "HF_HUB_OFFLINE": "1",
-                   "TEST_PRUNING_MARKER": str(marker)}
-    process = subprocess.Popen([sys.executable, "-c", HANGING_DELETE_DRIVER, "pretrain", str(recipe)], cwd=tmp_path,
-                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+        "HF_HUB_OFFLINE": "1",
+        "TEST_PRUNING_MARKER": str(marker),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-c", HANGING_DELETE_DRIVER, "pretrain", str(recipe)],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not marker.exists():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -73,11 +84,13 @@ def kill_during_the_first_pruning(tmp_path: Path, recipe: Path) -> None:
     assert process.wait(timeout=30) == -signal.SIGKILL
 
 
-def test_sigkill_during_pruning_leaves_complete_checkpoints_and_resume_sweeps_the_rest(tmp_path, corpus_file,
-                                                                                        tokenizers):  # noqa: F811
+def test_sigkill_during_pruning_leaves_complete_checkpoints_and_resume_sweeps_the_rest(
+    tmp_path, corpus_file, tokenizers
+):
     """A checkpoint every 2 steps, only the newest kept: killed while deleting step 2 after saving step 4."""
-    data = family_recipe("gpt2", corpus_file, tmp_path / "full", tokenizers["gpt2"], checkpoint_every=2,
-                         keep_checkpoints=1)
+    data = family_recipe(
+        "gpt2", corpus_file, tmp_path / "full", tokenizers["gpt2"], checkpoint_every=2, keep_checkpoints=1
+    )
     data["training"]["max_steps"] = 8
     run_pretrain(load_recipe(write_yaml(tmp_path / "full.yaml", data)))
     recipe = write_yaml(tmp_path / "run.yaml", {**data, "run_dir": str(tmp_path / "run")})

@@ -23,8 +23,12 @@ def tokenizer(corpus_file):
 
 def tiny_masked_lm(vocab_size: int, seed: int = 0) -> BertForMaskedLM:
     torch.manual_seed(seed)
-    return build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.1),
-                           vocab_size, max_positions=32, pad_token_id=0)
+    return build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.1),
+        vocab_size,
+        max_positions=32,
+        pad_token_id=0,
+    )
 
 
 def assert_same_weights(first, second):
@@ -39,8 +43,9 @@ def test_trained_tokenizer(tokenizer):
     ids = tokenizer("the film", "was great")["input_ids"]
     assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
     assert ids.count(tokenizer.sep_token_id) == 2
-    assert tokenizer.decode(tokenizer("The Film was GREAT")["input_ids"], skip_special_tokens=True) == \
-        "the film was great"
+    assert (
+        tokenizer.decode(tokenizer("The Film was GREAT")["input_ids"], skip_special_tokens=True) == "the film was great"
+    )
     assert len(tokenizer) <= 120
 
 

@@ -120,16 +120,19 @@ def test_recipes_keys_piped_prints_every_value_whole():
     assert lines["pooling"][3].endswith("so unfreezing.schedule [1] gives ELMo's frozen backbone")
 
 
-@pytest.mark.parametrize("stage, recipe, override, suggestion", [
-    ("finetune", "quickstart/finetune.yaml", "training.learning_rate=1e-3", "training.lr"),
-    ("finetune", "quickstart/finetune.yaml", "training.epoch=3", "training.epochs"),
-    ("finetune", "quickstart/finetune.yaml", "training.cut_frac=0.2", "schedule.cut_frac"),
-    ("finetune", "quickstart/finetune.yaml", "task.max_seq_length=64", "task.max_length"),
-    ("pretrain", "quickstart/pretrain.yaml", "model.hiden=64", "model.hidden"),
-    ("ulmfit", "quickstart/ulmfit.yaml", "classifier.training.num_train_epochs=3", "classifier.training.epochs"),
-    # The flow's top-level task fills two sections: its mistake is reported once, under task.
-    ("ulmfit", "quickstart/ulmfit.yaml", "task.labelz=[0, 1]", "task.labels"),
-])
+@pytest.mark.parametrize(
+    "stage, recipe, override, suggestion",
+    [
+        ("finetune", "quickstart/finetune.yaml", "training.learning_rate=1e-3", "training.lr"),
+        ("finetune", "quickstart/finetune.yaml", "training.epoch=3", "training.epochs"),
+        ("finetune", "quickstart/finetune.yaml", "training.cut_frac=0.2", "schedule.cut_frac"),
+        ("finetune", "quickstart/finetune.yaml", "task.max_seq_length=64", "task.max_length"),
+        ("pretrain", "quickstart/pretrain.yaml", "model.hiden=64", "model.hidden"),
+        ("ulmfit", "quickstart/ulmfit.yaml", "classifier.training.num_train_epochs=3", "classifier.training.epochs"),
+        # The flow's top-level task fills two sections: its mistake is reported once, under task.
+        ("ulmfit", "quickstart/ulmfit.yaml", "task.labelz=[0, 1]", "task.labels"),
+    ],
+)
 def test_an_unknown_key_suggests_the_nearest_one(stage, recipe, override, suggestion):
     key = override.split("=")[0]
     output = assert_user_error(invoke(stage, REPO_ROOT / "recipes" / recipe, override), key)
@@ -137,8 +140,9 @@ def test_an_unknown_key_suggests_the_nearest_one(stage, recipe, override, sugges
 
 
 def test_an_unknown_key_far_from_every_key_gets_no_guess():
-    output = assert_user_error(invoke("finetune", REPO_ROOT / "recipes" / "quickstart" / "finetune.yaml",
-                                      "training.zebra=1"), "training.zebra")
+    output = assert_user_error(
+        invoke("finetune", REPO_ROOT / "recipes" / "quickstart" / "finetune.yaml", "training.zebra=1"), "training.zebra"
+    )
     assert output.endswith("training.zebra: unknown key"), output
 
 
@@ -229,10 +233,14 @@ def pipeline(tmp_path_factory):
     assert results["pretrain"].exit_code == 0, results["pretrain"].output
     results["finetune"] = invoke("finetune", paths["finetune"])
     assert results["finetune"].exit_code == 0, results["finetune"].output
-    results["finetune_random"] = invoke("finetune", paths["finetune"], "model.init=random",
-                                        f"run_dir={runs / 'finetune-random'}")
+    results["finetune_random"] = invoke(
+        "finetune", paths["finetune"], "model.init=random", f"run_dir={runs / 'finetune-random'}"
+    )
     assert results["finetune_random"].exit_code == 0, results["finetune_random"].output
-    models = {"pretrained": str(runs / "finetune" / "checkpoint"), "random": str(runs / "finetune-random" / "checkpoint")}
+    models = {
+        "pretrained": str(runs / "finetune" / "checkpoint"),
+        "random": str(runs / "finetune-random" / "checkpoint"),
+    }
     recipes["eval"] = eval_recipe(task, runs / "eval", models)
     paths["eval"] = write_yaml(root / "eval.yaml", recipes["eval"])
     results["eval"] = invoke("eval", paths["eval"])
@@ -327,8 +335,11 @@ def test_finetune_checkpoint_has_the_label_mapping(pipeline):
 
 
 def _state(path: Path, loader) -> dict[str, torch.Tensor]:
-    return {name: tensor for name, tensor in loader.from_pretrained(path).state_dict().items()
-            if name.startswith("bert.embeddings.") or name.startswith("bert.encoder.")}
+    return {
+        name: tensor
+        for name, tensor in loader.from_pretrained(path).state_dict().items()
+        if name.startswith("bert.embeddings.") or name.startswith("bert.encoder.")
+    }
 
 
 def test_gradual_unfreezing_left_the_lower_groups_untouched(pipeline):
@@ -392,8 +403,9 @@ def test_pretrain_again_without_overwrite_exits_2(pipeline):
 
 def test_eval_label_mismatch_exits_2(pipeline, tmp_path):
     """A checkpoint whose labels differ from the task's is refused with a one-line error."""
-    data = eval_recipe(pipeline["task"], tmp_path / "eval", {"pretrained": pipeline["recipes"]["eval"]["models"][
-        "pretrained"]})
+    data = eval_recipe(
+        pipeline["task"], tmp_path / "eval", {"pretrained": pipeline["recipes"]["eval"]["models"]["pretrained"]}
+    )
     data["task"]["labels"] = ["1", "0"]  # the same labels in the other order: predictions would be flipped
     assert_user_error(invoke("eval", write_yaml(tmp_path / "eval.yaml", data)), "models.pretrained", "labels")
     assert not (tmp_path / "eval").exists()
@@ -428,8 +440,9 @@ def test_pretrain_reuses_a_saved_tokenizer(pipeline, tmp_path):
     (huggingface/tokenizers#1794); reusing the saved one is how a run is reproduced.
     """
     earlier = pipeline["runs"] / "pretrain" / "checkpoint"
-    result = invoke("pretrain", pipeline["paths"]["pretrain"], f"tokenizer.path={earlier}",
-                    f"run_dir={tmp_path / 'again'}")
+    result = invoke(
+        "pretrain", pipeline["paths"]["pretrain"], f"tokenizer.path={earlier}", f"run_dir={tmp_path / 'again'}"
+    )
     assert result.exit_code == 0, result.output
     assert "training a WordPiece tokenizer" not in result.output
     reused = AutoTokenizer.from_pretrained(tmp_path / "again" / "checkpoint")

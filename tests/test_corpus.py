@@ -344,8 +344,9 @@ def test_text_of_unknown_characters_is_refused(tmp_path, monkeypatch):
     for cache_dir in (None, tmp_path):
         with pytest.raises(UserError) as info:
             tokenize_corpus(tokenizer, documents, cache_dir, "test", name="the training text")
-        assert str(info.value).startswith("the training text gives no known tokens: its 2 documents tokenize to "
-                                          "only [UNK]")
+        assert str(info.value).startswith(
+            "the training text gives no known tokens: its 2 documents tokenize to only [UNK]"
+        )
         assert "一二三 四五" in str(info.value)
     assert list(tmp_path.iterdir()) == []  # nothing cached
     # A cache written without the check (an earlier version) is refused as well.
@@ -367,8 +368,7 @@ def test_a_tokenizer_trained_on_zero_width_text_knows_no_token():
 
 def test_wordpiece_corpus_packs_into_bert_blocks():
     tokenizer = train_wordpiece(LINES, vocab_size=200, min_frequency=1)
-    blocks = pack_blocks(tokenize_corpus(tokenizer, LINES), 16, tokenizer.sep_token_id,
-                         start_id=tokenizer.cls_token_id)
+    blocks = pack_blocks(tokenize_corpus(tokenizer, LINES), 16, tokenizer.sep_token_id, start_id=tokenizer.cls_token_id)
     assert (blocks[:, 0] == tokenizer.cls_token_id).all() and tokenizer.cls_token_id not in blocks[:, 1:]
     assert (blocks == tokenizer.sep_token_id).sum() >= len(blocks)  # sentences of ~7 tokens: one [SEP] a block
 
@@ -382,8 +382,9 @@ def jsonl_dataset(tmp_path, monkeypatch):
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")  # leave ~/.cache alone
     path = tmp_path / "rows.jsonl"
-    path.write_text('{"text": " = Title = \\n", "id": 1}\n{"text": "", "id": 2}\n{"text": "a line .", "id": 3}\n',
-                    encoding="utf-8")
+    path.write_text(
+        '{"text": " = Title = \\n", "id": 1}\n{"text": "", "id": 2}\n{"text": "a line .", "id": 3}\n', encoding="utf-8"
+    )
     return str(path)
 
 
@@ -409,8 +410,10 @@ def test_read_dataset_documents_unloadable(jsonl_dataset, tmp_path):
 
 # Documents of text files: lines, paragraphs, whole files (corpus.document)
 
-PLAY = ("KING.\r\nSpeak, speak.  \r\n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n"
-        "\n\n\nKING.\nMark me.\n\n")
+PLAY = (
+    "KING.\r\nSpeak, speak.  \r\n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n"
+    "\n\n\nKING.\nMark me.\n\n"
+)
 
 
 def test_paragraphs_are_lines_up_to_a_blank_line_with_their_line_breaks(tmp_path):
@@ -418,8 +421,11 @@ def test_paragraphs_are_lines_up_to_a_blank_line_with_their_line_breaks(tmp_path
     path.write_text(PLAY, encoding="utf-8", newline="")
     (tmp_path / "more.txt").write_text("no blank line at the end\nof this one", encoding="utf-8")
     assert read_documents([path, tmp_path / "more.txt"], "paragraph") == [
-        "KING.\nSpeak, speak.\nI am thy father's spirit,", "HAMLET.\nAlas, poor ghost!", "KING.\nMark me.",
-        "no blank line at the end\nof this one"]  # a file's end ends a paragraph; a line of U+200B is blank
+        "KING.\nSpeak, speak.\nI am thy father's spirit,",
+        "HAMLET.\nAlas, poor ghost!",
+        "KING.\nMark me.",
+        "no blank line at the end\nof this one",
+    ]  # a file's end ends a paragraph; a line of U+200B is blank
 
 
 def test_a_file_is_one_document_as_written(tmp_path):
@@ -428,7 +434,8 @@ def test_a_file_is_one_document_as_written(tmp_path):
     blank.write_text("\n \u200b\n\n", encoding="utf-8")  # nothing shows: no document
     assert read_documents([blank, play, blank], "file") == [
         "KING.\nSpeak, speak.  \n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n\n\n\n"
-        "KING.\nMark me."]
+        "KING.\nMark me."
+    ]
     with pytest.raises(UserError, match=f"{blank}: no text"):
         read_documents([blank], "file")
 
@@ -439,9 +446,15 @@ def test_pieces_of_a_document_give_the_tokens_of_the_whole(document, tmp_path):
     streams) into exactly the ids of the whole text, with byte-level BPE and WordPiece alike; training a
     tokenizer on the pieces learns what training on the whole texts learns."""
     rng = random.Random(0)
-    speeches = ["\n".join(("    " if rng.random() < 0.3 else "") + make_sentence(rng, rng.random() < 0.5)
-                          + (" " if rng.random() < 0.2 else "") for _ in range(rng.randint(1, 9)))
-                for _ in range(60)]
+    speeches = [
+        "\n".join(
+            ("    " if rng.random() < 0.3 else "")
+            + make_sentence(rng, rng.random() < 0.5)
+            + (" " if rng.random() < 0.2 else "")
+            for _ in range(rng.randint(1, 9))
+        )
+        for _ in range(60)
+    ]
     path = tmp_path / "play.txt"
     path.write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
     whole = [piece.text for piece in file_pieces([path], document, piece_bytes=None)]

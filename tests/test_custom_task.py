@@ -20,8 +20,12 @@ from finetune.recipes import load_recipe
 from tests.conftest import save_tiny_masked_lm
 
 runner = CliRunner()
-TOPICS = {1: ["minister", "election", "summit"], 2: ["match", "goal", "coach"], 3: ["shares", "profit", "bank"],
-          4: ["software", "chip", "robot"]}
+TOPICS = {
+    1: ["minister", "election", "summit"],
+    2: ["match", "goal", "coach"],
+    3: ["shares", "profit", "bank"],
+    4: ["software", "chip", "robot"],
+}
 NAMES = ["World", "Sports", "Business", "Sci/Tech"]
 RECIPE = """\
 stage: finetune
@@ -101,14 +105,18 @@ def test_predict_reads_the_columns_and_gives_label_names(news_run, monkeypatch):
 
 def test_eval_writes_label_names_and_names_a_file_without_labels(news_run, monkeypatch):
     monkeypatch.chdir(news_run)
-    recipe = ("stage: eval\nrun_dir: runs/news-eval\ntask: {name: news, data_dir: data/news, text: '{Title}. "
-              "{Description}', label_column: Class Index, labels: [1, 2, 3, 4], label_names: {1: World, 2: Sports, "
-              "3: Business, 4: Sci/Tech}}\nsplit: dev\nwrite_predictions: true\nmodels: {news: runs/news/checkpoint}\n")
+    recipe = (
+        "stage: eval\nrun_dir: runs/news-eval\ntask: {name: news, data_dir: data/news, text: '{Title}. "
+        "{Description}', label_column: Class Index, labels: [1, 2, 3, 4], label_names: {1: World, 2: Sports, "
+        "3: Business, 4: Sci/Tech}}\nsplit: dev\nwrite_predictions: true\nmodels: {news: runs/news/checkpoint}\n"
+    )
     Path("eval.yaml").write_text(recipe, encoding="utf-8")
     result = runner.invoke(app, ["eval", "eval.yaml"])
     assert result.exit_code == 0, result.output
     predictions = Path("runs/news-eval/predictions/news.tsv").read_text(encoding="utf-8").splitlines()
     assert len(predictions) == 9 and {line.split("\t")[1] for line in predictions[1:]} <= set(NAMES)
-    result = runner.invoke(app, ["eval", "eval.yaml", "split=test", "write_predictions=false", "run_dir=runs/news-test"])
+    result = runner.invoke(
+        app, ["eval", "eval.yaml", "split=test", "write_predictions=false", "run_dir=runs/news-test"]
+    )
     assert result.exit_code == 2
     assert "the test file data/news/test.csv has no 'Class Index' column" in result.output, result.output

@@ -22,8 +22,10 @@ from finetune.run_dir import read_metrics
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import REPO_ROOT, finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                                reason="needs torch.distributed with gloo")
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="needs torch.distributed with gloo",
+)
 
 # Runs the CLI under torchrun; reports each process's view so the test can check all of them.
 LAUNCHER = textwrap.dedent("""
@@ -57,10 +59,22 @@ def torchrun(tmp_path: Path, *arguments: str, launcher_source: str = LAUNCHER) -
     """`launcher_source` (a script taking the CLI's arguments) on 2 CPU processes, one thread each."""
     launcher = tmp_path / "launch.py"
     launcher.write_text(launcher_source, encoding="utf-8")
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(launcher), *arguments]
+    environment = {
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(launcher),
+        *arguments,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
 
 
@@ -78,8 +92,9 @@ def test_pretrain_on_two_processes(tmp_path):
     check_two_processes(result)
     # Every process must tokenize the corpus identically, or their token ids mean different things.
     vocabularies = dict(re.findall(r"VOCAB (\d) ([0-9a-f]+)", output))
-    assert len(vocabularies) == 2 and len(set(vocabularies.values())) == 1, \
+    assert len(vocabularies) == 2 and len(set(vocabularies.values())) == 1, (
         f"the processes trained different tokenizers: {vocabularies}"
+    )
     assert result.returncode == 0, output[-3000:]
     train = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "train"]
     assert train[-1]["step"] == 4
@@ -89,8 +104,12 @@ def test_finetune_with_gradual_unfreezing_on_two_processes(tmp_path):
     documents = read_documents([write_corpus(tmp_path / "corpus")])
     tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
     torch.manual_seed(0)
-    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64), len(tokenizer),
-                            max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    model = build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64),
+        len(tokenizer),
+        max_positions=32,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     checkpoint = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
     data = finetune_recipe(checkpoint, write_task(tmp_path / "task"), tmp_path / "run")
     result = torchrun(tmp_path, "finetune", str(write_yaml(tmp_path / "finetune.yaml", data)))
@@ -118,8 +137,17 @@ def test_awd_lstm_on_two_processes_matches_one_process_with_the_same_global_batc
 
     def recipe(run_dir: Path, batch_size: int) -> dict:
         data = pretrain_recipe(corpus, run_dir)
-        data["model"] = {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2, "output_dropout": 0,
-                         "hidden_dropout": 0, "input_dropout": 0, "embedding_dropout": 0, "weight_dropout": 0}
+        data["model"] = {
+            "family": "awd_lstm",
+            "embedding_size": 16,
+            "hidden": 24,
+            "layers": 2,
+            "output_dropout": 0,
+            "hidden_dropout": 0,
+            "input_dropout": 0,
+            "embedding_dropout": 0,
+            "weight_dropout": 0,
+        }
         data["tokenizer"] = {"path": str(tmp_path / "tokenizer")}
         data["training"].update({"batch_size": batch_size, "max_steps": 6})
         return data
@@ -133,8 +161,9 @@ def test_awd_lstm_on_two_processes_matches_one_process_with_the_same_global_batc
     def final_validation_loss(run_dir: Path) -> float:
         return [r for r in read_metrics(run_dir / "metrics.jsonl") if r["phase"] == "eval"][-1]["validation_loss"]
 
-    assert final_validation_loss(tmp_path / "double") == pytest.approx(final_validation_loss(tmp_path / "single"),
-                                                                       rel=1e-5)
+    assert final_validation_loss(tmp_path / "double") == pytest.approx(
+        final_validation_loss(tmp_path / "single"), rel=1e-5
+    )
     single_weights = load_file(tmp_path / "single" / "checkpoint" / "model.safetensors")
     double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
     for name, weight in single_weights.items():
@@ -194,8 +223,12 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
     documents = read_documents([write_corpus(tmp_path / "corpus")])
     tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
     torch.manual_seed(0)
-    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
-                            len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    model = build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
+        len(tokenizer),
+        max_positions=32,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     pretrained = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
     task = write_task(tmp_path / "task", train_rows=33, dev_rows=23)
 
@@ -216,8 +249,13 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
     run_finetune(load_recipe(write_yaml(tmp_path / "single.yaml", finetune_data("single", 16))))
     run_eval(load_recipe(write_yaml(tmp_path / "eval-single.yaml", eval_data("eval-single"))))
     _, written = torchrun_tracking_writes(
-        tmp_path, "finetune", str(write_yaml(tmp_path / "double.yaml", finetune_data("double", 8))),
-        "+", "eval", str(write_yaml(tmp_path / "eval-double.yaml", eval_data("eval-double"))))
+        tmp_path,
+        "finetune",
+        str(write_yaml(tmp_path / "double.yaml", finetune_data("double", 8))),
+        "+",
+        "eval",
+        str(write_yaml(tmp_path / "eval-double.yaml", eval_data("eval-double"))),
+    )
     run_dirs = (str(tmp_path / "double"), str(tmp_path / "eval-double"))
     assert not [path for path in written if path.startswith(run_dirs)], f"process 1 wrote into a run_dir: {written}"
 
@@ -242,8 +280,10 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
 
     reports = [json.loads((tmp_path / name / "report.json").read_text()) for name in ("eval-single", "eval-double")]
     assert reports[0]["results"] == reports[1]["results"] and reports[0]["examples"] == 23
-    predictions = [(tmp_path / name / "predictions" / "single.tsv").read_text().splitlines()
-                   for name in ("eval-single", "eval-double")]
+    predictions = [
+        (tmp_path / name / "predictions" / "single.tsv").read_text().splitlines()
+        for name in ("eval-single", "eval-double")
+    ]
     assert predictions[0] == predictions[1], "2 processes predicted other rows (or repeated some)"
     assert [row.split("\t")[0] for row in predictions[1][1:]] == [str(index) for index in range(23)]
 

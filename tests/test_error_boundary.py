@@ -18,16 +18,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "finetune"
 FACT_ONLY_MODULES = sorted(path for folder in ("data", "glue", "models") for path in (PACKAGE / folder).glob("*.py"))
 # Texts there that do start with a recipe key and a colon, each with why it stays: (module, text's start, reason).
 KEY_FIRST_TEXTS_KEPT = [
-    ("models/heads.py", "model.backward_checkpoint: its vocabulary differs",
-     "a console note printed in the middle of the classifier's load, not an error: no caller can add a key to it"),
+    (
+        "models/heads.py",
+        "model.backward_checkpoint: its vocabulary differs",
+        "a console note printed in the middle of the classifier's load, not an error: no caller can add a key to it",
+    )
 ]
 
 
 def user_error_uses(path: Path) -> list[int]:
     """The lines of `path` that name UserError (a raise, an import, an except)."""
-    return [node.lineno for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if (isinstance(node, ast.Name) and node.id == "UserError")
-            or (isinstance(node, ast.alias) and node.name == "UserError")]
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if (isinstance(node, ast.Name) and node.id == "UserError")
+        or (isinstance(node, ast.alias) and node.name == "UserError")
+    ]
 
 
 def test_data_glue_and_models_raise_no_user_error():
@@ -74,16 +80,22 @@ def test_data_glue_and_models_leave_recipe_keys_to_their_callers():
     keys = known_keys()
     assert {"task.max_length", "corpus.document", "model.checkpoint", "pooling", "task.long_documents"} <= keys
     kept = {(module, start) for module, start, _ in KEY_FIRST_TEXTS_KEPT}
-    found = {(str(path.relative_to(PACKAGE)), text) for path in FACT_ONLY_MODULES
-             for _, text in key_first_texts(path, keys)}
-    assert {(module, text) for module, text in found
-            if not any(module == kept_module and text.startswith(start) for kept_module, start in kept)} == set()
+    found = {
+        (str(path.relative_to(PACKAGE)), text) for path in FACT_ONLY_MODULES for _, text in key_first_texts(path, keys)
+    }
+    assert {
+        (module, text)
+        for module, text in found
+        if not any(module == kept_module and text.startswith(start) for kept_module, start in kept)
+    } == set()
 
 
 def test_the_key_scan_sees_a_key_first_text(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text('def f(x):\n    raise ValueError(f"task.max_length: {x} is too long")\n\n\n'
-                      'A = "corpus.document: file"\nB = "the task.max_length"\nC = "--document: page"\n')
+    module.write_text(
+        'def f(x):\n    raise ValueError(f"task.max_length: {x} is too long")\n\n\n'
+        'A = "corpus.document: file"\nB = "the task.max_length"\nC = "--document: page"\n'
+    )
     assert [line for line, _ in key_first_texts(module, {"task.max_length", "corpus.document"})] == [2, 5, 7]
 
 

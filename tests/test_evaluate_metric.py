@@ -47,8 +47,9 @@ def test_batches_add_up_to_one_computation():
     predictions, references = random_outputs("mrpc", seed=1)
     metric = evaluate.load(MODULE_PATH, "mrpc")
     for start in range(0, 200, 64):
-        metric.add_batch(predictions=predictions[start:start + 64].tolist(),
-                         references=references[start:start + 64].tolist())
+        metric.add_batch(
+            predictions=predictions[start : start + 64].tolist(), references=references[start : start + 64].tolist()
+        )
     assert metric.compute() == pytest.approx(compute_metrics(GLUE_TASKS["mrpc"], predictions, references))
 
 

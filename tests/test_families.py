@@ -54,8 +54,9 @@ def test_every_family_is_registered_under_its_name():
 def test_an_unknown_family_is_refused_in_one_line():
     with pytest.raises(UserError) as refused:
         family("t5")
-    assert str(refused.value) == ("unknown model family 't5' (expected bert, gpt2, causal_transformer, awd_lstm, "
-                                  "ngram)")
+    assert str(refused.value) == (
+        "unknown model family 't5' (expected bert, gpt2, causal_transformer, awd_lstm, ngram)"
+    )
     assert family_of_model_type("roberta") is None  # transformers' own: fine-tuned, never pretrained here
 
 
@@ -86,7 +87,10 @@ def test_the_data_layouts():
     assert (BERT.separator_id(tokenizer), BERT.block_start_id(tokenizer), BERT.block_text_tokens(8)) == (3, 4, 7)
     for causal in (GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM):
         assert (causal.separator_id(tokenizer), causal.block_start_id(tokenizer), causal.block_text_tokens(8)) == (
-            2, None, 9)
+            2,
+            None,
+            9,
+        )
     assert (BERT.tokenizer_kind, GPT2.tokenizer_kind) == ("WordPiece", "byte-level BPE")
     assert (BERT.accuracy_name, AWD_LSTM.accuracy_name) == ("masked_accuracy", "next_token_accuracy")
     tokenizer.mask_token = None
@@ -104,10 +108,11 @@ def test_what_is_known_of_a_loaded_config():
 
 
 def test_a_checkpoint_of_another_family_is_refused_with_its_type():
-    with pytest.raises(UserError, match="^model.checkpoint: run/ckpt is a 'bert' model; model.family awd_lstm "
-                                        "continues awd_lstm checkpoints$"):
-        with recipe_key("model.checkpoint"):  # as the stages name it
-            AWD_LSTM.check_checkpoint(AutoConfig.for_model("bert"), "run/ckpt")
+    with pytest.raises(
+        UserError,
+        match="^model.checkpoint: run/ckpt is a 'bert' model; model.family awd_lstm continues awd_lstm checkpoints$",
+    ), recipe_key("model.checkpoint"):  # as the stages name it
+        AWD_LSTM.check_checkpoint(AutoConfig.for_model("bert"), "run/ckpt")
     GPT2.check_checkpoint(AutoConfig.for_model("gpt2"), "run/ckpt")
 
 

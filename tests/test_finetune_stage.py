@@ -59,8 +59,14 @@ def test_keep_best_saves_the_best_evaluation(pretrained, task_dir, tmp_path):
     assert result["best"]["dev_accuracy"] == best["dev_accuracy"]
     assert [record["step"] for record in records if record["best_so_far"]][-1] == best["step"]
     # The saved checkpoint scores what the best evaluation scored.
-    report = run_eval(load_recipe(write_yaml(tmp_path / "eval.yaml", eval_recipe(
-        task_dir, tmp_path / "eval", {"best": str(tmp_path / "run" / "checkpoint")}))))
+    report = run_eval(
+        load_recipe(
+            write_yaml(
+                tmp_path / "eval.yaml",
+                eval_recipe(task_dir, tmp_path / "eval", {"best": str(tmp_path / "run" / "checkpoint")}),
+            )
+        )
+    )
     assert report["results"]["best"]["accuracy"] == pytest.approx(best["dev_accuracy"])
 
 
@@ -72,8 +78,9 @@ def test_early_stopping_ends_the_run_when_patience_runs_out(pretrained, task_dir
     run(data, tmp_path)
     records = evaluations(tmp_path / "run")
     assert [record["step"] for record in records] == [1, 2, 3]
-    train_steps = [record["step"] for record in read_metrics(tmp_path / "run" / "metrics.jsonl")
-                   if record["phase"] == "train"]
+    train_steps = [
+        record["step"] for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "train"
+    ]
     assert max(train_steps) == 3  # of the 15 planned
 
 
@@ -83,12 +90,16 @@ def test_multi_seed_runs_each_seed_and_summarises(pretrained, task_dir, tmp_path
     data["training"]["epochs"] = 1
     assert run(data, tmp_path) == tmp_path / "run"
     summary = json.loads((tmp_path / "run" / "seeds.json").read_text())
-    values = [json.loads((tmp_path / "run" / f"seed-{seed}" / RESULT_FILE).read_text())["best"]["dev_accuracy"]
-              for seed in (3, 4, 5)]
+    values = [
+        json.loads((tmp_path / "run" / f"seed-{seed}" / RESULT_FILE).read_text())["best"]["dev_accuracy"]
+        for seed in (3, 4, 5)
+    ]
     accuracy = summary["metrics"]["dev_accuracy"]
     assert summary["seeds"] == [3, 4, 5] and accuracy["values"] == values
     assert accuracy["mean"] == pytest.approx(statistics.fmean(values))
-    assert accuracy["median"] == statistics.median(values) and accuracy["std"] == pytest.approx(statistics.stdev(values))
+    assert accuracy["median"] == statistics.median(values) and accuracy["std"] == pytest.approx(
+        statistics.stdev(values)
+    )
     for seed in (3, 4, 5):
         assert (tmp_path / "run" / f"seed-{seed}" / "checkpoint" / "model.safetensors").is_file()
         assert load_recipe(tmp_path / "run" / f"seed-{seed}" / "recipe.yaml", check_paths=False).seed == seed
@@ -124,7 +135,9 @@ def test_warm_start_keeps_the_backbone_and_replaces_a_head_with_other_labels(pre
     model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**section)), 0.1)
     weights = model.state_dict()
     assert model.classifier.out_features == 3
-    assert torch.equal(weights["bert.encoder.layer.1.output.dense.weight"], stored["bert.encoder.layer.1.output.dense.weight"])
+    assert torch.equal(
+        weights["bert.encoder.layer.1.output.dense.weight"], stored["bert.encoder.layer.1.output.dense.weight"]
+    )
     # Two labels with other names: same shape, but the old head would mean the wrong classes, so it is renewed.
     section = custom_task_section(task_dir)
     section["labels"] = ["1", "0"]
@@ -132,7 +145,9 @@ def test_warm_start_keeps_the_backbone_and_replaces_a_head_with_other_labels(pre
     assert not torch.equal(model.classifier.weight, stored["classifier.weight"])
     assert torch.equal(model.bert.pooler.dense.weight, stored["bert.pooler.dense.weight"])
     # The same labels: the head carries on (continued fine-tuning).
-    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**custom_task_section(task_dir))), 0.1)
+    model = load_classifier(
+        BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**custom_task_section(task_dir))), 0.1
+    )
     assert torch.equal(model.classifier.weight, stored["classifier.weight"])
 
 
@@ -203,14 +218,21 @@ def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropou
     for batch_size, accumulation in ((16, 1), (8, 2)):
         data = finetune_recipe(pretrained_without_dropout, task_dir, tmp_path / f"run-{accumulation}")
         data.update({"classifier_dropout": 0.0, "keep_best": False})
-        data["training"].update({"batch_size": batch_size, "gradient_accumulation_steps": accumulation,
-                                 "epochs": 2, "max_grad_norm": None})
+        data["training"].update(
+            {"batch_size": batch_size, "gradient_accumulation_steps": accumulation, "epochs": 2, "max_grad_norm": None}
+        )
         checkpoint = run(data, tmp_path, f"run-{accumulation}")
         weights[accumulation] = load_file(checkpoint / "model.safetensors")
         train = [r for r in read_metrics(tmp_path / f"run-{accumulation}" / "metrics.jsonl") if r["phase"] == "train"]
         assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
-    changed = [name for name in weights[1] if not torch.equal(weights[1][name], load_file(
-        pretrained_without_dropout / "model.safetensors").get(name, weights[1][name] + 1))]
+    changed = [
+        name
+        for name in weights[1]
+        if not torch.equal(
+            weights[1][name],
+            load_file(pretrained_without_dropout / "model.safetensors").get(name, weights[1][name] + 1),
+        )
+    ]
     assert changed, "training changed nothing: the comparison would prove nothing"
     for name, weight in weights[1].items():
         assert torch.allclose(weight, weights[2][name], atol=1e-6, rtol=1e-5), name
@@ -224,8 +246,17 @@ def test_gpt2_checkpoint_without_a_pad_token_fine_tunes(tmp_path, task_dir):
 
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(tmp_path / "corpus")]), 300, min_frequency=1)
     tokenizer.pad_token = None
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=32,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+        )
+    )
     checkpoint = save_checkpoint(model, tokenizer, tmp_path / "gpt2")
     assert AutoModelForSequenceClassification.from_pretrained(checkpoint).config.pad_token_id is None
     data = finetune_recipe(checkpoint, task_dir, tmp_path / "run")

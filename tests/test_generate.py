@@ -29,23 +29,41 @@ from finetune.stages.language_model_validation import score_text
 from tests.conftest import save_tiny_masked_lm, write_corpus
 
 runner = CliRunner()
-TRANSFORMER = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, dropout=0.0,
-                   attention_dropout=0.0, max_position_embeddings=64)
+TRANSFORMER = dict(
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=32,
+    dropout=0.0,
+    attention_dropout=0.0,
+    max_position_embeddings=64,
+)
 FAMILIES = {  # the causal models `finetune pretrain` writes, tiny, as (config -> model) makers
-    "gpt2": lambda vocab: GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=16, n_layer=2, n_head=2, n_positions=64,
-                                                     bos_token_id=0, eos_token_id=0)),  # the tokenizer's <|endoftext|>
-    "transformer-xl": lambda vocab: CausalTransformerForCausalLM(CausalTransformerConfig(
-        vocab_size=vocab, memory_length=4, **TRANSFORMER)),
-    "strided": lambda vocab: CausalTransformerForCausalLM(CausalTransformerConfig(
-        vocab_size=vocab, relative_positions=False, attention_pattern="strided", attention_stride=4, **TRANSFORMER)),
-    "fixed-with-memory": lambda vocab: CausalTransformerForCausalLM(CausalTransformerConfig(
-        vocab_size=vocab, memory_length=8, attention_pattern="fixed", attention_stride=4, **TRANSFORMER)),
-    "awd_lstm": lambda vocab: AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24,
-                                                               num_layers=2)),
-    "qrnn": lambda vocab: AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24,
-                                                           num_layers=2, cell="qrnn")),
-    "rnn": lambda vocab: AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24,
-                                                          num_layers=2, cell="rnn")),
+    "gpt2": lambda vocab: GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_embd=16, n_layer=2, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0)
+    ),  # the tokenizer's <|endoftext|>
+    "transformer-xl": lambda vocab: CausalTransformerForCausalLM(
+        CausalTransformerConfig(vocab_size=vocab, memory_length=4, **TRANSFORMER)
+    ),
+    "strided": lambda vocab: CausalTransformerForCausalLM(
+        CausalTransformerConfig(
+            vocab_size=vocab, relative_positions=False, attention_pattern="strided", attention_stride=4, **TRANSFORMER
+        )
+    ),
+    "fixed-with-memory": lambda vocab: CausalTransformerForCausalLM(
+        CausalTransformerConfig(
+            vocab_size=vocab, memory_length=8, attention_pattern="fixed", attention_stride=4, **TRANSFORMER
+        )
+    ),
+    "awd_lstm": lambda vocab: AWDLSTMForCausalLM(
+        AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24, num_layers=2)
+    ),
+    "qrnn": lambda vocab: AWDLSTMForCausalLM(
+        AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24, num_layers=2, cell="qrnn")
+    ),
+    "rnn": lambda vocab: AWDLSTMForCausalLM(
+        AWDLSTMConfig(vocab_size=vocab, embedding_size=16, hidden_size=24, num_layers=2, cell="rnn")
+    ),
 }
 CARRYING_STATE = ["transformer-xl", "fixed-with-memory", "awd_lstm", "qrnn", "rnn"]
 
@@ -94,7 +112,7 @@ def argmax_loop(model, ids: list[int], steps: int) -> list[int]:
     with torch.no_grad():
         for _ in range(steps):
             sequence = torch.cat([sequence, model(sequence).logits[:, -1:].argmax(-1)], dim=1)
-    return sequence[0, len(ids):].tolist()
+    return sequence[0, len(ids) :].tolist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,9 +126,10 @@ def test_greedy_generation_is_the_argmax_loop(family, tokenizer, ngram):
     ids = prompt_ids(tokenizer, "the film was")
     expected = argmax_loop(model, ids, 20)
     assert len(set(expected)) > 2  # a sequence worth comparing, not one token repeated
-    generated = model.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False, eos_token_id=None,
-                               pad_token_id=tokenizer.pad_token_id)
-    assert generated[0, len(ids):].tolist() == expected
+    generated = model.generate(
+        torch.tensor([ids]), max_new_tokens=20, do_sample=False, eos_token_id=None, pad_token_id=tokenizer.pad_token_id
+    )
+    assert generated[0, len(ids) :].tolist() == expected
     greedy = Sampling(max_new_tokens=20, greedy=True, stop_at_end_of_text=False)
     [sample] = generate_samples(model, tokenizer, "the film was", greedy)
     assert sample.text == tokenizer.decode(expected) and sample.new_tokens == 20
@@ -125,8 +144,16 @@ def test_each_step_gives_the_distribution_of_a_full_forward_over_the_prefix(fami
     prompt = torch.tensor([prompt_ids(tokenizer, "the plot was")])
     assert prompt.shape[1] % 4
     torch.manual_seed(1)
-    result = model.generate(prompt, max_new_tokens=16, do_sample=True, top_k=0, eos_token_id=None,
-                            pad_token_id=tokenizer.pad_token_id, output_logits=True, return_dict_in_generate=True)
+    result = model.generate(
+        prompt,
+        max_new_tokens=16,
+        do_sample=True,
+        top_k=0,
+        eos_token_id=None,
+        pad_token_id=tokenizer.pad_token_id,
+        output_logits=True,
+        return_dict_in_generate=True,
+    )
     sequence = result.sequences
     for step, logits in enumerate(result.logits):
         with torch.no_grad():
@@ -156,11 +183,11 @@ def test_sampling_options_reach_generate(tokenizer):
     """top-k 1 samples the most probable token: the greedy text, whatever the seed and temperature."""
     model = tiny_model("gpt2", len(tokenizer))
     greedy = next(generate_samples(model, tokenizer, "the film", Sampling(max_new_tokens=12, greedy=True)))
-    top_one = generate_samples(model, tokenizer, "the film", Sampling(max_new_tokens=12, top_k=1, temperature=3.0),
-                               count=2, seed=5)
+    top_one = generate_samples(
+        model, tokenizer, "the film", Sampling(max_new_tokens=12, top_k=1, temperature=3.0), count=2, seed=5
+    )
     assert [sample.text for sample in top_one] == [greedy.text] * 2
-    wide = generate_samples(model, tokenizer, "the film", Sampling(max_new_tokens=12, temperature=3.0), count=2,
-                            seed=5)
+    wide = generate_samples(model, tokenizer, "the film", Sampling(max_new_tokens=12, temperature=3.0), count=2, seed=5)
     assert greedy.text not in [sample.text for sample in wide]
 
 
@@ -193,8 +220,16 @@ def test_ngram_samples_follow_its_probabilities():
         expected = probabilities ** (1 / temperature)
         expected = (expected / expected.sum()).double().numpy()
         torch.manual_seed(0)
-        samples = model.generate(context, do_sample=True, top_k=0, temperature=temperature, max_new_tokens=1,
-                                 num_return_sequences=3000, eos_token_id=None, pad_token_id=0)[:, -1]
+        samples = model.generate(
+            context,
+            do_sample=True,
+            top_k=0,
+            temperature=temperature,
+            max_new_tokens=1,
+            num_return_sequences=3000,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[:, -1]
         counts = torch.bincount(samples, minlength=5).double().numpy()
         assert chisquare(counts, expected * len(samples)).pvalue > 1e-3
         uniform = [len(samples) / 5] * 5  # the test can fail: samples are far from uniform
@@ -245,8 +280,10 @@ def test_generate_command_streams_the_greedy_continuation(checkpoints):
     folder = checkpoints["awd_lstm"]
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     expected = tokenizer.decode(argmax_loop(model, prompt_ids(tokenizer, "the film was"), 12))
-    result = runner.invoke(app, ["generate", str(folder), "--prompt", "the film was", "--greedy",
-                                 "--max-new-tokens", "12", "--no-stop-at-eos"])
+    result = runner.invoke(
+        app,
+        ["generate", str(folder), "--prompt", "the film was", "--greedy", "--max-new-tokens", "12", "--no-stop-at-eos"],
+    )
     assert result.exit_code == 0, result.output
     assert result.stdout == "the film was" + expected + "\n"
 
@@ -297,7 +334,8 @@ def test_score_is_the_mean_next_token_loss_of_the_whole_text(checkpoints, tokeni
     stream = torch.tensor([text_stream(tokenizer, text)])
     ngram = NGramForCausalLM.from_pretrained(checkpoints["ngram"])
     assert score_text(checkpoints["ngram"], [text], segment_length=4096)["nats_per_token"] == pytest.approx(
-        ngram.nats_per_token(stream), rel=1e-6)
+        ngram.nats_per_token(stream), rel=1e-6
+    )
     # The AWD-LSTM carries its state from segment to segment: any length reads the text as one forward does.
     lstm = AutoModelForCausalLM.from_pretrained(checkpoints["awd_lstm"]).eval()
     with torch.no_grad():
@@ -326,8 +364,10 @@ def test_score_command_prints_the_line_or_json(checkpoints, tmp_path):
     assert scored["files"] == [str(text)] and 0 < scored["nats_per_token"] < 20
     assert scored["perplexity"] == pytest.approx(math.exp(scored["nats_per_token"]), rel=1e-6)
     line = runner.invoke(app, ["score", str(checkpoints["transformer-xl"]), str(text)]).stdout.strip()
-    assert line == (f"{scored['tokens']:,} tokens: {scored['nats_per_token']:.4f} nats per token, perplexity "
-                    f"{scored['perplexity']:.2f}, next-token accuracy {scored['next_token_accuracy']:.4f}")
+    assert line == (
+        f"{scored['tokens']:,} tokens: {scored['nats_per_token']:.4f} nats per token, perplexity "
+        f"{scored['perplexity']:.2f}, next-token accuracy {scored['next_token_accuracy']:.4f}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,23 +384,28 @@ def one_line_error(arguments: list[str]) -> str:
 
 def test_masked_models_and_classifiers_are_refused_naming_their_type(tmp_path, checkpoints):
     masked = str(save_tiny_masked_lm(tmp_path / "bert"))
-    classifier = GPT2ForSequenceClassification(GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2,
-                                                          pad_token_id=0))
+    classifier = GPT2ForSequenceClassification(
+        GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, pad_token_id=0)
+    )
     classifier.save_pretrained(tmp_path / "classifier")
     text = write_corpus(tmp_path / "text", lines=3)
     for command in (["generate"], ["score"]):
         extra = [str(text)] if command == ["score"] else []
         assert "is a 'bert' model; `finetune " + command[0] in one_line_error(command + [masked] + extra)
         assert "is a 'gpt2' classifier (GPT2ForSequenceClassification)" in one_line_error(
-            command + [str(tmp_path / "classifier")] + extra)
+            command + [str(tmp_path / "classifier")] + extra
+        )
 
 
-@pytest.mark.parametrize("options, named", [
-    (["--temperature", "0"], "--temperature"),
-    (["--top-p", "1.5"], "--top-p"),
-    (["--max-new-tokens", "80"], "exceed the model's 64 positions"),
-    (["--output", "no/such/folder/samples.jsonl"], "--output: no such folder"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--temperature", "0"], "--temperature"),
+        (["--top-p", "1.5"], "--top-p"),
+        (["--max-new-tokens", "80"], "exceed the model's 64 positions"),
+        (["--output", "no/such/folder/samples.jsonl"], "--output: no such folder"),
+    ],
+)
 def test_bad_generate_options_are_one_line(options, named, checkpoints):
     assert named in one_line_error(["generate", str(checkpoints["gpt2"]), "-p", "the film", *options])
 
@@ -368,10 +413,12 @@ def test_bad_generate_options_are_one_line(options, named, checkpoints):
 def test_bad_score_arguments_are_one_line(checkpoints, tmp_path):
     text = write_corpus(tmp_path / "text", lines=3)
     assert "no such file" in one_line_error(["score", str(checkpoints["gpt2"]), str(tmp_path / "missing.txt")])
-    assert "exceeds the 64 positions" in one_line_error(["score", str(checkpoints["gpt2"]), str(text),
-                                                         "--segment-length", "100"])
-    assert "stride 4 must divide it" in one_line_error(["score", str(checkpoints["strided"]), str(text),
-                                                        "--segment-length", "10"])
+    assert "exceeds the 64 positions" in one_line_error(
+        ["score", str(checkpoints["gpt2"]), str(text), "--segment-length", "100"]
+    )
+    assert "stride 4 must divide it" in one_line_error(
+        ["score", str(checkpoints["strided"]), str(text), "--segment-length", "10"]
+    )
 
 
 def test_prompt_and_score_follow_what_a_document_was_in_pretraining(checkpoints, tokenizer, tmp_path):

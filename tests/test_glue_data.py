@@ -16,8 +16,18 @@ from finetune.recipes import TaskConfig
 # A GLUE root in download_glue_data.py's layout, each file in its original format
 # ---------------------------------------------------------------------------------------------
 
-MNLI_PREFIX = ("index", "promptID", "pairID", "genre", "sentence1_binary_parse", "sentence2_binary_parse",
-               "sentence1_parse", "sentence2_parse", "sentence1", "sentence2")
+MNLI_PREFIX = (
+    "index",
+    "promptID",
+    "pairID",
+    "genre",
+    "sentence1_binary_parse",
+    "sentence2_binary_parse",
+    "sentence1_parse",
+    "sentence2_parse",
+    "sentence1",
+    "sentence2",
+)
 STSB_PREFIX = ("index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2")
 MRPC_COLUMNS = ("#1 ID", "#2 ID", "#1 String", "#2 String")
 
@@ -34,8 +44,19 @@ DEV_LABELS = {
     "rte": ["entailment", "entailment", "entailment", "not_entailment"],
     "wnli": ["0", "1", "1"],
 }
-TEST_ROWS = {"cola": 3, "sst2": 4, "mrpc": 3, "stsb": 3, "qqp": 5, "mnli": 3, "mnli-mm": 2, "qnli": 3, "rte": 4,
-             "wnli": 2, "ax": 3}
+TEST_ROWS = {
+    "cola": 3,
+    "sst2": 4,
+    "mrpc": 3,
+    "stsb": 3,
+    "qqp": 5,
+    "mnli": 3,
+    "mnli-mm": 2,
+    "qnli": 3,
+    "rte": 4,
+    "wnli": 2,
+    "ax": 3,
+}
 TRAIN_LABELS = {name: labels[:3] for name, labels in DEV_LABELS.items()}
 TRAIN_LABELS["mnli-mm"] = TRAIN_LABELS["mnli"]  # one train.tsv for both
 
@@ -54,62 +75,105 @@ def _task_files(name: str) -> dict[str, str]:
     """File name -> content for one GLUE folder."""
     train, dev, tests = TRAIN_LABELS.get(name, []), DEV_LABELS.get(name, []), range(TEST_ROWS[name])
     if name == "cola":  # header-less train/dev: source, label, star (the original annotation), sentence
-        files = {split: _table(None, [("gj04", label, "" if label == "1" else "*", f"Sentence {index} .")
-                                      for index, label in enumerate(labels)])
-                 for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
+        files = {
+            split: _table(
+                None,
+                [
+                    ("gj04", label, "" if label == "1" else "*", f"Sentence {index} .")
+                    for index, label in enumerate(labels)
+                ],
+            )
+            for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+        }
         files["test.tsv"] = _table(("index", "sentence"), [(index, f"Test sentence {index} .") for index in tests])
         return files
     if name == "sst2":
-        files = {split: _table(("sentence", "label"), [(f"a film {index} 's charm . ", label)
-                                                        for index, label in enumerate(labels)])
-                 for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
+        files = {
+            split: _table(
+                ("sentence", "label"), [(f"a film {index} 's charm . ", label) for index, label in enumerate(labels)]
+            )
+            for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+        }
         files["test.tsv"] = _table(("index", "sentence"), [(index, f"test film {index} .") for index in tests])
         return files
     if name == "mrpc":  # train/dev start with a byte-order mark
-        files = {split: "\ufeff" + _table(("Quality",) + MRPC_COLUMNS, [(label, 100 + index, 200 + index, *_pair(index))
-                                                                         for index, label in enumerate(labels)])
-                 for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
-        files["test.tsv"] = _table(("index",) + MRPC_COLUMNS, [(index, 300 + index, 400 + index, *_pair(index))
-                                                               for index in tests])
+        files = {
+            split: "\ufeff"
+            + _table(
+                ("Quality",) + MRPC_COLUMNS,
+                [(label, 100 + index, 200 + index, *_pair(index)) for index, label in enumerate(labels)],
+            )
+            for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+        }
+        files["test.tsv"] = _table(
+            ("index",) + MRPC_COLUMNS, [(index, 300 + index, 400 + index, *_pair(index)) for index in tests]
+        )
         return files
     if name == "stsb":
+
         def meta(index: int) -> tuple:
             return (index, "main-captions", "MSRvid", "2012test", f"{index:04d}", "none", "none", *_pair(index))
-        files = {split: _table(STSB_PREFIX + ("score",), [meta(index) + (score,) for index, score in enumerate(labels)])
-                 for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
+
+        files = {
+            split: _table(STSB_PREFIX + ("score",), [meta(index) + (score,) for index, score in enumerate(labels)])
+            for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+        }
         files["test.tsv"] = _table(STSB_PREFIX, [meta(index) for index in tests])
         return files
     if name == "qqp":
-        files = {split: _table(("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
-                               [(1000 + index, 2 * index, 2 * index + 1, *_pair(index), label)
-                                for index, label in enumerate(labels)])
-                 for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
+        files = {
+            split: _table(
+                ("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
+                [(1000 + index, 2 * index, 2 * index + 1, *_pair(index), label) for index, label in enumerate(labels)],
+            )
+            for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+        }
         files["test.tsv"] = _table(("id", "question1", "question2"), [(index, *_pair(index)) for index in tests])
         return files
     if name == "mnli":
+
         def prefix(index: int) -> tuple:
             first, second = _pair(index)
-            return (index, 31193 + index, f"{31193 + index}n", "government", f"( ( {first} ) )", f"( {second} )",
-                    f"(ROOT (S {first}))", f"(ROOT (S {second}))", first, second)
+            return (
+                index,
+                31193 + index,
+                f"{31193 + index}n",
+                "government",
+                f"( ( {first} ) )",
+                f"( {second} )",
+                f"(ROOT (S {first}))",
+                f"(ROOT (S {second}))",
+                first,
+                second,
+            )
+
         matched, mismatched = DEV_LABELS["mnli"], DEV_LABELS["mnli-mm"]
         dev_header = MNLI_PREFIX + ("label1", "label2", "label3", "label4", "label5", "gold_label")
         return {
-            "train.tsv": _table(MNLI_PREFIX + ("label1", "gold_label"),
-                                [prefix(index) + (label, label) for index, label in enumerate(TRAIN_LABELS["mnli"])]),
-            "dev_matched.tsv": _table(dev_header, [prefix(index) + (label,) * 6
-                                                   for index, label in enumerate(matched)]),
-            "dev_mismatched.tsv": _table(dev_header, [prefix(index) + (label,) * 6
-                                                      for index, label in enumerate(mismatched)]),
+            "train.tsv": _table(
+                MNLI_PREFIX + ("label1", "gold_label"),
+                [prefix(index) + (label, label) for index, label in enumerate(TRAIN_LABELS["mnli"])],
+            ),
+            "dev_matched.tsv": _table(
+                dev_header, [prefix(index) + (label,) * 6 for index, label in enumerate(matched)]
+            ),
+            "dev_mismatched.tsv": _table(
+                dev_header, [prefix(index) + (label,) * 6 for index, label in enumerate(mismatched)]
+            ),
             "test_matched.tsv": _table(MNLI_PREFIX, [prefix(index) for index in range(TEST_ROWS["mnli"])]),
             "test_mismatched.tsv": _table(MNLI_PREFIX, [prefix(index) for index in range(TEST_ROWS["mnli-mm"])]),
         }
     if name == "ax":  # no labels: the leaderboard keeps them
-        return {"diagnostic.tsv": _table(("index", "sentence1", "sentence2"),
-                                         [(index, *_pair(index)) for index in tests])}
+        return {
+            "diagnostic.tsv": _table(("index", "sentence1", "sentence2"), [(index, *_pair(index)) for index in tests])
+        }
     columns = ("question", "sentence") if name == "qnli" else ("sentence1", "sentence2")  # qnli, rte, wnli
-    files = {split: _table(("index",) + columns + ("label",), [(index, *_pair(index), label)
-                                                               for index, label in enumerate(labels)])
-             for split, labels in (("train.tsv", train), ("dev.tsv", dev))}
+    files = {
+        split: _table(
+            ("index",) + columns + ("label",), [(index, *_pair(index), label) for index, label in enumerate(labels)]
+        )
+        for split, labels in (("train.tsv", train), ("dev.tsv", dev))
+    }
     files["test.tsv"] = _table(("index",) + columns, [(index, *_pair(index)) for index in tests])
     return files
 
@@ -139,8 +203,18 @@ def glue_root(tmp_path: Path) -> Path:
 def test_table_has_every_glue_task_and_eleven_submission_files():
     assert list(GLUE_TASKS) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli", "ax"]
     assert [spec.submission_file for spec in SUBMISSION_TASKS] == [
-        "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "QNLI.tsv",
-        "RTE.tsv", "WNLI.tsv", "AX.tsv"]
+        "CoLA.tsv",
+        "SST-2.tsv",
+        "MRPC.tsv",
+        "STS-B.tsv",
+        "QQP.tsv",
+        "MNLI-m.tsv",
+        "MNLI-mm.tsv",
+        "QNLI.tsv",
+        "RTE.tsv",
+        "WNLI.tsv",
+        "AX.tsv",
+    ]
     assert all(spec.glue_folder and spec.hub and spec.test_rows for spec in SUBMISSION_TASKS)
     assert GLUE_TASKS["stsb"].submission_range == (0.0, 5.0)
 
@@ -255,19 +329,33 @@ def fake_hub(monkeypatch):
 
     def split(columns: dict, labels: list, ids: list[int] | None = None) -> datasets.Dataset:
         rows = len(labels)
-        return datasets.Dataset.from_dict({**{name: [f"{name} {index}" for index in range(rows)] for name in columns},
-                                           "label": labels, "idx": ids or list(range(rows))})
+        return datasets.Dataset.from_dict(
+            {
+                **{name: [f"{name} {index}" for index in range(rows)] for name in columns},
+                "label": labels,
+                "idx": ids or list(range(rows)),
+            }
+        )
 
     pair = ("premise", "hypothesis")
     configs = {
         # hub order: 0 entailment, 1 neutral, 2 contradiction; the test splits are labelled -1
-        "mnli": datasets.DatasetDict({"train": split(pair, [0, 1]), "validation_matched": split(pair, [0, 1, 2]),
-                                      "validation_mismatched": split(pair, [2, 2]),
-                                      "test_matched": split(pair, [-1, -1], [7, 8]),
-                                      "test_mismatched": split(pair, [-1])}),
+        "mnli": datasets.DatasetDict(
+            {
+                "train": split(pair, [0, 1]),
+                "validation_matched": split(pair, [0, 1, 2]),
+                "validation_mismatched": split(pair, [2, 2]),
+                "test_matched": split(pair, [-1, -1], [7, 8]),
+                "test_mismatched": split(pair, [-1]),
+            }
+        ),
         "ax": datasets.DatasetDict({"test": split(pair, [-1, -1, -1])}),
-        "stsb": datasets.DatasetDict({"validation": split(("sentence1", "sentence2"), [4.5, 0.25]),
-                                      "test": split(("sentence1", "sentence2"), [-1.0])}),
+        "stsb": datasets.DatasetDict(
+            {
+                "validation": split(("sentence1", "sentence2"), [4.5, 0.25]),
+                "test": split(("sentence1", "sentence2"), [-1.0]),
+            }
+        ),
         "rte": datasets.DatasetDict({"validation": split(("sentence1", "sentence2"), [1, 0, 0])}),
     }
     calls = []
@@ -327,13 +415,15 @@ def test_task_config_sources():
 
 
 def custom(tmp_path: Path, **keys) -> TaskConfig:
-    return TaskConfig(name="reviews", data_dir=tmp_path, text_columns=["text"], label_column="stars",
-                      labels=["bad", "good"], **keys)
+    return TaskConfig(
+        name="reviews", data_dir=tmp_path, text_columns=["text"], label_column="stars", labels=["bad", "good"], **keys
+    )
 
 
 def test_csv_with_quoted_commas(tmp_path):
-    (tmp_path / "train.csv").write_text('id,text,stars\n1,"fine, really",good\n2,"a ""quoted"" word",bad\n',
-                                        encoding="utf-8")
+    (tmp_path / "train.csv").write_text(
+        'id,text,stars\n1,"fine, really",good\n2,"a ""quoted"" word",bad\n', encoding="utf-8"
+    )
     spec = task_spec(custom(tmp_path, format="csv", index_column="id"))
     examples = read_task_split(spec, tmp_path, "train")
     assert examples.texts == [("fine, really",), ('a "quoted" word',)]
@@ -352,8 +442,10 @@ def test_csv_malformed_row_names_file_and_line(tmp_path):
 
 
 def test_jsonl_by_extension(tmp_path):
-    (tmp_path / "train.jsonl").write_text('{"text": "fine", "stars": "good", "index": 4}\n\n'
-                                          '{"text": "poor", "stars": "bad", "index": 9}\n', encoding="utf-8")
+    (tmp_path / "train.jsonl").write_text(
+        '{"text": "fine", "stars": "good", "index": 4}\n\n{"text": "poor", "stars": "bad", "index": 9}\n',
+        encoding="utf-8",
+    )
     spec = task_spec(custom(tmp_path, files={"train": "train.jsonl"}))
     examples = read_task_split(spec, tmp_path, "train")
     assert examples.texts == [("fine",), ("poor",)] and examples.labels.tolist() == [1, 0]
@@ -361,8 +453,9 @@ def test_jsonl_by_extension(tmp_path):
 
 
 def test_jsonl_numeric_labels_and_unlabeled_test(tmp_path):
-    config = TaskConfig(name="binary", data_dir=tmp_path, text_columns=["a", "b"], label_column="y",
-                        labels=["0", "1"], format="jsonl")
+    config = TaskConfig(
+        name="binary", data_dir=tmp_path, text_columns=["a", "b"], label_column="y", labels=["0", "1"], format="jsonl"
+    )
     (tmp_path / "dev.jsonl").write_text('{"a": "x", "b": "y", "y": 1}\n{"a": "x", "b": "z", "y": 0}\n')
     (tmp_path / "test.jsonl").write_text('{"a": "x", "b": "y"}\n')
     spec = task_spec(config)
@@ -370,14 +463,17 @@ def test_jsonl_numeric_labels_and_unlabeled_test(tmp_path):
     assert read_task_split(spec, tmp_path, "test").labels is None
 
 
-@pytest.mark.parametrize(("line", "fragment"), [
-    ('{"text": "ok", "stars": "good"', "invalid JSON"),
-    ('{"stars": "good"}', "missing key(s) text"),
-    ('{"text": "ok"}', "missing key stars"),
-    ('{"text": 3, "stars": "good"}', "text is not a string"),
-    ('["ok", "good"]', "expected a JSON object"),
-    ('{"text": "ok", "stars": true}', "label 'True'"),
-])
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ('{"text": "ok", "stars": "good"', "invalid JSON"),
+        ('{"stars": "good"}', "missing key(s) text"),
+        ('{"text": "ok"}', "missing key stars"),
+        ('{"text": 3, "stars": "good"}', "text is not a string"),
+        ('["ok", "good"]', "expected a JSON object"),
+        ('{"text": "ok", "stars": true}', "label 'True'"),
+    ],
+)
 def test_jsonl_malformed_line_names_file_and_line(tmp_path, line, fragment):
     path = tmp_path / "train.jsonl"
     path.write_text('{"text": "fine", "stars": "good"}\n' + line + "\n", encoding="utf-8")
@@ -389,8 +485,14 @@ def test_jsonl_malformed_line_names_file_and_line(tmp_path, line, fragment):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_jsonl_score_that_is_not_a_finite_number(tmp_path, literal):
     """Python's json reads NaN and Infinity literals: a JSON Lines score is checked as a TSV one is."""
-    config = TaskConfig(name="scores", data_dir=tmp_path, text_columns=["text"], label_column="score",
-                        metrics=["pearson"], format="jsonl")
+    config = TaskConfig(
+        name="scores",
+        data_dir=tmp_path,
+        text_columns=["text"],
+        label_column="score",
+        metrics=["pearson"],
+        format="jsonl",
+    )
     path = tmp_path / "train.jsonl"
     path.write_text('{"text": "fine", "score": 4.5}\n{"text": "odd", "score": ' + literal + "}\n", encoding="utf-8")
     with pytest.raises(UserError, match="train.jsonl line 2: label '.*' is not a finite number"):
@@ -432,8 +534,9 @@ def test_split_files_are_found_by_extension_and_two_candidates_are_refused(tmp_p
         read_task_split(spec, tmp_path, "train")
     assert f"{tmp_path / 'train.csv'} and {tmp_path / 'train.tsv'} are both train files" in str(info.value)
     # A format (or files) names the file as before: only train.tsv is read.
-    assert read_task_split(task_spec(news(tmp_path, text_columns=["Title"], format="tsv")), tmp_path,
-                           "train").texts == [("x",)]
+    assert read_task_split(
+        task_spec(news(tmp_path, text_columns=["Title"], format="tsv")), tmp_path, "train"
+    ).texts == [("x",)]
 
 
 def test_numbers_and_booleans_in_labels_are_the_files_text(tmp_path):

@@ -44,9 +44,16 @@ def tokenizer(tmp_path_factory):
 
 def constant_classifier(tokenizer, spec: TaskSpec, output: float, folder: Path) -> str:
     """A tiny BERT classifier for `spec` whose logits are the same for every input: class `output` wins."""
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                        intermediate_size=8, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
-                        **label_config(spec))
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=8,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        **label_config(spec),
+    )
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
     with torch.no_grad():
@@ -65,14 +72,23 @@ def checkpoints(tokenizer, tmp_path_factory) -> dict[str, list[str]]:
     made = {}
     for name, outputs in OUTPUTS.items():
         outputs = outputs if isinstance(outputs, list) else [outputs]
-        made[name] = [constant_classifier(tokenizer, GLUE_TASKS[name], output, folder / f"{name}-{run}")
-                      for run, output in enumerate(outputs)]
+        made[name] = [
+            constant_classifier(tokenizer, GLUE_TASKS[name], output, folder / f"{name}-{run}")
+            for run, output in enumerate(outputs)
+        ]
     return made
 
 
 def glue_recipe(run_dir: Path, tasks: dict, **keys) -> dict:
-    return {"stage": "eval", "run_dir": str(run_dir), "tasks": tasks, "batch_size": 4, "device": "cpu",
-            "max_length": 16, **keys}
+    return {
+        "stage": "eval",
+        "run_dir": str(run_dir),
+        "tasks": tasks,
+        "batch_size": 4,
+        "device": "cpu",
+        "max_length": 16,
+        **keys,
+    }
 
 
 def evaluate(tmp_path: Path, data: dict) -> dict:
@@ -91,8 +107,9 @@ def full_run(checkpoints, tmp_path_factory) -> dict:
 def test_dev_scores_of_every_task_by_hand(full_run):
     tasks = full_run["report"]["tasks"]
     assert list(tasks) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "mnli-mm", "qnli", "rte", "wnli"]
-    means = {name: {metric: summary["mean"] for metric, summary in task["summary"].items()}
-             for name, task in tasks.items()}
+    means = {
+        name: {metric: summary["mean"] for metric, summary in task["summary"].items()} for name, task in tasks.items()
+    }
     # Dev labels in tests/test_glue_data.py; each checkpoint predicts one class for everything.
     assert means["cola"] == {"mcc": 0.0, "accuracy": 0.75}  # predicts 1; labels 1 0 1 1
     assert means["sst2"] == {"accuracy": 0.5}  # predicts 0; labels 1 0 0 1
@@ -133,9 +150,19 @@ def test_submission_archive_of_every_task(full_run, checkpoints):
     with zipfile.ZipFile(archive) as opened:
         files = {name: opened.read(name).decode("utf-8").splitlines() for name in opened.namelist()}
     assert len(files) == 11
-    expected = {"CoLA.tsv": "1", "SST-2.tsv": "0", "MRPC.tsv": "1", "STS-B.tsv": "5.000", "QQP.tsv": "1",
-                "MNLI-m.tsv": "entailment", "MNLI-mm.tsv": "entailment", "AX.tsv": "entailment",
-                "QNLI.tsv": "not_entailment", "RTE.tsv": "entailment", "WNLI.tsv": "0"}
+    expected = {
+        "CoLA.tsv": "1",
+        "SST-2.tsv": "0",
+        "MRPC.tsv": "1",
+        "STS-B.tsv": "5.000",
+        "QQP.tsv": "1",
+        "MNLI-m.tsv": "entailment",
+        "MNLI-mm.tsv": "entailment",
+        "AX.tsv": "entailment",
+        "QNLI.tsv": "not_entailment",
+        "RTE.tsv": "entailment",
+        "WNLI.tsv": "0",
+    }
     for name, value in expected.items():
         spec = next(spec for spec in GLUE_TASKS.values() if spec.submission_file == name)
         assert files[name] == ["index\tprediction"] + [f"{index}\t{value}" for index in range(TEST_ROWS[spec.name])]
@@ -190,8 +217,9 @@ def test_task_folder_of_its_own_and_dev_only(checkpoints, tmp_path):
 
 
 def test_hub_source(checkpoints, tmp_path, fake_hub):
-    data = glue_recipe(tmp_path / "run", {"mnli": checkpoints["mnli"]}, source="hub", submission=True,
-                       allow_incomplete=True)
+    data = glue_recipe(
+        tmp_path / "run", {"mnli": checkpoints["mnli"]}, source="hub", submission=True, allow_incomplete=True
+    )
     report = evaluate(tmp_path, data)
     # hub dev labels: matched entailment, neutral, contradiction; mismatched contradiction twice
     assert report["tasks"]["mnli"]["summary"]["accuracy"]["mean"] == pytest.approx(1 / 3)
@@ -211,8 +239,9 @@ def test_checkpoint_with_other_labels_is_refused(checkpoints, tmp_path):
 
 def test_missing_checkpoint_fails_before_any_model_runs(checkpoints, tmp_path):
     root = write_glue_root(tmp_path / "glue")
-    data = glue_recipe(tmp_path / "run", {"cola": checkpoints["cola"], "rte": [str(tmp_path / "absent")]},
-                       glue_dir=str(root))
+    data = glue_recipe(
+        tmp_path / "run", {"cola": checkpoints["cola"], "rte": [str(tmp_path / "absent")]}, glue_dir=str(root)
+    )
     with pytest.raises(UserError, match="tasks.rte: no such model folder"):
         evaluate(tmp_path, data)
 
@@ -236,28 +265,35 @@ def recipe_error(tmp_path: Path, data: dict) -> str:
 
 
 def test_shorthand_task_entries(tmp_path):
-    data = glue_recipe(tmp_path / "run", {"rte": "a", "mrpc": ["b", "c"], "mnli": {"checkpoints": ["d"]}},
-                       glue_dir=str(tmp_path))
+    data = glue_recipe(
+        tmp_path / "run", {"rte": "a", "mrpc": ["b", "c"], "mnli": {"checkpoints": ["d"]}}, glue_dir=str(tmp_path)
+    )
     recipe = load_recipe(write_yaml(tmp_path / "eval.yaml", data))
-    assert {name: entry.checkpoints for name, entry in recipe.tasks.items()} == {"rte": ["a"], "mrpc": ["b", "c"],
-                                                                                 "mnli": ["d"]}
+    assert {name: entry.checkpoints for name, entry in recipe.tasks.items()} == {
+        "rte": ["a"],
+        "mrpc": ["b", "c"],
+        "mnli": ["d"],
+    }
     resolved = write_yaml(tmp_path / "resolved.yaml", yaml.safe_load(recipe_to_yaml(recipe)))
     assert load_recipe(resolved).tasks == recipe.tasks
 
 
-@pytest.mark.parametrize(("change", "fragment"), [
-    ({"tasks": {"mnli-mm": "a"}}, "tasks.mnli-mm: predicted by the mnli model"),
-    ({"tasks": {"ax": "a"}}, "tasks.ax: predicted by the mnli model"),
-    ({"tasks": {"sst5": "a"}}, "tasks.sst5: not a GLUE task"),
-    ({"glue_dir": None}, "tasks.rte: no data: give its data_dir, or glue_dir"),
-    ({"allow_incomplete": True}, "allow_incomplete applies to submission"),
-    ({"split": "test"}, "split: only with task"),
-    ({"models": {"a": "b"}}, "models: only with task"),
-    ({"source": "hub"}, "source hub reads no folders"),
-    ({"tasks": {"rte": ["a", "a"]}}, "tasks.rte: checkpoint a is listed twice"),
-    ({"tasks": {"rte": []}}, "tasks.rte.checkpoints"),
-    ({"task": {"name": "rte", "data_dir": "."}}, "not both"),
-])
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"tasks": {"mnli-mm": "a"}}, "tasks.mnli-mm: predicted by the mnli model"),
+        ({"tasks": {"ax": "a"}}, "tasks.ax: predicted by the mnli model"),
+        ({"tasks": {"sst5": "a"}}, "tasks.sst5: not a GLUE task"),
+        ({"glue_dir": None}, "tasks.rte: no data: give its data_dir, or glue_dir"),
+        ({"allow_incomplete": True}, "allow_incomplete applies to submission"),
+        ({"split": "test"}, "split: only with task"),
+        ({"models": {"a": "b"}}, "models: only with task"),
+        ({"source": "hub"}, "source hub reads no folders"),
+        ({"tasks": {"rte": ["a", "a"]}}, "tasks.rte: checkpoint a is listed twice"),
+        ({"tasks": {"rte": []}}, "tasks.rte.checkpoints"),
+        ({"task": {"name": "rte", "data_dir": "."}}, "not both"),
+    ],
+)
 def test_bad_glue_recipes(tmp_path, change, fragment):
     data = glue_recipe(tmp_path / "run", {"rte": "a"}, glue_dir=str(tmp_path))
     data.update(change)
@@ -271,14 +307,14 @@ def test_single_task_recipes_keep_working_and_refuse_glue_keys(tmp_path):
     assert "submission: only with tasks" in recipe_error(tmp_path, {**data, "submission": True})
     assert "models: required key is missing" in recipe_error(tmp_path, {**data, "models": None})
     assert "give task and models (one task) or tasks" in recipe_error(
-        tmp_path, {key: value for key, value in data.items() if key not in ("task", "models")})
+        tmp_path, {key: value for key, value in data.items() if key not in ("task", "models")}
+    )
 
 
 def test_cli_eval_and_validate(checkpoints, tmp_path):
     root = write_glue_root(tmp_path / "glue", skip=("qqp",))
     tasks = {name: checkpoints[name] for name in ("cola", "mnli")}
-    path = write_yaml(tmp_path / "eval.yaml", glue_recipe(tmp_path / "run", tasks, glue_dir=str(root),
-                                                          submission=True))
+    path = write_yaml(tmp_path / "eval.yaml", glue_recipe(tmp_path / "run", tasks, glue_dir=str(root), submission=True))
     result = runner.invoke(app, ["eval", str(path)])
     assert result.exit_code == 2 and result.output.startswith("error: submission: no test predictions for sst2")
     result = runner.invoke(app, ["eval", str(path), "allow_incomplete=true"])

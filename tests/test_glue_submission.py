@@ -27,8 +27,12 @@ runner = CliRunner()
 
 def test_values_as_the_leaderboard_expects_them():
     stsb = GLUE_TASKS["stsb"]
-    assert [submission_value(stsb, value) for value in (7.25, -0.3, 3.14159, 2.0)] == ["5.000", "0.000", "3.142",
-                                                                                       "2.000"]
+    assert [submission_value(stsb, value) for value in (7.25, -0.3, 3.14159, 2.0)] == [
+        "5.000",
+        "0.000",
+        "3.142",
+        "2.000",
+    ]
     assert submission_value(GLUE_TASKS["mnli"], 0) == "contradiction"
     assert submission_value(GLUE_TASKS["ax"], np.int64(2)) == "neutral"
     assert submission_value(GLUE_TASKS["qnli"], 1) == "not_entailment"
@@ -101,25 +105,46 @@ def test_failed_write_leaves_no_partial_archive(tmp_path, monkeypatch, archive):
     assert sorted(path.name for path in archive.parent.iterdir()) == ["submission.zip"]
 
 
-@pytest.mark.parametrize(("change", "fragments"), [
-    ({"RTE.tsv": None}, []),  # missing: no problem, but not accepted without allow_incomplete
-    ({"CoLA.tsv": "index\tprediction\n0\t1\n1\t0\n"}, ["CoLA.tsv: 2 prediction rows, the test file has 3",
-                                                      "without a prediction, e.g. 2"]),
-    ({"MNLI-m.tsv": "index\tprediction\n0\tentail\n1\tneutral\n2\tneutral\n"},
-     ["MNLI-m.tsv line 2: prediction 'entail' is not one of contradiction, entailment, neutral"]),
-    ({"SST-2.tsv": "index\tprediction\n0\tpositive\n1\t1\n2\t0\n3\t1\n"}, ["SST-2.tsv line 2: prediction 'positive'"]),
-    ({"STS-B.tsv": "index\tprediction\n0\t5.500\n1\tabc\n2\t1.0\n"},
-     ["STS-B.tsv line 2: prediction 5.500 is outside [0, 5]", "line 3: prediction 'abc' is not a number"]),
-    ({"WNLI.tsv": None, "glue/WNLI.tsv": "index\tprediction\n0\t1\n1\t0\n"}, ["glue/WNLI.tsv: in a subfolder"]),
-    ({"QNLI.tsv": "id\tlabel\n0\tentailment\n1\tentailment\n2\tentailment\n"},
-     ["QNLI.tsv line 1: header must be 'index\\tprediction', found 'id\\tlabel'"]),
-    ({"RTE.tsv": "index\tprediction\n0\tentailment\n0\tentailment\n2\tentailment\n3\tentailment\n"},
-     ["RTE.tsv: 1 index value(s) repeated, e.g. 0", "without a prediction, e.g. 1"]),
-    ({"AX.tsv": "index\tprediction\n0\tneutral\n1\tneutral\n9\tneutral\n"}, ["AX.tsv: 1 index value(s) not in the "
-                                                                            "test file, e.g. 9"]),
-    ({"MRPC.tsv": "index\tprediction\n0\t1\t0.9\n1\t0\n2\t1\n"}, ["MRPC.tsv line 2: expected index<TAB>prediction"]),
-    ({"README.txt": "hello"}, ["README.txt: not a GLUE submission file"]),
-])
+@pytest.mark.parametrize(
+    ("change", "fragments"),
+    [
+        ({"RTE.tsv": None}, []),  # missing: no problem, but not accepted without allow_incomplete
+        (
+            {"CoLA.tsv": "index\tprediction\n0\t1\n1\t0\n"},
+            ["CoLA.tsv: 2 prediction rows, the test file has 3", "without a prediction, e.g. 2"],
+        ),
+        (
+            {"MNLI-m.tsv": "index\tprediction\n0\tentail\n1\tneutral\n2\tneutral\n"},
+            ["MNLI-m.tsv line 2: prediction 'entail' is not one of contradiction, entailment, neutral"],
+        ),
+        (
+            {"SST-2.tsv": "index\tprediction\n0\tpositive\n1\t1\n2\t0\n3\t1\n"},
+            ["SST-2.tsv line 2: prediction 'positive'"],
+        ),
+        (
+            {"STS-B.tsv": "index\tprediction\n0\t5.500\n1\tabc\n2\t1.0\n"},
+            ["STS-B.tsv line 2: prediction 5.500 is outside [0, 5]", "line 3: prediction 'abc' is not a number"],
+        ),
+        ({"WNLI.tsv": None, "glue/WNLI.tsv": "index\tprediction\n0\t1\n1\t0\n"}, ["glue/WNLI.tsv: in a subfolder"]),
+        (
+            {"QNLI.tsv": "id\tlabel\n0\tentailment\n1\tentailment\n2\tentailment\n"},
+            ["QNLI.tsv line 1: header must be 'index\\tprediction', found 'id\\tlabel'"],
+        ),
+        (
+            {"RTE.tsv": "index\tprediction\n0\tentailment\n0\tentailment\n2\tentailment\n3\tentailment\n"},
+            ["RTE.tsv: 1 index value(s) repeated, e.g. 0", "without a prediction, e.g. 1"],
+        ),
+        (
+            {"AX.tsv": "index\tprediction\n0\tneutral\n1\tneutral\n9\tneutral\n"},
+            ["AX.tsv: 1 index value(s) not in the test file, e.g. 9"],
+        ),
+        (
+            {"MRPC.tsv": "index\tprediction\n0\t1\t0.9\n1\t0\n2\t1\n"},
+            ["MRPC.tsv line 2: expected index<TAB>prediction"],
+        ),
+        ({"README.txt": "hello"}, ["README.txt: not a GLUE submission file"]),
+    ],
+)
 def test_broken_archives(archive, tmp_path, change, fragments):
     broken = rewrite(archive, tmp_path / "broken.zip", change)
     check = validate_submission(broken, generated_test_ids())

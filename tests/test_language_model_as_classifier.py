@@ -13,9 +13,14 @@ from tests.test_ngram import assert_one_error_line
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("model", [{"family": "gpt2", "layers": 1, "hidden": 16, "heads": 2},
-                                   {"family": "bert", "layers": 1, "hidden": 16, "heads": 2, "intermediate": 32}],
-                         ids=["gpt2", "bert"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"family": "gpt2", "layers": 1, "hidden": 16, "heads": 2},
+        {"family": "bert", "layers": 1, "hidden": 16, "heads": 2, "intermediate": 32},
+    ],
+    ids=["gpt2", "bert"],
+)
 def test_evaluating_a_language_model_is_one_line_exit_2(tmp_path, corpus_file, task_dir, model):
     data = pretrain_recipe(corpus_file, tmp_path / "lm")
     data["model"] = model

@@ -91,8 +91,17 @@ def test_a_second_backward_is_refused():
 def test_awd_lstm_training_loss_and_gradients_match_its_logits():
     """The fused route of the AWD-LSTM LM (dropouts off) equals the cross-entropy of the model's own logits."""
     torch.manual_seed(0)
-    config = AWDLSTMConfig(vocab_size=300, embedding_size=16, hidden_size=24, num_layers=2, output_dropout=0.0,
-                           hidden_dropout=0.0, input_dropout=0.0, embedding_dropout=0.0, weight_dropout=0.0)
+    config = AWDLSTMConfig(
+        vocab_size=300,
+        embedding_size=16,
+        hidden_size=24,
+        num_layers=2,
+        output_dropout=0.0,
+        hidden_dropout=0.0,
+        input_dropout=0.0,
+        embedding_dropout=0.0,
+        weight_dropout=0.0,
+    )
     model = AWDLSTMForCausalLM(config)
     tokens = torch.randint(2, 300, (3, 11))
     inputs, labels = tokens[:, :-1], tokens[:, 1:]

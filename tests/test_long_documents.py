@@ -101,8 +101,6 @@ def test_pooling_is_the_mean_or_the_max_of_each_documents_windows():
     assert (logits.grad.abs().sum(dim=1) > 0).all()
 
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Encoding with a real tokenizer
 # ---------------------------------------------------------------------------------------------
@@ -119,8 +117,11 @@ def long_review(rng: random.Random, positive: bool, sentences: int) -> str:
 
 
 def examples_of(texts: list, labels=None) -> TaskExamples:
-    return TaskExamples([text if isinstance(text, tuple) else (text,) for text in texts],
-                        None if labels is None else np.array(labels), [str(i) for i in range(len(texts))])
+    return TaskExamples(
+        [text if isinstance(text, tuple) else (text,) for text in texts],
+        None if labels is None else np.array(labels),
+        [str(i) for i in range(len(texts))],
+    )
 
 
 def test_head_tail_rows_are_the_whole_encodings_head_and_tail(checkpoint, capsys):
@@ -141,8 +142,9 @@ def test_chunks_make_documents_of_windows_and_keep_the_pair_template(checkpoint,
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     rng = random.Random(1)
     pairs = [("the plot was dull .", long_review(rng, False, 8)), ("great .", "the cast was superb .")]
-    encoded = EncodedTask(examples_of(pairs, [0, 1]), tokenizer, DocumentReading(20, "chunks", overlap=4),
-                          name="training")
+    encoded = EncodedTask(
+        examples_of(pairs, [0, 1]), tokenizer, DocumentReading(20, "chunks", overlap=4), name="training"
+    )
     assert len(encoded) == 2 and len(encoded.windows[0]) > 2 and len(encoded.windows[1]) == 1
     sep = tokenizer.sep_token_id
     for row in encoded.windows[0]:
@@ -176,8 +178,14 @@ def test_a_mode_other_than_truncate_needs_a_max_length(checkpoint):
         EncodedTask(examples_of(["the film was great ."]), tokenizer, DocumentReading(None, "chunks"))
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
     # eval of a checkpoint without a saved recipe: the transformer's default length is fitted before encoding
-    logits = example_logits(Accelerator(cpu=True), model, tokenizer, examples_of(["the film was great ."]),
-                            DocumentReading(None, "chunks"), 4)
+    logits = example_logits(
+        Accelerator(cpu=True),
+        model,
+        tokenizer,
+        examples_of(["the film was great ."]),
+        DocumentReading(None, "chunks"),
+        4,
+    )
     assert logits.shape == (1, 2)
 
 
@@ -185,8 +193,9 @@ def test_an_awd_lstm_reads_whole_documents_unless_max_length_is_set():
     from finetune.models.awd_lstm import AWDLSTMConfig
     from finetune.models.awd_lstm_classifier import AWDLSTMForSequenceClassification
 
-    model = AWDLSTMForSequenceClassification(AWDLSTMConfig(vocab_size=30, embedding_size=8, hidden_size=12,
-                                                           num_layers=2, pad_token_id=1, num_labels=2))
+    model = AWDLSTMForSequenceClassification(
+        AWDLSTMConfig(vocab_size=30, embedding_size=8, hidden_size=12, num_layers=2, pad_token_id=1, num_labels=2)
+    )
     assert fitted_max_length(None, model) is None and fitted_max_length(300, model) == 300
     note = gradient_window_note(model.config, [100, 2000, 300])
     assert "reads every token of the 3 training examples (median 300, longest 2,000 tokens), 70 at a time" in note
@@ -208,8 +217,9 @@ def write_long_task(folder: Path) -> Path:
     rng = random.Random(3)
     folder.mkdir(parents=True, exist_ok=True)
     for split, count in (("train", 24), ("dev", 12)):
-        rows = ["sentence\tlabel"] + [f"{long_review(rng, index % 2 == 0, rng.randint(1, 6))}\t{int(index % 2 == 0)}"
-                                      for index in range(count)]
+        rows = ["sentence\tlabel"] + [
+            f"{long_review(rng, index % 2 == 0, rng.randint(1, 6))}\t{int(index % 2 == 0)}" for index in range(count)
+        ]
         (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
 
@@ -220,8 +230,10 @@ def chunks_run(checkpoint, tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("chunks")
     task = write_long_task(tmp / "task")
     data = finetune_recipe(checkpoint, task, tmp / "run")
-    data["task"] = {**custom_task_section(task, max_length=24),
-                    "long_documents": {"mode": "chunks", "overlap": 6, "max_chunks": 3, "pool": "max"}}
+    data["task"] = {
+        **custom_task_section(task, max_length=24),
+        "long_documents": {"mode": "chunks", "overlap": 6, "max_chunks": 3, "pool": "max"},
+    }
     data["training"].update({"epochs": 2, "batch_size": 4})
     return run_finetune(load_recipe(write_yaml(tmp / "recipe.yaml", data))), task
 
@@ -234,9 +246,15 @@ def manual_logits(checkpoint: Path, texts: list[str], reading: DocumentReading) 
     rows = []
     with torch.no_grad():
         for windows in encoded.windows:
-            logits = torch.cat([model(input_ids=torch.tensor([encoded.encodings["input_ids"][row]]),
-                                      token_type_ids=torch.tensor([encoded.encodings["token_type_ids"][row]])).logits
-                                for row in windows])
+            logits = torch.cat(
+                [
+                    model(
+                        input_ids=torch.tensor([encoded.encodings["input_ids"][row]]),
+                        token_type_ids=torch.tensor([encoded.encodings["token_type_ids"][row]]),
+                    ).logits
+                    for row in windows
+                ]
+            )
             rows.append(logits.max(dim=0).values if reading.pool == "max" else logits.mean(dim=0))
     return torch.stack(rows).numpy()
 
@@ -244,8 +262,13 @@ def manual_logits(checkpoint: Path, texts: list[str], reading: DocumentReading) 
 def test_finetune_with_chunks_saves_the_reading_and_eval_predict_and_ensembles_use_it(chunks_run, tmp_path, capsys):
     checkpoint, task = chunks_run
     saved = yaml.safe_load((checkpoint / "finetune_recipe.yaml").read_text(encoding="utf-8"))
-    assert saved["task"]["long_documents"] == {"mode": "chunks", "head": None, "overlap": 6, "max_chunks": 3,
-                                               "pool": "max"}
+    assert saved["task"]["long_documents"] == {
+        "mode": "chunks",
+        "head": None,
+        "overlap": 6,
+        "max_chunks": 3,
+        "pool": "max",
+    }
     dev_texts = [line.split("\t")[0] for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
     expected = manual_logits(checkpoint, dev_texts, DocumentReading(24, "chunks", overlap=6, max_chunks=3, pool="max"))
 
@@ -258,8 +281,9 @@ def test_finetune_with_chunks_saves_the_reading_and_eval_predict_and_ensembles_u
     said = capsys.readouterr().err
     assert said.count("task.long_documents chunks:") == 2  # each checkpoint read as trained, each once
     predictions = expected.argmax(axis=1)
-    labels = np.array([int(line.split("\t")[1]) for line in
-                       (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]])
+    labels = np.array(
+        [int(line.split("\t")[1]) for line in (task / "dev.tsv").read_text(encoding="utf-8").splitlines()[1:]]
+    )
     accuracy = float((predictions == labels).mean())
     assert json.loads((tmp_path / "eval" / "report.json").read_text(encoding="utf-8")) == report
     rows = report["results"]
@@ -269,8 +293,9 @@ def test_finetune_with_chunks_saves_the_reading_and_eval_predict_and_ensembles_u
     # predict: the same probabilities as the windows pooled by hand
     predictor = load_predictor(str(checkpoint))
     assert predictor.reading.mode == "chunks" and predictor.reading.pool == "max"
-    probabilities = np.array([[result["probabilities"][label] for label in ("0", "1")]
-                              for result in predictor.predict(dev_texts)])
+    probabilities = np.array(
+        [[result["probabilities"][label] for label in ("0", "1")] for result in predictor.predict(dev_texts)]
+    )
     assert np.allclose(probabilities, torch.softmax(torch.from_numpy(expected).double(), dim=-1).numpy(), atol=1e-5)
 
 
@@ -289,8 +314,11 @@ def test_the_training_loss_is_taken_on_each_documents_pooled_logits(checkpoint):
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2).eval()
     rng = random.Random(4)
-    encoded = EncodedTask(examples_of([long_review(rng, True, 5), long_review(rng, False, 2)], [1, 0]), tokenizer,
-                          DocumentReading(20, "chunks", overlap=4))
+    encoded = EncodedTask(
+        examples_of([long_review(rng, True, 5), long_review(rng, False, 2)], [1, 0]),
+        tokenizer,
+        DocumentReading(20, "chunks", overlap=4),
+    )
     batch = WindowCollator(tokenizer)([encoded[0], encoded[1]])
     pooled = windowed_logits(model, batch, "mean")
     rows = model(**{key: value for key, value in batch.items() if key not in ("labels", WINDOW_DOCUMENT)}).logits

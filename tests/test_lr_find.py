@@ -40,8 +40,10 @@ def test_smoothing_is_a_centred_moving_average_that_does_not_lag():
 def synthetic_curve(steps: int = 200):
     """A loss falling to its minimum at LR 1e-2 (steepest near 1e-3.5), then blowing up past 1."""
     lrs = list(np.logspace(-7, 1, steps))
-    losses = [3.0 - 2.0 / (1 + math.exp(-2.5 * (math.log10(lr) + 3.5))) + 4.0 * max(0.0, math.log10(lr) + 2) ** 2
-              for lr in lrs]
+    losses = [
+        3.0 - 2.0 / (1 + math.exp(-2.5 * (math.log10(lr) + 3.5))) + 4.0 * max(0.0, math.log10(lr) + 2) ** 2
+        for lr in lrs
+    ]
     return lrs, losses
 
 
@@ -49,16 +51,16 @@ def test_suggestions_on_a_known_curve():
     lrs, losses = synthetic_curve()
     result = suggestions(lrs, losses)
     smooth = smoothed(losses)
-    lowest = int(np.argmin(smooth[:len(result["lrs"])]))
+    lowest = int(np.argmin(smooth[: len(result["lrs"])]))
     assert result["minimum"]["lr"] == pytest.approx(lrs[lowest])
-    assert 10 ** -2.3 < result["minimum"]["lr"] < 10 ** -1.7  # the minimum of the curve: 1e-2
+    assert 10**-2.3 < result["minimum"]["lr"] < 10**-1.7  # the minimum of the curve: 1e-2
     assert result["suggested_lr"] == pytest.approx(result["minimum"]["lr"] / 10)
-    assert 10 ** -3.8 < result["steepest"]["lr"] < 10 ** -3.2  # the sigmoid's steepest point: 10^-3.5
+    assert 10**-3.8 < result["steepest"]["lr"] < 10**-3.2  # the sigmoid's steepest point: 10^-3.5
     assert result["steepest"]["lr"] < result["minimum"]["lr"]
     # Cut where the smoothed loss passes 4x its minimum: nothing after it, and the cut is recorded.
     assert max(result["smoothed"]) <= 4 * min(result["smoothed"]) and len(result["lrs"]) < len(lrs)
     assert result["diverged_at_lr"] == pytest.approx(lrs[len(result["lrs"])])
-    assert smooth[len(result["lrs"])] > 4 * min(smooth[:len(result["lrs"]) + 1])
+    assert smooth[len(result["lrs"])] > 4 * min(smooth[: len(result["lrs"]) + 1])
 
 
 def test_a_non_finite_loss_ends_the_curve():
@@ -77,8 +79,10 @@ def test_lr_find_on_a_finetune_recipe(tmp_path, task_dir):
     checkpoint = save_tiny_masked_lm(tmp_path / "lm")
     data = finetune_recipe(checkpoint, task_dir, tmp_path / "runs" / "ft")
     recipe = write_yaml(tmp_path / "recipe.yaml", data)
-    result = runner.invoke(app, ["lr-find", str(recipe), "--steps", "12", "--start-lr", "1e-5", "--end-lr", "1",
-                                 "discriminative.factor=2.0"])
+    result = runner.invoke(
+        app,
+        ["lr-find", str(recipe), "--steps", "12", "--start-lr", "1e-5", "--end-lr", "1", "discriminative.factor=2.0"],
+    )
     assert result.exit_code == 0, result.output
     folder = tmp_path / "runs" / "ft-lr-find"
     assert not (tmp_path / "runs" / "ft").exists()  # the real run's folder stays free
@@ -91,7 +95,7 @@ def test_lr_find_on_a_finetune_recipe(tmp_path, task_dir):
     assert top == pytest.approx(list(np.logspace(-5, 0, 12)))
     assert [record["lr"]["group_2"] for record in train] == pytest.approx([lr / 2 for lr in top])
     assert saved["suggested_lr"] == pytest.approx(saved["minimum"]["lr"] / 10)
-    assert saved["lrs"] == pytest.approx(top[:len(saved["lrs"])])
+    assert saved["lrs"] == pytest.approx(top[: len(saved["lrs"])])
     assert "training.lr=" in result.output
     again = runner.invoke(app, ["lr-find", str(recipe), "--steps", "6", "--start-lr", "1e-5", "--end-lr", "1"])
     assert again.exit_code == 0, again.output  # a second test replaces the first

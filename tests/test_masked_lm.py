@@ -15,8 +15,12 @@ VOCAB = 3000  # > VOCAB_SLICE: the decoder's forward product runs over several v
 
 def masked_lm(dropout: float, seed: int = 0):
     torch.manual_seed(seed)
-    return build_masked_lm(MaskedLMModelConfig(layers=2, hidden=64, heads=4, intermediate=128, dropout=dropout),
-                           VOCAB, max_positions=32, pad_token_id=0)
+    return build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=64, heads=4, intermediate=128, dropout=dropout),
+        VOCAB,
+        max_positions=32,
+        pad_token_id=0,
+    )
 
 
 def masked_batch(seed: int = 0):
@@ -41,7 +45,9 @@ def test_encode_matches_hugging_face_without_dropout():
     torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("chunk_bytes", [linear_cross_entropy_module.CHUNK_BYTES, 4 * VOCAB * 7])  # one chunk; chunks of 7 rows
+@pytest.mark.parametrize(
+    "chunk_bytes", [linear_cross_entropy_module.CHUNK_BYTES, 4 * VOCAB * 7]
+)  # one chunk; chunks of 7 rows
 def test_training_loss_and_gradients_match_dense_hugging_face(monkeypatch, chunk_bytes):
     """Dropout 0: the training route (encode + chunked decoder loss) equals BertForMaskedLM's dense loss."""
     monkeypatch.setattr(linear_cross_entropy_module, "CHUNK_BYTES", chunk_bytes)

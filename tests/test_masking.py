@@ -89,8 +89,10 @@ def test_replacement_ids_exclude_specials():
     np.testing.assert_array_equal(rule.replacement_ids, np.arange(len(SPECIAL), VOCAB))
 
 
-@pytest.mark.parametrize(("probability", "mask_fraction", "random_fraction"),
-                         [(0.3, 0.5, 0.2), (0.5, 0.2, 0.3), (0.2, 1.0, 0.0), (0.15, 0.0, 0.0)])
+@pytest.mark.parametrize(
+    ("probability", "mask_fraction", "random_fraction"),
+    [(0.3, 0.5, 0.2), (0.5, 0.2, 0.3), (0.2, 1.0, 0.0), (0.15, 0.0, 0.0)],
+)
 def test_custom_rates(tokens, probability, mask_fraction, random_fraction):
     rule = make_rule(probability=probability, mask_fraction=mask_fraction, random_fraction=random_fraction)
     inputs, labels, chosen, masked, randomised, unchanged = outcome(tokens, rule)
@@ -126,8 +128,9 @@ def test_rule_for_tokenizer():
         def __len__(self):
             return VOCAB
 
-    rule = MaskingRule.for_tokenizer(FakeTokenizer(), MaskingConfig(probability=0.2, mask_fraction=0.7,
-                                                                     random_fraction=0.2))
+    rule = MaskingRule.for_tokenizer(
+        FakeTokenizer(), MaskingConfig(probability=0.2, mask_fraction=0.7, random_fraction=0.2)
+    )
     assert rule.mask_token_id == MASK and rule.vocab_size == VOCAB
     np.testing.assert_array_equal(rule.special_ids, SPECIAL)
     assert (rule.probability, rule.mask_fraction, rule.random_fraction) == (0.2, 0.7, 0.2)
@@ -166,8 +169,11 @@ def test_whole_word_masking_chooses_every_piece_of_a_word_together():
 
 def test_whole_word_masking_never_chooses_special_tokens():
     tokenizer, rule = whole_word_rule(probability=0.9)
-    ids = np.array(tokenizer(["remarkably dull", "unbelievable film"] * 50, add_special_tokens=True,
-                             is_split_into_words=False)["input_ids"][0])
+    ids = np.array(
+        tokenizer(["remarkably dull", "unbelievable film"] * 50, add_special_tokens=True, is_split_into_words=False)[
+            "input_ids"
+        ][0]
+    )
     for seed in range(20):
         _, labels = rule.apply(ids, np.random.default_rng(seed))
         assert not np.isin(ids[labels != IGNORE_INDEX], rule.special_ids).any()

@@ -93,8 +93,11 @@ def test_fine_tuned_checkpoint_reloads_through_the_auto_class(pretrained, task_d
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint)
     assert isinstance(model, MeanPoolingForSequenceClassification)
     # The reloaded model scores the dev set exactly as the run did at its best evaluation.
-    report = run_eval(load_recipe(write_yaml(tmp_path / "eval.yaml", eval_recipe(
-        task_dir, tmp_path / "eval", {"mean": str(checkpoint)}))))
+    report = run_eval(
+        load_recipe(
+            write_yaml(tmp_path / "eval.yaml", eval_recipe(task_dir, tmp_path / "eval", {"mean": str(checkpoint)}))
+        )
+    )
     result = json.loads((tmp_path / "run" / RESULT_FILE).read_text())
     assert report["results"]["mean"]["accuracy"] == pytest.approx(result["best"]["dev_accuracy"])
     # Warm start with the default pooling keeps the checkpoint's kind of head, and its weights for the same labels.
@@ -107,9 +110,11 @@ def test_fine_tuned_checkpoint_reloads_through_the_auto_class(pretrained, task_d
 def test_awd_lstm_checkpoints_refuse_mean_pooling_in_one_line(tmp_path, task_dir):
     folder = tmp_path / "awd"
     AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=200, embedding_size=8, hidden_size=12, num_layers=2)).save_pretrained(
-        folder)
-    (folder / "tokenizer.json").write_text((save_tiny_masked_lm(tmp_path / "bert", layers=1, hidden=16)
-                                            / "tokenizer.json").read_text())
+        folder
+    )
+    (folder / "tokenizer.json").write_text(
+        (save_tiny_masked_lm(tmp_path / "bert", layers=1, hidden=16) / "tokenizer.json").read_text()
+    )
     data = finetune_recipe(folder, task_dir, tmp_path / "run")
     data["pooling"] = "mean"
     result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])

@@ -95,8 +95,12 @@ def test_glue_specs_choose_their_metrics():
 def test_task_spec_for_custom_tasks(tmp_path):
     config = TaskConfig(name="mine", data_dir=tmp_path, text_columns=["a", "b"], label_column="y", labels=["x", "z"])
     spec = task_spec(config)
-    assert (spec.text_columns, spec.label_column, spec.labels, spec.metrics) == (("a", "b"), "y", ("x", "z"),
-                                                                                ("accuracy",))
+    assert (spec.text_columns, spec.label_column, spec.labels, spec.metrics) == (
+        ("a", "b"),
+        "y",
+        ("x", "z"),
+        ("accuracy",),
+    )
     regression = task_spec(TaskConfig(name="score", data_dir=tmp_path, text_columns=["a"], label_column="s"))
     assert regression.is_regression and regression.metrics == ("pearson", "spearman")
     assert task_spec(TaskConfig(name="sst2", data_dir=tmp_path)) is GLUE_TASKS["sst2"]
@@ -131,8 +135,7 @@ def test_read_header_and_label_indices(tmp_path):
 
 
 def test_label_strings_map_to_their_index(tmp_path):
-    write(tmp_path, "train.tsv", "index\tquestion\tsentence\tlabel\n"
-                                 "0\tq1\ts1\tnot_entailment\n1\tq2\ts2\tentailment\n")
+    write(tmp_path, "train.tsv", "index\tquestion\tsentence\tlabel\n0\tq1\ts1\tnot_entailment\n1\tq2\ts2\tentailment\n")
     examples = read_task_split(GLUE_TASKS["qnli"], tmp_path, "train")
     assert examples.texts == [("q1", "s1"), ("q2", "s2")]
     assert examples.labels.tolist() == [1, 0]
@@ -140,20 +143,30 @@ def test_label_strings_map_to_their_index(tmp_path):
 
 
 def test_mrpc_with_bom(tmp_path):
-    write(tmp_path, "train.tsv", "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
-                                 "1\t702876\t702977\tAmrozi accused his brother .\tReferring to him \" as the witness .\n"
-                                 "0\t2108705\t2108831\tYucaipa owned Dominick 's .\tYucaipa bought it .\n")
+    write(
+        tmp_path,
+        "train.tsv",
+        "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        '1\t702876\t702977\tAmrozi accused his brother .\tReferring to him " as the witness .\n'
+        "0\t2108705\t2108831\tYucaipa owned Dominick 's .\tYucaipa bought it .\n",
+    )
     examples = read_task_split(GLUE_TASKS["mrpc"], tmp_path, "train")
     assert examples.labels.tolist() == [1, 0]
     assert examples.texts[0] == ("Amrozi accused his brother .", 'Referring to him " as the witness .')
 
 
 def test_cola_headerless_train(tmp_path):
-    write(tmp_path, "train.tsv", "gj04\t1\t\tOur friends won't buy this analysis.\n"
-                                 "gj04\t0\t*\tOne more pseudo generalization and I'm giving up.\n")
+    write(
+        tmp_path,
+        "train.tsv",
+        "gj04\t1\t\tOur friends won't buy this analysis.\n"
+        "gj04\t0\t*\tOne more pseudo generalization and I'm giving up.\n",
+    )
     examples = read_task_split(GLUE_TASKS["cola"], tmp_path, "train")
-    assert examples.texts == [("Our friends won't buy this analysis.",),
-                              ("One more pseudo generalization and I'm giving up.",)]
+    assert examples.texts == [
+        ("Our friends won't buy this analysis.",),
+        ("One more pseudo generalization and I'm giving up.",),
+    ]
     assert examples.labels.tolist() == [1, 0]
     assert examples.ids == ["0", "1"]
 

@@ -26,8 +26,10 @@ def test_classifier_card_holds_the_saved_weights_scores_and_the_curve(tmp_path):
     checkpoint = run_finetune(load_recipe(write_yaml(tmp_path / "r.yaml", data), expected_stage="finetune"))
     card, metrics = card_of(checkpoint)
     result = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert metrics == {("accuracy", round(result["best"]["dev_accuracy"], 4)),
-                       ("f1", round(result["best"]["dev_f1"], 4))}
+    assert metrics == {
+        ("accuracy", round(result["best"]["dev_accuracy"], 4)),
+        ("f1", round(result["best"]["dev_f1"], 4)),
+    }
     assert card.data.pipeline_tag == "text-classification" and card.data.library_name == "transformers"
     assert card.data.base_model is None  # a local folder is no hub model to link
     assert card.data.eval_results[0].dataset_split == "validation"
@@ -45,8 +47,14 @@ def test_regression_card_and_last_weights(tmp_path):
         rows = ["sentence\tscore"] + [f"{make_sentence(rng, i % 2 == 0)}\t{i % 5}.0" for i in range(count)]
         (tmp_path / "task" / f"{split}.tsv").write_text("\n".join(rows) + "\n")
     data = finetune_recipe(save_tiny_masked_lm(tmp_path / "lm"), tmp_path / "task", tmp_path / "run")
-    data["task"] = {"name": "scores", "data_dir": str(tmp_path / "task"), "text_columns": ["sentence"],
-                    "label_column": "score", "labels": None, "max_length": 16}
+    data["task"] = {
+        "name": "scores",
+        "data_dir": str(tmp_path / "task"),
+        "text_columns": ["sentence"],
+        "label_column": "score",
+        "labels": None,
+        "max_length": 16,
+    }
     data.update(keep_best=False)
     checkpoint = run_finetune(load_recipe(write_yaml(tmp_path / "r.yaml", data), expected_stage="finetune"))
     card, metrics = card_of(checkpoint)
@@ -65,9 +73,16 @@ def test_language_model_card_holds_the_validation_curve(tmp_path, corpus_file):
     assert f"{last['validation_loss']:.4f}" in card.text and "train.txt" in card.text
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("bert-base-uncased", "bert-base-uncased"), ("google/electra-small", "google/electra-small"),
-    ("runs/x/checkpoint", None), ("/abs/path", None), (None, None)])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("bert-base-uncased", "bert-base-uncased"),
+        ("google/electra-small", "google/electra-small"),
+        ("runs/x/checkpoint", None),
+        ("/abs/path", None),
+        (None, None),
+    ],
+)
 def test_only_hub_names_become_base_model(name, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert hub_base_model(name) == expected

@@ -58,21 +58,38 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def task_section(task: Path, **keys) -> dict:
-    return {"name": "markers", "kind": "multilabel", "data_dir": str(task), "text_columns": ["text"],
-            "label_column": "labels", "labels": LABELS, "max_length": 16, **keys}
+    return {
+        "name": "markers",
+        "kind": "multilabel",
+        "data_dir": str(task),
+        "text_columns": ["text"],
+        "label_column": "labels",
+        "labels": LABELS,
+        "max_length": 16,
+        **keys,
+    }
 
 
 def multilabel_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
     """Mean pooling: a tiny BERT at random weights learns which words a text holds from the mean of its tokens much
     sooner than through [CLS]."""
-    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0, "model": {"checkpoint": str(checkpoint)},
-            "pooling": "mean", "task": task_section(task, **task_keys),
-            "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"}}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint)},
+        "pooling": "mean",
+        "task": task_section(task, **task_keys),
+        "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"},
+    }
 
 
 def spec_of(**keys):
-    return task_spec(TaskConfig.model_validate({"name": "t", "kind": "multilabel", "data_dir": ".",
-                                                "text_columns": ["text"], **keys}))
+    return task_spec(
+        TaskConfig.model_validate(
+            {"name": "t", "kind": "multilabel", "data_dir": ".", "text_columns": ["text"], **keys}
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,17 +123,40 @@ def test_label_columns_of_zero_or_one_are_read_as_the_labels(tmp_path):
     assert read_examples_file(spec, tmp_path / "test.tsv", "tsv").labels is None
 
 
-@pytest.mark.parametrize("keys, name, text, line, message", [
-    ({"label_column": "tags", "labels": ["PER", "ORG"]}, "a.tsv", "text\ttags\nx\tPER\ny\tPER|CITY\n", 3,
-     "label 'CITY' is not one of PER, ORG"),
-    ({"label_column": "tags", "labels": ["PER", "ORG"]}, "a.jsonl", '{"text": "x", "tags": ["PER"]}\n'
-     '{"text": "y", "tags": "PER"}\n{"text": "z", "tags": {"PER": 1}}\n', 3, "tags: expected a list of labels"),
-    ({"label_column": "tags", "labels": ["PER", "ORG"]}, "a.jsonl", '{"text": "x", "tags": ["PER"]}\n'
-     '{"text": "y"}\n', 2, "missing key tags (earlier lines have it)"),
-    ({"label_columns": ["PER", "ORG"]}, "a.tsv", "text\tPER\tORG\nx\t1\t0\ny\t0\t2\n", 3,
-     "column ORG: '2' is not 0 or 1"),
-    ({"label_columns": ["PER", "ORG"]}, "a.csv", "text,PER,ORG\nx,1,yes\n", 2, "column ORG: 'yes' is not 0 or 1"),
-])
+@pytest.mark.parametrize(
+    "keys, name, text, line, message",
+    [
+        (
+            {"label_column": "tags", "labels": ["PER", "ORG"]},
+            "a.tsv",
+            "text\ttags\nx\tPER\ny\tPER|CITY\n",
+            3,
+            "label 'CITY' is not one of PER, ORG",
+        ),
+        (
+            {"label_column": "tags", "labels": ["PER", "ORG"]},
+            "a.jsonl",
+            '{"text": "x", "tags": ["PER"]}\n{"text": "y", "tags": "PER"}\n{"text": "z", "tags": {"PER": 1}}\n',
+            3,
+            "tags: expected a list of labels",
+        ),
+        (
+            {"label_column": "tags", "labels": ["PER", "ORG"]},
+            "a.jsonl",
+            '{"text": "x", "tags": ["PER"]}\n{"text": "y"}\n',
+            2,
+            "missing key tags (earlier lines have it)",
+        ),
+        (
+            {"label_columns": ["PER", "ORG"]},
+            "a.tsv",
+            "text\tPER\tORG\nx\t1\t0\ny\t0\t2\n",
+            3,
+            "column ORG: '2' is not 0 or 1",
+        ),
+        ({"label_columns": ["PER", "ORG"]}, "a.csv", "text,PER,ORG\nx,1,yes\n", 2, "column ORG: 'yes' is not 0 or 1"),
+    ],
+)
 def test_a_bad_label_names_file_and_line(tmp_path, keys, name, text, line, message):
     (tmp_path / name).write_text(text)
     with pytest.raises(InputError) as error:
@@ -139,8 +179,11 @@ def test_the_head_is_a_sigmoid_per_label_with_binary_cross_entropy(tiny_bert):
     assert model.config.problem_type == "multi_label_classification" and model.config.num_labels == 3
     assert model.config.id2label == {0: "GREAT", 1: "AWFUL", 2: "MUSIC"}
     labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]])
-    output = model(input_ids=torch.tensor([[2, 10, 11, 3], [2, 12, 3, 0]]),
-                   attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), labels=labels)
+    output = model(
+        input_ids=torch.tensor([[2, 10, 11, 3], [2, 12, 3, 0]]),
+        attention_mask=torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
+        labels=labels,
+    )
     assert output.logits.shape == (2, 3) and output.loss.shape == ()
     probabilities = torch.sigmoid(output.logits)  # the mean over the 6 example x label terms
     by_hand = -(labels * probabilities.log() + (1 - labels) * (1 - probabilities).log()).mean()
@@ -158,8 +201,11 @@ def test_micro_macro_f1_and_subset_accuracy_by_hand():
     assert table["A"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "examples": 2}
     # A label nobody has and nothing predicts is left out of macro F1 (its F1 is undefined), not counted as 0.
     assert multilabel_metrics(references[:, :2], predicted[:, :2])["macro_f1"] == 1.0
-    assert multilabel_metrics(np.zeros((2, 2)), np.zeros((2, 2))) == {"micro_f1": 0.0, "macro_f1": 0.0,
-                                                                     "subset_accuracy": 1.0}
+    assert multilabel_metrics(np.zeros((2, 2)), np.zeros((2, 2))) == {
+        "micro_f1": 0.0,
+        "macro_f1": 0.0,
+        "subset_accuracy": 1.0,
+    }
 
 
 def test_the_dev_threshold_is_the_best_micro_f1_nearest_one_half():
@@ -182,8 +228,9 @@ def test_the_dev_threshold_is_the_best_micro_f1_nearest_one_half():
 @pytest.fixture(scope="module")
 def multilabel_run(tmp_path_factory, tiny_bert, marker_task) -> Path:
     folder = tmp_path_factory.mktemp("multilabel-run")
-    recipe = write_yaml(folder / "recipe.yaml", multilabel_recipe(tiny_bert, marker_task, folder / "run",
-                                                                  threshold="dev"))
+    recipe = write_yaml(
+        folder / "recipe.yaml", multilabel_recipe(tiny_bert, marker_task, folder / "run", threshold="dev")
+    )
     result = runner.invoke(app, ["finetune", str(recipe)])
     assert result.exit_code == 0, result.output
     return folder / "run"
@@ -209,42 +256,59 @@ def test_a_multilabel_classifier_learns_and_saves_its_threshold(multilabel_run):
 
 
 def eval_yaml(folder: Path, task: Path, models: dict, **task_keys) -> Path:
-    return write_yaml(folder / "eval.yaml", {
-        "stage": "eval", "run_dir": str(folder / "eval"), "split": "test", "write_predictions": True,
-        "task": {**task_section(task), **task_keys}, "models": models})
+    return write_yaml(
+        folder / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(folder / "eval"),
+            "split": "test",
+            "write_predictions": True,
+            "task": {**task_section(task), **task_keys},
+            "models": models,
+        },
+    )
 
 
 def test_eval_applies_the_threshold_the_checkpoint_saved(multilabel_run, marker_task, tmp_path):
     saved = json.loads((multilabel_run / "result.json").read_text())["best"]["dev_threshold"]
-    result = runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(multilabel_run /
-                                                                                          "checkpoint")}))])
+    result = runner.invoke(
+        app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(multilabel_run / "checkpoint")}))]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     scores = report["results"]["ml"]
     assert report["examples"] == 24 and scores["threshold"] == saved and scores["micro_f1"] > 0.8
-    assert set(scores["labels"]) == set(LABELS) and sum(row["examples"] for row in scores["labels"].values()) == \
-        int(read_task_split(task_spec(TaskConfig.model_validate(task_section(marker_task))), marker_task,
-                            "test").labels.sum())
+    assert set(scores["labels"]) == set(LABELS) and sum(row["examples"] for row in scores["labels"].values()) == int(
+        read_task_split(
+            task_spec(TaskConfig.model_validate(task_section(marker_task))), marker_task, "test"
+        ).labels.sum()
+    )
     markdown = (tmp_path / "eval" / "report.md").read_text()
     assert "## ml: by label" in markdown and f"| ml | {saved:g} |" in markdown
     rows = (tmp_path / "eval" / "predictions" / "ml.tsv").read_text().splitlines()
-    assert rows[0] == "index\tlabels" and len(rows) == 25 and all(
-        set(filter(None, row.split("\t")[1].split("|"))) <= set(LABELS) for row in rows[1:])
+    assert (
+        rows[0] == "index\tlabels"
+        and len(rows) == 25
+        and all(set(filter(None, row.split("\t")[1].split("|"))) <= set(LABELS) for row in rows[1:])
+    )
     # A number in the eval recipe scores at that threshold instead.
     shutil.rmtree(tmp_path / "eval")
-    extreme = runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(multilabel_run /
-                                                                                           "checkpoint")},
-                                                        threshold=0.999))])
+    extreme = runner.invoke(
+        app,
+        ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(multilabel_run / "checkpoint")}, threshold=0.999))],
+    )
     assert extreme.exit_code == 0, extreme.output
     scores = json.loads((tmp_path / "eval" / "report.json").read_text())["results"]["ml"]
     assert scores["threshold"] == 0.999 and scores["micro_f1"] < report["results"]["ml"]["micro_f1"]
 
 
 def test_predict_gives_the_labels_above_the_threshold(multilabel_run, tmp_path):
-    threshold = AutoModelForSequenceClassification.from_pretrained(multilabel_run / "checkpoint").config \
-        .multilabel_threshold
-    rows = predict(str(multilabel_run / "checkpoint"), ["really great music so", "very quite truly awful",
-                                                        "so very really"])
+    threshold = AutoModelForSequenceClassification.from_pretrained(
+        multilabel_run / "checkpoint"
+    ).config.multilabel_threshold
+    rows = predict(
+        str(multilabel_run / "checkpoint"), ["really great music so", "very quite truly awful", "so very really"]
+    )
     for row in rows:  # the labels are those above the threshold the checkpoint saved
         assert list(row["probabilities"]) == LABELS
         assert row["labels"] == [label for label in LABELS if row["probabilities"][label] > threshold]
@@ -252,8 +316,17 @@ def test_predict_gives_the_labels_above_the_threshold(multilabel_run, tmp_path):
     assert "AWFUL" in rows[1]["labels"] and "GREAT" not in rows[1]["labels"]
     assert rows[2]["probabilities"]["GREAT"] < rows[0]["probabilities"]["GREAT"]
     (tmp_path / "in.jsonl").write_text('{"text": "great awful", "labels": ["MUSIC"]}\n')  # its labels are ignored
-    result = runner.invoke(app, ["predict", str(multilabel_run / "checkpoint"), "--input", str(tmp_path / "in.jsonl"),
-                                 "--output", str(tmp_path / "out.tsv")])
+    result = runner.invoke(
+        app,
+        [
+            "predict",
+            str(multilabel_run / "checkpoint"),
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--output",
+            str(tmp_path / "out.tsv"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "out.tsv").read_text().splitlines()
     assert lines[0] == "text\tlabels\tprobability_GREAT\tprobability_AWFUL\tprobability_MUSIC"
@@ -278,8 +351,9 @@ def test_an_awd_lstm_classifier_learns_several_labels(marker_task, tmp_path):
 
 
 def test_documents_read_in_chunks_learn_from_binary_cross_entropy(tiny_bert, marker_task, tmp_path):
-    data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run", max_length=6, long_documents="chunks",
-                             threshold="dev")
+    data = multilabel_recipe(
+        tiny_bert, marker_task, tmp_path / "run", max_length=6, long_documents="chunks", threshold="dev"
+    )
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     assert "are read in windows" in result.output  # the texts are longer than 6 tokens: several windows each
@@ -290,8 +364,9 @@ def test_documents_read_in_chunks_learn_from_binary_cross_entropy(tiny_bert, mar
 def test_profile_counts_the_multilabel_classifier(tiny_bert, marker_task, tmp_path):
     data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run")
     del data["pooling"]  # the checkpoint's own head: what AutoModelForSequenceClassification builds
-    result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json",
-                                 "--matmul-gflops", "100"])
+    result = runner.invoke(
+        app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json", "--matmul-gflops", "100"]
+    )
     assert result.exit_code == 0, result.output
     profile = json.loads(result.stdout)
     real = AutoModelForSequenceClassification.from_pretrained(tiny_bert, num_labels=3)
@@ -328,16 +403,23 @@ def test_a_stopped_multilabel_run_resumes_bit_for_bit(tiny_bert, marker_task, tm
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("keys, expected", [
-    ({"metrics": ["accuracy"]}, "metrics: not for kind multilabel"),
-    ({"labels": None}, "labels: list the label set (label_column holds lists of them)"),
-    ({"label_columns": LABELS}, "label_column (a list of labels per example) or label_columns (a 0/1 column per "
-                                "label), not both"),
-    ({"label_column": None, "labels": None, "label_columns": LABELS, "label_separator": ";"},
-     "label_separator: for a label_column holding lists"),
-    ({"label_column": "text"}, "'text' is both a text column and a label column"),
-    ({"threshold": 1.5}, "threshold"),
-])
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({"metrics": ["accuracy"]}, "metrics: not for kind multilabel"),
+        ({"labels": None}, "labels: list the label set (label_column holds lists of them)"),
+        (
+            {"label_columns": LABELS},
+            "label_column (a list of labels per example) or label_columns (a 0/1 column per label), not both",
+        ),
+        (
+            {"label_column": None, "labels": None, "label_columns": LABELS, "label_separator": ";"},
+            "label_separator: for a label_column holding lists",
+        ),
+        ({"label_column": "text"}, "'text' is both a text column and a label column"),
+        ({"threshold": 1.5}, "threshold"),
+    ],
+)
 def test_bad_multilabel_keys_are_one_line(tiny_bert, marker_task, tmp_path, keys, expected):
     data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run")
     data["task"].update(keys)
@@ -365,8 +447,9 @@ def test_an_unknown_dev_label_is_one_line_naming_file_and_line(tiny_bert, marker
 
 def test_eval_refuses_dev_thresholds_ensembles_and_single_label_checkpoints(multilabel_run, marker_task, tmp_path):
     checkpoint = str(multilabel_run / "checkpoint")
-    message = one_error_line(runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": checkpoint},
-                                                                       threshold="dev"))]))
+    message = one_error_line(
+        runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": checkpoint}, threshold="dev"))])
+    )
     assert "task.threshold: dev is chosen while fine-tuning" in message
     single = tmp_path / "single"
     shutil.copytree(checkpoint, single)

@@ -32,9 +32,13 @@ def question(rng: random.Random, index: int, with_answer: bool = True) -> dict:
     texts = [rng.choice(POSITIVE)] + rng.sample(NEGATIVE, count - 1)
     rng.shuffle(texts)
     labels = DIGITS if count <= 4 and rng.random() < 0.3 else LETTERS
-    row = {"id": f"q{index}", "question": {"stem": f"{rng.choice(SUBJECTS)} was good : how ?",
-                                           "choices": [{"text": text, "label": labels[position]}
-                                                       for position, text in enumerate(texts)]}}
+    row = {
+        "id": f"q{index}",
+        "question": {
+            "stem": f"{rng.choice(SUBJECTS)} was good : how ?",
+            "choices": [{"text": text, "label": labels[position]} for position, text in enumerate(texts)],
+        },
+    }
     if with_answer:
         row["answerKey"] = labels[next(position for position, text in enumerate(texts) if text in POSITIVE)]
     return row
@@ -43,8 +47,9 @@ def question(rng: random.Random, index: int, with_answer: bool = True) -> dict:
 def write_questions(path: Path, count: int, seed: int, with_answers: bool = True) -> Path:
     rng = random.Random(seed)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(question(rng, index, with_answers)) + "\n" for index in range(count)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(question(rng, index, with_answers)) + "\n" for index in range(count)), encoding="utf-8"
+    )
     return path
 
 
@@ -75,16 +80,29 @@ def tiny_gpt2(tmp_path_factory) -> Path:
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(folder / "corpus")]), 300, min_frequency=1)
     tokenizer.pad_token = None
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
-                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=64,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+        )
+    )
     return save_checkpoint(model, tokenizer, folder / "gpt2")
 
 
 def choices_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
-    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0,
-            "model": {"checkpoint": str(checkpoint)},
-            "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(task), "max_length": 24, **task_keys},
-            "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"}}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint)},
+        "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(task), "max_length": 24, **task_keys},
+        "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,30 +111,47 @@ def choices_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> 
 
 
 def arc_line(choices: list[tuple[str, str]], answer: str, question_id: str = "Mercury_1") -> str:
-    return json.dumps({"id": question_id, "question": {"stem": "Which is a mammal?", "choices": [
-        {"text": text, "label": label} for text, label in choices]}, "answerKey": answer})
+    return json.dumps(
+        {
+            "id": question_id,
+            "question": {
+                "stem": "Which is a mammal?",
+                "choices": [{"text": text, "label": label} for text, label in choices],
+            },
+            "answerKey": answer,
+        }
+    )
 
 
 def test_questions_with_letter_and_digit_labels(tmp_path):
     path = tmp_path / "ARC-Easy-Dev.jsonl"
-    path.write_text(arc_line([("a bat", "A"), ("a shark", "B"), ("a frog", "C")], "A") + "\n\n"
-                    + arc_line([("fish", "1"), ("birds", "2"), ("whales", "3"), ("snakes", "4")], "3", "NYSEDREGENTS_2")
-                    + "\n", encoding="utf-8")
+    path.write_text(
+        arc_line([("a bat", "A"), ("a shark", "B"), ("a frog", "C")], "A")
+        + "\n\n"
+        + arc_line([("fish", "1"), ("birds", "2"), ("whales", "3"), ("snakes", "4")], "3", "NYSEDREGENTS_2")
+        + "\n",
+        encoding="utf-8",
+    )
     questions = read_choices(path)
     assert questions.ids == ["Mercury_1", "NYSEDREGENTS_2"] and questions.lines == [1, 3]
     assert questions.choices[1] == ["fish", "birds", "whales", "snakes"] and questions.labels[1] == list("1234")
     assert questions.answers == [0, 2]
 
 
-@pytest.mark.parametrize("line, reason", [
-    (arc_line([("a bat", "A")], "A"), "1 choices: a question has 2 to 8"),
-    (arc_line([(f"animal {index}", str(index)) for index in range(9)], "1"), "9 choices: a question has 2 to 8"),
-    (arc_line([("a bat", "A"), ("a shark", "B")], "E"), "answerKey 'E' is not one of the question's choice labels "
-                                                        "(A, B)"),
-    (arc_line([("a bat", "A"), ("a shark", "A")], "A"), "choice labels A, A repeat a label"),
-    ('{"id": "q", "question": "Which?"}', "not a question in ARC's layout"),
-    ("{not json", "not JSON"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (arc_line([("a bat", "A")], "A"), "1 choices: a question has 2 to 8"),
+        (arc_line([(f"animal {index}", str(index)) for index in range(9)], "1"), "9 choices: a question has 2 to 8"),
+        (
+            arc_line([("a bat", "A"), ("a shark", "B")], "E"),
+            "answerKey 'E' is not one of the question's choice labels (A, B)",
+        ),
+        (arc_line([("a bat", "A"), ("a shark", "A")], "A"), "choice labels A, A repeat a label"),
+        ('{"id": "q", "question": "Which?"}', "not a question in ARC's layout"),
+        ("{not json", "not JSON"),
+    ],
+)
 def test_a_malformed_question_names_file_and_line(tmp_path, line, reason):
     path = tmp_path / "train.jsonl"
     path.write_text(arc_line([("a bat", "A"), ("a shark", "B")], "A") + "\n" + line + "\n", encoding="utf-8")
@@ -160,7 +195,7 @@ def test_a_decoder_reads_question_delimiter_choice_delimiter(tmp_path, tiny_gpt2
     assert ids[-1] == delimiter and ids.count(delimiter) == 2
     middle = ids.index(delimiter)
     assert tokenizer.decode(ids[:middle]) == questions.stems[0]
-    assert tokenizer.decode(ids[middle + 1:-1]) == " " + questions.choices[0][1]
+    assert tokenizer.decode(ids[middle + 1 : -1]) == " " + questions.choices[0][1]
 
 
 @pytest.mark.parametrize("checkpoint", ["tiny_bert", "tiny_gpt2"])
@@ -205,14 +240,18 @@ def gpt2_run(tmp_path_factory, tiny_gpt2, choices_task) -> Path:
     return finetuned(tmp_path_factory.mktemp("gpt2-choices"), tiny_gpt2, choices_task)
 
 
-@pytest.mark.parametrize("run, model_class", [("bert_run", "BertForMultipleChoice"),
-                                              ("gpt2_run", "GPT2ForMultipleChoice")])
+@pytest.mark.parametrize(
+    "run, model_class", [("bert_run", "BertForMultipleChoice"), ("gpt2_run", "GPT2ForMultipleChoice")]
+)
 def test_a_multiple_choice_model_learns_and_saves_a_loadable_checkpoint(run, model_class, request):
     run_dir = request.getfixturevalue(run)
     result = json.loads((run_dir / "result.json").read_text())
     assert result["main_metric"] == "accuracy" and result["best"]["dev_accuracy"] == 1.0  # chance: about 0.27
-    evaluations = [record for record in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-                   if record["phase"] == "eval"]
+    evaluations = [
+        record
+        for record in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        if record["phase"] == "eval"
+    ]
     assert len(evaluations) == 6
     assert evaluations[0]["validation_loss"] > 0.7 and evaluations[-1]["validation_loss"] < 0.3  # ln 4 = 1.39
     model = AutoModelForMultipleChoice.from_pretrained(run_dir / "checkpoint")
@@ -223,10 +262,17 @@ def test_a_multiple_choice_model_learns_and_saves_a_loadable_checkpoint(run, mod
 
 
 def test_eval_scores_accuracy_and_writes_chosen_labels(bert_run, choices_task, tmp_path):
-    recipe = write_yaml(tmp_path / "eval.yaml", {
-        "stage": "eval", "run_dir": str(tmp_path / "eval"), "split": "test", "write_predictions": True,
-        "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(choices_task)},
-        "models": {"bert": str(bert_run / "checkpoint")}})
+    recipe = write_yaml(
+        tmp_path / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "eval"),
+            "split": "test",
+            "write_predictions": True,
+            "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(choices_task)},
+            "models": {"bert": str(bert_run / "checkpoint")},
+        },
+    )
     result = runner.invoke(app, ["eval", str(recipe)])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -234,8 +280,9 @@ def test_eval_scores_accuracy_and_writes_chosen_labels(bert_run, choices_task, t
     rows = (tmp_path / "eval" / "predictions" / "bert.tsv").read_text().splitlines()
     test = read_choices(choices_task / "test.jsonl")
     assert rows[0] == "id\tprediction"
-    assert rows[1:] == [f"{question_id}\t{labels[answer]}"
-                        for question_id, labels, answer in zip(test.ids, test.labels, test.answers)]
+    assert rows[1:] == [
+        f"{question_id}\t{labels[answer]}" for question_id, labels, answer in zip(test.ids, test.labels, test.answers)
+    ]
 
 
 def test_predict_gives_the_chosen_label_and_a_probability_per_choice(gpt2_run, tmp_path):
@@ -248,8 +295,9 @@ def test_predict_gives_the_chosen_label_and_a_probability_per_choice(gpt2_run, t
         assert list(row["probabilities"]) == [choice["label"] for choice in asked["question"]["choices"]]
         assert sum(row["probabilities"].values()) == pytest.approx(1.0)
     source = write_questions(tmp_path / "questions.jsonl", 5, 11, with_answers=False)
-    result = runner.invoke(app, ["predict", str(gpt2_run / "checkpoint"), "--input", str(source), "--output",
-                                 str(tmp_path / "out.jsonl")])
+    result = runner.invoke(
+        app, ["predict", str(gpt2_run / "checkpoint"), "--input", str(source), "--output", str(tmp_path / "out.jsonl")]
+    )
     assert result.exit_code == 0, result.output
     written = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [row["id"] for row in written] == [f"q{index}" for index in range(5)]
@@ -264,19 +312,26 @@ def test_a_dev_answer_key_outside_its_choices_is_one_line(tiny_bert, choices_tas
     task = tmp_path / "task"
     task.mkdir()
     (task / "train.jsonl").write_text((choices_task / "train.jsonl").read_text())
-    (task / "dev.jsonl").write_text(arc_line([("a bat", "A"), ("a shark", "B")], "A") + "\n"
-                                    + arc_line([("a bat", "A"), ("a shark", "B")], "C") + "\n")
+    (task / "dev.jsonl").write_text(
+        arc_line([("a bat", "A"), ("a shark", "B")], "A")
+        + "\n"
+        + arc_line([("a bat", "A"), ("a shark", "B")], "C")
+        + "\n"
+    )
     recipe = write_yaml(tmp_path / "recipe.yaml", choices_recipe(tiny_bert, task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
     assert message.startswith(f"error: {task / 'dev.jsonl'} line 2: answerKey 'C' is not one of the question's")
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("keys, expected", [
-    ({"text_columns": ["question"]}, "text_columns: not for kind choices"),
-    ({"labels": ["A", "B"]}, "labels: not for kind choices"),
-    ({"format": "csv"}, "format csv: a multiple-choice task reads JSON Lines in ARC's layout"),
-])
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({"text_columns": ["question"]}, "text_columns: not for kind choices"),
+        ({"labels": ["A", "B"]}, "labels: not for kind choices"),
+        ({"format": "csv"}, "format csv: a multiple-choice task reads JSON Lines in ARC's layout"),
+    ],
+)
 def test_classification_keys_are_refused_for_a_choices_task(tiny_bert, choices_task, tmp_path, keys, expected):
     recipe = write_yaml(tmp_path / "recipe.yaml", choices_recipe(tiny_bert, choices_task, tmp_path / "run", **keys))
     assert expected in one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
@@ -299,18 +354,25 @@ def test_an_awd_lstm_is_refused_as_a_multiple_choice_model_in_one_line(choices_t
 
 
 def test_a_classifier_is_no_multiple_choice_model_for_eval(bert_run, choices_task, tmp_path):
-    recipe = write_yaml(tmp_path / "eval.yaml", {
-        "stage": "eval", "run_dir": str(tmp_path / "eval"), "split": "dev",
-        "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(choices_task)},
-        "models": {"lm": str(bert_run.parent.parent / "choices-lm0" / "checkpoint")}})
+    recipe = write_yaml(
+        tmp_path / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "eval"),
+            "split": "dev",
+            "task": {"name": "tiny-choices", "kind": "choices", "data_dir": str(choices_task)},
+            "models": {"lm": str(bert_run.parent.parent / "choices-lm0" / "checkpoint")},
+        },
+    )
     message = one_error_line(runner.invoke(app, ["eval", str(recipe)]))
     assert "is no multiple-choice model (BertForMaskedLM): fine-tune it on a task of kind choices first" in message
 
 
 def test_profile_counts_the_model_a_run_builds(tiny_bert, choices_task, tmp_path):
     data = choices_recipe(tiny_bert, choices_task, tmp_path / "run")
-    result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json",
-                                 "--matmul-gflops", "100"])
+    result = runner.invoke(
+        app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json", "--matmul-gflops", "100"]
+    )
     assert result.exit_code == 0, result.output
     profile = json.loads(result.stdout)
     real = AutoModelForMultipleChoice.from_pretrained(tiny_bert)
@@ -344,11 +406,18 @@ TINY = {"vocab_size": 100, "pad_token_id": 0}
 ENCODER = {**TINY, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 
-@pytest.mark.parametrize("model_type, keys", [
-    ("bert", ENCODER), ("roberta", ENCODER), ("electra", {**ENCODER, "embedding_size": 16}),
-    ("distilbert", {**TINY, "dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64}), ("deberta-v2", ENCODER),
-    ("modernbert", ENCODER), ("gpt2", {**TINY, "n_embd": 32, "n_layer": 2, "n_head": 2}),
-])
+@pytest.mark.parametrize(
+    "model_type, keys",
+    [
+        ("bert", ENCODER),
+        ("roberta", ENCODER),
+        ("electra", {**ENCODER, "embedding_size": 16}),
+        ("distilbert", {**TINY, "dim": 32, "n_layers": 2, "n_heads": 2, "hidden_dim": 64}),
+        ("deberta-v2", ENCODER),
+        ("modernbert", ENCODER),
+        ("gpt2", {**TINY, "n_embd": 32, "n_layer": 2, "n_head": 2}),
+    ],
+)
 def test_each_family_with_layer_groups_has_a_multiple_choice_model_with_them(model_type, keys):
     from transformers import AutoConfig
 

@@ -121,8 +121,7 @@ def test_probabilities_sum_to_one_for_seen_and_unseen_contexts():
     rows = torch.from_numpy(np.concatenate([stream[:57], [39, 38, 0]]).reshape(3, 20))
     logits = model(rows).logits
     predictions = model.next_token_predictions(rows)
-    assert torch.allclose(logits.gather(2, predictions.unsqueeze(2)).squeeze(2), logits.max(dim=2).values,
-                          atol=1e-6)
+    assert torch.allclose(logits.gather(2, predictions.unsqueeze(2)).squeeze(2), logits.max(dim=2).values, atol=1e-6)
     assert (predictions == logits.argmax(dim=-1)).float().mean() > 0.9
     assert model(rows, labels=rows).loss.item() == pytest.approx(model.nats_per_token(rows), rel=1e-5)
 
@@ -174,8 +173,7 @@ def test_pretrain_counts_scores_and_saves_a_checkpoint_that_reloads(tmp_path, co
     assert result.exit_code == 0, result.output
     run = tmp_path / "run"
     [record] = read_metrics(run / "metrics.jsonl")  # one validation, with the keys of the neural families'
-    assert set(record) == {"phase", "step", "epoch", "validation_loss", "validation_perplexity",
-                           "next_token_accuracy"}
+    assert set(record) == {"phase", "step", "epoch", "validation_loss", "validation_perplexity", "next_token_accuracy"}
     assert record["phase"] == "eval" and record["step"] == 0
     assert record["validation_perplexity"] == pytest.approx(math.exp(record["validation_loss"]))
     assert 0 < record["next_token_accuracy"] <= 1 and 0 < record["validation_loss"] < math.log(200)
@@ -212,18 +210,31 @@ def ngram_checkpoint(tmp_path_factory) -> Path:
 
 def streamed(data: dict, tmp_path: Path, checkpoint: Path) -> None:
     """A `datasets` corpus read as a stream (nothing is read: the recipe is refused first)."""
-    data["corpus"] = {"dataset": "json", "dataset_files": [str(tmp_path / "rows.jsonl")], "streaming": True,
-                      "validation_documents": 5}
+    data["corpus"] = {
+        "dataset": "json",
+        "dataset_files": [str(tmp_path / "rows.jsonl")],
+        "streaming": True,
+        "validation_documents": 5,
+    }
 
 
 REFUSALS = {
-    "continuing a checkpoint": (lambda data, tmp, checkpoint: data["model"].update(checkpoint=str(checkpoint)),
-                                ["pretrain"], ("model.checkpoint", "counted from scratch")),
+    "continuing a checkpoint": (
+        lambda data, tmp, checkpoint: data["model"].update(checkpoint=str(checkpoint)),
+        ["pretrain"],
+        ("model.checkpoint", "counted from scratch"),
+    ),
     "a streamed corpus": (streamed, ["pretrain"], ("corpus.streaming", "ngram counts the whole corpus")),
-    "masking": (lambda data, tmp, checkpoint: data.update(masking={"probability": 0.2}), ["pretrain"],
-                ("masking applies to masked LMs",)),
-    "a backward corpus": (lambda data, tmp, checkpoint: data["corpus"].update(reverse=True), ["pretrain"],
-                          ("corpus.reverse", "counts forwards")),
+    "masking": (
+        lambda data, tmp, checkpoint: data.update(masking={"probability": 0.2}),
+        ["pretrain"],
+        ("masking applies to masked LMs",),
+    ),
+    "a backward corpus": (
+        lambda data, tmp, checkpoint: data["corpus"].update(reverse=True),
+        ["pretrain"],
+        ("corpus.reverse", "counts forwards"),
+    ),
     "an order past 6": (lambda data, tmp, checkpoint: data["model"].update(order=7), ["pretrain"], ("model.order",)),
     "--resume": (None, ["pretrain", "--resume"], ("--resume", "one pass")),
     "lr-find": (None, ["lr-find"], ("lr-find", "no learning rate")),
@@ -247,8 +258,11 @@ def test_what_an_ngram_run_cannot_do_is_one_line_and_exit_code_2(case, tmp_path,
 @pytest.mark.parametrize("stage", ["finetune", "eval"])
 def test_an_ngram_checkpoint_is_refused_as_a_classifier(stage, tmp_path, ngram_checkpoint):
     task = write_task(tmp_path / "task")
-    data = (finetune_recipe(ngram_checkpoint, task, tmp_path / "run") if stage == "finetune" else
-            eval_recipe(task, tmp_path / "run", {"baseline": str(ngram_checkpoint)}))
+    data = (
+        finetune_recipe(ngram_checkpoint, task, tmp_path / "run")
+        if stage == "finetune"
+        else eval_recipe(task, tmp_path / "run", {"baseline": str(ngram_checkpoint)})
+    )
     result = runner.invoke(app, [stage, str(write_yaml(tmp_path / "recipe.yaml", data))])
     key = "model.checkpoint" if stage == "finetune" else "models.baseline"
     assert_one_error_line(result, (key, "'ngram' model", "no sequence-classification head"))

@@ -22,9 +22,14 @@ def run(tmp_path, corpus_file, name: str, model: dict, **top) -> list[dict]:
     return read_metrics(tmp_path / name / "metrics.jsonl")
 
 
-@pytest.mark.parametrize("model", [{"family": "gpt2", "layers": 1, "hidden": 16, "heads": 2},
-                                   {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1}],
-                         ids=["gpt2", "awd_lstm"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"family": "gpt2", "layers": 1, "hidden": 16, "heads": 2},
+        {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1},
+    ],
+    ids=["gpt2", "awd_lstm"],
+)
 def test_the_floor_is_the_ngram_familys_own_score_on_the_same_tokens(tmp_path, corpus_file, model):
     """The floor a gpt2 / awd_lstm run logs equals what `model.family: ngram` scores on the same corpus."""
     records = run(tmp_path, corpus_file, "network", model, ngram_floor=2)
@@ -36,8 +41,10 @@ def test_the_floor_is_the_ngram_familys_own_score_on_the_same_tokens(tmp_path, c
     for key in ("validation_loss", "validation_perplexity", "next_token_accuracy"):
         assert floor[key] == pytest.approx(counted[key], rel=1e-6), key
     card = (tmp_path / "network" / "checkpoint" / "README.md").read_text()
-    assert f"ngram-2 Kneser-Ney model counted on the same training tokens scores validation loss " \
-           f"{floor['validation_loss']:.4f}" in card
+    assert (
+        f"ngram-2 Kneser-Ney model counted on the same training tokens scores validation loss "
+        f"{floor['validation_loss']:.4f}" in card
+    )
     assert (tmp_path / "network" / "plots" / "loss.png").is_file()
 
 
@@ -47,9 +54,13 @@ def test_without_the_key_there_is_no_floor(tmp_path, corpus_file):
     assert "Floor:" not in (tmp_path / "plain" / "checkpoint" / "README.md").read_text()
 
 
-@pytest.mark.parametrize("model, named", [({"family": "bert", "layers": 1, "hidden": 16, "heads": 2},
-                                           ("ngram_floor", "causal families", "not bert")),
-                                          ({"family": "ngram"}, ("ngram_floor", "not ngram"))])
+@pytest.mark.parametrize(
+    "model, named",
+    [
+        ({"family": "bert", "layers": 1, "hidden": 16, "heads": 2}, ("ngram_floor", "causal families", "not bert")),
+        ({"family": "ngram"}, ("ngram_floor", "not ngram")),
+    ],
+)
 def test_a_floor_outside_the_causal_families_is_one_line_exit_2(tmp_path, corpus_file, model, named):
     data = pretrain_recipe(corpus_file, tmp_path / "run")
     data["model"] = model

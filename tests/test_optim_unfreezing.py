@@ -21,9 +21,17 @@ from finetune.training.unfreezing import freeze_below, trainable_group_count
 
 
 def tiny_bert_config(**overrides) -> BertConfig:
-    settings = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, num_labels=2)
+    settings = dict(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        num_labels=2,
+    )
     settings.update(overrides)
     return BertConfig(**settings)
 
@@ -207,12 +215,20 @@ def _backward(model):
     input_ids = torch.randint(5, 64, (3, 10))
     labels = torch.tensor([0, 1, 1])
     block_outputs = []
-    hooks = [block.register_forward_hook(lambda module, inputs, output: block_outputs.append(
-        (output[0] if isinstance(output, tuple) else output).requires_grad))
-        for block in model.bert.encoder.layer]
+    hooks = [
+        block.register_forward_hook(
+            lambda module, inputs, output: block_outputs.append(
+                (output[0] if isinstance(output, tuple) else output).requires_grad
+            )
+        )
+        for block in model.bert.encoder.layer
+    ]
     embedding_output = []
-    hooks.append(model.bert.embeddings.register_forward_hook(
-        lambda module, inputs, output: embedding_output.append(output.requires_grad)))
+    hooks.append(
+        model.bert.embeddings.register_forward_hook(
+            lambda module, inputs, output: embedding_output.append(output.requires_grad)
+        )
+    )
     model.train()
     model(input_ids=input_ids, labels=labels).loss.backward()
     for hook in hooks:
@@ -227,8 +243,10 @@ def test_head_only_training_runs_no_backward_below(classifier):
     # No activation below the head is part of the autograd graph: nothing below it is backpropagated.
     assert embeddings_need_grad is False and blocks_need_grad == [False, False]
     assert all(parameter.grad is None for group in groups[:-1] for parameter in group)
-    assert all(parameter.grad is not None and parameter.grad.abs().sum() > 0 for parameter in
-               classifier.classifier.parameters())
+    assert all(
+        parameter.grad is not None and parameter.grad.abs().sum() > 0
+        for parameter in classifier.classifier.parameters()
+    )
 
 
 def test_two_groups_trainable(classifier):

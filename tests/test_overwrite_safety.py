@@ -89,8 +89,9 @@ def test_overwrite_refuses_a_folder_of_the_users_files(workspace):
     assert snapshot(workspace / "mine") == before
 
 
-@pytest.mark.parametrize("run_dir", ["", ".", "WORKING", "..", "~", "/"],
-                         ids=["empty", "dot", "working-folder", "parent", "home", "root"])
+@pytest.mark.parametrize(
+    "run_dir", ["", ".", "WORKING", "..", "~", "/"], ids=["empty", "dot", "working-folder", "parent", "home", "root"]
+)
 def test_run_dir_that_holds_the_working_folder_or_home_is_refused_outright(workspace, monkeypatch, run_dir):
     home = workspace.parent / "home"
     home.mkdir(exist_ok=True)
@@ -153,8 +154,11 @@ def test_a_run_of_a_version_before_the_marker_is_known_by_its_saved_recipe(works
     assert (run / MARKER_FILE).is_file()
 
 
-@pytest.mark.parametrize("recipe_text", ["", "stage: pretrain\nrun_dir: runs/elsewhere\n", "[1, 2]\n", "stage: [\n"],
-                         ids=["no-recipe", "recipe-of-another-folder", "not-a-mapping", "not-yaml"])
+@pytest.mark.parametrize(
+    "recipe_text",
+    ["", "stage: pretrain\nrun_dir: runs/elsewhere\n", "[1, 2]\n", "stage: [\n"],
+    ids=["no-recipe", "recipe-of-another-folder", "not-a-mapping", "not-yaml"],
+)
 def test_a_folder_without_marker_or_own_recipe_is_not_overwritten(workspace, recipe_text):
     assert pretrain().exit_code == 0
     run = workspace / "runs" / "pretrain"
@@ -208,8 +212,9 @@ def test_every_entry_a_run_writes_is_finetunes_own(tmp_path, monkeypatch):
     pretrain_data.update(checkpoint_every=4)
     finetune_data = finetune_recipe(tmp_path / "runs" / "pretrain" / "checkpoint", task, tmp_path / "runs" / "seeds")
     finetune_data.update(seeds=[1, 2], checkpoint_every=3)
-    eval_data = eval_recipe(task, tmp_path / "runs" / "eval", {"m": str(tmp_path / "runs" / "seeds" / "seed-1" /
-                                                                      "checkpoint")})
+    eval_data = eval_recipe(
+        task, tmp_path / "runs" / "eval", {"m": str(tmp_path / "runs" / "seeds" / "seed-1" / "checkpoint")}
+    )
     eval_data["write_predictions"] = True
     for stage, data in (("pretrain", pretrain_data), ("finetune", finetune_data), ("eval", eval_data)):
         result = runner.invoke(app, [stage, str(write_yaml(tmp_path / f"{stage}.yaml", data))])
@@ -229,16 +234,29 @@ def test_every_entry_a_run_writes_is_finetunes_own(tmp_path, monkeypatch):
 
 
 def start_cli(arguments: list[str], cwd: Path) -> subprocess.Popen:
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen([sys.executable, "-m", "finetune", *arguments], cwd=cwd, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "finetune", *arguments],
+        cwd=cwd,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_a_second_run_into_a_busy_run_dir_fails_before_touching_it(workspace):
     """The second run (overwrite on) must not wipe the first, which must finish with its own metrics only."""
     run = workspace / "runs" / "pretrain"
-    first = start_cli(["pretrain", "pretrain.yaml", "training.epochs=30", "training.max_steps=300",
-                       "training.log_every=50"], workspace)
+    first = start_cli(
+        ["pretrain", "pretrain.yaml", "training.epochs=30", "training.max_steps=300", "training.log_every=50"],
+        workspace,
+    )
     deadline = time.monotonic() + 120
     while not (run / LOCK_FILE).exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -247,8 +265,9 @@ def test_a_second_run_into_a_busy_run_dir_fails_before_touching_it(workspace):
     assert owner["pid"] == first.pid
     before = snapshot(run)
 
-    second = runner.invoke(app, ["pretrain", "pretrain.yaml", "training.epochs=30", "training.max_steps=300",
-                                  "training.log_every=50"])
+    second = runner.invoke(
+        app, ["pretrain", "pretrain.yaml", "training.epochs=30", "training.max_steps=300", "training.log_every=50"]
+    )
 
     assert_one_line_refusal(second, "in use by another run", f"process {first.pid}")
     if first.poll() is None:  # still training: the refusal changed nothing (files may only have grown since)
@@ -256,8 +275,11 @@ def test_a_second_run_into_a_busy_run_dir_fails_before_touching_it(workspace):
         assert all(after.get(name, b"").startswith(content) for name, content in before.items())
     _, errors = first.communicate(timeout=300)
     assert first.returncode == 0, errors[-2000:]
-    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["phase"] == "train"]
+    steps = [
+        json.loads(line)["step"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["phase"] == "train"
+    ]
     assert steps == list(range(50, 301, 50)), "the first run's metrics were mixed with another run's"
     assert not (run / LOCK_FILE).exists()
 
@@ -287,8 +309,18 @@ def test_a_run_killed_before_its_first_checkpoint_says_what_to_do(workspace):
     """kill -9 before any checkpoint: --resume and a plain rerun each say, in one line, to start again with overwrite;
     that rerun takes over the dead run's lock."""
     run = workspace / "runs" / "pretrain"
-    killed = start_cli(["pretrain", "pretrain.yaml", "overwrite=false", "checkpoint_every=100000", "training.epochs=30",
-                        "training.max_steps=300", "training.log_every=1"], workspace)
+    killed = start_cli(
+        [
+            "pretrain",
+            "pretrain.yaml",
+            "overwrite=false",
+            "checkpoint_every=100000",
+            "training.epochs=30",
+            "training.max_steps=300",
+            "training.log_every=1",
+        ],
+        workspace,
+    )
     deadline = time.monotonic() + 120
     while not (run / "metrics.jsonl").exists() and killed.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -296,11 +328,20 @@ def test_a_run_killed_before_its_first_checkpoint_says_what_to_do(workspace):
     killed.wait()
     assert (run / LOCK_FILE).exists() and not (run / "checkpoint").exists()
     before = snapshot(run)
-    overrides = ["overwrite=false", "checkpoint_every=100000", "training.epochs=30", "training.max_steps=300",
-                 "training.log_every=1"]
+    overrides = [
+        "overwrite=false",
+        "checkpoint_every=100000",
+        "training.epochs=30",
+        "training.max_steps=300",
+        "training.log_every=1",
+    ]
     assert_one_line_refusal(pretrain(*overrides), "stopped before saving a checkpoint", "overwrite=true")
-    assert_one_line_refusal(pretrain(*overrides, "--resume"), "cannot be resumed", "before its first periodic "
-                            "checkpoint (checkpoint_every: 100000)", "overwrite=true")
+    assert_one_line_refusal(
+        pretrain(*overrides, "--resume"),
+        "cannot be resumed",
+        "before its first periodic checkpoint (checkpoint_every: 100000)",
+        "overwrite=true",
+    )
     assert snapshot(run) == before
     result = pretrain("overwrite=true", "training.max_steps=2", "training.log_every=1")
     assert result.exit_code == 0, result.output

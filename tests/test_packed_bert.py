@@ -9,8 +9,17 @@ from transformers import BertConfig, BertForSequenceClassification, GPT2Config, 
 from finetune.models.mean_pooling import mean_pooling_classifier
 from finetune.models.packed_bert import packed_logits
 
-CONFIG = dict(vocab_size=60, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
-              max_position_embeddings=32, num_labels=3, hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+CONFIG = dict(
+    vocab_size=60,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=32,
+    max_position_embeddings=32,
+    num_labels=3,
+    hidden_dropout_prob=0.3,
+    attention_probs_dropout_prob=0.3,
+)
 
 
 def padded_pairs(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -21,7 +30,7 @@ def padded_pairs(seed: int = 0) -> dict[str, torch.Tensor]:
     token_type_ids = torch.zeros_like(input_ids)
     for row, length in enumerate(lengths):
         input_ids[row, :length] = torch.randint(1, 60, (length,), generator=generator)
-        token_type_ids[row, length // 2:length] = 1
+        token_type_ids[row, length // 2 : length] = 1
     return {"input_ids": input_ids, "attention_mask": (input_ids != 0).long(), "token_type_ids": token_type_ids}
 
 
@@ -53,8 +62,9 @@ def test_without_segment_ids_every_token_is_segment_zero():
 def test_the_mean_pooling_classifier_averages_the_real_tokens_as_its_forward_does():
     torch.manual_seed(0)
     config = BertConfig(**CONFIG)
-    model = mean_pooling_classifier(config, None, None, id2label={0: "a", 1: "b", 2: "c"},
-                                    label2id={"a": 0, "b": 1, "c": 2}).eval()
+    model = mean_pooling_classifier(
+        config, None, None, id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2}
+    ).eval()
     batch = padded_pairs(2)
     with torch.inference_mode():
         packed = packed_logits(model, **batch)

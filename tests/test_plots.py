@@ -45,27 +45,66 @@ def finetune_records(total_steps: int = 40, epoch_steps: int = 10, groups: int =
     for step in range(1, total_steps + 1):
         epoch = (step - 1) // epoch_steps
         if (step - 1) % epoch_steps == 0:
-            records.append({"phase": "unfreeze", "step": step - 1, "epoch": epoch,
-                            "trainable_groups": min(groups, epoch + 1), "total_groups": groups})
+            records.append(
+                {
+                    "phase": "unfreeze",
+                    "step": step - 1,
+                    "epoch": epoch,
+                    "trainable_groups": min(groups, epoch + 1),
+                    "total_groups": groups,
+                }
+            )
         multiplier = slanted_triangular(step - 1, total_steps, 0.1, 32)
         if step % 2 == 0:
-            records.append({"phase": "train", "step": step, "epoch": epoch, "loss": 1 / math.sqrt(step),
-                            "lr": {f"group_{index}": peak * multiplier for index, peak in enumerate(peaks)},
-                            "examples_per_s": 500.0 + step})
+            records.append(
+                {
+                    "phase": "train",
+                    "step": step,
+                    "epoch": epoch,
+                    "loss": 1 / math.sqrt(step),
+                    "lr": {f"group_{index}": peak * multiplier for index, peak in enumerate(peaks)},
+                    "examples_per_s": 500.0 + step,
+                }
+            )
         if step % epoch_steps == 0:
-            records.append({"phase": "eval", "step": step, "epoch": epoch, "dev_accuracy": 0.5 + step / 100,
-                            "dev_f1": 0.4 + step / 100, "validation_loss": 0.7 - step / 100, "best_so_far": True})
+            records.append(
+                {
+                    "phase": "eval",
+                    "step": step,
+                    "epoch": epoch,
+                    "dev_accuracy": 0.5 + step / 100,
+                    "dev_f1": 0.4 + step / 100,
+                    "validation_loss": 0.7 - step / 100,
+                    "best_so_far": True,
+                }
+            )
     return records
 
 
 def pretrain_records() -> list[dict]:
     """What a pretraining run logs: one LR for every group, no unfreezing, validation loss and perplexity."""
-    records = [{"phase": "train", "step": step, "epoch": 0, "loss": 5.0 - step / 10,
-                "lr": {f"group_{index}": 1e-3 * step / 20 for index in range(4)}, "tokens_per_s": 9000.0}
-               for step in range(2, 21, 2)]
-    records += [{"phase": "eval", "step": step, "epoch": 0, "validation_loss": loss,
-                 "validation_perplexity": math.exp(loss), "masked_accuracy": 0.1 * step / 10}
-                for step, loss in ((10, 4.2), (20, 3.9))]
+    records = [
+        {
+            "phase": "train",
+            "step": step,
+            "epoch": 0,
+            "loss": 5.0 - step / 10,
+            "lr": {f"group_{index}": 1e-3 * step / 20 for index in range(4)},
+            "tokens_per_s": 9000.0,
+        }
+        for step in range(2, 21, 2)
+    ]
+    records += [
+        {
+            "phase": "eval",
+            "step": step,
+            "epoch": 0,
+            "validation_loss": loss,
+            "validation_perplexity": math.exp(loss),
+            "masked_accuracy": 0.1 * step / 10,
+        }
+        for step, loss in ((10, 4.2), (20, 3.9))
+    ]
     return records
 
 
@@ -111,12 +150,12 @@ def test_lr_plot_shows_each_group_training_only_after_it_is_thawed():
     assert all(math.isfinite(value) for value in top.get_ydata())  # the head trains from the start
     # Discriminative spread 2.6^3 ~ 17.6x: a log axis, with every group's LR a constant factor below the next.
     assert axes.get_yscale() == "log"
-    assert top.get_ydata()[-1] / bottom.get_ydata()[-1] == pytest.approx(2.6 ** 3)
+    assert top.get_ydata()[-1] / bottom.get_ydata()[-1] == pytest.approx(2.6**3)
     # STLR: the top group's LR rises over the first tenth of the steps (cut_frac), then falls for the rest.
     values = list(top.get_ydata())
     peak = values.index(max(values))
     assert top.get_xdata()[peak] <= 0.2 * 40
-    assert values[:peak + 1] == sorted(values[:peak + 1]) and values[peak:] == sorted(values[peak:], reverse=True)
+    assert values[: peak + 1] == sorted(values[: peak + 1]) and values[peak:] == sorted(values[peak:], reverse=True)
 
 
 def test_pretraining_plots_one_lr_line_and_perplexity_on_its_own_axes():
@@ -165,13 +204,16 @@ def test_plot_command_refuses_what_is_not_a_run(tmp_path):
     assert_user_error(invoke("plot", tmp_path / "empty"), str(tmp_path / "empty"), "not a run directory")
 
 
-@pytest.mark.parametrize(("line", "fragment"), [
-    (b"[1, 2]", "expected a JSON object, found list"),
-    (b"3", "expected a JSON object, found int"),
-    (b"null", "expected a JSON object, found NoneType"),
-    (b'{"step": 2,', "not JSON"),
-    (b'{"loss": "caf\xe9"}', "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        (b"[1, 2]", "expected a JSON object, found list"),
+        (b"3", "expected a JSON object, found int"),
+        (b"null", "expected a JSON object, found NoneType"),
+        (b'{"step": 2,', "not JSON"),
+        (b'{"loss": "caf\xe9"}', "not valid UTF-8"),
+    ],
+)
 def test_read_metrics_names_a_line_that_is_no_json_object(tmp_path, line, fragment):
     path = tmp_path / "metrics.jsonl"
     path.write_bytes(b'{"step": 1}\n\n' + line + b"\n")

@@ -48,8 +48,14 @@ def pair_regressor(tmp_path_factory) -> Path:
             rows.append(f"{make_sentence(rng, positive)}\t{make_sentence(rng, True)}\t{5.0 if positive else 1.0}")
         (folder / "task" / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     data = finetune_recipe(save_tiny_masked_lm(folder / "lm"), folder / "task", folder / "run")
-    data["task"] = {"name": "pairs", "data_dir": str(folder / "task"), "text_columns": ["first", "second"],
-                    "label_column": "score", "labels": None, "max_length": 24}
+    data["task"] = {
+        "name": "pairs",
+        "data_dir": str(folder / "task"),
+        "text_columns": ["first", "second"],
+        "label_column": "score",
+        "labels": None,
+        "max_length": 24,
+    }
     data["training"]["epochs"] = 1
     return run_finetune(load_recipe(write_yaml(folder / "recipe.yaml", data), expected_stage="finetune"))
 
@@ -71,8 +77,9 @@ def reference_probabilities(checkpoint: Path, texts: list[str], spec) -> np.ndar
     model = load_finetuned(str(checkpoint), spec).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     with torch.no_grad():
-        logits = [model(**tokenizer(text, truncation=True, max_length=16, return_tensors="pt")).logits[0]
-                  for text in texts]
+        logits = [
+            model(**tokenizer(text, truncation=True, max_length=16, return_tensors="pt")).logits[0] for text in texts
+        ]
     return torch.softmax(torch.stack(logits).double(), dim=-1).numpy()
 
 
@@ -93,8 +100,9 @@ def test_cli_plain_lines_from_stdin_to_json_lines(classifier):
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [row["sentence"] for row in rows] == texts
-    assert rows == [{"sentence": text, **prediction} for text, prediction in
-                    zip(texts, finetune.predict(str(classifier), texts))]
+    assert rows == [
+        {"sentence": text, **prediction} for text, prediction in zip(texts, finetune.predict(str(classifier), texts))
+    ]
 
 
 @pytest.mark.parametrize("extension", ["tsv", "csv", "jsonl"])
@@ -121,13 +129,16 @@ def test_cli_tables_in_and_out(classifier, tmp_path, extension):
         assert list(rows[0]) == ["sentence", "label", "probability_0", "probability_1"]
         assert [row["sentence"] for row in rows] == texts
         assert [float(row["probability_1"]) for row in rows] == pytest.approx(
-            [row["probabilities"]["1"] for row in expected])
+            [row["probabilities"]["1"] for row in expected]
+        )
     assert not list(tmp_path.glob(".*partial"))
 
 
 def test_pair_regression_gives_scores(pair_regressor, tmp_path):
-    pairs = [("the film was a wonderful treat .", "the cast was a great joy ."),
-             ("the plot was a dull mess .", "the music was a great joy .")]
+    pairs = [
+        ("the film was a wonderful treat .", "the cast was a great joy ."),
+        ("the plot was a dull mess .", "the music was a great joy ."),
+    ]
     results = finetune.predict(str(pair_regressor), pairs)
     assert [set(result) for result in results] == [{"score"}, {"score"}]
     assert results[0]["score"] != results[1]["score"]
@@ -139,12 +150,15 @@ def test_pair_regression_gives_scores(pair_regressor, tmp_path):
     assert [row["score"] for row in rows] == pytest.approx([result["score"] for result in results])
 
 
-@pytest.mark.parametrize(("arguments", "stdin", "expected"), [
-    ([], "one text only\n", "<stdin> line 1: task 'pairs' reads 2 tab-separated texts (first, second), found 1"),
-    (["--output", "out.txt"], "a\tb\n", "--output: out.txt must end in .jsonl, .tsv or .csv"),
-    (["--input", "absent.tsv"], "", "--input: no such file: absent.tsv"),
-    ([], "\n\n", "<stdin>: no text to predict"),
-])
+@pytest.mark.parametrize(
+    ("arguments", "stdin", "expected"),
+    [
+        ([], "one text only\n", "<stdin> line 1: task 'pairs' reads 2 tab-separated texts (first, second), found 1"),
+        (["--output", "out.txt"], "a\tb\n", "--output: out.txt must end in .jsonl, .tsv or .csv"),
+        (["--input", "absent.tsv"], "", "--input: no such file: absent.tsv"),
+        ([], "\n\n", "<stdin>: no text to predict"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(pair_regressor, tmp_path, monkeypatch, arguments, stdin, expected):
     monkeypatch.chdir(tmp_path)
     result = runner.invoke(app, ["predict", str(pair_regressor), *arguments], input=stdin)

@@ -15,16 +15,19 @@ from finetune.stages.evaluate import predict
 from finetune.training.predict import LengthSortedPrediction, predict_logits
 from tests.conftest import make_sentence, save_tiny_masked_lm
 
-SPEC = TaskSpec(name="custom", text_columns=("sentence",), label_column="label", labels=("a", "b", "c"),
-                metrics=("accuracy",))
+SPEC = TaskSpec(
+    name="custom", text_columns=("sentence",), label_column="label", labels=("a", "b", "c"), metrics=("accuracy",)
+)
 
 
 def varied_examples(count: int = 37) -> TaskExamples:
     rng = random.Random(5)
-    texts = [(" ".join(make_sentence(rng, rng.random() < 0.5) for _ in range(rng.randint(1, 4))),)
-             for _ in range(count)]
-    return TaskExamples(texts=texts, labels=np.array([index % 3 for index in range(count)]),
-                        ids=[str(index) for index in range(count)])
+    texts = [
+        (" ".join(make_sentence(rng, rng.random() < 0.5) for _ in range(rng.randint(1, 4))),) for _ in range(count)
+    ]
+    return TaskExamples(
+        texts=texts, labels=np.array([index % 3 for index in range(count)]), ids=[str(index) for index in range(count)]
+    )
 
 
 def test_loader_runs_longest_first_and_restores_file_order(tmp_path):
@@ -52,8 +55,14 @@ def test_batched_predictions_equal_one_example_at_a_time(tmp_path):
 
     def one_at_a_time() -> np.ndarray:  # no padding at all: each example alone
         with torch.no_grad():
-            return np.stack([model(**{key: torch.tensor([values]) for key, values in encoded[index].items()
-                                      if key != "labels"}).logits[0].numpy() for index in range(len(encoded))])
+            return np.stack(
+                [
+                    model(**{key: torch.tensor([values]) for key, values in encoded[index].items() if key != "labels"})
+                    .logits[0]
+                    .numpy()
+                    for index in range(len(encoded))
+                ]
+            )
 
     with torch.no_grad():  # centred logits, so that the rows' classes differ
         model.classifier.bias -= torch.from_numpy(one_at_a_time().mean(axis=0))

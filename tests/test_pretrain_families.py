@@ -31,8 +31,12 @@ MODELS = {
     "gpt2": {"family": "gpt2", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 64, "dropout": 0.1},
     "awd_lstm": {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2},
 }
-AUTO_CLASS = {"bert": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM, "awd_lstm": AutoModelForCausalLM,
-              "ngram": AutoModelForCausalLM}
+AUTO_CLASS = {
+    "bert": AutoModelForMaskedLM,
+    "gpt2": AutoModelForCausalLM,
+    "awd_lstm": AutoModelForCausalLM,
+    "ngram": AutoModelForCausalLM,
+}
 ACCURACY = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
 
 runner = CliRunner()
@@ -47,8 +51,9 @@ def tokenizers(tmp_path_factory) -> dict[str, Path]:
     documents = read_documents([write_corpus(folder / "corpus", lines=300)])
     saved = {}
     for family in ("bert", "gpt2"):
-        tokenizer = train_tokenizer(family, documents, TokenizerConfig(vocab_size=200, min_frequency=1,
-                                                                       lowercase=family == "bert"))
+        tokenizer = train_tokenizer(
+            family, documents, TokenizerConfig(vocab_size=200, min_frequency=1, lowercase=family == "bert")
+        )
         tokenizer.save_pretrained(folder / family)
         saved[family] = folder / family
     saved["awd_lstm"] = saved["gpt2"]
@@ -78,7 +83,9 @@ def test_family_trains_and_its_checkpoint_loads_with_transformers(family, tmp_pa
     evaluations = [record for record in records if record["phase"] == "eval"]
     # Every 6 steps and at each epoch end (the epoch length depends on the family's tokenizer).
     train = [record for record in records if record["phase"] == "train"]
-    epoch_ends = {max(record["step"] for record in train if record["epoch"] == epoch) for epoch in (0, train[-1]["epoch"])}
+    epoch_ends = {
+        max(record["step"] for record in train if record["epoch"] == epoch) for epoch in (0, train[-1]["epoch"])
+    }
     assert [record["step"] for record in evaluations] == sorted({6} | epoch_ends) and 12 in epoch_ends
     assert all(0 <= record[ACCURACY[family]] <= 1 and record["validation_loss"] > 0 for record in evaluations)
     # The final checkpoint is a plain Hugging Face folder that transformers' Auto classes load.
@@ -100,13 +107,17 @@ class Interrupted(Exception):
 
 
 @pytest.mark.parametrize("family", list(MODELS))
-def test_resume_continues_exactly_where_the_interrupted_run_stopped(family, tmp_path, corpus_file, tokenizers,
-                                                                    monkeypatch):
+def test_resume_continues_exactly_where_the_interrupted_run_stopped(
+    family, tmp_path, corpus_file, tokenizers, monkeypatch
+):
     """Uninterrupted vs interrupted at step 8 (mid-epoch 2) and resumed: the same weights and metrics, bit for bit."""
     # Two whole epochs of about 9 steps: the interruption falls inside the second epoch.
     extra = {"training": {"epochs": 2, "batch_size": 8, "lr": 1e-3, "log_every": 2, "device": "cpu"}}
-    full = load_recipe(write_yaml(tmp_path / "full.yaml", family_recipe(
-        family, corpus_file, tmp_path / "full", tokenizers[family], **extra)))
+    full = load_recipe(
+        write_yaml(
+            tmp_path / "full.yaml", family_recipe(family, corpus_file, tmp_path / "full", tokenizers[family], **extra)
+        )
+    )
     run_pretrain(full)
 
     interrupted_data = family_recipe(family, corpus_file, tmp_path / "resumed", tokenizers[family], **extra)
@@ -127,14 +138,19 @@ def test_resume_continues_exactly_where_the_interrupted_run_stopped(family, tmp_
 
 def len_of_epoch(run_dir: Path) -> int:
     """Optimizer steps in the first epoch of a finished run, from its metrics."""
-    return max(record["step"] for record in read_metrics(run_dir / "metrics.jsonl")
-               if record["phase"] == "eval" and record["epoch"] == 0)
+    return max(
+        record["step"]
+        for record in read_metrics(run_dir / "metrics.jsonl")
+        if record["phase"] == "eval" and record["epoch"] == 0
+    )
 
 
 def comparable_metrics(run_dir: Path) -> list[dict]:
     """The run's metrics without wall-clock throughput (the only field that may differ between runs)."""
-    return [{key: value for key, value in record.items() if not key.endswith("_per_s")}
-            for record in read_metrics(run_dir / "metrics.jsonl")]
+    return [
+        {key: value for key, value in record.items() if not key.endswith("_per_s")}
+        for record in read_metrics(run_dir / "metrics.jsonl")
+    ]
 
 
 def test_resume_refuses_a_changed_recipe(tmp_path, corpus_file):
@@ -163,8 +179,13 @@ def test_awd_lstm_continued_with_a_new_vocabulary(tmp_path, corpus_file):
     first["tokenizer"] = {"vocab_size": 400, "min_frequency": 1}  # byte-level BPE: 258 pieces before any merge
     run_pretrain(load_recipe(write_yaml(tmp_path / "general.yaml", first)))
     target = tmp_path / "target.txt"
-    target.write_text("\n".join(f"the soundtrack was {word} and moving ." for word in
-                                ["haunting", "soaring", "grating", "tinny"] * 30) + "\n", encoding="utf-8")
+    target.write_text(
+        "\n".join(
+            f"the soundtrack was {word} and moving ." for word in ["haunting", "soaring", "grating", "tinny"] * 30
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     second = family_recipe("awd_lstm", target, tmp_path / "target", checkpoint_every=None)
     second["model"] = {"family": "awd_lstm", "checkpoint": str(tmp_path / "general" / "checkpoint")}
     second["tokenizer"] = {"new_vocabulary": True, "vocab_size": 300, "min_frequency": 1}
@@ -178,22 +199,33 @@ def test_awd_lstm_continued_with_a_new_vocabulary(tmp_path, corpus_file):
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
 
 
-@pytest.mark.parametrize("path", sorted((REPO_ROOT / "recipes" / "pretrain").glob("*.yaml")), ids=lambda path: path.stem)
+@pytest.mark.parametrize(
+    "path", sorted((REPO_ROOT / "recipes" / "pretrain").glob("*.yaml")), ids=lambda path: path.stem
+)
 def test_shipped_pretrain_recipe_runs_on_the_projects_own_data(path, tmp_path, monkeypatch):
     """Each shipped family recipe, unchanged but for its data and length, trains on data/quickstart."""
     monkeypatch.chdir(REPO_ROOT)
-    recipe = load_recipe(path, [
-        f"run_dir={tmp_path / 'run'}", "corpus.train_files=[data/quickstart/corpus/train.txt]",
-        "corpus.validation_files=[data/quickstart/corpus/valid.txt]", "corpus.cache_dir=null",
-        "tokenizer.vocab_size=1000", "training.max_steps=2", "training.batch_size=16", "eval_every=null",
-        "checkpoint_every=2",
-    ])
+    recipe = load_recipe(
+        path,
+        [
+            f"run_dir={tmp_path / 'run'}",
+            "corpus.train_files=[data/quickstart/corpus/train.txt]",
+            "corpus.validation_files=[data/quickstart/corpus/valid.txt]",
+            "corpus.cache_dir=null",
+            "tokenizer.vocab_size=1000",
+            "training.max_steps=2",
+            "training.batch_size=16",
+            "eval_every=null",
+            "checkpoint_every=2",
+        ],
+    )
     checkpoint = run_pretrain(recipe)
     family = recipe.model.family
     model = AUTO_CLASS[family].from_pretrained(checkpoint)
     # gpt2 recipes with Transformer-XL memory or sparse attention build our own model (models/causal_transformer.py).
-    assert model.config.model_type == ("finetune_causal_transformer" if uses_causal_transformer(recipe.model)
-                                       else family)
+    assert model.config.model_type == (
+        "finetune_causal_transformer" if uses_causal_transformer(recipe.model) else family
+    )
     final = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "eval"][-1]
     if family == "ngram":  # counted in one pass: no steps, no periodic checkpoints, one validation
         assert final["step"] == 0 and math.isfinite(final["validation_loss"])
@@ -228,8 +260,13 @@ def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, t
     from tests.conftest import custom_task_section
 
     data = family_recipe("gpt2", corpus_file, tmp_path / "run", checkpoint_every=None)
-    data["corpus"] = {"task": custom_task_section(task_dir), "task_splits": ["train", "test"], "block_size": 8,
-                      "validation_fraction": 0.2, "cache_dir": None}
+    data["corpus"] = {
+        "task": custom_task_section(task_dir),
+        "task_splits": ["train", "test"],
+        "block_size": 8,
+        "validation_fraction": 0.2,
+        "cache_dir": None,
+    }
     recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
     text = read_corpus(recipe)
     train, validation = ([text.documents[index] for index in part] for part in text.split())
@@ -242,8 +279,10 @@ def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, t
 
 def write_play(path: Path) -> Path:
     """A play: a speaker line, indented verse, a blank line between speeches."""
-    speeches = [f"{speaker}.\n  {line} the film was great,\n  and {line} the plot was dull.\n"
-                for speaker, line in zip(["KING", "HAMLET", "GHOST"] * 8, ["so", "very", "truly", "quite"] * 6)]
+    speeches = [
+        f"{speaker}.\n  {line} the film was great,\n  and {line} the plot was dull.\n"
+        for speaker, line in zip(["KING", "HAMLET", "GHOST"] * 8, ["so", "very", "truly", "quite"] * 6)
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(speeches), encoding="utf-8")
     return path
@@ -257,20 +296,27 @@ def test_running_text_reaches_the_model_with_its_line_breaks(family, document, t
     data = pretrain_recipe(play, tmp_path / "run")
     data["model"] = dict(MODELS[family])
     data["tokenizer"] = {"vocab_size": 300, "min_frequency": 1}
-    data["corpus"].update(document=document, validation_files=[str(other)], block_size=8,
-                          cache_dir=str(tmp_path / "cache"))
+    data["corpus"].update(
+        document=document, validation_files=[str(other)], block_size=8, cache_dir=str(tmp_path / "cache")
+    )
     data["training"].update(max_steps=2, batch_size=4)
     result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run" / "checkpoint")
-    entry = next(entry for entry in (tmp_path / "cache").iterdir()
-                 if json.loads((entry / "meta.json").read_text())["files"][0]["path"] == str(play.resolve()))
+    entry = next(
+        entry
+        for entry in (tmp_path / "cache").iterdir()
+        if json.loads((entry / "meta.json").read_text())["files"][0]["path"] == str(play.resolve())
+    )
     tokens = TokenizedDocuments.load(entry)
     texts = [tokenizer.decode(tokens.document(index)) for index in range(len(tokens))]
     assert texts == read_documents([play], document)
     assert len(texts) == {"line": 72, "paragraph": 24, "file": 1}[document]
-    first = {"line": "KING.", "paragraph": "KING.\nso the film was great,\nand so the plot was dull.",
-             "file": "KING.\n  so the film was great,\n  and so the plot was dull.\n\nHAMLET.\n  very the film"}
+    first = {
+        "line": "KING.",
+        "paragraph": "KING.\nso the film was great,\nand so the plot was dull.",
+        "file": "KING.\n  so the film was great,\n  and so the plot was dull.\n\nHAMLET.\n  very the film",
+    }
     assert texts[0].startswith(first[document]) and ("\n" in "".join(texts)) == (document != "line")
     # An LSTM has no position table: its tokenizer claims no maximum length (transformers warns past one).
     assert tokenizer.model_max_length == (VERY_LARGE_INTEGER if family == "awd_lstm" else 8)
@@ -283,8 +329,11 @@ def test_text_too_short_once_tokenised_is_refused_with_its_files_and_numbers(tmp
     result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 2, result.output
     error = result.output.strip().splitlines()[-1]
-    given = re.fullmatch(r"error: the training text \((.*) without the held-out documents\) gives ([\d,]+) tokens, a "
-                         r"separator after each document included, fewer than the 4,500 needed for 300 blocks of 15 "
-                         r"tokens of text \(training.batch_size 300, corpus.block_size 16\)", error)
+    given = re.fullmatch(
+        r"error: the training text \((.*) without the held-out documents\) gives ([\d,]+) tokens, a "
+        r"separator after each document included, fewer than the 4,500 needed for 300 blocks of 15 "
+        r"tokens of text \(training.batch_size 300, corpus.block_size 16\)",
+        error,
+    )
     assert given and given[1] == str(corpus_file) and int(given[2].replace(",", "")) < 4500, error
     assert not (tmp_path / "run").exists()

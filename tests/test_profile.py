@@ -46,10 +46,15 @@ def profile_json(*arguments) -> dict:
 
 def lm_recipe(corpus: Path, run_dir: Path, model: dict, **sections) -> dict:
     """A tiny pretrain recipe of any family (vocabulary 200 unless a section says otherwise)."""
-    return {"stage": "pretrain", "run_dir": str(run_dir), "model": model,
-            "tokenizer": {"vocab_size": 200, "min_frequency": 1},
-            "corpus": {"train_files": [str(corpus)], "block_size": 16, "cache_dir": None},
-            "training": {"batch_size": 8, "device": "cpu"}, **sections}
+    return {
+        "stage": "pretrain",
+        "run_dir": str(run_dir),
+        "model": model,
+        "tokenizer": {"vocab_size": 200, "min_frequency": 1},
+        "corpus": {"train_files": [str(corpus)], "block_size": 16, "cache_dir": None},
+        "training": {"batch_size": 8, "device": "cpu"},
+        **sections,
+    }
 
 
 BERT = {"family": "bert", "layers": 2, "hidden": 32, "heads": 2, "intermediate": 128}
@@ -60,8 +65,9 @@ AWD_LSTM = {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 
 def save_tiny_awd_lstm(folder: Path) -> Path:
     """A tiny AWD-LSTM language model with a byte-level BPE tokenizer, saved as a checkpoint."""
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(folder / "corpus")]), 300, min_frequency=1)
-    config = AWDLSTMConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=24, num_layers=2,
-                           pad_token_id=tokenizer.pad_token_id)
+    config = AWDLSTMConfig(
+        vocab_size=len(tokenizer), embedding_size=16, hidden_size=24, num_layers=2, pad_token_id=tokenizer.pad_token_id
+    )
     return save_checkpoint(AWDLSTMForCausalLM(config), tokenizer, folder / "checkpoint")
 
 
@@ -72,8 +78,9 @@ def save_tiny_awd_lstm(folder: Path) -> Path:
 
 @pytest.mark.parametrize("model", [BERT, GPT2, AWD_LSTM], ids=["bert", "gpt2", "awd_lstm"])
 def test_pretraining_parameters_are_those_of_the_built_model(model, tmp_path, corpus_file, write_recipe):
-    tokenizer = train_byte_level_bpe(read_documents([corpus_file]), 150, min_frequency=1) \
-        if model["family"] != "bert" else None
+    tokenizer = (
+        train_byte_level_bpe(read_documents([corpus_file]), 150, min_frequency=1) if model["family"] != "bert" else None
+    )
     if tokenizer is None:
         tokenizer_dir = save_tiny_masked_lm(tmp_path / "bert")  # its checkpoint folder holds the tokenizer
     else:
@@ -82,8 +89,9 @@ def test_pretraining_parameters_are_those_of_the_built_model(model, tmp_path, co
     data = lm_recipe(corpus_file, tmp_path / "run", model, tokenizer={"path": str(tokenizer_dir)})
     profile = profile_json(write_recipe(data))
     recipe = load_recipe(write_recipe(data))
-    real = build_language_model(recipe.model, load_tokenizer(str(tokenizer_dir)),
-                                None if model["family"] == "awd_lstm" else 16)
+    real = build_language_model(
+        recipe.model, load_tokenizer(str(tokenizer_dir)), None if model["family"] == "awd_lstm" else 16
+    )
     total = sum(parameter.numel() for parameter in real.parameters())
     embeddings = sum(module.weight.numel() for module in real.modules() if isinstance(module, torch.nn.Embedding))
     assert profile["parameters"]["total"] == total
@@ -114,9 +122,12 @@ def test_classifier_parameters_and_gradual_unfreezing(pooling, tmp_path, finetun
     freeze_below(groups, 1)  # the recipe: gradual unfreezing from one group
     assert profile["parameters"]["total"] == sum(parameter.numel() for parameter in real.parameters())
     assert profile["parameters"]["trainable_at_start"] == sum(
-        parameter.numel() for parameter in real.parameters() if parameter.requires_grad)
-    assert (profile["parameters"]["layer_groups"], profile["parameters"]["trainable_groups_at_start"]) == \
-        (len(groups), 1)
+        parameter.numel() for parameter in real.parameters() if parameter.requires_grad
+    )
+    assert (profile["parameters"]["layer_groups"], profile["parameters"]["trainable_groups_at_start"]) == (
+        len(groups),
+        1,
+    )
     kinds = {"model": "", "mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}
     assert profile["model"]["kind"] == "2-label classifier" + kinds[pooling]
 
@@ -134,7 +145,8 @@ def test_awd_lstm_classifier_parameters(pooling, tmp_path, finetune_recipe_data,
     freeze_below(layer_groups(real), 2)
     assert profile["parameters"]["total"] == sum(parameter.numel() for parameter in real.parameters())
     assert profile["parameters"]["trainable_at_start"] == sum(
-        parameter.numel() for parameter in real.parameters() if parameter.requires_grad)
+        parameter.numel() for parameter in real.parameters() if parameter.requires_grad
+    )
 
 
 def test_ulmfit_profiles_each_stage_from_the_one_before():
@@ -147,7 +159,8 @@ def test_ulmfit_profiles_each_stage_from_the_one_before():
     assert "previous stage" in target["model"]["source"] and "previous stage" in classifier["model"]["source"]
     assert classifier["parameters"]["trainable_groups_at_start"] == 1 < classifier["parameters"]["layer_groups"]
     assert general["compute"]["steps"] == 150 and general["compute"]["total_flops"] == pytest.approx(
-        150 * general["compute"]["flops_per_step"])
+        150 * general["compute"]["flops_per_step"]
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,8 +197,12 @@ def test_the_masked_lm_decodes_only_the_masked_fraction(tmp_path, corpus_file, w
 
 
 def test_causal_transformer_flops_by_hand(tmp_path, corpus_file, write_recipe):
-    data = lm_recipe(corpus_file, tmp_path / "run", GPT2, training={"batch_size": 4, "max_steps": 10,
-                                                                    "gradient_accumulation_steps": 2})
+    data = lm_recipe(
+        corpus_file,
+        tmp_path / "run",
+        GPT2,
+        training={"batch_size": 4, "max_steps": 10, "gradient_accumulation_steps": 2},
+    )
     compute = profile_json(write_recipe(data))["compute"]
     h, i, s, vocab = 32, 64, 16, 200
     by_hand = 6 * (2 * transformer_layer(h, i, s) + h * vocab)  # the tied decoder at every position
@@ -232,8 +249,15 @@ def test_json_has_every_section(tmp_path, corpus_file, write_recipe):
 def test_table_and_measured_rate(tmp_path, corpus_file, write_recipe):
     result = invoke(write_recipe(lm_recipe(corpus_file, tmp_path / "run", AWD_LSTM)), "--mfu", "0.4")
     assert result.exit_code == 0, result.output
-    for fragment in ("parameters", "FLOPs per token", "per step", "activations", "estimate", "40% MFU assumed",
-                     "measured here"):
+    for fragment in (
+        "parameters",
+        "FLOPs per token",
+        "per step",
+        "activations",
+        "estimate",
+        "40% MFU assumed",
+        "measured here",
+    ):
         assert fragment in result.stdout, fragment
 
 
@@ -275,8 +299,9 @@ def test_missing_checkpoint_is_one_line(finetune_recipe_data, write_recipe):
 
 def test_a_hub_name_outside_the_cache_is_one_line(finetune_recipe_data, write_recipe):
     finetune_recipe_data["model"]["checkpoint"] = "someone/not-cached-model"
-    assert_one_line_error(invoke(write_recipe(finetune_recipe_data)), "someone/not-cached-model",
-                          "local Hugging Face cache")
+    assert_one_line_error(
+        invoke(write_recipe(finetune_recipe_data)), "someone/not-cached-model", "local Hugging Face cache"
+    )
 
 
 @pytest.mark.parametrize("family", ["gpt2", "awd_lstm"])
@@ -285,5 +310,6 @@ def test_continuing_a_checkpoint_of_another_family_is_one_line(family, tmp_path,
     refusal once crashed on a name it had not defined)."""
     bert = save_tiny_masked_lm(tmp_path / "bert")
     data = lm_recipe(corpus_file, tmp_path / "run", {"family": family, "checkpoint": str(bert)})
-    assert_one_line_error(invoke(write_recipe(data)), "model.checkpoint", f"{bert} is a 'bert' model",
-                          f"model.family {family} continues")
+    assert_one_line_error(
+        invoke(write_recipe(data)), "model.checkpoint", f"{bert} is a 'bert' model", f"model.family {family} continues"
+    )

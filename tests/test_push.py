@@ -40,8 +40,9 @@ class StubHub:
             client = pytest.importorskip("httpx2", reason="huggingface_hub 2.x's HTTP client builds the error")
             response = client.Response(403, request=client.Request("POST", "https://huggingface.co/api/x"))
             raise HfHubHTTPError("403 Forbidden: you have no write access to this repository", response=response)
-        self.calls.append(("upload_folder", repo_id, sorted(path.name for path in Path(folder_path).iterdir()),
-                           commit_message))
+        self.calls.append(
+            ("upload_folder", repo_id, sorted(path.name for path in Path(folder_path).iterdir()), commit_message)
+        )
 
 
 @pytest.fixture

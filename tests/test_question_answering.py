@@ -39,17 +39,22 @@ def review_paragraph(rng: random.Random, identifier: str, unanswerable: bool) ->
         position = rng.randrange(len(words) + 1)
         answers = [{"text": adjective, "answer_start": len(" ".join(words[:position] + [""]))}]
         words.insert(position, adjective)
-    return {"context": " ".join(words) + " .", "qas": [{"id": identifier, "question": "was it good ?",
-                                                        "answers": answers, "is_impossible": unanswerable}]}
+    return {
+        "context": " ".join(words) + " .",
+        "qas": [{"id": identifier, "question": "was it good ?", "answers": answers, "is_impossible": unanswerable}],
+    }
 
 
 def write_squad(path: Path, questions: int, seed: int, unanswerable_share: float = 0.25) -> Path:
     rng = random.Random(seed)
-    paragraphs = [review_paragraph(rng, f"s{seed}q{index}", rng.random() < unanswerable_share)
-                  for index in range(questions)]
+    paragraphs = [
+        review_paragraph(rng, f"s{seed}q{index}", rng.random() < unanswerable_share) for index in range(questions)
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"version": "v2.0", "data": [{"title": "Reviews", "paragraphs": paragraphs}]},
-                               indent=1), encoding="utf-8")
+    path.write_text(
+        json.dumps({"version": "v2.0", "data": [{"title": "Reviews", "paragraphs": paragraphs}]}, indent=1),
+        encoding="utf-8",
+    )
     return path
 
 
@@ -68,21 +73,52 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def qa_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
-    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0, "model": {"checkpoint": str(checkpoint)},
-            "task": {"name": "tiny-qa", "kind": "spans", "data_dir": str(task), "max_length": 32, "doc_stride": 8,
-                     **task_keys},
-            "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"}}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint)},
+        "task": {
+            "name": "tiny-qa",
+            "kind": "spans",
+            "data_dir": str(task),
+            "max_length": 32,
+            "doc_stride": 8,
+            **task_keys,
+        },
+        "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
 # Reading SQuAD files
 # ---------------------------------------------------------------------------------------------
 
-SQUAD = {"version": "v2.0", "data": [{"title": "Normans", "paragraphs": [{
-    "context": "The Normans gave their name to Normandy, a region in France.",
-    "qas": [{"id": "n1", "question": "In what country is Normandy?", "is_impossible": False,
-             "answers": [{"text": "France", "answer_start": 53}, {"text": "France.", "answer_start": 53}]},
-            {"id": "n2", "question": "Who gave their name to Paris?", "is_impossible": True, "answers": []}]}]}]}
+SQUAD = {
+    "version": "v2.0",
+    "data": [
+        {
+            "title": "Normans",
+            "paragraphs": [
+                {
+                    "context": "The Normans gave their name to Normandy, a region in France.",
+                    "qas": [
+                        {
+                            "id": "n1",
+                            "question": "In what country is Normandy?",
+                            "is_impossible": False,
+                            "answers": [
+                                {"text": "France", "answer_start": 53},
+                                {"text": "France.", "answer_start": 53},
+                            ],
+                        },
+                        {"id": "n2", "question": "Who gave their name to Paris?", "is_impossible": True, "answers": []},
+                    ],
+                }
+            ],
+        }
+    ],
+}
 
 
 def test_squad_questions_with_their_answers(tmp_path):
@@ -103,8 +139,10 @@ def test_an_answer_not_at_its_answer_start_names_file_question_and_line(tmp_path
         read_squad(path)
     line = next(number for number, text in enumerate(path.read_text().splitlines(), start=1) if '"n1"' in text)
     assert (error.value.source, error.value.line, error.value.value) == (path, line, "n1")
-    assert str(error.value) == (f'{path} line {line}: question n1: the answer "France" is not at answer_start 50 '
-                                'of its context (found there: "in Fra")')
+    assert str(error.value) == (
+        f'{path} line {line}: question n1: the answer "France" is not at answer_start 50 '
+        'of its context (found there: "in Fra")'
+    )
 
 
 def test_an_answerable_question_without_answers_and_bad_json_are_one_line(tmp_path):
@@ -128,12 +166,17 @@ def test_an_answerable_question_without_answers_and_bad_json_are_one_line(tmp_pa
 
 def test_a_long_context_is_read_in_overlapping_windows_labelled_with_the_answer_or_cls(tiny_bert):
     tokenizer = AutoTokenizer.from_pretrained(tiny_bert)
-    words = ["the", "film", "was", "really", "the", "plot", "was", "so", "the", "cast", "was", "very"] * 3 + ["great"] + ["the", "music"] * 4
+    words = (
+        ["the", "film", "was", "really", "the", "plot", "was", "so", "the", "cast", "was", "very"] * 3
+        + ["great"]
+        + ["the", "music"] * 4
+    )
     context = " ".join(words)
     answered = Question("a", "was it good ?", context, [("great", context.index("great"))])
     unanswerable = Question("b", "was it good ?", context, [], unanswerable=True)
-    encoded = EncodedSpans(SquadQuestions([answered, unanswerable], Path("x")), tokenizer,
-                           SpanReading(max_length=32, doc_stride=8))
+    encoded = EncodedSpans(
+        SquadQuestions([answered, unanswerable], Path("x")), tokenizer, SpanReading(max_length=32, doc_stride=8)
+    )
     windows = [index for index, question in enumerate(encoded.question_of) if question == 0]
     assert len(windows) > 2 and encoded.question_of.count(1) == len(windows)
     holding = []
@@ -144,10 +187,10 @@ def test_a_long_context_is_read_in_overlapping_windows_labelled_with_the_answer_
         start, end = item["start_positions"], item["end_positions"]
         if start:
             holding.append(window)
-            assert context[offsets[start][0]:offsets[end][1]] == "great"
-            assert tokenizer.convert_ids_to_tokens(item["input_ids"][start:end + 1]) == ["great"]
+            assert context[offsets[start][0] : offsets[end][1]] == "great"
+            assert tokenizer.convert_ids_to_tokens(item["input_ids"][start : end + 1]) == ["great"]
         else:  # the answer is outside this window: [CLS] (position 0)
-            assert end == 0 and "great" not in context[offsets[context_tokens[0]][0]:offsets[context_tokens[-1]][1]]
+            assert end == 0 and "great" not in context[offsets[context_tokens[0]][0] : offsets[context_tokens[-1]][1]]
     assert holding  # the windows overlap by 8 tokens: at least one holds the answer whole
     for window in range(len(windows), len(encoded)):
         assert (encoded[window]["start_positions"], encoded[window]["end_positions"]) == (0, 0)
@@ -173,8 +216,9 @@ OFFSETS = [None, (0, 2), (3, 5), (6, 8), (9, 11), (12, 14)]
 
 def hand_made(windows: int = 1) -> SimpleNamespace:
     questions = SquadQuestions([Question("q", "?", CONTEXT)], Path("x"))
-    return SimpleNamespace(questions=questions, question_of=[0] * windows, offsets=[OFFSETS] * windows,
-                           cls_positions=[0] * windows)
+    return SimpleNamespace(
+        questions=questions, question_of=[0] * windows, offsets=[OFFSETS] * windows, cls_positions=[0] * windows
+    )
 
 
 def logits(*values) -> np.ndarray:
@@ -202,8 +246,7 @@ def test_no_answer_wins_by_more_than_the_threshold_over_the_windows():
     starts, ends = [first[0], second[0]], [first[1], second[1]]
     answer = best_answers(encoded, starts, ends, SpanReading(max_length=32), no_answer=True)[0]
     assert (answer.text, answer.start, answer.score, answer.span, answer.null_margin) == ("", None, 7.0, "bb cc", 1.0)
-    assert best_answers(encoded, starts, ends, SpanReading(max_length=32, null_threshold=1.5), True)[0].text == \
-        "bb cc"
+    assert best_answers(encoded, starts, ends, SpanReading(max_length=32, null_threshold=1.5), True)[0].text == "bb cc"
     assert best_answers(encoded, starts, ends, SpanReading(max_length=32), no_answer=False)[0].text == "bb cc"
 
 
@@ -225,16 +268,25 @@ def test_the_official_normalisation_exact_match_and_f1():
 def test_squad_2_scores_split_answerable_and_unanswerable():
     answers = [["Denver Broncos"], ["Carolina Panthers"], [], []]
     scores = squad_scores(answers, ["Denver Broncos", "Panthers", "", "Broncos"])
-    assert scores == {"exact": 0.5, "f1": pytest.approx((1 + 2 / 3 + 1 + 0) / 4), "HasAns_exact": 0.5,
-                      "HasAns_f1": pytest.approx((1 + 2 / 3) / 2), "HasAns_total": 2, "NoAns_exact": 0.5,
-                      "NoAns_f1": 0.5, "NoAns_total": 2}
+    assert scores == {
+        "exact": 0.5,
+        "f1": pytest.approx((1 + 2 / 3 + 1 + 0) / 4),
+        "HasAns_exact": 0.5,
+        "HasAns_f1": pytest.approx((1 + 2 / 3) / 2),
+        "HasAns_total": 2,
+        "NoAns_exact": 0.5,
+        "NoAns_f1": 0.5,
+        "NoAns_total": 2,
+    }
     assert set(squad_scores([["a"]], ["a"])) == {"exact", "f1"}  # v1.1: no split
     # Null margins -2, -1, 1, 3: answering the two answerable questions (margins up to -1) and no others is best.
     best, threshold = best_threshold(answers, ["Denver Broncos", "Panthers", "x", "Broncos"], [-2.0, -1.0, 1.0, 3.0])
     assert (best, threshold) == (pytest.approx((1 + 2 / 3 + 1 + 1) / 4), -1.0)
     # Margins 2, -1, 1, 3: the first answer is lost above threshold -1, and answering it costs a wrong answer (x).
-    assert best_threshold(answers, ["Denver Broncos", "Panthers", "x", "Broncos"], [2.0, -1.0, 1.0, 3.0]) == \
-        (pytest.approx((2 / 3 + 1 + 1) / 4), -1.0)
+    assert best_threshold(answers, ["Denver Broncos", "Panthers", "x", "Broncos"], [2.0, -1.0, 1.0, 3.0]) == (
+        pytest.approx((2 / 3 + 1 + 1) / 4),
+        -1.0,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,14 +327,21 @@ def test_the_checkpoint_answers_with_transformers_alone(qa_run):
     with torch.no_grad():
         output = model(**inputs)
     start, end = int(output.start_logits.argmax()), int(output.end_logits.argmax())
-    assert tokenizer.decode(inputs["input_ids"][0, start:end + 1]) == "dreadful"
+    assert tokenizer.decode(inputs["input_ids"][0, start : end + 1]) == "dreadful"
 
 
 def test_eval_scores_em_f1_and_writes_squad_predictions(qa_run, qa_task, tmp_path):
-    recipe = write_yaml(tmp_path / "eval.yaml", {
-        "stage": "eval", "run_dir": str(tmp_path / "eval"), "split": "test", "write_predictions": True,
-        "task": {"name": "tiny-qa", "kind": "spans", "data_dir": str(qa_task)},
-        "models": {"reader": str(qa_run / "checkpoint")}})
+    recipe = write_yaml(
+        tmp_path / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "eval"),
+            "split": "test",
+            "write_predictions": True,
+            "task": {"name": "tiny-qa", "kind": "spans", "data_dir": str(qa_task)},
+            "models": {"reader": str(qa_run / "checkpoint")},
+        },
+    )
     result = runner.invoke(app, ["eval", str(recipe)])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -293,19 +352,26 @@ def test_eval_scores_em_f1_and_writes_squad_predictions(qa_run, qa_task, tmp_pat
     predictions = json.loads((tmp_path / "eval" / "predictions" / "reader.json").read_text())
     test = read_squad(qa_task / "test.json")
     assert list(predictions) == [question.id for question in test.questions]
-    assert squad_scores([[text for text, _ in question.answers] for question in test.questions],
-                        list(predictions.values()))["f1"] == scores["f1"]
+    assert (
+        squad_scores(
+            [[text for text, _ in question.answers] for question in test.questions], list(predictions.values())
+        )["f1"]
+        == scores["f1"]
+    )
 
 
 def test_predict_answers_a_question_from_its_context(qa_run, tmp_path):
-    rows = predict(str(qa_run / "checkpoint"), [("was it good ?", "the cast was really superb ."),
-                                                ("was it good ?", "the film was so the plot was very .")])
+    rows = predict(
+        str(qa_run / "checkpoint"),
+        [("was it good ?", "the cast was really superb ."), ("was it good ?", "the film was so the plot was very .")],
+    )
     assert rows[0] == {"answer": "superb", "score": rows[0]["score"], "start": 20, "end": 26}
     assert rows[1]["answer"] == "" and rows[1]["start"] is None  # no adjective: no answer
     source = tmp_path / "questions.jsonl"
     source.write_text(json.dumps({"question": "was it good ?", "context": "the music was truly dull ."}) + "\n")
-    result = runner.invoke(app, ["predict", str(qa_run / "checkpoint"), "--input", str(source), "--output",
-                                 str(tmp_path / "answers.tsv")])
+    result = runner.invoke(
+        app, ["predict", str(qa_run / "checkpoint"), "--input", str(source), "--output", str(tmp_path / "answers.tsv")]
+    )
     assert result.exit_code == 0, result.output
     lines = (tmp_path / "answers.tsv").read_text().splitlines()
     assert lines[0] == "question\tcontext\tanswer\tscore\tstart\tend" and lines[1].split("\t")[2:3] == ["dull"]
@@ -325,20 +391,23 @@ def test_a_dev_answer_off_its_context_is_one_line_and_no_run(tiny_bert, qa_task,
     (task / "dev.json").write_text(json.dumps(broken, indent=1))
     recipe = write_yaml(tmp_path / "recipe.yaml", qa_recipe(tiny_bert, task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    line = next(number for number, text in enumerate((task / "dev.json").read_text().splitlines(), start=1)
-                if '"n1"' in text)
-    assert message.startswith(f"error: {task / 'dev.json'} line {line}: question n1: the answer \"Spain\" is not at")
+    line = next(
+        number for number, text in enumerate((task / "dev.json").read_text().splitlines(), start=1) if '"n1"' in text
+    )
+    assert message.startswith(f'error: {task / "dev.json"} line {line}: question n1: the answer "Spain" is not at')
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("keys, expected", [
-    ({"text_columns": ["question"]}, "text_columns: not for kind spans"),
-    ({"format": "jsonl"}, "format jsonl: a question-answering task reads SQuAD JSON files"),
-    ({"doc_stride": 16}, "doc_stride 16: windows of max_length 32 tokens need a doc_stride below half of it"),
-])
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({"text_columns": ["question"]}, "text_columns: not for kind spans"),
+        ({"format": "jsonl"}, "format jsonl: a question-answering task reads SQuAD JSON files"),
+        ({"doc_stride": 16}, "doc_stride 16: windows of max_length 32 tokens need a doc_stride below half of it"),
+    ],
+)
 def test_other_kinds_keys_are_refused_for_question_answering(tiny_bert, qa_task, tmp_path, keys, expected):
-    recipe = write_yaml(tmp_path / "recipe.yaml", qa_recipe(tiny_bert, qa_task, tmp_path / "run",
-                                                            **keys))
+    recipe = write_yaml(tmp_path / "recipe.yaml", qa_recipe(tiny_bert, qa_task, tmp_path / "run", **keys))
     assert expected in one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
 
 
@@ -363,8 +432,9 @@ def test_an_awd_lstm_is_refused_for_question_answering_in_one_line(qa_task, tmp_
 
 def test_profile_counts_the_question_answering_model(tiny_bert, qa_task, tmp_path):
     data = qa_recipe(tiny_bert, qa_task, tmp_path / "run")
-    result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json",
-                                 "--matmul-gflops", "100"])
+    result = runner.invoke(
+        app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json", "--matmul-gflops", "100"]
+    )
     assert result.exit_code == 0, result.output
     profile = json.loads(result.stdout)
     real = AutoModelForQuestionAnswering.from_pretrained(tiny_bert)

@@ -15,11 +15,16 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from tests.conftest import REPO_ROOT, save_tiny_masked_lm
 
-SECTION = re.search(r"^## Your own data\n(.*?)^## ", (REPO_ROOT / "README.md").read_text(encoding="utf-8"),
-                    re.DOTALL | re.MULTILINE).group(1)
+SECTION = re.search(
+    r"^## Your own data\n(.*?)^## ", (REPO_ROOT / "README.md").read_text(encoding="utf-8"), re.DOTALL | re.MULTILINE
+).group(1)
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", SECTION, re.DOTALL)
-TOPICS = {1: ["talks", "minister", "border", "election"], 2: ["goal", "coach", "striker", "derby"],
-          3: ["shares", "bank", "profits", "merger"], 4: ["chip", "software", "probe", "battery"]}
+TOPICS = {
+    1: ["talks", "minister", "border", "election"],
+    2: ["goal", "coach", "striker", "derby"],
+    3: ["shares", "bank", "profits", "merger"],
+    4: ["chip", "software", "probe", "battery"],
+}
 
 
 def write_news(folder: Path, rows: int, labelled: bool = True) -> None:
@@ -32,13 +37,32 @@ def write_news(folder: Path, rows: int, labelled: bool = True) -> None:
         description = f'"A {rng.choice(TOPICS[label])}, then a {rng.choice(TOPICS[label])} again."'
         lines.append(f"{label},{title},{description}" if labelled else f"{title},{description}")
     (folder / ("train.csv" if rows == 48 else "dev.csv" if labelled else "test.csv")).write_text(
-        "\n".join(lines) + "\n", encoding="utf-8")
+        "\n".join(lines) + "\n", encoding="utf-8"
+    )
 
 
 def write_play(path: Path, speeches: int = 120) -> None:
     """Speeches: a speaker's name on its own line, two lines of verse, a blank line."""
     rng = random.Random(0)
-    words = ["the", "king", "my", "lord", "good", "night", "sweet", "prince", "what", "is", "this", "and", "now", "to", "be", "or", "not"]
+    words = [
+        "the",
+        "king",
+        "my",
+        "lord",
+        "good",
+        "night",
+        "sweet",
+        "prince",
+        "what",
+        "is",
+        "this",
+        "and",
+        "now",
+        "to",
+        "be",
+        "or",
+        "not",
+    ]
     text = []
     for index in range(speeches):
         verse = [" ".join(rng.choice(words) for _ in range(6)) + "," for _ in range(2)]
@@ -79,8 +103,12 @@ def test_the_walk_through_runs_as_written(workspace):
     config = json.loads((workspace / "runs" / "news" / "checkpoint" / "config.json").read_text())
     assert list(config["id2label"].values()) == ["World", "Sports", "Business", "Sci/Tech"]
     predictions = [json.loads(line) for line in outputs["predict"].splitlines() if line.startswith("{")]
-    assert len(predictions) == 6 and {row["label"] for row in predictions} <= {"World", "Sports", "Business",
-                                                                               "Sci/Tech"}
+    assert len(predictions) == 6 and {row["label"] for row in predictions} <= {
+        "World",
+        "Sports",
+        "Business",
+        "Sci/Tech",
+    }
     metrics = [json.loads(line) for line in (workspace / "runs" / "play" / "metrics.jsonl").read_text().splitlines()]
     assert [record["step"] for record in metrics if record["phase"] == "train"][-1] == 200
     assert outputs["generate"].startswith("HAMLET.")

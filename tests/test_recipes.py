@@ -63,8 +63,11 @@ def test_shipped_recipe_data_inputs_exist(path: Path, monkeypatch):
     # Recipes use paths relative to the project root, where the commands are meant to run.
     monkeypatch.chdir(REPO_ROOT)
     recipe = load_recipe(path, check_paths=False)
-    missing = [(key, problem) for key, missing_path, problem in input_path_problems(recipe)
-               if Path(missing_path).resolve().is_relative_to(REPO_ROOT / "data")]
+    missing = [
+        (key, problem)
+        for key, missing_path, problem in input_path_problems(recipe)
+        if Path(missing_path).resolve().is_relative_to(REPO_ROOT / "data")
+    ]
     assert missing == []
 
 
@@ -311,8 +314,7 @@ def test_recipe_to_yaml_round_trips(fixture, request, write_recipe, tmp_path):
     data = copy.deepcopy(request.getfixturevalue(fixture))
     if data["stage"] == "eval":
         data["models"] = {"a": "somewhere/checkpoint"}
-    recipe = load_recipe(write_recipe(data), ["training.lr=0.5"] if data["stage"] != "eval" else [],
-                         check_paths=False)
+    recipe = load_recipe(write_recipe(data), ["training.lr=0.5"] if data["stage"] != "eval" else [], check_paths=False)
     resolved = tmp_path / "resolved.yaml"
     resolved.write_text(recipe_to_yaml(recipe), encoding="utf-8")
     reloaded = load_recipe(resolved, check_paths=False)
@@ -349,8 +351,11 @@ def test_describe_keys_for_pretrain():
         ({"family": "gpt2"}, {"masking": {"probability": 0.2}}, "masking applies to masked LMs"),
         ({"family": "awd_lstm", "heads": 2}, {}, "model.heads: unknown key"),
         ({"family": "awd_lstm", "checkpoint": "x", "layers": 2}, {}, "the architecture comes from model.checkpoint"),
-        ({"family": "awd_lstm", "checkpoint": "x", "embedding_init_range": 0.5}, {},
-         "the architecture comes from model.checkpoint; remove embedding_init_range"),
+        (
+            {"family": "awd_lstm", "checkpoint": "x", "embedding_init_range": 0.5},
+            {},
+            "the architecture comes from model.checkpoint; remove embedding_init_range",
+        ),
         ({"family": "awd_lstm", "embedding_init_range": 0}, {}, "model.embedding_init_range"),
         ({"family": "gpt2"}, {"tokenizer": {"new_vocabulary": True}}, "tokenizer.new_vocabulary needs"),
     ],
@@ -387,8 +392,13 @@ def test_describe_keys_for_finetune():
 
 
 def test_awd_lstm_embedding_init_range_reaches_the_built_model(pretrain_recipe_data, write_recipe):
-    pretrain_recipe_data["model"] = {"family": "awd_lstm", "embedding_size": 16, "hidden": 24, "layers": 2,
-                                     "embedding_init_range": 0.5}
+    pretrain_recipe_data["model"] = {
+        "family": "awd_lstm",
+        "embedding_size": 16,
+        "hidden": 24,
+        "layers": 2,
+        "embedding_init_range": 0.5,
+    }
     recipe = load_recipe(write_recipe(pretrain_recipe_data))
     tokenizer = train_byte_level_bpe(["a few words of text to learn pieces from"] * 4, 300)
     torch.manual_seed(0)

@@ -70,8 +70,9 @@ def test_forget_mult_matches_the_loop_and_its_gradient_is_exact():
     # The same gradients as autograd through the loop, for a loss that weighs every step differently.
     weights = torch.randn(shape, dtype=torch.float64)
     ours = torch.autograd.grad((forget_mult(forget, candidate, initial) * weights).sum(), (forget, candidate, initial))
-    loop = torch.autograd.grad((naive_forget_mult(forget, candidate, initial) * weights).sum(),
-                               (forget, candidate, initial))
+    loop = torch.autograd.grad(
+        (naive_forget_mult(forget, candidate, initial) * weights).sum(), (forget, candidate, initial)
+    )
     assert all(torch.allclose(a, b, atol=1e-12) for a, b in zip(ours, loop))
 
 
@@ -190,8 +191,9 @@ def test_save_and_load_each_cell_with_the_auto_class(cell, tmp_path):
     assert torch.equal(loaded(tokens).logits, model.eval()(tokens).logits)
     # One group per layer, whatever the cell, and every parameter in exactly one.
     groups = layer_groups(loaded)
-    assert [set(map(id, group)) for group in groups[1:-1]] == [set(map(id, layer.parameters()))
-                                                               for layer in loaded.awd_lstm.layers]
+    assert [set(map(id, group)) for group in groups[1:-1]] == [
+        set(map(id, layer.parameters())) for layer in loaded.awd_lstm.layers
+    ]
     assert sum(map(len, groups)) == len(list(loaded.parameters()))
 
 
@@ -218,11 +220,14 @@ def test_qrnn_initialisation_is_nn_linears():
         assert 0.8 * bound < layer.weight_ih_raw.abs().max() <= bound
 
 
-@pytest.mark.parametrize("cell, names", [
-    ("lstm", ["cell_0", "cell_1", "hidden_0", "hidden_1"]),  # the names checkpoints had before cells
-    ("qrnn", ["cell_0", "cell_1", "previous_input_0"]),
-    ("rnn", ["hidden_0", "hidden_1"]),
-])
+@pytest.mark.parametrize(
+    "cell, names",
+    [
+        ("lstm", ["cell_0", "cell_1", "hidden_0", "hidden_1"]),  # the names checkpoints had before cells
+        ("qrnn", ["cell_0", "cell_1", "previous_input_0"]),
+        ("rnn", ["hidden_0", "hidden_1"]),
+    ],
+)
 def test_carried_state_is_saved_by_name_and_restored(cell, names):
     torch.manual_seed(0)
     model = RecurrentNextTokenLM(AWDLSTMForCausalLM(tiny_config(cell, num_layers=2))).train()
@@ -275,7 +280,8 @@ def test_tiny_pretraining_with_each_cell(cell, tmp_path, corpus_file):
     assert math.isfinite(evaluation["validation_loss"])
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "checkpoint")
     assert model.config.cell == cell and type(model.awd_lstm.layers[0]).__name__ == (
-        "QRNNLayer" if cell == "qrnn" else "WeightDropout")
+        "QRNNLayer" if cell == "qrnn" else "WeightDropout"
+    )
 
 
 def test_a_classifier_fine_tuned_from_a_qrnn_language_model(tmp_path, corpus_file, task_dir):
@@ -295,7 +301,6 @@ def test_a_classifier_fine_tuned_from_a_qrnn_language_model(tmp_path, corpus_fil
     assert torch.allclose(model(tokens).logits, whole, atol=1e-5)
 
 
-
 def test_an_interrupted_qrnn_run_resumes_exactly(tmp_path, corpus_file, monkeypatch):
     """The QRNN's carried state (cells, and the bottom layer's last input) survives a periodic checkpoint: the
     family test of `--resume` (bit-identical weights and metrics), run with cell qrnn."""
@@ -303,9 +308,11 @@ def test_an_interrupted_qrnn_run_resumes_exactly(tmp_path, corpus_file, monkeypa
 
     monkeypatch.setitem(families.MODELS, "awd_lstm", {**families.MODELS["awd_lstm"], "cell": "qrnn"})
     documents = read_documents([corpus_file])
-    tokenizer = train_tokenizer("awd_lstm", documents, TokenizerConfig(vocab_size=200, min_frequency=1,
-                                                                       lowercase=False))
+    tokenizer = train_tokenizer(
+        "awd_lstm", documents, TokenizerConfig(vocab_size=200, min_frequency=1, lowercase=False)
+    )
     tokenizer.save_pretrained(tmp_path / "tokenizer")
     families.test_resume_continues_exactly_where_the_interrupted_run_stopped(
-        "awd_lstm", tmp_path, corpus_file, {"awd_lstm": tmp_path / "tokenizer"}, monkeypatch)
+        "awd_lstm", tmp_path, corpus_file, {"awd_lstm": tmp_path / "tokenizer"}, monkeypatch
+    )
     assert AutoModelForCausalLM.from_pretrained(tmp_path / "resumed" / "checkpoint").config.cell == "qrnn"

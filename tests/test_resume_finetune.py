@@ -74,11 +74,18 @@ def assert_same_run(full: Path, resumed: Path) -> None:
     assert json.loads((full / RESULT_FILE).read_text()) == json.loads((resumed / RESULT_FILE).read_text())
 
 
-@pytest.mark.parametrize("training", [{"group_by_length": True}, {"group_by_length": False},
-                                      {"batch_size": 4, "gradient_accumulation_steps": 2}],
-                         ids=["length-grouped", "shuffled", "accumulated"])
-def test_resume_continues_a_finetune_run_exactly(pretrained, task_dir, tmp_path, monkeypatch,  # noqa: F811
-                                                 training):
+@pytest.mark.parametrize(
+    "training",
+    [{"group_by_length": True}, {"group_by_length": False}, {"batch_size": 4, "gradient_accumulation_steps": 2}],
+    ids=["length-grouped", "shuffled", "accumulated"],
+)
+def test_resume_continues_a_finetune_run_exactly(
+    pretrained,
+    task_dir,
+    tmp_path,
+    monkeypatch,
+    training,
+):
     """Stopped after the step-8 checkpoint (mid-epoch 2, two groups thawed) and resumed: the same run, bit for bit."""
     full_data = resumable_recipe(pretrained, task_dir, tmp_path / "full")
     full_data["training"].update(training)
@@ -109,6 +116,7 @@ def test_resume_continues_a_finetune_run_exactly(pretrained, task_dir, tmp_path,
 
 def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, tmp_path, monkeypatch):  # noqa: F811
     """Stopped during the second seed: --resume keeps seed 3 as it was and continues seed 4 from its checkpoint."""
+
     def seeds_recipe(run_dir: Path) -> dict:
         data = finetune_recipe(pretrained, task_dir, run_dir)
         data.update({"seeds": [3, 4], "checkpoint_every": 2})
@@ -145,8 +153,9 @@ def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, t
     assert (tmp_path / "resumed" / "seed-3" / "metrics.jsonl").read_text() == finished_seed
     for seed in (3, 4):
         assert_same_run(tmp_path / "full" / f"seed-{seed}", tmp_path / "resumed" / f"seed-{seed}")
-    assert json.loads((tmp_path / "full" / "seeds.json").read_text()) == \
-        json.loads((tmp_path / "resumed" / "seeds.json").read_text())
+    assert json.loads((tmp_path / "full" / "seeds.json").read_text()) == json.loads(
+        (tmp_path / "resumed" / "seeds.json").read_text()
+    )
 
 
 def test_resume_refuses_a_changed_recipe_and_keeps_a_finished_run(pretrained, task_dir, tmp_path):  # noqa: F811
@@ -165,8 +174,11 @@ def test_resume_refuses_a_changed_recipe_and_keeps_a_finished_run(pretrained, ta
     assert (tmp_path / "run" / "checkpoint" / "model.safetensors").stat().st_mtime_ns == weights
 
 
-@pytest.mark.parametrize("sampler", [ResumableSampler(23, seed=1), LengthGroupedSampler(list(range(23)), 4, seed=1)],
-                         ids=["shuffled", "length-grouped"])
+@pytest.mark.parametrize(
+    "sampler",
+    [ResumableSampler(23, seed=1), LengthGroupedSampler(list(range(23)), 4, seed=1)],
+    ids=["shuffled", "length-grouped"],
+)
 def test_samplers_skip_what_a_stopped_run_read(sampler):
     """After skip(n) an epoch yields the rest of the same order; the next epoch starts from its beginning."""
     sampler.set_epoch(1)
@@ -176,7 +188,6 @@ def test_samplers_skip_what_a_stopped_run_read(sampler):
     assert list(sampler) == order[16:] and len(sampler) == 7
     sampler.set_epoch(2)
     assert len(list(sampler)) == 23 and list(sampler) != order
-
 
 
 # Under torchrun: a whole run with periodic checkpoints; then (the main process) the state of a run killed after
@@ -204,8 +215,10 @@ TWO_PROCESS_LAUNCHER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="needs torch.distributed with gloo")
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="needs torch.distributed with gloo",
+)
 def test_resume_on_two_processes(pretrained, task_dir, tmp_path):  # noqa: F811
     """2 processes x 8 examples, an epoch of 3 steps (16, 16, 8): resumed after step 2, before the short step.
 
@@ -217,14 +230,35 @@ def test_resume_on_two_processes(pretrained, task_dir, tmp_path):  # noqa: F811
     path = write_yaml(tmp_path / "recipe.yaml", data)
     launcher = tmp_path / "launch.py"
     launcher.write_text(TWO_PROCESS_LAUNCHER, encoding="utf-8")
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                             str(launcher), str(path), str(tmp_path / "run"), str(tmp_path / "reference")],
-                            capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path)
+    environment = {
+        **os.environ,
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(launcher),
+            str(path),
+            str(tmp_path / "run"),
+            str(tmp_path / "reference"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=environment,
+        cwd=tmp_path,
+    )
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
     assert "resuming from" in output and "(step 2, epoch 1)" in " ".join(output.split())
     assert_same_run(tmp_path / "reference", tmp_path / "run")
-    assert [record["step"] for record in read_metrics(tmp_path / "run" / "metrics.jsonl")
-            if record["phase"] == "train"] == [3]
+    assert [
+        record["step"] for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "train"
+    ] == [3]

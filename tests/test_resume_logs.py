@@ -39,8 +39,9 @@ def stop_after_checkpoint_of_a_long_run(monkeypatch, step: int) -> None:
 def metrics_text_without_throughput(run_dir: Path) -> str:
     """metrics.jsonl with the wall-clock `*_per_s` fields dropped, every record written back in its key order."""
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
-    return "\n".join(json.dumps({key: value for key, value in record.items() if not key.endswith("_per_s")})
-                     for record in records)
+    return "\n".join(
+        json.dumps({key: value for key, value in record.items() if not key.endswith("_per_s")}) for record in records
+    )
 
 
 def stop_then_resume(path: Path, stage: str, run, step: int, monkeypatch) -> dict:
@@ -50,8 +51,11 @@ def stop_then_resume(path: Path, stage: str, run, step: int, monkeypatch) -> dic
     with pytest.raises(Stopped):
         run(load_recipe(path))
     monkeypatch.undo()
-    progress = json.loads((latest_training_checkpoint(path.parent / "resumed") / TRAINING_STATE_DIR /
-                           PROGRESS_FILE).read_text(encoding="utf-8"))
+    progress = json.loads(
+        (latest_training_checkpoint(path.parent / "resumed") / TRAINING_STATE_DIR / PROGRESS_FILE).read_text(
+            encoding="utf-8"
+        )
+    )
     assert progress["step"] == step and progress["window_items"] > 0  # stopped between two logged steps
     result = runner.invoke(app, [stage, str(path), "--resume"])
     assert result.exit_code == 0, result.output
@@ -62,13 +66,15 @@ def assert_same_logs_and_whole_training_time(full: Path, resumed: Path, progress
     assert metrics_text_without_throughput(full) == metrics_text_without_throughput(resumed)
     timing = json.loads((resumed / TIMING_FILE).read_text(encoding="utf-8"))
     assert timing["training_wall_time_s"] >= progress["training_seconds"] >= SECONDS_BEFORE_THE_STOP
-    assert json.loads((full / TIMING_FILE).read_text(encoding="utf-8"))["training_wall_time_s"] < \
-        SECONDS_BEFORE_THE_STOP  # the offset comes from the stopped run, not from anything else
+    assert (
+        json.loads((full / TIMING_FILE).read_text(encoding="utf-8"))["training_wall_time_s"] < SECONDS_BEFORE_THE_STOP
+    )  # the offset comes from the stopped run, not from anything else
 
 
 @pytest.mark.parametrize("family", ["gpt2", "awd_lstm"])  # awd_lstm: the loop's sums beside the carried LSTM state
 def test_pretrain_resumed_between_logged_steps_logs_what_the_uninterrupted_run_logged(
-        family, tmp_path, corpus_file, tokenizers, monkeypatch):  # noqa: F811
+    family, tmp_path, corpus_file, tokenizers, monkeypatch
+):
     """Logged every 3 steps, checkpointed every 5: stopped after step 5, the resumed step-6 record covers 4 to 6."""
     data = family_recipe(family, corpus_file, tmp_path / "full", tokenizers[family], checkpoint_every=5)
     data["training"]["log_every"] = 3
@@ -79,7 +85,8 @@ def test_pretrain_resumed_between_logged_steps_logs_what_the_uninterrupted_run_l
 
 
 def test_finetune_resumed_between_logged_steps_logs_what_the_uninterrupted_run_logged(
-        pretrained, task_dir, tmp_path, monkeypatch):  # noqa: F811
+    pretrained, task_dir, tmp_path, monkeypatch
+):
     """Logged every 3 steps, checkpointed every 4: stopped after step 8 (mid-epoch 2), step 9's record covers 7 to 9."""
     data = resumable_recipe(pretrained, task_dir, tmp_path / "full")
     data["training"]["log_every"] = 3

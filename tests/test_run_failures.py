@@ -66,11 +66,23 @@ DRIVER = textwrap.dedent("""
 
 def launch(tmp_path: Path, *arguments: str, step_delay: float = 0.0, kill_during_save_of: str = "") -> subprocess.Popen:
     """Start `python -m finetune ARGUMENTS` (through DRIVER) with the test process's thread count and offline."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TOKENIZERS_PARALLELISM": "false",
-                   "OMP_NUM_THREADS": str(torch.get_num_threads()), "HF_HUB_OFFLINE": "1",
-                   "TEST_STEP_DELAY": str(step_delay), "TEST_KILL_DURING_SAVE_OF": kill_during_save_of}
-    return subprocess.Popen([sys.executable, "-c", DRIVER, *arguments], cwd=tmp_path, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(torch.get_num_threads()),
+        "HF_HUB_OFFLINE": "1",
+        "TEST_STEP_DELAY": str(step_delay),
+        "TEST_KILL_DURING_SAVE_OF": kill_during_save_of,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, *arguments],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def logged_train_steps(run_dir: Path) -> list[int]:
@@ -115,15 +127,19 @@ def finetune_reference(pretrained, tmp_path_factory) -> Path:  # noqa: F811
     from tests.conftest import write_task
 
     folder = tmp_path_factory.mktemp("reference")
-    run_finetune(load_recipe(write_yaml(folder / "full.yaml", resumable_recipe(
-        pretrained, write_task(folder / "task"), folder / "full"))))
+    run_finetune(
+        load_recipe(
+            write_yaml(folder / "full.yaml", resumable_recipe(pretrained, write_task(folder / "task"), folder / "full"))
+        )
+    )
     return folder
 
 
 def finetune_recipe_file(reference: Path, tmp_path: Path, **extra) -> Path:
     """The reference's recipe into tmp_path/run (the same task files, so the same run)."""
-    data = resumable_recipe(Path(load_recipe(reference / "full.yaml").model.checkpoint), reference / "task",
-                            tmp_path / "run", **extra)
+    data = resumable_recipe(
+        Path(load_recipe(reference / "full.yaml").model.checkpoint), reference / "task", tmp_path / "run", **extra
+    )
     return write_yaml(tmp_path / "recipe.yaml", data)
 
 
@@ -174,8 +190,10 @@ def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_resume_finishes_the_
     last_line = output.strip().splitlines()[-1]
     checkpoint = latest_training_checkpoint(tmp_path / "run")
     step = int(checkpoint.name.removeprefix("step-"))
-    assert last_line == (f"interrupted at step {step}; checkpoint saved to {checkpoint}; continue with: "
-                         f"finetune finetune {path} --resume"), output
+    assert last_line == (
+        f"interrupted at step {step}; checkpoint saved to {checkpoint}; continue with: "
+        f"finetune finetune {path} --resume"
+    ), output
     assert logged_train_steps(tmp_path / "run")[-1] == step  # saved at the boundary of the step it was in
     assert not (tmp_path / "run" / "checkpoint").exists() and not (tmp_path / "run" / RESULT_FILE).exists()
 
@@ -184,8 +202,9 @@ def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_resume_finishes_the_
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
-def test_sigkill_during_a_save_leaves_the_previous_checkpoint_and_nothing_that_looks_complete(finetune_reference,
-                                                                                               tmp_path):
+def test_sigkill_during_a_save_leaves_the_previous_checkpoint_and_nothing_that_looks_complete(
+    finetune_reference, tmp_path
+):
     path = finetune_recipe_file(finetune_reference, tmp_path)
     process = launch(tmp_path, "finetune", str(path), kill_during_save_of="step-00000008.partial")
     assert process.wait(timeout=120) == -signal.SIGKILL
@@ -200,8 +219,9 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_and_nothing_that_l
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
-def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoint(finetune_reference, tmp_path,
-                                                                                   monkeypatch):
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoint(
+    finetune_reference, tmp_path, monkeypatch
+):
     path = finetune_recipe_file(finetune_reference, tmp_path)
     write_model = checkpoints_module.write_model
 
@@ -218,7 +238,8 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
         f"error: could not save the checkpoint {checkpoints / 'step-00000008'}: no space left on the device "
         f"(writing {checkpoints / 'step-00000008.partial' / 'progress.json'}); the last complete checkpoint, "
         f"{checkpoints / 'step-00000004'}, is kept - free some space (or lower keep_checkpoints) and continue "
-        "with --resume")
+        "with --resume"
+    )
     assert sorted(path.name for path in checkpoints.iterdir()) == ["best", "step-00000004"]  # the partial is gone
     assert not (tmp_path / "run" / "checkpoint").exists() and not (tmp_path / "run" / RESULT_FILE).exists()
 
@@ -228,8 +249,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
-def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_nothing_poisoned(finetune_reference, tmp_path,
-                                                                              monkeypatch):
+def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_nothing_poisoned(finetune_reference, tmp_path, monkeypatch):
     # Checked at logged steps (every 3), before evaluations and saves, and at epoch ends: the loss turns nan at
     # step 5, the last of epoch 1, and is found before that epoch's evaluation.
     path = finetune_recipe_file(finetune_reference, tmp_path)
@@ -249,8 +269,10 @@ def test_a_nan_loss_stops_the_run_naming_the_step_and_saves_nothing_poisoned(fin
     message = one_error_line(result.output)
     assert message.startswith("error: training diverged: the loss was not finite (nan or inf) at step 5; ")
     assert f"the last good checkpoint is {run / 'checkpoints' / 'step-00000004'}" in message
-    assert all(hint in message for hint in ("training.lr", "training.max_grad_norm", "check the data",
-                                            "training.mixed_precision=no"))
+    assert all(
+        hint in message
+        for hint in ("training.lr", "training.max_grad_norm", "check the data", "training.mixed_precision=no")
+    )
     assert latest_training_checkpoint(run) == run / "checkpoints" / "step-00000004"
     assert not (run / "checkpoint").exists() and not (run / RESULT_FILE).exists() and not (run / "timing.json").exists()
     assert "NaN" not in (run / "metrics.jsonl").read_text()
@@ -277,5 +299,6 @@ def test_out_of_memory_is_one_line_of_advice(finetune_reference, tmp_path, monke
         "error: out of GPU memory after 2 optimizer steps (training.batch_size=8, gradient_accumulation_steps=1, "
         "mixed_precision=auto): lower training.batch_size and raise training.gradient_accumulation_steps by the same "
         "factor (the effective batch stays the same), shorten the sequences (task.max_length or corpus.block_size), "
-        "or use training.mixed_precision=bf16")
+        "or use training.mixed_precision=bf16"
+    )
     assert not (tmp_path / "run" / "checkpoint").exists()

@@ -41,11 +41,16 @@ def quickstart_run(checkpoint: Path, run_dir: Path, lr: float, **training) -> di
 def checkpoint(tmp_path_factory) -> Path:
     """A tiny random BERT (hidden 32, 2 layers) with a WordPiece tokenizer trained on the quickstart corpus."""
     folder = tmp_path_factory.mktemp("pretrained")
-    tokenizer = train_wordpiece(read_documents([REPO_ROOT / "data" / "quickstart" / "corpus" / "valid.txt"]),
-                                vocab_size=200, min_frequency=1)
+    tokenizer = train_wordpiece(
+        read_documents([REPO_ROOT / "data" / "quickstart" / "corpus" / "valid.txt"]), vocab_size=200, min_frequency=1
+    )
     torch.manual_seed(0)
-    model = build_masked_lm(MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64), len(tokenizer),
-                            max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    model = build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64),
+        len(tokenizer),
+        max_positions=32,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return save_checkpoint(model, tokenizer, folder / "checkpoint")
 
 
@@ -73,8 +78,14 @@ def test_compare_shows_only_the_differing_recipe_keys(runs, tmp_path):
     assert result.exit_code == 0, result.output
     header, *rows = table(report.read_text(encoding="utf-8"))
     assert header[:3] == ["run", "training.lr", "steps"]  # run_dir differs too, but names the row
-    assert header[3:] == ["final training loss", "validation_loss", "dev_accuracy", "dev_f1", "training wall time",
-                          "throughput"]
+    assert header[3:] == [
+        "final training loss",
+        "validation_loss",
+        "dev_accuracy",
+        "dev_f1",
+        "training wall time",
+        "throughput",
+    ]
     assert [row[:3] for row in rows] == [[str(runs["low"]), "0.002", "8"], [str(runs["high"]), "0.005", "8"]]
     for row in rows:
         assert row[-2].endswith(" s") and row[-1].endswith(" examples/s")
@@ -96,8 +107,9 @@ def test_compare_refuses_missing_and_non_run_folders(runs, tmp_path):
     missing = tmp_path / "nope"
     assert_user_error(invoke("runs", "compare", runs["low"], missing), str(missing), "no such folder")
     (tmp_path / "plain").mkdir()
-    assert_user_error(invoke("runs", "compare", runs["low"], tmp_path / "plain"), str(tmp_path / "plain"),
-                      "not a run directory")
+    assert_user_error(
+        invoke("runs", "compare", runs["low"], tmp_path / "plain"), str(tmp_path / "plain"), "not a run directory"
+    )
 
 
 def test_every_finished_run_writes_its_plots_timing_and_dev_loss(runs):
@@ -114,26 +126,41 @@ def test_every_finished_run_writes_its_plots_timing_and_dev_loss(runs):
 
 
 def test_tracker_values_flatten_every_record():
-    record = {"phase": "train", "step": 3, "epoch": 0, "loss": 0.5, "lr": {"group_0": 1e-4, "group_1": 2e-4},
-              "examples_per_s": 10.0}
-    assert tracker_values(record) == {"train/epoch": 0.0, "train/loss": 0.5, "train/lr/group_0": 1e-4,
-                                      "train/lr/group_1": 2e-4, "train/examples_per_s": 10.0}
-    assert tracker_values({"phase": "eval", "step": 3, "dev_accuracy": 0.75, "best_so_far": True}) == \
-        {"eval/dev_accuracy": 0.75, "eval/best_so_far": 1.0}
+    record = {
+        "phase": "train",
+        "step": 3,
+        "epoch": 0,
+        "loss": 0.5,
+        "lr": {"group_0": 1e-4, "group_1": 2e-4},
+        "examples_per_s": 10.0,
+    }
+    assert tracker_values(record) == {
+        "train/epoch": 0.0,
+        "train/loss": 0.5,
+        "train/lr/group_0": 1e-4,
+        "train/lr/group_1": 2e-4,
+        "train/examples_per_s": 10.0,
+    }
+    assert tracker_values({"phase": "eval", "step": 3, "dev_accuracy": 0.75, "best_so_far": True}) == {
+        "eval/dev_accuracy": 0.75,
+        "eval/best_so_far": 1.0,
+    }
 
 
 def test_an_unknown_tracker_is_a_one_line_error(tmp_path):
     recipe = write_yaml(tmp_path / "recipe.yaml", quickstart_run(tmp_path / "checkpoint", tmp_path / "run", 1e-3))
-    assert_user_error(invoke("finetune", recipe, "training.log_with=[tensorboard, nope]"), "training.log_with",
-                      "unknown tracker 'nope'")
+    assert_user_error(
+        invoke("finetune", recipe, "training.log_with=[tensorboard, nope]"),
+        "training.log_with",
+        "unknown tracker 'nope'",
+    )
     assert not (tmp_path / "run").exists()
     assert TrainingConfig(log_with="tensorboard").log_with == ["tensorboard"]  # one name is a list of one
 
 
 def test_a_tracker_that_is_not_installed_is_an_error():
     trackers = ("wandb", "mlflow", "comet_ml", "clearml")
-    absent = next((name for name in trackers if importlib.util.find_spec(name) is None),
-                  None)
+    absent = next((name for name in trackers if importlib.util.find_spec(name) is None), None)
     if absent is None:
         pytest.skip("every tracker package tried is installed; nothing to refuse")
     with pytest.raises(UserError, match=f"training.log_with: {absent} is not installed"):
@@ -142,8 +169,10 @@ def test_a_tracker_that_is_not_installed_is_an_error():
 
 def test_tensorboard_gets_every_kind_of_record(checkpoint, tmp_path):
     if importlib.util.find_spec("tensorboard") is None:
-        pytest.skip("SKIPPED LOUDLY: the tensorboard package is not installed, so training.log_with: [tensorboard] "
-                    "is untested; pip install -e '.[dev]' installs it")
+        pytest.skip(
+            "SKIPPED LOUDLY: the tensorboard package is not installed, so training.log_with: [tensorboard] "
+            "is untested; pip install -e '.[dev]' installs it"
+        )
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     data = quickstart_run(checkpoint, tmp_path / "run", 2e-3, log_with=["tensorboard"])
@@ -155,5 +184,11 @@ def test_tensorboard_gets_every_kind_of_record(checkpoint, tmp_path):
         events = EventAccumulator(str(path))
         events.Reload()
         scalars.update(events.Tags()["scalars"])
-    assert {"train/loss", "train/lr/group_0", "train/examples_per_s", "eval/dev_accuracy", "eval/validation_loss",
-            "unfreeze/trainable_groups"} <= scalars
+    assert {
+        "train/loss",
+        "train/lr/group_0",
+        "train/examples_per_s",
+        "eval/dev_accuracy",
+        "eval/validation_loss",
+        "unfreeze/trainable_groups",
+    } <= scalars

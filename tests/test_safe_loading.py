@@ -27,9 +27,17 @@ PACKAGE = REPO_ROOT / "finetune"
 
 # module.function calls that can run code from a file or a string.
 FORBIDDEN_CALLS = {
-    ("yaml", "load"), ("yaml", "load_all"), ("yaml", "unsafe_load"), ("yaml", "unsafe_load_all"),
-    ("yaml", "full_load"), ("yaml", "full_load_all"),
-    ("pickle", "load"), ("pickle", "loads"), ("dill", "load"), ("dill", "loads"), ("joblib", "load"),
+    ("yaml", "load"),
+    ("yaml", "load_all"),
+    ("yaml", "unsafe_load"),
+    ("yaml", "unsafe_load_all"),
+    ("yaml", "full_load"),
+    ("yaml", "full_load_all"),
+    ("pickle", "load"),
+    ("pickle", "loads"),
+    ("dill", "load"),
+    ("dill", "loads"),
+    ("joblib", "load"),
     ("importlib", "import_module"),
 }
 FORBIDDEN_NAMES = {"eval", "exec", "__import__"}  # builtins that run strings or import by name
@@ -128,10 +136,17 @@ def test_package_sources_use_only_safe_loading():
     assert not problems, "unsafe loading:\n" + "\n".join(problems)
     # The scan reads real code: it sees the safe loading the package does. Recipes are read by finetune/safe_yaml.py,
     # whose loader is a subclass of yaml.SafeLoader.
-    loader_bases = {dotted_name(base) for node in ast.walk(ast.parse((PACKAGE / "safe_yaml.py").read_text()))
-                    if isinstance(node, ast.ClassDef) for base in node.bases}
+    loader_bases = {
+        dotted_name(base)
+        for node in ast.walk(ast.parse((PACKAGE / "safe_yaml.py").read_text()))
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+    }
     assert "yaml.SafeLoader" in loader_bases
-    assert any(dotted_name(call.func) == "load_yaml" for call in calls(ast.parse((PACKAGE / "recipes" / "loader.py").read_text())))
+    assert any(
+        dotted_name(call.func) == "load_yaml"
+        for call in calls(ast.parse((PACKAGE / "recipes" / "loader.py").read_text()))
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,14 +166,16 @@ def assert_one_line_error(result, *fragments: str) -> str:
     return output
 
 
-@pytest.mark.parametrize("tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system",
-                                 "!!python/name:os.system"])
+@pytest.mark.parametrize(
+    "tag", ["!!python/object/apply:os.system", "!!python/object/new:os.system", "!!python/name:os.system"]
+)
 def test_a_recipe_with_a_python_tag_is_refused_without_running_it(tmp_path, monkeypatch, tag):
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "the-tag-ran"
     recipe = tmp_path / "evil.yaml"
-    recipe.write_text(f"stage: finetune\nrun_dir: {tmp_path / 'run'}\ndescription: {tag} [\"touch {marker}\"]\n",
-                      encoding="utf-8")
+    recipe.write_text(
+        f'stage: finetune\nrun_dir: {tmp_path / "run"}\ndescription: {tag} ["touch {marker}"]\n', encoding="utf-8"
+    )
     assert_one_line_error(runner.invoke(app, ["finetune", str(recipe)]), "evil.yaml", "invalid YAML")
     assert not marker.exists()
     assert not (tmp_path / "run").exists()
@@ -189,8 +206,9 @@ def checkpoint(tmp_path_factory) -> Path:
 def test_recipes_do_not_trust_remote_code_by_default(tmp_path, task_dir):
     finetune = FinetuneRecipe.model_validate(finetune_recipe(tmp_path / "ckpt", task_dir, tmp_path / "run"))
     assert finetune.model.trust_remote_code is False
-    evaluation = EvalRecipe.model_validate({"stage": "eval", "run_dir": str(tmp_path / "run"),
-                                            "task": custom_task_section(task_dir), "models": {"a": "b"}})
+    evaluation = EvalRecipe.model_validate(
+        {"stage": "eval", "run_dir": str(tmp_path / "run"), "task": custom_task_section(task_dir), "models": {"a": "b"}}
+    )
     assert evaluation.trust_remote_code is False
 
 
@@ -228,13 +246,22 @@ def test_trust_remote_code_reaches_every_from_pretrained_as_set(checkpoint, task
 def checkpoint_with_code(folder: Path, marker: Path) -> Path:
     """A model folder whose config points transformers at Python code in the folder; importing it leaves a marker."""
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({
-        "model_type": "sneaky",
-        "auto_map": {"AutoConfig": "sneaky.SneakyConfig", "AutoModelForSequenceClassification": "sneaky.SneakyModel",
-                     "AutoTokenizer": ["sneaky.SneakyTokenizer", None]},
-    }), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["sneaky.SneakyTokenizer",
-                                                                                             None]}}), encoding="utf-8")
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "sneaky",
+                "auto_map": {
+                    "AutoConfig": "sneaky.SneakyConfig",
+                    "AutoModelForSequenceClassification": "sneaky.SneakyModel",
+                    "AutoTokenizer": ["sneaky.SneakyTokenizer", None],
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"auto_map": {"AutoTokenizer": ["sneaky.SneakyTokenizer", None]}}), encoding="utf-8"
+    )
     (folder / "sneaky.py").write_text(f"open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
     return folder
 
@@ -247,8 +274,13 @@ def test_a_checkpoint_with_code_is_refused_unless_trusted(tmp_path, task_dir, st
         data = finetune_recipe(model, task_dir, tmp_path / "run")
         key = "model.checkpoint"
     else:
-        data = {"stage": "eval", "run_dir": str(tmp_path / "run"), "task": custom_task_section(task_dir),
-                "models": {"sneaky": str(model)}, "device": "cpu"}
+        data = {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "run"),
+            "task": custom_task_section(task_dir),
+            "models": {"sneaky": str(model)},
+            "device": "cpu",
+        }
         key = "models.sneaky"
     result = runner.invoke(app, [stage, str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert_one_line_error(result, key, "sneaky-model", "trust_remote_code")

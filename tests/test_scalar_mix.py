@@ -46,8 +46,15 @@ def awd_lstm(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("awd")
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(folder / "corpus")]), 300, min_frequency=1)
     torch.manual_seed(0)
-    AWDLSTMForCausalLM(AWDLSTMConfig(vocab_size=len(tokenizer), embedding_size=8, hidden_size=12, num_layers=2,
-                                     pad_token_id=tokenizer.pad_token_id)).save_pretrained(folder / "checkpoint")
+    AWDLSTMForCausalLM(
+        AWDLSTMConfig(
+            vocab_size=len(tokenizer),
+            embedding_size=8,
+            hidden_size=12,
+            num_layers=2,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    ).save_pretrained(folder / "checkpoint")
     tokenizer.save_pretrained(folder / "checkpoint")
     return folder / "checkpoint"
 
@@ -104,9 +111,18 @@ def test_the_transformer_mix_is_gamma_times_the_softmax_weighted_sum_of_its_hidd
 @pytest.mark.parametrize("cell", ["lstm", "qrnn", "rnn"])
 def test_the_awd_lstm_mix_covers_the_embedding_and_every_layer_projected_to_the_top_width(cell):
     torch.manual_seed(0)
-    model = AWDLSTMForSequenceClassification(AWDLSTMConfig(
-        vocab_size=30, embedding_size=8, hidden_size=12, num_layers=2, pad_token_id=0, num_labels=2,
-        classifier_scalar_mix=True, cell=cell)).eval()
+    model = AWDLSTMForSequenceClassification(
+        AWDLSTMConfig(
+            vocab_size=30,
+            embedding_size=8,
+            hidden_size=12,
+            num_layers=2,
+            pad_token_id=0,
+            num_labels=2,
+            classifier_scalar_mix=True,
+            cell=cell,
+        )
+    ).eval()
     mix = model.scalar_mix
     assert isinstance(mix, ProjectedScalarMix)
     # Only the inner layer (12 wide) needs a projection to the top layer's 8; the embedding is 8 wide already.
@@ -162,13 +178,16 @@ def test_save_and_reload_give_identical_predictions(backbone, request, task_dir,
     assert type(reloaded) is type(model)
     input_ids, attention_mask = batch()
     with torch.no_grad():
-        assert torch.equal(reloaded(input_ids=input_ids, attention_mask=attention_mask).logits,
-                           model(input_ids=input_ids, attention_mask=attention_mask).logits)
+        assert torch.equal(
+            reloaded(input_ids=input_ids, attention_mask=attention_mask).logits,
+            model(input_ids=input_ids, attention_mask=attention_mask).logits,
+        )
 
 
 @pytest.mark.parametrize("backbone", ["bert", "awd_lstm"])
-def test_frozen_backbone_trains_only_the_mix_and_head_and_the_checkpoint_evaluates(backbone, request, task_dir,
-                                                                                   tmp_path):
+def test_frozen_backbone_trains_only_the_mix_and_head_and_the_checkpoint_evaluates(
+    backbone, request, task_dir, tmp_path
+):
     """ELMo's setting in a recipe: unfreezing.schedule [1] keeps every group but the head (mix included) frozen."""
     pretrained = request.getfixturevalue(backbone)
     data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
@@ -177,8 +196,11 @@ def test_frozen_backbone_trains_only_the_mix_and_head_and_the_checkpoint_evaluat
     checkpoint = run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
 
     saved = load_file(checkpoint / "model.safetensors")
-    prefix, encoder = ("encoder.", AutoModel.from_pretrained(pretrained)) if backbone == "bert" else \
-        ("awd_lstm.", AWDLSTMForCausalLM.from_pretrained(pretrained).awd_lstm)
+    prefix, encoder = (
+        ("encoder.", AutoModel.from_pretrained(pretrained))
+        if backbone == "bert"
+        else ("awd_lstm.", AWDLSTMForCausalLM.from_pretrained(pretrained).awd_lstm)
+    )
     for name, tensor in encoder.state_dict().items():
         if not name.startswith("pooler."):
             assert torch.equal(saved[prefix + name], tensor), name  # frozen: bit for bit the pretrained weights

@@ -121,8 +121,9 @@ def fastai_cosine(start: float, end: float, position: float) -> float:
     return start + (1 + math.cos(math.pi * (1 - position))) * (end - start) / 2
 
 
-@pytest.mark.parametrize(("total", "pct_start", "div", "final_div"), [(100, 0.25, 25.0, 1e5), (37, 0.3, 10.0, 1e4),
-                                                                        (8, 0.5, 2.0, 100.0)])
+@pytest.mark.parametrize(
+    ("total", "pct_start", "div", "final_div"), [(100, 0.25, 25.0, 1e5), (37, 0.3, 10.0, 1e4), (8, 0.5, 2.0, 100.0)]
+)
 def test_one_cycle_is_two_cosines(total, pct_start, div, final_div):
     rise = round(total * pct_start)
     for step in range(total):
@@ -134,8 +135,8 @@ def test_one_cycle_is_two_cosines(total, pct_start, div, final_div):
     values = [one_cycle(step, total, pct_start, div, final_div) for step in range(total + 1)]
     assert values[0] == pytest.approx(1 / div) and values[rise] == 1.0 and max(values) == 1.0
     assert values[total] == pytest.approx(1 / final_div)
-    assert all(a < b for a, b in zip(values[:rise + 1], values[1:rise + 1]))
-    assert all(a > b for a, b in zip(values[rise:], values[rise + 1:]))
+    assert all(a < b for a, b in zip(values[: rise + 1], values[1 : rise + 1]))
+    assert all(a > b for a, b in zip(values[rise:], values[rise + 1 :]))
 
 
 def test_one_cycle_momentum_mirrors_the_lr():
@@ -183,8 +184,9 @@ def test_a_one_cycle_run_sets_each_steps_lr_and_beta1(tmp_path, corpus_file, mon
     run_pretrain(load_recipe(write_yaml(tmp_path / "recipe.yaml", data), expected_stage="pretrain"))
     total, peak = data["training"]["max_steps"], data["training"]["lr"]
     assert all(len(betas) == 1 for betas in seen)  # every group gets the same beta1
-    assert [betas.pop() for betas in seen] == pytest.approx([one_cycle_momentum(step, total, 0.3)
-                                                             for step in range(total)])
+    assert [betas.pop() for betas in seen] == pytest.approx(
+        [one_cycle_momentum(step, total, 0.3) for step in range(total)]
+    )
     train = [record for record in read_metrics(tmp_path / "run" / "metrics.jsonl") if record["phase"] == "train"]
     assert [record["step"] for record in train] == list(range(1, total + 1))
     for record in train:

@@ -16,8 +16,11 @@ def process_batches(examples: int, batch_size: int, processes: int, accumulation
     shards = []
     for process in range(processes):
         batches = StepBatches(order, batch_size, processes, accumulation)
-        loader = DataLoader(PaddableDataset(list(range(examples))), batch_sampler=batches,
-                            collate_fn=CountingCollator(lambda items: {"indices": items}))
+        loader = DataLoader(
+            PaddableDataset(list(range(examples))),
+            batch_sampler=batches,
+            collate_fn=CountingCollator(lambda items: {"indices": items}),
+        )
         loader = prepare_data_loader(loader, num_processes=processes, process_index=process, put_on_device=False)
         loader.set_epoch(epoch)  # as the stage does: accelerate passes it on to the order
         shards.append([(batch["indices"], batch[REAL_EXAMPLES]) for batch in loader])
@@ -44,8 +47,13 @@ def test_each_example_once_and_each_step_as_on_one_process(examples, batch_size,
     global_step = batch_size * processes * accumulation
     micro_batches = len(shards[0])
     for step, start in enumerate(range(0, micro_batches, accumulation)):
-        held = sorted(index for shard in shards for indices, real in shard[start : start + accumulation] if real
-                      for index in indices)
+        held = sorted(
+            index
+            for shard in shards
+            for indices, real in shard[start : start + accumulation]
+            if real
+            for index in indices
+        )
         assert held == sorted(order[step * global_step : (step + 1) * global_step]), f"step {step}"
 
 

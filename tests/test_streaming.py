@@ -26,8 +26,9 @@ from finetune.stages.pretrain import run_pretrain
 from tests.conftest import interrupted_at_step, make_sentence, write_yaml
 
 runner = CliRunner()
-TEXTS = [" ".join(make_sentence(random.Random(index), index % 3 == 0) for _ in range(1 + index % 4))
-         for index in range(120)]
+TEXTS = [
+    " ".join(make_sentence(random.Random(index), index % 3 == 0) for _ in range(1 + index % 4)) for index in range(120)
+]
 
 
 @pytest.fixture(autouse=True)
@@ -56,8 +57,9 @@ def rows(tmp_path) -> Path:
 
 
 def gpt2_batches(tokenizer, documents, batches: int, **options) -> StreamedBatches:
-    return StreamedBatches(documents, tokenizer, tokenizer.eos_token_id, block_size=8, batch_size=4,
-                           batches=batches, seed=0, **options)
+    return StreamedBatches(
+        documents, tokenizer, tokenizer.eos_token_id, block_size=8, batch_size=4, batches=batches, seed=0, **options
+    )
 
 
 def test_the_first_pass_packs_what_the_cached_path_packs_and_the_stream_starts_again(tokenizers, rows):
@@ -66,14 +68,19 @@ def test_the_first_pass_packs_what_the_cached_path_packs_and_the_stream_starts_a
     tokenizer = AutoTokenizer.from_pretrained(tokenizers["gpt2"])
     documents = StreamedDocuments.open("json", None, "train", "text", [str(rows)])
     assert list(documents()) == TEXTS  # empty rows are no documents
-    packed = PackedBlocks(DocumentStream(TokenizedDocuments.from_lists(tokenize_documents(tokenizer, TEXTS[10:])),
-                                         tokenizer.eos_token_id), 9).array()
+    packed = PackedBlocks(
+        DocumentStream(
+            TokenizedDocuments.from_lists(tokenize_documents(tokenizer, TEXTS[10:])), tokenizer.eos_token_id
+        ),
+        9,
+    ).array()
     data = gpt2_batches(tokenizer, documents, batches=3 * len(packed) // 4, held_out=10)
     batches = list(data)
     assert len(batches) == len(data) == 3 * len(packed) // 4
     assert all(torch.equal(batch["labels"][:, :-1], batch["input_ids"][:, 1:]) for batch in batches)
-    blocks = np.concatenate([np.concatenate([batch["input_ids"], batch["labels"][:, -1:]], axis=1)
-                             for batch in batches])
+    blocks = np.concatenate(
+        [np.concatenate([batch["input_ids"], batch["labels"][:, -1:]], axis=1) for batch in batches]
+    )
     # Pass after pass, the held-out documents left out: what packing the rest gives, again and again (gpt2 has no
     # masks, so the passes are the same blocks; batches run on across the end of a pass).
     assert np.array_equal(blocks, np.concatenate([packed] * 3)[: len(blocks)])
@@ -102,7 +109,10 @@ def test_a_resumed_stream_continues_with_the_batches_the_run_would_have_read(tok
 def streaming_recipe(tmp_path: Path, family: str, tokenizer: Path, corpus: dict, **training) -> dict:
     model = {"family": family, "layers": 1, "hidden": 16, "heads": 2, "intermediate": 32, "dropout": 0.0}
     return {
-        "stage": "pretrain", "run_dir": str(tmp_path / "run"), "seed": 0, "model": model,
+        "stage": "pretrain",
+        "run_dir": str(tmp_path / "run"),
+        "seed": 0,
+        "model": model,
         "tokenizer": {"path": str(tokenizer)},
         "corpus": {"streaming": True, "block_size": 8, "cache_dir": None, **corpus},
         "training": {"max_steps": 12, "batch_size": 4, "log_every": 2, "device": "cpu", **training},
@@ -112,8 +122,12 @@ def streaming_recipe(tmp_path: Path, family: str, tokenizer: Path, corpus: dict,
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_a_tiny_model_trains_on_a_streamed_json_lines_dataset(family, tokenizers, rows, tmp_path):
-    data = streaming_recipe(tmp_path, family, tokenizers[family],
-                            {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 20})
+    data = streaming_recipe(
+        tmp_path,
+        family,
+        tokenizers[family],
+        {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 20},
+    )
     result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     records = read_metrics(tmp_path / "run" / "metrics.jsonl")
@@ -126,8 +140,11 @@ def test_a_tiny_model_trains_on_a_streamed_json_lines_dataset(family, tokenizers
 def test_a_streamed_text_dataset_validates_on_its_own_split_and_resumes_exactly(tokenizers, tmp_path, monkeypatch):
     (tmp_path / "train.txt").write_text("\n".join(TEXTS[:100]) + "\n", encoding="utf-8")
     (tmp_path / "valid.txt").write_text("\n".join(TEXTS[100:]) + "\n", encoding="utf-8")
-    corpus = {"dataset": "text", "validation_split": "validation",
-              "dataset_files": {"train": [str(tmp_path / "train.txt")], "validation": [str(tmp_path / "valid.txt")]}}
+    corpus = {
+        "dataset": "text",
+        "validation_split": "validation",
+        "dataset_files": {"train": [str(tmp_path / "train.txt")], "validation": [str(tmp_path / "valid.txt")]},
+    }
     full = streaming_recipe(tmp_path / "full", "bert", tokenizers["bert"], corpus, max_steps=40)
     run_pretrain(load_recipe(write_yaml(tmp_path / "full.yaml", full)))  # several passes over 100 documents
 
@@ -143,17 +160,29 @@ def test_a_streamed_text_dataset_validates_on_its_own_split_and_resumes_exactly(
 
 
 BAD = {
-    "streaming without a dataset": ({"train_files": ["CORPUS"], "validation_documents": 5}, {},
-                                    "corpus: streaming applies to a `datasets` corpus"),
+    "streaming without a dataset": (
+        {"train_files": ["CORPUS"], "validation_documents": 5},
+        {},
+        "corpus: streaming applies to a `datasets` corpus",
+    ),
     "no validation text": ({}, {}, "a streamed dataset needs its validation text"),
-    "a fraction of a stream": ({"validation_fraction": 0.1, "validation_documents": 5}, {},
-                               "a stream has no length to take a fraction of"),
-    "two validation texts": ({"validation_documents": 5, "validation_split": "validation"}, {},
-                             "give one validation text, not validation_split and validation_documents"),
+    "a fraction of a stream": (
+        {"validation_fraction": 0.1, "validation_documents": 5},
+        {},
+        "a stream has no length to take a fraction of",
+    ),
+    "two validation texts": (
+        {"validation_documents": 5, "validation_split": "validation"},
+        {},
+        "give one validation text, not validation_split and validation_documents",
+    ),
     "no max_steps": ({"validation_documents": 5}, {"max_steps": None}, "training.max_steps; give it"),
     "epochs": ({"validation_documents": 5}, {"epochs": 2}, "remove training.epochs"),
-    "a wrong text column": ({"validation_documents": 5, "text_column": "body"}, {},
-                            "no column 'body' (columns: text, id"),
+    "a wrong text column": (
+        {"validation_documents": 5, "text_column": "body"},
+        {},
+        "no column 'body' (columns: text, id",
+    ),
     "a missing file": ({"validation_documents": 5, "dataset_files": ["MISSING"]}, {}, "cannot stream split 'train'"),
 }
 
@@ -161,8 +190,9 @@ BAD = {
 @pytest.mark.parametrize("case", BAD.values(), ids=BAD.keys())
 def test_what_does_not_go_together_is_one_line(case, tokenizers, rows, tmp_path):
     corpus, training, message = case
-    data = streaming_recipe(tmp_path, "gpt2", tokenizers["gpt2"],
-                            {"dataset": "json", "dataset_files": [str(rows)], **corpus}, **training)
+    data = streaming_recipe(
+        tmp_path, "gpt2", tokenizers["gpt2"], {"dataset": "json", "dataset_files": [str(rows)], **corpus}, **training
+    )
     if "train_files" in corpus:
         data["corpus"].pop("dataset"), data["corpus"].pop("dataset_files")
         data["corpus"]["train_files"] = [str(rows)]
@@ -176,21 +206,31 @@ def test_what_does_not_go_together_is_one_line(case, tokenizers, rows, tmp_path)
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"model": {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1}}, "awd_lstm reads BPTT rows"),
-    ({"tokenizer": {"vocab_size": 200}}, "a tokenizer is not trained on a stream"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"model": {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1}}, "awd_lstm reads BPTT rows"),
+        ({"tokenizer": {"vocab_size": 200}}, "a tokenizer is not trained on a stream"),
+    ],
+)
 def test_streaming_refuses_what_it_cannot_do(change, message, tokenizers, rows, tmp_path):
-    data = streaming_recipe(tmp_path, "gpt2", tokenizers["gpt2"],
-                            {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 5})
+    data = streaming_recipe(
+        tmp_path,
+        "gpt2",
+        tokenizers["gpt2"],
+        {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 5},
+    )
     data.update(change)
     result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 2 and message in result.output and result.output.count("\n") == 1, result.output
 
 
 def test_validation_documents_need_a_stream(tmp_path, rows):
-    data = {"stage": "pretrain", "run_dir": str(tmp_path / "run"),
-            "corpus": {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 5}}
+    data = {
+        "stage": "pretrain",
+        "run_dir": str(tmp_path / "run"),
+        "corpus": {"dataset": "json", "dataset_files": [str(rows)], "validation_documents": 5},
+    }
     with pytest.raises(UserError, match="validation_documents applies to a streamed dataset"):
         load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
 
@@ -199,9 +239,18 @@ def test_a_dataset_read_whole_takes_its_files_and_a_validation_split(tokenizers,
     """Without streaming, dataset_files and validation_split work too (the text is read whole and cached)."""
     (tmp_path / "train.txt").write_text("\n".join(TEXTS[:100]) + "\n", encoding="utf-8")
     (tmp_path / "valid.txt").write_text("\n".join(TEXTS[100:]) + "\n", encoding="utf-8")
-    data = streaming_recipe(tmp_path, "gpt2", tokenizers["gpt2"], {
-        "dataset": "text", "validation_split": "validation", "streaming": False, "cache_dir": str(tmp_path / "cache"),
-        "dataset_files": {"train": [str(tmp_path / "train.txt")], "validation": [str(tmp_path / "valid.txt")]}})
+    data = streaming_recipe(
+        tmp_path,
+        "gpt2",
+        tokenizers["gpt2"],
+        {
+            "dataset": "text",
+            "validation_split": "validation",
+            "streaming": False,
+            "cache_dir": str(tmp_path / "cache"),
+            "dataset_files": {"train": [str(tmp_path / "train.txt")], "validation": [str(tmp_path / "valid.txt")]},
+        },
+    )
     from finetune.stages.pretrain import read_corpus
 
     text = read_corpus(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))

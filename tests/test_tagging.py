@@ -28,8 +28,14 @@ def tagged_sentence(rng: random.Random) -> list[tuple[str, str]]:
     positive = rng.random() < 0.5
     subject = rng.choice(SUBJECTS).split()
     adjective = rng.choice(POSITIVE if positive else NEGATIVE)
-    return ([(subject[0], "B-SUBJ"), (subject[1], "I-SUBJ"), ("was", "O"), (rng.choice(FILLERS), "O"),
-             (adjective, "B-POS" if positive else "B-NEG"), (".", "O")])
+    return [
+        (subject[0], "B-SUBJ"),
+        (subject[1], "I-SUBJ"),
+        ("was", "O"),
+        (rng.choice(FILLERS), "O"),
+        (adjective, "B-POS" if positive else "B-NEG"),
+        (".", "O"),
+    ]
 
 
 def write_conll(path: Path, sentences: int, seed: int) -> Path:
@@ -58,10 +64,14 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def tagging_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> dict:
-    return {"stage": "finetune", "run_dir": str(run_dir), "seed": 0,
-            "model": {"checkpoint": str(checkpoint)},
-            "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(task), "max_length": 32, **task_keys},
-            "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"}}
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "model": {"checkpoint": str(checkpoint)},
+        "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(task), "max_length": 32, **task_keys},
+        "training": {"epochs": 6, "batch_size": 8, "lr": 3e-3, "log_every": 5, "device": "cpu"},
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,8 +81,11 @@ def tagging_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) -> 
 
 def test_conll_sentences_words_and_tags(tmp_path):
     path = tmp_path / "train.txt"
-    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n"
-                    "Blackburn NNP I-NP I-PER\n", encoding="utf-8")
+    path.write_text(
+        "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n"
+        "Blackburn NNP I-NP I-PER\n",
+        encoding="utf-8",
+    )
     sentences = read_conll(path)
     assert sentences.words == [["EU", "rejects"], ["Peter", "Blackburn"]]
     assert sentences.tags == [["B-ORG", "O"], ["B-PER", "I-PER"]] and sentences.lines == [3, 6]
@@ -126,10 +139,13 @@ def test_words_find_their_tokens_by_character_offsets():
 def test_seqeval_scores_whole_entities():
     references = [["B-PER", "I-PER", "O", "B-LOC"]]
     predictions = [["B-PER", "O", "O", "B-LOC"]]  # the person is cut short: that entity is wrong, not half right
-    assert tagging_metrics(references, predictions) == {"f1": 0.5, "precision": 0.5, "recall": 0.5,
-                                                         "accuracy": 0.75}
-    assert entity_types_table(references, predictions)["LOC"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0,
-                                                                  "entities": 1}
+    assert tagging_metrics(references, predictions) == {"f1": 0.5, "precision": 0.5, "recall": 0.5, "accuracy": 0.75}
+    assert entity_types_table(references, predictions)["LOC"] == {
+        "precision": 1.0,
+        "recall": 1.0,
+        "f1": 1.0,
+        "entities": 1,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,16 +156,22 @@ def test_seqeval_scores_whole_entities():
 @pytest.fixture(scope="module")
 def tagger_run(tmp_path_factory, tiny_bert, tagging_task) -> Path:
     folder = tmp_path_factory.mktemp("tagger")
-    result = runner.invoke(app, ["finetune", str(write_yaml(folder / "recipe.yaml",
-                                                            tagging_recipe(tiny_bert, tagging_task, folder / "run")))])
+    result = runner.invoke(
+        app,
+        ["finetune", str(write_yaml(folder / "recipe.yaml", tagging_recipe(tiny_bert, tagging_task, folder / "run")))],
+    )
     assert result.exit_code == 0, result.output
     return folder / "run"
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):
     result = json.loads((tagger_run / "result.json").read_text())
-    assert result["main_metric"] == "f1" and set(result["best"]) == {"dev_f1", "dev_precision", "dev_recall",
-                                                                       "dev_accuracy"}
+    assert result["main_metric"] == "f1" and set(result["best"]) == {
+        "dev_f1",
+        "dev_precision",
+        "dev_recall",
+        "dev_accuracy",
+    }
     assert result["best"]["dev_f1"] > 0.9  # the tags follow the words: a tagger that learns gets them
     records = [json.loads(line) for line in (tagger_run / "metrics.jsonl").read_text().splitlines()]
     evaluations = [record for record in records if record["phase"] == "eval"]
@@ -161,10 +183,17 @@ def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run)
 
 
 def test_eval_scores_taggers_with_a_table_per_entity_type(tagger_run, tagging_task, tmp_path):
-    recipe = write_yaml(tmp_path / "eval.yaml", {
-        "stage": "eval", "run_dir": str(tmp_path / "eval"), "split": "test", "write_predictions": True,
-        "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(tagging_task)},
-        "models": {"tagger": str(tagger_run / "checkpoint")}})
+    recipe = write_yaml(
+        tmp_path / "eval.yaml",
+        {
+            "stage": "eval",
+            "run_dir": str(tmp_path / "eval"),
+            "split": "test",
+            "write_predictions": True,
+            "task": {"name": "tiny-tags", "kind": "tokens", "data_dir": str(tagging_task)},
+            "models": {"tagger": str(tagger_run / "checkpoint")},
+        },
+    )
     result = runner.invoke(app, ["eval", str(recipe)])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
@@ -174,8 +203,7 @@ def test_eval_scores_taggers_with_a_table_per_entity_type(tagger_run, tagging_ta
     assert scores["entity_types"]["SUBJ"]["entities"] == 16  # one subject per sentence
     assert "## tagger: by entity type" in (tmp_path / "eval" / "report.md").read_text()
     predicted = (tmp_path / "eval" / "predictions" / "tagger.txt").read_text().split("\n\n")
-    assert len(predicted) == 16 and predicted[0].splitlines()[0].split()[1:] in (["B-SUBJ", "B-SUBJ"],
-                                                                               ["B-SUBJ", "O"])
+    assert len(predicted) == 16 and predicted[0].splitlines()[0].split()[1:] in (["B-SUBJ", "B-SUBJ"], ["B-SUBJ", "O"])
 
 
 def test_predict_gives_words_with_tags(tagger_run):
@@ -202,10 +230,13 @@ def test_a_dev_tag_the_training_file_lacks_is_one_line(tiny_bert, tagging_task, 
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("keys, expected", [
-    ({"text_columns": ["sentence"]}, "text_columns: not for kind tokens"),
-    ({"format": "csv"}, "format csv: a tagging task reads CoNLL column files"),
-])
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({"text_columns": ["sentence"]}, "text_columns: not for kind tokens"),
+        ({"format": "csv"}, "format csv: a tagging task reads CoNLL column files"),
+    ],
+)
 def test_classification_keys_are_refused_for_a_tagging_task(tiny_bert, tagging_task, tmp_path, keys, expected):
     recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", **keys))
     assert expected in one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
@@ -232,8 +263,10 @@ def test_an_awd_lstm_tags_too(tagging_task, tmp_path):
     assert result.exit_code == 0, result.output
     assert "the tagger reads every token of a sentence" in result.output
     assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_f1"] > 0.8
-    assert type(AutoModelForTokenClassification.from_pretrained(tmp_path / "run" / "checkpoint")).__name__ == \
-        "AWDLSTMForTokenClassification"
+    assert (
+        type(AutoModelForTokenClassification.from_pretrained(tmp_path / "run" / "checkpoint")).__name__
+        == "AWDLSTMForTokenClassification"
+    )
 
 
 def test_a_model_without_a_tagging_head_is_refused_in_one_line(tagging_task, tmp_path):
@@ -242,7 +275,8 @@ def test_a_model_without_a_tagging_head_is_refused_in_one_line(tagging_task, tmp
     tokenizer = AutoTokenizer.from_pretrained(save_tiny_masked_lm(tmp_path / "bert"))
     stream = np.arange(2000) % 50
     NGramForCausalLM.count(stream, vocab_size=len(tokenizer), order=2, eos_token_id=0).save_pretrained(
-        tmp_path / "ngram")
+        tmp_path / "ngram"
+    )
     tokenizer.save_pretrained(tmp_path / "ngram")
     recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tmp_path / "ngram", tagging_task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
@@ -250,10 +284,10 @@ def test_a_model_without_a_tagging_head_is_refused_in_one_line(tagging_task, tmp
 
 
 def test_profile_counts_the_tagger_a_run_builds(tiny_bert, tagging_task, tmp_path):
-    data = tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", labels=["O", "B-NEG", "B-POS", "B-SUBJ",
-                                                                            "I-SUBJ"])
-    result = runner.invoke(app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json",
-                                 "--matmul-gflops", "100"])
+    data = tagging_recipe(tiny_bert, tagging_task, tmp_path / "run", labels=["O", "B-NEG", "B-POS", "B-SUBJ", "I-SUBJ"])
+    result = runner.invoke(
+        app, ["profile", str(write_yaml(tmp_path / "recipe.yaml", data)), "--json", "--matmul-gflops", "100"]
+    )
     assert result.exit_code == 0, result.output
     profile = json.loads(result.stdout)
     real = AutoModelForTokenClassification.from_pretrained(tiny_bert, num_labels=5)
@@ -286,8 +320,10 @@ def test_a_stopped_tagging_run_resumes_bit_for_bit(tiny_bert, tagging_task, tmp_
 def test_pooling_is_not_for_a_tagger(tiny_bert, tagging_task, tmp_path):
     data = {**tagging_recipe(tiny_bert, tagging_task, tmp_path / "run"), "pooling": "mean"}
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))]))
-    assert "pooling: mean pools a text into one vector for a class; a tagger (task.kind tokens) reads every " \
-           "token" in message
+    assert (
+        "pooling: mean pools a text into one vector for a class; a tagger (task.kind tokens) reads every "
+        "token" in message
+    )
 
 
 def test_a_gpt2_tagger_reads_its_byte_level_pieces(tagging_task, tmp_path):
@@ -301,8 +337,17 @@ def test_a_gpt2_tagger_reads_its_byte_level_pieces(tagging_task, tmp_path):
     from tests.conftest import write_corpus
 
     tokenizer = train_byte_level_bpe(read_documents([write_corpus(tmp_path / "corpus")]), 300, min_frequency=1)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2,
-                                       eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_positions=64,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+        )
+    )
     checkpoint = save_checkpoint(model, tokenizer, tmp_path / "gpt2")
     data = tagging_recipe(checkpoint, tagging_task, tmp_path / "run")
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])

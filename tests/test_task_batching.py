@@ -54,8 +54,10 @@ def test_batches_hold_similar_lengths_and_only_the_last_is_short():
     assert [len(batch) for batch in grouped] == [BATCH] * 125 + [3]
     padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in grouped)
     shuffled = np.random.default_rng(0).permutation(len(lengths))
-    random_padded = sum(max(lengths[i] for i in shuffled[start:start + BATCH]) * len(shuffled[start:start + BATCH])
-                        for start in range(0, len(lengths), BATCH))
+    random_padded = sum(
+        max(lengths[i] for i in shuffled[start : start + BATCH]) * len(shuffled[start : start + BATCH])
+        for start in range(0, len(lengths), BATCH)
+    )
     assert padded < 0.6 * random_padded
     assert max(max(lengths[i] for i in batch) - min(lengths[i] for i in batch) for batch in grouped) <= 6
     # The batches themselves come in random order, not longest first.
@@ -71,8 +73,12 @@ def test_two_processes_share_out_the_batches_of_one():
     single = batches_of(sampler)
     shards = []
     for process in range(2):
-        loader = prepare_data_loader(DataLoader(range(len(lengths)), batch_size=BATCH // 2, sampler=sampler),
-                                     num_processes=2, process_index=process, put_on_device=False)
+        loader = prepare_data_loader(
+            DataLoader(range(len(lengths)), batch_size=BATCH // 2, sampler=sampler),
+            num_processes=2,
+            process_index=process,
+            put_on_device=False,
+        )
         loader.set_epoch(2)
         shards.append([batch.tolist() for batch in loader])
     assert sampler.epoch == 2  # accelerate passes the epoch on to the sampler inside its shard
@@ -85,14 +91,17 @@ def test_two_processes_share_out_the_batches_of_one():
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    return train_wordpiece(read_documents([write_corpus(tmp_path_factory.mktemp("corpus"))]), vocab_size=200,
-                           min_frequency=1)
+    return train_wordpiece(
+        read_documents([write_corpus(tmp_path_factory.mktemp("corpus"))]), vocab_size=200, min_frequency=1
+    )
 
 
 def encoded(tokenizer, pairs: bool, labels: np.ndarray) -> list[dict]:
     rng = random.Random(0)
-    texts = [tuple(" ".join(make_sentence(rng, True) for _ in range(rng.randint(1, 3))) for _ in range(1 + pairs))
-             for _ in range(len(labels))]
+    texts = [
+        tuple(" ".join(make_sentence(rng, True) for _ in range(rng.randint(1, 3))) for _ in range(1 + pairs))
+        for _ in range(len(labels))
+    ]
     task = EncodedTask(TaskExamples(texts, labels, [str(i) for i in range(len(labels))]), tokenizer, 40)
     assert len(set(task.lengths)) > 1 and task.lengths == [len(task[i]["input_ids"]) for i in range(len(task))]
     return [task[index] for index in range(len(task))]
@@ -100,8 +109,9 @@ def encoded(tokenizer, pairs: bool, labels: np.ndarray) -> list[dict]:
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 @pytest.mark.parametrize("pairs", [False, True])
-@pytest.mark.parametrize("labels", [np.array([0, 1, 1, 0, 1, 0]), np.array([0.5, 4.0, 2.25, 1.0, 3.0, 0.0],
-                                                                            dtype=np.float32)])
+@pytest.mark.parametrize(
+    "labels", [np.array([0, 1, 1, 0, 1, 0]), np.array([0.5, 4.0, 2.25, 1.0, 3.0, 0.0], dtype=np.float32)]
+)
 def test_padding_matches_data_collator_with_padding(tokenizer, padding_side, pairs, labels):
     tokenizer.padding_side = padding_side
     examples = encoded(tokenizer, pairs, labels)
@@ -115,10 +125,14 @@ def test_padding_matches_data_collator_with_padding(tokenizer, padding_side, pai
 
 
 def test_padding_adds_the_attention_mask_the_model_takes(tokenizer):
-    examples = [{key: value for key, value in example.items() if key != "attention_mask"}
-                for example in encoded(tokenizer, False, np.array([0, 1, 0]))]
-    assert torch.equal(PaddingCollator(tokenizer)(examples)["attention_mask"],
-                       DataCollatorWithPadding(tokenizer)(examples)["attention_mask"])
+    examples = [
+        {key: value for key, value in example.items() if key != "attention_mask"}
+        for example in encoded(tokenizer, False, np.array([0, 1, 0]))
+    ]
+    assert torch.equal(
+        PaddingCollator(tokenizer)(examples)["attention_mask"],
+        DataCollatorWithPadding(tokenizer)(examples)["attention_mask"],
+    )
 
 
 def test_a_note_says_how_many_examples_max_length_cuts(tmp_path):
@@ -139,5 +153,6 @@ def test_a_note_says_how_many_examples_max_length_cuts(tmp_path):
     assert truncation_note(tokenizer, texts, None, encoded.lengths, 64, "dev") is None  # nothing reached 64
     pairs = [("the film", "the plot was dull . " * 8)]  # a pair: the longer text is cut, the note counts the pair
     short = EncodedTask(TaskExamples(pairs, None, ["0"]), tokenizer, 12)
-    assert "cuts 1 of the 1 training examples" in truncation_note(tokenizer, ["the film"], [pairs[0][1]],
-                                                                   short.lengths, 12, "training")
+    assert "cuts 1 of the 1 training examples" in truncation_note(
+        tokenizer, ["the film"], [pairs[0][1]], short.lengths, 12, "training"
+    )

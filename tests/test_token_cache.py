@@ -87,7 +87,8 @@ def test_a_restart_maps_the_cache_and_reads_what_the_former_pipeline_read(tokeni
     text = PretrainingText(train_files=[text_file], validation_fraction=0.1, seed=3)
     fresh = text.tokenize(tokenizer, tmp_path / "cache", show_progress=False)
     restarted = PretrainingText(train_files=[text_file], validation_fraction=0.1, seed=3).tokenize(
-        tokenizer, tmp_path / "cache", show_progress=False)
+        tokenizer, tmp_path / "cache", show_progress=False
+    )
     uncached = text.tokenize(tokenizer, None, show_progress=False)
     for part in restarted:
         assert isinstance(part.ids, np.memmap) and isinstance(part.offsets, np.memmap)
@@ -114,8 +115,9 @@ def count_encoded(monkeypatch) -> list[int]:
     """The number of texts of every batch encoding from now on."""
     encoded = []
     encode = token_cache.encode
-    monkeypatch.setattr(token_cache, "encode", lambda tokenizer, texts: encoded.append(len(texts)) or encode(
-        tokenizer, texts))
+    monkeypatch.setattr(
+        token_cache, "encode", lambda tokenizer, texts: encoded.append(len(texts)) or encode(tokenizer, texts)
+    )
     return encoded
 
 
@@ -142,8 +144,10 @@ def test_a_changed_file_is_tokenised_again(tokenizer, text_file, tmp_path, monke
         handle.write("the film was dull .\n")  # size and time change
     changed = tokenize_files(tokenizer, [text_file], tmp_path, show_progress=False)
     assert sum(encoded) == documents + 1 and len(changed) == documents + 1
-    assert changed.document(len(changed) - 1).tolist() == tokenizer("the film was dull .",
-                                                                    add_special_tokens=False)["input_ids"]
+    assert (
+        changed.document(len(changed) - 1).tolist()
+        == tokenizer("the film was dull .", add_special_tokens=False)["input_ids"]
+    )
     encoded.clear()
     os.utime(text_file, ns=(text_file.stat().st_atime_ns, text_file.stat().st_mtime_ns + 10**9))  # `touch`
     tokenize_files(tokenizer, [text_file], tmp_path, show_progress=False)
@@ -194,7 +198,8 @@ def test_two_files_keep_their_documents_positions_and_order(tokenizer, tmp_path)
     tokenized = tokenize_files(tokenizer, [first, second], tmp_path / "cache", show_progress=False)
     documents = read_documents([first, second])
     assert [tokenized.document(index).tolist() for index in range(len(tokenized))] == [
-        tokenizer(text, add_special_tokens=False)["input_ids"] for text in documents]
+        tokenizer(text, add_special_tokens=False)["input_ids"] for text in documents
+    ]
     entry = next((tmp_path / "cache").iterdir())
     positions = np.load(entry / "positions.npy")
     joined = first.read_bytes() + second.read_bytes()
@@ -207,8 +212,9 @@ def test_mapped_documents_pickle_as_their_folder(tokenizer, text_file, tmp_path)
     assert len(payload) < 2000  # the folder's name and the selection, not the ids
     restored = pickle.loads(payload)
     assert isinstance(restored.ids, np.memmap) and restored.order.tolist() == [3, 1]
-    assert [restored.document(index).tolist() for index in range(2)] == [tokenized.document(index).tolist()
-                                                                         for index in range(2)]
+    assert [restored.document(index).tolist() for index in range(2)] == [
+        tokenized.document(index).tolist() for index in range(2)
+    ]
 
 
 def test_the_ids_file_is_a_plain_npy_file(tokenizer, text_file, tmp_path):
@@ -230,8 +236,9 @@ def test_tokenising_uses_the_libraries_threads_only_while_it_runs(monkeypatch):
 
 
 @pytest.mark.parametrize("family", ["bert", "awd_lstm"])
-def test_a_restarted_run_trains_on_the_same_batches_without_reading_the_text(family, tokenizer, text_file, tmp_path,
-                                                                             monkeypatch):
+def test_a_restarted_run_trains_on_the_same_batches_without_reading_the_text(
+    family, tokenizer, text_file, tmp_path, monkeypatch
+):
     from finetune.data.tokenizers import train_wordpiece
     from finetune.recipes import PretrainRecipe
     from finetune.stages import pretrain
@@ -241,14 +248,28 @@ def test_a_restarted_run_trains_on_the_same_batches_without_reading_the_text(fam
         train_wordpiece([" ".join(WORDS)] * 20, vocab_size=200, min_frequency=1).save_pretrained(folder)
     else:
         tokenizer.save_pretrained(folder)
-    model = ({"family": "bert", "layers": 1, "hidden": 16, "heads": 2, "intermediate": 32, "dropout": 0.0}
-             if family == "bert" else {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1})
-    recipe = PretrainRecipe.model_validate({
-        "stage": "pretrain", "run_dir": str(tmp_path / "run"), "overwrite": True, "seed": 1, "model": model,
-        "tokenizer": {"path": str(folder)},
-        "corpus": {"train_files": [str(text_file)], "validation_fraction": 0.1, "block_size": 8,
-                   "cache_dir": str(tmp_path / "cache")},
-        "training": {"epochs": 2, "max_steps": 30, "batch_size": 4, "log_every": 10, "device": "cpu"}})
+    model = (
+        {"family": "bert", "layers": 1, "hidden": 16, "heads": 2, "intermediate": 32, "dropout": 0.0}
+        if family == "bert"
+        else {"family": "awd_lstm", "embedding_size": 8, "hidden": 12, "layers": 1}
+    )
+    recipe = PretrainRecipe.model_validate(
+        {
+            "stage": "pretrain",
+            "run_dir": str(tmp_path / "run"),
+            "overwrite": True,
+            "seed": 1,
+            "model": model,
+            "tokenizer": {"path": str(folder)},
+            "corpus": {
+                "train_files": [str(text_file)],
+                "validation_fraction": 0.1,
+                "block_size": 8,
+                "cache_dir": str(tmp_path / "cache"),
+            },
+            "training": {"epochs": 2, "max_steps": 30, "batch_size": 4, "log_every": 10, "device": "cpu"},
+        }
+    )
     batches: list[tuple[bool, bytes]] = []
     loss_module = pretrain.loss_module
 
@@ -277,8 +298,10 @@ def write_play(path: Path, speeches: int = 30, seed: int = 0) -> Path:
     rows = []
     for _ in range(speeches):
         rows.append(rng.choice(["KING.", "HAMLET.", "GHOST."]))
-        rows += [("  " if rng.random() < 0.3 else "") + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
-                 for _ in range(rng.randint(1, 6))]
+        rows += [
+            ("  " if rng.random() < 0.3 else "") + " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9)))
+            for _ in range(rng.randint(1, 6))
+        ]
         rows.append("")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -336,6 +359,8 @@ def test_a_tokenizer_that_does_not_split_at_line_breaks_gets_whole_documents(tmp
     assert not token_cache.cuts_cleanly(prefixed)
     paths = [write_play(tmp_path / "play.txt")]
     tokenized = tokenize_files(prefixed, paths, tmp_path / "cache", show_progress=False, document="file")
-    assert tokenized.document(0).tolist() == prefixed(read_documents(paths, "file")[0],
-                                                      add_special_tokens=False)["input_ids"]
+    assert (
+        tokenized.document(0).tolist()
+        == prefixed(read_documents(paths, "file")[0], add_special_tokens=False)["input_ids"]
+    )
     assert len(np.load(next((tmp_path / "cache").iterdir()) / "pieces.npy")) == 2  # one piece: the whole file

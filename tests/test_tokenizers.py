@@ -87,8 +87,9 @@ def _accelerator(rank: int, processes: int):
 
 def _send_by_pickle(monkeypatch, sent):
     """Stand in for torch.distributed: the main process's payload arrives pickled, as gloo/NCCL deliver it."""
-    monkeypatch.setattr(tokenizers, "broadcast_object_list",
-                        lambda payload, from_process: pickle.loads(pickle.dumps([sent])))
+    monkeypatch.setattr(
+        tokenizers, "broadcast_object_list", lambda payload, from_process: pickle.loads(pickle.dumps([sent]))
+    )
 
 
 @pytest.mark.parametrize("kind", ["bpe", "wordpiece"])
@@ -108,8 +109,13 @@ def test_shared_tokenizer_keeps_the_special_tokens(kind, monkeypatch):
     for text in UNSEEN:
         assert other(text, "a pair")["input_ids"] == main(text, "a pair")["input_ids"]
     if kind == "wordpiece":  # BERT's specials, templates and segment ids, as before
-        assert main.special_tokens_map == {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                                           "cls_token": "[CLS]", "mask_token": "[MASK]"}
+        assert main.special_tokens_map == {
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+        }
         encoded = other("the film", "was great")
         assert encoded["input_ids"][0] == other.cls_token_id and encoded["input_ids"].count(other.sep_token_id) == 2
         assert set(encoded["token_type_ids"]) == {0, 1}

@@ -34,9 +34,19 @@ def test_a_state_reads_back_as_it_was_written(tmp_path):
     best = BestSoFar("dev_accuracy", patience=2)
     best.update({"dev_accuracy": 0.5}, 3)
     best.update({"dev_accuracy": 0.4}, 6)
-    state = TrainingState(step=8, epoch=1, batches_in_epoch=3, metrics_lines=12, window_items=96,
-                          window_seconds=1.5, training_seconds=42.0, last_evaluated_step=6, best=best.record(),
-                          running_sums=torch.tensor([1.0, 2.0, 3.0, 4.0]), carried={"memory_0": torch.ones(2, 3)})
+    state = TrainingState(
+        step=8,
+        epoch=1,
+        batches_in_epoch=3,
+        metrics_lines=12,
+        window_items=96,
+        window_seconds=1.5,
+        training_seconds=42.0,
+        last_evaluated_step=6,
+        best=best.record(),
+        running_sums=torch.tensor([1.0, 2.0, 3.0, 4.0]),
+        carried={"memory_0": torch.ones(2, 3)},
+    )
     read = written_and_read(state, tmp_path / "training_state")
     assert torch.equal(read.running_sums, state.running_sums) and read.carried.keys() == {"memory_0"}
     assert torch.equal(read.carried["memory_0"], state.carried["memory_0"])
@@ -56,12 +66,30 @@ def test_a_format_1_state_is_migrated(tmp_path):
     last evaluated step only in the best record; the oldest had no training time and no window."""
     folder = tmp_path / "training_state"
     folder.mkdir()
-    best = {"step": 3, "scores": {"dev_accuracy": 0.5}, "last": {"dev_accuracy": 0.5}, "last_evaluated_step": 6,
-            "evaluations_without_gain": 1}
-    (folder / PROGRESS_FILE).write_text(json.dumps({"step": 8, "epoch": 1, "batches_in_epoch": 3, "metrics_lines": 9,
-                                                    "window_items": 10, "window_seconds": 0.5, "best": best}))
-    save_file({"training_loop_sums": torch.arange(4.0), "hidden_0": torch.zeros(2)},
-              str(folder / "process_tensors_0.safetensors"))
+    best = {
+        "step": 3,
+        "scores": {"dev_accuracy": 0.5},
+        "last": {"dev_accuracy": 0.5},
+        "last_evaluated_step": 6,
+        "evaluations_without_gain": 1,
+    }
+    (folder / PROGRESS_FILE).write_text(
+        json.dumps(
+            {
+                "step": 8,
+                "epoch": 1,
+                "batches_in_epoch": 3,
+                "metrics_lines": 9,
+                "window_items": 10,
+                "window_seconds": 0.5,
+                "best": best,
+            }
+        )
+    )
+    save_file(
+        {"training_loop_sums": torch.arange(4.0), "hidden_0": torch.zeros(2)},
+        str(folder / "process_tensors_0.safetensors"),
+    )
     state = read_training_state(folder, 0, "cpu")
     assert (state.step, state.epoch, state.batches_in_epoch, state.metrics_lines) == (8, 1, 3, 9)
     assert state.training_seconds == 0.0 and state.last_evaluated_step == 6 and state.best == best
@@ -95,12 +123,18 @@ def downgrade_to_format_1(checkpoint: Path) -> None:
     save_file(tensors, str(tensors_file))
 
 
-def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(pretrained, task_dir, tmp_path,  # noqa: F811
-                                                                   monkeypatch):
-    run_finetune(load_recipe(write_yaml(tmp_path / "full.yaml", resumable_recipe(pretrained, task_dir,
-                                                                                 tmp_path / "full"))))
-    recipe = load_recipe(write_yaml(tmp_path / "resumed.yaml", resumable_recipe(pretrained, task_dir,
-                                                                                tmp_path / "resumed")))
+def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(
+    pretrained,
+    task_dir,
+    tmp_path,
+    monkeypatch,
+):
+    run_finetune(
+        load_recipe(write_yaml(tmp_path / "full.yaml", resumable_recipe(pretrained, task_dir, tmp_path / "full")))
+    )
+    recipe = load_recipe(
+        write_yaml(tmp_path / "resumed.yaml", resumable_recipe(pretrained, task_dir, tmp_path / "resumed"))
+    )
     stop_after_checkpoint(monkeypatch, 8)
     with pytest.raises(Stopped):
         run_finetune(recipe)
@@ -110,15 +144,21 @@ def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(pretrained, ta
     assert result.exit_code == 0, result.output
     assert_same_run(tmp_path / "full", tmp_path / "resumed")
     # The resumed run saved its later checkpoints in the current format.
-    progress = json.loads((latest_training_checkpoint(tmp_path / "resumed") / TRAINING_STATE_DIR /
-                           PROGRESS_FILE).read_text())
+    progress = json.loads(
+        (latest_training_checkpoint(tmp_path / "resumed") / TRAINING_STATE_DIR / PROGRESS_FILE).read_text()
+    )
     assert progress["format"] == STATE_FORMAT and progress["step"] == 12
 
 
-def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(pretrained, task_dir, tmp_path,  # noqa: F811
-                                                                   monkeypatch):
-    recipe = load_recipe(write_yaml(tmp_path / "resumed.yaml", resumable_recipe(pretrained, task_dir,
-                                                                                tmp_path / "resumed")))
+def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(
+    pretrained,
+    task_dir,
+    tmp_path,
+    monkeypatch,
+):
+    recipe = load_recipe(
+        write_yaml(tmp_path / "resumed.yaml", resumable_recipe(pretrained, task_dir, tmp_path / "resumed"))
+    )
     stop_after_checkpoint(monkeypatch, 4)
     with pytest.raises(Stopped):
         run_finetune(recipe)
@@ -129,4 +169,5 @@ def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(pretrained, ta
     assert result.exit_code == 2
     assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
         f"error: --resume: {progress_file.parent.parent} was saved by a newer finetune (training state format "
-        f"{STATE_FORMAT + 1}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"]
+        f"{STATE_FORMAT + 1}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"
+    ]

@@ -33,8 +33,12 @@ QUICKSTART = REPO_ROOT / "recipes" / "quickstart" / "ulmfit.yaml"
 RUN = Path("runs") / "flow"  # inside the workspace
 STAGES = ("1-general-lm", "2-target-lm", "3-classifier")
 FAST = (  # the quickstart flow in a few seconds: nested overrides reach into each stage
-    "general_lm.training.max_steps=5", "general_lm.eval_every=null", "general_lm.corpus.cache_dir=null",
-    "target_lm.training.epochs=1", "target_lm.corpus.cache_dir=null", "classifier.training.epochs=2",
+    "general_lm.training.max_steps=5",
+    "general_lm.eval_every=null",
+    "general_lm.corpus.cache_dir=null",
+    "target_lm.training.epochs=1",
+    "target_lm.corpus.cache_dir=null",
+    "classifier.training.epochs=2",
 )
 
 
@@ -54,8 +58,13 @@ def ulmfit_recipe(corpus: Path, task: Path, run_dir: Path) -> dict[str, Any]:
         },
         "target_lm": {
             "tokenizer": {"new_vocabulary": True, "vocab_size": 300, "min_frequency": 1},
-            "corpus": {"task": custom_task_section(task), "task_splits": ["train", "test"],
-                       "validation_fraction": 0.2, "block_size": 8, "cache_dir": None},
+            "corpus": {
+                "task": custom_task_section(task),
+                "task_splits": ["train", "test"],
+                "validation_fraction": 0.2,
+                "block_size": 8,
+                "cache_dir": None,
+            },
             "training": dict(training),
             "discriminative": {"factor": 2.6},
         },
@@ -129,8 +138,7 @@ def stop_after_the_first_periodic_checkpoint(patch: pytest.MonkeyPatch) -> None:
 
 def test_three_stage_folders_with_checkpoints(workspace):
     run = workspace / RUN
-    assert sorted(entry.name for entry in run.iterdir()) == sorted([*STAGES, MARKER_FILE, "recipe.yaml",
-                                                                    "result.json"])
+    assert sorted(entry.name for entry in run.iterdir()) == sorted([*STAGES, MARKER_FILE, "recipe.yaml", "result.json"])
     for stage in STAGES:
         for name in ("config.json", "model.safetensors", "tokenizer.json"):
             assert (run / stage / "checkpoint" / name).is_file(), f"{stage}/checkpoint/{name}"
@@ -183,11 +191,21 @@ def test_summary_and_the_saved_flow_recipe(workspace):
 def test_a_shipped_flow_is_its_three_stage_recipes(task):
     """recipes/ulmfit/TASK.yaml runs exactly the three stage recipes, but for the wiring."""
     flow_recipe = load_recipe(REPO_ROOT / "recipes" / "ulmfit" / f"{task}.yaml", check_paths=False)
-    separate = [load_recipe(REPO_ROOT / "recipes" / path, check_paths=False) for path in (
-        "pretrain/awd-lstm-wikitext2.yaml", f"ulmfit/{task}-2-language-model.yaml", f"ulmfit/{task}-3-classifier.yaml")]
+    separate = [
+        load_recipe(REPO_ROOT / "recipes" / path, check_paths=False)
+        for path in (
+            "pretrain/awd-lstm-wikitext2.yaml",
+            f"ulmfit/{task}-2-language-model.yaml",
+            f"ulmfit/{task}-3-classifier.yaml",
+        )
+    ]
     # The flow's one task gives stage 2's corpus the classifier's max_length too, which a language model never reads.
-    wiring = {"run_dir": True, "description": True, "model": {"checkpoint": True},
-              "corpus": {"task": {"max_length": True}}}
+    wiring = {
+        "run_dir": True,
+        "description": True,
+        "model": {"checkpoint": True},
+        "corpus": {"task": {"max_length": True}},
+    }
     for stage, alone in zip(flow_recipe.stage_recipes().values(), separate):
         assert stage.model_dump(exclude=wiring) == alone.model_dump(exclude=wiring)
 
@@ -279,8 +297,10 @@ def test_a_given_general_lm_skips_stage_1(workspace, tmp_path, monkeypatch):
     assert read_yaml(RUN / "2-target-lm" / "recipe.yaml")["model"]["checkpoint"] == str(given)
     summary = json.loads((RUN / "result.json").read_text())
     assert summary["general_lm"] == {"checkpoint": str(given), "trained": False}
-    before, after = (AutoModelForCausalLM.from_pretrained(path).get_input_embeddings().weight
-                     for path in (given, RUN / "2-target-lm" / "checkpoint"))
+    before, after = (
+        AutoModelForCausalLM.from_pretrained(path).get_input_embeddings().weight
+        for path in (given, RUN / "2-target-lm" / "checkpoint")
+    )
     old, new = (AutoTokenizer.from_pretrained(path).get_vocab() for path in (given, RUN / "2-target-lm" / "checkpoint"))
     shared = sorted(set(old) & set(new))
     assert len(shared) > 100

@@ -54,25 +54,31 @@ def stepwise_recipe(checkpoint: Path, task: Path, run_dir: Path, unfreezing: dic
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("groups, initial, interval, counts", [
-    (4, 1, 2, [1, 1, 2, 2, 3, 3, 4, 4, 4, 4]),  # steps 1-2 train the head, 3-4 two groups, ...
-    (5, 2, 3, [2, 2, 2, 3, 3, 3, 4, 4, 4, 5]),
-    (3, 1, 1, [1, 2, 3, 3, 3, 3, 3, 3, 3, 3]),
-    (4, 4, 2, [4] * 10),  # everything trainable from the start: nothing to thaw
-])
+@pytest.mark.parametrize(
+    "groups, initial, interval, counts",
+    [
+        (4, 1, 2, [1, 1, 2, 2, 3, 3, 4, 4, 4, 4]),  # steps 1-2 train the head, 3-4 two groups, ...
+        (5, 2, 3, [2, 2, 2, 3, 3, 3, 4, 4, 4, 5]),
+        (3, 1, 1, [1, 2, 3, 3, 3, 3, 3, 3, 3, 3]),
+        (4, 4, 2, [4] * 10),  # everything trainable from the start: nothing to thaw
+    ],
+)
 def test_trainable_count_is_a_function_of_the_steps_taken(groups, initial, interval, counts):
     assert [trainable_group_count_at_step(step, groups, initial, interval) for step in range(10)] == counts
 
 
-@pytest.mark.parametrize("total_steps, every_steps, every_fraction, interval", [
-    (100, 7, None, 7),
-    (100, None, 0.1, 10),
-    (40, None, 0.3, 12),
-    (7, None, 0.3, 2),  # 2.1 steps, rounded
-    (10, None, 0.01, 1),  # never below one step
-    (10, None, 1.0, 10),  # one thaw, after the whole run: only initial_groups ever train
-    (10, None, None, None),  # per epoch
-])
+@pytest.mark.parametrize(
+    "total_steps, every_steps, every_fraction, interval",
+    [
+        (100, 7, None, 7),
+        (100, None, 0.1, 10),
+        (40, None, 0.3, 12),
+        (7, None, 0.3, 2),  # 2.1 steps, rounded
+        (10, None, 0.01, 1),  # never below one step
+        (10, None, 1.0, 10),  # one thaw, after the whole run: only initial_groups ever train
+        (10, None, None, None),  # per epoch
+    ],
+)
 def test_thaw_interval(total_steps, every_steps, every_fraction, interval):
     assert thaw_interval(total_steps, every_steps, every_fraction) == interval
 
@@ -95,8 +101,7 @@ def group_names(checkpoint: Path) -> list[list[str]]:
     return [[names[id(parameter)] for parameter in group] for group in layer_groups(model)]
 
 
-def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_weights_stay(
-        pretrained, tmp_path):  # noqa: F811
+def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_weights_stay(pretrained, tmp_path):  # noqa: F811
     """8 steps, 4 groups, a checkpoint after every step: group g trains from step 2 x (3 - g) + 1 on, not before."""
     data = stepwise_recipe(pretrained, QUICKSTART_TASK, tmp_path / "run", {"every_steps": 2})
     data["task"] = {**custom_task_section(QUICKSTART_TASK), "name": "quickstart-sentiment"}
@@ -132,19 +137,35 @@ def test_a_fraction_of_the_run_and_the_epoch_mode_records(pretrained, task_dir, 
     data = stepwise_recipe(pretrained, task_dir, tmp_path / "run", {"every_fraction": 0.3})
     run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
     records = unfreeze_records(tmp_path / "run")
-    assert [(record["step"], record["epoch"], record["trainable_groups"]) for record in records] == \
-        [(0, 0, 1), (3, 0, 2), (6, 1, 3), (9, 1, 4)]
+    assert [(record["step"], record["epoch"], record["trainable_groups"]) for record in records] == [
+        (0, 0, 1),
+        (3, 0, 2),
+        (6, 1, 3),
+        (9, 1, 4),
+    ]
 
 
-@pytest.mark.parametrize("every_steps, checkpoint_every, stop", [(4, 4, 8), (5, 5, 10)],
-                         ids=["thaw-at-the-checkpoint-mid-epoch", "thaw-at-the-checkpoint-at-an-epoch-end"])
-def test_resume_reproduces_the_run_and_its_unfreeze_records(pretrained, task_dir, tmp_path, monkeypatch,  # noqa: F811
-                                                           every_steps, checkpoint_every, stop):
+@pytest.mark.parametrize(
+    "every_steps, checkpoint_every, stop",
+    [(4, 4, 8), (5, 5, 10)],
+    ids=["thaw-at-the-checkpoint-mid-epoch", "thaw-at-the-checkpoint-at-an-epoch-end"],
+)
+def test_resume_reproduces_the_run_and_its_unfreeze_records(
+    pretrained,
+    task_dir,
+    tmp_path,
+    monkeypatch,
+    every_steps,
+    checkpoint_every,
+    stop,
+):
     """Stopped right after the checkpoint of a step that thaws a group (its record comes after the checkpoint):
     the resumed run logs that record, freezes what the stopped run froze, and ends bit for bit the same."""
+
     def recipe(run_dir: Path) -> dict:
-        data = resumable_recipe(pretrained, task_dir, run_dir, checkpoint_every=checkpoint_every,
-                                early_stopping_patience=None)  # all 15 steps
+        data = resumable_recipe(
+            pretrained, task_dir, run_dir, checkpoint_every=checkpoint_every, early_stopping_patience=None
+        )  # all 15 steps
         data["unfreezing"] = {"mode": "gradual", "initial_groups": 1, "every_steps": every_steps}
         data["training"]["log_every"] = 3
         return data
@@ -155,14 +176,16 @@ def test_resume_reproduces_the_run_and_its_unfreeze_records(pretrained, task_dir
     with pytest.raises(Stopped):
         run_finetune(load_recipe(path))
     monkeypatch.undo()
-    progress = json.loads((latest_training_checkpoint(tmp_path / "resumed") / TRAINING_STATE_DIR /
-                           PROGRESS_FILE).read_text(encoding="utf-8"))
+    progress = json.loads(
+        (latest_training_checkpoint(tmp_path / "resumed") / TRAINING_STATE_DIR / PROGRESS_FILE).read_text(
+            encoding="utf-8"
+        )
+    )
     assert progress["step"] == stop
     assert stop not in [record["step"] for record in unfreeze_records(tmp_path / "resumed")]  # not yet written
     result = runner.invoke(app, ["finetune", str(path), "--resume"])
     assert result.exit_code == 0, result.output
-    assert [record["step"] for record in unfreeze_records(tmp_path / "full")] == \
-        list(range(0, 15, every_steps))[:4]
+    assert [record["step"] for record in unfreeze_records(tmp_path / "full")] == list(range(0, 15, every_steps))[:4]
     assert unfreeze_records(tmp_path / "full") == unfreeze_records(tmp_path / "resumed")
     assert metrics_text_without_throughput(tmp_path / "full") == metrics_text_without_throughput(tmp_path / "resumed")
     assert_same_run(tmp_path / "full", tmp_path / "resumed")
@@ -182,15 +205,23 @@ def watch_the_loop(monkeypatch) -> list[str]:
             events.append(f"step {step}")
             before_step(step, epoch)
 
-        return train_epoch(self, loader, epoch, counting_loss, *arguments,
-                           before_step=recording_hook if before_step else None, **keywords)
+        return train_epoch(
+            self,
+            loader,
+            epoch,
+            counting_loss,
+            *arguments,
+            before_step=recording_hook if before_step else None,
+            **keywords,
+        )
 
     monkeypatch.setattr(loop_module.TrainingLoop, "train_epoch", watched)
     return events
 
 
 def test_thawing_waits_for_the_end_of_an_accumulation_cycle(
-        pretrained_without_dropout, task_dir, tmp_path, monkeypatch):  # noqa: F811
+    pretrained_without_dropout, task_dir, tmp_path, monkeypatch
+):
     """Batches of 8, or 2 accumulated micro-batches of 4, thawing every 2 steps: the hook runs once per optimizer
     step, before its first micro-batch, and both runs end with the same weights (a thaw inside a cycle would
     leave the micro-batches before it without a gradient for the newly thawed group)."""
@@ -198,11 +229,18 @@ def test_thawing_waits_for_the_end_of_an_accumulation_cycle(
     events = watch_the_loop(monkeypatch)
     for batch_size, accumulation in ((8, 1), (4, 2)):
         events.clear()
-        data = stepwise_recipe(pretrained_without_dropout, task_dir, tmp_path / f"run-{accumulation}",
-                               {"every_steps": 2})
+        data = stepwise_recipe(
+            pretrained_without_dropout, task_dir, tmp_path / f"run-{accumulation}", {"every_steps": 2}
+        )
         data.update({"classifier_dropout": 0.0, "keep_best": False})
-        data["training"].update({"batch_size": batch_size, "gradient_accumulation_steps": accumulation,
-                                 "max_grad_norm": None, "group_by_length": False})
+        data["training"].update(
+            {
+                "batch_size": batch_size,
+                "gradient_accumulation_steps": accumulation,
+                "max_grad_norm": None,
+                "group_by_length": False,
+            }
+        )
         checkpoint = run_finetune(load_recipe(write_yaml(tmp_path / f"run-{accumulation}.yaml", data)))
         weights[accumulation] = load_file(checkpoint / "model.safetensors")
         assert [record["step"] for record in unfreeze_records(tmp_path / f"run-{accumulation}")] == [0, 2, 4, 6]
@@ -212,8 +250,10 @@ def test_thawing_waits_for_the_end_of_an_accumulation_cycle(
         assert torch.allclose(tensor, weights[2][name], atol=1e-5), name
 
 
-@pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-                    reason="needs torch.distributed with gloo")
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="needs torch.distributed with gloo",
+)
 def test_every_steps_on_two_processes(tmp_path):
     """torchrun, 2 CPU processes: 3 steps per epoch, 6 in all; every process freezes the same groups (DDP would
     hang or fail otherwise) and the main process logs one record per change."""

@@ -46,16 +46,28 @@ class BPTTBatches(Dataset):
     per document (the order and the stream's document starts: 24 MB per million documents).
     """
 
-    def __init__(self, documents: TokenizedDocuments, separator_id: int, batch_size: int, bptt: int, seed: int,
-                 shuffle: bool = True, process_index: int = 0, num_processes: int = 1, name: str = "the corpus"):
+    def __init__(
+        self,
+        documents: TokenizedDocuments,
+        separator_id: int,
+        batch_size: int,
+        bptt: int,
+        seed: int,
+        shuffle: bool = True,
+        process_index: int = 0,
+        num_processes: int = 1,
+        name: str = "the corpus",
+    ):
         self.documents, self.separator_id, self.seed, self.shuffle = documents, separator_id, seed, shuffle
         self.batch_size, self.bptt = batch_size, bptt
         self.process_index, self.num_processes = process_index, num_processes
         stream_length = documents.token_count + len(documents)  # every document is followed by a separator
         self.row_length = stream_length // (batch_size * num_processes)
         if self.row_length < bptt + 1:
-            raise InputError(f"{name} has {stream_length} tokens, too few for {batch_size * num_processes} rows of "
-                             f"at least {bptt + 1} tokens (training.batch_size, corpus.block_size)")
+            raise InputError(
+                f"{name} has {stream_length} tokens, too few for {batch_size * num_processes} rows of "
+                f"at least {bptt + 1} tokens (training.batch_size, corpus.block_size)"
+            )
         self.epoch = 0
         self._stream: DocumentStream | None = None
 

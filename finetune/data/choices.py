@@ -63,8 +63,10 @@ def parse_choices(lines: Iterable[str], source: Path, with_answers: bool = True)
             raise DataFileError(f"not JSON ({error.msg})", source=source, line=number, value=line) from None
         _add_question(questions, row, number, with_answers)
     if not questions.ids:
-        raise DataFileError("no questions (one JSON object a line in ARC's layout: id, question with stem and "
-                            "choices, answerKey)", source=source)
+        raise DataFileError(
+            "no questions (one JSON object a line in ARC's layout: id, question with stem and choices, answerKey)",
+            source=source,
+        )
     return questions
 
 
@@ -74,11 +76,13 @@ def _add_question(questions: ChoiceQuestions, row, number: int, with_answers: bo
 
     question = row.get("question") if isinstance(row, dict) else None
     if not isinstance(question, dict) or not isinstance(question.get("stem"), str):
-        fail("not a question in ARC's layout: {\"id\", \"question\": {\"stem\", \"choices\"}, \"answerKey\"}")
+        fail('not a question in ARC\'s layout: {"id", "question": {"stem", "choices"}, "answerKey"}')
     choices = question.get("choices")
-    if not isinstance(choices, list) or not all(isinstance(choice, dict) and isinstance(choice.get("text"), str)
-                                                and isinstance(choice.get("label"), (str, int)) for choice in choices):
-        fail("question.choices must be a list of {\"text\", \"label\"}")
+    if not isinstance(choices, list) or not all(
+        isinstance(choice, dict) and isinstance(choice.get("text"), str) and isinstance(choice.get("label"), (str, int))
+        for choice in choices
+    ):
+        fail('question.choices must be a list of {"text", "label"}')
     if not 2 <= len(choices) <= MAX_CHOICES:
         fail(f"{len(choices)} choices: a question has 2 to {MAX_CHOICES}", value=len(choices))
     labels = [str(choice["label"]) for choice in choices]
@@ -87,8 +91,7 @@ def _add_question(questions: ChoiceQuestions, row, number: int, with_answers: bo
     answer = row.get("answerKey")
     if with_answers:
         if str(answer) not in labels:
-            fail(f"answerKey {answer!r} is not one of the question's choice labels ({', '.join(labels)})",
-                 value=answer)
+            fail(f"answerKey {answer!r} is not one of the question's choice labels ({', '.join(labels)})", value=answer)
         questions.answers.append(labels.index(str(answer)))
     questions.ids.append(str(row.get("id", number)))
     questions.stems.append(question["stem"])
@@ -127,7 +130,7 @@ def _decoder_sequences(tokenizer, stem: str, choices: list[str], max_length: int
     question = tokenizer(stem, add_special_tokens=False)["input_ids"]
     sequences = []
     for choice in choices:
-        answer = tokenizer(" " + choice, add_special_tokens=False)["input_ids"][:max_length // 2]
+        answer = tokenizer(" " + choice, add_special_tokens=False)["input_ids"][: max_length // 2]
         room = max(max_length - len(answer) - 2, 0)
         sequences.append((question[-room:] if room else []) + [delimiter] + answer + [delimiter])
     return {"input_ids": sequences, "attention_mask": [[1] * len(ids) for ids in sequences]}
@@ -149,10 +152,11 @@ def collate_choices(pad_token_id: int):
             tensor = torch.full((len(items), count, length), fill, dtype=torch.long)
             for row, item in enumerate(items):
                 for column, values in enumerate(item[key]):
-                    tensor[row, column, :len(values)] = torch.tensor(values, dtype=torch.long)
+                    tensor[row, column, : len(values)] = torch.tensor(values, dtype=torch.long)
             batch[key] = tensor
-        batch[CHOICE_MASK] = torch.tensor([[column < len(item["input_ids"]) for column in range(count)]
-                                           for item in items])
+        batch[CHOICE_MASK] = torch.tensor(
+            [[column < len(item["input_ids"]) for column in range(count)] for item in items]
+        )
         batch["attention_mask"][:, :, 0][~batch[CHOICE_MASK]] = 1
         if "labels" in items[0]:
             batch["labels"] = torch.tensor([item["labels"] for item in items], dtype=torch.long)

@@ -86,8 +86,7 @@ def text_documents(text: str, document: str = "line") -> list[str]:
     return paragraphs
 
 
-def file_pieces(paths: list[Path], document: str = "line", piece_bytes: int | None = PIECE_BYTES,
-                ) -> Iterator[Piece]:
+def file_pieces(paths: list[Path], document: str = "line", piece_bytes: int | None = PIECE_BYTES) -> Iterator[Piece]:
     """The files' documents (corpus.document: every non-empty line, paragraph or file), as pieces (a line's document
     is one piece; `piece_bytes` None: every document one piece), with their byte positions in the files one after
     another.
@@ -139,8 +138,14 @@ def _cut_pieces(handle, path: Path, position: int, document: str, piece_bytes: i
         # Cut before a line break that follows a character that is not a space: byte-level BPE and WordPiece split
         # the text there anyway, so the pieces' tokens are the document's (a tokenizer that does not gets whole
         # documents: token_cache.cuts_cleanly).
-        if (piece_bytes is not None and shown and ending and len(pending) >= piece_bytes and body
-                and not body[-1].isspace()):
+        if (
+            piece_bytes is not None
+            and shown
+            and ending
+            and len(pending) >= piece_bytes
+            and body
+            and not body[-1].isspace()
+        ):
             cut = len(pending) - ending
     if shown:
         yield Piece(piece_text(pending.decode(), document, first, True), start, first)
@@ -199,8 +204,10 @@ def file_documents(paths: list[Path], document: str = "line") -> Iterator[str]:
 
 def no_text(paths: list[Path]) -> DataFileError:
     """The error for files without a single document."""
-    return DataFileError("no text (every line is empty, or holds only invisible characters such as U+200B)",
-                         source=", ".join(map(str, paths)))
+    return DataFileError(
+        "no text (every line is empty, or holds only invisible characters such as U+200B)",
+        source=", ".join(map(str, paths)),
+    )
 
 
 def read_documents(paths: list[Path], document: str = "line") -> list[str]:
@@ -225,18 +232,27 @@ def load_dataset_split(name: str, config: str | None, split: str, data_files=Non
     except (OSError, ValueError, datasets.exceptions.DatasetsError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         verb = "stream" if streaming else "load"
-        raise DataFileError(f"cannot {verb} split {split!r}: {reason}", source=dataset_label(name, config, data_files),
-                            value=split) from None
+        raise DataFileError(
+            f"cannot {verb} split {split!r}: {reason}", source=dataset_label(name, config, data_files), value=split
+        ) from None
 
 
-def read_dataset_documents(name: str, config: str | None = None, split: str = "train", text_column: str = "text",
-                           data_files: str | list[str] | None = None) -> list[str]:
+def read_dataset_documents(
+    name: str,
+    config: str | None = None,
+    split: str = "train",
+    text_column: str = "text",
+    data_files: str | list[str] | None = None,
+) -> list[str]:
     """Each non-empty row of a `datasets` dataset's text column is one document (stripped, as lines are)."""
     label = dataset_label(name, config, data_files)
     dataset = load_dataset_split(name, config, split, data_files)
     if text_column not in dataset.column_names:
-        raise DataFileError(f"no column {text_column!r} (columns: {', '.join(dataset.column_names)}; "
-                            "set corpus.text_column)", source=label, value=text_column)
+        raise DataFileError(
+            f"no column {text_column!r} (columns: {', '.join(dataset.column_names)}; set corpus.text_column)",
+            source=label,
+            value=text_column,
+        )
     texts = (text for text in dataset[text_column] if isinstance(text, str))
     documents = [document for document in map(document_text, texts) if document]
     if not documents:

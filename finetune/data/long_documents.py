@@ -57,8 +57,14 @@ class DocumentReading:
             return cls(max_length, pool="sum", both_orders=True)
         if long_documents is None:
             return cls(max_length)
-        return cls(max_length, long_documents.mode, long_documents.head, long_documents.overlap,
-                   long_documents.max_chunks, long_documents.pool)
+        return cls(
+            max_length,
+            long_documents.mode,
+            long_documents.head,
+            long_documents.overlap,
+            long_documents.max_chunks,
+            long_documents.pool,
+        )
 
     @property
     def windowed(self) -> bool:
@@ -68,16 +74,22 @@ class DocumentReading:
     def describe(self) -> str:
         """One line for the start of a run."""
         if self.both_orders:
-            return f"reads at most {self.max_length} tokens per example, each pair in both orders with their " \
-                   "logits added (GPT's similarity transformation)"
+            return (
+                f"reads at most {self.max_length} tokens per example, each pair in both orders with their "
+                "logits added (GPT's similarity transformation)"
+            )
         if self.max_length is None:
             return "reads each example whole"
         if self.mode == "head_tail":
-            return f"reads at most {self.max_length} tokens per example; longer ones: head_tail (the first " \
-                   f"{self.head_tokens} text tokens and the last ones)"
+            return (
+                f"reads at most {self.max_length} tokens per example; longer ones: head_tail (the first "
+                f"{self.head_tokens} text tokens and the last ones)"
+            )
         if self.mode == "chunks":
-            return f"reads at most {self.max_length} tokens per window; longer examples: chunks (overlap " \
-                   f"{self.overlap_tokens}, at most {self.max_chunks} windows, logits pooled by {self.pool})"
+            return (
+                f"reads at most {self.max_length} tokens per window; longer examples: chunks (overlap "
+                f"{self.overlap_tokens}, at most {self.max_chunks} windows, logits pooled by {self.pool})"
+            )
         return f"reads at most {self.max_length} tokens per example; longer ones are truncated"
 
     @property
@@ -102,22 +114,29 @@ def head_tail_positions(sequence_ids: Sequence[int | None], max_length: int, hea
     if len(texts) <= room:
         return list(range(len(sequence_ids)))
     if head >= room:
-        raise ReadingError(f"head {head} leaves no tokens for the tail: max_length {max_length} holds {room} text "
-                           f"tokens of this task's examples (set head below {room})", value=head)
-    kept = set(texts[:head]) | set(texts[len(texts) - (room - head):])
+        raise ReadingError(
+            f"head {head} leaves no tokens for the tail: max_length {max_length} holds {room} text "
+            f"tokens of this task's examples (set head below {room})",
+            value=head,
+        )
+    kept = set(texts[:head]) | set(texts[len(texts) - (room - head) :])
     return [position for position, segment in enumerate(sequence_ids) if segment is None or position in kept]
 
 
-def window_positions(sequence_ids: Sequence[int | None], max_length: int, overlap: int,
-                     max_chunks: int) -> tuple[list[list[int]], int]:
+def window_positions(
+    sequence_ids: Sequence[int | None], max_length: int, overlap: int, max_chunks: int
+) -> tuple[list[list[int]], int]:
     """The positions of each window of an example (every special token in each), and how many windows it had
     before `max_chunks` (more than that: that many, spread evenly from the first to the last)."""
     texts, room = text_room(sequence_ids, max_length)
     if len(texts) <= room:
         return [list(range(len(sequence_ids)))], 1
     if overlap >= room:
-        raise ReadingError(f"overlap {overlap} leaves windows no new tokens: max_length {max_length} holds {room} "
-                           f"text tokens of this task's examples (set overlap below {room})", value=overlap)
+        raise ReadingError(
+            f"overlap {overlap} leaves windows no new tokens: max_length {max_length} holds {room} "
+            f"text tokens of this task's examples (set overlap below {room})",
+            value=overlap,
+        )
     starts = list(range(0, len(texts) - room, room - overlap)) + [len(texts) - room]
     if len(starts) > max_chunks:
         chosen = np.unique(np.linspace(0, len(starts) - 1, max_chunks).round().astype(int))
@@ -125,7 +144,7 @@ def window_positions(sequence_ids: Sequence[int | None], max_length: int, overla
     else:
         starts_kept = starts
     specials = [position for position, segment in enumerate(sequence_ids) if segment is None]
-    windows = [sorted(specials + texts[start:start + room]) for start in starts_kept]
+    windows = [sorted(specials + texts[start : start + room]) for start in starts_kept]
     return windows, len(starts)
 
 
@@ -138,7 +157,8 @@ def pool_windows(logits: torch.Tensor, documents: torch.Tensor, pool: str) -> to
         start = torch.full((count, logits.shape[-1]), float("-inf"), dtype=logits.dtype, device=logits.device)
         return start.scatter_reduce(0, index, logits, reduce="amax", include_self=True)
     total = torch.zeros((count, logits.shape[-1]), dtype=logits.dtype, device=logits.device).scatter_add(
-        0, index, logits)
+        0, index, logits
+    )
     if pool == "sum":
         return total
     windows = torch.bincount(documents.to(logits.device), minlength=count).clamp(min=1)

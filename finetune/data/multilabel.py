@@ -37,8 +37,9 @@ def label_set_row(spec: TaskSpec, record: dict, path, line: int) -> list[float]:
     row = [0.0] * len(spec.labels)
     for label in _listed_labels(record[spec.label_column], spec, path, line):
         if label not in spec.labels:
-            raise DataFileError(f"label '{label}' is not one of {', '.join(spec.labels)}", source=path, line=line,
-                                value=label)
+            raise DataFileError(
+                f"label '{label}' is not one of {', '.join(spec.labels)}", source=path, line=line, value=label
+            )
         row[spec.labels.index(label)] = 1.0
     return row
 
@@ -49,8 +50,9 @@ def _zero_or_one(value: Any, column: str, path, line: int) -> float:
         return 1.0
     if text in ZERO:
         return 0.0
-    raise DataFileError(f"column {column}: '{value}' is not 0 or 1 (a 0/1 column per label)", source=path,
-                        line=line, value=value)
+    raise DataFileError(
+        f"column {column}: '{value}' is not 0 or 1 (a 0/1 column per label)", source=path, line=line, value=value
+    )
 
 
 def _listed_labels(value: Any, spec: TaskSpec, path, line: int) -> list[str]:
@@ -59,14 +61,17 @@ def _listed_labels(value: Any, spec: TaskSpec, path, line: int) -> list[str]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
-            raise DataFileError(f"{spec.label_column}: invalid JSON list ({error.msg})", source=path, line=line,
-                                value=value) from None
+            raise DataFileError(
+                f"{spec.label_column}: invalid JSON list ({error.msg})", source=path, line=line, value=value
+            ) from None
     if isinstance(value, list):
         if not all(isinstance(item, (str, int, bool)) for item in value):
-            raise DataFileError(f"{spec.label_column}: a list of labels holds texts, not {value!r}", source=path,
-                                line=line, value=value)
+            raise DataFileError(
+                f"{spec.label_column}: a list of labels holds texts, not {value!r}", source=path, line=line, value=value
+            )
         return [label_text(item) for item in value]
     if isinstance(value, str):
         return [part.strip() for part in value.split(spec.label_separator) if part.strip()]
-    raise DataFileError(f"{spec.label_column}: expected a list of labels, found {value!r}", source=path, line=line,
-                        value=value)
+    raise DataFileError(
+        f"{spec.label_column}: expected a list of labels, found {value!r}", source=path, line=line, value=value
+    )

@@ -87,8 +87,11 @@ class PretrainingText:
     def split(self) -> tuple[np.ndarray, np.ndarray]:
         """Indices of the training and the held-out documents among all the training text's documents."""
         if self.document != "line" and self.document_count() < 2:
-            raise SingleDocumentError(f"{self.document}: {self.source} holds a single document, none to hold out for "
-                                      "validation; give corpus.validation_files", value=self.document)
+            raise SingleDocumentError(
+                f"{self.document}: {self.source} holds a single document, none to hold out for "
+                "validation; give corpus.validation_files",
+                value=self.document,
+            )
         return split_indices(self.document_count(), self.validation_fraction, self.seed)
 
     def validation_source(self) -> str:
@@ -103,8 +106,10 @@ class PretrainingText:
             return
         training, validation = self.needs
         if self.held_out:  # both parts come out of the training text
-            training = StreamNeed(training.tokens + validation.tokens,
-                                  f"{training.purpose}, and {validation.purpose} held out to validate on")
+            training = StreamNeed(
+                training.tokens + validation.tokens,
+                f"{training.purpose}, and {validation.purpose} held out to validate on",
+            )
         if self.documents is not None:
             _refuse_short(self.source, *documents_size(self.documents), training)
         else:
@@ -136,26 +141,48 @@ class PretrainingText:
             if keep is None or keep[index]:
                 yield piece.text
 
-    def tokenize(self, tokenizer, cache_dir: Path | None, show_progress: bool = True,
-                 ) -> tuple[TokenizedDocuments, TokenizedDocuments]:
+    def tokenize(
+        self, tokenizer, cache_dir: Path | None, show_progress: bool = True
+    ) -> tuple[TokenizedDocuments, TokenizedDocuments]:
         """Training and validation token ids: each text tokenised once (or mapped from the cache), then split."""
         options = {"show_progress": show_progress}
         if self.documents is not None:
-            train = tokenize_corpus(tokenizer, self.documents, cache_dir, f"tokenizing {TRAINING_NAME}",
-                                    name=TRAINING_NAME, **options)
+            train = tokenize_corpus(
+                tokenizer, self.documents, cache_dir, f"tokenizing {TRAINING_NAME}", name=TRAINING_NAME, **options
+            )
         else:
-            train = tokenize_files(tokenizer, self.train_files, cache_dir, f"tokenizing {TRAINING_NAME}",
-                                   name=TRAINING_NAME, document=self.document, **options)
+            train = tokenize_files(
+                tokenizer,
+                self.train_files,
+                cache_dir,
+                f"tokenizing {TRAINING_NAME}",
+                name=TRAINING_NAME,
+                document=self.document,
+                **options,
+            )
             self._count = len(train)
         if self.held_out:
             train_indices, validation_indices = self.split()
             train, validation = train.select(train_indices), train.select(validation_indices)
         elif self.validation_documents is not None:
-            validation = tokenize_corpus(tokenizer, self.validation_documents, cache_dir,
-                                         f"tokenizing {VALIDATION_NAME}", name=VALIDATION_NAME, **options)
+            validation = tokenize_corpus(
+                tokenizer,
+                self.validation_documents,
+                cache_dir,
+                f"tokenizing {VALIDATION_NAME}",
+                name=VALIDATION_NAME,
+                **options,
+            )
         else:
-            validation = tokenize_files(tokenizer, self.validation_files, cache_dir, f"tokenizing {VALIDATION_NAME}",
-                                        name=VALIDATION_NAME, document=self.document, **options)
+            validation = tokenize_files(
+                tokenizer,
+                self.validation_files,
+                cache_dir,
+                f"tokenizing {VALIDATION_NAME}",
+                name=VALIDATION_NAME,
+                document=self.document,
+                **options,
+            )
         self.check_tokens(train, validation)
         return train, validation
 
@@ -163,30 +190,40 @@ class PretrainingText:
         """Refuse a text that gives fewer tokens than the run needs, naming it and the numbers."""
         if self.needs is None:
             return
-        sources = (f"{self.source} without the held-out documents" if self.held_out else self.source,
-                   self.validation_source())
-        for name, source, tokens, need in zip((TRAINING_NAME, VALIDATION_NAME), sources, (train, validation),
-                                              self.needs):
+        sources = (
+            f"{self.source} without the held-out documents" if self.held_out else self.source,
+            self.validation_source(),
+        )
+        for name, source, tokens, need in zip(
+            (TRAINING_NAME, VALIDATION_NAME), sources, (train, validation), self.needs
+        ):
             given = tokens.token_count + len(tokens)  # a separator after every document
             if given < need.tokens:
-                raise InputError(f"{name} ({source}) gives {given:,} tokens, a separator after each document "
-                                 f"included, fewer than the {need.tokens:,} needed for {need.purpose}")
+                raise InputError(
+                    f"{name} ({source}) gives {given:,} tokens, a separator after each document "
+                    f"included, fewer than the {need.tokens:,} needed for {need.purpose}"
+                )
 
 
 def pretraining_text(corpus, seed: int, needs: tuple[StreamNeed, StreamNeed] | None = None) -> PretrainingText:
     """The recipe's corpus section as text to read: a dataset or a task is read here, files are only named; with
     `needs` (training, validation), a text too short for them by its size is refused here, before any tokenising."""
-    text = PretrainingText(validation_files=list(corpus.validation_files),
-                           validation_fraction=corpus.validation_fraction, seed=seed, document=corpus.document,
-                           needs=needs)
+    text = PretrainingText(
+        validation_files=list(corpus.validation_files),
+        validation_fraction=corpus.validation_fraction,
+        seed=seed,
+        document=corpus.document,
+        needs=needs,
+    )
     if corpus.dataset is not None:
         text.source = dataset_label(corpus.dataset, corpus.dataset_config, corpus.dataset_files)
-        text.documents = read_dataset_documents(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
-                                                corpus.dataset_files)
+        text.documents = read_dataset_documents(
+            corpus.dataset, corpus.dataset_config, "train", corpus.text_column, corpus.dataset_files
+        )
         if corpus.validation_split is not None:
-            text.validation_documents = read_dataset_documents(corpus.dataset, corpus.dataset_config,
-                                                               corpus.validation_split, corpus.text_column,
-                                                               corpus.dataset_files)
+            text.validation_documents = read_dataset_documents(
+                corpus.dataset, corpus.dataset_config, corpus.validation_split, corpus.text_column, corpus.dataset_files
+            )
     elif corpus.task is not None:
         text.source = f"the text of task {corpus.task.name}"
         text.documents = task_documents(task_spec(corpus.task), corpus.task.data_dir, corpus.task_splits)
@@ -221,5 +258,9 @@ def documents_size(documents: list[str]) -> tuple[int, int]:
 
 def _refuse_short(source: str, size: int, most: int, need: StreamNeed) -> None:
     if most < need.tokens:
-        raise InputError(f"{size:,} bytes give at most {most:,} tokens (documents and their separators), "
-                         f"fewer than the {need.tokens:,} needed for {need.purpose}", source=source, value=size)
+        raise InputError(
+            f"{size:,} bytes give at most {most:,} tokens (documents and their separators), "
+            f"fewer than the {need.tokens:,} needed for {need.purpose}",
+            source=source,
+            value=size,
+        )

@@ -49,9 +49,12 @@ def pretraining_direction(requested: bool | None, continued_config, checkpoint: 
         return bool(requested) or stored
     if requested != stored:
         direction = "backwards" if stored else "forwards"
-        raise InputError(f"{str(requested).lower()}, but model.checkpoint {checkpoint} reads text {direction}; "
-                         "remove corpus.reverse (null follows the checkpoint) or continue a "
-                         f"{'forward' if stored else 'backward'} model", value=requested)
+        raise InputError(
+            f"{str(requested).lower()}, but model.checkpoint {checkpoint} reads text {direction}; "
+            "remove corpus.reverse (null follows the checkpoint) or continue a "
+            f"{'forward' if stored else 'backward'} model",
+            value=requested,
+        )
     return requested
 
 

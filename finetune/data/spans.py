@@ -76,8 +76,12 @@ def read_squad(path: Path, with_answers: bool = True) -> SquadQuestions:
             for qa in paragraph["qas"]:
                 question = _question(qa, context, title, path, text, with_answers)
                 if question.id in seen:
-                    raise DataFileError(f"question id '{question.id}' appears twice", source=path,
-                                        line=line_of(text, question.id), value=question.id)
+                    raise DataFileError(
+                        f"question id '{question.id}' appears twice",
+                        source=path,
+                        line=line_of(text, question.id),
+                        value=question.id,
+                    )
                 seen.add(question.id)
                 questions.append(question)
     if not questions:
@@ -87,26 +91,32 @@ def read_squad(path: Path, with_answers: bool = True) -> SquadQuestions:
 
 def _question(qa, context: str, title: str, path: Path, text: str, with_answers: bool) -> Question:
     """One checked question of a paragraph."""
-    if not isinstance(qa, dict) or not isinstance(qa.get("id"), (str, int)) or not isinstance(qa.get("question"),
-                                                                                              str):
+    if not isinstance(qa, dict) or not isinstance(qa.get("id"), (str, int)) or not isinstance(qa.get("question"), str):
         raise DataFileError(f"article '{title}': a question without its id and question text", source=path)
     identifier = str(qa["id"])
 
     def error(reason: str) -> DataFileError:
-        return DataFileError(f"question {identifier}: {reason}", source=path, line=line_of(text, identifier),
-                             value=identifier)
+        return DataFileError(
+            f"question {identifier}: {reason}", source=path, line=line_of(text, identifier), value=identifier
+        )
 
     unanswerable = bool(qa.get("is_impossible", False))
     answers = []
     for answer in qa.get("answers") or []:
-        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str) or \
-                not isinstance(answer.get("answer_start"), int) or isinstance(answer.get("answer_start"), bool):
+        if (
+            not isinstance(answer, dict)
+            or not isinstance(answer.get("text"), str)
+            or not isinstance(answer.get("answer_start"), int)
+            or isinstance(answer.get("answer_start"), bool)
+        ):
             raise error('an answer without its "text" and integer "answer_start"')
         start, answer_text = answer["answer_start"], answer["text"]
-        if not answer_text or context[start:start + len(answer_text)] != answer_text or start < 0:
-            found = context[max(start, 0):max(start, 0) + len(answer_text)]
-            raise error(f"the answer {json.dumps(answer_text, ensure_ascii=False)} is not at answer_start {start} "
-                        f"of its context (found there: {json.dumps(found, ensure_ascii=False)})")
+        if not answer_text or context[start : start + len(answer_text)] != answer_text or start < 0:
+            found = context[max(start, 0) : max(start, 0) + len(answer_text)]
+            raise error(
+                f"the answer {json.dumps(answer_text, ensure_ascii=False)} is not at answer_start {start} "
+                f"of its context (found there: {json.dumps(found, ensure_ascii=False)})"
+            )
         answers.append((answer_text, start))
     if unanswerable and answers:
         raise error("is_impossible, yet it has answers")
@@ -151,8 +161,10 @@ class SpanReading:
         return cls(max_length=max_length, **keys)
 
     def describe(self) -> str:
-        return (f"reads windows of {self.max_length} tokens (question and context) sharing {self.doc_stride} tokens; "
-                f"answers of at most {self.max_answer_length} tokens from the {self.n_best} best starts and ends")
+        return (
+            f"reads windows of {self.max_length} tokens (question and context) sharing {self.doc_stride} tokens; "
+            f"answers of at most {self.max_answer_length} tokens from the {self.n_best} best starts and ends"
+        )
 
 
 class EncodedSpans(EncodedItems):
@@ -162,20 +174,29 @@ class EncodedSpans(EncodedItems):
 
     def __init__(self, questions: SquadQuestions, tokenizer, reading: SpanReading, with_labels: bool = True):
         if not getattr(tokenizer, "is_fast", False):
-            raise InputError("question answering needs a fast tokenizer (one with character offsets: tokenizer.json)",
-                             source=getattr(tokenizer, "name_or_path", None))
+            raise InputError(
+                "question answering needs a fast tokenizer (one with character offsets: tokenizer.json)",
+                source=getattr(tokenizer, "name_or_path", None),
+            )
         self.questions, self.reading = questions, reading
         texts = [question.question.lstrip() for question in questions.questions]  # leading spaces waste a window
         check_question_lengths(questions, tokenizer, texts, reading)
-        encoding = tokenizer(texts, [question.context for question in questions.questions], truncation="only_second",
-                             max_length=reading.max_length, stride=reading.doc_stride, return_overflowing_tokens=True,
-                             return_offsets_mapping=True)
+        encoding = tokenizer(
+            texts,
+            [question.context for question in questions.questions],
+            truncation="only_second",
+            max_length=reading.max_length,
+            stride=reading.doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
         self.items, self.question_of, self.offsets, self.cls_positions = [], [], [], []
         model_keys = [key for key in encoding.keys() if key not in ("offset_mapping", "overflow_to_sample_mapping")]
         for row, question_index in enumerate(encoding["overflow_to_sample_mapping"]):
             sequence = encoding.sequence_ids(row)
-            offsets = [tuple(offset) if part == 1 else None
-                       for offset, part in zip(encoding["offset_mapping"][row], sequence)]
+            offsets = [
+                tuple(offset) if part == 1 else None for offset, part in zip(encoding["offset_mapping"][row], sequence)
+            ]
             input_ids = encoding["input_ids"][row]
             cls = input_ids.index(tokenizer.cls_token_id) if tokenizer.cls_token_id in input_ids else 0
             item = {key: encoding[key][row] for key in model_keys}
@@ -196,12 +217,16 @@ def check_question_lengths(questions: SquadQuestions, tokenizer, texts: Sequence
     for question, length in zip(questions.questions, lengths):
         room = reading.max_length - specials - length
         if room <= reading.doc_stride:
-            raise DataFileError(f"question {question.id}: its {length} tokens leave {max(room, 0)} of the window's "
-                                f"{reading.max_length} for the context, not more than task.doc_stride "
-                                f"{reading.doc_stride} (raise task.max_length or lower task.doc_stride)",
-                                source=questions.source, line=line_of(questions.source.read_text(encoding="utf-8-sig"),
-                                                                     question.id) if questions.source.is_file()
-                                else None, value=question.id)
+            raise DataFileError(
+                f"question {question.id}: its {length} tokens leave {max(room, 0)} of the window's "
+                f"{reading.max_length} for the context, not more than task.doc_stride "
+                f"{reading.doc_stride} (raise task.max_length or lower task.doc_stride)",
+                source=questions.source,
+                line=line_of(questions.source.read_text(encoding="utf-8-sig"), question.id)
+                if questions.source.is_file()
+                else None,
+                value=question.id,
+            )
 
 
 def answer_positions(question: Question, offsets: Sequence[tuple[int, int] | None], cls: int) -> tuple[int, int]:

@@ -52,8 +52,9 @@ class StepBatches:
 
     def __len__(self) -> int:
         examples = len(self.sampler)
-        return (examples // self.step_size) * (self.step_size // self.micro_batch_size) + \
-            self._tail_batches(examples % self.step_size)
+        return (examples // self.step_size) * (self.step_size // self.micro_batch_size) + self._tail_batches(
+            examples % self.step_size
+        )
 
 
 class PaddableDataset(Dataset):

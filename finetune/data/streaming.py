@@ -42,8 +42,11 @@ def stream_documents(dataset, text_column: str, label: str) -> Iterator[str]:
     whatever torch worker runs it: the sharding is ours)."""
     for rows in dataset.iter(batch_size=ROWS_PER_READ):
         if text_column not in rows:
-            raise DataFileError(f"no column {text_column!r} (columns: {', '.join(rows)}; set corpus.text_column)",
-                                source=label, value=text_column)
+            raise DataFileError(
+                f"no column {text_column!r} (columns: {', '.join(rows)}; set corpus.text_column)",
+                source=label,
+                value=text_column,
+            )
         for text in rows[text_column]:
             document = document_text(text) if isinstance(text, str) else ""
             if document:
@@ -59,14 +62,17 @@ class StreamedDocuments:
     label: str  # how errors name the dataset
 
     @classmethod
-    def open(cls, name: str, config: str | None, split: str, text_column: str, data_files=None,
-             ) -> StreamedDocuments:
+    def open(cls, name: str, config: str | None, split: str, text_column: str, data_files=None) -> StreamedDocuments:
         """The split, its first rows read now: an unreadable dataset or a wrong column stops a run before it starts."""
-        documents = cls(load_dataset_split(name, config, split, data_files, streaming=True), text_column,
-                        dataset_label(name, config, data_files))
+        documents = cls(
+            load_dataset_split(name, config, split, data_files, streaming=True),
+            text_column,
+            dataset_label(name, config, data_files),
+        )
         if next(documents(), None) is None:
-            raise DataFileError(f"no text in column {text_column!r} of split {split!r}", source=documents.label,
-                                value=text_column)
+            raise DataFileError(
+                f"no text in column {text_column!r} of split {split!r}", source=documents.label, value=text_column
+            )
         return documents
 
     def __call__(self) -> Iterator[str]:
@@ -81,10 +87,22 @@ class StreamedBatches(IterableDataset):
     `backwards`: each document's ids reversed (a backward LM, data/reverse.py).
     """
 
-    def __init__(self, documents: Callable[[], Iterator[str]], tokenizer, separator_id: int, block_size: int,
-                 batch_size: int, batches: int, seed: int, rule: MaskingRule | None = None,
-                 start_id: int | None = None, held_out: int = 0, process_index: int = 0, num_processes: int = 1,
-                 backwards: bool = False):
+    def __init__(
+        self,
+        documents: Callable[[], Iterator[str]],
+        tokenizer,
+        separator_id: int,
+        block_size: int,
+        batch_size: int,
+        batches: int,
+        seed: int,
+        rule: MaskingRule | None = None,
+        start_id: int | None = None,
+        held_out: int = 0,
+        process_index: int = 0,
+        num_processes: int = 1,
+        backwards: bool = False,
+    ):
         self.documents, self.tokenizer, self.separator_id = documents, tokenizer, separator_id
         self.block_size, self.batch_size, self.batches, self.seed = block_size, batch_size, batches, seed
         self.rule, self.start_id, self.held_out = rule, start_id, held_out
@@ -119,8 +137,10 @@ class StreamedBatches(IterableDataset):
         for number, block in enumerate(self._blocks(shard, shards)):
             blocks.append(self._example(block, number, shard))
             if len(blocks) == self.batch_size:
-                yield {key: torch.from_numpy(np.stack([example[key] for example in blocks]))
-                       for key in ("input_ids", "labels")}
+                yield {
+                    key: torch.from_numpy(np.stack([example[key] for example in blocks]))
+                    for key in ("input_ids", "labels")
+                }
                 blocks = []
 
     def _example(self, block: np.ndarray, number: int, shard: int) -> dict[str, np.ndarray]:
@@ -151,5 +171,7 @@ class StreamedBatches(IterableDataset):
                     yield block if self.start_id is None else np.concatenate([[self.start_id], block])
                 pending = pending[count * body :]
             if not found:  # the last incomplete block of a pass is dropped, as packing drops it
-                raise InputError(f"the stream's training documents (shard {shard + 1} of {shards}) give fewer than "
-                                 f"{body} tokens, not one block of {length} (corpus.block_size)")
+                raise InputError(
+                    f"the stream's training documents (shard {shard + 1} of {shards}) give fewer than "
+                    f"{body} tokens, not one block of {length} (corpus.block_size)"
+                )

@@ -57,8 +57,12 @@ def read_conll(path: Path, tag_column: int = -1, with_tags: bool = True) -> Tagg
         sentence_words.append(columns[0])
         if with_tags:
             if len(columns) < 2 or not -len(columns) <= tag_column < len(columns) or tag_column in (0, -len(columns)):
-                raise DataFileError(f"no tag in column {tag_column} (the line has {len(columns)} columns, the first "
-                                    "being the word)", source=path, line=number, value=line)
+                raise DataFileError(
+                    f"no tag in column {tag_column} (the line has {len(columns)} columns, the first being the word)",
+                    source=path,
+                    line=number,
+                    value=line,
+                )
             sentence_tags.append(columns[tag_column])
     if not words:
         raise DataFileError("no sentences (a word per line, a blank line between sentences)", source=path)
@@ -83,8 +87,12 @@ def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[in
     for sentence, start in zip(sentences.tags, sentences.lines):
         unknown = next((offset for offset, tag in enumerate(sentence) if tag not in index), None)
         if unknown is not None:
-            raise DataFileError(f"tag '{sentence[unknown]}' is not one of the task's tags ({', '.join(tags)})",
-                                source=sentences.source, line=start + unknown, value=sentence[unknown])
+            raise DataFileError(
+                f"tag '{sentence[unknown]}' is not one of the task's tags ({', '.join(tags)})",
+                source=sentences.source,
+                line=start + unknown,
+                value=sentence[unknown],
+            )
         encoded.append([index[tag] for tag in sentence])
     return encoded
 
@@ -97,11 +105,20 @@ class EncodedTagging(EncodedItems):
     no loss and are predicted O.
     """
 
-    def __init__(self, sentences: TaggedSentences, tokenizer, max_length: int | None,
-                 tags: Sequence[str] | None = None, name: str = "training", last_token: bool = False):
+    def __init__(
+        self,
+        sentences: TaggedSentences,
+        tokenizer,
+        max_length: int | None,
+        tags: Sequence[str] | None = None,
+        name: str = "training",
+        last_token: bool = False,
+    ):
         if not getattr(tokenizer, "is_fast", False):
-            raise InputError("tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
-                             source=getattr(tokenizer, "name_or_path", None))
+            raise InputError(
+                "tagging needs a fast tokenizer (one with word offsets: tokenizer.json)",
+                source=getattr(tokenizer, "name_or_path", None),
+            )
         self.sentences, self.max_length = sentences, max_length
         # The words joined by spaces and tokenised as running text, each token mapped to its word by character
         # offsets: every family then sees the pieces it was pretrained on (GPT-2's byte-level BPE marks a word's
@@ -112,8 +129,9 @@ class EncodedTagging(EncodedItems):
         self.items, self.word_positions = [], []
         cut = 0
         for row, input_ids in enumerate(encoding["input_ids"]):
-            first_tokens = word_tokens(encoding["offset_mapping"][row], encoding.sequence_ids(row),
-                                       sentences.words[row], last_token)
+            first_tokens = word_tokens(
+                encoding["offset_mapping"][row], encoding.sequence_ids(row), sentences.words[row], last_token
+            )
             self.word_positions.append(first_tokens)
             cut += None in first_tokens
             item = {key: encoding[key][row] for key in encoding.keys() if key != "offset_mapping"}
@@ -124,10 +142,13 @@ class EncodedTagging(EncodedItems):
                         item["labels"][position] = labels[row][word]
             self.items.append(item)
         if cut:
-            console.print(f"note: {cut:,} of the {len(self.items):,} {name} sentences have words the tagger does not "
-                          f"read, mostly their last ones beyond max_length {max_length} tokens (raise "
-                          "task.max_length); such words are predicted O",
-                          markup=False, highlight=False)
+            console.print(
+                f"note: {cut:,} of the {len(self.items):,} {name} sentences have words the tagger does not "
+                f"read, mostly their last ones beyond max_length {max_length} tokens (raise "
+                "task.max_length); such words are predicted O",
+                markup=False,
+                highlight=False,
+            )
 
     def word_tags(self, logits: Sequence[np.ndarray], tags: Sequence[str]) -> list[list[str]]:
         """Each sentence's predicted tag per word, from per-token logits (a sentence's rows, padding cut off): the
@@ -139,8 +160,9 @@ class EncodedTagging(EncodedItems):
         return predicted
 
 
-def word_tokens(offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[int | None], words: Sequence[str],
-                last: bool = False) -> list[int | None]:
+def word_tokens(
+    offsets: Sequence[tuple[int, int]], sequence_ids: Sequence[int | None], words: Sequence[str], last: bool = False
+) -> list[int | None]:
     """The position of each word's first token (`last`: its last one) for `words` joined by single spaces and
     tokenised with these character `offsets`; None for a word with no token (cut off by max_length, or all of it
     dropped by the tokenizer's normalisation)."""

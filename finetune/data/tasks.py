@@ -47,15 +47,20 @@ def task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
 def found_task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
     """The one file of `split` in the folder, by what is there: SPLIT.tsv, SPLIT.csv or SPLIT.jsonl (any case)."""
     entries = data_dir.iterdir() if data_dir.is_dir() else []
-    found = sorted(path for path in entries
-                   if path.stem == split and path.suffix.lower() in FORMAT_BY_EXTENSION and path.is_file())
+    found = sorted(
+        path for path in entries if path.stem == split and path.suffix.lower() in FORMAT_BY_EXTENSION and path.is_file()
+    )
     if not found:
         looked_for = ", ".join(f"{split}{extension}" for extension in FORMAT_BY_EXTENSION)
-        raise DataFileError(f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})",
-                            value=data_dir)
+        raise DataFileError(
+            f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})", value=data_dir
+        )
     if len(found) > 1:
-        raise DataFileError(f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} "
-                            "files: keep one, or name it in task.files", value=found)
+        raise DataFileError(
+            f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} "
+            "files: keep one, or name it in task.files",
+            value=found,
+        )
     return found[0]
 
 
@@ -68,8 +73,11 @@ def read_task_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaskEx
     path = task_file(spec, data_dir, split)
     file_format = spec.file_format or FORMAT_BY_EXTENSION.get(path.suffix.lower())
     if file_format is None:
-        raise DataFileError(f"unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, or set task.format)",
-                            source=path, value=path.suffix)
+        raise DataFileError(
+            f"unknown file type '{path.suffix}' (expected .tsv, .csv or .jsonl, or set task.format)",
+            source=path,
+            value=path.suffix,
+        )
     return read_examples_file(spec, path, file_format, spec.headerless_columns.get(split))
 
 
@@ -77,18 +85,24 @@ def read_labelled_split(spec: TaskSpec, data_dir: Path | None, split: str) -> Ta
     """A split to learn from or to score against: without its label column, one line naming its file."""
     examples = read_task_split(spec, data_dir, split)
     if examples.labels is None:
-        raise DataFileError(f"task '{spec.name}': {split_source(spec, data_dir, split)} has no '{spec.label_column}' "
-                            f"column to {'learn from' if split == 'train' else 'score against'}", value=split)
+        raise DataFileError(
+            f"task '{spec.name}': {split_source(spec, data_dir, split)} has no '{spec.label_column}' "
+            f"column to {'learn from' if split == 'train' else 'score against'}",
+            value=split,
+        )
     return examples
 
 
 def split_source(spec: TaskSpec, data_dir: Path | None, split: str) -> str:
     """How a message names a split: its file, or the hub's split."""
-    return f"the hub's {split} split" if spec.source == "hub" else f"the {split} file {task_file(spec, data_dir, split)}"
+    return (
+        f"the hub's {split} split" if spec.source == "hub" else f"the {split} file {task_file(spec, data_dir, split)}"
+    )
 
 
-def read_examples_file(spec: TaskSpec, path: Path, file_format: str,
-                       headerless: tuple[str, ...] | None = None) -> TaskExamples:
+def read_examples_file(
+    spec: TaskSpec, path: Path, file_format: str, headerless: tuple[str, ...] | None = None
+) -> TaskExamples:
     """The examples of one TSV, CSV or JSON Lines file, every row checked; bad bytes name their line."""
     try:
         with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: MRPC starts with a BOM
@@ -114,8 +128,9 @@ FORMAT_BY_EXTENSION = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # regression labels are stored as float32
 
 
-def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
-                      headerless: tuple[str, ...] | None) -> Iterator[tuple[int, dict[str, str]]]:
+def delimited_records(
+    handle, path: Path, spec: TaskSpec, file_format: str, headerless: tuple[str, ...] | None
+) -> Iterator[tuple[int, dict[str, str]]]:
     """(line, {column: value}) per row of a TSV or CSV file; a row with the wrong column count names its line.
 
     TSV is read with quoting disabled (GLUE files hold stray quotes that belong to the text); CSV
@@ -129,18 +144,28 @@ def delimited_records(handle, path: Path, spec: TaskSpec, file_format: str,
     counts = Counter(columns)
     repeated = [name for name in counts if counts[name] > 1]
     if repeated and not headerless:  # dict(zip(...)) below would silently keep the last of them
-        raise DataFileError(f"column '{repeated[0]}' appears {counts[repeated[0]]} times in the header", source=path,
-                            line=reader.line_num, value=repeated[0])
+        raise DataFileError(
+            f"column '{repeated[0]}' appears {counts[repeated[0]]} times in the header",
+            source=path,
+            line=reader.line_num,
+            value=repeated[0],
+        )
     missing = [name for name in spec.text_columns if name not in columns]
     if missing:
-        raise DataFileError(f"missing column(s) {', '.join(missing)} (header: {', '.join(columns)})", source=path,
-                            value=missing)
+        raise DataFileError(
+            f"missing column(s) {', '.join(missing)} (header: {', '.join(columns)})", source=path, value=missing
+        )
     for row in rows:
         if not row:  # an empty line (e.g. trailing): no example
             continue
         if len(row) != len(columns):
-            raise DataFileError(f"expected {len(columns)} {'tab-' if file_format == 'tsv' else 'comma-'}separated "
-                                f"columns, found {len(row)}", source=path, line=reader.line_num, value=row)
+            raise DataFileError(
+                f"expected {len(columns)} {'tab-' if file_format == 'tsv' else 'comma-'}separated "
+                f"columns, found {len(row)}",
+                source=path,
+                line=reader.line_num,
+                value=row,
+            )
         yield reader.line_num, dict(zip(columns, row))
 
 
@@ -152,8 +177,11 @@ def _checked_rows(reader, path: Path) -> Iterator[list[str]]:
         limit = csv.field_size_limit()
         # No task text needs that much (examples are cut to task.max_length tokens): rather a broken file,
         # e.g. a CSV quote never closed. The limit is process-wide, so it stays as it is.
-        reason = f"a field longer than {limit:,} characters, the most a field may hold" \
-            if "field larger than field limit" in str(error) else str(error)
+        reason = (
+            f"a field longer than {limit:,} characters, the most a field may hold"
+            if "field larger than field limit" in str(error)
+            else str(error)
+        )
         raise DataFileError(reason, source=path, line=reader.line_num) from None
 
 
@@ -167,8 +195,9 @@ def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as error:
             raise DataFileError(f"invalid JSON ({error.msg})", source=path, line=line) from None
         if not isinstance(record, dict):
-            raise DataFileError(f"expected a JSON object, found {type(record).__name__}", source=path, line=line,
-                                value=record)
+            raise DataFileError(
+                f"expected a JSON object, found {type(record).__name__}", source=path, line=line, value=record
+            )
         yield line, record
 
 
@@ -188,8 +217,12 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
             labels.append(label_set_row(spec, record, path, line))
         elif labelled:
             if spec.label_column not in record:
-                raise DataFileError(f"missing key {spec.label_column} (earlier lines have it)", source=path,
-                                    line=line, value=spec.label_column)
+                raise DataFileError(
+                    f"missing key {spec.label_column} (earlier lines have it)",
+                    source=path,
+                    line=line,
+                    value=spec.label_column,
+                )
             labels.append(_parse_label(spec, record[spec.label_column], path, line))
     if not texts:
         raise DataFileError("no examples", source=path)
@@ -217,14 +250,17 @@ def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | i
         # the dev scores: refused here, where the line is known.
         if not math.isfinite(score) or abs(score) > FLOAT32_MAX:
             beyond = f" as a 32-bit float (past ±{FLOAT32_MAX:.1e})" if math.isfinite(score) else ""
-            raise DataFileError(f"label '{value}' is not a finite number{beyond}", source=path, line=line,
-                                value=value)
+            raise DataFileError(f"label '{value}' is not a finite number{beyond}", source=path, line=line, value=value)
         return score
     # JSON Lines may hold numbers and booleans: 1 stands for the text "1", true for "true" (1.0 for nothing).
     label, labels = label_text(value), spec.file_labels or spec.labels
     if label not in labels:
-        raise DataFileError(f"label '{value}' is not one of {', '.join(labels)}" + _label_hint(label, labels),
-                            source=path, line=line, value=value)
+        raise DataFileError(
+            f"label '{value}' is not one of {', '.join(labels)}" + _label_hint(label, labels),
+            source=path,
+            line=line,
+            value=value,
+        )
     return labels.index(label)
 
 
@@ -250,8 +286,9 @@ def task_documents(spec: TaskSpec, data_dir: Path, splits: list[str]) -> list[st
     return documents
 
 
-def truncation_note(tokenizer, first: Sequence[str], second: Sequence[str] | None, lengths: list[int],
-                    max_length: int, name: str) -> str | None:
+def truncation_note(
+    tokenizer, first: Sequence[str], second: Sequence[str] | None, lengths: list[int], max_length: int, name: str
+) -> str | None:
     """One line when task.max_length cut examples: how many, and the lengths they had (None when nothing was cut).
 
     Only the examples that reached max_length can have been cut: they alone are tokenised again, whole.
@@ -259,8 +296,9 @@ def truncation_note(tokenizer, first: Sequence[str], second: Sequence[str] | Non
     reached = [index for index, length in enumerate(lengths) if length >= max_length]
     if not reached:
         return None
-    whole = tokenizer([first[index] for index in reached], [second[index] for index in reached] if second else None,
-                      truncation=False)["input_ids"]
+    whole = tokenizer(
+        [first[index] for index in reached], [second[index] for index in reached] if second else None, truncation=False
+    )["input_ids"]
     full_lengths = np.array(lengths)
     full_lengths[reached] = [len(ids) for ids in whole]
     cut = int((full_lengths > max_length).sum())
@@ -268,9 +306,11 @@ def truncation_note(tokenizer, first: Sequence[str], second: Sequence[str] | Non
         return None
     median, ninetieth = np.percentile(full_lengths, [50, 90])
     share = f"{cut / len(lengths):.0%}"
-    return (f"task.max_length {max_length} cuts {cut:,} of the {len(lengths):,} {name} examples ({share}) to "
-            f"{max_length} tokens; their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, "
-            f"longest {full_lengths.max():,}")
+    return (
+        f"task.max_length {max_length} cuts {cut:,} of the {len(lengths):,} {name} examples ({share}) to "
+        f"{max_length} tokens; their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, "
+        f"longest {full_lengths.max():,}"
+    )
 
 
 class EncodedTask(Dataset):
@@ -285,27 +325,42 @@ class EncodedTask(Dataset):
     does to examples longer than max_length.
     """
 
-    def __init__(self, examples: TaskExamples, tokenizer, reading: DocumentReading | int | None,
-                 chunk: int = 20_000, backwards: bool = False, both_directions: bool = False,
-                 name: str | None = None):
+    def __init__(
+        self,
+        examples: TaskExamples,
+        tokenizer,
+        reading: DocumentReading | int | None,
+        chunk: int = 20_000,
+        backwards: bool = False,
+        both_directions: bool = False,
+        name: str | None = None,
+    ):
         reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
         if backwards and both_directions:
             raise ValueError("a model reads backwards or in both directions, not both")
         if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
-            raise ReadingError(f"mode {reading.mode} needs task.max_length (without it the model reads every example "
-                               "whole)", value=reading.mode)
+            raise ReadingError(
+                f"mode {reading.mode} needs task.max_length (without it the model reads every example whole)",
+                value=reading.mode,
+            )
         if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
-            need = "a model that reads text backwards needs" if reading.mode == "truncate" \
+            need = (
+                "a model that reads text backwards needs"
+                if reading.mode == "truncate"
                 else f"task.long_documents mode {reading.mode} needs"
-            raise InputError(f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
-                             "(to tell its texts from its special tokens)")
+            )
+            raise InputError(
+                f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
+                "(to tell its texts from its special tokens)"
+            )
         columns = list(zip(*examples.texts))
         if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
             raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
         second = columns[1] if len(columns) > 1 else None
         if reading.both_orders and second is None:
-            raise InputError("task.both_orders reads a sentence pair in both orders: this task's examples are one "
-                             "text each")
+            raise InputError(
+                "task.both_orders reads a sentence pair in both orders: this task's examples are one text each"
+            )
         self.reading, self.labels = reading, examples.labels
         truncate = reading.mode == "truncate" and reading.max_length is not None
         # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
@@ -317,13 +372,24 @@ class EncodedTask(Dataset):
             for start in range(0, len(columns[0]), chunk):
                 # verbose=False: transformers' warning about texts longer than the model's positions, which
                 # head_tail and chunks read whole on purpose before they cut
-                part = tokenizer(list(columns[0][start:start + chunk]),
-                                 list(second[start:start + chunk]) if second else None,
-                                 truncation=truncate, max_length=reading.max_length if truncate else None,
-                                 verbose=False)
-                swapped = tokenizer(list(second[start:start + chunk]), list(columns[0][start:start + chunk]),
-                                    truncation=truncate, max_length=reading.max_length if truncate else None,
-                                    verbose=False) if reading.both_orders else None
+                part = tokenizer(
+                    list(columns[0][start : start + chunk]),
+                    list(second[start : start + chunk]) if second else None,
+                    truncation=truncate,
+                    max_length=reading.max_length if truncate else None,
+                    verbose=False,
+                )
+                swapped = (
+                    tokenizer(
+                        list(second[start : start + chunk]),
+                        list(columns[0][start : start + chunk]),
+                        truncation=truncate,
+                        max_length=reading.max_length if truncate else None,
+                        verbose=False,
+                    )
+                    if reading.both_orders
+                    else None
+                )
                 for index in range(len(part["input_ids"])):
                     if swapped is not None:
                         self._add_both_orders(part, swapped, index)
@@ -348,8 +414,9 @@ class EncodedTask(Dataset):
             if reading.mode == "head_tail":
                 windows = [head_tail_positions(sequence_ids, reading.max_length, reading.head_tokens)]
             else:
-                windows, before_cap = window_positions(sequence_ids, reading.max_length, reading.overlap_tokens,
-                                                       reading.max_chunks)
+                windows, before_cap = window_positions(
+                    sequence_ids, reading.max_length, reading.overlap_tokens, reading.max_chunks
+                )
                 self.windows_before_cap.append(before_cap)
         for positions in windows or [None]:
             kept, kept_sequence_ids = row, sequence_ids
@@ -382,8 +449,7 @@ class EncodedTask(Dataset):
             # Both orders: the (a, b) rows say what was cut (the (b, a) ones hold the same tokens).
             lengths = [len(ids) for ids in self.encodings["input_ids"][::2]] if reading.both_orders else self.lengths
             return truncation_note(tokenizer, first, second, lengths, reading.max_length, name)
-        return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]),
-                                   name)
+        return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]), name)
 
     def __len__(self) -> int:
         return len(self.windows) if self.windows is not None else len(self.encodings["input_ids"])
@@ -391,7 +457,7 @@ class EncodedTask(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         if self.windows is not None:  # a document: each key holds the rows of its windows
             rows = self.windows[index]
-            item = {key: values[rows.start:rows.stop] for key, values in self.encodings.items()}
+            item = {key: values[rows.start : rows.stop] for key, values in self.encodings.items()}
         else:
             item = {key: values[index] for key, values in self.encodings.items()}
         if self.labels is not None:
@@ -399,24 +465,35 @@ class EncodedTask(Dataset):
         return item
 
 
-def long_documents_note(reading: DocumentReading, full_lengths: np.ndarray, windows: np.ndarray,
-                        name: str) -> str | None:
+def long_documents_note(
+    reading: DocumentReading, full_lengths: np.ndarray, windows: np.ndarray, name: str
+) -> str | None:
     """One line on the examples longer than max_length under head_tail or chunks (None when there are none)."""
     longer = int((full_lengths > reading.max_length).sum())
     if not longer:
         return None
     median, ninetieth = np.percentile(full_lengths, [50, 90])
-    lengths = (f"their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, longest "
-               f"{full_lengths.max():,}")
+    lengths = (
+        f"their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, longest "
+        f"{full_lengths.max():,}"
+    )
     share = f"{longer:,} of the {len(full_lengths):,} {name} examples ({longer / len(full_lengths):.0%})"
     if reading.mode == "head_tail":
-        return (f"task.long_documents head_tail: {share} are longer than task.max_length {reading.max_length}; each "
-                f"keeps its first {reading.head_tokens} and its last text tokens; {lengths}")
+        return (
+            f"task.long_documents head_tail: {share} are longer than task.max_length {reading.max_length}; each "
+            f"keeps its first {reading.head_tokens} and its last text tokens; {lengths}"
+        )
     capped = int((windows > reading.max_chunks).sum())
-    cap = f"; the {capped:,} with more than max_chunks {reading.max_chunks} windows are read in " \
-          f"{reading.max_chunks} spread over them" if capped else ""
-    return (f"task.long_documents chunks: {share} are longer than task.max_length {reading.max_length} and are read in "
-            f"windows (median {np.median(windows[windows > 1]):,.0f}, most {windows.max():,}){cap}; {lengths}")
+    cap = (
+        f"; the {capped:,} with more than max_chunks {reading.max_chunks} windows are read in "
+        f"{reading.max_chunks} spread over them"
+        if capped
+        else ""
+    )
+    return (
+        f"task.long_documents chunks: {share} are longer than task.max_length {reading.max_length} and are read in "
+        f"windows (median {np.median(windows[windows > 1]):,.0f}, most {windows.max():,}){cap}; {lengths}"
+    )
 
 
 class PaddingCollator:
@@ -430,9 +507,13 @@ class PaddingCollator:
         if tokenizer.pad_token_id is None:
             raise InputError(f"the tokenizer of {tokenizer.name_or_path} has no pad token to pad batches with")
         input_name = tokenizer.model_input_names[0]
-        self.pad_values = {input_name: tokenizer.pad_token_id, "token_type_ids": tokenizer.pad_token_type_id,
-                           "attention_mask": 0, "special_tokens_mask": 1,
-                           "backward_input_ids": tokenizer.pad_token_id}  # a bidirectional classifier's
+        self.pad_values = {
+            input_name: tokenizer.pad_token_id,
+            "token_type_ids": tokenizer.pad_token_type_id,
+            "attention_mask": 0,
+            "special_tokens_mask": 1,
+            "backward_input_ids": tokenizer.pad_token_id,
+        }  # a bidirectional classifier's
         self.input_name, self.pad_left = input_name, tokenizer.padding_side == "left"
         self.needs_attention_mask = "attention_mask" in tokenizer.model_input_names
 
@@ -505,8 +586,12 @@ class LengthGroupedSampler(ResumableSampler):
         order = generator.permutation(len(self.lengths))
         chunk = self.batch_size * self.chunk_batches
         # Longest first within a chunk; the stable sort keeps equal lengths in their shuffled order.
-        order = np.concatenate([part[np.argsort(-self.lengths[part], kind="stable")]
-                                for part in np.split(order, range(chunk, len(order), chunk))])
+        order = np.concatenate(
+            [
+                part[np.argsort(-self.lengths[part], kind="stable")]
+                for part in np.split(order, range(chunk, len(order), chunk))
+            ]
+        )
         batches = np.split(order, range(self.batch_size, len(order), self.batch_size))
         full = len(batches) - (len(batches[-1]) < self.batch_size)  # only the very last batch can be short
         shuffled = [batches[index] for index in generator.permutation(full)] + batches[full:]

@@ -39,13 +39,20 @@ class TokenizedDocuments:
         self.ids = np.asanyarray(self.ids, dtype=np.int32)
         self.offsets = np.asanyarray(self.offsets, dtype=np.int64)
         # A cache file that loads but does not hold this shape is corrupt: fail here, not mid-training.
-        if (self.ids.ndim != 1 or self.offsets.ndim != 1 or len(self.offsets) == 0 or self.offsets[0] != 0
-                or self.offsets[-1] != len(self.ids) or (np.diff(self.offsets) < 0).any()):
+        if (
+            self.ids.ndim != 1
+            or self.offsets.ndim != 1
+            or len(self.offsets) == 0
+            or self.offsets[0] != 0
+            or self.offsets[-1] != len(self.ids)
+            or (np.diff(self.offsets) < 0).any()
+        ):
             raise ValueError("offsets do not delimit the ids")
         if self.order is not None:
             self.order = np.asarray(self.order, dtype=np.int64)
-            if self.order.ndim != 1 or (len(self.order) and not (
-                    self.order.min() >= 0 and self.order.max() < len(self.offsets) - 1)):
+            if self.order.ndim != 1 or (
+                len(self.order) and not (self.order.min() >= 0 and self.order.max() < len(self.offsets) - 1)
+            ):
                 raise ValueError("order names documents that are not stored")
 
     @classmethod
@@ -60,8 +67,10 @@ class TokenizedDocuments:
         """The documents of `parts`, one part after another, in memory (a selection's documents gathered)."""
         ids = [part.document_ids() for part in parts]
         lengths = [part.lengths for part in parts]
-        return cls(np.concatenate([np.empty(0, dtype=np.int32), *ids]),
-                   offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *lengths])))
+        return cls(
+            np.concatenate([np.empty(0, dtype=np.int32), *ids]),
+            offsets_of(np.concatenate([np.empty(0, dtype=np.int64), *lengths])),
+        )
 
     def document_ids(self) -> np.ndarray:
         """The selected documents' ids one after another, gathered into memory."""
@@ -199,14 +208,14 @@ class PackedBlocks:
     block plus a Python list of the epoch's indices, ~35 MB per 100M tokens in blocks of 128.
     """
 
-    def __init__(self, stream: DocumentStream, block_size: int, start_id: int | None = None,
-                 name: str = "the corpus"):
+    def __init__(self, stream: DocumentStream, block_size: int, start_id: int | None = None, name: str = "the corpus"):
         self.stream, self.block_size, self.start_id = stream, block_size, start_id
         self.body = block_size if start_id is None else block_size - 1
         self.count = len(stream) // self.body
         if self.count == 0:
-            raise InputError(f"{name} has {len(stream)} tokens, fewer than one block of {block_size} "
-                             "(corpus.block_size)")
+            raise InputError(
+                f"{name} has {len(stream)} tokens, fewer than one block of {block_size} (corpus.block_size)"
+            )
 
     def __len__(self) -> int:
         return self.count
@@ -234,8 +243,14 @@ class PackedBlocks:
         return self.blocks(np.arange(self.count))
 
 
-def pack_blocks(documents: TokenizedDocuments | list[list[int]], block_size: int, separator_id: int, *,
-                start_id: int | None = None, name: str = "the corpus") -> np.ndarray:
+def pack_blocks(
+    documents: TokenizedDocuments | list[list[int]],
+    block_size: int,
+    separator_id: int,
+    *,
+    start_id: int | None = None,
+    name: str = "the corpus",
+) -> np.ndarray:
     """Documents with `separator_id` after each, cut into an int64 (blocks, block_size) array (see PackedBlocks)."""
     if not isinstance(documents, TokenizedDocuments):
         documents = TokenizedDocuments.from_lists(documents)

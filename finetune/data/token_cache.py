@@ -79,8 +79,15 @@ def tokenize_documents(tokenizer, documents: list[str], batch_size: int = 2000) 
     return ids
 
 
-def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = None, description: str = "tokenizing",
-                    batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus") -> TokenizedDocuments:
+def tokenize_corpus(
+    tokenizer,
+    documents: list[str],
+    cache_dir: Path | None = None,
+    description: str = "tokenizing",
+    batch_size: int = 2000,
+    show_progress: bool = True,
+    name: str = "the corpus",
+) -> TokenizedDocuments:
     """Token ids of in-memory documents; from `cache_dir` if this text and tokenizer were seen (keyed by the text).
 
     Text that gives no token but [UNK] and other special tokens is refused (`name` says which text).
@@ -92,20 +99,33 @@ def tokenize_corpus(tokenizer, documents: list[str], cache_dir: Path | None = No
             console.print(f"{description}: {len(cached):,} documents, {len(cached.ids):,} tokens from {cache.path}")
             check_known_tokens(cached, tokenizer, documents[0] if documents else "", name)
             return cached
-    batches = (([piece.text for piece in batch], None, None, len(batch))
-               for batch in _batched((Piece(text, 0, True) for text in documents), batch_size))
+    batches = (
+        ([piece.text for piece in batch], None, None, len(batch))
+        for batch in _batched((Piece(text, 0, True) for text in documents), batch_size)
+    )
     with progress_bar(show_progress and len(documents) > batch_size) as progress:
         task = progress.add_task(description, total=len(documents), status="")
-        tokenized = _write_tokens(tokenizer, batches, cache, lambda count: progress.advance(task, count),
-                                  lambda tokenized: check_known_tokens(tokenized, tokenizer,
-                                                                       documents[0] if documents else "", name),
-                                  report=description if show_progress else None)
+        tokenized = _write_tokens(
+            tokenizer,
+            batches,
+            cache,
+            lambda count: progress.advance(task, count),
+            lambda tokenized: check_known_tokens(tokenized, tokenizer, documents[0] if documents else "", name),
+            report=description if show_progress else None,
+        )
     return tokenized
 
 
-def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, description: str = "tokenizing",
-                   batch_size: int = 2000, show_progress: bool = True, name: str = "the corpus",
-                   document: str = "line") -> TokenizedDocuments:
+def tokenize_files(
+    tokenizer,
+    paths: list[Path],
+    cache_dir: Path | None = None,
+    description: str = "tokenizing",
+    batch_size: int = 2000,
+    show_progress: bool = True,
+    name: str = "the corpus",
+    document: str = "line",
+) -> TokenizedDocuments:
     """Token ids of every document of the files (`document`: each non-empty line, paragraph or file), streamed;
     from `cache_dir` without reading the text when the files (paths, sizes, times), the tokenizer and `document`
     were seen, a sample of documents checked (see the module)."""
@@ -135,14 +155,23 @@ def tokenize_files(tokenizer, paths: list[Path], cache_dir: Path | None = None, 
         check_known_tokens(tokenized, tokenizer, first_text[0], name)
 
     megabytes = sum(sizes) / 1e6
-    files = [{"path": str(path.resolve()), "size": size, "mtime_ns": path.stat().st_mtime_ns}
-             for path, size in zip(paths, sizes)]
+    files = [
+        {"path": str(path.resolve()), "size": size, "mtime_ns": path.stat().st_mtime_ns}
+        for path, size in zip(paths, sizes)
+    ]
     with progress_bar(show_progress and megabytes > 1) as progress:
         task = progress.add_task(f"{description} (MB)", total=round(megabytes, 1), status="")
         meta = {"files": files, **({"document": document, "piece_bytes": piece_bytes} if document != "line" else {})}
-        return _write_tokens(tokenizer, batches(), cache,
-                             lambda end: progress.update(task, completed=round(end / 1e6, 1)), check, meta,
-                             report=description if show_progress else None, grouped=document != "line")
+        return _write_tokens(
+            tokenizer,
+            batches(),
+            cache,
+            lambda end: progress.update(task, completed=round(end / 1e6, 1)),
+            check,
+            meta,
+            report=description if show_progress else None,
+            grouped=document != "line",
+        )
 
 
 def cuts_cleanly(tokenizer) -> bool:
@@ -166,9 +195,16 @@ def _batched(pieces: Iterable[Piece], batch_size: int) -> Iterator[list[Piece]]:
         yield batch
 
 
-def _write_tokens(tokenizer, batches: Iterable[tuple], cache: TokenCache | None, advance, check,
-                  meta: dict | None = None, report: str | None = None, grouped: bool = False,
-                  ) -> TokenizedDocuments:
+def _write_tokens(
+    tokenizer,
+    batches: Iterable[tuple],
+    cache: TokenCache | None,
+    advance,
+    check,
+    meta: dict | None = None,
+    report: str | None = None,
+    grouped: bool = False,
+) -> TokenizedDocuments:
     """Tokenise the batches (texts, byte positions or None, whether each text starts a document or None, progress)
     into the cache entry, or into memory (`grouped`: the texts are pieces of documents); with `report`, print what
     was made and how fast (the throughput a large corpus is planned by)."""
@@ -186,9 +222,11 @@ def _write_tokens(tokenizer, batches: Iterable[tuple], cache: TokenCache | None,
         check(tokenized)  # before the entry is kept: refused text is not cached
     if report is not None:
         seconds = time.perf_counter() - started
-        console.print(f"{report}: {len(tokenized):,} documents, {len(tokenized.ids):,} tokens in {seconds:.1f} s "
-                      f"({len(tokenized.ids) / max(seconds, 1e-9):,.0f} tokens/s)"
-                      + (f", cached in {cache.path}" if cache is not None else ""))
+        console.print(
+            f"{report}: {len(tokenized):,} documents, {len(tokenized.ids):,} tokens in {seconds:.1f} s "
+            f"({len(tokenized.ids) / max(seconds, 1e-9):,.0f} tokens/s)"
+            + (f", cached in {cache.path}" if cache is not None else "")
+        )
     if cache is not None:  # mapped from the entry's final place, which pickling names
         return TokenizedDocuments.load(cache.path)
     return tokenized
@@ -217,11 +255,13 @@ class TokenWriter:
     def _write_header(self) -> None:
         self.handle.seek(0)
         np.lib.format.write_array_header_1_0(
-            self.handle, {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False,
-                          "shape": (self.count,)})
+            self.handle,
+            {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False, "shape": (self.count,)},
+        )
 
-    def add(self, id_lists: list[list[int]], positions: list[int] | None = None,
-            firsts: list[bool] | None = None) -> None:
+    def add(
+        self, id_lists: list[list[int]], positions: list[int] | None = None, firsts: list[bool] | None = None
+    ) -> None:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=NPY_INT32, count=int(lengths.sum()))
         if self.grouped:
@@ -285,8 +325,11 @@ class TokenCache:
             warnings.warn(f"ignoring the unreadable token cache {self.path} ({error}); tokenizing again", stacklevel=3)
             return None
         if reason is not None:
-            warnings.warn(f"the token cache {self.path} does not match the text: {reason} (a file changed but kept "
-                          "its size and modification time); tokenizing again", stacklevel=3)
+            warnings.warn(
+                f"the token cache {self.path} does not match the text: {reason} (a file changed but kept "
+                "its size and modification time); tokenizing again",
+                stacklevel=3,
+            )
             return None
         return cached
 
@@ -353,8 +396,14 @@ class PieceReader:
     def text(self, index: int) -> str:
         """Piece `index`'s text ('' if its bytes are no longer there, or not UTF-8)."""
         end = int(self.positions[index + 1]) if index + 1 < len(self.positions) else None
-        return read_piece(self.paths, int(self.positions[index]), end, self.document, self.starts_document(index),
-                          self.starts_document(index + 1))
+        return read_piece(
+            self.paths,
+            int(self.positions[index]),
+            end,
+            self.document,
+            self.starts_document(index),
+            self.starts_document(index + 1),
+        )
 
     def starts_document(self, index: int) -> bool:
         """Whether piece `index` is a document's first (the piece count counts as one: nothing follows it)."""
@@ -362,8 +411,9 @@ class PieceReader:
         return found < len(self.first_pieces) and int(self.first_pieces[found]) == index
 
 
-def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path],
-                    document: str = "line") -> str | None:
+def sample_mismatch(
+    tokenized: TokenizedDocuments, tokenizer, entry: Path, paths: list[Path], document: str = "line"
+) -> str | None:
     """Why a text files' entry does not hold these files' tokens, from SAMPLE_SIZE documents (pieces of paragraphs
     or files) read back; None if it does. They are found by their byte positions: nothing before them is read."""
     if document == "line":
@@ -374,8 +424,11 @@ def sample_mismatch(tokenized: TokenizedDocuments, tokenizer, entry: Path, paths
     else:
         reader = PieceReader(entry, paths, document)
         count, what = len(reader), "piece"
-        if (len(reader.pieces) != count + 1 or len(reader.first_pieces) != len(tokenized) + 1
-                or reader.pieces[-1] != len(tokenized.ids)):
+        if (
+            len(reader.pieces) != count + 1
+            or len(reader.first_pieces) != len(tokenized) + 1
+            or reader.pieces[-1] != len(tokenized.ids)
+        ):
             return f"{count} positions, {len(reader.pieces) - 1} pieces for {len(tokenized)} documents"
     if not count:
         return "no documents"
@@ -405,8 +458,9 @@ def _first_text(paths: list[Path], entry: Path, document: str) -> str:
     return read_line(paths, int(positions[0])) if len(positions) else ""
 
 
-def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, first_text: str, name: str,
-                       chunk: int = 1 << 20) -> None:
+def check_known_tokens(
+    tokenized: TokenizedDocuments, tokenizer, first_text: str, name: str, chunk: int = 1 << 20
+) -> None:
     """Refuse text whose tokens are all [UNK] or other special tokens: a model learns nothing from it (BERT: loss 0)."""
     if not len(tokenized):  # nothing to tokenize: packing says the text is too short
         return
@@ -418,5 +472,7 @@ def check_known_tokens(tokenized: TokenizedDocuments, tokenizer, first_text: str
         found = "no tokens at all"
     else:
         found = "only " + ", ".join(tokenizer.convert_ids_to_tokens(np.unique(tokenized.ids).tolist()))
-    raise InputError(f"{name} gives no known tokens: its {len(tokenized):,} documents tokenize to {found} "
-                     f"(the tokenizer knows none of their characters; the first is {first_text[:40]!r})")
+    raise InputError(
+        f"{name} gives no known tokens: its {len(tokenized):,} documents tokenize to {found} "
+        f"(the tokenizer knows none of their characters; the first is {first_text[:40]!r})"
+    )

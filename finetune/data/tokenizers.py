@@ -13,8 +13,9 @@ WORDPIECE_SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 END_OF_TEXT, PAD = "<|endoftext|>", "<|pad|>"  # GPT-2's document separator; a pad for fine-tuning batches
 
 
-def train_wordpiece(lines: Iterable[str], vocab_size: int, lowercase: bool = True,
-                    min_frequency: int = 2) -> PreTrainedTokenizerFast:
+def train_wordpiece(
+    lines: Iterable[str], vocab_size: int, lowercase: bool = True, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
     """A BERT-style WordPiece tokenizer learnt from `lines`, with [CLS] A [SEP] (B [SEP]) templates.
 
     The trainer breaks ties between equally frequent merges in hash-map order, so two trainings on
@@ -26,8 +27,7 @@ def train_wordpiece(lines: Iterable[str], vocab_size: int, lowercase: bool = Tru
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=WORDPIECE_SPECIAL_TOKENS,
-        show_progress=False,
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=WORDPIECE_SPECIAL_TOKENS, show_progress=False
     )
     tokenizer.train_from_iterator(lines, trainer=trainer)
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
@@ -39,8 +39,9 @@ def train_wordpiece(lines: Iterable[str], vocab_size: int, lowercase: bool = Tru
     return wrap_tokenizer(tokenizer)
 
 
-def train_byte_level_bpe(lines: Iterable[str], vocab_size: int, lowercase: bool = False,
-                         min_frequency: int = 2) -> PreTrainedTokenizerFast:
+def train_byte_level_bpe(
+    lines: Iterable[str], vocab_size: int, lowercase: bool = False, min_frequency: int = 2
+) -> PreTrainedTokenizerFast:
     """A GPT-2-style byte-level BPE tokenizer learnt from `lines`: any text round-trips, nothing is unknown."""
     tokenizer = Tokenizer(models.BPE())
     if lowercase:
@@ -51,28 +52,40 @@ def train_byte_level_bpe(lines: Iterable[str], vocab_size: int, lowercase: bool 
     # Fixes offsets only; it adds no special tokens (packing puts <|endoftext|> between documents).
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[END_OF_TEXT, PAD],
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[END_OF_TEXT, PAD],
         # All 256 bytes from the start, so text unseen in training still encodes.
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     # Training does not split off special tokens as encoding does; without this, their literal text in the
     # corpus would spend merges on "<|", "endoftext" and "|>".
     specials = re.compile("|".join(map(re.escape, [END_OF_TEXT, PAD])))
-    tokenizer.train_from_iterator((piece for line in lines for piece in specials.split(line) if piece),
-                                  trainer=trainer)
+    tokenizer.train_from_iterator((piece for line in lines for piece in specials.split(line) if piece), trainer=trainer)
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=END_OF_TEXT, eos_token=END_OF_TEXT, unk_token=END_OF_TEXT,
-        pad_token=PAD, model_max_length=1024,  # GPT-2's context; the stage sets the model's own
+        tokenizer_object=tokenizer,
+        bos_token=END_OF_TEXT,
+        eos_token=END_OF_TEXT,
+        unk_token=END_OF_TEXT,
+        pad_token=PAD,
+        model_max_length=1024,  # GPT-2's context; the stage sets the model's own
         # WordPiece's decode clean-up would turn " ." into "." and break the round trip; saved as off.
-        clean_up_tokenization_spaces=False, model_input_names=["input_ids", "attention_mask"],
+        clean_up_tokenization_spaces=False,
+        model_input_names=["input_ids", "attention_mask"],
     )
 
 
 def wrap_tokenizer(tokenizer: Tokenizer, model_max_length: int = 512) -> PreTrainedTokenizerFast:
     """A transformers tokenizer around a `tokenizers` object with BERT's special tokens."""
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]", model_max_length=model_max_length,
+        tokenizer_object=tokenizer,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=model_max_length,
         # BERT needs segment ids for sentence pairs; the template sets them.
         model_input_names=["input_ids", "token_type_ids", "attention_mask"],
     )
@@ -85,4 +98,3 @@ def shared_tokenizer(accelerator, train: Callable[[], PreTrainedTokenizerFast]) 
         # The whole tokenizer travels (pickled, its backend as JSON), so it keeps its own special tokens.
         payload = broadcast_object_list(payload, from_process=0)
     return payload[0]
-

@@ -49,7 +49,9 @@ class FinetuneGlue(evaluate.Metric):
             raise KeyError(f"unknown GLUE task {self.config_name!r}; choose one of: {', '.join(sorted(GLUE_TASKS))}")
         kind = "float32" if GLUE_TASKS[self.config_name].is_regression else "int64"
         return evaluate.MetricInfo(
-            description=_DESCRIPTION, citation=_CITATION, inputs_description=_INPUTS,
+            description=_DESCRIPTION,
+            citation=_CITATION,
+            inputs_description=_INPUTS,
             features=datasets.Features({"predictions": datasets.Value(kind), "references": datasets.Value(kind)}),
             reference_urls=["https://gluebenchmark.com/"],
         )

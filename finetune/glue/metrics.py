@@ -43,18 +43,27 @@ def compute_metrics(spec: TaskSpec, predictions: np.ndarray, references: np.ndar
 def tagging_metrics(references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
     """Entity-level micro precision, recall and F1 (seqeval, CoNLL's conlleval rules: an I- tag may start an
     entity), and the accuracy over every word's tag."""
-    return {"f1": float(entity_metrics.f1_score(references, predictions, zero_division=0)),
-            "precision": float(entity_metrics.precision_score(references, predictions, zero_division=0)),
-            "recall": float(entity_metrics.recall_score(references, predictions, zero_division=0)),
-            "accuracy": float(entity_metrics.accuracy_score(references, predictions))}
+    return {
+        "f1": float(entity_metrics.f1_score(references, predictions, zero_division=0)),
+        "precision": float(entity_metrics.precision_score(references, predictions, zero_division=0)),
+        "recall": float(entity_metrics.recall_score(references, predictions, zero_division=0)),
+        "accuracy": float(entity_metrics.accuracy_score(references, predictions)),
+    }
 
 
 def entity_types_table(references: list[list[str]], predictions: list[list[str]]) -> dict[str, dict[str, float]]:
     """Per entity type: precision, recall, F1 and the number of entities in the references (seqeval's report)."""
     report = entity_metrics.classification_report(references, predictions, output_dict=True, zero_division=0)
-    return {name: {"precision": float(row["precision"]), "recall": float(row["recall"]),
-                   "f1": float(row["f1-score"]), "entities": int(row["support"])}
-            for name, row in report.items() if not name.endswith(" avg")}
+    return {
+        name: {
+            "precision": float(row["precision"]),
+            "recall": float(row["recall"]),
+            "f1": float(row["f1-score"]),
+            "entities": int(row["support"]),
+        }
+        for name, row in report.items()
+        if not name.endswith(" avg")
+    }
 
 
 # Multi-label tasks: `references` and `predicted` are 0/1 (or boolean) arrays of shape (examples, labels).
@@ -65,8 +74,11 @@ THRESHOLD_GRID = tuple(round(0.01 * step, 2) for step in range(1, 100))  # where
 def _label_counts(references: np.ndarray, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """True positives, false positives and false negatives per label."""
     references, predicted = np.asarray(references).astype(bool), np.asarray(predicted).astype(bool)
-    return ((references & predicted).sum(axis=0), (~references & predicted).sum(axis=0),
-            (references & ~predicted).sum(axis=0))
+    return (
+        (references & predicted).sum(axis=0),
+        (~references & predicted).sum(axis=0),
+        (references & ~predicted).sum(axis=0),
+    )
 
 
 def _f1(true_positives, false_positives, false_negatives):
@@ -83,9 +95,11 @@ def multilabel_metrics(references: np.ndarray, predicted: np.ndarray) -> dict[st
     micro = _f1(true_positives.sum(), false_positives.sum(), false_negatives.sum())
     per_label = _f1(true_positives, false_positives, false_negatives)
     exact = (np.asarray(references).astype(bool) == np.asarray(predicted).astype(bool)).all(axis=1)
-    return {"micro_f1": 0.0 if np.isnan(micro) else float(micro),
-            "macro_f1": 0.0 if np.isnan(per_label).all() else float(np.nanmean(per_label)),
-            "subset_accuracy": float(exact.mean())}
+    return {
+        "micro_f1": 0.0 if np.isnan(micro) else float(micro),
+        "macro_f1": 0.0 if np.isnan(per_label).all() else float(np.nanmean(per_label)),
+        "subset_accuracy": float(exact.mean()),
+    }
 
 
 def label_table(references: np.ndarray, predicted: np.ndarray, labels) -> dict[str, dict[str, float]]:
@@ -94,8 +108,12 @@ def label_table(references: np.ndarray, predicted: np.ndarray, labels) -> dict[s
     table = {}
     for index, label in enumerate(labels):
         tp, fp, fn = int(true_positives[index]), int(false_positives[index]), int(false_negatives[index])
-        table[label] = {"precision": tp / (tp + fp) if tp + fp else 0.0, "recall": tp / (tp + fn) if tp + fn else 0.0,
-                        "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0, "examples": tp + fn}
+        table[label] = {
+            "precision": tp / (tp + fp) if tp + fp else 0.0,
+            "recall": tp / (tp + fn) if tp + fn else 0.0,
+            "f1": 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0,
+            "examples": tp + fn,
+        }
     return table
 
 
@@ -104,5 +122,7 @@ def best_threshold(references: np.ndarray, probabilities: np.ndarray, grid=THRES
     to 0.5 (then the lower): F1 is flat between two probabilities, and 0.5 is where an untuned model stands."""
     scores = [multilabel_metrics(references, probabilities > threshold)["micro_f1"] for threshold in grid]
     best = max(scores)
-    return min((threshold for threshold, score in zip(grid, scores) if score == best),
-               key=lambda threshold: (round(abs(threshold - 0.5), 6), threshold))
+    return min(
+        (threshold for threshold, score in zip(grid, scores) if score == best),
+        key=lambda threshold: (round(abs(threshold - 0.5), 6), threshold),
+    )

@@ -14,24 +14,38 @@ def percent(value: float) -> str:
 
 def glue_report_markdown(report: dict) -> str:
     """Tables of the report; scores x 100."""
-    lines = ["# GLUE dev scores", "", "| task | metric | runs | " + " | ".join(STATISTICS) + " |",
-             "|---|---|---:|" + "---:|" * len(STATISTICS)]
+    lines = [
+        "# GLUE dev scores",
+        "",
+        "| task | metric | runs | " + " | ".join(STATISTICS) + " |",
+        "|---|---|---:|" + "---:|" * len(STATISTICS),
+    ]
     for result in report["tasks"].values():
         for metric, summary in result["summary"].items():
             cells = " | ".join(percent(summary[statistic]) for statistic in STATISTICS)
             lines.append(f"| {result['display_name']} | {metric} | {len(summary['values'])} | {cells} |")
     ensembles = [result for result in report["tasks"].values() if "members" in result]
     if ensembles:  # the rows above are the ensembles' own scores
-        lines += ["", "## Ensembles: each member and their average (dev)", "", "| task | model | scores |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            "## Ensembles: each member and their average (dev)",
+            "",
+            "| task | model | scores |",
+            "|---|---|---|",
+        ]
         for result in ensembles:
             rows = [(member["checkpoint"], member) for member in result["members"]]
             rows.append((f"ensemble of {len(result['members'])}", result["runs"][0]))
             for model, run in rows:
                 scores = ", ".join(f"{metric} {percent(run[metric])}" for metric in result["metrics"])
                 lines.append(f"| {result['display_name']} | {model} | {scores} |")
-    lines += ["", "## GLUE score (dev, mean over runs)", "", "| convention | score | components | missing |",
-              "|---|---:|---:|---|"]
+    lines += [
+        "",
+        "## GLUE score (dev, mean over runs)",
+        "",
+        "| convention | score | components | missing |",
+        "|---|---:|---:|---|",
+    ]
     for convention in CONVENTIONS:
         score = report["glue_scores"][convention.name]
         present, total = len(score["components"]), len(convention.components)
@@ -46,10 +60,19 @@ def glue_report_markdown(report: dict) -> str:
     lines += ["", "## Missing tasks", "", ", ".join(report["missing_tasks"]) or "none: every GLUE task is scored"]
     submission = report.get("submission")
     if submission is not None:
-        lines += ["", f"## Submission: {submission['archive']}", "",
-                  "| file | task | rows | checkpoint (best on dev) |", "|---|---|---:|---|"]
+        lines += [
+            "",
+            f"## Submission: {submission['archive']}",
+            "",
+            "| file | task | rows | checkpoint (best on dev) |",
+            "|---|---|---:|---|",
+        ]
         for file_name, entry in submission["files"].items():
             lines.append(f"| {file_name} | {entry['task']} | {entry['rows']} | {entry['checkpoint']} |")
-        lines += ["", f"Missing from the archive: {', '.join(submission['missing'])}" if submission["missing"]
-                  else "Complete: every task of the leaderboard has its file."]
+        lines += [
+            "",
+            f"Missing from the archive: {', '.join(submission['missing'])}"
+            if submission["missing"]
+            else "Complete: every task of the leaderboard has its file.",
+        ]
     return "\n".join(lines) + "\n"

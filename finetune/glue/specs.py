@@ -120,59 +120,143 @@ GLUE_TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in [
         TaskSpec(
-            "cola", ("sentence",), "label", _BINARY, ("mcc", "accuracy"),
+            "cola",
+            ("sentence",),
+            "label",
+            _BINARY,
+            ("mcc", "accuracy"),
             headerless_columns=dict.fromkeys(("train", "dev"), ("source", "label", "star", "sentence")),
-            glue_folder="CoLA", hub=HubSource("cola", ("sentence",)), submission_file="CoLA.tsv", test_rows=1063,
+            glue_folder="CoLA",
+            hub=HubSource("cola", ("sentence",)),
+            submission_file="CoLA.tsv",
+            test_rows=1063,
         ),
         TaskSpec(
-            "sst2", ("sentence",), "label", _BINARY, ("accuracy",),
-            glue_folder="SST-2", hub=HubSource("sst2", ("sentence",)), submission_file="SST-2.tsv", test_rows=1821,
+            "sst2",
+            ("sentence",),
+            "label",
+            _BINARY,
+            ("accuracy",),
+            glue_folder="SST-2",
+            hub=HubSource("sst2", ("sentence",)),
+            submission_file="SST-2.tsv",
+            test_rows=1821,
         ),
         TaskSpec(
-            "mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, ("f1", "accuracy"),
-            glue_folder="MRPC", hub=HubSource("mrpc", _PAIR), submission_file="MRPC.tsv", test_rows=1725,
+            "mrpc",
+            ("#1 String", "#2 String"),
+            "Quality",
+            _BINARY,
+            ("f1", "accuracy"),
+            glue_folder="MRPC",
+            hub=HubSource("mrpc", _PAIR),
+            submission_file="MRPC.tsv",
+            test_rows=1725,
         ),
         TaskSpec(
-            "stsb", _PAIR, "score", None, ("pearson", "spearman"),
-            glue_folder="STS-B", hub=HubSource("stsb", _PAIR), submission_file="STS-B.tsv",
-            submission_range=(0.0, 5.0), test_rows=1379,
+            "stsb",
+            _PAIR,
+            "score",
+            None,
+            ("pearson", "spearman"),
+            glue_folder="STS-B",
+            hub=HubSource("stsb", _PAIR),
+            submission_file="STS-B.tsv",
+            submission_range=(0.0, 5.0),
+            test_rows=1379,
         ),
         TaskSpec(
-            "qqp", ("question1", "question2"), "is_duplicate", _BINARY, ("f1", "accuracy"), index_column="id",
-            glue_folder="QQP", hub=HubSource("qqp", ("question1", "question2")), submission_file="QQP.tsv",
+            "qqp",
+            ("question1", "question2"),
+            "is_duplicate",
+            _BINARY,
+            ("f1", "accuracy"),
+            index_column="id",
+            glue_folder="QQP",
+            hub=HubSource("qqp", ("question1", "question2")),
+            submission_file="QQP.tsv",
             test_rows=390965,
         ),
         TaskSpec(
-            "mnli", _PAIR, "gold_label", _NLI, ("accuracy",),
+            "mnli",
+            _PAIR,
+            "gold_label",
+            _NLI,
+            ("accuracy",),
             files={"train": "train.tsv", "dev": "dev_matched.tsv", "test": "test_matched.tsv"},
-            glue_folder="MNLI", submission_file="MNLI-m.tsv", test_rows=9796,
-            hub=HubSource("mnli", _PREMISE_HYPOTHESIS, {"train": "train", "dev": "validation_matched",
-                                                        "test": "test_matched"}, _HUB_NLI),
+            glue_folder="MNLI",
+            submission_file="MNLI-m.tsv",
+            test_rows=9796,
+            hub=HubSource(
+                "mnli",
+                _PREMISE_HYPOTHESIS,
+                {"train": "train", "dev": "validation_matched", "test": "test_matched"},
+                _HUB_NLI,
+            ),
         ),
         TaskSpec(
-            "mnli-mm", _PAIR, "gold_label", _NLI, ("accuracy",),
+            "mnli-mm",
+            _PAIR,
+            "gold_label",
+            _NLI,
+            ("accuracy",),
             files={"train": "train.tsv", "dev": "dev_mismatched.tsv", "test": "test_mismatched.tsv"},
-            glue_folder="MNLI", predicted_by="mnli", submission_file="MNLI-mm.tsv", test_rows=9847,
-            hub=HubSource("mnli", _PREMISE_HYPOTHESIS, {"train": "train", "dev": "validation_mismatched",
-                                                        "test": "test_mismatched"}, _HUB_NLI),
+            glue_folder="MNLI",
+            predicted_by="mnli",
+            submission_file="MNLI-mm.tsv",
+            test_rows=9847,
+            hub=HubSource(
+                "mnli",
+                _PREMISE_HYPOTHESIS,
+                {"train": "train", "dev": "validation_mismatched", "test": "test_mismatched"},
+                _HUB_NLI,
+            ),
         ),
         TaskSpec(
-            "qnli", ("question", "sentence"), "label", _ENTAILMENT, ("accuracy",),
-            glue_folder="QNLI", hub=HubSource("qnli", ("question", "sentence")), submission_file="QNLI.tsv",
+            "qnli",
+            ("question", "sentence"),
+            "label",
+            _ENTAILMENT,
+            ("accuracy",),
+            glue_folder="QNLI",
+            hub=HubSource("qnli", ("question", "sentence")),
+            submission_file="QNLI.tsv",
             test_rows=5463,
         ),
         TaskSpec(
-            "rte", _PAIR, "label", _ENTAILMENT, ("accuracy",),
-            glue_folder="RTE", hub=HubSource("rte", _PAIR), submission_file="RTE.tsv", test_rows=3000,
+            "rte",
+            _PAIR,
+            "label",
+            _ENTAILMENT,
+            ("accuracy",),
+            glue_folder="RTE",
+            hub=HubSource("rte", _PAIR),
+            submission_file="RTE.tsv",
+            test_rows=3000,
         ),
         TaskSpec(
-            "wnli", _PAIR, "label", _BINARY, ("accuracy",),
-            glue_folder="WNLI", hub=HubSource("wnli", _PAIR), submission_file="WNLI.tsv", test_rows=146,
+            "wnli",
+            _PAIR,
+            "label",
+            _BINARY,
+            ("accuracy",),
+            glue_folder="WNLI",
+            hub=HubSource("wnli", _PAIR),
+            submission_file="WNLI.tsv",
+            test_rows=146,
         ),
         # The diagnostic set has no training data and no public labels: the MNLI model predicts it.
         TaskSpec(
-            "ax", _PAIR, "label", _NLI, ("mcc",), files={"test": "diagnostic.tsv"},
-            glue_folder="diagnostic", predicted_by="mnli", submission_file="AX.tsv", test_rows=1104,
+            "ax",
+            _PAIR,
+            "label",
+            _NLI,
+            ("mcc",),
+            files={"test": "diagnostic.tsv"},
+            glue_folder="diagnostic",
+            predicted_by="mnli",
+            submission_file="AX.tsv",
+            test_rows=1104,
             hub=HubSource("ax", _PREMISE_HYPOTHESIS, {"test": "test"}, _HUB_NLI),
         ),
     ]
@@ -204,8 +288,9 @@ def task_spec(task_config) -> TaskSpec:
     if template is None and len(columns) > 1 and not task_config.reads_a_pair:
         template = " ".join(f"{{{column}}}" for column in columns)  # joined with a space into one text
     labels, names = task_config.labels, task_config.label_names or {}
-    files = task_config.files or ({split: f"{split}.{task_config.format}" for split in STANDARD_FILES}
-                                  if task_config.format else None)
+    files = task_config.files or (
+        {split: f"{split}.{task_config.format}" for split in STANDARD_FILES} if task_config.format else None
+    )
     return TaskSpec(
         name=task_config.name,
         text_columns=tuple(columns),
@@ -226,10 +311,17 @@ TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")  # entity-level micr
 
 def tagging_spec(task_config) -> TaskSpec:
     """A tagging task's spec: its tags are the recipe's labels, or (None here) those of its training file."""
-    return TaskSpec(name=task_config.name, text_columns=("text",), label_column="tags",
-                    labels=tuple(task_config.labels) if task_config.labels is not None else None,
-                    metrics=TAGGING_METRICS, files=dict(task_config.files or TAGGING_FILES), file_format="conll",
-                    kind="tokens", tag_column=task_config.tag_column)
+    return TaskSpec(
+        name=task_config.name,
+        text_columns=("text",),
+        label_column="tags",
+        labels=tuple(task_config.labels) if task_config.labels is not None else None,
+        metrics=TAGGING_METRICS,
+        files=dict(task_config.files or TAGGING_FILES),
+        file_format="conll",
+        kind="tokens",
+        tag_column=task_config.tag_column,
+    )
 
 
 CHOICES_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
@@ -238,9 +330,16 @@ CHOICES_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl
 def choices_spec(task_config) -> TaskSpec:
     """A multiple-choice task's spec: questions in ARC's JSON Lines layout, scored by accuracy. Its labels are
     each question's own (A-E, 1-4): the spec has none."""
-    return TaskSpec(name=task_config.name, text_columns=("question", "choices"), label_column="answerKey",
-                    labels=None, metrics=("accuracy",), files=dict(task_config.files or CHOICES_FILES),
-                    file_format="jsonl", kind="choices")
+    return TaskSpec(
+        name=task_config.name,
+        text_columns=("question", "choices"),
+        label_column="answerKey",
+        labels=None,
+        metrics=("accuracy",),
+        files=dict(task_config.files or CHOICES_FILES),
+        file_format="jsonl",
+        kind="choices",
+    )
 
 
 SPANS_FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
@@ -249,9 +348,16 @@ SPANS_METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (glue/squad_
 
 def spans_spec(task_config) -> TaskSpec:
     """A question-answering task's spec: SQuAD JSON files, no labels (the answers are spans of the context)."""
-    return TaskSpec(name=task_config.name, text_columns=("question", "context"), label_column="answers",
-                    labels=None, metrics=SPANS_METRICS, files=dict(task_config.files or SPANS_FILES),
-                    file_format="squad", kind="spans")
+    return TaskSpec(
+        name=task_config.name,
+        text_columns=("question", "context"),
+        label_column="answers",
+        labels=None,
+        metrics=SPANS_METRICS,
+        files=dict(task_config.files or SPANS_FILES),
+        file_format="squad",
+        kind="spans",
+    )
 
 
 MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
@@ -261,12 +367,22 @@ DEFAULT_LABEL_SEPARATOR = "|"
 def multilabel_spec(task_config) -> TaskSpec:
     """A multi-label task's spec: a custom task's text columns, a label set per example."""
     label_columns = task_config.label_columns
-    plain = task_config.model_copy(update={"kind": "classification", "label_columns": None, "threshold": None,
-                                           "label_separator": None,
-                                           "label_column": task_config.label_column or label_columns[0]})
+    plain = task_config.model_copy(
+        update={
+            "kind": "classification",
+            "label_columns": None,
+            "threshold": None,
+            "label_separator": None,
+            "label_column": task_config.label_column or label_columns[0],
+        }
+    )
     spec = task_spec(plain)
-    return replace(spec, kind="multilabel", metrics=MULTILABEL_METRICS,
-                   labels=tuple(label_columns) if label_columns else spec.labels,
-                   label_column=task_config.label_column or ", ".join(label_columns),
-                   label_columns=tuple(label_columns) if label_columns else None,
-                   label_separator=task_config.label_separator or DEFAULT_LABEL_SEPARATOR)
+    return replace(
+        spec,
+        kind="multilabel",
+        metrics=MULTILABEL_METRICS,
+        labels=tuple(label_columns) if label_columns else spec.labels,
+        label_column=task_config.label_column or ", ".join(label_columns),
+        label_columns=tuple(label_columns) if label_columns else None,
+        label_separator=task_config.label_separator or DEFAULT_LABEL_SEPARATOR,
+    )

@@ -64,13 +64,19 @@ def squad_scores(answers: Sequence[Sequence[str]], predictions: Sequence[str]) -
     if not all(has_answer):
         for name, wanted in (("HasAns", True), ("NoAns", False)):
             chosen = [pair for pair, answerable in zip(pairs, has_answer) if answerable == wanted]
-            scores.update({f"{name}_exact": _mean([exact for exact, _ in chosen]),
-                           f"{name}_f1": _mean([f1 for _, f1 in chosen]), f"{name}_total": len(chosen)})
+            scores.update(
+                {
+                    f"{name}_exact": _mean([exact for exact, _ in chosen]),
+                    f"{name}_f1": _mean([f1 for _, f1 in chosen]),
+                    f"{name}_total": len(chosen),
+                }
+            )
     return scores
 
 
-def best_threshold(answers: Sequence[Sequence[str]], span_texts: Sequence[str],
-                   null_margins: Sequence[float]) -> tuple[float, float]:
+def best_threshold(
+    answers: Sequence[Sequence[str]], span_texts: Sequence[str], null_margins: Sequence[float]
+) -> tuple[float, float]:
     """(the best F1, the threshold giving it) over every no-answer threshold: the official find_best_thresh with
     F1, where a question is left unanswered when its null margin (no-answer score minus best span score) is above
     the threshold; `span_texts`: each question's best span (its answer when it is answered)."""

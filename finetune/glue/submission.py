@@ -45,8 +45,9 @@ def missing_submission_tasks(names) -> list[str]:
     return [spec.name for spec in SUBMISSION_TASKS if spec.name not in names]
 
 
-def write_submission(path: Path, predictions: dict[str, tuple[Sequence[str], Sequence]],
-                     allow_incomplete: bool = False) -> list[str]:
+def write_submission(
+    path: Path, predictions: dict[str, tuple[Sequence[str], Sequence]], allow_incomplete: bool = False
+) -> list[str]:
     """Write the archive from {task: (test ids, predictions)}; returns the missing tasks.
 
     An incomplete archive is refused unless `allow_incomplete`. The zip is assembled under a
@@ -54,8 +55,10 @@ def write_submission(path: Path, predictions: dict[str, tuple[Sequence[str], Seq
     """
     missing = missing_submission_tasks(predictions)
     if missing and not allow_incomplete:
-        raise InputError(f"no predictions for {', '.join(missing)}; set allow_incomplete=true to write an archive "
-                         "without them", value=missing)
+        raise InputError(
+            f"no predictions for {', '.join(missing)}; set allow_incomplete=true to write an archive without them",
+            value=missing,
+        )
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     try:
@@ -119,8 +122,10 @@ def validate_submission(path: Path, test_ids: dict[str, list[str]] | None = None
             expected = (test_ids or {}).get(spec.name)
             data = read_member(archive, path, spec.submission_file)
             if len(data) > MAX_MEMBER_BYTES:  # not read further: a zip bomb would fill the memory
-                check.problems.append(f"{spec.submission_file}: more than {MAX_MEMBER_BYTES // 2**20} MB of text; a "
-                                      "GLUE submission file holds a few MB at most (QQP's 390,965 rows: ~3.5 MB)")
+                check.problems.append(
+                    f"{spec.submission_file}: more than {MAX_MEMBER_BYTES // 2**20} MB of text; a "
+                    "GLUE submission file holds a few MB at most (QQP's 390,965 rows: ~3.5 MB)"
+                )
                 continue
             rows, problems = check_file(spec, data, expected)
             check.rows[spec.submission_file] = rows
@@ -132,14 +137,16 @@ def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
     """The bytes of one member, at most MAX_MEMBER_BYTES + 1 of them (whatever size its header claims); one that
     cannot be read (encrypted, corrupt) is a DataFileError naming it."""
     if archive.getinfo(name).flag_bits & 0x1:  # bit 0 of the general-purpose flags: encrypted
-        raise DataFileError(f"member {name} is encrypted; the leaderboard reads only unencrypted archives",
-                            source=path, value=name)
+        raise DataFileError(
+            f"member {name} is encrypted; the leaderboard reads only unencrypted archives", source=path, value=name
+        )
     try:
         with archive.open(name) as member:
             return member.read(MAX_MEMBER_BYTES + 1)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as error:  # bad CRC, bad data, method
-        raise DataFileError(f"member {name} is corrupt ({error}); write the archive again", source=path,
-                            value=name) from None
+        raise DataFileError(
+            f"member {name} is corrupt ({error}); write the archive again", source=path, value=name
+        ) from None
 
 
 def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple[int, list[str]]:

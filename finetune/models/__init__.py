@@ -3,9 +3,9 @@
 `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained` load this toolkit's own checkpoints."""
 
 from finetune.models import (  # noqa: F401
-                             awd_lstm,
-                             awd_lstm_classifier,
-                             causal_transformer,
-                             mean_pooling,
-                             ngram,  # (registration on import)
+    awd_lstm,
+    awd_lstm_classifier,
+    causal_transformer,
+    mean_pooling,
+    ngram,  # (registration on import)
 )

@@ -97,8 +97,11 @@ def named_hidden_state(model: nn.Module, hidden_state: HiddenState | None) -> di
     if hidden_state is None:
         return {}
     layers = model.base_model.layers
-    return {f"{name}_{index}": tensor for index, (layer, layer_state) in enumerate(zip(layers, hidden_state))
-            for name, tensor in zip(layer.state_names, layer_state)}
+    return {
+        f"{name}_{index}": tensor
+        for index, (layer, layer_state) in enumerate(zip(layers, hidden_state))
+        for name, tensor in zip(layer.state_names, layer_state)
+    }
 
 
 def hidden_state_from_names(model: nn.Module, tensors: dict[str, Tensor]) -> HiddenState | None:
@@ -269,12 +272,18 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel, StatefulGenerationMixin):
         loss = None
         if labels is not None or kwargs.get("shift_labels") is not None:
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
-        return AWDLSTMCausalLMOutput(loss=loss, logits=logits, hidden_state=encoded.hidden_state,
-                                     last_hidden_state=encoded.last_hidden_state, dropped_hidden_state=dropped)
+        return AWDLSTMCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            hidden_state=encoded.hidden_state,
+            last_hidden_state=encoded.last_hidden_state,
+            dropped_hidden_state=dropped,
+        )
 
 
-def activation_penalty(raw: Tensor, dropped: Tensor, activation: float, temporal: float,
-                       mask: Tensor | None = None) -> Tensor:
+def activation_penalty(
+    raw: Tensor, dropped: Tensor, activation: float, temporal: float, mask: Tensor | None = None
+) -> Tensor:
     """fastai's RNNRegularizer on (batch, time, features) outputs of the top LSTM layer: AR + TAR.
 
     AR (Merity et al. 2017) keeps activations small: `activation` x mean square of the output after dropout (what
@@ -316,10 +325,13 @@ def awd_lstm_layer_groups(model: nn.Module) -> list[list[nn.Parameter]]:
 
     A bidirectional classifier's backward encoder (awd_lstm_classifier.py) shares each group with the forward one's
     part at the same depth: both thaw together and learn at the same rate."""
-    encoders = [model.base_model] + [backward for backward in [getattr(model, "awd_lstm_backward", None)]
-                                     if backward is not None]
-    return [[parameter for part in parts for parameter in part.parameters()]
-            for parts in zip(*[[encoder.embedding, *encoder.layers] for encoder in encoders])]
+    encoders = [model.base_model] + [
+        backward for backward in [getattr(model, "awd_lstm_backward", None)] if backward is not None
+    ]
+    return [
+        [parameter for part in parts for parameter in part.parameters()]
+        for parts in zip(*[[encoder.embedding, *encoder.layers] for encoder in encoders])
+    ]
 
 
 def remap_vocabulary_rows(weight: Tensor, old_vocab: dict[str, int], new_vocab: dict[str, int]) -> Tensor:

@@ -134,16 +134,21 @@ class BatchNorm1dAnySize(nn.BatchNorm1d):
     def forward(self, inputs: Tensor) -> Tensor:
         """Batch statistics as usual; a single example (the short last batch of a loader) has none to give."""
         if self.training and inputs.shape[0] == 1:
-            return F.batch_norm(inputs, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
-                                self.eps)
+            return F.batch_norm(
+                inputs, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         return super().forward(inputs)
 
 
 def norm_dropout_linear(in_features: int, out_features: int, dropout: float) -> nn.Sequential:
     """fastai's block (`LinBnDrop` with BatchNorm first): BatchNorm1d -> Dropout -> Linear."""
-    return nn.Sequential(OrderedDict(
-        norm=BatchNorm1dAnySize(in_features), dropout=nn.Dropout(dropout), linear=nn.Linear(in_features, out_features)
-    ))
+    return nn.Sequential(
+        OrderedDict(
+            norm=BatchNorm1dAnySize(in_features),
+            dropout=nn.Dropout(dropout),
+            linear=nn.Linear(in_features, out_features),
+        )
+    )
 
 
 class ConcatPoolingClassifier(nn.Module):
@@ -176,8 +181,10 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
                 setattr(config, key, default)
         if config.classifier_max_len < config.classifier_bptt:
             # Otherwise the last chunk could be longer than max_len, and no gradient would reach the encoder.
-            raise ValueError(f"classifier_max_len ({config.classifier_max_len}) must be at least "
-                             f"classifier_bptt ({config.classifier_bptt})")
+            raise ValueError(
+                f"classifier_max_len ({config.classifier_max_len}) must be at least "
+                f"classifier_bptt ({config.classifier_bptt})"
+            )
         self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
         # The backward language model's encoder, its weights copied in by the loader (models/heads.py).
         self.awd_lstm_backward = AWDLSTMModel(config) if config.classifier_bidirectional else None
@@ -186,11 +193,18 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         # learned projection down to the top layer's width rather than being left out: every layer takes part (ELMo's
         # point: the inner ones carry what the top one forgets), and the pooling head below reads the width it reads
         # without a mix. The projections train with the head.
-        self.scalar_mix = ProjectedScalarMix(layer_widths(config), config.embedding_size,
-                                             config.classifier_bidirectional) if config.classifier_scalar_mix else None
-        self.classifier = ConcatPoolingClassifier(directions * config.embedding_size, config.classifier_hidden,
-                                                  config.num_labels, config.classifier_dropout,
-                                                  config.classifier_hidden_dropout)
+        self.scalar_mix = (
+            ProjectedScalarMix(layer_widths(config), config.embedding_size, config.classifier_bidirectional)
+            if config.classifier_scalar_mix
+            else None
+        )
+        self.classifier = ConcatPoolingClassifier(
+            directions * config.embedding_size,
+            config.classifier_hidden,
+            config.num_labels,
+            config.classifier_dropout,
+            config.classifier_hidden_dropout,
+        )
         self.post_init()
 
     @torch.no_grad()
@@ -222,13 +236,16 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         for start in range(0, length, bptt):
             recording = contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(encoder)
             with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len), recording as layers:
-                encoded = encoder(input_ids[:, start:start + bptt], hidden_state=state)
+                encoded = encoder(input_ids[:, start : start + bptt], hidden_state=state)
             chunks.append(layers or [encoded.last_hidden_state])
             state = encoded.hidden_state
         return [torch.cat(layer, dim=1) for layer in zip(*chunks)]
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
         backward_input_ids: Tensor | None = None,
     ) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules).
@@ -296,8 +313,9 @@ class AWDLSTMForTokenClassification(AWDLSTMPreTrainedModel):
         else:
             super()._init_weights(module)
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None,
-                **unused) -> TokenClassifierOutput:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, labels: Tensor | None = None, **unused
+    ) -> TokenClassifierOutput:
         """Logits (batch, time, num_labels); with `labels` (-100: no tag), their cross-entropy."""
         states = self.awd_lstm(input_ids).last_hidden_state
         logits = self.classifier(self.dropout(states))

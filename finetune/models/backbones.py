@@ -29,8 +29,12 @@ def _module_at(root: nn.Module, path: str) -> nn.Module | None:
 
 def _parameters_of(root: nn.Module, paths: tuple[str, ...]) -> list[nn.Parameter]:
     """The parameters of the submodules at `paths`, skipping those this config does not build."""
-    return [parameter for path in paths if (module := _module_at(root, path)) is not None
-            for parameter in module.parameters()]
+    return [
+        parameter
+        for path in paths
+        if (module := _module_at(root, path)) is not None
+        for parameter in module.parameters()
+    ]
 
 
 def stacked_groups(embeddings: tuple[str, ...], blocks: str, with_first_block: tuple[str, ...] = ()) -> Finder:
@@ -65,8 +69,11 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
     # rate and thaws last, and while frozen no gradient flows back into the frozen blocks that read it. v2's conv
     # mixes the embeddings into block 0's output before block 1 sees it, so it thaws with block 0.
     "deberta": stacked_groups(("embeddings", "encoder.rel_embeddings"), "encoder.layer"),
-    "deberta-v2": stacked_groups(("embeddings", "encoder.rel_embeddings", "encoder.LayerNorm"), "encoder.layer",
-                                 with_first_block=("encoder.conv",)),
+    "deberta-v2": stacked_groups(
+        ("embeddings", "encoder.rel_embeddings", "encoder.LayerNorm"),
+        "encoder.layer",
+        with_first_block=("encoder.conv",),
+    ),
     # ModernBERT has rotary positions (no table); its final_norm sits above the last block, so the head gets it.
     "modernbert": stacked_groups(("embeddings",), "layers"),
     # ALBERT shares one set of block weights across all layers: one group per shared set (usually one in all),
@@ -77,8 +84,9 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
     "gpt2": stacked_groups(("wte", "wpe"), "h"),
     # Ours (models/causal_transformer.py): Transformer-XL's global biases u and v are position information every
     # block reads, like DeBERTa's relative table, so they sit with the embeddings; the final norm is the head's.
-    CAUSAL_TRANSFORMER_TYPE: stacked_groups(("token_embedding", "position_embedding", "relative_position_biases"),
-                                            "layers"),
+    CAUSAL_TRANSFORMER_TYPE: stacked_groups(
+        ("token_embedding", "position_embedding", "relative_position_biases"), "layers"
+    ),
 }
 
 
@@ -90,7 +98,8 @@ def layer_groups(model: nn.Module) -> Groups:
         supported = ", ".join(sorted(LAYER_GROUP_FINDERS))
         raise CheckpointError(
             f"model family '{family}' has no layer groups yet (supported: {supported}); "
-            "add a finder to LAYER_GROUP_FINDERS in finetune/models/backbones.py", value=family
+            "add a finder to LAYER_GROUP_FINDERS in finetune/models/backbones.py",
+            value=family,
         )
     groups = finder(model)
     grouped = {id(parameter) for group in groups for parameter in group}

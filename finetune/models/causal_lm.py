@@ -62,8 +62,13 @@ def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer
 def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
     """A pretrained GPT-2-family checkpoint to continue training on new text."""
     return load_for_continued_pretraining(
-        GPT2LMHeadModel, "gpt2", name, dropout, ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
-        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints")
+        GPT2LMHeadModel,
+        "gpt2",
+        name,
+        dropout,
+        ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints",
+    )
 
 
 # Activations `decode` computes with PyTorch's fused GELU (tanh approximation: GPT-2's own, "gelu_new").
@@ -74,9 +79,14 @@ def has_fast_route(model: GPT2LMHeadModel) -> bool:
     """Whether `decode` computes this GPT-2's training forward: fp32, self-attention only, GPT-2's default
     attention scaling and a GELU (other options take Hugging Face's forward)."""
     config = model.config
-    return (model.dtype == torch.float32 and not config.add_cross_attention and config.scale_attn_weights
-            and not config.scale_attn_by_inverse_layer_idx and not config.reorder_and_upcast_attn
-            and config.activation_function in (*_TANH_GELU, "gelu"))
+    return (
+        model.dtype == torch.float32
+        and not config.add_cross_attention
+        and config.scale_attn_weights
+        and not config.scale_attn_by_inverse_layer_idx
+        and not config.reorder_and_upcast_attn
+        and config.activation_function in (*_TANH_GELU, "gelu")
+    )
 
 
 def decode(transformer: GPT2Model, input_ids: torch.Tensor) -> torch.Tensor:
@@ -99,7 +109,8 @@ def decode(transformer: GPT2Model, input_ids: torch.Tensor) -> torch.Tensor:
 def _conv1d(layer, inputs: torch.Tensor) -> torch.Tensor:
     """Hugging Face's `Conv1D` (a linear layer storing its weight as (in, out)): bias + inputs @ weight."""
     return torch.addmm(layer.bias, inputs.reshape(-1, inputs.shape[-1]), layer.weight).view(
-        *inputs.shape[:-1], layer.weight.shape[1])
+        *inputs.shape[:-1], layer.weight.shape[1]
+    )
 
 
 def _attention(attention, hidden: torch.Tensor, future: torch.Tensor, config) -> torch.Tensor:
@@ -143,8 +154,12 @@ class RecurrentNextTokenLM(CarriedStateLoss):
     carries the activation penalties AR and TAR (`activation_penalty`); its value stays the cross-entropy.
     """
 
-    def __init__(self, lstm_lm: nn.Module, activation_regularization: float = 0.0,
-                 temporal_activation_regularization: float = 0.0):
+    def __init__(
+        self,
+        lstm_lm: nn.Module,
+        activation_regularization: float = 0.0,
+        temporal_activation_regularization: float = 0.0,
+    ):
         super().__init__()
         self.lstm_lm = lstm_lm
         self.state: HiddenState | None  # one tuple per layer (models/recurrent_cells.py); None at the start
@@ -164,8 +179,9 @@ class RecurrentNextTokenLM(CarriedStateLoss):
         self.state = detach_hidden_state(encoded.hidden_state)
         dropped = language_model.output_dropout(encoded.last_hidden_state)
         decoder = language_model.decoder
-        loss, count, correct = linear_cross_entropy(dropped, decoder.weight, decoder.bias, labels,
-                                                    count_correct=not self.training)
+        loss, count, correct = linear_cross_entropy(
+            dropped, decoder.weight, decoder.bias, labels, count_correct=not self.training
+        )
         alpha, beta = self.activation_regularization, self.temporal_activation_regularization
         if self.training and (alpha or beta):  # as fastai: never in validation
             penalty = activation_penalty(encoded.last_hidden_state, dropped, alpha, beta)
@@ -206,8 +222,9 @@ class MemoryNextTokenLM(CarriedStateLoss):
         encoded = model.transformer(input_ids, memory=self.state, memory_length=self.memory_length)
         self.state = encoded.memory
         head = model.lm_head
-        return linear_cross_entropy(encoded.last_hidden_state, head.weight, head.bias, labels,
-                                    count_correct=not self.training)
+        return linear_cross_entropy(
+            encoded.last_hidden_state, head.weight, head.bias, labels, count_correct=not self.training
+        )
 
     def carried_state(self) -> dict[str, torch.Tensor]:
         """The memory as named tensors, to save in a checkpoint."""

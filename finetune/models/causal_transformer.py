@@ -105,8 +105,9 @@ class CausalTransformerConfig(PretrainedConfig):
     def validate_attention(self) -> None:
         """Options that do not go together fail when the config is made, not in the middle of a forward."""
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size "
-                             f"({self.hidden_size})")
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size ({self.hidden_size})"
+            )
         if self.relative_positions and self.hidden_size % 2:
             raise ValueError("relative positions need an even hidden_size (sine and cosine halves)")
         if self.memory_length and not self.relative_positions:
@@ -134,8 +135,15 @@ class CausalTransformerLMOutput(ModelOutput):
     memory: Memory | None = None
 
 
-def attention_pattern(pattern: str, stride: int | None, summary_columns: int, query_length: int,
-                      memory_length: int, device: torch.device | None = None, first_position: int = 0) -> Tensor:
+def attention_pattern(
+    pattern: str,
+    stride: int | None,
+    summary_columns: int,
+    query_length: int,
+    memory_length: int,
+    device: torch.device | None = None,
+    first_position: int = 0,
+) -> Tensor:
     """Which keys each query may attend to: (query_length, memory_length + query_length), true where allowed.
 
     Queries are the segment's positions 0..L-1; keys are the memory's positions -M..-1, then the segment's own;
@@ -196,8 +204,9 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.heads, self.head_size = config.num_attention_heads, config.hidden_size // config.num_attention_heads
         self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
-        self.position_projection = (nn.Linear(config.hidden_size, config.hidden_size, bias=False)
-                                    if config.relative_positions else None)
+        self.position_projection = (
+            nn.Linear(config.hidden_size, config.hidden_size, bias=False) if config.relative_positions else None
+        )
         self.output = ResidualOutput(config.hidden_size, config.hidden_size)
         self.attention_dropout = config.attention_dropout
 
@@ -206,8 +215,14 @@ class CausalSelfAttention(nn.Module):
         batch, length, _ = states.shape
         return states.view(batch, length, self.heads, self.head_size).transpose(1, 2)
 
-    def forward(self, hidden: Tensor, context: Tensor, allowed: Tensor, encodings: Tensor | None,
-                biases: RelativePositionBiases | None) -> Tensor:
+    def forward(
+        self,
+        hidden: Tensor,
+        context: Tensor,
+        allowed: Tensor,
+        encodings: Tensor | None,
+        biases: RelativePositionBiases | None,
+    ) -> Tensor:
         """Attention of the (normalised) segment `hidden` over `context` = [memory ; hidden], normalised too.
 
         `encodings`: the sinusoids R of distances K-1 .. 0 (K keys), for relative positions; None for absolute ones.
@@ -248,8 +263,14 @@ class CausalTransformerBlock(nn.Module):
     def _dropped(self, branch: Tensor) -> Tensor:
         return dropout(branch, self.dropout) if self.training else branch
 
-    def forward(self, hidden: Tensor, memory: Tensor | None, allowed: Tensor, encodings: Tensor | None,
-                biases: RelativePositionBiases | None) -> Tensor:
+    def forward(
+        self,
+        hidden: Tensor,
+        memory: Tensor | None,
+        allowed: Tensor,
+        encodings: Tensor | None,
+        biases: RelativePositionBiases | None,
+    ) -> Tensor:
         normalised = self.attention_norm(hidden)
         # The memory is normalised by this layer's own norm, as the segment is: one LayerNorm of [memory ; hidden].
         context = normalised if memory is None else torch.cat([self.attention_norm(memory.detach()), normalised], 1)
@@ -291,15 +312,23 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
     def __init__(self, config: CausalTransformerConfig):
         super().__init__(config)
         self.token_embedding = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embedding = (None if config.relative_positions
-                                   else nn.Embedding(config.max_position_embeddings, config.hidden_size))
+        self.position_embedding = (
+            None if config.relative_positions else nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        )
         self.relative_position_biases = RelativePositionBiases(config) if config.relative_positions else None
         self.layers = nn.ModuleList(CausalTransformerBlock(config) for _ in range(config.num_hidden_layers))
         self.final_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
         self.post_init()
 
-    def forward(self, input_ids: Tensor, memory: Memory | None = None, memory_length: int | None = None,
-                attention_mask: Tensor | None = None, first_position: int = 0, **kwargs) -> CausalTransformerOutput:
+    def forward(
+        self,
+        input_ids: Tensor,
+        memory: Memory | None = None,
+        memory_length: int | None = None,
+        attention_mask: Tensor | None = None,
+        first_position: int = 0,
+        **kwargs,
+    ) -> CausalTransformerOutput:
         """Encode (batch, length) token ids that continue the streams `memory` was taken from (None: their start).
 
         `memory_length`: positions to remember for the next segment (default: the config's; a longer one reads
@@ -319,8 +348,9 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
         encodings = None
         if self.position_embedding is not None:
             if first_position + length > config.max_position_embeddings:
-                raise ValueError(f"{first_position + length} tokens exceed the {config.max_position_embeddings} "
-                                 "learned positions")
+                raise ValueError(
+                    f"{first_position + length} tokens exceed the {config.max_position_embeddings} learned positions"
+                )
             hidden = hidden + self.position_embedding.weight[first_position : first_position + length]
         else:  # the distances of the keys, farthest first (the order relative_shift expects)
             distances = torch.arange(remembered + length - 1, -1, -1, device=input_ids.device)
@@ -329,8 +359,15 @@ class CausalTransformerModel(CausalTransformerPreTrainedModel):
                 encodings = dropout(encodings, config.attention_dropout)
         if self.training:
             hidden = dropout(hidden, config.dropout)
-        allowed = attention_pattern(config.attention_pattern, config.attention_stride, config.summary_columns,
-                                    length, remembered, input_ids.device, first_position)
+        allowed = attention_pattern(
+            config.attention_pattern,
+            config.attention_stride,
+            config.summary_columns,
+            length,
+            remembered,
+            input_ids.device,
+            first_position,
+        )
         next_memory = []
         for index, layer in enumerate(self.layers):
             past = None if memory is None else memory[index]
@@ -365,13 +402,20 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGen
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
 
-    def forward(self, input_ids: Tensor, labels: Tensor | None = None, memory: Memory | None = None,
-                memory_length: int | None = None, attention_mask: Tensor | None = None, first_position: int = 0,
-                logits_to_keep: int = 0, **kwargs) -> CausalTransformerLMOutput:
+    def forward(
+        self,
+        input_ids: Tensor,
+        labels: Tensor | None = None,
+        memory: Memory | None = None,
+        memory_length: int | None = None,
+        attention_mask: Tensor | None = None,
+        first_position: int = 0,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> CausalTransformerLMOutput:
         """Logits for every position (the last `logits_to_keep` only, when given) and the next memory; with `labels`
         (usually the input ids) the next-token loss, shifted inside as everywhere in transformers."""
-        encoded = self.transformer(input_ids, memory=memory, memory_length=memory_length,
-                                   first_position=first_position)
+        encoded = self.transformer(input_ids, memory=memory, memory_length=memory_length, first_position=first_position)
         hidden = encoded.last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
@@ -379,19 +423,30 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGen
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalTransformerLMOutput(loss=loss, logits=logits, memory=encoded.memory)
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, memory: Memory | None = None,
-                                      attention_mask: Tensor | None = None, use_cache: bool = True,
-                                      logits_to_keep: int = 0, **kwargs) -> dict:
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: Tensor,
+        memory: Memory | None = None,
+        attention_mask: Tensor | None = None,
+        use_cache: bool = True,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> dict:
         """The tokens the memory does not hold yet, placed after it; the next memory keeps every position."""
         refuse_padding(attention_mask, type(self).__name__)
         read = memory[0].shape[1] if memory is not None and use_cache else 0
-        return {"input_ids": input_ids[:, read:].to(self.device), "memory": memory if read else None,
-                "first_position": read, "memory_length": input_ids.shape[1] if use_cache else 0,
-                "logits_to_keep": logits_to_keep}
+        return {
+            "input_ids": input_ids[:, read:].to(self.device),
+            "memory": memory if read else None,
+            "first_position": read,
+            "memory_length": input_ids.shape[1] if use_cache else 0,
+            "logits_to_keep": logits_to_keep,
+        }
 
 
-def build_causal_transformer(model_config, vocab_size: int, max_positions: int,
-                             tokenizer) -> CausalTransformerForCausalLM:
+def build_causal_transformer(
+    model_config, vocab_size: int, max_positions: int, tokenizer
+) -> CausalTransformerForCausalLM:
     """A randomly initialised model of a gpt2 recipe with `memory_length` or a sparse `attention` (sizes as GPT-2's)."""
     config = CausalTransformerConfig(
         vocab_size=vocab_size,

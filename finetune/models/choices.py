@@ -37,8 +37,13 @@ class GPT2ForMultipleChoice(GPT2PreTrainedModel):
         self.scorer = nn.Linear(config.n_embd, 1)
         self.post_init()
 
-    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor,
-                labels: torch.LongTensor | None = None, **kwargs) -> MultipleChoiceModelOutput:
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor,
+        labels: torch.LongTensor | None = None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
         questions, choices, length = input_ids.shape
         flat_mask = attention_mask.reshape(-1, length)
         states = self.transformer(input_ids.reshape(-1, length), attention_mask=flat_mask).last_hidden_state
@@ -64,9 +69,14 @@ def reads_last_token(model) -> bool:
     return getattr(model, "reads_last_token", False)
 
 
-CHOICES = TaskHead(AutoModelForMultipleChoice, MODEL_FOR_MULTIPLE_CHOICE_MAPPING, CHOICE_CLASS_ENDING, "choices",
-                   "multiple-choice model", "multiple-choice head yet: answer questions with a transformer encoder "
-                   "(BERT family) or GPT-2")
+CHOICES = TaskHead(
+    AutoModelForMultipleChoice,
+    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
+    CHOICE_CLASS_ENDING,
+    "choices",
+    "multiple-choice model",
+    "multiple-choice head yet: answer questions with a transformer encoder (BERT family) or GPT-2",
+)
 
 
 def load_choice_model(backbone_config, classifier_dropout: float | None = None):

@@ -105,16 +105,19 @@ class LanguageModelFamily:
 
     def train_tokenizer(self, documents: list[str], tokenizer_config):
         """A byte-level BPE tokenizer trained on `documents`, as GPT-2's."""
-        return train_byte_level_bpe(documents, tokenizer_config.vocab_size, tokenizer_config.lowercase,
-                                    tokenizer_config.min_frequency)
+        return train_byte_level_bpe(
+            documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
+        )
 
     def check_tokenizer(self, tokenizer, source: str) -> None:
         """An existing tokenizer must have the special tokens the family's data layout uses (a CheckpointError: the
         caller names the key that gave `source`)."""
         missing = [name for name in self.special_tokens if getattr(tokenizer, name) is None]
         if missing:
-            raise CheckpointError(f"the tokenizer of {source} has no {', '.join(missing)}, which {self.recipe_family} "
-                                  "pretraining needs", value=missing)
+            raise CheckpointError(
+                f"the tokenizer of {source} has no {', '.join(missing)}, which {self.recipe_family} pretraining needs",
+                value=missing,
+            )
 
     # ----- model -----
 
@@ -140,8 +143,12 @@ class LanguageModelFamily:
     def check_checkpoint(self, config, checkpoint: str) -> None:
         """A checkpoint this family continues: one of its own model type, else one line naming the type (the refusal
         names model.family as what decides it: the caller names the checkpoint's key)."""
-        refuse_other_model_type(config, self.model_type, checkpoint,
-                                f"model.family {self.recipe_family} continues {self.model_type} checkpoints")
+        refuse_other_model_type(
+            config,
+            self.model_type,
+            checkpoint,
+            f"model.family {self.recipe_family} continues {self.model_type} checkpoints",
+        )
 
     def from_config(self, config) -> nn.Module:
         """The model of a checkpoint's config, freshly initialised (nothing read: `finetune profile`)."""
@@ -189,8 +196,9 @@ class BertFamily(LanguageModelFamily):
 
     def train_tokenizer(self, documents: list[str], tokenizer_config):
         """A WordPiece tokenizer trained on `documents`, as BERT's."""
-        return train_wordpiece(documents, tokenizer_config.vocab_size, tokenizer_config.lowercase,
-                               tokenizer_config.min_frequency)
+        return train_wordpiece(
+            documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
+        )
 
     def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
@@ -225,8 +233,10 @@ class CausalTransformerFamily(GPT2Family):
     name = "causal_transformer"
     model_type = CAUSAL_TRANSFORMER_TYPE
     model_class = CausalTransformerForCausalLM
-    registering_import = ("import finetune.models.causal_transformer  # registers the model (Transformer-XL memory, "
-                          "sparse attention) with the Auto classes\n")
+    registering_import = (
+        "import finetune.models.causal_transformer  # registers the model (Transformer-XL memory, "
+        "sparse attention) with the Auto classes\n"
+    )
 
     def reads_bptt_batches(self, model_config) -> bool:
         return getattr(model_config, "memory_length", 0) > 0
@@ -249,8 +259,9 @@ class AWDLSTMFamily(LanguageModelFamily):
     registering_import = "import finetune.models.awd_lstm  # registers the AWD-LSTM with the Auto classes\n"
     card_tags = ("ulmfit",)
     classifier_card_tags = ("ulmfit", "awd-lstm")
-    classifier_registering_import = ("import finetune.models.awd_lstm_classifier  # registers the AWD-LSTM with "
-                                     "the Auto classes\n")
+    classifier_registering_import = (
+        "import finetune.models.awd_lstm_classifier  # registers the AWD-LSTM with the Auto classes\n"
+    )
     layer_blocks = slice(0, -1)  # the LSTM layers: the embedding sits on top, with the decoder (layer_groups)
     DROPOUTS = ("output_dropout", "hidden_dropout", "input_dropout", "embedding_dropout", "weight_dropout")
 
@@ -260,9 +271,14 @@ class AWDLSTMFamily(LanguageModelFamily):
 
     def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         config = AWDLSTMConfig(
-            vocab_size=len(tokenizer), embedding_size=model_config.embedding_size, hidden_size=model_config.hidden,
-            num_layers=model_config.layers, cell=model_config.cell, pad_token_id=tokenizer.pad_token_id,
-            embedding_init_range=model_config.embedding_init_range, **self.dropouts(model_config),
+            vocab_size=len(tokenizer),
+            embedding_size=model_config.embedding_size,
+            hidden_size=model_config.hidden,
+            num_layers=model_config.layers,
+            cell=model_config.cell,
+            pad_token_id=tokenizer.pad_token_id,
+            embedding_init_range=model_config.embedding_init_range,
+            **self.dropouts(model_config),
         )
         return AWDLSTMForCausalLM._from_config(config)
 
@@ -277,8 +293,9 @@ class AWDLSTMFamily(LanguageModelFamily):
         return load_model(AWDLSTMForCausalLM, source, config=config)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
-        return RecurrentNextTokenLM(model, model_config.activation_regularization,
-                                    model_config.temporal_activation_regularization)
+        return RecurrentNextTokenLM(
+            model, model_config.activation_regularization, model_config.temporal_activation_regularization
+        )
 
     def layer_groups(self, model: nn.Module) -> Groups:
         """As ULMFiT/fastai split an AWD-LSTM for language modelling: the LSTM layers bottom to top, then the
@@ -305,15 +322,22 @@ class NGramFamily(LanguageModelFamily):
 
     def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
         # the stages refuse it first (profile, lr-find): there is nothing to size or to train
-        raise InputError(f"an {self.recipe_family} model is counted from the corpus by `finetune pretrain`, not built",
-                         value=self.recipe_family)
+        raise InputError(
+            f"an {self.recipe_family} model is counted from the corpus by `finetune pretrain`, not built",
+            value=self.recipe_family,
+        )
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
         return NGramNextTokenLM(model)
 
 
-BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM = (BertFamily(), GPT2Family(), CausalTransformerFamily(),
-                                                   AWDLSTMFamily(), NGramFamily())
+BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM = (
+    BertFamily(),
+    GPT2Family(),
+    CausalTransformerFamily(),
+    AWDLSTMFamily(),
+    NGramFamily(),
+)
 FAMILIES: dict[str, LanguageModelFamily] = {f.name: f for f in (BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM)}
 _BY_MODEL_TYPE = {f.model_type: f for f in FAMILIES.values()}
 
@@ -336,7 +360,8 @@ def family_of(model_config) -> LanguageModelFamily:
     """The family a recipe's model section trains: model.family's, but our causal transformer for a gpt2 section
     with Transformer-XL memory or a sparse attention pattern (GPT2LMHeadModel computes neither)."""
     if model_config.family == GPT2.recipe_family and (
-            getattr(model_config, "memory_length", 0) > 0 or getattr(model_config, "attention", "dense") != "dense"):
+        getattr(model_config, "memory_length", 0) > 0 or getattr(model_config, "attention", "dense") != "dense"
+    ):
         return CAUSAL_TRANSFORMER
     return family(model_config.family)
 

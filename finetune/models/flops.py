@@ -24,8 +24,15 @@ TRAINING_FLOPS_PER_MULTIPLY_ADD = 6  # forward 2, backward 4
 FORWARD_FLOPS_PER_MULTIPLY_ADD = 2
 
 
-def training_flops_per_token(layers: int, hidden: int, seq_len: int, vocab: int, masked_fraction: float,
-                             sparse_decoder: bool, head_transform: bool = True) -> float:
+def training_flops_per_token(
+    layers: int,
+    hidden: int,
+    seq_len: int,
+    vocab: int,
+    masked_fraction: float,
+    sparse_decoder: bool,
+    head_transform: bool = True,
+) -> float:
     """Forward+backward FLOPs per token of a transformer LM (feed-forward 4 x hidden), decoder work counted only
     where it is useful.
 
@@ -51,8 +58,9 @@ def matrix_multiply_adds(parameters: list[nn.Parameter], lookups: set[int]) -> i
     return sum(parameter.numel() for parameter in parameters if parameter.dim() >= 2 and id(parameter) not in lookups)
 
 
-def multiply_adds_per_token(model: nn.Module, groups: list[list[nn.Parameter]], seq_len: int, top_fraction: float,
-                            blocks: slice) -> list[float]:
+def multiply_adds_per_token(
+    model: nn.Module, groups: list[list[nn.Parameter]], seq_len: int, top_fraction: float, blocks: slice
+) -> list[float]:
     """Multiply-adds per token of each layer group (bottom to top) of a built model (the meta device will do).
 
     `blocks`: the groups that are layers (transformer blocks or LSTM layers); in a transformer each also gets the
@@ -81,12 +89,15 @@ def multiply_adds_per_token(model: nn.Module, groups: list[list[nn.Parameter]], 
 def training_flops(multiply_adds: list[float], trainable_groups: int) -> float:
     """Forward and backward FLOPs per token with the top `trainable_groups` groups trainable (the rest frozen below)."""
     frozen = len(multiply_adds) - trainable_groups
-    return sum((FORWARD_FLOPS_PER_MULTIPLY_ADD if index < frozen else TRAINING_FLOPS_PER_MULTIPLY_ADD) * count
-               for index, count in enumerate(multiply_adds))
+    return sum(
+        (FORWARD_FLOPS_PER_MULTIPLY_ADD if index < frozen else TRAINING_FLOPS_PER_MULTIPLY_ADD) * count
+        for index, count in enumerate(multiply_adds)
+    )
 
 
-def matmul_gflops(size: int = 1024, repeats: int = 20, device: str = "cpu",
-                  dtype: torch.dtype = torch.float32) -> float:
+def matmul_gflops(
+    size: int = 1024, repeats: int = 20, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> float:
     """The machine's matmul rate (GFLOP/s) with torch's current threads: the denominator of MFU."""
     a, b = torch.randn(size, size, device=device, dtype=dtype), torch.randn(size, size, device=device, dtype=dtype)
     for _ in range(3):

@@ -25,8 +25,10 @@ from transformers.utils import ModelOutput
 def refuse_padding(attention_mask: Tensor | None, model_name: str) -> None:
     """A prompt batch with padding would be read as text: these models take no attention mask."""
     if attention_mask is not None and not bool(attention_mask.all()):
-        raise ValueError(f"{model_name} reads no padding: generate from one prompt at a time (num_return_sequences "
-                         "gives several samples of it)")
+        raise ValueError(
+            f"{model_name} reads no padding: generate from one prompt at a time (num_return_sequences "
+            "gives several samples of it)"
+        )
 
 
 class StatefulGenerationMixin(GenerationMixin):
@@ -45,9 +47,13 @@ class StatefulGenerationMixin(GenerationMixin):
         refuse_padding(attention_mask, type(self).__name__)
         return super().prepare_inputs_for_generation(input_ids, **kwargs)
 
-    def _update_model_kwargs_for_generation(self, outputs: ModelOutput, model_kwargs: dict[str, Any],
-                                            is_encoder_decoder: bool = False,
-                                            num_new_tokens: int = 1) -> dict[str, Any]:
+    def _update_model_kwargs_for_generation(
+        self,
+        outputs: ModelOutput,
+        model_kwargs: dict[str, Any],
+        is_encoder_decoder: bool = False,
+        num_new_tokens: int = 1,
+    ) -> dict[str, Any]:
         """The state the forward returned goes in with the next token (without use_cache every step reads all)."""
         if self.state_keyword is not None and model_kwargs.get("use_cache", True):
             model_kwargs[self.state_keyword] = getattr(outputs, self.state_keyword)

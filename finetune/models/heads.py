@@ -64,14 +64,20 @@ def label_config(spec: TaskSpec) -> dict:
 
 def activation_regularization(backbone_config, stored, pooling: str) -> dict[str, float]:
     """The classifier config's AR/TAR weights set by the recipe; only AWD-LSTM's concat-pooling head has them."""
-    keys = {"activation_regularization": "classifier_activation_regularization",
-            "temporal_activation_regularization": "classifier_temporal_activation_regularization"}
+    keys = {
+        "activation_regularization": "classifier_activation_regularization",
+        "temporal_activation_regularization": "classifier_temporal_activation_regularization",
+    }
     given = {key: getattr(backbone_config, key) for key in keys if getattr(backbone_config, key) is not None}
     if given and (not AWD_LSTM.owns(stored) or pooling == "mean"):
-        why = (f"{backbone_config.checkpoint} is a '{stored.model_type}' model" if not AWD_LSTM.owns(stored)
-               else "this recipe sets pooling: mean")
-        raise ClassifierOptionError(next(iter(given)), "only the AWD-LSTM classifier (pooling: model or scalar_mix) "
-                                    f"has AR/TAR; {why}")
+        why = (
+            f"{backbone_config.checkpoint} is a '{stored.model_type}' model"
+            if not AWD_LSTM.owns(stored)
+            else "this recipe sets pooling: mean"
+        )
+        raise ClassifierOptionError(
+            next(iter(given)), f"only the AWD-LSTM classifier (pooling: model or scalar_mix) has AR/TAR; {why}"
+        )
     return {keys[key]: value for key, value in given.items()}
 
 
@@ -97,10 +103,12 @@ def refuse_language_model_only(stored, checkpoint: str) -> None:
     """Our causal transformer (Transformer-XL memory, sparse attention) has no classifier yet: one line, rather than
     a crash mid-training (scalar_mix), a head nobody tested (mean) or transformers' traceback (eval, predict)."""
     if CAUSAL_TRANSFORMER.owns(stored):
-        raise CheckpointError(f"{checkpoint} is a language model with Transformer-XL memory or sparse "
-                              f"attention ('{CAUSAL_TRANSFORMER.model_type}'); fine-tuning a classifier on it is not "
-                              "supported yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)",
-                              value=stored.model_type)
+        raise CheckpointError(
+            f"{checkpoint} is a language model with Transformer-XL memory or sparse "
+            f"attention ('{CAUSAL_TRANSFORMER.model_type}'); fine-tuning a classifier on it is not "
+            "supported yet (pretrain a plain gpt2, or bert or awd_lstm, to fine-tune)",
+            value=stored.model_type,
+        )
 
 
 # What a backward encoder must share with the forward one to sit beside it in one classifier (one config builds both).
@@ -119,27 +127,40 @@ def bidirectional_switch(backbone_config, stored, trust_remote_code: bool = Fals
         return {}
     forward = backbone_config.checkpoint
     if not AWD_LSTM.owns(stored):
-        raise BackwardEncoderError("only AWD-LSTM classifiers read a backward language model beside the forward one; "
-                                   f"model.checkpoint {forward} is a '{stored.model_type}' model", value=name)
+        raise BackwardEncoderError(
+            "only AWD-LSTM classifiers read a backward language model beside the forward one; "
+            f"model.checkpoint {forward} is a '{stored.model_type}' model",
+            value=name,
+        )
     if getattr(stored, "classifier_bidirectional", False):
-        raise BackwardEncoderError(f"model.checkpoint {forward} is a bidirectional classifier already (it holds its "
-                                   "backward encoder); remove model.backward_checkpoint to continue it", value=name)
+        raise BackwardEncoderError(
+            f"model.checkpoint {forward} is a bidirectional classifier already (it holds its "
+            "backward encoder); remove model.backward_checkpoint to continue it",
+            value=name,
+        )
     if reads_backwards(stored):
-        raise BackwardEncoderError(f"model.checkpoint {forward} reads text backwards; give the forward language "
-                                   "model as model.checkpoint and the backward one (corpus.reverse: true) as "
-                                   "model.backward_checkpoint", value=name)
+        raise BackwardEncoderError(
+            f"model.checkpoint {forward} reads text backwards; give the forward language "
+            "model as model.checkpoint and the backward one (corpus.reverse: true) as "
+            "model.backward_checkpoint",
+            value=name,
+        )
     with _about_the_backward_encoder():
-        backward = load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(name),
-                                   trust_remote_code=trust_remote_code)
+        backward = load_pretrained(
+            AutoConfig.from_pretrained, resolve_checkpoint(name), trust_remote_code=trust_remote_code
+        )
     if not AWD_LSTM.owns(backward) or not reads_backwards(backward):
         kind = "a forward AWD-LSTM" if AWD_LSTM.owns(backward) else f"a '{backward.model_type}' model"
-        raise BackwardEncoderError(f"{name} is {kind}; it must be an AWD-LSTM language model pretrained with "
-                                   "corpus.reverse: true", value=name)
+        raise BackwardEncoderError(
+            f"{name} is {kind}; it must be an AWD-LSTM language model pretrained with corpus.reverse: true", value=name
+        )
     for size in BIDIRECTIONAL_SHAPE_KEYS:
         if getattr(backward, size) != getattr(stored, size):
-            raise BackwardEncoderError(f"{name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
-                                       f"{getattr(stored, size)}: the two directions must have the same sizes",
-                                       value=getattr(backward, size))
+            raise BackwardEncoderError(
+                f"{name} has {size} {getattr(backward, size)}, model.checkpoint {forward} "
+                f"{getattr(stored, size)}: the two directions must have the same sizes",
+                value=getattr(backward, size),
+            )
     return {"classifier_bidirectional": True}
 
 
@@ -155,12 +176,13 @@ def load_backward_encoder(model, backbone_config, trust_remote_code: bool = Fals
         backward_vocab = load_tokenizer(name, trust_remote_code=trust_remote_code).get_vocab()
     weights = backward.state_dict()
     if backward_vocab != forward_vocab:
-        weights["embedding.weight"] = remap_vocabulary_rows(weights["embedding.weight"], backward_vocab,
-                                                            forward_vocab)
+        weights["embedding.weight"] = remap_vocabulary_rows(weights["embedding.weight"], backward_vocab, forward_vocab)
         shared = len(forward_vocab.keys() & backward_vocab.keys())
-        console.print(f"model.backward_checkpoint: its vocabulary differs from model.checkpoint's; {shared:,} of "
-                      f"{len(forward_vocab):,} tokens keep their trained backward embedding, the others start at its "
-                      "mean")
+        console.print(
+            f"model.backward_checkpoint: its vocabulary differs from model.checkpoint's; {shared:,} of "
+            f"{len(forward_vocab):,} tokens keep their trained backward embedding, the others start at its "
+            "mean"
+        )
     model.awd_lstm_backward.load_state_dict(weights)
 
 
@@ -182,8 +204,9 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
         return new_mean_pooling_classifier(backbone_config, source, stored, spec, classifier_dropout, pooling)
     replace_head = is_classifier(stored) and stored_labels(stored) != label_config(spec)["id2label"]
     dropout = {} if classifier_dropout is None else {"classifier_dropout": classifier_dropout}
-    config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout,
-                             **regularization, **label_config(spec))
+    config = load_pretrained(
+        AutoConfig.from_pretrained, source, trust_remote_code=trusted, **dropout, **regularization, **label_config(spec)
+    )
     bidirectional = bidirectional_switch(backbone_config, stored, trusted)
     # Set after loading: from_pretrained drops a key the config class does not declare (the AWD-LSTM's is not).
     config.update(scalar_mix_switch(stored, pooling) | bidirectional)
@@ -192,14 +215,17 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
         return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
     # A new label count changes the output layer's shape; any other tensor must fit as stored.
     label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
-    model = load_model(AutoModelForSequenceClassification, source, trust_remote_code=trusted,
-                       label_counts=label_counts, config=config)
+    model = load_model(
+        AutoModelForSequenceClassification, source, trust_remote_code=trusted, label_counts=label_counts, config=config
+    )
     if bidirectional:
         load_backward_encoder(model, backbone_config, trusted)
     if replace_head:
         reinitialise_output_layer(model, config.num_labels)
-        console.print(f"warm start from {backbone_config.checkpoint}: its head for labels "
-                      f"{list(stored_labels(stored).values())} is replaced by a new one for {spec.name}")
+        console.print(
+            f"warm start from {backbone_config.checkpoint}: its head for labels "
+            f"{list(stored_labels(stored).values())} is replaced by a new one for {spec.name}"
+        )
     return model
 
 
@@ -208,8 +234,10 @@ def refuse_family_without_a_head(checkpoint: str, config) -> None:
     transformers (whose refusal is a ValueError told apart from others only by its wording)."""
     ships_its_own = "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {})
     if not ships_its_own and auto_class_lacks_family(AutoModelForSequenceClassification, config.model_type):
-        raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no sequence-classification "
-                              "head yet", value=config.model_type)
+        raise CheckpointError(
+            f"{checkpoint} is a '{config.model_type}' model, which has no sequence-classification head yet",
+            value=config.model_type,
+        )
 
 
 def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = "model"):
@@ -229,21 +257,30 @@ def classifier_skeleton(backbone_config, stored, spec: TaskSpec, pooling: str = 
     return AutoModelForSequenceClassification.from_config(config, trust_remote_code=backbone_config.trust_remote_code)
 
 
-def new_mean_pooling_classifier(backbone_config, source: str, stored, spec: TaskSpec,
-                                classifier_dropout: float | None, pooling: str = "mean"):
+def new_mean_pooling_classifier(
+    backbone_config, source: str, stored, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "mean"
+):
     """A fresh mean-pooling head (`pooling` mean or scalar_mix) on the checkpoint's encoder (its own head, if it has
     one, is left behind)."""
     if AWD_LSTM.owns(stored):
-        raise ClassifierOptionError("pooling", "mean is for transformer encoders; an AWD-LSTM classifier pools with "
-                                    "ULMFiT's concat pooling (last, max and mean) already: leave pooling at model (or "
-                                    "scalar_mix, to pool a learned mix of every layer)")
+        raise ClassifierOptionError(
+            "pooling",
+            "mean is for transformer encoders; an AWD-LSTM classifier pools with "
+            "ULMFiT's concat pooling (last, max and mean) already: leave pooling at model (or "
+            "scalar_mix, to pool a learned mix of every layer)",
+        )
     if stored.model_type not in CONFIG_MAPPING:  # a family shipped as code: the head cannot rebuild its config
-        raise ClassifierOptionError("pooling", f"{pooling} needs a model family transformers itself knows, not "
-                                    f"'{stored.model_type}'")
-    encoder = None if backbone_config.init == "random" else load_model(
-        AutoModel, source, trust_remote_code=backbone_config.trust_remote_code)
-    return mean_pooling_classifier(stored, encoder, classifier_dropout, scalar_mix=pooling == "scalar_mix",
-                                   **label_config(spec))
+        raise ClassifierOptionError(
+            "pooling", f"{pooling} needs a model family transformers itself knows, not '{stored.model_type}'"
+        )
+    encoder = (
+        None
+        if backbone_config.init == "random"
+        else load_model(AutoModel, source, trust_remote_code=backbone_config.trust_remote_code)
+    )
+    return mean_pooling_classifier(
+        stored, encoder, classifier_dropout, scalar_mix=pooling == "scalar_mix", **label_config(spec)
+    )
 
 
 def is_classifier(config) -> bool:
@@ -262,10 +299,14 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
     Loading with `ignore_mismatched_sizes` renews it when the label count changed; with the same count
     but other labels the old weights would load and mean the wrong classes.
     """
-    outputs = [module for module in model.modules() if isinstance(module, nn.Linear) and module.out_features == num_labels]
+    outputs = [
+        module for module in model.modules() if isinstance(module, nn.Linear) and module.out_features == num_labels
+    ]
     if not outputs:
-        raise CheckpointError(f"cannot find the output layer ({num_labels} outputs) of {type(model).__name__} to "
-                              "replace", value=type(model).__name__)
+        raise CheckpointError(
+            f"cannot find the output layer ({num_labels} outputs) of {type(model).__name__} to replace",
+            value=type(model).__name__,
+        )
     for parameter in outputs[-1].parameters():
         parameter._is_hf_initialized = False  # transformers' initialisers skip tensors marked as loaded
     model._init_weights(outputs[-1])
@@ -304,9 +345,12 @@ def refuse_head_less(config, checkpoint: str) -> None:
     """A language model (a pretraining run's checkpoint) given where a fine-tuned classifier is needed: one line."""
     architectures = getattr(config, "architectures", None) or []
     if architectures and all(name.endswith(LANGUAGE_MODEL_CLASS_ENDINGS) for name in architectures):
-        raise CheckpointError(f"{checkpoint} is a language model ({', '.join(architectures)}), not a fine-tuned "
-                              "classifier: fine-tune it on the task first (finetune finetune, model.checkpoint: that "
-                              "folder)", value=checkpoint)
+        raise CheckpointError(
+            f"{checkpoint} is a language model ({', '.join(architectures)}), not a fine-tuned "
+            "classifier: fine-tune it on the task first (finetune finetune, model.checkpoint: that "
+            "folder)",
+            value=checkpoint,
+        )
 
 
 def load_finetuned(name: str, spec: TaskSpec, *, trust_remote_code: bool = False):
@@ -316,12 +360,10 @@ def load_finetuned(name: str, spec: TaskSpec, *, trust_remote_code: bool = False
     config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code)
     refuse_language_model_only(config, name)
     refuse_family_without_a_head(name, config)
-    model = load_model(AutoModelForSequenceClassification, source, trust_remote_code=trust_remote_code,
-                       config=config)
+    model = load_model(AutoModelForSequenceClassification, source, trust_remote_code=trust_remote_code, config=config)
     refuse_head_less(config, name)  # after loading: a damaged weights file is named first
     expected = label_config(spec)["id2label"]
     stored = stored_labels(model.config)
     if stored != expected:
-        raise CheckpointError(f"{name} predicts labels {stored}, but task '{spec.name}' has {expected}",
-                              value=stored)
+        raise CheckpointError(f"{name} predicts labels {stored}, but task '{spec.name}' has {expected}", value=stored)
     return model

@@ -15,8 +15,15 @@ from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTo
 
 from finetune.errors import CheckpointError
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
-                   "sentencepiece.bpe.model", "tokenizer.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+)
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
@@ -33,8 +40,9 @@ def resolve_checkpoint(name: str, *, marker_files: tuple[str, ...] = ("config.js
         if not any((path / marker).is_file() for marker in marker_files):
             if marker_files == TOKENIZER_FILES:
                 raise CheckpointError(f"{path} holds no tokenizer (none of {', '.join(marker_files)})", value=path)
-            raise CheckpointError(f"{path} has no {' or '.join(marker_files)} (not a Hugging Face model folder)",
-                                  value=path)
+            raise CheckpointError(
+                f"{path} has no {' or '.join(marker_files)} (not a Hugging Face model folder)", value=path
+            )
         if (path / CONFIG_FILE).is_file():  # tokenizers read it too
             check_config_file(path / CONFIG_FILE)
         return str(path)
@@ -54,8 +62,9 @@ def check_config_file(path: Path) -> None:
         raise CheckpointError(f"not valid JSON ({error.msg})", source=path, line=error.lineno) from None
     if not isinstance(config, dict):
         line = text[: len(text) - len(text.lstrip())].count("\n") + 1  # where the top-level value starts
-        raise CheckpointError(f"expected a JSON object, found {type(config).__name__}", source=path, line=line,
-                              value=config)
+        raise CheckpointError(
+            f"expected a JSON object, found {type(config).__name__}", source=path, line=line, value=config
+        )
 
 
 def check_weight_files(folder: Path) -> None:
@@ -66,12 +75,14 @@ def check_weight_files(folder: Path) -> None:
                 pass
         except SafetensorError as error:
             reason = str(error).removeprefix("Error while deserializing header: ")
-            raise CheckpointError(f"not a complete safetensors file ({reason}); copy or save it again",
-                                  source=path) from None
+            raise CheckpointError(
+                f"not a complete safetensors file ({reason}); copy or save it again", source=path
+            ) from None
 
 
-def load_model(model_class, name: str, *, trust_remote_code: bool = False,
-               label_counts: tuple[int, int] | None = None, **kwargs):
+def load_model(
+    model_class, name: str, *, trust_remote_code: bool = False, label_counts: tuple[int, int] | None = None, **kwargs
+):
     """`model_class.from_pretrained` through `load_pretrained`, refusing weights of other shapes than config.json's.
 
     transformers would fail with a traceback, or re-initialise those tensors when asked to ignore them.
@@ -81,25 +92,39 @@ def load_model(model_class, name: str, *, trust_remote_code: bool = False,
     if Path(name).is_dir():
         check_weight_files(Path(name))
     with _held_load_report() as report:
-        model, loading = load_pretrained(model_class.from_pretrained, name, trust_remote_code=trust_remote_code,
-                                         ignore_mismatched_sizes=True, output_loading_info=True, **kwargs)
+        model, loading = load_pretrained(
+            model_class.from_pretrained,
+            name,
+            trust_remote_code=trust_remote_code,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+            **kwargs,
+        )
         position = {tensor: index for index, tensor in enumerate(model.state_dict())}
-        mismatched = sorted((position.get(tensor, len(position)), tensor, list(stored), list(expected))
-                            for tensor, stored, expected in loading["mismatched_keys"]
-                            if not _new_output_size(stored, expected, label_counts))
+        mismatched = sorted(
+            (position.get(tensor, len(position)), tensor, list(stored), list(expected))
+            for tensor, stored, expected in loading["mismatched_keys"]
+            if not _new_output_size(stored, expected, label_counts)
+        )
         if mismatched:
             report.discard()  # the line below says what the report's table would
             _, tensor, stored, expected = mismatched[0]
             more = f" ({len(mismatched) - 1} more tensors differ)" if len(mismatched) > 1 else ""
-            raise CheckpointError(f"the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
-                                  f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}", value=tensor)
+            raise CheckpointError(
+                f"the weights of {name} do not match its {CONFIG_FILE}: {tensor} has shape "
+                f"{stored} in the weights, {expected} by {CONFIG_FILE}{more}",
+                value=tensor,
+            )
     return model
 
 
 def _new_output_size(stored, expected, label_counts: tuple[int, int] | None) -> bool:
     """Whether two shapes differ only where a classifier's output size went from label_counts[0] to [1]."""
-    return label_counts is not None and len(stored) == len(expected) and all(
-        old == new or (old, new) == label_counts for old, new in zip(stored, expected))
+    return (
+        label_counts is not None
+        and len(stored) == len(expected)
+        and all(old == new or (old, new) == label_counts for old, new in zip(stored, expected))
+    )
 
 
 class _HeldRecords(logging.Filter):
@@ -161,14 +186,22 @@ def _load_pretrained(loader, name: str, trust_remote_code: bool, **kwargs):
     except ValueError as error:
         config = _stored_json(name, CONFIG_FILE)
         if not trust_remote_code and _ships_code(name, config):
-            raise CheckpointError(f"'{name}' ships Python code of its own, which runs only with trust_remote_code: "
-                                  "true in the recipe (set it only for code you have read)", value=name) from None
+            raise CheckpointError(
+                f"'{name}' ships Python code of its own, which runs only with trust_remote_code: "
+                "true in the recipe (set it only for code you have read)",
+                value=name,
+            ) from None
         if config is not None and config.get("model_type") not in CONFIG_MAPPING:
-            raise CheckpointError(f"'{name}' is no model family transformers knows (config.json: model_type "
-                                  "missing or unknown)", value=config.get("model_type")) from None
+            raise CheckpointError(
+                f"'{name}' is no model family transformers knows (config.json: model_type missing or unknown)",
+                value=config.get("model_type"),
+            ) from None
         if _loads_a_tokenizer(loader) and _stored_file(name, "tokenizer.json") is None:
-            raise CheckpointError(f"'{name}' has no tokenizer transformers can read (tokenizer.json, or the "
-                                  "vocabulary files of its model family)", value=name) from None
+            raise CheckpointError(
+                f"'{name}' has no tokenizer transformers can read (tokenizer.json, or the "
+                "vocabulary files of its model family)",
+                value=name,
+            ) from None
         model_type = getattr(kwargs.get("config"), "model_type", None) or (config or {}).get("model_type")
         if _auto_class_lacks_family(loader, model_type):
             raise  # a known family without this kind of head (heads refuses one before asking)
@@ -240,8 +273,9 @@ def refuse_other_model_type(config, model_type: str, name: str, refusal: str) ->
         raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
 
 
-def load_for_continued_pretraining(model_class, model_type: str, name: str, dropout: float | None,
-                                   dropout_fields: tuple[str, ...], refusal: str):
+def load_for_continued_pretraining(
+    model_class, model_type: str, name: str, dropout: float | None, dropout_fields: tuple[str, ...], refusal: str
+):
     """A pretrained checkpoint of `model_type` as `model_class`, to continue pretraining it (`model.checkpoint`).
 
     Another family is refused with `refusal` ("continued ... supports ..."); `dropout`, when given, replaces the

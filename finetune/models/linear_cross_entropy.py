@@ -75,8 +75,9 @@ def _project(part: Tensor, weight: Tensor, bias: Tensor | None, out: Tensor) -> 
             torch.addmm(bias[columns], part, weight[columns].t(), out=out[:, columns])
 
 
-def _chunked_loss(hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
-                  count_correct: bool) -> tuple[Tensor, Tensor | None]:
+def _chunked_loss(
+    hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, count_correct: bool
+) -> tuple[Tensor, Tensor | None]:
     """Forward only (evaluation): the mean loss over labelled rows and the correct count (or None)."""
     vocab = weight.shape[0]
     size, bounds = _chunks(hidden.shape[0], vocab)
@@ -101,8 +102,9 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     each chunk is in cache."""
 
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor,
-                count_correct: bool) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, count_correct: bool
+    ) -> tuple[Tensor, Tensor]:
         rows, vocab = hidden.shape[0], weight.shape[0]
         size, bounds = _chunks(rows, vocab)
         grad_hidden, grad_weight = torch.empty_like(hidden), torch.zeros_like(weight)

@@ -48,8 +48,13 @@ def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token
 def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
     """A pretrained BERT-family checkpoint as a masked LM to continue training (a missing MLM head starts fresh)."""
     return load_for_continued_pretraining(
-        BertForMaskedLM, "bert", name, dropout, ("hidden_dropout_prob", "attention_probs_dropout_prob"),
-        "continued masked-LM pretraining supports the bert family")
+        BertForMaskedLM,
+        "bert",
+        name,
+        dropout,
+        ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        "continued masked-LM pretraining supports the bert family",
+    )
 
 
 def encode(bert: BertModel, input_ids: torch.Tensor, hidden_dropout: float, attention_dropout: float) -> torch.Tensor:
@@ -81,8 +86,10 @@ def encoder_layer(layer, hidden: torch.Tensor, hidden_dropout: float, attention_
 def stacked_qkv(attention) -> tuple[torch.Tensor, torch.Tensor]:
     """A `BertSelfAttention`'s Q, K and V weights and biases stacked: one (width x 3 width) product, one pass over
     the hidden states instead of three."""
-    return (torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
-            torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]))
+    return (
+        torch.cat([attention.query.weight, attention.key.weight, attention.value.weight]),
+        torch.cat([attention.query.bias, attention.key.bias, attention.value.bias]),
+    )
 
 
 def after_attention(layer, context: torch.Tensor, hidden: torch.Tensor, hidden_dropout: float) -> torch.Tensor:
@@ -94,8 +101,9 @@ def after_attention(layer, context: torch.Tensor, hidden: torch.Tensor, hidden_d
     return output.LayerNorm(dropout(output.dense(layer.intermediate(hidden)), hidden_dropout) + hidden)
 
 
-def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor,
-                   attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
+def masked_lm_loss(
+    model: BertForMaskedLM, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> MaskedLMOutput:
     """Cross-entropy at the masked positions only (Cramming's sparse prediction).
 
     `BertForMaskedLM.forward` projects every position onto the vocabulary; only ~15% carry a
@@ -105,8 +113,12 @@ def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torc
     """
     config = model.config
     # The fast route covers fp32 training on packed blocks; autocast, bf16 and padding take Hugging Face's.
-    fast = (model.training and attention_mask is None and model.dtype == torch.float32
-            and not torch.is_autocast_enabled(input_ids.device.type))
+    fast = (
+        model.training
+        and attention_mask is None
+        and model.dtype == torch.float32
+        and not torch.is_autocast_enabled(input_ids.device.type)
+    )
     if fast:
         hidden = encode(model.bert, input_ids, config.hidden_dropout_prob, config.attention_probs_dropout_prob)
     else:
@@ -117,8 +129,9 @@ def masked_lm_loss(model: BertForMaskedLM, input_ids: torch.Tensor, labels: torc
         return hidden.sum() * 0.0, selected.sum(), None if model.training else selected.sum()
     head = model.cls.predictions
     transformed = head.transform(hidden[selected])
-    return linear_cross_entropy(transformed, head.decoder.weight, head.decoder.bias, targets,
-                                count_correct=not model.training)
+    return linear_cross_entropy(
+        transformed, head.decoder.weight, head.decoder.bias, targets, count_correct=not model.training
+    )
 
 
 class SparseMaskedLM(LanguageModelLoss):
@@ -133,6 +146,7 @@ class SparseMaskedLM(LanguageModelLoss):
         """The Hugging Face model inside, the one a checkpoint saves."""
         return self.masked_lm
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> MaskedLMOutput:
+    def forward(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> MaskedLMOutput:
         return masked_lm_loss(self.masked_lm, input_ids, labels, attention_mask)

@@ -101,12 +101,18 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         elif isinstance(module, ScalarMix):
             module.reset_parameters()
 
-    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                labels: Tensor | None = None, **encoder_inputs) -> SequenceClassifierOutput:
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        labels: Tensor | None = None,
+        **encoder_inputs,
+    ) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules)."""
         mixing = self.scalar_mix is not None
-        encoded = self.encoder(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing,
-                               **encoder_inputs)
+        encoded = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing, **encoder_inputs
+        )
         hidden = self.scalar_mix(encoded.hidden_states) if mixing else encoded.last_hidden_state
         logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
         loss = None
@@ -115,16 +121,21 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
-def mean_pooling_classifier(encoder_config: PretrainedConfig, pretrained_encoder: nn.Module | None,
-                            classifier_dropout: float | None, scalar_mix: bool = False,
-                            **label_config) -> MeanPoolingForSequenceClassification:
+def mean_pooling_classifier(
+    encoder_config: PretrainedConfig,
+    pretrained_encoder: nn.Module | None,
+    classifier_dropout: float | None,
+    scalar_mix: bool = False,
+    **label_config,
+) -> MeanPoolingForSequenceClassification:
     """A new mean-pooling classifier on an encoder of `encoder_config`, with `pretrained_encoder`'s weights if given.
 
     `pretrained_encoder` is what `AutoModel.from_pretrained` loads from the checkpoint (a bare encoder, a masked
     LM's or a fine-tuned classifier's, each without its head); its pooler, if any, is left behind.
     """
-    config = MeanPoolingConfig(encoder=encoder_config.to_dict(), classifier_dropout=classifier_dropout,
-                               scalar_mix=scalar_mix, **label_config)
+    config = MeanPoolingConfig(
+        encoder=encoder_config.to_dict(), classifier_dropout=classifier_dropout, scalar_mix=scalar_mix, **label_config
+    )
     model = MeanPoolingForSequenceClassification(config)
     if pretrained_encoder is not None:
         missing, unexpected = model.encoder.load_state_dict(pretrained_encoder.state_dict(), strict=False)

@@ -17,8 +17,10 @@ def load_finetuned_multilabel(name: str, spec: TaskSpec, *, trust_remote_code: b
     model = load_finetuned(name, spec, trust_remote_code=trust_remote_code)
     if model.config.problem_type != "multi_label_classification":
         kind = "a regressor" if model.config.problem_type == "regression" else "a single-label classifier"
-        raise CheckpointError(f"{kind} (one label per example), not a multi-label one: fine-tune it on a task of kind "
-                              "multilabel first", source=name)
+        raise CheckpointError(
+            f"{kind} (one label per example), not a multi-label one: fine-tune it on a task of kind multilabel first",
+            source=name,
+        )
     return model
 
 

@@ -83,8 +83,9 @@ class NGramTables:
     discounts: list[tuple[float, float, float]]
 
 
-def estimate_kneser_ney(stream: np.ndarray, vocab_size: int, order: int,
-                        advance: Callable[[], None] = lambda: None) -> NGramTables:
+def estimate_kneser_ney(
+    stream: np.ndarray, vocab_size: int, order: int, advance: Callable[[], None] = lambda: None
+) -> NGramTables:
     """Count every n-gram of `stream` (token ids, one text) up to `order` and smooth them; `advance()` once per order."""
     stream = np.asarray(stream, dtype=np.int64)
     if not 1 <= order <= MAX_ORDER:
@@ -120,8 +121,9 @@ def estimate_kneser_ney(stream: np.ndarray, vocab_size: int, order: int,
         discount = np.where(used > 0, np.asarray((0.0,) + discounts)[np.minimum(used, 3)], 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             probabilities = np.where(totals[contexts] > 0, (used - discount) / totals[contexts], 0.0)
-            backoffs = np.where(totals > 0, np.bincount(contexts, weights=discount, minlength=context_count)
-                                / totals, 1.0)
+            backoffs = np.where(
+                totals > 0, np.bincount(contexts, weights=discount, minlength=context_count) / totals, 1.0
+            )
         tables.keys.append(keys[k - 1])
         tables.probabilities.append(probabilities.astype(np.float32))
         tables.backoffs.append(backoffs.astype(np.float32))
@@ -174,27 +176,38 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
             self.register_buffer(f"keys_{k}", torch.zeros(sizes[k - 1], dtype=torch.int64))
             # Parameters (never trained) rather than buffers: transformers finds a model's dtype from its parameters.
             setattr(self, f"probabilities_{k}", nn.Parameter(torch.zeros(sizes[k - 1]), requires_grad=False))
-            setattr(self, f"backoffs_{k}", nn.Parameter(torch.ones(1 if k == 1 else sizes[k - 2]),
-                                                        requires_grad=False))
+            setattr(self, f"backoffs_{k}", nn.Parameter(torch.ones(1 if k == 1 else sizes[k - 2]), requires_grad=False))
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
         """Nothing to draw: the tables are counted (estimate_kneser_ney), then loaded."""
 
     @classmethod
-    def count(cls, stream: np.ndarray, vocab_size: int, order: int, eos_token_id: int | None = None,
-              advance: Callable[[], None] = lambda: None) -> NGramForCausalLM:
+    def count(
+        cls,
+        stream: np.ndarray,
+        vocab_size: int,
+        order: int,
+        eos_token_id: int | None = None,
+        advance: Callable[[], None] = lambda: None,
+    ) -> NGramForCausalLM:
         """The model of one token stream (`estimate_kneser_ney`); `advance()` once per order counted."""
         tables = estimate_kneser_ney(stream, vocab_size, order, advance)
         return cls.from_tables(tables, vocab_size, len(stream), eos_token_id)
 
     @classmethod
-    def from_tables(cls, tables: NGramTables, vocab_size: int, training_tokens: int,
-                    eos_token_id: int | None = None) -> NGramForCausalLM:
+    def from_tables(
+        cls, tables: NGramTables, vocab_size: int, training_tokens: int, eos_token_id: int | None = None
+    ) -> NGramForCausalLM:
         """A model holding `tables`."""
-        config = NGramConfig(vocab_size=vocab_size, order=len(tables.keys), eos_token_id=eos_token_id,
-                             table_sizes=[len(keys) for keys in tables.keys], training_tokens=training_tokens,
-                             discounts=[list(discounts) for discounts in tables.discounts])
+        config = NGramConfig(
+            vocab_size=vocab_size,
+            order=len(tables.keys),
+            eos_token_id=eos_token_id,
+            table_sizes=[len(keys) for keys in tables.keys],
+            training_tokens=training_tokens,
+            discounts=[list(discounts) for discounts in tables.discounts],
+        )
         model = cls(config)
         with torch.no_grad():
             for k in range(1, config.order + 1):
@@ -232,8 +245,9 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
     def target_log_probabilities(self, input_ids: Tensor) -> Tensor:
         """(batch, time - 1) float64: log p(input_ids[:, t] | the row's tokens before t), for t = 1..time-1."""
         rows = self._rows(input_ids)
-        probability = torch.full(input_ids[:, 1:].shape, 1.0 / self.config.vocab_size, dtype=torch.float64,
-                                 device=input_ids.device)
+        probability = torch.full(
+            input_ids[:, 1:].shape, 1.0 / self.config.vocab_size, dtype=torch.float64, device=input_ids.device
+        )
         for k in range(1, self.config.order + 1):
             context, gram = rows[k - 1][:, :-1], rows[k][:, 1:]  # the context ends one position before the word
             seen = context >= 0
@@ -266,8 +280,11 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
             starts = torch.searchsorted(keys, context[seen] * vocab_size)
             stops = torch.searchsorted(keys, (context[seen] + 1) * vocab_size)
             which, entries = _ranges(starts, stops)
-            probabilities.index_put_((seen[which], keys[entries] % vocab_size),
-                                     self.table("probabilities", k)[entries].float(), accumulate=True)
+            probabilities.index_put_(
+                (seen[which], keys[entries] % vocab_size),
+                self.table("probabilities", k)[entries].float(),
+                accumulate=True,
+            )
         return probabilities
 
     def _chunked_distributions(self, input_ids: Tensor, last: int = 0):
@@ -296,8 +313,9 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
         best_words, best_values = [], []
         suffixes = torch.zeros_like(keys)  # of table k's n-grams: the row of their last k - 1 words in table k - 1
         full = self.table("probabilities", 1).double() + self.table("backoffs", 1).double() / vocab_size  # p_1
-        unigram = torch.full((vocab_size,), float(self.table("backoffs", 1)[0]) / vocab_size, dtype=torch.float64,
-                             device=keys.device)
+        unigram = torch.full(
+            (vocab_size,), float(self.table("backoffs", 1)[0]) / vocab_size, dtype=torch.float64, device=keys.device
+        )
         unigram[keys] = full
         best_words.append(unigram.argmax().view(1))
         best_values.append(unigram.max().view(1))
@@ -314,7 +332,8 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
             best = value.scatter_reduce(0, contexts, full, reduce="amax")
             at_best = full == best[contexts]
             first = torch.full_like(word, len(keys)).scatter_reduce(
-                0, contexts[at_best], torch.arange(len(keys), device=keys.device)[at_best], reduce="amin")
+                0, contexts[at_best], torch.arange(len(keys), device=keys.device)[at_best], reduce="amin"
+            )
             stored = first < len(keys)
             stored_word = words[first.clamp(max=len(keys) - 1)]
             replace = stored & ((best > value) | (stored_word < word))
@@ -336,8 +355,14 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
         return predictions
 
     @torch.no_grad()
-    def forward(self, input_ids: Tensor, labels: Tensor | None = None, attention_mask: Tensor | None = None,
-                logits_to_keep: int = 0, **kwargs) -> CausalLMOutput:
+    def forward(
+        self,
+        input_ids: Tensor,
+        labels: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        logits_to_keep: int = 0,
+        **kwargs,
+    ) -> CausalLMOutput:
         """Log-probabilities of the next token at every position as the logits (batch, time, vocab): the whole
         distribution, so for short inputs (`logits_to_keep`: of the last positions only). With `labels` (usually
         the input ids, shifted inside as everywhere in transformers) the mean next-token loss. `attention_mask` is
@@ -350,11 +375,12 @@ class NGramForCausalLM(PreTrainedModel, StatefulGenerationMixin):
             loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return CausalLMOutput(loss=loss, logits=logits)
 
-    def prepare_inputs_for_generation(self, input_ids: Tensor, attention_mask: Tensor | None = None,
-                                      logits_to_keep: int = 0, **kwargs) -> dict:
+    def prepare_inputs_for_generation(
+        self, input_ids: Tensor, attention_mask: Tensor | None = None, logits_to_keep: int = 0, **kwargs
+    ) -> dict:
         """The last n - 1 tokens: the longest context the model reads (no state carried)."""
         refuse_padding(attention_mask, type(self).__name__)
-        return {"input_ids": input_ids[:, -max(1, self.config.order - 1):], "logits_to_keep": logits_to_keep}
+        return {"input_ids": input_ids[:, -max(1, self.config.order - 1) :], "logits_to_keep": logits_to_keep}
 
 
 class NGramNextTokenLM(LanguageModelLoss):

@@ -24,8 +24,9 @@ from finetune.models.masked_lm import after_attention, stacked_qkv
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification
 
 
-def packed_logits(model, input_ids: Tensor, attention_mask: Tensor | None = None,
-                  token_type_ids: Tensor | None = None, **others) -> Tensor | None:
+def packed_logits(
+    model, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None, **others
+) -> Tensor | None:
     """The classifier's logits (batch, labels) computed on the real tokens only, or None when not covered."""
     if others or attention_mask is None or not _covered(model, input_ids):
         return None
@@ -54,9 +55,14 @@ def _covered(model, input_ids: Tensor) -> bool:
     else:
         return False
     config = encoder.config
-    return (isinstance(encoder, BertModel) and not model.training and model.dtype == torch.float32
-            and not torch.is_autocast_enabled(input_ids.device.type) and not config.is_decoder
-            and getattr(config, "position_embedding_type", "absolute") == "absolute")
+    return (
+        isinstance(encoder, BertModel)
+        and not model.training
+        and model.dtype == torch.float32
+        and not torch.is_autocast_enabled(input_ids.device.type)
+        and not config.is_decoder
+        and getattr(config, "position_embedding_type", "absolute") == "absolute"
+    )
 
 
 def packed_encoder(bert: BertModel, input_ids: Tensor, real: Tensor, token_type_ids: Tensor | None) -> Tensor:
@@ -64,8 +70,11 @@ def packed_encoder(bert: BertModel, input_ids: Tensor, real: Tensor, token_type_
     embeddings = bert.embeddings
     positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)[real]
     types = torch.zeros_like(positions) if token_type_ids is None else token_type_ids[real]
-    hidden = embeddings.LayerNorm(embeddings.word_embeddings(input_ids[real]) + embeddings.token_type_embeddings(types)
-                                  + embeddings.position_embeddings(positions))
+    hidden = embeddings.LayerNorm(
+        embeddings.word_embeddings(input_ids[real])
+        + embeddings.token_type_embeddings(types)
+        + embeddings.position_embeddings(positions)
+    )
     keys = real[:, None, None, :]  # (batch, 1, 1, length): every query may attend to the real keys of its row
     for layer in bert.encoder.layer:
         hidden = _packed_layer(layer, hidden, real, keys)

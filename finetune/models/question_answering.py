@@ -12,9 +12,14 @@ from finetune.models.task_heads import TaskHead
 NO_ANSWER_KEY = "version_2_with_negative"  # Hugging Face run_qa's name for it
 
 
-QA = TaskHead(AutoModelForQuestionAnswering, MODEL_FOR_QUESTION_ANSWERING_MAPPING, "ForQuestionAnswering", "spans",
-              "question-answering model", "question-answering head: answer questions with a transformer encoder "
-              "(BERT family)")
+QA = TaskHead(
+    AutoModelForQuestionAnswering,
+    MODEL_FOR_QUESTION_ANSWERING_MAPPING,
+    "ForQuestionAnswering",
+    "spans",
+    "question-answering model",
+    "question-answering head: answer questions with a transformer encoder (BERT family)",
+)
 
 
 def load_qa_model(backbone_config, version_2: bool):

@@ -164,8 +164,9 @@ class QRNNLayer(nn.Module):
         if self.window == 2:
             previous_input = sequence.new_zeros(1, batch, self.input_size) if state is None else state[1]
             source = torch.cat([sequence, torch.cat([previous_input, sequence[:-1]])], dim=-1)
-        weight = F.dropout(self.weight_ih_raw, self.p, training=True) if self.training and self.p > 0 \
-            else self.weight_ih_raw
+        weight = (
+            F.dropout(self.weight_ih_raw, self.p, training=True) if self.training and self.p > 0 else self.weight_ih_raw
+        )
         candidate, forget, output = F.linear(source, weight, self.bias_ih).chunk(3, dim=-1)
         forget = torch.sigmoid(forget)
         candidate = torch.tanh(candidate) * (1 - forget)

@@ -77,6 +77,8 @@ class ProjectedScalarMix(nn.Module):
             raise ValueError("backward layers must be given exactly when the mix was built bidirectional")
         projected = [projection(layer) for projection, layer in zip(self.projections, layers)]
         if backward_layers is not None:
-            projected = [torch.cat([forward, projection(backward)], dim=-1) for forward, projection, backward
-                         in zip(projected, self.backward_projections, backward_layers)]
+            projected = [
+                torch.cat([forward, projection(backward)], dim=-1)
+                for forward, projection, backward in zip(projected, self.backward_projections, backward_layers)
+            ]
         return self.mix(projected)

@@ -12,13 +12,21 @@ from finetune.models.task_heads import TaskHead
 
 def tag_config(tags) -> dict:
     """The config entries that store the tags with the checkpoint."""
-    return {"num_labels": len(tags), "id2label": dict(enumerate(tags)),
-            "label2id": {tag: index for index, tag in enumerate(tags)}}
+    return {
+        "num_labels": len(tags),
+        "id2label": dict(enumerate(tags)),
+        "label2id": {tag: index for index, tag in enumerate(tags)},
+    }
 
 
-TAGGER = TaskHead(AutoModelForTokenClassification, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING, "ForTokenClassification",
-                  "tokens", "tagger", "token-classification head yet: tag with a transformer encoder (BERT family), "
-                  "GPT-2 or the AWD-LSTM")
+TAGGER = TaskHead(
+    AutoModelForTokenClassification,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
+    "ForTokenClassification",
+    "tokens",
+    "tagger",
+    "token-classification head yet: tag with a transformer encoder (BERT family), GPT-2 or the AWD-LSTM",
+)
 
 
 def load_tagger(backbone_config, tags, classifier_dropout: float | None = None):

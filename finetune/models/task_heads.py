@@ -28,15 +28,23 @@ class TaskHead:
     def refuse_family_without(self, config, checkpoint: str) -> None:
         """A family the Auto class has no model for (the AWD-LSTM for some kinds, an n-gram model): one line."""
         if type(config) not in self.mapping:
-            raise CheckpointError(f"{checkpoint} is a '{config.model_type}' model, which has no {self.no_head}",
-                                  source=checkpoint, value=config.model_type)
+            raise CheckpointError(
+                f"{checkpoint} is a '{config.model_type}' model, which has no {self.no_head}",
+                source=checkpoint,
+                value=config.model_type,
+            )
 
     def is_saved_in(self, config) -> bool:
         """Whether a checkpoint's config.json says it holds a model of this kind."""
         return any(name.endswith(self.class_ending) for name in getattr(config, "architectures", None) or [])
 
-    def build(self, backbone_config, config_keys: dict | None = None, extra_keys: dict | None = None,
-              new_labels: int | None = None):
+    def build(
+        self,
+        backbone_config,
+        config_keys: dict | None = None,
+        extra_keys: dict | None = None,
+        new_labels: int | None = None,
+    ):
         """The kind's model on the backbone, pretrained or freshly initialised (init random). `config_keys` go to
         `from_pretrained`; `extra_keys`, which it would drop (keys no config class declares), are set after.
         `new_labels`: a checkpoint of this kind already (a warm start) gets a new output layer of that size."""
@@ -50,8 +58,7 @@ class TaskHead:
         if new_labels is not None:
             stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)
             label_counts = (stored.num_labels, new_labels) if self.is_saved_in(stored) else None
-        return load_model(self.auto_class, source, trust_remote_code=trusted, label_counts=label_counts,
-                          config=config)
+        return load_model(self.auto_class, source, trust_remote_code=trusted, label_counts=label_counts, config=config)
 
     def skeleton(self, stored, checkpoint: str, config_keys: dict | None = None):
         """The model `build` makes on a checkpoint whose config is `stored`, with fresh weights and no file read
@@ -68,6 +75,8 @@ class TaskHead:
         self.refuse_family_without(config, name)
         if not self.is_saved_in(config):
             architectures = ", ".join(getattr(config, "architectures", None) or []) or "no architecture"
-            raise CheckpointError(f"{name} is no {self.called} ({architectures}): fine-tune it on a task of kind "
-                                  f"{self.kind} first", source=name)
+            raise CheckpointError(
+                f"{name} is no {self.called} ({architectures}): fine-tune it on a task of kind {self.kind} first",
+                source=name,
+            )
         return load_model(self.auto_class, source, trust_remote_code=trust_remote_code, config=config)

@@ -61,21 +61,25 @@ class TrainingConfig(Section):
 
     epochs: int = Field(1, gt=0, description="passes over the training data")
     max_steps: int | None = Field(
-        None, gt=0, description="the run's length in optimizer steps, whatever epochs says (the data repeats, the "
-        "epochs go on; the LR schedule and unfreezing are fitted to it); null: epochs x steps per epoch"
+        None,
+        gt=0,
+        description="the run's length in optimizer steps, whatever epochs says (the data repeats, the "
+        "epochs go on; the LR schedule and unfreezing are fitted to it); null: epochs x steps per epoch",
     )
     batch_size: int = Field(32, gt=0, description="examples (or blocks) per optimizer step, per process")
     gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches summed into one optimizer step")
     lr: float = Field(5e-4, gt=0, description="peak learning rate of the top layer group")
     weight_decay: float = Field(0.01, ge=0, description="AdamW decay; biases and norm weights are never decayed")
     adam_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = Field(
-        (0.9, 0.999), description="AdamW betas, each in [0, 1)")
+        (0.9, 0.999), description="AdamW betas, each in [0, 1)"
+    )
     max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
     log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
     log_with: list[str] = Field(
-        default_factory=list, description="experiment trackers that also get every metrics.jsonl record, through "
+        default_factory=list,
+        description="experiment trackers that also get every metrics.jsonl record, through "
         "accelerate: tensorboard (into RUN_DIR/trackers), wandb, mlflow, comet_ml, aim, clearml, dvclive, ...; all: "
-        "every installed one; empty: none"
+        "every installed one; empty: none",
     )
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
@@ -83,8 +87,9 @@ class TrainingConfig(Section):
     )
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
     group_by_length: bool = Field(
-        True, description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
-        "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle"
+        True,
+        description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
+        "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle",
     )
 
     @field_validator("log_with", mode="before")
@@ -101,9 +106,11 @@ class TrainingConfig(Section):
 
 
 SCHEDULE_KINDS = Literal["stlr", "linear", "one_cycle", "constant", "range_test"]
-SCHEDULE_KIND_HELP = ("stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; one_cycle: fastai's "
-                      "fit_one_cycle (cosine rise and fall, momentum cycled); constant; range_test: exponential "
-                      "growth from lr / range_ratio to lr (what `finetune lr-find` runs)")
+SCHEDULE_KIND_HELP = (
+    "stlr: slanted triangular (ULMFiT); linear: warmup then linear decay; one_cycle: fastai's "
+    "fit_one_cycle (cosine rise and fall, momentum cycled); constant; range_test: exponential "
+    "growth from lr / range_ratio to lr (what `finetune lr-find` runs)"
+)
 
 
 class ScheduleConfig(Section):
@@ -113,14 +120,16 @@ class ScheduleConfig(Section):
     cut_frac: float = Field(0.1, gt=0, lt=1, description="stlr: fraction of steps spent increasing the LR")
     ratio: float = Field(32.0, ge=1, description="stlr: how much smaller the lowest LR is than the peak")
     warmup_fraction: float = Field(0.1, ge=0, lt=1, description="linear: fraction of steps of linear warmup")
-    pct_start: float = Field(0.25, gt=0, lt=1, description="one_cycle: fraction of steps spent raising the LR "
-                             "(fastai's 0.25)")
+    pct_start: float = Field(
+        0.25, gt=0, lt=1, description="one_cycle: fraction of steps spent raising the LR (fastai's 0.25)"
+    )
     div: float = Field(25.0, ge=1, description="one_cycle: the LR starts at the peak / div (fastai's 25)")
     final_div: float = Field(1e5, ge=1, description="one_cycle: the LR ends at the peak / final_div (fastai's 1e5)")
     range_ratio: float = Field(1e8, gt=1, description="range_test: the first step's LR is training.lr / range_ratio")
     momentum: tuple[float, float] | None = Field(
-        (0.95, 0.85), description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
-        "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout"
+        (0.95, 0.85),
+        description="one_cycle: Adam's beta1 falls from the first value to the second while the LR "
+        "rises, and back while it falls (fastai's moms); null: training.adam_betas' beta1 throughout",
     )
 
     @field_validator("momentum")
@@ -145,20 +154,32 @@ class LongDocumentsConfig(Section):
     """What becomes of an example longer than task.max_length (data/long_documents.py)."""
 
     mode: LONG_DOCUMENT_MODES = Field(
-        "truncate", description="truncate: its first max_length tokens; head_tail: its first `head` and last "
+        "truncate",
+        description="truncate: its first max_length tokens; head_tail: its first `head` and last "
         "max_length - head tokens (Sun et al. 2019: 128 + 382 was best on IMDb); chunks: windows of max_length "
-        "tokens, each classified, the document's logits pooled over its windows (training, eval, predict alike)")
+        "tokens, each classified, the document's logits pooled over its windows (training, eval, predict alike)",
+    )
     head: int | None = Field(
-        None, gt=0, description="head_tail: tokens kept from the start, the rest of max_length from the end; null: a "
-        "quarter of max_length")
+        None,
+        gt=0,
+        description="head_tail: tokens kept from the start, the rest of max_length from the end; null: a "
+        "quarter of max_length",
+    )
     overlap: int | None = Field(
-        None, ge=0, description="chunks: tokens each window repeats from the one before (what Hugging Face "
-        "tokenizers call stride); null: a quarter of max_length")
+        None,
+        ge=0,
+        description="chunks: tokens each window repeats from the one before (what Hugging Face "
+        "tokenizers call stride); null: a quarter of max_length",
+    )
     max_chunks: int = Field(
-        8, gt=0, description="chunks: windows per document at most; a longer document is read in that many windows "
-        "spread evenly over it (a batch holds up to batch_size x max_chunks windows)")
-    pool: Literal["mean", "max"] = Field("mean", description="chunks: the document's logits: the mean or the "
-                                         "maximum over its windows")
+        8,
+        gt=0,
+        description="chunks: windows per document at most; a longer document is read in that many windows "
+        "spread evenly over it (a batch holds up to batch_size x max_chunks windows)",
+    )
+    pool: Literal["mean", "max"] = Field(
+        "mean", description="chunks: the document's logits: the mean or the maximum over its windows"
+    )
 
     @model_validator(mode="after")
     def _keys_of_the_mode(self) -> LongDocumentsConfig:
@@ -176,28 +197,37 @@ SPAN_KEYS = ("doc_stride", "n_best", "max_answer_length", "null_threshold")  # t
 class TaskConfig(Section):
     """A classification or regression task: a GLUE task by name, or a custom one described here."""
 
-    name: str = Field(description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) "
-                      "or a custom name")
+    name: str = Field(
+        description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) or a custom name"
+    )
     kind: Literal["classification", "tokens", "choices", "spans", "multilabel"] = Field(
-        "classification", description="classification: a class (or a score) per example, from its text or sentence "
+        "classification",
+        description="classification: a class (or a score) per example, from its text or sentence "
         "pair; tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll); "
         "choices: the right answer among each question's choices, from JSON Lines in ARC's layout; spans: extractive "
         "question answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0); multilabel: any number "
-        "of labels per example (label_column holding a list, or label_columns of 0/1)")
+        "of labels per example (label_column holding a list, or label_columns of 0/1)",
+    )
     data_dir: InputFolder | None = Field(
-        None, description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
-        "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub"
+        None,
+        description="folder with the task's files: train.tsv / dev.tsv / test.tsv in the GLUE layout (a custom "
+        "task: train / dev / test, each .tsv, .csv or .jsonl); not with source hub",
     )
     source: Literal["files", "hub"] = Field(
         "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
     )
     max_length: int | None = Field(
-        None, gt=1, description="tokens the model reads per example (long_documents says what becomes of longer "
+        None,
+        gt=1,
+        description="tokens the model reads per example (long_documents says what becomes of longer "
         "ones); null: 128 for a transformer, the whole document for an AWD-LSTM (read in BPT3C chunks); in an eval "
-        "recipe null: each checkpoint's own")
+        "recipe null: each checkpoint's own",
+    )
     long_documents: LongDocumentsConfig | None = Field(
-        None, description="examples longer than max_length: truncate, head_tail or chunks (a word, or a section with "
-        "its keys); null: truncate (in an eval recipe: each checkpoint's own)")
+        None,
+        description="examples longer than max_length: truncate, head_tail or chunks (a word, or a section with "
+        "its keys); null: truncate (in an eval recipe: each checkpoint's own)",
+    )
 
     @field_validator("long_documents", mode="before")
     @classmethod
@@ -206,28 +236,42 @@ class TaskConfig(Section):
         return {"mode": value} if isinstance(value, str) else value
 
     both_orders: bool = Field(
-        False, description="GPT's similarity transformation for a symmetric pair task (STS-B, MRPC, QQP): each pair "
+        False,
+        description="GPT's similarity transformation for a symmetric pair task (STS-B, MRPC, QQP): each pair "
         "read as (a, b) and (b, a), their representations added before the linear head (their logits summed); for "
-        "decoder backbones (gpt2), which read a pair in one direction")
+        "decoder backbones (gpt2), which read a pair in one direction",
+    )
 
     # Custom tasks only (a GLUE task brings its own):
     text_columns: list[str] | None = Field(
-        None, min_length=1, description="custom: the text columns; two are a sentence pair and more are joined into "
-        "one text, unless pair or text says otherwise")
+        None,
+        min_length=1,
+        description="custom: the text columns; two are a sentence pair and more are joined into "
+        "one text, unless pair or text says otherwise",
+    )
     pair: bool | None = Field(
-        None, description="custom: true: the 2 text_columns are a sentence pair (the model is shown where the first "
+        None,
+        description="custom: true: the 2 text_columns are a sentence pair (the model is shown where the first "
         "ends: BERT's [SEP] and segment ids); false: the columns joined with a space into one text; null: a pair for "
-        "2 columns, joined for more")
+        "2 columns, joined for more",
+    )
     text: str | None = Field(
-        None, description="custom: the one text the model reads, each {column} filled in from the file, e.g. "
-        "'{Title}. {Description}'; text_columns may be left out (these are the columns)")
+        None,
+        description="custom: the one text the model reads, each {column} filled in from the file, e.g. "
+        "'{Title}. {Description}'; text_columns may be left out (these are the columns)",
+    )
     label_column: str | None = Field(None, description="custom: the label column")
     labels: list[str] | None = Field(
-        None, min_length=2, description="custom: the labels as the files write them, compared as text (1 is the text "
-        "1, true is true; quote anything else YAML would change: '1.0', 'yes', 'True'); omit for regression")
+        None,
+        min_length=2,
+        description="custom: the labels as the files write them, compared as text (1 is the text "
+        "1, true is true; quote anything else YAML would change: '1.0', 'yes', 'True'); omit for regression",
+    )
     label_names: dict[str, Annotated[str, Field(min_length=1)]] | None = Field(
-        None, description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
-        "and the model's id2label; a label without one keeps its text")
+        None,
+        description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
+        "and the model's id2label; a label without one keeps its text",
+    )
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -252,52 +296,75 @@ class TaskConfig(Section):
         None, min_length=1, description="custom: metrics to report, the first one selects the best model"
     )
     format: Literal["tsv", "csv", "jsonl", "conll"] | None = Field(
-        None, description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl); "
-        "conll (kind tokens): a word and its columns per line, a blank line between sentences"
+        None,
+        description="custom: how the files are read; null: by each file's extension (.tsv, .csv, .jsonl); "
+        "conll (kind tokens): a word and its columns per line, a blank line between sentences",
     )
     tag_column: int = Field(
-        -1, description="kind tokens: the column of each line that holds the tag (0 is the word; -1, the last: "
-        "CoNLL-2003's named entities)")
+        -1,
+        description="kind tokens: the column of each line that holds the tag (0 is the word; -1, the last: "
+        "CoNLL-2003's named entities)",
+    )
     files: dict[str, str] | None = Field(
-        None, description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
-        "extension, or without format whichever of .tsv, .csv and .jsonl is there"
+        None,
+        description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
+        "extension, or without format whichever of .tsv, .csv and .jsonl is there",
     )
     index_column: str | None = Field(None, description="custom: the id column of test files; null: index")
     # Question answering (kind spans) only; null: the defaults (in an eval recipe: each checkpoint's own).
     doc_stride: int | None = Field(
-        None, gt=0, description="kind spans: tokens two windows of a long context share; null: a third of max_length "
-        "(128 of the default 384)")
-    n_best: int | None = Field(None, gt=0, description="kind spans: the best starts and ends paired per window; "
-                                  "null: 20")
-    max_answer_length: int | None = Field(None, gt=0, description="kind spans: the longest answer, in tokens; "
-                                             "null: 30")
+        None,
+        gt=0,
+        description="kind spans: tokens two windows of a long context share; null: a third of max_length "
+        "(128 of the default 384)",
+    )
+    n_best: int | None = Field(
+        None, gt=0, description="kind spans: the best starts and ends paired per window; null: 20"
+    )
+    max_answer_length: int | None = Field(None, gt=0, description="kind spans: the longest answer, in tokens; null: 30")
     null_threshold: float | None = Field(
-        None, description="kind spans, SQuAD 2.0: no answer when the no-answer score beats the best span's by more "
-        "than this; null: 0.0 (eval reports the threshold that would have scored best on its split)")
+        None,
+        description="kind spans, SQuAD 2.0: no answer when the no-answer score beats the best span's by more "
+        "than this; null: 0.0 (eval reports the threshold that would have scored best on its split)",
+    )
 
     # Multi-label tasks (kind multilabel) only:
     label_columns: list[str] | None = Field(
-        None, min_length=2, description="kind multilabel: one 0/1 column per label, named by the label (instead of "
-        "label_column)")
+        None,
+        min_length=2,
+        description="kind multilabel: one 0/1 column per label, named by the label (instead of label_column)",
+    )
     label_separator: Annotated[str, Field(min_length=1)] | None = Field(
-        None, description="kind multilabel: what separates the labels of a label_column in TSV/CSV files (e.g. "
-        "PER|LOC); null: |. A JSON list (a JSON Lines value, or a field that starts with [) is read as one")
+        None,
+        description="kind multilabel: what separates the labels of a label_column in TSV/CSV files (e.g. "
+        "PER|LOC); null: |. A JSON list (a JSON Lines value, or a field that starts with [) is read as one",
+    )
     threshold: Annotated[float, Field(gt=0, lt=1)] | Literal["dev"] | None = Field(
-        None, description="kind multilabel: a label is predicted when its probability is above this; dev: the "
+        None,
+        description="kind multilabel: a label is predicted when its probability is above this; dev: the "
         "threshold that maximises micro F1 on dev, chosen at each evaluation and saved with the checkpoint; null: "
-        "0.5 (in an eval recipe: each checkpoint's own)")
+        "0.5 (in an eval recipe: each checkpoint's own)",
+    )
 
     @model_validator(mode="after")
     def _custom_or_known(self) -> TaskConfig:
-        multilabel_keys = [key for key in ("label_columns", "label_separator", "threshold")
-                           if getattr(self, key) is not None]
+        multilabel_keys = [
+            key for key in ("label_columns", "label_separator", "threshold") if getattr(self, key) is not None
+        ]
         if multilabel_keys and self.kind != "multilabel":
             raise ValueError(f"{', '.join(multilabel_keys)}: for multi-label tasks (kind: multilabel)")
-        if self.both_orders and (self.kind != "classification" or (self.long_documents is not None and
-                                                                    self.long_documents.mode != "truncate")):
-            raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with "
-                             + ("kind " + self.kind if self.kind != "classification" else
-                                f"long_documents {self.long_documents.mode}"))
+        if self.both_orders and (
+            self.kind != "classification"
+            or (self.long_documents is not None and self.long_documents.mode != "truncate")
+        ):
+            raise ValueError(
+                "both_orders reads a sentence pair twice, each order truncated: not with "
+                + (
+                    "kind " + self.kind
+                    if self.kind != "classification"
+                    else f"long_documents {self.long_documents.mode}"
+                )
+            )
         if self.kind == "spans":
             return self._check_spans()
         span_keys = [key for key in SPAN_KEYS if getattr(self, key) is not None]
@@ -308,15 +375,33 @@ class TaskConfig(Section):
         if self.kind == "choices":
             return self._check_choices()
         if self.format == "conll" or self.tag_column != TaskConfig.model_fields["tag_column"].default:
-            raise ValueError(f"{'format: conll' if self.format == 'conll' else 'tag_column'} is for tagging tasks "
-                             "(kind: tokens)")
+            raise ValueError(
+                f"{'format: conll' if self.format == 'conll' else 'tag_column'} is for tagging tasks (kind: tokens)"
+            )
         if self.kind == "multilabel":
             return self._check_multilabel()
-        custom_keys = [k for k in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
-                                   "format", "files", "index_column") if getattr(self, k) is not None]
+        custom_keys = [
+            k
+            for k in (
+                "text_columns",
+                "pair",
+                "text",
+                "label_column",
+                "labels",
+                "label_names",
+                "metrics",
+                "format",
+                "files",
+                "index_column",
+            )
+            if getattr(self, k) is not None
+        ]
         if (self.source == "files") == (self.data_dir is None):
-            raise ValueError("give data_dir (source files) or source hub, not both" if self.data_dir is not None
-                             else "data_dir is required (or source: hub for a GLUE task)")
+            raise ValueError(
+                "give data_dir (source files) or source hub, not both"
+                if self.data_dir is not None
+                else "data_dir is required (or source: hub for a GLUE task)"
+            )
         if self.name in GLUE_TASKS:
             if custom_keys:
                 raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(custom_keys)}")
@@ -347,11 +432,24 @@ class TaskConfig(Section):
             raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the tagging task otherwise")
         if self.format not in (None, "conll"):
             raise ValueError(f"format {self.format}: a tagging task reads CoNLL column files (format: conll)")
-        other = [key for key in ("text_columns", "pair", "text", "label_column", "label_names", "metrics",
-                                 "index_column", "long_documents") if getattr(self, key) is not None]
+        other = [
+            key
+            for key in (
+                "text_columns",
+                "pair",
+                "text",
+                "label_column",
+                "label_names",
+                "metrics",
+                "index_column",
+                "long_documents",
+            )
+            if getattr(self, key) is not None
+        ]
         if other:
-            raise ValueError(f"{', '.join(other)}: not for kind tokens (each line's first column is the word, "
-                             "tag_column its tag)")
+            raise ValueError(
+                f"{', '.join(other)}: not for kind tokens (each line's first column is the word, tag_column its tag)"
+            )
         return self
 
     def _check_choices(self) -> TaskConfig:
@@ -360,18 +458,35 @@ class TaskConfig(Section):
         if self.data_dir is None or self.source == "hub":
             raise ValueError("kind choices reads JSON Lines files in ARC's layout: give data_dir")
         if self.name in GLUE_TASKS:
-            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the multiple-choice task "
-                             "otherwise")
+            raise ValueError(
+                f"'{self.name}' is a GLUE task (kind classification); name the multiple-choice task otherwise"
+            )
         if self.format not in (None, "jsonl"):
-            raise ValueError(f"format {self.format}: a multiple-choice task reads JSON Lines in ARC's layout "
-                             "(format: jsonl)")
-        other = [key for key in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
-                                 "index_column", "long_documents") if getattr(self, key) is not None]
+            raise ValueError(
+                f"format {self.format}: a multiple-choice task reads JSON Lines in ARC's layout (format: jsonl)"
+            )
+        other = [
+            key
+            for key in (
+                "text_columns",
+                "pair",
+                "text",
+                "label_column",
+                "labels",
+                "label_names",
+                "metrics",
+                "index_column",
+                "long_documents",
+            )
+            if getattr(self, key) is not None
+        ]
         if self.tag_column != TaskConfig.model_fields["tag_column"].default:
             other.append("tag_column")
         if other:
-            raise ValueError(f"{', '.join(other)}: not for kind choices (each line holds a question, its choices with "
-                             "their labels and the answerKey)")
+            raise ValueError(
+                f"{', '.join(other)}: not for kind choices (each line holds a question, its choices with "
+                "their labels and the answerKey)"
+            )
         return self
 
     def _check_spans(self) -> TaskConfig:
@@ -379,21 +494,40 @@ class TaskConfig(Section):
         if self.data_dir is None or self.source == "hub":
             raise ValueError("kind spans reads SQuAD JSON files: give data_dir")
         if self.name in GLUE_TASKS:
-            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the question-answering task "
-                             "otherwise")
+            raise ValueError(
+                f"'{self.name}' is a GLUE task (kind classification); name the question-answering task otherwise"
+            )
         if self.format is not None:
-            raise ValueError(f"format {self.format}: a question-answering task reads SQuAD JSON files (leave format "
-                             "out)")
-        other = [key for key in ("text_columns", "pair", "text", "label_column", "labels", "label_names", "metrics",
-                                 "index_column", "long_documents") if getattr(self, key) is not None]
+            raise ValueError(
+                f"format {self.format}: a question-answering task reads SQuAD JSON files (leave format out)"
+            )
+        other = [
+            key
+            for key in (
+                "text_columns",
+                "pair",
+                "text",
+                "label_column",
+                "labels",
+                "label_names",
+                "metrics",
+                "index_column",
+                "long_documents",
+            )
+            if getattr(self, key) is not None
+        ]
         if self.tag_column != TaskConfig.model_fields["tag_column"].default:
             other.append("tag_column")
         if other:
-            raise ValueError(f"{', '.join(other)}: not for kind spans (SQuAD files hold the questions, contexts and "
-                             "answers; long contexts are read in windows: doc_stride)")
+            raise ValueError(
+                f"{', '.join(other)}: not for kind spans (SQuAD files hold the questions, contexts and "
+                "answers; long contexts are read in windows: doc_stride)"
+            )
         if self.doc_stride is not None and self.max_length is not None and self.doc_stride >= self.max_length // 2:
-            raise ValueError(f"doc_stride {self.doc_stride}: windows of max_length {self.max_length} tokens need "
-                             f"a doc_stride below half of it ({self.max_length // 2}), room left for the question")
+            raise ValueError(
+                f"doc_stride {self.doc_stride}: windows of max_length {self.max_length} tokens need "
+                f"a doc_stride below half of it ({self.max_length // 2}), room left for the question"
+            )
         return self
 
     def _check_multilabel(self) -> TaskConfig:
@@ -406,8 +540,10 @@ class TaskConfig(Section):
             raise ValueError("kind multilabel needs text_columns (or text)")
         if (self.label_column is None) == (self.label_columns is None):
             both = ", not both" if self.label_column is not None else ""
-            raise ValueError("kind multilabel needs label_column (a list of labels per example) or label_columns "
-                             f"(a 0/1 column per label){both}")
+            raise ValueError(
+                "kind multilabel needs label_column (a list of labels per example) or label_columns "
+                f"(a 0/1 column per label){both}"
+            )
         if self.label_column is not None and self.labels is None:
             raise ValueError("labels: list the label set (label_column holds lists of them)")
         if self.label_columns is not None:
@@ -420,8 +556,9 @@ class TaskConfig(Section):
             raise ValueError(f"'{sorted(shared)[0]}' is both a text column and a label column")
         other = [key for key in ("label_names", "metrics") if getattr(self, key) is not None]
         if other:
-            raise ValueError(f"{', '.join(other)}: not for kind multilabel (its scores are micro F1, macro F1 and "
-                             "subset accuracy)")
+            raise ValueError(
+                f"{', '.join(other)}: not for kind multilabel (its scores are micro F1, macro F1 and subset accuracy)"
+            )
         self._check_text_and_labels()
         return self
 
@@ -430,16 +567,21 @@ class TaskConfig(Section):
         if self.text is not None:
             named = template_columns(self.text)
             if not named:
-                raise ValueError(f"text: name the columns in braces, e.g. '{{Title}}. {{Description}}' (got "
-                                 f"{ECHO.repr(self.text)})")
+                raise ValueError(
+                    f"text: name the columns in braces, e.g. '{{Title}}. {{Description}}' (got {ECHO.repr(self.text)})"
+                )
             if self.pair:
                 raise ValueError("pair: true reads two columns as a pair, text makes one text of them: give one")
             if self.text_columns is not None and set(self.text_columns) != set(named):
-                raise ValueError(f"text names the columns {', '.join(named)}, text_columns {', '.join(self.text_columns)}"
-                                 ": give the same columns, or leave text_columns out")
+                raise ValueError(
+                    f"text names the columns {', '.join(named)}, text_columns {', '.join(self.text_columns)}"
+                    ": give the same columns, or leave text_columns out"
+                )
         elif self.pair and len(self.text_columns) != 2:
-            raise ValueError(f"pair: true needs 2 text_columns, not {len(self.text_columns)}; pair: false joins them "
-                             "into one text, and text (e.g. '{A}. {B}') says how")
+            raise ValueError(
+                f"pair: true needs 2 text_columns, not {len(self.text_columns)}; pair: false joins them "
+                "into one text, and text (e.g. '{A}. {B}') says how"
+            )
         if self.label_names is not None:
             if self.labels is None:
                 raise ValueError("label_names: a regression task (no labels) has no classes to name")
@@ -460,10 +602,11 @@ class TaskConfig(Section):
 def _label_as_text(label: Any) -> Any:
     """A label as its text in the files; a decimal number is refused, since YAML may not keep how it is written."""
     if isinstance(label, float):
-        raise ValueError(f"{label!r} is a decimal number, which YAML may not keep as the files write it: quote the "
-                         f"label as written there (e.g. '{label!r}')")
+        raise ValueError(
+            f"{label!r} is a decimal number, which YAML may not keep as the files write it: quote the "
+            f"label as written there (e.g. '{label!r}')"
+        )
     return label_text(label)
-
 
 
 class DiscriminativeConfig(Section):
@@ -479,8 +622,10 @@ class RunRecipe(Section):
     description: str = Field("", description="one line shown by `finetune recipes`")
     run_dir: Path = Field(description="folder for everything the run writes (~ is the home folder)")
     overwrite: bool = Field(
-        False, description="replace the earlier finetune run in run_dir: only a folder with finetune's marker file, "
-        "and only the files finetune wrote there (anything else of yours stays)")
+        False,
+        description="replace the earlier finetune run in run_dir: only a folder with finetune's marker file, "
+        "and only the files finetune wrote there (anything else of yours stays)",
+    )
 
     @field_validator("run_dir")
     @classmethod

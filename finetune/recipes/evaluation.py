@@ -21,13 +21,16 @@ class GlueTaskEntry(Section):
 
     # Before checkpoints: its validator reads it.
     ensemble: list[str] | None = Field(
-        None, min_length=2, description="instead of checkpoints: classifiers whose class probabilities (STS-B: "
+        None,
+        min_length=2,
+        description="instead of checkpoints: classifiers whose class probabilities (STS-B: "
         "scores) are averaged, e.g. a forward and a backward one (ULMFiT's bidirectional model); the ensemble is "
-        "the task's score and submission, each member is reported beside it"
+        "the task's score and submission, each member is reported beside it",
     )
     checkpoints: list[str] = Field(
-        default_factory=list, validate_default=True,
-        description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated"
+        default_factory=list,
+        validate_default=True,
+        description="fine-tuned checkpoint folders; several (runs, seeds) are aggregated",
     )
     data_dir: InputFolder | None = Field(
         None, description="the task's folder (mnli's also holding diagnostic.tsv for AX); null: glue_dir/FOLDER"
@@ -75,31 +78,38 @@ class EvalRecipe(RunRecipe):
         None, min_length=1, description="task: report row name -> fine-tuned checkpoint folder"
     )
     ensembles: dict[str, list[str]] | None = Field(
-        None, min_length=1, description="task: report row name -> fine-tuned checkpoints whose class probabilities "
+        None,
+        min_length=1,
+        description="task: report row name -> fine-tuned checkpoints whose class probabilities "
         "(regression: scores) are averaged, e.g. [forward, backward] (ULMFiT's bidirectional model); each member "
-        "is scored beside the ensemble"
+        "is scored beside the ensemble",
     )
     write_predictions: bool = Field(
-        False, description="task: also write predictions/MODEL.tsv (index, predicted label name or score); a split "
-        "without labels (test) is then predicted but not scored"
+        False,
+        description="task: also write predictions/MODEL.tsv (index, predicted label name or score); a split "
+        "without labels (test) is then predicted but not scored",
     )
     # GLUE: a map of tasks to checkpoints.
     tasks: dict[str, GlueTaskEntry] | None = Field(
-        None, min_length=1, description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
-        "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX"
+        None,
+        min_length=1,
+        description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
+        "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX",
     )
     glue_dir: InputFolder | None = Field(
-        None, description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, "
-        "diagnostic/)"
+        None,
+        description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, diagnostic/)",
     )
     source: Literal["files", "hub"] = Field(
         "files", description="tasks: files (glue_dir or each data_dir) or hub (nyu-mll/glue; needs a network)"
     )
     max_length: int | None = Field(
-        None, gt=1, description="tasks: tokens read per example; null: each checkpoint's own task.max_length")
+        None, gt=1, description="tasks: tokens read per example; null: each checkpoint's own task.max_length"
+    )
     submission: bool = Field(
-        False, description="tasks: also predict every test file (each task's best checkpoint on dev) into "
-        "RUN_DIR/submission.zip for the GLUE leaderboard"
+        False,
+        description="tasks: also predict every test file (each task's best checkpoint on dev) into "
+        "RUN_DIR/submission.zip for the GLUE leaderboard",
     )
     allow_incomplete: bool = Field(
         False, description="submission: write the archive although tasks are missing (they are listed)"
@@ -107,21 +117,28 @@ class EvalRecipe(RunRecipe):
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
     trust_remote_code: bool = Field(
-        False, strict=True, description="run Python code shipped with the checkpoints (their config's auto_map); "
-        "only for code you have read: false refuses such checkpoints"
+        False,
+        strict=True,
+        description="run Python code shipped with the checkpoints (their config's auto_map); "
+        "only for code you have read: false refuses such checkpoints",
     )
 
     @model_validator(mode="after")
     def _one_task_or_a_map(self) -> EvalRecipe:
         if (self.task is None) == (self.tasks is None):
-            raise ValueError("give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
-                             if self.task is not None else "give task and models (one task) or tasks (GLUE tasks)")
+            raise ValueError(
+                "give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
+                if self.task is not None
+                else "give task and models (one task) or tasks (GLUE tasks)"
+            )
         # Keys of the other shape must keep their defaults (a saved, resolved recipe holds every key).
         changed = {key for key, field in type(self).model_fields.items() if getattr(self, key) != field.default}
         if self.task is not None:
             if self.models is None and self.ensembles is None:
-                raise ValueError("models: required key is missing (report row name -> checkpoint folder; or "
-                                 "ensembles: name -> checkpoints)")
+                raise ValueError(
+                    "models: required key is missing (report row name -> checkpoint folder; or "
+                    "ensembles: name -> checkpoints)"
+                )
             self._check_ensembles()
             misplaced = [key for key in GLUE_ONLY_EVAL_KEYS if key in changed]
             if misplaced:
@@ -129,18 +146,22 @@ class EvalRecipe(RunRecipe):
             return self
         misplaced = [key for key in SINGLE_TASK_EVAL_KEYS if key in changed]
         if misplaced:
-            raise ValueError(f"{', '.join(misplaced)}: only with task; tasks are scored on dev (and test with "
-                             "submission)")
+            raise ValueError(
+                f"{', '.join(misplaced)}: only with task; tasks are scored on dev (and test with submission)"
+            )
         if self.source == "hub" and (self.glue_dir is not None or any(entry.data_dir for entry in self.tasks.values())):
             raise ValueError("source hub reads no folders; remove glue_dir and data_dir")
         for name, entry in self.tasks.items():
             spec = GLUE_TASKS.get(name)
             if spec is None:
-                raise ValueError(f"tasks.{name}: not a GLUE task ({', '.join(GLUE_TASKS)}); score a custom task "
-                                 "with task and models")
+                raise ValueError(
+                    f"tasks.{name}: not a GLUE task ({', '.join(GLUE_TASKS)}); score a custom task with task and models"
+                )
             if spec.predicted_by is not None:
-                raise ValueError(f"tasks.{name}: predicted by the {spec.predicted_by} model; give the checkpoints "
-                                 f"under tasks.{spec.predicted_by}")
+                raise ValueError(
+                    f"tasks.{name}: predicted by the {spec.predicted_by} model; give the checkpoints "
+                    f"under tasks.{spec.predicted_by}"
+                )
             if self.source == "files" and entry.data_dir is None and self.glue_dir is None:
                 raise ValueError(f"tasks.{name}: no data: give its data_dir, or glue_dir for every task")
         if self.allow_incomplete and not self.submission:
@@ -154,7 +175,8 @@ class EvalRecipe(RunRecipe):
                 raise ValueError(f"ensembles.{name}: an ensemble needs at least two checkpoints")
             repeated = _repeated_member(members)
             if repeated:
-                raise ValueError(f"ensembles.{name}: checkpoint {repeated} is listed twice (it would count twice "
-                                 "in the mean)")
+                raise ValueError(
+                    f"ensembles.{name}: checkpoint {repeated} is listed twice (it would count twice in the mean)"
+                )
             if name in (self.models or {}):
                 raise ValueError(f"ensembles.{name}: models has a row of that name too; name the ensemble otherwise")

@@ -27,8 +27,10 @@ class FinetuneTrainingConfig(TrainingConfig):
     """`training` of a fine-tuning run: the peak LR's default depends on the backbone."""
 
     lr: float | None = Field(
-        None, gt=0, description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
-        "(ULMFiT's), transformers 1e-4, from hidden size 768 up 3e-5"
+        None,
+        gt=0,
+        description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
+        "(ULMFiT's), transformers 1e-4, from hidden size 768 up 3e-5",
     )
 
 
@@ -36,8 +38,9 @@ class FinetuneScheduleConfig(ScheduleConfig):
     """`schedule` of a fine-tuning run: the kind's default depends on the backbone."""
 
     kind: SCHEDULE_KINDS | None = Field(
-        None, description=SCHEDULE_KIND_HELP + "; " + BY_BACKBONE + "the kind whose own keys the section changes "
-        "(cut_frac: stlr, warmup_fraction: linear, ...), else AWD-LSTM stlr, transformers linear"
+        None,
+        description=SCHEDULE_KIND_HELP + "; " + BY_BACKBONE + "the kind whose own keys the section changes "
+        "(cut_frac: stlr, warmup_fraction: linear, ...), else AWD-LSTM stlr, transformers linear",
     )
 
 
@@ -45,8 +48,11 @@ class FinetuneDiscriminativeConfig(DiscriminativeConfig):
     """`discriminative` of a fine-tuning run: the factor's default depends on the backbone."""
 
     factor: float | None = Field(
-        None, ge=1, description="group l gets lr / factor ** (its depth from the top); 1.0: one LR for all; "
-        + BY_BACKBONE + "AWD-LSTM 2.6 (ULMFiT's), transformers 1.0"
+        None,
+        ge=1,
+        description="group l gets lr / factor ** (its depth from the top); 1.0: one LR for all; "
+        + BY_BACKBONE
+        + "AWD-LSTM 2.6 (ULMFiT's), transformers 1.0",
     )
 
 
@@ -58,22 +64,29 @@ class BackboneConfig(Section):
         "pretrained", description="random: same architecture, fresh weights (the baseline pretraining must beat)"
     )
     trust_remote_code: bool = Field(
-        False, strict=True, description="run Python code shipped with the checkpoint (its config's auto_map); "
-        "only for code you have read: false refuses such checkpoints"
+        False,
+        strict=True,
+        description="run Python code shipped with the checkpoint (its config's auto_map); "
+        "only for code you have read: false refuses such checkpoints",
     )
     backward_checkpoint: str | None = Field(
-        None, description="AWD-LSTM classifiers: a backward language model (pretrained with corpus.reverse: true) "
+        None,
+        description="AWD-LSTM classifiers: a backward language model (pretrained with corpus.reverse: true) "
         "read beside model.checkpoint, the forward one: the head pools both directions' states (ELMo's biLM; with "
         "pooling: scalar_mix, ELMo's features). Same sizes as the forward model; its vocabulary is mapped onto the "
-        "forward tokenizer's"
+        "forward tokenizer's",
     )
     activation_regularization: float | None = Field(
-        None, ge=0, description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
-        "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off"
+        None,
+        ge=0,
+        description="AWD-LSTM classifiers: AR's alpha on the encoder's top-layer outputs, in the "
+        "back-propagated loss only; null: the checkpoint's value, else fastai's 2.0; 0: off",
     )
     temporal_activation_regularization: float | None = Field(
-        None, ge=0, description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
-        "null: the checkpoint's value, else fastai's 1.0; 0: off"
+        None,
+        ge=0,
+        description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
+        "null: the checkpoint's value, else fastai's 1.0; 0: off",
     )
 
 
@@ -81,29 +94,38 @@ class UnfreezingConfig(Section):
     """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
 
     mode: Literal["gradual", "none"] | None = Field(
-        None, description="none: every group trainable from the start; " + BY_BACKBONE + "gradual when the section "
-        "changes a key of gradual unfreezing, else AWD-LSTM gradual (ULMFiT's), transformers none"
+        None,
+        description="none: every group trainable from the start; " + BY_BACKBONE + "gradual when the section "
+        "changes a key of gradual unfreezing, else AWD-LSTM gradual (ULMFiT's), transformers none",
     )
     initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
     # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
     # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
     groups_per_epoch: int | None = Field(
-        None, gt=0, description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or "
-        "every_fraction)"
+        None,
+        gt=0,
+        description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or every_fraction)",
     )
     schedule: list[int] | None = Field(
-        None, min_length=1, description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
-        "last entry holds for later epochs; replaces initial_groups/groups_per_epoch"
+        None,
+        min_length=1,
+        description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
+        "last entry holds for later epochs; replaces initial_groups/groups_per_epoch",
     )
     # Step-wise unfreezing: a run of one or two epochs (most transformer fine-tuning) has too few epoch
     # boundaries to thaw a deep model by, and a fraction says "all thawed by 30% of training" without the step count.
     every_steps: int | None = Field(
-        None, gt=0, description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
-        "optimizer steps, instead of per epoch"
+        None,
+        gt=0,
+        description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
+        "optimizer steps, instead of per epoch",
     )
     every_fraction: float | None = Field(
-        None, gt=0, le=1, description="gradual: thaw one more group every this fraction of the run's optimizer "
-        "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%"
+        None,
+        gt=0,
+        le=1,
+        description="gradual: thaw one more group every this fraction of the run's optimizer "
+        "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%",
     )
 
     @model_validator(mode="after")
@@ -119,8 +141,12 @@ class UnfreezingConfig(Section):
     @classmethod
     def _one_group_per_epoch_by_default(cls, data: Any) -> Any:
         """groups_per_epoch is 1 unless the thawing goes by steps (see the field's comment)."""
-        if isinstance(data, dict) and data.get("groups_per_epoch") is None and \
-                data.get("every_steps") is None and data.get("every_fraction") is None:
+        if (
+            isinstance(data, dict)
+            and data.get("groups_per_epoch") is None
+            and data.get("every_steps") is None
+            and data.get("every_fraction") is None
+        ):
             return {**data, "groups_per_epoch": 1}
         return data
 
@@ -130,13 +156,14 @@ class UnfreezingConfig(Section):
         stepwise = [key for key in ("every_steps", "every_fraction") if getattr(self, key) is not None]
         paces = stepwise + (["schedule"] if self.schedule is not None else [])
         if len(paces) > 1:
-            raise ValueError(f"unfreezing.{paces[0]} and unfreezing.{paces[1]} both set the pace of thawing; "
-                             "keep one")
+            raise ValueError(f"unfreezing.{paces[0]} and unfreezing.{paces[1]} both set the pace of thawing; keep one")
         if stepwise and self.mode == "none":
             raise ValueError(f"unfreezing.{stepwise[0]} thaws gradually; it needs mode gradual, not none")
         if stepwise and self.groups_per_epoch is not None:
-            raise ValueError(f"unfreezing.groups_per_epoch thaws per epoch, unfreezing.{stepwise[0]} by steps; "
-                             "remove groups_per_epoch (or set it to null)")
+            raise ValueError(
+                f"unfreezing.groups_per_epoch thaws per epoch, unfreezing.{stepwise[0]} by steps; "
+                "remove groups_per_epoch (or set it to null)"
+            )
         return self
 
 
@@ -149,14 +176,22 @@ class OwnHead(NamedTuple):
 
 
 HEADS_OF_THEIR_OWN = {
-    "tokens": OwnHead("pools a text into one vector for a class; a tagger (task.kind tokens) reads every token",
-                      "a tagger", "a tagger reads every token: no pooling"),
-    "choices": OwnHead("is for classifiers; a multiple-choice model (task.kind choices) scores each choice with its "
-                       "family's own head", "a multiple-choice model",
-                       "a multiple-choice model scores each choice with its family's own head"),
-    "spans": OwnHead("pools a text into one vector for a class; question answering (task.kind spans) scores every "
-                     "token as an answer's start and end", "question answering",
-                     "question answering scores every token: no pooling"),
+    "tokens": OwnHead(
+        "pools a text into one vector for a class; a tagger (task.kind tokens) reads every token",
+        "a tagger",
+        "a tagger reads every token: no pooling",
+    ),
+    "choices": OwnHead(
+        "is for classifiers; a multiple-choice model (task.kind choices) scores each choice with its family's own head",
+        "a multiple-choice model",
+        "a multiple-choice model scores each choice with its family's own head",
+    ),
+    "spans": OwnHead(
+        "pools a text into one vector for a class; question answering (task.kind spans) scores every "
+        "token as an answer's start and end",
+        "question answering",
+        "question answering scores every token: no pooling",
+    ),
 }
 
 
@@ -166,8 +201,10 @@ class FinetuneRecipe(TrainingRunRecipe):
     stage: Literal["finetune"]
     seed: Seed = Field(0, description="seed for the head's initialisation, data order and dropout")
     seeds: list[Seed] | None = Field(
-        None, min_length=1, description="run once per seed (into run_dir/seed-N) and report mean, median and "
-        "spread of the dev metrics; replaces seed"
+        None,
+        min_length=1,
+        description="run once per seed (into run_dir/seed-N) and report mean, median and "
+        "spread of the dev metrics; replaces seed",
     )
     model: BackboneConfig
     task: TaskConfig
@@ -176,24 +213,29 @@ class FinetuneRecipe(TrainingRunRecipe):
     discriminative: FinetuneDiscriminativeConfig = Field(default_factory=FinetuneDiscriminativeConfig)
     unfreezing: UnfreezingConfig = Field(default_factory=UnfreezingConfig)
     classifier_dropout: float | None = Field(
-        None, ge=0, lt=1, description="dropout in the classification head; null: the backbone's default (BERT-style "
-        "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)"
+        None,
+        ge=0,
+        lt=1,
+        description="dropout in the classification head; null: the backbone's default (BERT-style "
+        "models: their hidden dropout; AWD-LSTM: 0.4 before its first pooling block)",
     )
     # scalar_mix is a value of pooling, not a `features:` section of its own: it has no setting but on or off, and it
     # is one more answer to the question pooling answers (what the head reads), exclusive of the others.
     pooling: Literal["model", "mean", "scalar_mix"] | None = Field(
-        None, description=BY_BACKBONE + "mean for a sentence-embedding checkpoint (a sentence-transformers mean "
+        None,
+        description=BY_BACKBONE + "mean for a sentence-embedding checkpoint (a sentence-transformers mean "
         "Pooling module beside it), else model. model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
         "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
         "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
         "trained for; scalar_mix: ELMo's learned softmax-weighted sum of the embedding output and every layer, "
         "times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then concat "
-        "pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen backbone"
+        "pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen backbone",
     )
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
-        True, description="the saved checkpoint is the one with the best dev score (the task's first metric); "
-        "false: the one after the last step"
+        True,
+        description="the saved checkpoint is the one with the best dev score (the task's first metric); "
+        "false: the one after the last step",
     )
     # Where each technique left open came from (training/techniques.py); not a key: the run's summary reads it.
     _technique_sources: dict[str, str] = PrivateAttr(default_factory=dict)

@@ -21,8 +21,12 @@ from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
 Recipe = Union[PretrainRecipe, FinetuneRecipe, EvalRecipe]
-RECIPE_TYPES: dict[str, type[Section]] = {"pretrain": PretrainRecipe, "finetune": FinetuneRecipe, "eval": EvalRecipe,
-                                          "ulmfit": UlmfitRecipe}
+RECIPE_TYPES: dict[str, type[Section]] = {
+    "pretrain": PretrainRecipe,
+    "finetune": FinetuneRecipe,
+    "eval": EvalRecipe,
+    "ulmfit": UlmfitRecipe,
+}
 
 
 _OVERRIDE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)=(.*)$", re.DOTALL)
@@ -54,8 +58,10 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
         value = load_yaml(raw_value) if raw_value.strip() else ""
     except YAMLProblem as problem:
         # Never fall back to the raw text: `run_dir=x/[oops` would quietly name a folder `[oops`.
-        raise UserError(f"override '{_shortened(override)}': the value is not valid YAML ({problem.problem}); "
-                        f"quote it to mean the text itself: {key}='{_shortened(raw_value)}'") from None
+        raise UserError(
+            f"override '{_shortened(override)}': the value is not valid YAML ({problem.problem}); "
+            f"quote it to mean the text itself: {key}='{_shortened(raw_value)}'"
+        ) from None
     node = data
     parts = key.split(".")
     for depth, part in enumerate(parts[:-1]):
@@ -69,15 +75,35 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
 # The names other tools (the Hugging Face Trainer, run_glue.py, fastai) give to keys this toolkit names otherwise:
 # what a newcomer types first.
 OTHER_TOOLS_NAMES = {
-    "learning_rate": "lr", "num_train_epochs": "epochs", "num_epochs": "epochs", "n_epochs": "epochs",
-    "per_device_train_batch_size": "batch_size", "train_batch_size": "batch_size", "bs": "batch_size",
-    "warmup_ratio": "warmup_fraction", "lr_scheduler_type": "kind", "scheduler": "kind",
-    "max_seq_length": "max_length", "max_seq_len": "max_length", "seq_len": "max_length",
-    "model_name_or_path": "checkpoint", "model_name": "checkpoint", "output_dir": "run_dir",
-    "save_steps": "checkpoint_every", "logging_steps": "log_every", "eval_steps": "eval_every",
-    "fp16": "mixed_precision", "bf16": "mixed_precision", "max_grad": "max_grad_norm", "grad_clip": "max_grad_norm",
-    "label_names": "labels", "text_column": "text_columns", "wd": "weight_decay", "moms": "momentum",
-    "stride": "overlap", "doc_stride": "overlap",
+    "learning_rate": "lr",
+    "num_train_epochs": "epochs",
+    "num_epochs": "epochs",
+    "n_epochs": "epochs",
+    "per_device_train_batch_size": "batch_size",
+    "train_batch_size": "batch_size",
+    "bs": "batch_size",
+    "warmup_ratio": "warmup_fraction",
+    "lr_scheduler_type": "kind",
+    "scheduler": "kind",
+    "max_seq_length": "max_length",
+    "max_seq_len": "max_length",
+    "seq_len": "max_length",
+    "model_name_or_path": "checkpoint",
+    "model_name": "checkpoint",
+    "output_dir": "run_dir",
+    "save_steps": "checkpoint_every",
+    "logging_steps": "log_every",
+    "eval_steps": "eval_every",
+    "fp16": "mixed_precision",
+    "bf16": "mixed_precision",
+    "max_grad": "max_grad_norm",
+    "grad_clip": "max_grad_norm",
+    "label_names": "labels",
+    "text_column": "text_columns",
+    "wd": "weight_decay",
+    "moms": "momentum",
+    "stride": "overlap",
+    "doc_stride": "overlap",
 }
 
 
@@ -91,8 +117,11 @@ def recipe_keys(stage: str) -> list[str]:
     keys = [name for name in UlmfitRecipe.model_fields if name not in ULMFIT_STAGE_FOLDERS] + ["general_lm.checkpoint"]
     keys += [key for key in recipe_keys("finetune") if key.startswith("task.")]  # the flow's task is stage 3's
     for section in ULMFIT_STAGE_FOLDERS:
-        keys += [f"{section}.{key}" for key in recipe_keys("finetune" if section == "classifier" else "pretrain")
-                 if key not in FLOW_SET_KEYS]
+        keys += [
+            f"{section}.{key}"
+            for key in recipe_keys("finetune" if section == "classifier" else "pretrain")
+            if key not in FLOW_SET_KEYS
+        ]
     return keys
 
 
@@ -103,8 +132,9 @@ def suggested_key(key: str, stage: str) -> str | None:
         return None
     known = recipe_keys(stage)
     parent, _, name = key.rpartition(".")
-    siblings = {candidate.rpartition(".")[2]: candidate for candidate in known
-                if candidate.rpartition(".")[0] == parent}
+    siblings = {
+        candidate.rpartition(".")[2]: candidate for candidate in known if candidate.rpartition(".")[0] == parent
+    }
     meant = OTHER_TOOLS_NAMES.get(name.lower(), name)
     if meant in siblings:
         return siblings[meant]
@@ -124,12 +154,18 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
     problems = []
     for item in error.errors():
         # A model section is validated as its family's type; pydantic puts that tag in the location.
-        location = [part for index, part in enumerate(item["loc"])
-                    if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")]
+        location = [
+            part
+            for index, part in enumerate(item["loc"])
+            if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")
+        ]
         key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "union_tag_invalid":
-            key, message = f"{key}.family", f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})"
+            key, message = (
+                f"{key}.family",
+                f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})",
+            )
         elif item["type"] == "extra_forbidden":
             nearest = suggested_key(key, stage)
             message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
@@ -168,20 +204,21 @@ def input_path_problems(section: BaseModel, prefix: str = "") -> list[tuple[str,
         kind = _input_path_kind(field)
         if value is None or kind is None:
             continue
-        for path in (value if isinstance(value, list) else [value]):
+        for path in value if isinstance(value, list) else [value]:
             path = Path(path)
             if not path.exists():
                 problems.append((key, path, f"no such {kind}: {path}"))
             elif kind == "file" and not path.is_file():
-                problems.append((key, path, f"{path} is a folder, not a file" if path.is_dir() else
-                                 f"{path}: not a regular file"))
+                problems.append(
+                    (key, path, f"{path} is a folder, not a file" if path.is_dir() else f"{path}: not a regular file")
+                )
             elif kind == "folder" and not path.is_dir():
                 problems.append((key, path, f"{path} is a file, not a folder"))
     return problems
 
 
 def _input_path_kind(field: Any) -> str | None:
-    """"file" or "folder" for `InputFile`/`InputFolder` fields (also optional or in a list), else None."""
+    """ "file" or "folder" for `InputFile`/`InputFolder` fields (also optional or in a list), else None."""
     metadata = list(field.metadata)
     for argument in getattr(field.annotation, "__args__", ()):
         metadata += getattr(argument, "__metadata__", ())
@@ -232,10 +269,7 @@ def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
 
 
 def load_recipe(
-    path: Path | str,
-    overrides: list[str] = (),
-    expected_stage: str | None = None,
-    check_paths: bool = True,
+    path: Path | str, overrides: list[str] = (), expected_stage: str | None = None, check_paths: bool = True
 ) -> Recipe:
     """Load, override and validate a recipe; raise UserError naming the key and file on any problem."""
     path = Path(path)

@@ -46,8 +46,9 @@ class TransformerModelConfig(LanguageModelSection):
     """A transformer from scratch (sizes as in BERT-tiny 2/128 ... BERT-small 4/512) or continued."""
 
     checkpoint: str | None = Field(
-        None, description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
-        "LM stage); its architecture and tokenizer are kept"
+        None,
+        description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
+        "LM stage); its architecture and tokenizer are kept",
     )
     layers: int = Field(2, gt=0, description="transformer blocks")
     hidden: int = Field(128, gt=0, description="hidden size")
@@ -78,25 +79,33 @@ class MaskedLMModelConfig(TransformerModelConfig):
     """A BERT-style encoder trained to fill in masked tokens."""
 
     masked_lm: ClassVar[bool] = True
-    family: Literal["bert"] = Field("bert", description="bert: masked LM; gpt2: causal transformer; "
-                                    "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
+    family: Literal["bert"] = Field(
+        "bert",
+        description="bert: masked LM; gpt2: causal transformer; "
+        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline",
+    )
 
 
 class CausalLMModelConfig(TransformerModelConfig):
     """A GPT-2-style decoder trained to predict the next token; with memory_length or a sparse attention pattern,
     our own model (models/causal_transformer.py) instead of GPT2LMHeadModel."""
 
-    family: Literal["gpt2"] = Field(description="bert: masked LM; gpt2: causal transformer; "
-                                    "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
+    family: Literal["gpt2"] = Field(
+        description="bert: masked LM; gpt2: causal transformer; "
+        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline"
+    )
     memory_length: int = Field(
-        0, ge=0, description="Transformer-XL: every layer also attends to the last N states of the previous "
+        0,
+        ge=0,
+        description="Transformer-XL: every layer also attends to the last N states of the previous "
         "segments of its stream (no gradient), with relative positions instead of a position table; the corpus is "
-        "then read as BPTT batches in order, as awd_lstm; 0: plain GPT-2"
+        "then read as BPTT batches in order, as awd_lstm; 0: plain GPT-2",
     )
     attention: Literal["dense", "strided", "fixed"] = Field(
-        "dense", description="Sparse Transformer pattern: strided: the last attention_stride positions and every "
+        "dense",
+        description="Sparse Transformer pattern: strided: the last attention_stride positions and every "
         "attention_stride-th before them; fixed: the own block of attention_stride positions and the last position "
-        "of every earlier block; dense: every earlier position"
+        "of every earlier block; dense: every earlier position",
     )
     attention_stride: int | None = Field(
         None, gt=0, description="the stride of a strided or fixed attention; must divide corpus.block_size"
@@ -106,16 +115,21 @@ class CausalLMModelConfig(TransformerModelConfig):
     def _memory_and_attention(self) -> CausalLMModelConfig:
         # Values, not the keys given: a run's saved recipe.yaml spells every default out.
         if (self.attention == "dense") != (self.attention_stride is None):
-            raise ValueError(f"attention {self.attention} " + ("takes no attention_stride; remove it"
-                             if self.attention == "dense" else "needs attention_stride"))
+            raise ValueError(
+                f"attention {self.attention} "
+                + ("takes no attention_stride; remove it" if self.attention == "dense" else "needs attention_stride")
+            )
         if self.checkpoint is not None and (self.memory_length or self.attention != "dense"):
-            raise ValueError("memory_length and attention build a new model; model.checkpoint continues a GPT-2 "
-                             "checkpoint: remove them")
+            raise ValueError(
+                "memory_length and attention build a new model; model.checkpoint continues a GPT-2 "
+                "checkpoint: remove them"
+            )
         if self.memory_length and self.max_positions is not None:
             raise ValueError("max_positions: with memory_length, positions are relative (no table); remove it")
         if self.memory_length and self.hidden % 2:
-            raise ValueError(f"hidden ({self.hidden}) must be even with memory_length (relative positions are "
-                             "sine and cosine pairs)")
+            raise ValueError(
+                f"hidden ({self.hidden}) must be even with memory_length (relative positions are sine and cosine pairs)"
+            )
         return self
 
 
@@ -124,8 +138,9 @@ class AWDLSTMModelConfig(LanguageModelSection):
 
     bptt_rows: ClassVar[bool] = True
     maps_new_vocabulary: ClassVar[bool] = True
-    family: Literal["awd_lstm"] = Field(description="bert: masked LM; gpt2: causal transformer; "
-                                        "awd_lstm: ULMFiT's causal LSTM")
+    family: Literal["awd_lstm"] = Field(
+        description="bert: masked LM; gpt2: causal transformer; awd_lstm: ULMFiT's causal LSTM"
+    )
     checkpoint: str | None = Field(
         None, description="continue pretraining this AWD-LSTM checkpoint folder (ULMFiT's target-domain LM stage)"
     )
@@ -133,16 +148,21 @@ class AWDLSTMModelConfig(LanguageModelSection):
     hidden: int = Field(1152, gt=0, description="hidden size of the inner LSTM layers")
     layers: int = Field(3, gt=0, description="stacked LSTM layers")
     cell: Literal["lstm", "qrnn", "rnn"] = Field(
-        "lstm", description="the recurrent layers: lstm (ULMFiT), qrnn (MultiFiT's quasi-recurrent layers: one "
-        "matrix product per sequence, then an elementwise recurrence; faster per token), rnn (tanh, a baseline)"
+        "lstm",
+        description="the recurrent layers: lstm (ULMFiT), qrnn (MultiFiT's quasi-recurrent layers: one "
+        "matrix product per sequence, then an elementwise recurrence; faster per token), rnn (tanh, a baseline)",
     )
     # The five dropouts at fastai's ULMFiT language-model defaults.
     output_dropout: float = Field(0.1, ge=0, lt=1, description="dropout on the last LSTM's output")
     hidden_dropout: float = Field(0.15, ge=0, lt=1, description="variational dropout between LSTM layers")
     input_dropout: float = Field(0.25, ge=0, lt=1, description="variational dropout on the embedded input")
     embedding_dropout: float = Field(0.02, ge=0, lt=1, description="drops whole embedding rows (words)")
-    weight_dropout: float = Field(0.2, ge=0, lt=1, description="DropConnect on the hidden-to-hidden weights "
-                                  "(qrnn: on its gates' weights, as fastai)")
+    weight_dropout: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="DropConnect on the hidden-to-hidden weights (qrnn: on its gates' weights, as fastai)",
+    )
     # fastai's 0.1 leaves the embedded input so small that, with Adam on a corpus of a few million tokens, the LM
     # sits at the unigram plateau for hundreds of steps; 0.5 leaves it within ~20 (recipes/pretrain/awd-lstm-*).
     embedding_init_range: float = Field(
@@ -152,12 +172,16 @@ class AWDLSTMModelConfig(LanguageModelSection):
     # too). Added to the loss that is back-propagated only; metrics.jsonl's loss stays the next-token
     # cross-entropy, comparable with the validation loss (as fastai's RNNRegularizer, defaults of its TextLearner).
     activation_regularization: float = Field(
-        2.0, ge=0, description="AR (fastai's alpha): adds alpha x mean square of the last LSTM's output after "
-        "output dropout to the training loss; 0: off"
+        2.0,
+        ge=0,
+        description="AR (fastai's alpha): adds alpha x mean square of the last LSTM's output after "
+        "output dropout to the training loss; 0: off",
     )
     temporal_activation_regularization: float = Field(
-        1.0, ge=0, description="TAR (fastai's beta): adds beta x mean square of the step-to-step change of the last "
-        "LSTM's output (before dropout) to the training loss; 0: off"
+        1.0,
+        ge=0,
+        description="TAR (fastai's beta): adds beta x mean square of the step-to-step change of the last "
+        "LSTM's output (before dropout) to the training loss; 0: off",
     )
 
     @model_validator(mode="after")
@@ -178,12 +202,14 @@ class NGramModelConfig(LanguageModelSection):
     ids in one pass (no training loop: the training, schedule and discriminative keys do not apply)."""
 
     counted: ClassVar[bool] = True
-    family: Literal["ngram"] = Field(description="bert: masked LM; gpt2: causal transformer; "
-                                     "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline")
+    family: Literal["ngram"] = Field(
+        description="bert: masked LM; gpt2: causal transformer; "
+        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline"
+    )
     order: int = Field(3, ge=1, le=6, description="n: the longest n-gram counted (3: trigrams; 1: a unigram model)")
     discounts: Literal["modified"] = Field(
-        "modified", description="modified Kneser-Ney: three discounts per order from its count-of-counts "
-        "(Chen & Goodman 1998)"
+        "modified",
+        description="modified Kneser-Ney: three discounts per order from its count-of-counts (Chen & Goodman 1998)",
     )
     checkpoint: str | None = Field(None, description="not supported: an n-gram model is always counted anew")
 
@@ -198,7 +224,10 @@ class NGramModelConfig(LanguageModelSection):
 # model.family -> its section: the tags of the pydantic discriminated union below (the one place family names are
 # written in the recipes).
 MODEL_SECTIONS: dict[str, type[LanguageModelSection]] = {
-    "bert": MaskedLMModelConfig, "gpt2": CausalLMModelConfig, "awd_lstm": AWDLSTMModelConfig, "ngram": NGramModelConfig,
+    "bert": MaskedLMModelConfig,
+    "gpt2": CausalLMModelConfig,
+    "awd_lstm": AWDLSTMModelConfig,
+    "ngram": NGramModelConfig,
 }
 MODEL_FAMILIES = tuple(MODEL_SECTIONS)
 
@@ -211,8 +240,7 @@ def _model_family(value: Any) -> str:
 
 
 LanguageModelConfig = Annotated[
-    tuple(Annotated[section, Tag(name)] for name, section in MODEL_SECTIONS.items()),
-    Discriminator(_model_family),
+    tuple(Annotated[section, Tag(name)] for name, section in MODEL_SECTIONS.items()), Discriminator(_model_family)
 ]
 
 
@@ -223,16 +251,19 @@ class TokenizerConfig(Section):
     path: InputFolder | None = Field(
         None, description="reuse this tokenizer folder (e.g. an earlier run's checkpoint) instead of training one"
     )
-    vocab_size: int = Field(8000, ge=100, le=MAX_VOCABULARY,
-                            description="vocabulary size of a trained tokenizer, special tokens included")
+    vocab_size: int = Field(
+        8000, ge=100, le=MAX_VOCABULARY, description="vocabulary size of a trained tokenizer, special tokens included"
+    )
     lowercase: bool | None = Field(
-        None, description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
-        "(uncased, as BERT), false for the byte-level BPE of causal LMs"
+        None,
+        description="lowercase (and for WordPiece strip accents) before tokenizing; null: true for bert "
+        "(uncased, as BERT), false for the byte-level BPE of causal LMs",
     )
     min_frequency: int = Field(2, gt=0, description="ignore pieces seen fewer times than this")
     new_vocabulary: bool = Field(
-        False, description="awd_lstm with model.checkpoint: train a tokenizer on this corpus and map the "
-        "checkpoint's rows onto it (new tokens start at the mean row), as ULMFiT's LM fine-tuning does"
+        False,
+        description="awd_lstm with model.checkpoint: train a tokenizer on this corpus and map the "
+        "checkpoint's rows onto it (new tokens start at the mean row), as ULMFiT's LM fine-tuning does",
     )
 
 
@@ -243,11 +274,12 @@ class CorpusConfig(Section):
     train_files: list[InputFile] = Field(default_factory=list, description="text files to pretrain on")
     validation_files: list[InputFile] = Field(default_factory=list, description="held-out text; empty: split off")
     document: Literal["line", "paragraph", "file"] = Field(
-        "line", description="what a document of text files is (a separator follows each; validation holds out whole "
+        "line",
+        description="what a document of text files is (a separator follows each; validation holds out whole "
         "ones): line: each non-empty line, stripped; paragraph: the lines up to a blank line, stripped, joined by line "
         "breaks; file: each file whole, line breaks, blank lines and indentation kept (running text, e.g. a play). "
         "Byte-level BPE (gpt2, awd_lstm, ngram) makes line breaks tokens; bert's WordPiece reads them as spaces. "
-        "Paragraphs and files are read and tokenised in ~64 KB pieces"
+        "Paragraphs and files are read and tokenised in ~64 KB pieces",
     )
     dataset: str | None = Field(
         None, description="instead of train_files: a `datasets` dataset name (needs a network or the hub cache)"
@@ -255,42 +287,50 @@ class CorpusConfig(Section):
     dataset_config: str | None = Field(None, description="the dataset's configuration, e.g. wikitext-2-raw-v1")
     text_column: str = Field("text", description="the dataset's column holding the text")
     dataset_files: list[str] | dict[str, list[str]] | None = Field(
-        None, description="with dataset: its data_files, e.g. dataset: json with a list of local JSON Lines files "
-        "(the train split), or {train: [...], validation: [...]}"
+        None,
+        description="with dataset: its data_files, e.g. dataset: json with a list of local JSON Lines files "
+        "(the train split), or {train: [...], validation: [...]}",
     )
     validation_split: str | None = Field(
         None, description="with dataset: the split to validate on (e.g. validation) instead of validation_fraction"
     )
     streaming: bool = Field(
-        False, description="with dataset: read it as a stream, tokenised on the fly into blocks, nothing cached, "
+        False,
+        description="with dataset: read it as a stream, tokenised on the fly into blocks, nothing cached, "
         "for text larger than a token cache should hold; needs training.max_steps and validation_split, "
-        "validation_documents or validation_files"
+        "validation_documents or validation_files",
     )
     validation_documents: int | None = Field(
-        None, gt=0, description="with streaming: the first N documents of the stream are the validation text "
-        "(never trained on)"
+        None,
+        gt=0,
+        description="with streaming: the first N documents of the stream are the validation text (never trained on)",
     )
     task: TaskConfig | None = Field(
-        None, description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
-        "fine-tuning), each text one document; labels are not read"
+        None,
+        description="instead of train_files: the text columns of a task's files (ULMFiT's target-task LM "
+        "fine-tuning), each text one document; labels are not read",
     )
     task_splits: list[str] = Field(
-        default_factory=lambda: ["train"], min_length=1,
+        default_factory=lambda: ["train"],
+        min_length=1,
         description="with task: the splits whose text is read (train; add test for its unlabeled text)",
     )
     validation_fraction: float = Field(0.05, gt=0, lt=1, description="documents held out when no validation_files")
     block_size: int = Field(
-        128, ge=8, description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
-        "the truncated-BPTT length (awd_lstm; ULMFiT: 70)"
+        128,
+        ge=8,
+        description="tokens per training block: the context length (bert/gpt2, [CLS] included) or "
+        "the truncated-BPTT length (awd_lstm; ULMFiT: 70)",
     )
     cache_dir: Path | None = Field(
         Path("~/.cache/finetune/corpus"),
         description="tokenized corpora are cached here by content and tokenizer; null: no cache",
     )
     reverse: bool | None = Field(
-        None, description="true: a backward LM (ULMFiT's bidirectional ensemble), trained on each document's tokens "
+        None,
+        description="true: a backward LM (ULMFiT's bidirectional ensemble), trained on each document's tokens "
         "in reverse order (gpt2, awd_lstm); its checkpoint records it and every later stage reads text backwards; "
-        "null: as model.checkpoint reads (forwards from scratch)"
+        "null: as model.checkpoint reads (forwards from scratch)",
     )
 
     @model_validator(mode="after")
@@ -298,25 +338,33 @@ class CorpusConfig(Section):
         if [bool(self.train_files), bool(self.dataset), self.task is not None].count(True) != 1:
             raise ValueError("give exactly one of train_files, dataset and task")
         if self.document != "line" and not self.train_files:  # rows and a task's texts are documents already
-            raise ValueError(f"document: {self.document} reads text files (train_files); each row of a dataset and "
-                             "each text of a task is one document (its own line breaks kept): remove it")
+            raise ValueError(
+                f"document: {self.document} reads text files (train_files); each row of a dataset and "
+                "each text of a task is one document (its own line breaks kept): remove it"
+            )
         for key in ("dataset_files", "validation_split", "streaming"):
             if getattr(self, key) and not self.dataset:
                 raise ValueError(f"{key} applies to a `datasets` corpus (corpus.dataset); remove it")
-        validation = [key for key in ("validation_files", "validation_split", "validation_documents")
-                      if getattr(self, key)]
+        validation = [
+            key for key in ("validation_files", "validation_split", "validation_documents") if getattr(self, key)
+        ]
         if len(validation) > 1:
             raise ValueError(f"give one validation text, not {' and '.join(validation)}")
         if self.validation_documents is not None and not self.streaming:
-            raise ValueError("validation_documents applies to a streamed dataset (streaming: true); "
-                             "use validation_fraction")
+            raise ValueError(
+                "validation_documents applies to a streamed dataset (streaming: true); use validation_fraction"
+            )
         if self.streaming and not validation:
-            raise ValueError("a streamed dataset needs its validation text: validation_split (a split of the "
-                             "dataset), validation_documents (the stream's first N documents) or validation_files")
+            raise ValueError(
+                "a streamed dataset needs its validation text: validation_split (a split of the "
+                "dataset), validation_documents (the stream's first N documents) or validation_files"
+            )
         # Against the default, not the keys given: a run's saved recipe.yaml spells every default out.
         if self.streaming and self.validation_fraction != CorpusConfig.model_fields["validation_fraction"].default:
-            raise ValueError("a stream has no length to take a fraction of: use validation_split, "
-                             "validation_documents or validation_files instead of validation_fraction")
+            raise ValueError(
+                "a stream has no length to take a fraction of: use validation_split, "
+                "validation_documents or validation_files instead of validation_fraction"
+            )
         return self
 
 
@@ -358,9 +406,12 @@ class PretrainRecipe(TrainingRunRecipe):
     )
     eval_every: int | None = Field(None, gt=0, description="validation every N steps; null: at each epoch end")
     ngram_floor: int | None = Field(
-        None, ge=1, le=6, description="gpt2, awd_lstm: before training, count an n-gram model of this order "
+        None,
+        ge=1,
+        le=6,
+        description="gpt2, awd_lstm: before training, count an n-gram model of this order "
         "(Kneser-Ney) on the same tokens and score it on the same validation text; the report shows its loss as the "
-        "floor the network has to go below; null: none"
+        "floor the network has to go below; null: none",
     )
 
     @model_validator(mode="before")
@@ -385,8 +436,10 @@ class PretrainRecipe(TrainingRunRecipe):
         if not model.masked_lm and self.masking is not None:
             raise ValueError(f"masking applies to masked LMs (model.family: bert), not {family}; remove it")
         if self.corpus.reverse and model.masked_lm:
-            raise ValueError("corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
-                             "causal (gpt2, awd_lstm)")
+            raise ValueError(
+                "corpus.reverse: a masked LM (bert) already sees both directions; backward LMs are "
+                "causal (gpt2, awd_lstm)"
+            )
         if self.ngram_floor is not None and (model.masked_lm or model.counted):  # trained causal families only
             raise ValueError(f"ngram_floor: a next-token floor for the causal families (gpt2, awd_lstm), not {family}")
         if self.ngram_floor is not None and self.corpus.streaming:
@@ -401,30 +454,42 @@ class PretrainRecipe(TrainingRunRecipe):
             self._check_streaming()
         stride = getattr(self.model, "attention_stride", None)
         if stride is not None and self.corpus.block_size % stride:
-            raise ValueError(f"model.attention_stride ({stride}) must divide corpus.block_size "
-                             f"({self.corpus.block_size})")
+            raise ValueError(
+                f"model.attention_stride ({stride}) must divide corpus.block_size ({self.corpus.block_size})"
+            )
         max_positions = getattr(self.model, "max_positions", None)
         if max_positions is not None and max_positions < self.corpus.block_size:
-            raise ValueError(f"model.max_positions ({max_positions}) is smaller than "
-                             f"corpus.block_size ({self.corpus.block_size})")
+            raise ValueError(
+                f"model.max_positions ({max_positions}) is smaller than corpus.block_size ({self.corpus.block_size})"
+            )
         return self
 
     def _check_streaming(self) -> None:
         """What a streamed corpus needs: a known run length, a tokenizer that exists, a block layout."""
         if self.model.bptt_rows:
-            raise ValueError("corpus.streaming: awd_lstm reads BPTT rows cut from the whole corpus; stream with "
-                             "bert or gpt2, or give awd_lstm text files (tokenised once, memory-mapped)")
+            raise ValueError(
+                "corpus.streaming: awd_lstm reads BPTT rows cut from the whole corpus; stream with "
+                "bert or gpt2, or give awd_lstm text files (tokenised once, memory-mapped)"
+            )
         if self.model.counted:
-            raise ValueError("corpus.streaming: ngram counts the whole corpus at once; give it text files "
-                             "(tokenised once, memory-mapped) or a dataset read whole")
+            raise ValueError(
+                "corpus.streaming: ngram counts the whole corpus at once; give it text files "
+                "(tokenised once, memory-mapped) or a dataset read whole"
+            )
         if getattr(self.model, "memory_length", 0):
-            raise ValueError("corpus.streaming: model.memory_length reads BPTT rows cut from the whole corpus, as "
-                             "awd_lstm; give text files (tokenised once, memory-mapped)")
+            raise ValueError(
+                "corpus.streaming: model.memory_length reads BPTT rows cut from the whole corpus, as "
+                "awd_lstm; give text files (tokenised once, memory-mapped)"
+            )
         if self.training.max_steps is None:
             raise ValueError("corpus.streaming: a stream has no length, so the run's is training.max_steps; give it")
         if self.training.epochs != 1:  # the default, which a saved recipe.yaml spells out
-            raise ValueError("corpus.streaming: the run's length is training.max_steps (the stream starts again "
-                             "when it ends); remove training.epochs")
+            raise ValueError(
+                "corpus.streaming: the run's length is training.max_steps (the stream starts again "
+                "when it ends); remove training.epochs"
+            )
         if self.tokenizer.path is None and self.model.checkpoint is None:
-            raise ValueError("corpus.streaming: a tokenizer is not trained on a stream; give tokenizer.path (e.g. an "
-                             "earlier run's checkpoint) or model.checkpoint")
+            raise ValueError(
+                "corpus.streaming: a tokenizer is not trained on a stream; give tokenizer.path (e.g. an "
+                "earlier run's checkpoint) or model.checkpoint"
+            )

@@ -38,19 +38,24 @@ class UlmfitRecipe(RunRecipe):
     stage: Literal["ulmfit"]
     seed: Seed = Field(0, description="the seed of every stage whose section gives none")
     task: TaskConfig | None = Field(
-        None, description="the target task, written once (the keys of a finetune recipe's task.*): it becomes "
+        None,
+        description="the target task, written once (the keys of a finetune recipe's task.*): it becomes "
         "classifier.task and, unless target_lm.corpus reads train_files or a dataset, target_lm.corpus.task, whose "
-        "text the language model is fine-tuned on; give it here or in those sections, not both")
+        "text the language model is fine-tuned on; give it here or in those sections, not both",
+    )
     general_lm: PretrainRecipe | PretrainedLanguageModel = Field(
         description="stage 1, into RUN_DIR/1-general-lm: a pretrain recipe without stage and run_dir (model.family "
-        "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model")
+        "defaults to awd_lstm), or {checkpoint: PATH} to start stage 2 from an existing language model"
+    )
     target_lm: PretrainRecipe = Field(
         description="stage 2, into RUN_DIR/2-target-lm: a pretrain recipe without stage, run_dir and "
         "model.checkpoint (stage 1's; model.family defaults to stage 1's); e.g. corpus.task, "
-        "tokenizer.new_vocabulary, discriminative.factor 2.6")
+        "tokenizer.new_vocabulary, discriminative.factor 2.6"
+    )
     classifier: FinetuneRecipe = Field(
         description="stage 3, into RUN_DIR/3-classifier: a finetune recipe without stage, run_dir and "
-        "model.checkpoint (stage 2's)")
+        "model.checkpoint (stage 2's)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -64,10 +69,14 @@ class UlmfitRecipe(RunRecipe):
         general = data.get("general_lm")
         skipped = isinstance(general, dict) and "checkpoint" in general
         if skipped and len(general) > 1:
-            raise ValueError("general_lm: give either {checkpoint: PATH} (no stage 1) or a pretrain recipe, not both "
-                             f"(remove {', '.join(sorted(str(key) for key in general if key != 'checkpoint'))})")
-        checkpoints = {"general_lm": general["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
-                       "target_lm": str(base / "2-target-lm" / "checkpoint")}
+            raise ValueError(
+                "general_lm: give either {checkpoint: PATH} (no stage 1) or a pretrain recipe, not both "
+                f"(remove {', '.join(sorted(str(key) for key in general if key != 'checkpoint'))})"
+            )
+        checkpoints = {
+            "general_lm": general["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
+            "target_lm": str(base / "2-target-lm" / "checkpoint"),
+        }
         seed = data.get("seed", 0)
         general_model = general.get("model") if isinstance(general, dict) else None
         # Stage 2 continues stage 1's model: its family unless the section names one; ULMFiT's AWD-LSTM by default.
@@ -81,8 +90,12 @@ class UlmfitRecipe(RunRecipe):
             _refuse_flow_keys(section, body, model, base / folder)
             if data.get("task") is not None:
                 body = _with_the_task(section, body, data["task"])
-            body = {**body, "stage": "finetune" if section == "classifier" else "pretrain",
-                    "run_dir": str(base / folder), "description": ULMFIT_STAGE_DESCRIPTIONS[section]}
+            body = {
+                **body,
+                "stage": "finetune" if section == "classifier" else "pretrain",
+                "run_dir": str(base / folder),
+                "description": ULMFIT_STAGE_DESCRIPTIONS[section],
+            }
             if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
                 body["seed"] = seed  # an invalid top-level seed is reported once, at the top level
             if isinstance(model, dict) and section != "classifier":
@@ -107,12 +120,17 @@ class UlmfitRecipe(RunRecipe):
     def _same_family(self) -> UlmfitRecipe:
         general = self.general_lm
         if isinstance(general, PretrainRecipe) and general.model.family != self.target_lm.model.family:
-            raise ValueError(f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
-                             f"{general.model.family} model, which stage 2 continues")
-        if isinstance(general, PretrainRecipe) and (getattr(general.model, "memory_length", 0)
-                                                    or getattr(general.model, "attention", "dense") != "dense"):
-            raise ValueError("general_lm.model: memory_length and attention build a model (Transformer-XL, sparse "
-                             "attention) that stages 2 and 3 cannot continue or fine-tune yet; remove them")
+            raise ValueError(
+                f"target_lm.model.family: {self.target_lm.model.family}, but general_lm trains a "
+                f"{general.model.family} model, which stage 2 continues"
+            )
+        if isinstance(general, PretrainRecipe) and (
+            getattr(general.model, "memory_length", 0) or getattr(general.model, "attention", "dense") != "dense"
+        ):
+            raise ValueError(
+                "general_lm.model: memory_length and attention build a model (Transformer-XL, sparse "
+                "attention) that stages 2 and 3 cannot continue or fine-tune yet; remove them"
+            )
         return self
 
     @model_serializer(mode="wrap")
@@ -164,9 +182,13 @@ def _refuse_flow_keys(section: str, body: dict[str, Any], model: Any, folder: Pa
     given = [key for key in FLOW_SET_KEYS if key in body]
     if given:
         key = given[0]
-        why = {"stage": "the ulmfit flow knows each section's stage", "run_dir": f"the ulmfit flow runs this stage in "
-               f"{folder}"}.get(key, f"only the ulmfit recipe's own (top-level) {key} applies")
+        why = {
+            "stage": "the ulmfit flow knows each section's stage",
+            "run_dir": f"the ulmfit flow runs this stage in {folder}",
+        }.get(key, f"only the ulmfit recipe's own (top-level) {key} applies")
         raise ValueError(f"{section}.{key}: {why}; remove it")
     if section in ULMFIT_UPSTREAM and isinstance(model, dict) and "checkpoint" in model:
-        raise ValueError(f"{section}.model.checkpoint: the ulmfit flow starts this stage from the "
-                         f"{ULMFIT_UPSTREAM[section]} stage's checkpoint; remove it")
+        raise ValueError(
+            f"{section}.model.checkpoint: the ulmfit flow starts this stage from the "
+            f"{ULMFIT_UPSTREAM[section]} stage's checkpoint; remove it"
+        )

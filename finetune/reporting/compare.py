@@ -73,8 +73,11 @@ def load_run(path: Path) -> Run:
 def differing_keys(runs: list[Run]) -> list[str]:
     """The dotted recipe keys whose values are not the same in every run, in recipe order."""
     keys = list(dict.fromkeys(key for run in runs for key in run.recipe))
-    return [key for key in keys if key not in IGNORED_KEYS
-            and len({json.dumps(run.recipe.get(key, MISSING), default=str) for run in runs}) > 1]
+    return [
+        key
+        for key in keys
+        if key not in IGNORED_KEYS and len({json.dumps(run.recipe.get(key, MISSING), default=str) for run in runs}) > 1
+    ]
 
 
 def recipe_cell(value: Any) -> str:
@@ -105,20 +108,32 @@ def throughput(run: Run) -> str:
 def markdown_table(runs: list[Run]) -> str:
     """One row per run: the differing recipe keys, the final training loss, the last evaluation, time and speed."""
     keys = differing_keys(runs)
-    metrics = list(dict.fromkeys(
-        name for run in runs for name in (["validation_loss"] if "validation_loss" in run.last_evaluation else [])
-        + evaluation_metrics([run.last_evaluation])))
+    metrics = list(
+        dict.fromkeys(
+            name
+            for run in runs
+            for name in (["validation_loss"] if "validation_loss" in run.last_evaluation else [])
+            + evaluation_metrics([run.last_evaluation])
+        )
+    )
     header = ["run", *keys, "steps", "final training loss", *metrics, "training wall time", "throughput"]
     rows = []
     for run in runs:
         steps = max((record["step"] for record in run.records if is_number(record.get("step"))), default=0)
         loss = run.train[-1]["loss"] if run.train else None
         wall = duration(run.timing["training_wall_time_s"]) if run.timing else "-"
-        cells = [run.label, *(recipe_cell(run.recipe.get(key, MISSING)) for key in keys), str(steps),
-                 f"{loss:.4f}" if is_number(loss) else "-",
-                 *(f"{run.last_evaluation[name]:.4f}" if is_number(run.last_evaluation.get(name)) else "-"
-                   for name in metrics),
-                 wall, throughput(run)]
+        cells = [
+            run.label,
+            *(recipe_cell(run.recipe.get(key, MISSING)) for key in keys),
+            str(steps),
+            f"{loss:.4f}" if is_number(loss) else "-",
+            *(
+                f"{run.last_evaluation[name]:.4f}" if is_number(run.last_evaluation.get(name)) else "-"
+                for name in metrics
+            ),
+            wall,
+            throughput(run),
+        ]
         rows.append(cells)
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -129,13 +144,22 @@ def overlay_figure(runs: list[Run]) -> Figure:
     """Training loss (left) and each run's main evaluation metric (right) of every run, over optimizer steps."""
     figure, (loss_axes, evaluation_axes) = new_figure(2)
     for run in runs:
-        line, = loss_axes.plot([record["step"] for record in run.train], [record["loss"] for record in run.train],
-                               label=run.label)
-        points = [(record["step"], record[run.main_metric]) for record in records_of(run.records, "eval")
-                  if is_number(record.get(run.main_metric))]
+        (line,) = loss_axes.plot(
+            [record["step"] for record in run.train], [record["loss"] for record in run.train], label=run.label
+        )
+        points = [
+            (record["step"], record[run.main_metric])
+            for record in records_of(run.records, "eval")
+            if is_number(record.get(run.main_metric))
+        ]
         if points:
-            evaluation_axes.plot([step for step, _ in points], [value for _, value in points], marker="o",
-                                 color=line.get_color(), label=run.label)
+            evaluation_axes.plot(
+                [step for step, _ in points],
+                [value for _, value in points],
+                marker="o",
+                color=line.get_color(),
+                label=run.label,
+            )
     names = sorted({run.main_metric for run in runs if run.main_metric})
     loss_axes.set(xlabel="optimizer step", ylabel="loss", title="training loss")
     evaluation_axes.set(xlabel="optimizer step", title=", ".join(names) or "no evaluations")
@@ -160,9 +184,11 @@ def compare_runs(paths: list[Path], output: Path | None = None) -> tuple[str, Pa
         output.parent.mkdir(parents=True, exist_ok=True)
     save_figure(overlay_figure(runs), curves)
     link = curves.name if output is not None else str(curves)
-    note = ("Recipe keys not shown are the same in every run" if differing_keys(runs) else
-            "The recipes are the same") + f" ({', '.join(IGNORED_KEYS)} left out). Metrics: the last training " \
+    note = (
+        ("Recipe keys not shown are the same in every run" if differing_keys(runs) else "The recipes are the same")
+        + f" ({', '.join(IGNORED_KEYS)} left out). Metrics: the last training "
         "window's loss and the last evaluation; wall time from the start of training to the saved checkpoint."
+    )
     markdown = f"# Runs compared\n\n{markdown_table(runs)}\n\n{note}\n\n![training loss and evaluations]({link})\n"
     if output is not None:
         output.write_text(markdown, encoding="utf-8")

@@ -21,8 +21,13 @@ from finetune.models.hub import HUB_NAME
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
-HUB_METRICS = {"accuracy": "accuracy", "f1": "f1", "mcc": "matthews_correlation", "pearson": "pearsonr",
-               "spearman": "spearmanr"}
+HUB_METRICS = {
+    "accuracy": "accuracy",
+    "f1": "f1",
+    "mcc": "matthews_correlation",
+    "pearson": "pearsonr",
+    "spearman": "spearmanr",
+}
 
 
 def hub_base_model(checkpoint: str | None) -> str | None:
@@ -42,15 +47,20 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def _evaluations(records: list[dict], names: list[str]) -> str:
     """The evaluation curve: one row per logged evaluation, the named metrics as columns."""
-    rows = [[record["step"], record["epoch"] + 1] + [record.get(name, "") for name in names]
-            for record in records if record.get("phase") == "eval"]
+    rows = [
+        [record["step"], record["epoch"] + 1] + [record.get(name, "") for name in names]
+        for record in records
+        if record.get("phase") == "eval"
+    ]
     return _table(["step", "epoch"] + names, rows) if rows else "(no evaluation was logged)"
 
 
 def _loading(architecture_import: str, auto_class: str, folder: str) -> str:
-    return ("```python\n" + architecture_import + f"from transformers import AutoTokenizer, {auto_class}\n\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{folder}\")\n"
-            f"model = {auto_class}.from_pretrained(\"{folder}\")\n```")
+    return (
+        "```python\n" + architecture_import + f"from transformers import AutoTokenizer, {auto_class}\n\n"
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
+        f'model = {auto_class}.from_pretrained("{folder}")\n```'
+    )
 
 
 class CardKind(NamedTuple):
@@ -73,57 +83,114 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
     architecture = (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
-        if recipe.pooling in ("mean", "scalar_mix") else "")
+        if recipe.pooling in ("mean", "scalar_mix")
+        else ""
+    )
     length = recipe.task.max_length or "the default"
     if spec.kind == "tokens":
-        return CardKind("token-classification", "tagger", "AutoModelForTokenClassification", architecture, "texts.txt",
-                        "words", "a tag per word: " + ", ".join(spec.labels),
-                        f"reads at most {length} tokens of a sentence")
+        return CardKind(
+            "token-classification",
+            "tagger",
+            "AutoModelForTokenClassification",
+            architecture,
+            "texts.txt",
+            "words",
+            "a tag per word: " + ", ".join(spec.labels),
+            f"reads at most {length} tokens of a sentence",
+        )
     if spec.kind == "choices":
-        return CardKind("multiple-choice", "multiple-choice model", "AutoModelForMultipleChoice",
-                        choice_registering_import(model_type), "questions.jsonl", ", ".join(spec.text_columns),
-                        "a probability per choice", f"reads at most {length} tokens of a question with one of its "
-                        "choices")
+        return CardKind(
+            "multiple-choice",
+            "multiple-choice model",
+            "AutoModelForMultipleChoice",
+            choice_registering_import(model_type),
+            "questions.jsonl",
+            ", ".join(spec.text_columns),
+            "a probability per choice",
+            f"reads at most {length} tokens of a question with one of its choices",
+        )
     if spec.kind == "spans":
         from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
 
-        return CardKind("question-answering", "question-answering model", "AutoModelForQuestionAnswering",
-                        architecture, "questions.jsonl", "a question and its context", "the answer, a span of the "
-                        "context (or none, where trained with unanswerable questions)",
-                        SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe())
+        return CardKind(
+            "question-answering",
+            "question-answering model",
+            "AutoModelForQuestionAnswering",
+            architecture,
+            "questions.jsonl",
+            "a question and its context",
+            "the answer, a span of the context (or none, where trained with unanswerable questions)",
+            SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe(),
+        )
     inputs = f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)
     reads = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders).describe()
     if spec.kind == "multilabel":
-        return CardKind("text-classification", "classifier", "AutoModelForSequenceClassification", architecture,
-                        "texts.txt", inputs, "any number of labels (multi-label): " + ", ".join(spec.labels), reads,
-                        ("multi-label-classification",),
-                        "\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
-                        "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
-                        "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).")
+        return CardKind(
+            "text-classification",
+            "classifier",
+            "AutoModelForSequenceClassification",
+            architecture,
+            "texts.txt",
+            inputs,
+            "any number of labels (multi-label): " + ", ".join(spec.labels),
+            reads,
+            ("multi-label-classification",),
+            "\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
+            "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
+            "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).",
+        )
     outputs = "a score" if spec.is_regression else ", ".join(spec.labels)
-    return CardKind("text-classification", "classifier", "AutoModelForSequenceClassification", architecture,
-                    "texts.txt", inputs, outputs, reads)
+    return CardKind(
+        "text-classification",
+        "classifier",
+        "AutoModelForSequenceClassification",
+        architecture,
+        "texts.txt",
+        inputs,
+        outputs,
+        reads,
+    )
 
 
 def training_settings(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> list[list]:
     """The card's table of how the model was trained."""
     training, unfreezing = recipe.training, recipe.unfreezing
-    thaw = "off" if unfreezing.mode == "none" else (
-        f"gradual, from {unfreezing.initial_groups} group(s), one more every "
-        + (f"{unfreezing.every_steps} steps" if unfreezing.every_steps else
-           f"{unfreezing.every_fraction:.0%} of the steps" if unfreezing.every_fraction else
-           f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"))
-    settings = [["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
-                ["task", f"{spec.display_name} (`{spec.name}`): {kind.inputs} -> {kind.outputs}"],
-                ["pooling", recipe.pooling], ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
-                ["optimizer steps", result["last_step"]], ["peak LR (top group)", f"{training.lr:g}"],
-                ["schedule", recipe.schedule.kind], ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
-                ["gradual unfreezing", thaw], ["reading", kind.reads], ["seed", recipe.seed]]
+    thaw = (
+        "off"
+        if unfreezing.mode == "none"
+        else (
+            f"gradual, from {unfreezing.initial_groups} group(s), one more every "
+            + (
+                f"{unfreezing.every_steps} steps"
+                if unfreezing.every_steps
+                else f"{unfreezing.every_fraction:.0%} of the steps"
+                if unfreezing.every_fraction
+                else f"epoch ({unfreezing.groups_per_epoch or 1} per epoch)"
+            )
+        )
+    )
+    settings = [
+        ["base model", f"`{recipe.model.checkpoint}` ({recipe.model.init} weights)"],
+        ["task", f"{spec.display_name} (`{spec.name}`): {kind.inputs} -> {kind.outputs}"],
+        ["pooling", recipe.pooling],
+        ["epochs / batch size", f"{training.epochs} / {training.batch_size}"],
+        ["optimizer steps", result["last_step"]],
+        ["peak LR (top group)", f"{training.lr:g}"],
+        ["schedule", recipe.schedule.kind],
+        ["discriminative LRs", f"factor {recipe.discriminative.factor:g}"],
+        ["gradual unfreezing", thaw],
+        ["reading", kind.reads],
+        ["seed", recipe.seed],
+    ]
     if spec.kind == "multilabel":
         saved = result["best"] if result["saved"] == "best" else result["last"]
-        settings.append(["decision threshold", f"{saved['dev_threshold']:g} (a sigmoid per label; a label is predicted "
-                         "above it; " + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev"
-                                         else "given)")])
+        settings.append(
+            [
+                "decision threshold",
+                f"{saved['dev_threshold']:g} (a sigmoid per label; a label is predicted "
+                "above it; " + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev" else "given)"),
+            ]
+        )
     return settings
 
 
@@ -131,26 +198,48 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
     """The card of a fine-tuned model of any task kind: dev scores of the saved weights and the curve."""
     saved = result["best"] if result["saved"] == "best" else result["last"]
     # A multi-label run's dev_threshold is the decision threshold these scores were taken at, not a score.
-    scores = {name.removeprefix("dev_"): value for name, value in saved.items()
-              if name.startswith("dev_") and name != "dev_threshold"}
+    scores = {
+        name.removeprefix("dev_"): value
+        for name, value in saved.items()
+        if name.startswith("dev_") and name != "dev_threshold"
+    }
     kind, glue = card_kind(recipe, spec, model_type), spec.name in GLUE_TASKS
     dataset = "nyu-mll/glue" if glue else spec.name
-    eval_results = [EvalResult(task_type=kind.task_type, dataset_type=dataset, dataset_name=spec.display_name,
-                               dataset_config=spec.name if glue else None,
-                               dataset_split="validation", metric_type=HUB_METRICS.get(name, name),
-                               metric_name=name, metric_value=round(float(value), 4))
-                    for name, value in scores.items()]
+    eval_results = [
+        EvalResult(
+            task_type=kind.task_type,
+            dataset_type=dataset,
+            dataset_name=spec.display_name,
+            dataset_config=spec.name if glue else None,
+            dataset_split="validation",
+            metric_type=HUB_METRICS.get(name, name),
+            metric_name=name,
+            metric_value=round(float(value), 4),
+        )
+        for name, value in scores.items()
+    ]
     family = family_of_model_type(model_type)
-    data = ModelCardData(base_model=hub_base_model(recipe.model.checkpoint), datasets=[dataset] if glue else None,
-                         eval_results=eval_results, metrics=[HUB_METRICS.get(name, name) for name in scores],
-                         library_name="transformers", pipeline_tag=kind.task_type, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", kind.task_type, *kind.tags,
-                               *(family.classifier_card_tags if family else ())])
-    which = (f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
-             "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
-             if result["saved"] == "best" else f"the weights after the last step ({result['last_step']})")
-    names = [f"dev_{name}" for name in spec.metrics] + (["dev_threshold"] if spec.kind == "multilabel" else []) \
+    data = ModelCardData(
+        base_model=hub_base_model(recipe.model.checkpoint),
+        datasets=[dataset] if glue else None,
+        eval_results=eval_results,
+        metrics=[HUB_METRICS.get(name, name) for name in scores],
+        library_name="transformers",
+        pipeline_tag=kind.task_type,
+        model_name=Path(recipe.run_dir).name,
+        tags=["finetune", kind.task_type, *kind.tags, *(family.classifier_card_tags if family else ())],
+    )
+    which = (
+        f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
+        "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
+        if result["saved"] == "best"
+        else f"the weights after the last step ({result['last_step']})"
+    )
+    names = (
+        [f"dev_{name}" for name in spec.metrics]
+        + (["dev_threshold"] if spec.kind == "multilabel" else [])
         + ["validation_loss"]
+    )
     body = f"""
 # {Path(recipe.run_dir).name}
 
@@ -205,26 +294,42 @@ def language_model_card(recipe, records: list[dict]) -> ModelCard:
     else:
         source = ", ".join(f"`{Path(path).name}`" for path in corpus.train_files)
     accuracy = next((name for name in last if name.endswith("accuracy")), None)
-    eval_results = [EvalResult(task_type=trained.pipeline_tag, dataset_type=corpus.dataset or "text",
-                               dataset_name=corpus.dataset or "held-out text", dataset_split="validation",
-                               metric_type=name, metric_name=name, metric_value=round(float(last[name]), 4))
-                    for name in ("validation_loss", "validation_perplexity", accuracy) if name and name in last]
-    data = ModelCardData(base_model=hub_base_model(base), datasets=[corpus.dataset] if corpus.dataset else None,
-                         eval_results=eval_results or None, library_name="transformers",
-                         pipeline_tag=trained.pipeline_tag, model_name=Path(recipe.run_dir).name,
-                         tags=["finetune", family, *trained.card_tags])
+    eval_results = [
+        EvalResult(
+            task_type=trained.pipeline_tag,
+            dataset_type=corpus.dataset or "text",
+            dataset_name=corpus.dataset or "held-out text",
+            dataset_split="validation",
+            metric_type=name,
+            metric_name=name,
+            metric_value=round(float(last[name]), 4),
+        )
+        for name in ("validation_loss", "validation_perplexity", accuracy)
+        if name and name in last
+    ]
+    data = ModelCardData(
+        base_model=hub_base_model(base),
+        datasets=[corpus.dataset] if corpus.dataset else None,
+        eval_results=eval_results or None,
+        library_name="transformers",
+        pipeline_tag=trained.pipeline_tag,
+        model_name=Path(recipe.run_dir).name,
+        tags=["finetune", family, *trained.card_tags],
+    )
     auto, architecture = trained.auto_class, trained.registering_import
     if trained.counted:  # a baseline to compare with, not a backbone to fine-tune
         purpose = "A baseline to compare language models with"
-        next_step = ("Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "
-                     "next-token log-probabilities")
+        next_step = (
+            "Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "
+            "next-token log-probabilities"
+        )
     else:
         purpose = "A starting point for fine-tuning"
         next_step = "Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`)"
     body = f"""
 # {Path(recipe.run_dir).name}
 
-A {family} language model {'further trained from `' + base + '`' if base else 'trained from scratch'} with
+A {family} language model {"further trained from `" + base + "`" if base else "trained from scratch"} with
 the finetune toolkit on {source}. {recipe.description}
 
 ## Validation curve
@@ -243,8 +348,8 @@ beside the weights.
 ## Intended use and limits
 
 {purpose}, not a model to deploy as is: it was trained on {source} only
-({'a small corpus: ' if last.get('validation_perplexity', 0) > 50 else ''}validation perplexity
-{last.get('validation_perplexity', float('nan')):.1f}), and it reproduces that text's style, gaps and biases.
+({"a small corpus: " if last.get("validation_perplexity", 0) > 50 else ""}validation perplexity
+{last.get("validation_perplexity", float("nan")):.1f}), and it reproduces that text's style, gaps and biases.
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
@@ -255,8 +360,10 @@ def _floor(records: list[dict]) -> str:
     if not floors:
         return ""
     floor = floors[-1]
-    return (f"\nFloor: a {floor['model']} Kneser-Ney model counted on the same training tokens scores validation loss "
-            f"{floor['validation_loss']:.4f} (perplexity {floor['validation_perplexity']:.1f}) on the same text.\n")
+    return (
+        f"\nFloor: a {floor['model']} Kneser-Ney model counted on the same training tokens scores validation loss "
+        f"{floor['validation_loss']:.4f} (perplexity {floor['validation_perplexity']:.1f}) on the same text.\n"
+    )
 
 
 def write_card(card: ModelCard, checkpoint: Path) -> Path:

@@ -60,11 +60,16 @@ def loss_figure(records: list[dict[str, Any]]) -> Figure | None:
     if train:
         axes.plot([record["step"] for record in train], [record["loss"] for record in train], label="training loss")
     if validation:
-        axes.plot([record["step"] for record in validation], [record["validation_loss"] for record in validation],
-                  marker="o", label="validation loss")
+        axes.plot(
+            [record["step"] for record in validation],
+            [record["validation_loss"] for record in validation],
+            marker="o",
+            label="validation loss",
+        )
     for floor in records_of(records, "floor"):  # `ngram_floor`: the loss a network has to go below
-        axes.axhline(floor["validation_loss"], color="gray", linestyle="--",
-                     label=f"{floor['model']} floor (validation)")
+        axes.axhline(
+            floor["validation_loss"], color="gray", linestyle="--", label=f"{floor['model']} floor (validation)"
+        )
     axes.set(xlabel="optimizer step", ylabel="loss", title="loss")
     axes.grid(alpha=0.3)
     axes.legend()
@@ -117,24 +122,44 @@ def learning_rate_figure(records: list[dict[str, Any]]) -> Figure | None:
             trains = [is_trainable(group_index(name), step, unfreezing) for step in steps]
             # The frozen stretch runs to the first trained point, so the dotted and solid parts join.
             frozen = [not trained or (index > 0 and not trains[index - 1]) for index, trained in enumerate(trains)]
-            label = f"group {group_index(name)}" + (" (bottom)" if name == names[0] else
-                                                   " (top)" if name == names[-1] else "")
-            line, = axes.plot(steps, [lr if trained else math.nan for lr, trained in zip(series[name], trains)],
-                              label=label)
+            label = f"group {group_index(name)}" + (
+                " (bottom)" if name == names[0] else " (top)" if name == names[-1] else ""
+            )
+            (line,) = axes.plot(
+                steps, [lr if trained else math.nan for lr, trained in zip(series[name], trains)], label=label
+            )
             if any(frozen):
                 any_frozen = True
-                axes.plot(steps, [lr if off else math.nan for lr, off in zip(series[name], frozen)], linestyle=":",
-                          color=line.get_color(), alpha=0.6)
+                axes.plot(
+                    steps,
+                    [lr if off else math.nan for lr, off in zip(series[name], frozen)],
+                    linestyle=":",
+                    color=line.get_color(),
+                    alpha=0.6,
+                )
         if any_frozen:
             axes.plot([], [], linestyle=":", color="gray", label="frozen (LR not applied)")
         peaks = [max((lr for lr in series[name] if lr > 0), default=math.nan) for name in names]
         if min(peaks) > 0 and max(peaks) / min(peaks) > LOG_SCALE_SPREAD:
             axes.set_yscale("log")
     for index, (step, trainable, total) in enumerate(unfreezing_marks(records)):
-        axes.axvline(step, color="gray", linestyle="--", linewidth=1, gid=UNFREEZE_MARK,
-                     label="unfreezing" if index == 0 else "_nolegend_")
-        axes.annotate(f"{trainable}/{total}", xy=(step, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                      textcoords="offset points", fontsize=8, color="gray")
+        axes.axvline(
+            step,
+            color="gray",
+            linestyle="--",
+            linewidth=1,
+            gid=UNFREEZE_MARK,
+            label="unfreezing" if index == 0 else "_nolegend_",
+        )
+        axes.annotate(
+            f"{trainable}/{total}",
+            xy=(step, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+            color="gray",
+        )
     axes.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate per layer group")
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
@@ -155,8 +180,9 @@ def evaluation_figure(records: list[dict[str, Any]]) -> Figure | None:
     names = evaluation_metrics(evaluations)
     if not names:
         return None
-    scores = [name for name in names
-              if all(-1 <= record[name] <= 1 for record in evaluations if is_number(record.get(name)))]
+    scores = [
+        name for name in names if all(-1 <= record[name] <= 1 for record in evaluations if is_number(record.get(name)))
+    ]
     panels = ([scores] if scores else []) + [[name] for name in names if name not in scores]
     figure, axes_list = new_figure(len(panels))
     for axes, panel in zip(axes_list, panels):
@@ -213,6 +239,10 @@ def write_plots_or_warn(run_dir: Path) -> list[Path]:
     try:
         return write_plots(run_dir)
     except Exception as error:
-        warnings.warn(f"could not draw the plots of {run_dir} ({type(error).__name__}: {error}); "
-                      f"retry with `finetune plot {run_dir}`", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"could not draw the plots of {run_dir} ({type(error).__name__}: {error}); "
+            f"retry with `finetune plot {run_dir}`",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return []

@@ -39,8 +39,9 @@ def profile_tables(profile: dict, recipe_path: str) -> list[Table]:
 def stage_table(stage: dict, recipe_path: str) -> Table:
     """The rows of one stage."""
     section = f" {stage['section']}:" if "section" in stage else ""
-    table = Table(title=f"finetune profile {recipe_path}:{section} {stage['stage']}", show_header=False,
-                  title_justify="left")
+    table = Table(
+        title=f"finetune profile {recipe_path}:{section} {stage['stage']}", show_header=False, title_justify="left"
+    )
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")  # paths are read from here: never cut them
     for name, value in stage_rows(stage):
@@ -52,16 +53,22 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     """(label, text) rows: model, parameters, FLOPs, memory, time."""
     model, parameters, compute = stage["model"], stage["parameters"], stage["compute"]
     memory, time = stage["memory_mb"], stage["time_estimate"]
-    sizes = ", ".join(f"{name.replace('_', ' ')} {value:,}" for name, value in model["sizes"].items()
-                      if value is not None)
+    sizes = ", ".join(
+        f"{name.replace('_', ' ')} {value:,}" for name, value in model["sizes"].items() if value is not None
+    )
     groups, trainable = parameters["layer_groups"], parameters["trainable_groups_at_start"]
     rows = [
         ("model", f"{model['family']}, {model['kind']}: {sizes}"),
         ("sizes from", model["source"] + "; built on the meta device (no weights read)"),
-        ("parameters", f"{parameters['total']:,}: embeddings {parameters['embeddings']:,}, the rest "
-                       f"{parameters['other']:,}"),
-        ("trainable at start", f"{parameters['trainable_at_start']:,} ({trainable} of {groups} layer groups"
-                               + (", gradual unfreezing)" if trainable < groups else ")")),
+        (
+            "parameters",
+            f"{parameters['total']:,}: embeddings {parameters['embeddings']:,}, the rest {parameters['other']:,}",
+        ),
+        (
+            "trainable at start",
+            f"{parameters['trainable_at_start']:,} ({trainable} of {groups} layer groups"
+            + (", gradual unfreezing)" if trainable < groups else ")"),
+        ),
     ]
     decoded = compute["decoded_fraction"]
     how = "forward + backward"
@@ -75,31 +82,56 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     if trainable < groups:
         rows.append(("  at start", f"{si(compute['flops_per_token_at_start'], 'FLOP')} (frozen groups: forward only)"))
     unit = "tokens" if decoded is not None else "tokens at most"
-    rows.append(("per step", f"{compute['examples_per_step']:,} x {compute['sequence_length']:,} = "
-                             f"{compute['tokens_per_step']:,} {unit} (per process), "
-                             f"{si(compute['flops_per_step'], 'FLOP')}"))
+    rows.append(
+        (
+            "per step",
+            f"{compute['examples_per_step']:,} x {compute['sequence_length']:,} = "
+            f"{compute['tokens_per_step']:,} {unit} (per process), "
+            f"{si(compute['flops_per_step'], 'FLOP')}",
+        )
+    )
     if compute["total_flops"] is not None:
         runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
         bound = ", an upper bound: every group trainable" if trainable < groups else ""
-        rows.append(("run", f"{compute['steps']:,} steps (training.max_steps, whatever the epochs){runs}: "
-                            f"{si(compute['total_flops'], 'FLOP')}{bound}"))
+        rows.append(
+            (
+                "run",
+                f"{compute['steps']:,} steps (training.max_steps, whatever the epochs){runs}: "
+                f"{si(compute['total_flops'], 'FLOP')}{bound}",
+            )
+        )
     else:
-        rows.append(("run", "per-step figures only: the steps per epoch depend on the data, which profile does not "
-                            "read (training.max_steps gives totals)"))
+        rows.append(
+            (
+                "run",
+                "per-step figures only: the steps per epoch depend on the data, which profile does not "
+                "read (training.max_steps gives totals)",
+            )
+        )
     rows += [
-        ("memory (fp32)", f"weights {memory['weights']:,.1f} MB, gradients {memory['gradients']:,.1f} MB, AdamW "
-                          f"{memory['adamw']:,.1f} MB" + (f" (at start {memory['gradients_at_start']:,.1f} and "
-                                                          f"{memory['adamw_at_start']:,.1f} MB)"
-                                                          if trainable < groups else "")),
-        ("activations", f"~{memory['activations_estimate']:,.0f} MB per micro-batch"
-                        + (f" (~{memory['activations_estimate_at_start']:,.0f} MB at start)" if trainable < groups
-                           else "") + " (a rough estimate: what the layers keep for the backward pass, fp32)"),
+        (
+            "memory (fp32)",
+            f"weights {memory['weights']:,.1f} MB, gradients {memory['gradients']:,.1f} MB, AdamW "
+            f"{memory['adamw']:,.1f} MB"
+            + (
+                f" (at start {memory['gradients_at_start']:,.1f} and {memory['adamw_at_start']:,.1f} MB)"
+                if trainable < groups
+                else ""
+            ),
+        ),
+        (
+            "activations",
+            f"~{memory['activations_estimate']:,.0f} MB per micro-batch"
+            + (f" (~{memory['activations_estimate_at_start']:,.0f} MB at start)" if trainable < groups else "")
+            + " (a rough estimate: what the layers keep for the backward pass, fp32)",
+        ),
         ("memory total", f"~{memory['total_estimate']:,.0f} MB (estimate)"),
     ]
     threads = time["threads"]
     where = f"{time['device']} with {threads} thread{'s' if threads > 1 else ''}" if threads else time["device"]
-    rate = f"{time['matmul_gflops']:,.0f} GFLOP/s {time['precision']} matmul " + \
-        (f"measured here on {where}" if time["matmul_measured"] else "given")
+    rate = f"{time['matmul_gflops']:,.0f} GFLOP/s {time['precision']} matmul " + (
+        f"measured here on {where}" if time["matmul_measured"] else "given"
+    )
     step = f"~{duration(time['seconds_per_step'])} per step"
     if trainable < groups:
         step += f" (~{duration(time['seconds_per_step_at_start'])} at start)"

@@ -25,15 +25,18 @@ def check_trackers_installed(requested: list[str]) -> None:
     installed = {getattr(tracker, "value", str(tracker)) for tracker in get_available_trackers()}
     missing = [name for name in requested if name != "all" and name not in installed]
     if missing:
-        raise UserError(f"training.log_with: {', '.join(missing)} is not installed in this environment "
-                        f"(pip install {' '.join(missing)})")
+        raise UserError(
+            f"training.log_with: {', '.join(missing)} is not installed in this environment "
+            f"(pip install {' '.join(missing)})"
+        )
 
 
 def tracker_config(recipe) -> dict[str, Any]:
     """The resolved recipe as flat dotted keys with scalar values, as trackers store hyperparameters."""
     flat = flatten_keys(recipe.model_dump(mode="json"))
-    return {key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value)
-            for key, value in flat.items()}
+    return {
+        key: value if isinstance(value, (bool, int, float, str)) else json.dumps(value) for key, value in flat.items()
+    }
 
 
 def tracker_values(record: dict[str, Any]) -> dict[str, float]:
@@ -44,8 +47,13 @@ def tracker_values(record: dict[str, Any]) -> dict[str, float]:
         if key in ("phase", "step"):  # the step is the x axis; the phase is the name's prefix
             continue
         if isinstance(value, dict):
-            values.update({f"{phase}/{key}/{name}": float(inner) for name, inner in value.items()
-                           if isinstance(inner, (int, float))})
+            values.update(
+                {
+                    f"{phase}/{key}/{name}": float(inner)
+                    for name, inner in value.items()
+                    if isinstance(inner, (int, float))
+                }
+            )
         elif isinstance(value, (int, float)):  # bools (best_so_far) become 0/1
             values[f"{phase}/{key}"] = float(value)
     return values

@@ -36,14 +36,19 @@ class ChoicesStage(TaskStage):
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
-        console.print(f"the model reads at most {self.max_length} tokens of a question with one of its choices",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"the model reads at most {self.max_length} tokens of a question with one of its choices",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         train_data = encoded_questions(model, self.tokenizer, self.train_questions, self.max_length)
         dev_data = encoded_questions(model, self.tokenizer, self.dev_questions, self.max_length)
         collate = collate_choices(self.tokenizer.pad_token_id)
         # Every process scores the whole dev set from a loader of its own (accelerate shares out the one returned).
-        self.choices_dev_loader = DataLoader(dev_data, batch_size=self.recipe.training.batch_size * 2,
-                                             collate_fn=collate)
+        self.choices_dev_loader = DataLoader(
+            dev_data, batch_size=self.recipe.training.batch_size * 2, collate_fn=collate
+        )
         return train_data, collate, self.choices_dev_loader
 
     def _loss(self, model, batch):
@@ -54,8 +59,9 @@ class ChoicesStage(TaskStage):
     def evaluate(self) -> tuple[dict[str, float], dict]:
         """Dev accuracy, and the dev loss (mean over questions) for metrics.jsonl only."""
         model = self.accelerator.unwrap_model(self.model)
-        probabilities, loss = question_probabilities(model, self.choices_dev_loader, self.accelerator.device,
-                                                     with_loss=True)
+        probabilities, loss = question_probabilities(
+            model, self.choices_dev_loader, self.accelerator.device, with_loss=True
+        )
         predicted = [int(row.argmax()) for row in probabilities]
         scores = compute_metrics(self.spec, np.asarray(predicted), np.asarray(self.dev_questions.answers))
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}

@@ -48,11 +48,11 @@ def run_eval(recipe: EvalRecipe) -> dict:
     return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)
 
 
-def predict(accelerator, model, tokenizer, spec: TaskSpec, examples: TaskExamples, max_length: int,
-            batch_size: int) -> np.ndarray:
+def predict(
+    accelerator, model, tokenizer, spec: TaskSpec, examples: TaskExamples, max_length: int, batch_size: int
+) -> np.ndarray:
     """Class indices (or scores) of a model for every example, in order."""
-    return logits_to_predictions(spec, example_logits(accelerator, model, tokenizer, examples, max_length,
-                                                      batch_size))
+    return logits_to_predictions(spec, example_logits(accelerator, model, tokenizer, examples, max_length, batch_size))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -73,9 +73,11 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         return run_multilabel_eval(recipe, spec, accelerator)
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
-        raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
-                        f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
-                        "predict it)")
+        raise UserError(
+            f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
+            "predict it)"
+        )
     models, ensembles = recipe.models or {}, recipe.ensembles or {}
     keys = {path: f"models.{name}" for name, path in models.items()}  # each checkpoint loaded and run once
     for name, members in ensembles.items():
@@ -89,8 +91,9 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         with recipe_key(keys[path]):
             tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
         reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
-        outputs[path] = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size,
-                                       name=recipe.split)
+        outputs[path] = example_logits(
+            accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split
+        )
 
     def scored(row: dict, model_outputs: np.ndarray, name: str | None = None) -> dict:
         """`row` with the scores of these outputs; with `name`, their predictions are also written."""
@@ -103,12 +106,16 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
 
     results = {name: scored({"checkpoint": path}, outputs[path], name) for name, path in models.items()}
     for name, members in ensembles.items():
-        results[name] = scored({"ensemble": members}, ensemble_outputs(spec, [outputs[path] for path in members]),
-                               name)
+        results[name] = scored({"ensemble": members}, ensemble_outputs(spec, [outputs[path] for path in members]), name)
         results[name]["members"] = [scored({"checkpoint": path}, outputs[path]) for path in members]
 
-    report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
-              "metrics": list(spec.metrics), "results": results}
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": len(examples.texts),
+        "metrics": list(spec.metrics),
+        "results": results,
+    }
     if accelerator.is_main_process:
         write_report(run_dir, report, report_markdown(report))
     return report
@@ -117,8 +124,11 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
 def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:
     """`index<TAB>prediction` per example: the label name for classes, the score for regression."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    values = [f"{value:.3f}" for value in predictions] if spec.is_regression else \
-        [spec.labels[int(index)] for index in predictions]
+    values = (
+        [f"{value:.3f}" for value in predictions]
+        if spec.is_regression
+        else [spec.labels[int(index)] for index in predictions]
+    )
     rows = ["index\tprediction"] + [f"{example_id}\t{value}" for example_id, value in zip(ids, values)]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
@@ -152,8 +162,11 @@ def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
         specs[spec.name] = spec
         if "dev" in spec.files:
             dev[spec.name] = read_labelled_split(spec, data_dir, "dev")
-        if recipe.submission and spec.submission_file and (data_dir is None or
-                                                             (Path(data_dir) / spec.files["test"]).is_file()):
+        if (
+            recipe.submission
+            and spec.submission_file
+            and (data_dir is None or (Path(data_dir) / spec.files["test"]).is_file())
+        ):
             test[spec.name] = read_task_split(spec, data_dir, "test")
     return GlueTask(name, list(entry.checkpoints), specs, dev, test, list(entry.ensemble or []))
 
@@ -165,8 +178,10 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     if recipe.submission:
         missing = missing_submission_tasks([spec_name for task in tasks for spec_name in task.test])
         if missing and not recipe.allow_incomplete:
-            raise UserError(f"submission: no test predictions for {', '.join(missing)} (no checkpoint or no test "
-                            "file); set allow_incomplete=true to write the archive without them")
+            raise UserError(
+                f"submission: no test predictions for {', '.join(missing)} (no checkpoint or no test "
+                "file); set allow_incomplete=true to write the archive without them"
+            )
     for task in tasks:
         for checkpoint in task.checkpoints + task.ensemble:
             with recipe_key(f"tasks.{task.name}"):
@@ -189,8 +204,12 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     report = {
         "split": "dev",
         "tasks": results,
-        "glue_scores": glue_scores({name: {metric: summary["mean"] for metric, summary in result["summary"].items()}
-                                    for name, result in results.items()}),
+        "glue_scores": glue_scores(
+            {
+                name: {metric: summary["mean"] for metric, summary in result["summary"].items()}
+                for name, result in results.items()
+            }
+        ),
         "missing_tasks": [name for name in GLUE_TASKS if not any(name in task.specs for task in tasks)],
         "submission": None,
     }
@@ -198,8 +217,9 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
         return report
     with tempfile.TemporaryDirectory() as scratch:
         if recipe.submission:
-            report["submission"] = build_submission(Path(scratch) / SUBMISSION_FILE, tasks, test_predictions,
-                                                    submitted, recipe.allow_incomplete)
+            report["submission"] = build_submission(
+                Path(scratch) / SUBMISSION_FILE, tasks, test_predictions, submitted, recipe.allow_incomplete
+            )
         run_dir = prepare_run_dir(recipe)
         if recipe.submission:
             (Path(scratch) / SUBMISSION_FILE).replace(run_dir / SUBMISSION_FILE)
@@ -207,8 +227,9 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     return report
 
 
-def score_runs(recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict,
-               results: dict) -> tuple[dict[tuple[str, str], np.ndarray], str]:
+def score_runs(
+    recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict, results: dict
+) -> tuple[dict[tuple[str, str], np.ndarray], str]:
     """Each run's dev scores into `results` (per task it predicts); the best run's test predictions, and its name."""
     single = len(task.checkpoints) == 1  # the best by definition: dev and test in one pass
     runs = {spec_name: [] for spec_name in task.dev}
@@ -226,36 +247,46 @@ def score_runs(recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test:
     return predictions, best
 
 
-def score_ensemble(recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict,
-                   results: dict) -> tuple[dict[tuple[str, str], np.ndarray], str]:
+def score_ensemble(
+    recipe: EvalRecipe, accelerator, task: GlueTask, dev: dict, test: dict, results: dict
+) -> tuple[dict[tuple[str, str], np.ndarray], str]:
     """The ensemble's dev scores (the task's result, as one run) and each member's into `results`; the ensemble's
     test predictions, and its name."""
+
     def as_predictions(outputs: dict) -> dict:
         return {key: logits_to_predictions(task.specs[key[0]], value) for key, value in outputs.items()}
 
     members = [task_outputs(recipe, accelerator, task, checkpoint, {**dev, **test}) for checkpoint in task.ensemble]
-    predictions = as_predictions({key: ensemble_outputs(task.specs[key[0]], [outputs[key] for outputs in members])
-                                  for key in members[0]})
+    predictions = as_predictions(
+        {key: ensemble_outputs(task.specs[key[0]], [outputs[key] for outputs in members]) for key in members[0]}
+    )
     member_predictions = [as_predictions(outputs) for outputs in members]
     for spec_name, examples in task.dev.items():
         spec = task.specs[spec_name]
-        scores = [compute_metrics(spec, found[spec_name, "dev"], examples.labels)
-                  for found in (predictions, *member_predictions)]
+        scores = [
+            compute_metrics(spec, found[spec_name, "dev"], examples.labels)
+            for found in (predictions, *member_predictions)
+        ]
         results[spec_name] = summarise_runs(spec, [{"ensemble": task.ensemble, **scores[0]}], len(examples.texts))
-        results[spec_name]["members"] = [{"checkpoint": checkpoint, **member_scores}
-                                         for checkpoint, member_scores in zip(task.ensemble, scores[1:])]
+        results[spec_name]["members"] = [
+            {"checkpoint": checkpoint, **member_scores} for checkpoint, member_scores in zip(task.ensemble, scores[1:])
+        ]
     return predictions, "ensemble of " + " + ".join(task.ensemble)
 
 
-def predict_task(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str,
-                 splits: dict[tuple[str, str], TaskExamples]) -> dict[tuple[str, str], np.ndarray]:
+def predict_task(
+    recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str, splits: dict[tuple[str, str], TaskExamples]
+) -> dict[tuple[str, str], np.ndarray]:
     """One checkpoint's predictions for the examples of each (task, split) in `splits`."""
-    return {(spec_name, split): logits_to_predictions(task.specs[spec_name], outputs)
-            for (spec_name, split), outputs in task_outputs(recipe, accelerator, task, checkpoint, splits).items()}
+    return {
+        (spec_name, split): logits_to_predictions(task.specs[spec_name], outputs)
+        for (spec_name, split), outputs in task_outputs(recipe, accelerator, task, checkpoint, splits).items()
+    }
 
 
-def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str,
-                 splits: dict[tuple[str, str], TaskExamples]) -> dict[tuple[str, str], np.ndarray]:
+def task_outputs(
+    recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str, splits: dict[tuple[str, str], TaskExamples]
+) -> dict[tuple[str, str], np.ndarray]:
     """One checkpoint's logits (regression: scores) for the examples of each (task, split) in `splits`."""
     key = f"tasks.{task.name}"
     console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
@@ -264,9 +295,12 @@ def task_outputs(recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: st
     with recipe_key(key):
         tokenizer = load_tokenizer(checkpoint, trust_remote_code=recipe.trust_remote_code)
     reading = checkpoint_reading(checkpoint, recipe.max_length)  # as it was trained, unless max_length is given
-    return {(spec_name, split): example_logits(accelerator, model, tokenizer, examples, reading,
-                                               recipe.batch_size, name=f"{spec_name} {split}")
-            for (spec_name, split), examples in splits.items()}
+    return {
+        (spec_name, split): example_logits(
+            accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=f"{spec_name} {split}"
+        )
+        for (spec_name, split), examples in splits.items()
+    }
 
 
 def summarise_runs(spec: TaskSpec, runs: list[dict], examples: int) -> dict:
@@ -280,8 +314,9 @@ def summarise_runs(spec: TaskSpec, runs: list[dict], examples: int) -> dict:
     }
 
 
-def build_submission(path: Path, tasks: list[GlueTask], predictions: dict, submitted: dict[str, str],
-                     allow_incomplete: bool) -> dict:
+def build_submission(
+    path: Path, tasks: list[GlueTask], predictions: dict, submitted: dict[str, str], allow_incomplete: bool
+) -> dict:
     """Write the archive and check it against the test files it was predicted from."""
     with recipe_key("submission"):
         missing = write_submission(path, predictions, allow_incomplete)
@@ -291,9 +326,15 @@ def build_submission(path: Path, tasks: list[GlueTask], predictions: dict, submi
         raise UserError(f"submission: the archive fails validation: {'; '.join(check.problems)}")
     return {
         "archive": SUBMISSION_FILE,
-        "files": {GLUE_TASKS[name].submission_file: {"task": name, "checkpoint": submitted[name],
-                                                      "rows": len(predictions[name][0])}
-                  for name in GLUE_TASKS if name in predictions},
+        "files": {
+            GLUE_TASKS[name].submission_file: {
+                "task": name,
+                "checkpoint": submitted[name],
+                "rows": len(predictions[name][0]),
+            }
+            for name in GLUE_TASKS
+            if name in predictions
+        },
         "missing": missing,
     }
 

@@ -48,8 +48,9 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     The techniques the recipe leaves open are decided by the backbone first (training/techniques.py), so the saved
     recipe, the model card and a resumed run's check all see the values in force.
     """
-    recipe = resolve_techniques(recipe, describe_backbone(recipe.model.checkpoint,
-                                                          recipe.model.trust_remote_code)).recipe
+    recipe = resolve_techniques(
+        recipe, describe_backbone(recipe.model.checkpoint, recipe.model.trust_remote_code)
+    ).recipe
     if recipe.seeds is not None:
         return run_each_seed(recipe, run_single_seed, RESULT_FILE, resume)
     return run_single_seed(recipe, resume)
@@ -57,8 +58,9 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage,
-             "multilabel": MultilabelStage}.get(recipe.task.kind, FinetuneStage)
+    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage, "multilabel": MultilabelStage}.get(
+        recipe.task.kind, FinetuneStage
+    )
     return run_training(stage(recipe), resume)
 
 
@@ -78,26 +80,33 @@ class FinetuneStage(TaskStage):
         with classifier_keys():
             model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
         if recipe.task.both_orders and not adds_orders_exactly(model):
-            raise UserError(f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
-                            f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
-                            "classifier, whose head is not one (use a decoder backbone: gpt2)")
-        self.reading = DocumentReading.of(fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents,
-                                          recipe.task.both_orders)
+            raise UserError(
+                f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
+                f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
+                "classifier, whose head is not one (use a decoder backbone: gpt2)"
+            )
+        self.reading = DocumentReading.of(
+            fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents, recipe.task.both_orders
+        )
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
         """The encoded training examples (with their `lengths`), how to collate them, and the dev batches."""
         # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
-        directions = {"backwards": reads_backwards(model.config),
-                      "both_directions": reads_both_directions(model.config)}
+        directions = {
+            "backwards": reads_backwards(model.config),
+            "both_directions": reads_both_directions(model.config),
+        }
         console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
         train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
         note = gradient_window_note(model.config, train_data.lengths, whole=self.reading.max_length is None)
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
         self.dev_batches = LengthSortedPrediction(
-            EncodedTask(self.dev_examples, self.tokenizer, self.reading, **directions, name="dev"), self.tokenizer,
-            self.recipe.training.batch_size * 2)
+            EncodedTask(self.dev_examples, self.tokenizer, self.reading, **directions, name="dev"),
+            self.tokenizer,
+            self.recipe.training.batch_size * 2,
+        )
         return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
 
     def _loss(self, model, batch):
@@ -109,11 +118,14 @@ class FinetuneStage(TaskStage):
 
     def evaluate(self) -> tuple[dict[str, float], dict]:
         """Dev scores, and the dev loss for metrics.jsonl (the loss plot) only."""
-        logits = self.dev_batches.in_file_order(predict_logits(self.accelerator, self.model, self.dev_loader,
-                                                               self.reading.pool))
+        logits = self.dev_batches.in_file_order(
+            predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
+        )
         predictions = logits_to_predictions(self.spec, logits)
-        scores = {f"dev_{name}": value
-                  for name, value in compute_metrics(self.spec, predictions, self.dev_examples.labels).items()}
+        scores = {
+            f"dev_{name}": value
+            for name, value in compute_metrics(self.spec, predictions, self.dev_examples.labels).items()
+        }
         return scores, {"validation_loss": logits_loss(self.spec, logits, self.dev_examples.labels)}
 
 
@@ -147,16 +159,19 @@ class MultilabelStage(FinetuneStage):
         """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as
         dev_threshold: the best evaluation's travels with the best-so-far record (and through a resume) to the
         checkpoint and result.json. The dev loss goes to metrics.jsonl only."""
-        logits = self.dev_batches.in_file_order(predict_logits(self.accelerator, self.model, self.dev_loader,
-                                                               self.reading.pool))
+        logits = self.dev_batches.in_file_order(
+            predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
+        )
         references, probabilities = self.dev_examples.labels, label_probabilities(logits)
         threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
         if threshold == "dev":
             threshold = best_threshold(references, probabilities)
         scores = multilabel_metrics(references, probabilities > threshold)
         loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
-        return ({f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
-                {"validation_loss": loss})
+        return (
+            {f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
+            {"validation_loss": loss},
+        )
 
     def _save(self, directory: Path) -> None:
         """The weights with the threshold of the evaluation they come from (the newest: a new best, or the last)."""
@@ -174,9 +189,15 @@ def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str 
         return None
     lengths = np.asarray(lengths)
     longer = int((lengths > window).sum())
-    reach = f"; gradients reach the encoder through the last {window:,} tokens of each ({longer:,} documents are " \
-            "longer: their start is read, not trained through)" if longer else ""
+    reach = (
+        f"; gradients reach the encoder through the last {window:,} tokens of each ({longer:,} documents are "
+        "longer: their start is read, not trained through)"
+        if longer
+        else ""
+    )
     median = np.median(lengths)
-    return (f"the classifier reads {'every token of ' if whole else ''}the {len(lengths):,} training examples (median "
-            f"{median:,.0f}, longest {lengths.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
-            f"{config.classifier_bptt} at a time (BPT3C){reach}")
+    return (
+        f"the classifier reads {'every token of ' if whole else ''}the {len(lengths):,} training examples (median "
+        f"{median:,.0f}, longest {lengths.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
+        f"{config.classifier_bptt} at a time (BPT3C){reach}"
+    )

@@ -52,8 +52,7 @@ class Sampling:
         if self.max_new_tokens < 1:
             raise UserError(f"--max-new-tokens: at least 1 (got {self.max_new_tokens})")
         if not self.temperature > 0:
-            raise UserError(f"--temperature: above 0 (got {self.temperature}); --greedy takes the most probable "
-                            "token")
+            raise UserError(f"--temperature: above 0 (got {self.temperature}); --greedy takes the most probable token")
         if self.top_k < 0:
             raise UserError(f"--top-k: 0 (off) or more (got {self.top_k})")
         if not 0 < self.top_p <= 1:
@@ -93,26 +92,40 @@ class _CallbackStreamer(TextStreamer):
             self.on_text(text)
 
 
-def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Sampling(), count: int = 1,
-                     seed: int | None = None, on_text: Callable[[str], None] | None = None,
-                     document: str = "line") -> Iterator[Sample]:
+def generate_samples(
+    model,
+    tokenizer,
+    prompt: str,
+    sampling: Sampling = Sampling(),
+    count: int = 1,
+    seed: int | None = None,
+    on_text: Callable[[str], None] | None = None,
+    document: str = "line",
+) -> Iterator[Sample]:
     """`count` continuations of `prompt` by a loaded causal model, each yielded when it is complete; `on_text`
     receives the text of the one in progress as it is produced (whole characters only). `seed` seeds torch's
     generator first. Refusals come at the call, before the first sample."""
     sampling.check()
     if reads_backwards(model.config):
-        raise UserError("CHECKPOINT: this model reads text backwards (a backward language model, corpus.reverse): "
-                        "it would write text that ends where the prompt starts; generate with the forward model")
+        raise UserError(
+            "CHECKPOINT: this model reads text backwards (a backward language model, corpus.reverse): "
+            "it would write text that ends where the prompt starts; generate with the forward model"
+        )
     ids = prompt_ids(tokenizer, prompt, document)
     positions = learned_positions(model.config)
     if positions is not None and len(ids) + sampling.max_new_tokens > positions:
-        raise UserError(f"the prompt's {len(ids)} tokens and --max-new-tokens {sampling.max_new_tokens} exceed the "
-                        f"model's {positions} positions")
+        raise UserError(
+            f"the prompt's {len(ids)} tokens and --max-new-tokens {sampling.max_new_tokens} exceed the "
+            f"model's {positions} positions"
+        )
     end_of_text = tokenizer.eos_token_id
     decode_options = {"skip_special_tokens": sampling.stop_at_end_of_text}  # else the documents' separators show
-    options = {"max_new_tokens": sampling.max_new_tokens, "do_sample": not sampling.greedy,
-               "eos_token_id": end_of_text if sampling.stop_at_end_of_text else None,
-               "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_text}
+    options = {
+        "max_new_tokens": sampling.max_new_tokens,
+        "do_sample": not sampling.greedy,
+        "eos_token_id": end_of_text if sampling.stop_at_end_of_text else None,
+        "pad_token_id": tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_text,
+    }
     if not sampling.greedy:
         options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
     inputs = torch.tensor([ids], device=model.device)
@@ -123,7 +136,7 @@ def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Samplin
         for _ in range(count):
             streamer = None if on_text is None else _CallbackStreamer(tokenizer, on_text, **decode_options)
             with torch.inference_mode():  # no version counters or view tracking: the model is only read
-                new_ids = model.generate(inputs, streamer=streamer, **options)[0, len(ids):].tolist()
+                new_ids = model.generate(inputs, streamer=streamer, **options)[0, len(ids) :].tolist()
             ended = sampling.stop_at_end_of_text and bool(new_ids) and new_ids[-1] == end_of_text
             yield Sample(tokenizer.decode(new_ids, **decode_options), len(new_ids), ended)
 
@@ -132,9 +145,17 @@ def generate_samples(model, tokenizer, prompt: str, sampling: Sampling = Samplin
 
 def sample_rows(prompt: str, samples: list[Sample], seed: int | None) -> list[dict]:
     """What --output writes: one JSON object per sample."""
-    return [{"prompt": prompt, "sample": index, "seed": seed, "text": sample.text, "new_tokens": sample.new_tokens,
-             "stop": "end_of_text" if sample.ended_document else "max_new_tokens"}
-            for index, sample in enumerate(samples)]
+    return [
+        {
+            "prompt": prompt,
+            "sample": index,
+            "seed": seed,
+            "text": sample.text,
+            "new_tokens": sample.new_tokens,
+            "stop": "end_of_text" if sample.ended_document else "max_new_tokens",
+        }
+        for index, sample in enumerate(samples)
+    ]
 
 
 def write_json_lines(rows: list[dict], path: Path) -> None:
@@ -149,8 +170,16 @@ def write_json_lines(rows: list[dict], path: Path) -> None:
         raise
 
 
-def run_generate(checkpoint: str, prompt: str, sampling: Sampling, count: int, seed: int | None,
-                 output: str | None, write: Callable[[str], None], document: str | None = None) -> None:
+def run_generate(
+    checkpoint: str,
+    prompt: str,
+    sampling: Sampling,
+    count: int,
+    seed: int | None,
+    output: str | None,
+    write: Callable[[str], None],
+    document: str | None = None,
+) -> None:
     """The CLI's work. Without `output` (or with a file) each sample is written through `write` as it comes: the
     prompt, its continuation, a blank line between samples; `output` "-" writes JSON Lines through `write` instead.
     `document`: how the prompt is cut into documents; None: as the checkpoint's pretraining read its text."""

@@ -58,6 +58,7 @@ def tokenizer_of(recipe: EvalRecipe, name: str):
     with recipe_key(f"models.{name}"):
         return load_tokenizer(recipe.models[name], trust_remote_code=recipe.trust_remote_code)
 
+
 def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every tagger of `models` on `split` of a tagging task: entity-level scores and a table per entity
     type; with write_predictions, predictions/MODEL.txt in CoNLL columns (word, tag, predicted tag)."""
@@ -74,14 +75,30 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
         checkpoint = recipe.models[name]
         tokenizer = tokenizer_of(recipe, name)
         max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
-        predicted = tag_sentences(model, tokenizer, sentences, model_tags(model), max_length, recipe.batch_size,
-                                  accelerator.device, name=recipe.split)
-        results[name] = {"checkpoint": checkpoint, **tagging_metrics(sentences.tags, predicted),
-                         "entity_types": entity_types_table(sentences.tags, predicted)}
+        predicted = tag_sentences(
+            model,
+            tokenizer,
+            sentences,
+            model_tags(model),
+            max_length,
+            recipe.batch_size,
+            accelerator.device,
+            name=recipe.split,
+        )
+        results[name] = {
+            "checkpoint": checkpoint,
+            **tagging_metrics(sentences.tags, predicted),
+            "entity_types": entity_types_table(sentences.tags, predicted),
+        }
         if recipe.write_predictions and accelerator.is_main_process:
             write_tagged(run_dir / PREDICTIONS_DIR / f"{name}.txt", sentences, predicted)
-    report = {"task": spec.name, "split": recipe.split, "examples": len(sentences.words),
-              "metrics": list(spec.metrics), "results": results}
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": len(sentences.words),
+        "metrics": list(spec.metrics),
+        "results": results,
+    }
     if accelerator.is_main_process:
         write_report(run_dir, report, tagging_report_markdown(report))
     return report
@@ -108,18 +125,25 @@ def run_spans_eval(recipe, spec: TaskSpec, accelerator) -> dict:
         if labelled:
             results[name].update(squad_scores(golds, [answer.text for answer in answers]))
             if questions.has_unanswerable and answers_no_answer(model):
-                best_f1, threshold = best_threshold(golds, [answer.span for answer in answers],
-                                                    [answer.null_margin for answer in answers])
+                best_f1, threshold = best_threshold(
+                    golds, [answer.span for answer in answers], [answer.null_margin for answer in answers]
+                )
                 results[name].update({"best_f1": best_f1, "best_f1_thresh": threshold})
         if recipe.write_predictions and accelerator.is_main_process:
             target = run_dir / PREDICTIONS_DIR / f"{name}.json"
             target.parent.mkdir(parents=True, exist_ok=True)
             predictions = {question.id: answer.text for question, answer in zip(questions.questions, answers)}
             target.write_text(json.dumps(predictions, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    metrics = ["f1", "exact"] + (["HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"]
-                                 if questions.has_unanswerable else [])
-    report = {"task": spec.name, "split": recipe.split, "examples": len(questions.questions),
-              "metrics": metrics if labelled else [], "results": results}
+    metrics = ["f1", "exact"] + (
+        ["HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"] if questions.has_unanswerable else []
+    )
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": len(questions.questions),
+        "metrics": metrics if labelled else [],
+        "results": results,
+    }
     if accelerator.is_main_process:
         write_report(run_dir, report, spans_report_markdown(report))
     return report
@@ -130,18 +154,22 @@ def spans_report_markdown(report: dict) -> str:
     lines = [report_markdown(report)]
     for name, result in report["results"].items():
         if "best_f1_thresh" in result:
-            lines.append(f"- {name}: no answer when the no-answer score beats the best span by more than "
-                         f"{result['null_threshold']:g}; the threshold {result['best_f1_thresh']:.3f} would have "
-                         f"scored the best F1 on this split, {100 * result['best_f1']:.1f} (task.null_threshold; "
-                         "chosen on this split, that score is optimistic)")
+            lines.append(
+                f"- {name}: no answer when the no-answer score beats the best span by more than "
+                f"{result['null_threshold']:g}; the threshold {result['best_f1_thresh']:.3f} would have "
+                f"scored the best F1 on this split, {100 * result['best_f1']:.1f} (task.null_threshold; "
+                "chosen on this split, that score is optimistic)"
+            )
     return "\n".join(lines) + "\n"
 
 
 def write_tagged(path: Path, sentences, predicted: list[list[str]]) -> None:
     """CoNLL columns: word, its tag in the file, the predicted tag; a blank line after each sentence."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    blocks = ["\n".join(f"{word} {tag} {guess}" for word, tag, guess in zip(words, tags, guesses))
-              for words, tags, guesses in zip(sentences.words, sentences.tags, predicted)]
+    blocks = [
+        "\n".join(f"{word} {tag} {guess}" for word, tag, guess in zip(words, tags, guesses))
+        for words, tags, guesses in zip(sentences.words, sentences.tags, predicted)
+    ]
     path.write_text("\n\n".join(blocks) + "\n", encoding="utf-8")
 
 
@@ -149,10 +177,17 @@ def tagging_report_markdown(report: dict) -> str:
     """The scores table of every tagger, then each tagger's table per entity type."""
     lines = [report_markdown(report)]
     for name, result in report["results"].items():
-        lines += [f"## {name}: by entity type", "", "| type | entities | precision | recall | f1 |",
-                  "|---|---:|---:|---:|---:|"]
-        lines += [f"| {kind} | {row['entities']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
-                  f"{100 * row['f1']:.1f} |" for kind, row in result["entity_types"].items()]
+        lines += [
+            f"## {name}: by entity type",
+            "",
+            "| type | entities | precision | recall | f1 |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {kind} | {row['entities']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
+            f"{100 * row['f1']:.1f} |"
+            for kind, row in result["entity_types"].items()
+        ]
         lines.append("")
     return "\n".join(lines)
 
@@ -171,13 +206,17 @@ def run_choices_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
         max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
         probabilities = choose(model, tokenizer, questions, max_length, recipe.batch_size, accelerator.device)
         predicted = np.asarray([int(row.argmax()) for row in probabilities])
-        results[name] = {"checkpoint": checkpoint,
-                         **compute_metrics(spec, predicted, np.asarray(questions.answers))}
+        results[name] = {"checkpoint": checkpoint, **compute_metrics(spec, predicted, np.asarray(questions.answers))}
         if recipe.write_predictions and accelerator.is_main_process:
             labels = [question_labels[index] for question_labels, index in zip(questions.labels, predicted)]
             write_choice_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", questions.ids, labels)
-    report = {"task": spec.name, "split": recipe.split, "examples": len(questions.ids),
-              "metrics": list(spec.metrics), "results": results}
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": len(questions.ids),
+        "metrics": list(spec.metrics),
+        "results": results,
+    }
     if accelerator.is_main_process:
         write_report(run_dir, report, report_markdown(report))
     return report
@@ -196,13 +235,17 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
     predictions/MODEL.tsv with each example's predicted label set."""
     refuse_ensembles(recipe, "multi-label classifiers (task kind multilabel)")
     if recipe.task.threshold == "dev":
-        raise UserError("task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
-                        "applies; give a number to score at another one, or leave it out")
+        raise UserError(
+            "task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
+            "applies; give a number to score at another one, or leave it out"
+        )
     examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
-        raise UserError(f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
-                        f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
-                        "predict it)")
+        raise UserError(
+            f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
+            "predict it)"
+        )
     models = load_each(recipe, lambda path, **trust: load_finetuned_multilabel(path, spec, **trust))
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
@@ -210,8 +253,9 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
         path = recipe.models[name]
         tokenizer = tokenizer_of(recipe, name)
         reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
-        probabilities = label_probabilities(example_logits(accelerator, model, tokenizer, examples, reading,
-                                                           recipe.batch_size, name=recipe.split))
+        probabilities = label_probabilities(
+            example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split)
+        )
         threshold = recipe.task.threshold or saved_threshold(model)
         if threshold is None:
             console.print(f"models.{name}: {path} has no saved decision threshold: {DEFAULT_THRESHOLD} is used")
@@ -219,13 +263,24 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
         predicted = probabilities > threshold
         results[name] = {"checkpoint": path, "threshold": threshold}
         if examples.labels is not None:
-            results[name] |= {**multilabel_metrics(examples.labels, predicted),
-                              "labels": label_table(examples.labels, predicted, spec.labels)}
+            results[name] |= {
+                **multilabel_metrics(examples.labels, predicted),
+                "labels": label_table(examples.labels, predicted, spec.labels),
+            }
         if recipe.write_predictions and accelerator.is_main_process:
-            write_label_sets(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids,
-                             label_sets(probabilities, spec.labels, threshold))
-    report = {"task": spec.name, "split": recipe.split, "examples": len(examples.texts),
-              "metrics": list(spec.metrics), "results": results}
+            write_label_sets(
+                run_dir / PREDICTIONS_DIR / f"{name}.tsv",
+                spec,
+                examples.ids,
+                label_sets(probabilities, spec.labels, threshold),
+            )
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": len(examples.texts),
+        "metrics": list(spec.metrics),
+        "results": results,
+    }
     if accelerator.is_main_process:
         write_report(run_dir, report, multilabel_report_markdown(report))
     return report
@@ -234,8 +289,9 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
 def write_label_sets(path: Path, spec: TaskSpec, ids: list[str], predicted: list[list[str]]) -> None:
     """`index<TAB>labels` per example: its predicted labels joined by the task's label separator (empty: none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = ["index\tlabels"] + [f"{example_id}\t{spec.label_separator.join(labels)}"
-                                for example_id, labels in zip(ids, predicted)]
+    rows = ["index\tlabels"] + [
+        f"{example_id}\t{spec.label_separator.join(labels)}" for example_id, labels in zip(ids, predicted)
+    ]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
@@ -247,9 +303,16 @@ def multilabel_report_markdown(report: dict) -> str:
     for name, result in report["results"].items():
         if "labels" not in result:
             continue
-        lines += [f"## {name}: by label", "", "| label | examples | precision | recall | f1 |",
-                  "|---|---:|---:|---:|---:|"]
-        lines += [f"| {label} | {row['examples']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
-                  f"{100 * row['f1']:.1f} |" for label, row in result["labels"].items()]
+        lines += [
+            f"## {name}: by label",
+            "",
+            "| label | examples | precision | recall | f1 |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {label} | {row['examples']:,} | {100 * row['precision']:.1f} | {100 * row['recall']:.1f} | "
+            f"{100 * row['f1']:.1f} |"
+            for label, row in result["labels"].items()
+        ]
         lines.append("")
     return "\n".join(lines)

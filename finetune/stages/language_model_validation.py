@@ -41,14 +41,18 @@ def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[s
     network = accelerator.unwrap_model(model)  # not through DDP: processes may hold different numbers of batches
     with network.fresh_state(), phase_bar("evaluating", len(loader), accelerator.is_main_process) as advance:
         for batch in loader:  # a recurrent model reads validation from a clean state (fresh_state)
-            loss, count, correct = network(batch["input_ids"].to(accelerator.device),
-                                           batch["labels"].to(accelerator.device))
+            loss, count, correct = network(
+                batch["input_ids"].to(accelerator.device), batch["labels"].to(accelerator.device)
+            )
             totals += torch.stack([loss.float() * count, count.float(), correct.float()])
             advance()
     totals = accelerator.reduce(totals, reduction="sum")
     loss = (totals[0] / totals[1].clamp(min=1)).item()
-    return {"validation_loss": loss, "validation_perplexity": math.exp(min(loss, 50.0)),
-            accuracy_name: (totals[2] / totals[1].clamp(min=1)).item()}
+    return {
+        "validation_loss": loss,
+        "validation_perplexity": math.exp(min(loss, 50.0)),
+        accuracy_name: (totals[2] / totals[1].clamp(min=1)).item(),
+    }
 
 
 def language_model_loss(model, memory_length: int | None = None) -> LanguageModelLoss:
@@ -91,18 +95,24 @@ def load_causal_language_model(checkpoint: str | Path, command: str, key: str = 
         source = resolve_checkpoint(str(checkpoint))
         config = load_pretrained(AutoConfig.from_pretrained, source)
     if config.model_type not in CAUSAL_MODEL_TYPES:
-        raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' model; `finetune {command}` reads causal "
-                        f"language models ({', '.join(CAUSAL_MODEL_TYPES)})")
+        raise UserError(
+            f"{key}: {checkpoint} is a '{config.model_type}' model; `finetune {command}` reads causal "
+            f"language models ({', '.join(CAUSAL_MODEL_TYPES)})"
+        )
     if is_classifier(config):
-        raise UserError(f"{key}: {checkpoint} is a '{config.model_type}' classifier ({', '.join(config.architectures)})"
-                        f", not a language model; `finetune {command}` reads the language model it was fine-tuned "
-                        "from")
+        raise UserError(
+            f"{key}: {checkpoint} is a '{config.model_type}' classifier ({', '.join(config.architectures)})"
+            f", not a language model; `finetune {command}` reads the language model it was fine-tuned "
+            "from"
+        )
     with recipe_key(key):
         model = load_model(AutoModelForCausalLM, source, config=config)
         tokenizer = load_tokenizer(source)
     if tokenizer.eos_token_id is None:
-        raise UserError(f"{key}: the tokenizer of {checkpoint} has no end-of-text token, which separates documents "
-                        "in a causal model's text")
+        raise UserError(
+            f"{key}: the tokenizer of {checkpoint} has no end-of-text token, which separates documents "
+            "in a causal model's text"
+        )
     return model.eval(), tokenizer
 
 
@@ -125,14 +135,23 @@ class TextSegments:
         for start in range(0, len(self.stream), self.length):
             stop = min(start + self.length, len(self.stream))
             # Inputs are the tokens before each label: the stream from start - 1 (the separator in front at 0).
-            tokens = np.concatenate([[self.separator_id] if start == 0 else self.stream.take([start - 1]),
-                                     self.stream.take(np.arange(start, stop))])
+            tokens = np.concatenate(
+                [
+                    [self.separator_id] if start == 0 else self.stream.take([start - 1]),
+                    self.stream.take(np.arange(start, stop)),
+                ]
+            )
             tokens = torch.from_numpy(tokens.astype(np.int64))[None]
             yield {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
 
 
-def score_text(checkpoint: str | Path, files: list[Path], segment_length: int | None = None,
-               device: str | None = None, document: str | None = None) -> dict[str, float]:
+def score_text(
+    checkpoint: str | Path,
+    files: list[Path],
+    segment_length: int | None = None,
+    device: str | None = None,
+    document: str | None = None,
+) -> dict[str, float]:
     """`finetune score`: the mean nats per token, perplexity and next-token accuracy of the text files (one text,
     its documents read as pretraining reads them: `document` line, paragraph or file; None: as the checkpoint's own
     pretraining did, corpus.document of its saved recipe) under a causal checkpoint.
@@ -152,20 +171,38 @@ def score_text(checkpoint: str | Path, files: list[Path], segment_length: int | 
             raise UserError(f"FILE: no such file: {path}")
     if document is not None and document not in DOCUMENT_KINDS:
         raise UserError(f"--document: expected one of {', '.join(DOCUMENT_KINDS)} (got {document!r})")
-    documents = tokenize_files(tokenizer, [Path(path) for path in files], None, show_progress=False,
-                               name="the text to score", document=document or trained_document_kind(checkpoint))
+    documents = tokenize_files(
+        tokenizer,
+        [Path(path) for path in files],
+        None,
+        show_progress=False,
+        name="the text to score",
+        document=document or trained_document_kind(checkpoint),
+    )
     if reads_backwards(model.config):
         documents = read_backwards(documents)
     segments = TextSegments(documents, tokenizer.eos_token_id, length)
     accelerator = Accelerator(cpu=(device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cpu")
-    metrics = validation_metrics(accelerator, language_model_loss(model).to(accelerator.device), segments,
-                                 GPT2.accuracy_name)
-    return {"tokens": len(segments.stream), "segment_length": length, "nats_per_token": metrics["validation_loss"],
-            "perplexity": metrics["validation_perplexity"], "next_token_accuracy": metrics["next_token_accuracy"]}
+    metrics = validation_metrics(
+        accelerator, language_model_loss(model).to(accelerator.device), segments, GPT2.accuracy_name
+    )
+    return {
+        "tokens": len(segments.stream),
+        "segment_length": length,
+        "nats_per_token": metrics["validation_loss"],
+        "perplexity": metrics["validation_perplexity"],
+        "next_token_accuracy": metrics["next_token_accuracy"],
+    }
 
 
-def segment_validation(checkpoint: str | Path, validation_files: list[Path], segment_length: int,
-                       memory_length: int | None = None, rows: int = 16, device: str = "cpu") -> dict[str, float]:
+def segment_validation(
+    checkpoint: str | Path,
+    validation_files: list[Path],
+    segment_length: int,
+    memory_length: int | None = None,
+    rows: int = 16,
+    device: str = "cpu",
+) -> dict[str, float]:
     """A saved gpt2-family model's validation metrics on `validation_files` read as BPTT segments of
     `segment_length` tokens, with `memory_length` remembered positions per layer (Transformer-XL; default: the
     model's own): e.g. longer segments or a longer memory than training had, as Transformer-XL is evaluated.
@@ -181,16 +218,20 @@ def segment_validation(checkpoint: str | Path, validation_files: list[Path], seg
         if memory_length and not config.relative_positions:
             raise UserError(f"memory_length: {checkpoint} was trained without memory (learned absolute positions)")
     elif not GPT2.owns(config) or memory_length:
-        raise UserError(f"checkpoint: {checkpoint} is a '{config.model_type}' model; segment validation reads gpt2 "
-                        "family models (memory_length: those trained with model.memory_length)")
+        raise UserError(
+            f"checkpoint: {checkpoint} is a '{config.model_type}' model; segment validation reads gpt2 "
+            "family models (memory_length: those trained with model.memory_length)"
+        )
     network = language_model_loss(model, memory_length)
     check_segment_length(config, checkpoint, segment_length)
     with recipe_key("checkpoint"):
         tokenizer = load_tokenizer(str(checkpoint))
     tokens = tokenize_files(tokenizer, validation_files, None, show_progress=False, name="the validation text")
     streams = BPTTBatches.rows_that_fit(tokens, segment_length, 1, rows)
-    segments = BPTTBatches(tokens, tokenizer.eos_token_id, streams, segment_length, seed=0, shuffle=False,
-                           name="the validation text")
+    segments = BPTTBatches(
+        tokens, tokenizer.eos_token_id, streams, segment_length, seed=0, shuffle=False, name="the validation text"
+    )
     accelerator = Accelerator(cpu=device == "cpu")
-    return validation_metrics(accelerator, network.to(accelerator.device), DataLoader(segments, batch_size=None),
-                              GPT2.accuracy_name)
+    return validation_metrics(
+        accelerator, network.to(accelerator.device), DataLoader(segments, batch_size=None), GPT2.accuracy_name
+    )

@@ -44,11 +44,18 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
     if not 0 < start_lr < end_lr:
         raise UserError(f"--start-lr {start_lr:g} and --end-lr {end_lr:g}: need 0 < start < end")
     # Epochs enough to reach max_steps on any data size; the stage stops at max_steps.
-    training = recipe.training.model_copy(update={"lr": end_lr, "max_steps": steps, "epochs": steps,
-                                                  "log_every": 1, "log_with": []})
+    training = recipe.training.model_copy(
+        update={"lr": end_lr, "max_steps": steps, "epochs": steps, "log_every": 1, "log_with": []}
+    )
     schedule = recipe.schedule.model_copy(update={"kind": "range_test", "range_ratio": end_lr / start_lr})
-    update = {"training": training, "schedule": schedule, "overwrite": True, "checkpoint_every": None,
-              "eval_every": None, "run_dir": lr_find_dir(recipe)}
+    update = {
+        "training": training,
+        "schedule": schedule,
+        "overwrite": True,
+        "checkpoint_every": None,
+        "eval_every": None,
+        "run_dir": lr_find_dir(recipe),
+    }
     if isinstance(recipe, FinetuneRecipe):
         update.update(seeds=None, keep_best=False, early_stopping_patience=None)
     return recipe.model_copy(update=update)
@@ -64,7 +71,7 @@ def smoothed(losses: list[float], fraction: float = SMOOTHING_FRACTION) -> list[
     ends where fewer neighbours exist; it does not lag behind the LR as an exponential average does."""
     half = max(1, round(len(losses) * fraction) // 2)
     values = np.asarray(losses, dtype=np.float64)
-    return [float(values[max(0, index - half):index + half + 1].mean()) for index in range(len(values))]
+    return [float(values[max(0, index - half) : index + half + 1].mean()) for index in range(len(values))]
 
 
 def read_curve(metrics_path: Path) -> tuple[list[float], list[float]]:
@@ -79,20 +86,28 @@ def suggestions(lrs: list[float], losses: list[float]) -> dict:
     finite = next((index for index, loss in enumerate(losses) if not math.isfinite(loss)), len(losses))
     smooth = smoothed(losses[:finite])
     # Cut where the smoothed loss passes DIVERGENCE x its running minimum (or where the loss stopped being finite).
-    kept = next((index for index in range(len(smooth)) if smooth[index] > DIVERGENCE * min(smooth[:index + 1])),
-                len(smooth))
+    kept = next(
+        (index for index in range(len(smooth)) if smooth[index] > DIVERGENCE * min(smooth[: index + 1])), len(smooth)
+    )
     if kept < 5:
-        raise RunFailed(f"the range test has {kept} steps before the loss diverged: too few for a curve (lower "
-                        "--start-lr or raise --steps)")
+        raise RunFailed(
+            f"the range test has {kept} steps before the loss diverged: too few for a curve (lower "
+            "--start-lr or raise --steps)"
+        )
     diverged_at = lrs[kept] if kept < len(lrs) else None
     lrs, losses, smooth = lrs[:kept], losses[:kept], smooth[:kept]
     lowest = int(np.argmin(smooth))
     slopes = np.gradient(np.asarray(smooth), np.log(np.asarray(lrs)))
-    steepest = int(np.argmin(slopes[:lowest + 1]))
-    return {"lrs": lrs, "losses": losses, "smoothed": smooth, "diverged_at_lr": diverged_at,
-            "minimum": {"lr": lrs[lowest], "smoothed_loss": smooth[lowest]},
-            "steepest": {"lr": lrs[steepest], "smoothed_loss": smooth[steepest]},
-            "suggested_lr": lrs[lowest] / 10}
+    steepest = int(np.argmin(slopes[: lowest + 1]))
+    return {
+        "lrs": lrs,
+        "losses": losses,
+        "smoothed": smooth,
+        "diverged_at_lr": diverged_at,
+        "minimum": {"lr": lrs[lowest], "smoothed_loss": smooth[lowest]},
+        "steepest": {"lr": lrs[steepest], "smoothed_loss": smooth[steepest]},
+        "suggested_lr": lrs[lowest] / 10,
+    }
 
 
 def curve_figure(result: dict):
@@ -101,8 +116,10 @@ def curve_figure(result: dict):
     axes.plot(result["lrs"], result["losses"], color="0.8", linewidth=0.8, label="loss")
     axes.plot(result["lrs"], result["smoothed"], color="C0", label="smoothed loss")
     axes.set_xscale("log")
-    for name, lr, color in (("steepest", result["steepest"]["lr"], "C1"),
-                            ("minimum / 10 (suggested)", result["suggested_lr"], "C2")):
+    for name, lr, color in (
+        ("steepest", result["steepest"]["lr"], "C1"),
+        ("minimum / 10 (suggested)", result["suggested_lr"], "C2"),
+    ):
         axes.axvline(lr, color=color, linestyle="--", label=f"{name}: {lr:.2e}")
     axes.set(xlabel="learning rate (top layer group)", ylabel="training loss", title="LR range test")
     # From the lowest loss to the start (or the end, if higher): the spikes of a diverging run would flatten the rest.
@@ -115,17 +132,24 @@ def curve_figure(result: dict):
 
 def markdown(result: dict, steps: int) -> str:
     """The readings as a short Markdown report."""
-    lines = [f"# LR range test ({steps} steps, {len(result['lrs'])} before divergence)", "",
-             "| reading | learning rate | smoothed loss |", "|---|---:|---:|",
-             f"| minimum | {result['minimum']['lr']:.2e} | {result['minimum']['smoothed_loss']:.4f} |",
-             f"| steepest descent | {result['steepest']['lr']:.2e} | {result['steepest']['smoothed_loss']:.4f} |",
-             f"| **minimum / 10 (suggested)** | **{result['suggested_lr']:.2e}** | |", "",
-             f"Use it with: `training.lr={result['suggested_lr']:.2g}`", ""]
+    lines = [
+        f"# LR range test ({steps} steps, {len(result['lrs'])} before divergence)",
+        "",
+        "| reading | learning rate | smoothed loss |",
+        "|---|---:|---:|",
+        f"| minimum | {result['minimum']['lr']:.2e} | {result['minimum']['smoothed_loss']:.4f} |",
+        f"| steepest descent | {result['steepest']['lr']:.2e} | {result['steepest']['smoothed_loss']:.4f} |",
+        f"| **minimum / 10 (suggested)** | **{result['suggested_lr']:.2e}** | |",
+        "",
+        f"Use it with: `training.lr={result['suggested_lr']:.2g}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def run_lr_find(recipe: PretrainRecipe | FinetuneRecipe, steps: int = 100, start_lr: float = 1e-7,
-                end_lr: float = 10.0) -> dict:
+def run_lr_find(
+    recipe: PretrainRecipe | FinetuneRecipe, steps: int = 100, start_lr: float = 1e-7, end_lr: float = 10.0
+) -> dict:
     """Run the range test of a pretrain or finetune recipe; returns the readings (also written to disk)."""
     from finetune.stages.finetune import run_finetune
     from finetune.stages.pretrain import run_pretrain

@@ -27,8 +27,9 @@ from finetune.stages.language_model_validation import validation_metrics
 FLOOR_PHASE = "floor"  # the metrics.jsonl record's phase; plots and the model card look for it
 
 
-def count_ngram_model(train_tokens: TokenizedDocuments, tokenizer, order: int, label: str,
-                      show_progress: bool = True) -> NGramForCausalLM:
+def count_ngram_model(
+    train_tokens: TokenizedDocuments, tokenizer, order: int, label: str, show_progress: bool = True
+) -> NGramForCausalLM:
     """Every n-gram up to `order` of the training stream, documents and separators as the causal families read it
     (the `ngram` family's run and the floor count the same way)."""
     stream = DocumentStream(train_tokens, NGRAM.separator_id(tokenizer)).array()
@@ -36,8 +37,15 @@ def count_ngram_model(train_tokens: TokenizedDocuments, tokenizer, order: int, l
         return NGramForCausalLM.count(stream, len(tokenizer), order, tokenizer.eos_token_id, advance)
 
 
-def ngram_floor(order: int, accelerator, tokenizer, train_tokens: TokenizedDocuments,
-                validation_tokens: TokenizedDocuments, block_size: int, batch_size: int) -> dict:
+def ngram_floor(
+    order: int,
+    accelerator,
+    tokenizer,
+    train_tokens: TokenizedDocuments,
+    validation_tokens: TokenizedDocuments,
+    block_size: int,
+    batch_size: int,
+) -> dict:
     """The metrics.jsonl record of the floor: {"phase": "floor", "model": "ngram-N", validation_loss,
     validation_perplexity, next_token_accuracy, seconds}. Every process counts and scores every block (the same
     figures: `validation_metrics` sums them over processes, which leaves its ratios unchanged); the main one writes
@@ -45,13 +53,26 @@ def ngram_floor(order: int, accelerator, tokenizer, train_tokens: TokenizedDocum
     started = time.perf_counter()
     main = accelerator.is_main_process
     ngram = count_ngram_model(train_tokens, tokenizer, order, "n-gram floor: ", main)
-    blocks = NextTokenBlocks(PackedBlocks(DocumentStream(validation_tokens, NGRAM.separator_id(tokenizer)),
-                                          block_size + 1, name="the validation text"))
-    metrics = validation_metrics(accelerator, NGramNextTokenLM(ngram).to(accelerator.device),
-                                 DataLoader(blocks, batch_size=batch_size), "next_token_accuracy")
+    blocks = NextTokenBlocks(
+        PackedBlocks(
+            DocumentStream(validation_tokens, NGRAM.separator_id(tokenizer)), block_size + 1, name="the validation text"
+        )
+    )
+    metrics = validation_metrics(
+        accelerator,
+        NGramNextTokenLM(ngram).to(accelerator.device),
+        DataLoader(blocks, batch_size=batch_size),
+        "next_token_accuracy",
+    )
     if main:
-        console.print(f"n-gram floor (order {order}, Kneser-Ney, same tokens): validation loss "
-                      f"{metrics['validation_loss']:.4f}, perplexity {metrics['validation_perplexity']:.1f}; "
-                      "the network has to go below it")
-    return {"phase": FLOOR_PHASE, "model": f"ngram-{order}", **metrics,
-            "seconds": round(time.perf_counter() - started, 1)}
+        console.print(
+            f"n-gram floor (order {order}, Kneser-Ney, same tokens): validation loss "
+            f"{metrics['validation_loss']:.4f}, perplexity {metrics['validation_perplexity']:.1f}; "
+            "the network has to go below it"
+        )
+    return {
+        "phase": FLOOR_PHASE,
+        "model": f"ngram-{order}",
+        **metrics,
+        "seconds": round(time.perf_counter() - started, 1),
+    }

@@ -70,8 +70,11 @@ class Predictor:
     def predict(self, texts: Sequence[str | Sequence[str]]) -> list[dict]:
         """One result per example: {"label", "probabilities"} or {"score"}; a task of several text columns takes a
         tuple of its columns' texts."""
-        examples = TaskExamples([self._example(text, index) for index, text in enumerate(texts)], None,
-                                [str(index) for index in range(len(texts))])
+        examples = TaskExamples(
+            [self._example(text, index) for index, text in enumerate(texts)],
+            None,
+            [str(index) for index in range(len(texts))],
+        )
         return self.predict_examples(examples)
 
     def predict_examples(self, examples: TaskExamples) -> list[dict]:
@@ -82,21 +85,26 @@ class Predictor:
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
         examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        logits = example_logits(accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size,
-                                name="input")
+        logits = example_logits(
+            accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
+        )
         if self.spec.is_regression:
             return [{"score": float(value)} for value in logits[:, 0]]
         probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
         labels = self.spec.labels
-        return [{"label": labels[int(row.argmax())],
-                 "probabilities": {label: float(p) for label, p in zip(labels, row)}} for row in probabilities]
+        return [
+            {"label": labels[int(row.argmax())], "probabilities": {label: float(p) for label, p in zip(labels, row)}}
+            for row in probabilities
+        ]
 
     def _example(self, text: str | Sequence[str], index: int) -> tuple[str, ...]:
         columns = self.spec.text_columns
         parts = (text,) if isinstance(text, str) else tuple(text)
         if len(parts) != len(columns) or not all(isinstance(part, str) for part in parts):
-            raise UserError(f"example {index}: task '{self.spec.name}' reads {len(columns)} text(s) "
-                            f"({', '.join(columns)}), got {parts!r:.80}")
+            raise UserError(
+                f"example {index}: task '{self.spec.name}' reads {len(columns)} text(s) "
+                f"({', '.join(columns)}), got {parts!r:.80}"
+            )
         return parts
 
 
@@ -115,11 +123,16 @@ class MultilabelPredictor(Predictor):
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
         examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        probabilities = label_probabilities(example_logits(accelerator, self.model, self.tokenizer, examples,
-                                                           self.reading, self.batch_size, name="input"))
+        probabilities = label_probabilities(
+            example_logits(
+                accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
+            )
+        )
         labels = self.spec.labels
-        return [{"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
-                for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)]
+        return [
+            {"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
+            for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)
+        ]
 
 
 @dataclass
@@ -134,19 +147,22 @@ class TaggingPredictor:
 
     def predict(self, texts: Sequence[str]) -> list[dict]:
         """One result per sentence: {"words", "tags"}, the words split at white space."""
-        return self.predict_examples(TaskExamples([(text,) for text in texts], None,
-                                                  [str(index) for index in range(len(texts))]))
+        return self.predict_examples(
+            TaskExamples([(text,) for text in texts], None, [str(index) for index in range(len(texts))])
+        )
 
     def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        words = [text.split() for text, in examples.texts]
+        words = [text.split() for (text,) in examples.texts]
         if not any(words):
             return [{"words": [], "tags": []} for _ in words]
-        sentences = TaggedSentences([sentence or [""] for sentence in words], None,
-                                    list(range(1, len(words) + 1)), Path("input"))
+        sentences = TaggedSentences(
+            [sentence or [""] for sentence in words], None, list(range(1, len(words) + 1)), Path("input")
+        )
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        tags = tag_sentences(self.model, self.tokenizer, sentences, self.spec.labels, self.max_length,
-                             self.batch_size, device)
-        return [{"words": sentence, "tags": predicted[:len(sentence)]} for sentence, predicted in zip(words, tags)]
+        tags = tag_sentences(
+            self.model, self.tokenizer, sentences, self.spec.labels, self.max_length, self.batch_size, device
+        )
+        return [{"words": sentence, "tags": predicted[: len(sentence)]} for sentence, predicted in zip(words, tags)]
 
 
 @dataclass
@@ -168,9 +184,14 @@ class ChoicesPredictor:
     def predict_questions(self, questions: ChoiceQuestions) -> list[dict]:
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         probabilities = choose(self.model, self.tokenizer, questions, self.max_length, self.batch_size, device)
-        return [{"id": question_id, "label": labels[int(row.argmax())],
-                 "probabilities": {label: float(p) for label, p in zip(labels, row)}}
-                for question_id, labels, row in zip(questions.ids, questions.labels, probabilities)]
+        return [
+            {
+                "id": question_id,
+                "label": labels[int(row.argmax())],
+                "probabilities": {label: float(p) for label, p in zip(labels, row)},
+            }
+            for question_id, labels, row in zip(questions.ids, questions.labels, probabilities)
+        ]
 
 
 @dataclass
@@ -186,19 +207,24 @@ class SpanPredictor:
     def predict(self, texts: Sequence[Sequence[str]]) -> list[dict]:
         """One result per (question, context) pair: {"answer", "score", "start", "end"} (characters of the context;
         answer "" and start, end None for no answer)."""
-        return self.predict_examples(TaskExamples([tuple(pair) for pair in texts], None,
-                                                  [str(index) for index in range(1, len(texts) + 1)]))
+        return self.predict_examples(
+            TaskExamples([tuple(pair) for pair in texts], None, [str(index) for index in range(1, len(texts) + 1)])
+        )
 
     def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        questions = SquadQuestions([Question(identifier, question, context) for identifier, (question, context)
-                                    in zip(examples.ids, examples.texts)], Path("input"))
+        questions = SquadQuestions(
+            [
+                Question(identifier, question, context)
+                for identifier, (question, context) in zip(examples.ids, examples.texts)
+            ],
+            Path("input"),
+        )
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         answers = answer_questions(self.model, self.tokenizer, questions, self.reading, self.batch_size, device)
         return [answer.as_row() for answer in answers]
 
 
-def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int,
-                        max_length: int | None) -> SpanPredictor:
+def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> SpanPredictor:
     """The question-answering model of a checkpoint folder, read and answering as it was trained."""
     from finetune.models.heads import fitted_max_length
 
@@ -219,8 +245,10 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None
     # A hub name: only the recipe file is fetched here, the weights by transformers.
     recipe_file = Path(folder) / HYPERPARAMETERS_FILE if Path(folder).is_dir() else _hub_file(checkpoint)
     if recipe_file is None or not recipe_file.is_file():
-        raise UserError(f"CHECKPOINT: {checkpoint} has no {HYPERPARAMETERS_FILE}: predict needs a checkpoint "
-                        "fine-tuned by finetune (the file names the task's text columns and labels)")
+        raise UserError(
+            f"CHECKPOINT: {checkpoint} has no {HYPERPARAMETERS_FILE}: predict needs a checkpoint "
+            "fine-tuned by finetune (the file names the task's text columns and labels)"
+        )
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
     spec = task_spec(recipe.task)
     if spec.kind == "spans":
@@ -235,15 +263,20 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None
             model = loader(folder, spec, trust_remote_code=trusted)
         tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
     if spec.kind == "tokens":
-        return TaggingPredictor(model, tokenizer, replace(spec, labels=model_tags(model)),
-                                max_length or recipe.task.max_length, batch_size)
+        return TaggingPredictor(
+            model, tokenizer, replace(spec, labels=model_tags(model)), max_length or recipe.task.max_length, batch_size
+        )
     if spec.kind == "choices":
         return ChoicesPredictor(model, tokenizer, spec, max_length or recipe.task.max_length, batch_size)
-    reading = DocumentReading.of(fitted_max_length(max_length or recipe.task.max_length, model),
-                                 recipe.task.long_documents, recipe.task.both_orders)
+    reading = DocumentReading.of(
+        fitted_max_length(max_length or recipe.task.max_length, model),
+        recipe.task.long_documents,
+        recipe.task.both_orders,
+    )
     if spec.kind == "multilabel":
-        return MultilabelPredictor(model, tokenizer, spec, reading, batch_size,
-                                   saved_threshold(model) or DEFAULT_THRESHOLD)
+        return MultilabelPredictor(
+            model, tokenizer, spec, reading, batch_size, saved_threshold(model) or DEFAULT_THRESHOLD
+        )
     return Predictor(model, tokenizer, spec, reading, batch_size)
 
 
@@ -257,8 +290,9 @@ def _hub_file(repository: str) -> Path | None:
     except EntryNotFoundError:
         return None
     except Exception as error:  # offline, unknown repository, no permission
-        raise UserError(f"CHECKPOINT: cannot fetch {HYPERPARAMETERS_FILE} of {repository} from the hub "
-                        f"({type(error).__name__})") from None
+        raise UserError(
+            f"CHECKPOINT: cannot fetch {HYPERPARAMETERS_FILE} of {repository} from the hub ({type(error).__name__})"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,8 +303,9 @@ def _hub_file(repository: str) -> Path | None:
 def read_input(source: str, spec: TaskSpec, stdin: TextIO | None = None) -> TaskExamples:
     """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
     Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
-    unlabelled = replace(spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None,
-                         label_columns=None)
+    unlabelled = replace(
+        spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None, label_columns=None
+    )
     if source == STDIO:
         return plain_lines(stdin or sys.stdin, "<stdin>", spec)
     path = Path(source)
@@ -298,8 +333,10 @@ def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples
             continue
         parts = tuple(line.split("\t")) if width > 1 else (line,)
         if len(parts) != width:
-            raise UserError(f"{name} line {number}: task '{spec.name}' reads {width} tab-separated texts "
-                            f"({', '.join(spec.text_columns)}), found {len(parts)}")
+            raise UserError(
+                f"{name} line {number}: task '{spec.name}' reads {width} tab-separated texts "
+                f"({', '.join(spec.text_columns)}), found {len(parts)}"
+            )
         texts.append(parts)
         ids.append(str(number))
     if not texts:
@@ -346,11 +383,13 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
         rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
         columns = list(spec.text_columns) + ["labels"] + [f"probability_{label}" for label in spec.labels]
     else:
-        columns = list(spec.text_columns) + (["score"] if spec.is_regression else
-                                             ["label"] + [f"probability_{label}" for label in spec.labels])
+        columns = list(spec.text_columns) + (
+            ["score"] if spec.is_regression else ["label"] + [f"probability_{label}" for label in spec.labels]
+        )
     buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t" if file_format == "tsv" else ",", lineterminator="\n",
-                        quoting=csv.QUOTE_MINIMAL)
+    writer = csv.writer(
+        buffer, delimiter="\t" if file_format == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL
+    )
     writer.writerow(columns)
     for row in rows:
         flat = {**row, **{f"probability_{label}": p for label, p in row.get("probabilities", {}).items()}}
@@ -358,8 +397,9 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     return buffer.getvalue()
 
 
-def run_predict(checkpoint: str, source: str = STDIO, target: str = STDIO, batch_size: int = 64,
-                max_length: int | None = None) -> int:
+def run_predict(
+    checkpoint: str, source: str = STDIO, target: str = STDIO, batch_size: int = 64, max_length: int | None = None
+) -> int:
     """The CLI's work: read, predict, write; returns the number of examples."""
     predictor = load_predictor(checkpoint, batch_size, max_length)
     if isinstance(predictor, ChoicesPredictor):
@@ -372,8 +412,10 @@ def run_predict(checkpoint: str, source: str = STDIO, target: str = STDIO, batch
 def predict_choices_file(predictor: ChoicesPredictor, source: str, target: str) -> int:
     """Questions in ARC's layout (a .jsonl file, or `-`: standard input) to JSON Lines of predictions."""
     if target != STDIO and not target.lower().endswith(".jsonl"):
-        raise UserError(f"--output: {target}: multiple-choice predictions (a probability per choice label) are "
-                        "written as JSON Lines (.jsonl)")
+        raise UserError(
+            f"--output: {target}: multiple-choice predictions (a probability per choice label) are "
+            "written as JSON Lines (.jsonl)"
+        )
     if source == STDIO:
         questions = parse_choices(sys.stdin.read().splitlines(), Path("<stdin>"), with_answers=False)
     elif not Path(source).is_file():

@@ -66,8 +66,7 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
     """Run the whole stage; returns the checkpoint folder."""
     if family_of(recipe.model).counted:  # no model to build, no optimizer, no training loop
         if resume:
-            raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it "
-                            "again")
+            raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it again")
         return run_ngram(recipe)
     return run_training(PretrainStage(recipe), resume)
 
@@ -91,8 +90,11 @@ class PretrainStage(TrainingStage):
             data = read_language_model_data(recipe, accelerator, resume_from)
         self.tokenizer, self.train_data, self.validation_tokens = data.tokenizer, data.train, data.validation_tokens
         self.train_tokens = data.train_tokens
-        language_model = data.continued if data.continued is not None else \
-            self.family.build(recipe.model, data.tokenizer, data.max_positions)
+        language_model = (
+            data.continued
+            if data.continued is not None
+            else self.family.build(recipe.model, data.tokenizer, data.max_positions)
+        )
         if data.backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
             mark_backwards(language_model.config)
         # One parameter group per layer group, each with its discriminative LR.
@@ -102,8 +104,9 @@ class PretrainStage(TrainingStage):
         optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
         # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
         # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
-        self.order = None if self.streaming else ResumableSampler(len(self.train_data), recipe.seed,
-                                                                  shuffle=not self.bptt)
+        self.order = (
+            None if self.streaming else ResumableSampler(len(self.train_data), recipe.seed, shuffle=not self.bptt)
+        )
         train_loader, validation_loader = data_loaders(recipe, self.train_data, data.validation, self.order)
         if self.bptt or self.streaming:  # batches already split per process: only the model goes to accelerate
             self.model, optimizer = accelerator.prepare(model, optimizer)
@@ -112,11 +115,22 @@ class PretrainStage(TrainingStage):
         if not self.bptt:
             # Validation blocks shared out without accelerate's repeats to even the processes out (they would count
             # twice in the validation loss); validation_metrics sums over however many each process gets.
-            validation_loader = prepare_data_loader(validation_loader, num_processes=accelerator.num_processes,
-                                                    process_index=accelerator.process_index, even_batches=False)
+            validation_loader = prepare_data_loader(
+                validation_loader,
+                num_processes=accelerator.num_processes,
+                process_index=accelerator.process_index,
+                even_batches=False,
+            )
         self.train_loader, self.validation_loader = train_loader, validation_loader
-        return TrainingSetup(self.model, optimizer, train_loader, self._loss, "tokens", self.tokenizer,
-                             saved_model=lambda: accelerator.unwrap_model(self.model).language_model)
+        return TrainingSetup(
+            self.model,
+            optimizer,
+            train_loader,
+            self._loss,
+            "tokens",
+            self.tokenizer,
+            saved_model=lambda: accelerator.unwrap_model(self.model).language_model,
+        )
 
     def _loss(self, model, batch):
         input_ids = batch["input_ids"].to(self.accelerator.device)
@@ -125,9 +139,17 @@ class PretrainStage(TrainingStage):
 
     def start(self, context: RunContext) -> None:
         if self.recipe.ngram_floor is not None and not context.resumed:  # a resumed run logged it when it started
-            context.log.write(ngram_floor(self.recipe.ngram_floor, self.accelerator, self.tokenizer, self.train_tokens,
-                                          self.validation_tokens, self.recipe.corpus.block_size,
-                                          self.recipe.training.batch_size))
+            context.log.write(
+                ngram_floor(
+                    self.recipe.ngram_floor,
+                    self.accelerator,
+                    self.tokenizer,
+                    self.train_tokens,
+                    self.validation_tokens,
+                    self.recipe.corpus.block_size,
+                    self.recipe.training.batch_size,
+                )
+            )
 
     def carried_tensors(self) -> dict:
         return self.accelerator.unwrap_model(self.model).carried_state()
@@ -153,12 +175,19 @@ class PretrainStage(TrainingStage):
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         accuracy = self.family.accuracy_name
-        console.print(f"epoch {epoch + 1}: validation loss {record['validation_loss']:.4f}, perplexity "
-                      f"{record['validation_perplexity']:.1f}, {accuracy.replace('_', ' ')} {record[accuracy]:.3f}")
+        console.print(
+            f"epoch {epoch + 1}: validation loss {record['validation_loss']:.4f}, perplexity "
+            f"{record['validation_perplexity']:.1f}, {accuracy.replace('_', ' ')} {record[accuracy]:.3f}"
+        )
 
     def finish(self, context: RunContext, step: int) -> Path:
-        return save_language_model(self.accelerator, self.accelerator.unwrap_model(self.model).language_model,
-                                   self.tokenizer, self.recipe, context.run_dir)
+        return save_language_model(
+            self.accelerator,
+            self.accelerator.unwrap_model(self.model).language_model,
+            self.tokenizer,
+            self.recipe,
+            context.run_dir,
+        )
 
 
 class LanguageModelData(NamedTuple):
@@ -179,14 +208,18 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: P
     family, corpus = family_of(recipe.model), recipe.corpus
     streaming = corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
     text = None if streaming else read_corpus(recipe)
-    stream = StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column,
-                                    corpus.dataset_files) if streaming else None
+    stream = (
+        StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column, corpus.dataset_files)
+        if streaming
+        else None
+    )
     with recipe_key("model.checkpoint"):
         continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
     with recipe_key("corpus.reverse"):
-        backwards = pretraining_direction(corpus.reverse, continued.config if continued is not None else None,
-                                          recipe.model.checkpoint)
+        backwards = pretraining_direction(
+            corpus.reverse, continued.config if continued is not None else None, recipe.model.checkpoint
+        )
     max_positions = model_positions(recipe, family, continued)
     tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
@@ -201,27 +234,34 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: P
         train, validation = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
         return LanguageModelData(tokenizer, train, validation, None, None, continued, max_positions, backwards)
     with accelerator.main_process_first():  # the main process fills the cache, the others then map it
-        train_tokens, validation_tokens = text.tokenize(tokenizer, corpus.cache_dir,
-                                                        show_progress=accelerator.is_main_process)
+        train_tokens, validation_tokens = text.tokenize(
+            tokenizer, corpus.cache_dir, show_progress=accelerator.is_main_process
+        )
     if backwards:  # a view of the cached forward ids
         train_tokens, validation_tokens = read_backwards(train_tokens), read_backwards(validation_tokens)
     train, validation = language_model_data(recipe, tokenizer, train_tokens, validation_tokens, accelerator)
-    console.print(f"{recipe.model.family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
-                  f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train):,} and "
-                  f"{len(validation):,} {'batches' if family.reads_bptt_batches(recipe.model) else 'blocks'} of "
-                  f"{corpus.block_size} tokens")
-    return LanguageModelData(tokenizer, train, validation, train_tokens, validation_tokens, continued,
-                             max_positions, backwards)
+    console.print(
+        f"{recipe.model.family}: {train_tokens.token_count:,} training and {validation_tokens.token_count:,} "
+        f"validation tokens{' (read backwards)' if backwards else ''}, in {len(train):,} and "
+        f"{len(validation):,} {'batches' if family.reads_bptt_batches(recipe.model) else 'blocks'} of "
+        f"{corpus.block_size} tokens"
+    )
+    return LanguageModelData(
+        tokenizer, train, validation, train_tokens, validation_tokens, continued, max_positions, backwards
+    )
 
 
 def model_positions(recipe: PretrainRecipe, family: LanguageModelFamily, continued) -> int | None:
     """The position table's size of the model trained (None: an LSTM or an n-gram model has none); a continued
     transformer's own, which the blocks must fit."""
-    max_positions = family.max_positions(recipe.model, recipe.corpus.block_size,
-                                         continued.config if continued is not None else None)
+    max_positions = family.max_positions(
+        recipe.model, recipe.corpus.block_size, continued.config if continued is not None else None
+    )
     if continued is not None and max_positions is not None and recipe.corpus.block_size > max_positions:
-        raise UserError(f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
-                        f"of {recipe.model.checkpoint}")
+        raise UserError(
+            f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
+            f"of {recipe.model.checkpoint}"
+        )
     return max_positions
 
 
@@ -255,20 +295,23 @@ def run_ngram(recipe: PretrainRecipe) -> Path:
         data = read_language_model_data(recipe, accelerator, None)
     counting = CountingPass(time.perf_counter())
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
-    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process,
-                     start_trackers(accelerator, recipe, run_dir))
+    log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
     # At least one block long (language_model_data checked): longer than any order.
     order = recipe.model.order
     ngram = count_ngram_model(data.train_tokens, data.tokenizer, order, "")
-    console.print(f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
-                  f"1-{order} in {ngram.config.training_tokens:,} tokens, counted in "
-                  f"{time.perf_counter() - counting.started:.1f} s")
+    console.print(
+        f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
+        f"1-{order} in {ngram.config.training_tokens:,} tokens, counted in "
+        f"{time.perf_counter() - counting.started:.1f} s"
+    )
     validation_loader = DataLoader(data.validation, batch_size=recipe.training.batch_size)
     model = loss_module(recipe.model, ngram.to(accelerator.device))
     metrics = validation_metrics(accelerator, model, validation_loader, family_of(recipe.model).accuracy_name)
     log.write({"phase": "eval", "step": 0, "epoch": 0, **metrics})
-    console.print(f"validation loss {metrics['validation_loss']:.4f}, perplexity "
-                  f"{metrics['validation_perplexity']:.1f}, next token accuracy {metrics['next_token_accuracy']:.3f}")
+    console.print(
+        f"validation loss {metrics['validation_loss']:.4f}, perplexity "
+        f"{metrics['validation_perplexity']:.1f}, next token accuracy {metrics['next_token_accuracy']:.3f}"
+    )
     checkpoint = save_language_model(accelerator, ngram, data.tokenizer, recipe, run_dir)
     finish_run(accelerator, run_dir, counting)  # trackers closed, timing.json, RUN_DIR/plots/*.png
     return checkpoint
@@ -293,42 +336,78 @@ def stream_needs(recipe: PretrainRecipe) -> tuple[StreamNeed, StreamNeed]:
         blocks = 1 if family.counted else batch_size  # an n-gram model is counted, not batched
         what = "block"
     keys = f"training.batch_size {batch_size}, corpus.block_size {block_size}"
-    return (StreamNeed(blocks * row, f"{blocks} {what}{'s' * (blocks > 1)} of {row} tokens of text ({keys})"),
-            StreamNeed(row, f"one {what} of {row} tokens of text (corpus.block_size {block_size})"))
+    return (
+        StreamNeed(blocks * row, f"{blocks} {what}{'s' * (blocks > 1)} of {row} tokens of text ({keys})"),
+        StreamNeed(row, f"one {what} of {row} tokens of text (corpus.block_size {block_size})"),
+    )
 
 
-def streamed_data(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator,
-                  backwards: bool = False):
-    """A stream's training batches (bert or gpt2 layout) and the validation blocks: the stream's first
-    `validation_documents`, a split of the dataset, or validation files, tokenised in memory; `backwards`: every
-    document read backwards."""
-    corpus, family, training = recipe.corpus, family_of(recipe.model), recipe.training
+def streamed_validation_tokens(recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator):
+    """A stream's validation text, tokenised in memory: the stream's first `validation_documents`, a split of the
+    dataset, or validation files."""
+    corpus = recipe.corpus
     if corpus.validation_documents is not None:
         texts = list(itertools.islice(documents(), corpus.validation_documents))
     elif corpus.validation_split is not None:  # read whole: a validation split is small beside the training text
-        texts = list(StreamedDocuments.open(corpus.dataset, corpus.dataset_config, corpus.validation_split,
-                                            corpus.text_column, corpus.dataset_files)())
+        texts = list(
+            StreamedDocuments.open(
+                corpus.dataset, corpus.dataset_config, corpus.validation_split, corpus.text_column, corpus.dataset_files
+            )()
+        )
     else:
         texts = read_documents(corpus.validation_files)
     with accelerator.main_process_first():
-        validation_tokens = tokenize_corpus(tokenizer, texts, corpus.cache_dir, "tokenizing the validation text",
-                                            show_progress=accelerator.is_main_process, name="the validation text")
+        return tokenize_corpus(
+            tokenizer,
+            texts,
+            corpus.cache_dir,
+            "tokenizing the validation text",
+            show_progress=accelerator.is_main_process,
+            name="the validation text",
+        )
+
+
+def streamed_data(
+    recipe: PretrainRecipe, tokenizer, documents: StreamedDocuments, accelerator, backwards: bool = False
+):
+    """A stream's training batches (bert or gpt2 layout) and the validation blocks (`streamed_validation_tokens`);
+    `backwards`: every document read backwards."""
+    corpus, family, training = recipe.corpus, family_of(recipe.model), recipe.training
+    validation_tokens = streamed_validation_tokens(recipe, tokenizer, documents, accelerator)
     if backwards:
         validation_tokens = read_backwards(validation_tokens)
     separator = family.separator_id(tokenizer)
     rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family.masked else None
     start_id = family.block_start_id(tokenizer)
-    train = StreamedBatches(documents, tokenizer, separator, corpus.block_size, training.batch_size,
-                            training.max_steps * training.gradient_accumulation_steps, recipe.seed, rule, start_id,
-                            held_out=corpus.validation_documents or 0, process_index=accelerator.process_index,
-                            num_processes=accelerator.num_processes, backwards=backwards)
-    blocks = PackedBlocks(DocumentStream(validation_tokens, separator), corpus.block_size + (start_id is None),
-                          start_id, "the validation text")
-    validation = (MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None
-                  else NextTokenBlocks(blocks))
-    console.print(f"{recipe.model.family}: streaming {documents.label} into {len(train):,} batches of "
-                  f"{training.batch_size} blocks of {corpus.block_size} tokens per process; "
-                  f"{validation_tokens.token_count:,} validation tokens in {len(validation):,} blocks")
+    train = StreamedBatches(
+        documents,
+        tokenizer,
+        separator,
+        corpus.block_size,
+        training.batch_size,
+        training.max_steps * training.gradient_accumulation_steps,
+        recipe.seed,
+        rule,
+        start_id,
+        held_out=corpus.validation_documents or 0,
+        process_index=accelerator.process_index,
+        num_processes=accelerator.num_processes,
+        backwards=backwards,
+    )
+    blocks = PackedBlocks(
+        DocumentStream(validation_tokens, separator),
+        corpus.block_size + (start_id is None),
+        start_id,
+        "the validation text",
+    )
+    validation = (
+        MaskedBlocks(blocks, rule, recipe.seed + 1, fixed_masks=True) if rule is not None else NextTokenBlocks(blocks)
+    )
+    console.print(
+        f"{recipe.model.family}: streaming {documents.label} into {len(train):,} batches of "
+        f"{training.batch_size} blocks of {corpus.block_size} tokens per process; "
+        f"{validation_tokens.token_count:,} validation tokens in {len(validation):,} blocks"
+    )
     return train, validation
 
 
@@ -343,8 +422,10 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
             tokenizer = load_tokenizer(recipe.model.checkpoint)
             family.check_tokenizer(tokenizer, recipe.model.checkpoint)
         if len(tokenizer) > continued.config.vocab_size:
-            raise UserError(f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
-                            f"tokens, the model only {continued.config.vocab_size}")
+            raise UserError(
+                f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
+                f"tokens, the model only {continued.config.vocab_size}"
+            )
         return tokenizer
     if recipe.tokenizer.path is not None:
         with recipe_key("tokenizer.path"):
@@ -354,15 +435,22 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
 
     def train():
         count = len(text.split()[0]) if text.held_out else text.document_count()
-        console.print(f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on "
-                      f"{count:,} documents")
+        console.print(
+            f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on "
+            f"{count:,} documents"
+        )
         return family.train_tokenizer(text.tokenizer_training_documents(), recipe.tokenizer)
 
     return shared_tokenizer(accelerator, train)
 
 
-def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: TokenizedDocuments,
-                        validation_tokens: TokenizedDocuments, accelerator):
+def language_model_data(
+    recipe: PretrainRecipe,
+    tokenizer,
+    train_tokens: TokenizedDocuments,
+    validation_tokens: TokenizedDocuments,
+    accelerator,
+):
     """Training and validation datasets in the family's layout (masked blocks, next-token blocks, BPTT batches)."""
     family, block_size = family_of(recipe.model), recipe.corpus.block_size
     bptt = family.reads_bptt_batches(recipe.model)
@@ -372,45 +460,68 @@ def language_model_data(recipe: PretrainRecipe, tokenizer, train_tokens: Tokeniz
     if family.masked:
         rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
         # Blocks are cut from the (memory-mapped) ids as they are read: no copy of the corpus is made.
-        blocks = [PackedBlocks(DocumentStream(tokens, separator), block_size, family.block_start_id(tokenizer), name)
-                  for tokens, name in both]
+        blocks = [
+            PackedBlocks(DocumentStream(tokens, separator), block_size, family.block_start_id(tokenizer), name)
+            for tokens, name in both
+        ]
         # Validation keeps the same masks at every evaluation so that its loss is comparable over time.
-        train, validation = (MaskedBlocks(blocks[0], rule, recipe.seed),
-                             MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True))
+        train, validation = (
+            MaskedBlocks(blocks[0], rule, recipe.seed),
+            MaskedBlocks(blocks[1], rule, recipe.seed + 1, fixed_masks=True),
+        )
     elif not bptt:  # gpt2 blocks; ngram: counted on the whole stream, validated on gpt2's blocks
-        train, validation = (NextTokenBlocks(PackedBlocks(DocumentStream(tokens, separator), block_size + 1,
-                                                          name=name))
-                             for tokens, name in both)
+        train, validation = (
+            NextTokenBlocks(PackedBlocks(DocumentStream(tokens, separator), block_size + 1, name=name))
+            for tokens, name in both
+        )
     else:
         split = {"process_index": accelerator.process_index, "num_processes": accelerator.num_processes}
-        train = BPTTBatches(train_tokens, separator, recipe.training.batch_size, block_size, recipe.seed,
-                            shuffle=True, name=names[0], **split)
-        rows = BPTTBatches.rows_that_fit(validation_tokens, block_size, accelerator.num_processes,
-                                         recipe.training.batch_size)
-        validation = BPTTBatches(validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False,
-                                 name=names[1], **split)
+        train = BPTTBatches(
+            train_tokens,
+            separator,
+            recipe.training.batch_size,
+            block_size,
+            recipe.seed,
+            shuffle=True,
+            name=names[0],
+            **split,
+        )
+        rows = BPTTBatches.rows_that_fit(
+            validation_tokens, block_size, accelerator.num_processes, recipe.training.batch_size
+        )
+        validation = BPTTBatches(
+            validation_tokens, separator, rows, block_size, recipe.seed, shuffle=False, name=names[1], **split
+        )
     if not family.counted and not bptt and len(train) < recipe.training.batch_size:
-        raise UserError(f"the corpus gives {len(train)} training blocks, "
-                        f"fewer than training.batch_size={recipe.training.batch_size}")
+        raise UserError(
+            f"the corpus gives {len(train)} training blocks, "
+            f"fewer than training.batch_size={recipe.training.batch_size}"
+        )
     return train, validation
 
 
-def data_loaders(recipe: PretrainRecipe, train_data, validation_data,
-                 train_order: ResumableSampler | None) -> tuple[DataLoader, DataLoader]:
+def data_loaders(
+    recipe: PretrainRecipe, train_data, validation_data, train_order: ResumableSampler | None
+) -> tuple[DataLoader, DataLoader]:
     """Batches of blocks in `train_order`, or the BPTT batches in order (each item is already a batch), or a
     stream's batches (no order: None)."""
     # Starting a loader's iteration draws a seed for its workers from the loader's generator; a private one
     # leaves the global random state (dropout) untouched, so a resumed run draws the same dropout masks.
     common = {"num_workers": recipe.training.num_workers, "generator": torch.Generator().manual_seed(recipe.seed)}
     if train_order is None:
-        return (DataLoader(train_data, batch_size=None, **common),
-                DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
+        return (
+            DataLoader(train_data, batch_size=None, **common),
+            DataLoader(validation_data, batch_size=recipe.training.batch_size, **common),
+        )
     if family_of(recipe.model).reads_bptt_batches(recipe.model):
-        return (DataLoader(train_data, batch_size=None, sampler=train_order, **common),
-                DataLoader(validation_data, batch_size=None, **common))
-    return (DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order,
-                       **common),
-            DataLoader(validation_data, batch_size=recipe.training.batch_size, **common))
+        return (
+            DataLoader(train_data, batch_size=None, sampler=train_order, **common),
+            DataLoader(validation_data, batch_size=None, **common),
+        )
+    return (
+        DataLoader(train_data, batch_size=recipe.training.batch_size, drop_last=True, sampler=train_order, **common),
+        DataLoader(validation_data, batch_size=recipe.training.batch_size, **common),
+    )
 
 
 def check_model_fits_in_memory(recipe) -> None:
@@ -423,13 +534,18 @@ def check_model_fits_in_memory(recipe) -> None:
     if memory is None:
         return
     vocabulary = recipe.tokenizer.vocab_size  # an upper bound: a trained tokenizer has at most this many pieces
-    parameters = language_model_parameters(model, vocabulary, family_of(model).max_positions(model,
-                                                                                           recipe.corpus.block_size))
+    parameters = language_model_parameters(
+        model, vocabulary, family_of(model).max_positions(model, recipe.corpus.block_size)
+    )
     needed = parameters * TRAINING_BYTES_PER_PARAMETER
     if needed > memory:
-        sizes = ", ".join(f"model.{key}={getattr(model, key)}" for key in ("layers", "hidden", "embedding_size",
-                                                                              "intermediate", "max_positions")
-                          if getattr(model, key, None) is not None)
-        raise UserError(f"{sizes} ask for ~{parameters / 1e9:,.1f} billion parameters, ~{needed / 2**30:,.0f} GiB "
-                        f"with gradients and AdamW state; this machine has {memory / 2**30:,.0f} GiB: choose "
-                        "smaller sizes")
+        sizes = ", ".join(
+            f"model.{key}={getattr(model, key)}"
+            for key in ("layers", "hidden", "embedding_size", "intermediate", "max_positions")
+            if getattr(model, key, None) is not None
+        )
+        raise UserError(
+            f"{sizes} ask for ~{parameters / 1e9:,.1f} billion parameters, ~{needed / 2**30:,.0f} GiB "
+            f"with gradients and AdamW state; this machine has {memory / 2**30:,.0f} GiB: choose "
+            "smaller sizes"
+        )

@@ -62,6 +62,7 @@ class BuiltModel:
 
 PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
 
+
 def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAULT_MFU) -> dict:
     """The profile of a pretrain or finetune recipe, or of each stage of an ulmfit recipe (under "stages")."""
     rates = MatmulRates(matmul_rate)
@@ -109,11 +110,16 @@ def stage_model(recipe, upstream: nn.Module | None = None, section: str = "") ->
         family = family_of(recipe.model)
         if config is None:
             if family.counted:
-                raise UserError(f"model.family {recipe.model.family} is counted from the corpus by `finetune "
-                                "pretrain`; it has no sizes to build and no training to profile or range-test")
+                raise UserError(
+                    f"model.family {recipe.model.family} is counted from the corpus by `finetune "
+                    "pretrain`; it has no sizes to build and no training to profile or range-test"
+                )
             model = family.build(recipe.model, pretraining_vocabulary(recipe), max_positions(recipe))
-            source += ("; vocabulary: the tokenizer at tokenizer.path" if recipe.tokenizer.path is not None else
-                       "; vocabulary: at most tokenizer.vocab_size (the run trains its tokenizer on the corpus)")
+            source += (
+                "; vocabulary: the tokenizer at tokenizer.path"
+                if recipe.tokenizer.path is not None
+                else "; vocabulary: at most tokenizer.vocab_size (the run trains its tokenizer on the corpus)"
+            )
         else:
             with recipe_key(f"{prefix}model.checkpoint"):
                 family.check_checkpoint(config, recipe.model.checkpoint)
@@ -148,14 +154,17 @@ def checkpoint_config(name: str, key: str, trust_remote_code: bool):
     with recipe_key(key):
         source = resolve_checkpoint(name)
         try:
-            config = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code,
-                                     local_files_only=True)
+            config = load_pretrained(
+                AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code, local_files_only=True
+            )
         except CheckpointError as error:
             if Path(name).is_dir():
                 raise
-            raise UserError(f"{key}: {name} is no local folder, and its config.json is not in the local Hugging Face "
-                            "cache (profile downloads nothing: give a folder, or load the model once with a "
-                            "network)") from error
+            raise UserError(
+                f"{key}: {name} is no local folder, and its config.json is not in the local Hugging Face "
+                "cache (profile downloads nothing: give a folder, or load the model once with a "
+                "network)"
+            ) from error
     return config, f"{name} (config.json)"
 
 
@@ -193,8 +202,9 @@ def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> 
             fitted = fitted_max_length(recipe.task.max_length or DEFAULT_SPAN_WINDOW, model)
         seq_len = fitted or WHOLE_DOCUMENT_PROFILE_LENGTH
         top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
-    compute = compute_summary(recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks),
-                              trainable, seq_len)
+    compute = compute_summary(
+        recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks), trainable, seq_len
+    )
     compute["decoded_fraction"] = top_fraction if isinstance(recipe, PretrainRecipe) else None
     compute["whole_documents"] = not isinstance(recipe, PretrainRecipe) and fitted is None
     parameters = parameter_summary(model, groups, trainable)
@@ -203,8 +213,9 @@ def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> 
         "model": model_summary(recipe, model, built.source),
         "parameters": parameters,
         "compute": compute,
-        "memory_mb": memory_summary(model, built, parameters, compute["tokens_per_step"]
-                                    // training.gradient_accumulation_steps, seq_len),
+        "memory_mb": memory_summary(
+            model, built, parameters, compute["tokens_per_step"] // training.gradient_accumulation_steps, seq_len
+        ),
         "time_estimate": time_estimate(recipe, rates, mfu, compute),
     }
 
@@ -220,11 +231,18 @@ def compute_summary(recipe, multiply_adds: list[float], trainable: int, seq_len:
     at_start = training_flops(multiply_adds, trainable)
     runs = len(getattr(recipe, "seeds", None) or [None])  # finetune's seeds: one run each
     steps = training.max_steps
-    return {"sequence_length": seq_len, "examples_per_step": examples_per_step, "tokens_per_step": tokens_per_step,
-            "flops_per_token": per_token, "flops_per_token_at_start": at_start,
-            "flops_per_step": per_token * tokens_per_step, "flops_per_step_at_start": at_start * tokens_per_step,
-            "steps": steps, "runs": runs,
-            "total_flops": per_token * tokens_per_step * steps * runs if steps else None}
+    return {
+        "sequence_length": seq_len,
+        "examples_per_step": examples_per_step,
+        "tokens_per_step": tokens_per_step,
+        "flops_per_token": per_token,
+        "flops_per_token_at_start": at_start,
+        "flops_per_step": per_token * tokens_per_step,
+        "flops_per_step_at_start": at_start * tokens_per_step,
+        "steps": steps,
+        "runs": runs,
+        "total_flops": per_token * tokens_per_step * steps * runs if steps else None,
+    }
 
 
 def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], trainable: int) -> dict:
@@ -232,10 +250,16 @@ def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], traina
     total = parameter_count(model)
     lookups = lookup_tables(model)
     embeddings = sum(parameter.numel() for parameter in model.parameters() if id(parameter) in lookups)
-    return {"total": total, "embeddings": embeddings, "other": total - embeddings,
-            "trainable_at_start": sum(parameter.numel() for group in groups[len(groups) - trainable:]
-                                      for parameter in group),
-            "layer_groups": len(groups), "trainable_groups_at_start": trainable}
+    return {
+        "total": total,
+        "embeddings": embeddings,
+        "other": total - embeddings,
+        "trainable_at_start": sum(
+            parameter.numel() for group in groups[len(groups) - trainable :] for parameter in group
+        ),
+        "layer_groups": len(groups),
+        "trainable_groups_at_start": trainable,
+    }
 
 
 def memory_summary(model: nn.Module, built: BuiltModel, parameters: dict, tokens: int, seq_len: int) -> dict:
@@ -244,16 +268,19 @@ def memory_summary(model: nn.Module, built: BuiltModel, parameters: dict, tokens
     layer_bytes = layer_activation_bytes(model, tokens, seq_len)
     block_groups = range(parameters["layer_groups"])[built.blocks]
     first_trainable = parameters["layer_groups"] - parameters["trainable_groups_at_start"]
-    trainable_layers = round(len(layer_bytes) * sum(index >= first_trainable for index in block_groups)
-                             / len(block_groups))
+    trainable_layers = round(
+        len(layer_bytes) * sum(index >= first_trainable for index in block_groups) / len(block_groups)
+    )
     total, trainable = parameters["total"], parameters["trainable_at_start"]
-    memory = {"weights": total * BYTES_PER_VALUE / MB,
-              "gradients": total * BYTES_PER_VALUE / MB,
-              "adamw": 2 * total * BYTES_PER_VALUE / MB,
-              "gradients_at_start": trainable * BYTES_PER_VALUE / MB,
-              "adamw_at_start": 2 * trainable * BYTES_PER_VALUE / MB,
-              "activations_estimate": sum(layer_bytes) / MB,
-              "activations_estimate_at_start": sum(layer_bytes[len(layer_bytes) - trainable_layers:]) / MB}
+    memory = {
+        "weights": total * BYTES_PER_VALUE / MB,
+        "gradients": total * BYTES_PER_VALUE / MB,
+        "adamw": 2 * total * BYTES_PER_VALUE / MB,
+        "gradients_at_start": trainable * BYTES_PER_VALUE / MB,
+        "adamw_at_start": 2 * trainable * BYTES_PER_VALUE / MB,
+        "activations_estimate": sum(layer_bytes) / MB,
+        "activations_estimate_at_start": sum(layer_bytes[len(layer_bytes) - trainable_layers :]) / MB,
+    }
     memory["total_estimate"] = total * TRAINING_BYTES_PER_PARAMETER / MB + memory["activations_estimate"]
     return memory
 
@@ -263,19 +290,24 @@ def trainable_at_start(recipe: FinetuneRecipe, num_groups: int) -> int:
     unfreezing = recipe.unfreezing
     if unfreezing.mode == "gradual" and (unfreezing.every_steps or unfreezing.every_fraction):
         return trainable_group_count_at_step(0, num_groups, unfreezing.initial_groups, 1)
-    return trainable_group_count(0, num_groups, unfreezing.mode, unfreezing.initial_groups,
-                                 unfreezing.groups_per_epoch or 1, unfreezing.schedule)
+    return trainable_group_count(
+        0, num_groups, unfreezing.mode, unfreezing.initial_groups, unfreezing.groups_per_epoch or 1, unfreezing.schedule
+    )
 
 
 def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[float]:
     """The activation estimate of each layer, bottom to top, for one micro-batch of `tokens` tokens."""
     config = backbone_config(model.config)
     if is_recurrent(config):
-        return [lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size)
-                for layer in model.base_model.layers]
+        return [
+            lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size)
+            for layer in model.base_model.layers
+        ]
     hidden = config.hidden_size
-    intermediate = next((value for name in ("intermediate_size", "n_inner", "hidden_dim")
-                         if (value := getattr(config, name, None))), 4 * hidden)
+    intermediate = next(
+        (value for name in ("intermediate_size", "n_inner", "hidden_dim") if (value := getattr(config, name, None))),
+        4 * hidden,
+    )
     per_layer = transformer_layer_activation_bytes(tokens, seq_len, hidden, intermediate, config.num_attention_heads)
     return [per_layer] * config.num_hidden_layers
 
@@ -286,8 +318,12 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
     if is_recurrent(config):
         sizes = {"layers": config.num_layers, "embedding_size": config.embedding_size, "hidden": config.hidden_size}
     else:
-        sizes = {"layers": config.num_hidden_layers, "hidden": config.hidden_size, "heads": config.num_attention_heads,
-                 "positions": getattr(config, "max_position_embeddings", None)}
+        sizes = {
+            "layers": config.num_hidden_layers,
+            "hidden": config.hidden_size,
+            "heads": config.num_attention_heads,
+            "positions": getattr(config, "max_position_embeddings", None),
+        }
     sizes["vocabulary"] = config.vocab_size
     if isinstance(recipe, PretrainRecipe):
         kind, family = family_of(recipe.model).description, recipe.model.family
@@ -298,8 +334,11 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
         elif recipe.task.kind == "spans":
             kind = "question answering (a start and an end score per token)"
         elif recipe.task.kind == "tokens":
-            kind = f"tagger, {labels} tags" if recipe.task.labels else \
-                f"tagger (counted with {labels} tags; the run takes those of its training file)"
+            kind = (
+                f"tagger, {labels} tags"
+                if recipe.task.labels
+                else f"tagger (counted with {labels} tags; the run takes those of its training file)"
+            )
         else:
             kind = "regression" if labels == 1 else f"{labels}-label classifier"
             kind = f"multi-label classifier, {labels} labels" if recipe.task.kind == "multilabel" else kind
@@ -318,9 +357,9 @@ class MatmulRates:
             return self.given
         if (device, dtype) not in self.measured:
             # A few products: well under a second on a CPU; a GPU needs larger ones to be busy at all.
-            self.measured[device, dtype] = matmul_gflops(size=1024 if device == "cpu" else 4096,
-                                                         repeats=5 if device == "cpu" else 20, device=device,
-                                                         dtype=dtype)
+            self.measured[device, dtype] = matmul_gflops(
+                size=1024 if device == "cpu" else 4096, repeats=5 if device == "cpu" else 20, device=device, dtype=dtype
+            )
         return self.measured[device, dtype]
 
 
@@ -330,11 +369,17 @@ def time_estimate(recipe, rates: MatmulRates, mfu: float, compute: dict) -> dict
     rate = rates.rate(device, dtype)
     useful = rate * 1e9 * mfu  # FLOP/s
     per_step = compute["flops_per_step"] / useful
-    return {"device": device, "precision": PRECISION_NAMES[dtype],
-            "threads": torch.get_num_threads() if device == "cpu" else None,
-            "matmul_gflops": rate, "matmul_measured": rates.given is None, "mfu_assumed": mfu,
-            "seconds_per_step": per_step, "seconds_per_step_at_start": compute["flops_per_step_at_start"] / useful,
-            "seconds_total": compute["total_flops"] / useful if compute["total_flops"] is not None else None}
+    return {
+        "device": device,
+        "precision": PRECISION_NAMES[dtype],
+        "threads": torch.get_num_threads() if device == "cpu" else None,
+        "matmul_gflops": rate,
+        "matmul_measured": rates.given is None,
+        "mfu_assumed": mfu,
+        "seconds_per_step": per_step,
+        "seconds_per_step_at_start": compute["flops_per_step_at_start"] / useful,
+        "seconds_total": compute["total_flops"] / useful if compute["total_flops"] is not None else None,
+    }
 
 
 def matmul_setting(training) -> tuple[str, torch.dtype]:

@@ -23,12 +23,13 @@ def checkpoint_folder(run_dir: Path) -> Path:
             return folder
     if not run_dir.is_dir():
         raise UserError(f"RUN_DIR: no such folder: {run_dir}")
-    raise UserError(f"RUN_DIR: {run_dir} holds no finished checkpoint ({run_dir / CHECKPOINT_DIR}/config.json "
-                    "is written when a run ends)")
+    raise UserError(
+        f"RUN_DIR: {run_dir} holds no finished checkpoint ({run_dir / CHECKPOINT_DIR}/config.json "
+        "is written when a run ends)"
+    )
 
 
-def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: str | None = None,
-                    api=None) -> str:
+def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: str | None = None, api=None) -> str:
     """Create the model repository if needed and upload the checkpoint in one commit; returns its URL."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError, LocalTokenNotFoundError
@@ -40,8 +41,9 @@ def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: s
     try:
         user = api.whoami()
     except LocalTokenNotFoundError:
-        raise UserError("no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token with write access)") \
-            from None
+        raise UserError(
+            "no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token with write access)"
+        ) from None
     except HfHubHTTPError as error:
         raise UserError(f"the hub refused the token: {_reason(error)}") from None
     except _network_errors() as error:
@@ -51,8 +53,9 @@ def push_checkpoint(run_dir: Path, repo_id: str, private: bool = False, token: s
         run_name = folder.parent.name if folder.name == CHECKPOINT_DIR else folder.name
         api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message=f"Upload {run_name} with finetune")
     except HfHubHTTPError as error:
-        raise UserError(f"REPO_ID {repo_id}: the hub refused the upload as {user.get('name', 'this user')}: "
-                        f"{_reason(error)}") from None
+        raise UserError(
+            f"REPO_ID {repo_id}: the hub refused the upload as {user.get('name', 'this user')}: {_reason(error)}"
+        ) from None
     except _network_errors() as error:
         raise UserError(f"cannot reach the Hugging Face hub ({type(error).__name__}): check the network") from None
     console.print(f"uploaded {folder} to {url}")

@@ -41,8 +41,9 @@ def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = Fa
     results = {}
     for seed in recipe.seeds:
         console.print(f"[bold]seed {seed}[/bold] ({recipe.seeds.index(seed) + 1} of {len(recipe.seeds)})")
-        single = recipe.model_copy(update={"seed": seed, "seeds": None, "run_dir": run_dir / f"seed-{seed}",
-                                           "overwrite": False})
+        single = recipe.model_copy(
+            update={"seed": seed, "seeds": None, "run_dir": run_dir / f"seed-{seed}", "overwrite": False}
+        )
         if resume and (single.run_dir / result_file).is_file():
             console.print(f"seed {seed} finished before: kept")
         elif resume and latest_training_checkpoint(single.run_dir) is not None:
@@ -84,15 +85,23 @@ def summarise_seeds(results: dict[int, dict]) -> dict:
 def summarise_values(values: list[float]) -> dict:
     """The values of several runs and their mean, median, std (0.0 for one run), min and max."""
     return {
-        "values": values, "mean": statistics.fmean(values), "median": statistics.median(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0, "min": min(values), "max": max(values),
+        "values": values,
+        "mean": statistics.fmean(values),
+        "median": statistics.median(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
     }
 
 
 def seeds_markdown(summary: dict) -> str:
     """A Markdown table of the summary, scores x 100 as GLUE reports them."""
-    lines = [f"# dev scores over seeds {', '.join(map(str, summary['seeds']))} ({summary['saved']} checkpoints)", "",
-             "| metric | mean | median | std | min | max |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# dev scores over seeds {', '.join(map(str, summary['seeds']))} ({summary['saved']} checkpoints)",
+        "",
+        "| metric | mean | median | std | min | max |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, values in summary["metrics"].items():
         cells = " | ".join(f"{100 * values[key]:.1f}" for key in ("mean", "median", "std", "min", "max"))
         lines.append(f"| {name.removeprefix('dev_')} | {cells} |")

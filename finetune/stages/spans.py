@@ -44,14 +44,19 @@ class SpansStage(TaskStage):
         reading = self.span_reading
         train_data = EncodedSpans(self.train_questions, self.tokenizer, reading)
         self.dev_data = EncodedSpans(self.dev_questions, self.tokenizer, reading)
-        console.print(f"the model {reading.describe()}: {len(train_data):,} training and {len(self.dev_data):,} dev "
-                      f"windows; {'answers or no answer (SQuAD 2.0)' if self.no_answer else 'always answers'}",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            f"the model {reading.describe()}: {len(train_data):,} training and {len(self.dev_data):,} dev "
+            f"windows; {'answers or no answer (SQuAD 2.0)' if self.no_answer else 'always answers'}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         collate = DataCollatorWithPadding(self.tokenizer)
         # Every process scores the whole dev set (a question's windows must meet), from a loader of its own:
         # accelerate would share the one returned here out among them.
-        self.spans_dev_loader = DataLoader(self.dev_data, batch_size=self.recipe.training.batch_size * 2,
-                                           collate_fn=collate)
+        self.spans_dev_loader = DataLoader(
+            self.dev_data, batch_size=self.recipe.training.batch_size * 2, collate_fn=collate
+        )
         return train_data, collate, self.spans_dev_loader
 
     def _loss(self, model, batch):
@@ -66,6 +71,9 @@ class SpansStage(TaskStage):
         starts, ends, loss = window_logits(model, self.spans_dev_loader, self.accelerator.device, with_loss=True)
         answers = best_answers(self.dev_data, starts, ends, self.span_reading, self.no_answer)
         scores = squad_scores(gold_answers(self.dev_questions), [answer.text for answer in answers])
-        extras = {f"dev_{name}": value for name, value in scores.items() if name.startswith(("HasAns_", "NoAns_"))
-                  and not name.endswith("_total")}
+        extras = {
+            f"dev_{name}": value
+            for name, value in scores.items()
+            if name.startswith(("HasAns_", "NoAns_")) and not name.endswith("_total")
+        }
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss, **extras}

@@ -38,20 +38,30 @@ class TaggingStage(TaskStage):
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
-        reads = "every token of a sentence" if self.max_length is None else \
-            f"at most {self.max_length} tokens of a sentence"
-        console.print(f"the tagger reads {reads}; {len(self.spec.labels)} tags: "
-                      f"{', '.join(self.spec.labels)}", markup=False, highlight=False, soft_wrap=True)
+        reads = (
+            "every token of a sentence"
+            if self.max_length is None
+            else f"at most {self.max_length} tokens of a sentence"
+        )
+        console.print(
+            f"the tagger reads {reads}; {len(self.spec.labels)} tags: {', '.join(self.spec.labels)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         last = reads_left_to_right(model.config)  # then each word's tag sits on its last token
-        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.spec.labels,
-                                    last_token=last)
-        self.dev_data = EncodedTagging(self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev",
-                                       last_token=last)
+        train_data = EncodedTagging(
+            self.train_sentences, self.tokenizer, self.max_length, self.spec.labels, last_token=last
+        )
+        self.dev_data = EncodedTagging(
+            self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev", last_token=last
+        )
         collate = DataCollatorForTokenClassification(self.tokenizer, label_pad_token_id=IGNORED)
         # Every process scores the whole dev set (sentences of any length do not gather across processes), from a
         # loader of its own: accelerate would share the one returned here out among them.
-        self.tagging_dev_loader = DataLoader(self.dev_data, batch_size=self.recipe.training.batch_size * 2,
-                                             collate_fn=collate)
+        self.tagging_dev_loader = DataLoader(
+            self.dev_data, batch_size=self.recipe.training.batch_size * 2, collate_fn=collate
+        )
         return train_data, collate, self.tagging_dev_loader
 
     def _loss(self, model, batch):

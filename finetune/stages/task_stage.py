@@ -56,8 +56,9 @@ class TaskStage(TrainingStage):
     def create_accelerator(self):
         # Gradual unfreezing freezes parameters after DDP has wrapped the model.
         unfreezes = self.recipe.unfreezing.mode != "none"
-        return make_accelerator(self.recipe.training, parameters_change_trainability=unfreezes,
-                                run_dir=self.recipe.run_dir)
+        return make_accelerator(
+            self.recipe.training, parameters_change_trainability=unfreezes, run_dir=self.recipe.run_dir
+        )
 
     def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
@@ -75,20 +76,30 @@ class TaskStage(TrainingStage):
         self.groups = layer_groups(model)
         lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
-        console.print(f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
-                      f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}")
+        console.print(
+            f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
+            f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}"
+        )
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
         with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
             train_data, collate, dev_loader = self.encoded_task(model)
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
-            model, optimizer, self._training_batches(train_data, collate), dev_loader)
+            model, optimizer, self._training_batches(train_data, collate), dev_loader
+        )
         self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
         unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
         self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
-        return TrainingSetup(self.model, optimizer, self.train_loader, self._loss, "examples", self.tokenizer,
-                             saved_model=lambda: accelerator.unwrap_model(self.model),
-                             before_step=None if self.thaw_every is None else self._thaw_by_steps)
+        return TrainingSetup(
+            self.model,
+            optimizer,
+            self.train_loader,
+            self._loss,
+            "examples",
+            self.tokenizer,
+            saved_model=lambda: accelerator.unwrap_model(self.model),
+            before_step=None if self.thaw_every is None else self._thaw_by_steps,
+        )
 
     # What the task's kind decides.
 
@@ -114,15 +125,24 @@ class TaskStage(TrainingStage):
         # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes
         # nothing.
         step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
-        self.order = LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed) \
-            if training.group_by_length else ResumableSampler(len(train_data), recipe.seed)
+        self.order = (
+            LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed)
+            if training.group_by_length
+            else ResumableSampler(len(train_data), recipe.seed)
+        )
         # Each step holds the same examples on any number of processes, and no example comes twice an epoch.
-        batches = StepBatches(self.order, training.batch_size, accelerator.num_processes,
-                              training.gradient_accumulation_steps)
+        batches = StepBatches(
+            self.order, training.batch_size, accelerator.num_processes, training.gradient_accumulation_steps
+        )
         # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
         # untouched, so a resumed run draws the same dropout masks as one that never stopped.
-        return DataLoader(PaddableDataset(train_data), batch_sampler=batches, collate_fn=CountingCollator(collate),
-                          num_workers=training.num_workers, generator=torch.Generator().manual_seed(recipe.seed))
+        return DataLoader(
+            PaddableDataset(train_data),
+            batch_sampler=batches,
+            collate_fn=CountingCollator(collate),
+            num_workers=training.num_workers,
+            generator=torch.Generator().manual_seed(recipe.seed),
+        )
 
     def start(self, context: RunContext) -> None:
         self.context = context
@@ -131,12 +151,21 @@ class TaskStage(TrainingStage):
         if self.thaw_every is None and unfreezing.mode == "gradual" and not context.resumed:
             steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
             epochs = math.ceil(context.total_steps / steps_per_epoch)
-            thawed = trainable_group_count(epochs - 1, groups, "gradual", unfreezing.initial_groups,
-                                           unfreezing.groups_per_epoch, unfreezing.schedule)
+            thawed = trainable_group_count(
+                epochs - 1,
+                groups,
+                "gradual",
+                unfreezing.initial_groups,
+                unfreezing.groups_per_epoch,
+                unfreezing.schedule,
+            )
             if thawed < groups:  # said, not silently left: the lower groups keep their pretrained weights
-                console.print(f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) "
-                              f"{thawed} of the {groups} layer groups train and the lowest {groups - thawed} never do "
-                              "(more epochs, or unfreezing.every_fraction to thaw by steps)", markup=False)
+                console.print(
+                    f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) "
+                    f"{thawed} of the {groups} layer groups train and the lowest {groups - thawed} never do "
+                    "(more epochs, or unfreezing.every_fraction to thaw by steps)",
+                    markup=False,
+                )
 
     def best_so_far(self) -> BestSoFar:
         return self.best
@@ -147,8 +176,9 @@ class TaskStage(TrainingStage):
     # Gradual unfreezing decides, per epoch or per optimizer step, how many layer groups from the top learn.
 
     def _trainable_at_step(self, step: int) -> int:
-        return trainable_group_count_at_step(step, len(self.groups), self.recipe.unfreezing.initial_groups,
-                                             self.thaw_every)
+        return trainable_group_count_at_step(
+            step, len(self.groups), self.recipe.unfreezing.initial_groups, self.thaw_every
+        )
 
     def _thaw_by_steps(self, step: int, epoch: int) -> None:
         """The loop's before_step: freeze to the count of this step, with a record at step 0 and at each change.
@@ -164,15 +194,27 @@ class TaskStage(TrainingStage):
 
     def _log_unfreezing(self, step: int, epoch: int, trainable: int) -> None:
         # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
-        self.context.log.write({"phase": "unfreeze", "step": step, "epoch": epoch, "trainable_groups": trainable,
-                                "total_groups": len(self.groups)})
+        self.context.log.write(
+            {
+                "phase": "unfreeze",
+                "step": step,
+                "epoch": epoch,
+                "trainable_groups": trainable,
+                "total_groups": len(self.groups),
+            }
+        )
 
     def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
         unfreezing = self.recipe.unfreezing
         if self.thaw_every is None:  # per epoch; step-wise unfreezing happens in the loop
-            self.epoch_trainable = trainable_group_count(epoch, len(self.groups), unfreezing.mode,
-                                                         unfreezing.initial_groups, unfreezing.groups_per_epoch,
-                                                         unfreezing.schedule)
+            self.epoch_trainable = trainable_group_count(
+                epoch,
+                len(self.groups),
+                unfreezing.mode,
+                unfreezing.initial_groups,
+                unfreezing.groups_per_epoch,
+                unfreezing.schedule,
+            )
             freeze_below(self.groups, self.epoch_trainable)
             if not batches_done:  # a resumed epoch logged its unfreezing before
                 self._log_unfreezing(step, epoch, self.epoch_trainable)
@@ -191,8 +233,10 @@ class TaskStage(TrainingStage):
         scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.best.last.items())
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
         if self.best.patience_exhausted:
-            console.print(f"early stopping: no better dev {self.spec.main_metric} in "
-                          f"{self.recipe.early_stopping_patience} evaluations")
+            console.print(
+                f"early stopping: no better dev {self.spec.main_metric} in "
+                f"{self.recipe.early_stopping_patience} evaluations"
+            )
 
     def _save(self, directory: Path) -> None:
         self.accelerator.wait_for_everyone()
@@ -215,14 +259,28 @@ class TaskStage(TrainingStage):
             self._save(checkpoint)
         if accelerator.is_main_process:
             metric = self.spec.main_metric
-            result = {"main_metric": metric, "saved": "best" if recipe.keep_best else "last",
-                      "best_step": best.step, "best": best.scores, "last_step": step, "last": best.last}
+            result = {
+                "main_metric": metric,
+                "saved": "best" if recipe.keep_best else "last",
+                "best_step": best.step,
+                "best": best.scores,
+                "last_step": step,
+                "last": best.last,
+            }
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-            card = classifier_card(recipe, self.spec, result, read_metrics(run_dir / METRICS_FILE),
-                                   accelerator.unwrap_model(self.model).config.model_type)
+            card = classifier_card(
+                recipe,
+                self.spec,
+                result,
+                read_metrics(run_dir / METRICS_FILE),
+                accelerator.unwrap_model(self.model).config.model_type,
+            )
             write_card(card, checkpoint)  # README.md: the Hugging Face model card
-            which = f"best dev {metric} {best.scores['dev_' + metric]:.4f} at step {best.step}" \
-                if recipe.keep_best else "after the last step"
+            which = (
+                f"best dev {metric} {best.scores['dev_' + metric]:.4f} at step {best.step}"
+                if recipe.keep_best
+                else "after the last step"
+            )
             console.print(f"checkpoint ({which}) saved to {checkpoint}")
         return checkpoint
 

@@ -57,8 +57,11 @@ from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
-STAGE_TITLES = {"general_lm": "general-domain language model", "target_lm": "language model on the task's text",
-                "classifier": "classifier"}
+STAGE_TITLES = {
+    "general_lm": "general-domain language model",
+    "target_lm": "language model on the task's text",
+    "classifier": "classifier",
+}
 
 
 @dataclass
@@ -137,8 +140,9 @@ def check_flow_resumable(recipe: UlmfitRecipe) -> None:
         raise UserError(f"--resume: run_dir {path} holds no run to resume (no {RECIPE_FILE})")
     stage = read_yaml(path / RECIPE_FILE).get("stage")
     if stage != "ulmfit":
-        raise UserError(f"--resume: run_dir {path} holds a {stage} run, not a ulmfit flow: run it with "
-                        f"`finetune {stage}`")
+        raise UserError(
+            f"--resume: run_dir {path} holds a {stage} run, not a ulmfit flow: run it with `finetune {stage}`"
+        )
     run_lock.check_not_locked(path)
 
 
@@ -151,18 +155,23 @@ def check_unchanged(section: str, stage: TrainingRunRecipe) -> None:
     path = Path(stage.run_dir)
     run_lock.check_not_locked(path)
     if isinstance(stage, FinetuneRecipe):  # the stage saved its techniques as its backbone decided them
-        stage = resolve_techniques(stage, describe_backbone(stage.model.checkpoint,
-                                                            stage.model.trust_remote_code)).recipe
+        stage = resolve_techniques(
+            stage, describe_backbone(stage.model.checkpoint, stage.model.trust_remote_code)
+        ).recipe
     saved = flatten_keys(read_yaml(path / RECIPE_FILE))
     given = flatten_keys(stage.model_dump(mode="json"))
-    changed = sorted(key for key in given.keys() | saved.keys()
-                     if key != "overwrite" and given.get(key) != saved.get(key))
+    changed = sorted(
+        key for key in given.keys() | saved.keys() if key != "overwrite" and given.get(key) != saved.get(key)
+    )
     if changed:
-        keys = ", ".join(f"{section}.{key}" for key in changed[:5]) + (f" and {len(changed) - 5} more"
-                                                                       if len(changed) > 5 else "")
-        raise UserError(f"--resume: {keys} changed since stage {path} finished; a finished stage is kept only "
-                        f"unchanged: overwrite=true runs every stage again, or delete {path} to run the flow again "
-                        "from there")
+        keys = ", ".join(f"{section}.{key}" for key in changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        raise UserError(
+            f"--resume: {keys} changed since stage {path} finished; a finished stage is kept only "
+            f"unchanged: overwrite=true runs every stage again, or delete {path} to run the flow again "
+            "from there"
+        )
 
 
 def stage_resumable(stage: TrainingRunRecipe) -> bool:
@@ -280,10 +289,13 @@ def classifier_scores(stage: FinetuneRecipe) -> dict:
     run_dir = Path(stage.run_dir)
     if stage.seeds is not None:
         seeds = json.loads((run_dir / SUMMARY_JSON).read_text(encoding="utf-8"))
-        return {"checkpoint": None, "checkpoints": [str(run_dir / f"seed-{seed}" / CHECKPOINT_DIR) for seed in
-                                                    stage.seeds],
-                "main_metric": main_metric, "dev": {name: values["mean"] for name, values in seeds["metrics"].items()},
-                "dev_over": "mean of the seeds"}
+        return {
+            "checkpoint": None,
+            "checkpoints": [str(run_dir / f"seed-{seed}" / CHECKPOINT_DIR) for seed in stage.seeds],
+            "main_metric": main_metric,
+            "dev": {name: values["mean"] for name, values in seeds["metrics"].items()},
+            "dev_over": "mean of the seeds",
+        }
     result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
     return {"main_metric": main_metric, "dev": result["best" if result["saved"] == "best" else "last"]}
 
@@ -298,10 +310,14 @@ def summary_line(summary: dict, run_dir: Path) -> str:
     score = classifier["dev"].get(f"dev_{classifier['main_metric']}")
     over_seeds = classifier["checkpoint"] is None
     if score is not None:
-        parts.append(f"classifier dev {classifier['main_metric']} {score:.4f}" + (" (mean of the seeds)" if over_seeds
-                                                                                     else ""))
-    saved = f"classifiers saved in {classifier['run_dir']}" if over_seeds else \
-        f"classifier saved to {classifier['checkpoint']}"
+        parts.append(
+            f"classifier dev {classifier['main_metric']} {score:.4f}" + (" (mean of the seeds)" if over_seeds else "")
+        )
+    saved = (
+        f"classifiers saved in {classifier['run_dir']}"
+        if over_seeds
+        else f"classifier saved to {classifier['checkpoint']}"
+    )
     return f"ulmfit: {', '.join(parts)}; {saved}; summary in {run_dir / RESULT_FILE}"
 
 
@@ -311,16 +327,28 @@ def describe_flow_keys() -> list[tuple[str, str, str, str]]:
     rows = []
     for name, field in UlmfitRecipe.model_fields.items():
         if name == "task":  # a whole task section: its keys are the finetune recipe's task.*
-            rows.append(("task.*", "task section", repr(field.default), f"{field.description}; its keys: finetune "
-                         "recipes --keys finetune"))
+            rows.append(
+                (
+                    "task.*",
+                    "task section",
+                    repr(field.default),
+                    f"{field.description}; its keys: finetune recipes --keys finetune",
+                )
+            )
             continue
         if name not in ULMFIT_STAGE_FOLDERS:
             default = "(required)" if field.is_required() else repr(field.default)
             rows.append((name, type_label(field.annotation), default, field.description or ""))
             continue
         stage = "finetune" if name == "classifier" else "pretrain"
-        rows.append((f"{name}.*", f"{stage} recipe", "(required)",
-                     f"{field.description}; its keys: finetune recipes --keys {stage}"))
+        rows.append(
+            (
+                f"{name}.*",
+                f"{stage} recipe",
+                "(required)",
+                f"{field.description}; its keys: finetune recipes --keys {stage}",
+            )
+        )
         if name == "general_lm":
             checkpoint = PretrainedLanguageModel.model_fields["checkpoint"]
             rows.append(("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description))

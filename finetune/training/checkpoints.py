@@ -116,8 +116,9 @@ def trained_document_kind(folder: str | Path) -> str:
     return document if document in DOCUMENT_KINDS else "line"
 
 
-def checkpoint_reading(folder: str | Path, max_length: int | None = None,
-                       long_documents: LongDocumentsConfig | None = None) -> DocumentReading:
+def checkpoint_reading(
+    folder: str | Path, max_length: int | None = None, long_documents: LongDocumentsConfig | None = None
+) -> DocumentReading:
     """How to read task examples for a fine-tuned checkpoint folder: `max_length` and `long_documents` (a
     LongDocumentsConfig) where given, else as its saved recipe trained it (task.max_length, task.long_documents;
     task.both_orders always as trained: the model learned the sum of both orders' logits);
@@ -130,8 +131,9 @@ def checkpoint_reading(folder: str | Path, max_length: int | None = None,
         try:
             long_documents = LongDocumentsConfig.model_validate(task["long_documents"])
         except ValidationError as error:  # written by finetune: only an edited file gets here
-            raise UserError(f"{Path(folder) / HYPERPARAMETERS_FILE}: task.long_documents: "
-                            f"{error.errors()[0]['msg']}") from None
+            raise UserError(
+                f"{Path(folder) / HYPERPARAMETERS_FILE}: task.long_documents: {error.errors()[0]['msg']}"
+            ) from None
     return DocumentReading.of(max_length, long_documents, task.get("both_orders") is True)
 
 
@@ -140,8 +142,16 @@ def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
 
 
-def save_training_checkpoint(accelerator, model, tokenizer, directory: Path, recipe, state: TrainingState,
-                             keep: int, attachments: dict[str, Path] | None = None) -> Path:
+def save_training_checkpoint(
+    accelerator,
+    model,
+    tokenizer,
+    directory: Path,
+    recipe,
+    state: TrainingState,
+    keep: int,
+    attachments: dict[str, Path] | None = None,
+) -> Path:
     """A Hugging Face checkpoint plus everything needed to resume; call on every process. Returns its folder.
 
     Every process saves its own random-number state through accelerate and its share of `state` (see
@@ -207,8 +217,11 @@ def is_write_failure(error: BaseException) -> bool:
 def _is_disk_full(error: BaseException) -> bool:
     """A full disk or quota: by errno for OSError, by message for safetensors' and torch's own error types."""
     text = str(error)
-    return (getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
-            or "No space left on device" in text or "StorageFull" in text)
+    return (
+        getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        or "No space left on device" in text
+        or "StorageFull" in text
+    )
 
 
 def save_failed(directory: Path, error: BaseException | None) -> RunFailed:
@@ -296,8 +309,7 @@ def sweep_incomplete_checkpoints(run_dir: Path) -> None:
             remove_checkpoint(path)
 
 
-def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Path] | None = None
-                        ) -> TrainingState:
+def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Path] | None = None) -> TrainingState:
     """Restore model, optimizer and random states saved by `save_training_checkpoint`; returns this process's
     TrainingState.
 

@@ -50,12 +50,14 @@ def choice_delimiter(model, tokenizer) -> int | None:
 
 
 def encoded_questions(model, tokenizer, questions: ChoiceQuestions, max_length: int | None) -> EncodedChoices:
-    return EncodedChoices(questions, tokenizer, fitted_max_length(max_length, model),
-                          choice_delimiter(model, tokenizer))
+    return EncodedChoices(
+        questions, tokenizer, fitted_max_length(max_length, model), choice_delimiter(model, tokenizer)
+    )
 
 
-def choose(model, tokenizer, questions: ChoiceQuestions, max_length: int | None, batch_size: int,
-           device) -> list[np.ndarray]:
+def choose(
+    model, tokenizer, questions: ChoiceQuestions, max_length: int | None, batch_size: int, device
+) -> list[np.ndarray]:
     """Every question's probabilities over its choices, in file order (eval and predict)."""
     model.to(device)
     encoded = encoded_questions(model, tokenizer, questions, max_length)

@@ -173,10 +173,20 @@ class RunDriver:
         total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training)
         self.context = RunContext(accelerator, run_dir, log, total_steps, resumed=resume_from is not None)
         self.best = stage.best_so_far()
-        self.loop = TrainingLoop(accelerator, setup.model, setup.optimizer, make_schedule(recipe.schedule, total_steps),
-                                 total_steps, recipe.training, log, setup.throughput_unit, recipe.checkpoint_every,
-                                 self._save_state, momentum=make_momentum_schedule(recipe.schedule, total_steps),
-                                 stop_early=self._patience_exhausted)
+        self.loop = TrainingLoop(
+            accelerator,
+            setup.model,
+            setup.optimizer,
+            make_schedule(recipe.schedule, total_steps),
+            total_steps,
+            recipe.training,
+            log,
+            setup.throughput_unit,
+            recipe.checkpoint_every,
+            self._save_state,
+            momentum=make_momentum_schedule(recipe.schedule, total_steps),
+            stop_early=self._patience_exhausted,
+        )
         stage.start(self.context)
         state = self._restore(resume_from) if resume_from is not None else TrainingState()
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
@@ -193,8 +203,15 @@ class RunDriver:
         while not loop.finished or batches_done:
             self.stage.before_epoch(epoch, loop.step, batches_done)
             if not loop.finished:
-                loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, self._evaluate, self.recipe.eval_every,
-                                 batches_done, before_step=setup.before_step)
+                loop.train_epoch(
+                    setup.train_loader,
+                    epoch,
+                    setup.compute_loss,
+                    self._evaluate,
+                    self.recipe.eval_every,
+                    batches_done,
+                    before_step=setup.before_step,
+                )
             if loop.step != self.last_evaluated_step:  # the epoch did not end on a periodic evaluation
                 loop.log_evaluation(self._evaluate(), epoch)
             self.stage.end_of_epoch(epoch, loop.step, self.last_record)
@@ -222,9 +239,16 @@ class RunDriver:
         state.best = self.best.record() if self.best is not None else None
         state.carried = self.stage.carried_tensors()
         run_dir = self.context.run_dir
-        return save_training_checkpoint(self.accelerator, self.setup.saved_model(), self.setup.tokenizer,
-                                        step_checkpoint_dir(run_dir, state.step), self.recipe, state,
-                                        self.recipe.keep_checkpoints, self.stage.attachments(run_dir))
+        return save_training_checkpoint(
+            self.accelerator,
+            self.setup.saved_model(),
+            self.setup.tokenizer,
+            step_checkpoint_dir(run_dir, state.step),
+            self.recipe,
+            state,
+            self.recipe.keep_checkpoints,
+            self.stage.attachments(run_dir),
+        )
 
     def _restore(self, checkpoint: Path) -> TrainingState:
         """Continue from `checkpoint`: what a killed save left is swept, then every part of the state restored."""

@@ -44,5 +44,7 @@ def check_one_task(key: str, members: list[str]) -> None:
     named = {task for task in tasks.values() if task is not None}
     if len(named) > 1:
         listed = ", ".join(f"{member} ({task})" for member, task in tasks.items() if task is not None)
-        raise UserError(f"{key}: the members were fine-tuned on different tasks: {listed}; an ensemble averages "
-                        "classifiers of one task")
+        raise UserError(
+            f"{key}: the members were fine-tuned on different tasks: {listed}; an ensemble averages "
+            "classifiers of one task"
+        )

@@ -52,8 +52,9 @@ def device_and_precision(training_config) -> tuple[bool, str]:
     return on_cpu, precision
 
 
-def make_accelerator(training_config, parameters_change_trainability: bool = False,
-                     run_dir: Path | None = None) -> Accelerator:
+def make_accelerator(
+    training_config, parameters_change_trainability: bool = False, run_dir: Path | None = None
+) -> Accelerator:
     """An Accelerator for the recipe: mixed precision only where the hardware does it well. Gradient accumulation is
     the loop's own (`TrainingLoop._optimizer_step`), so accelerate is not told of it.
 
@@ -205,8 +206,9 @@ class TrainingLoop:
             self._window_items += int(items)
         self._average_gradients(step_terms)
         if self.config.max_grad_norm:
-            norm = accelerator.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
-                                               self.config.max_grad_norm)
+            norm = accelerator.clip_grad_norm_(
+                [p for p in model.parameters() if p.requires_grad], self.config.max_grad_norm
+            )
             if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
                 self._mark_nonfinite(1, norm)
         learning_rates = set_learning_rates(self.optimizer, self.schedule(self.step))
@@ -225,14 +227,19 @@ class TrainingLoop:
         # The mean over every process's loss terms, not over the main process's share alone.
         loss_sum, loss_terms = self._summed_over_processes(*self._sums[:2])
         record = {
-            "phase": "train", "step": self.step, "epoch": epoch,
+            "phase": "train",
+            "step": self.step,
+            "epoch": epoch,
             "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
-            "lr": learning_rates, f"{self.throughput_unit}_per_s": round(throughput, 1),
+            "lr": learning_rates,
+            f"{self.throughput_unit}_per_s": round(throughput, 1),
         }
         self.metrics_log.write(record)
         self._start_window()
-        return (f"loss {record['loss']:.4f}  lr {max(learning_rates.values()):.2e}  "
-                f"{throughput:,.0f} {self.throughput_unit}/s")
+        return (
+            f"loss {record['loss']:.4f}  lr {max(learning_rates.values()):.2e}  "
+            f"{throughput:,.0f} {self.throughput_unit}/s"
+        )
 
     def _checkpoint_if_due(self, epoch: int, batches_done: int) -> None:
         """The periodic checkpoint of this step, if due; on an agreed Ctrl-C, one (unless just saved) and stop."""
@@ -267,10 +274,16 @@ class TrainingLoop:
     def snapshot(self, epoch: int, batches_done: int) -> TrainingState:
         """The loop's share of the TrainingState at this step boundary (the window's items and seconds are the main
         process's, the one that logs; the running sums are this process's)."""
-        return TrainingState(step=self.step, epoch=epoch, batches_in_epoch=batches_done,
-                             metrics_lines=self.metrics_log.line_count(), window_items=self._window_items,
-                             window_seconds=self._window_seconds,
-                             training_seconds=time.perf_counter() - self.started, running_sums=self._sums)
+        return TrainingState(
+            step=self.step,
+            epoch=epoch,
+            batches_in_epoch=batches_done,
+            metrics_lines=self.metrics_log.line_count(),
+            window_items=self._window_items,
+            window_seconds=self._window_seconds,
+            training_seconds=time.perf_counter() - self.started,
+            running_sums=self._sums,
+        )
 
     def restore(self, state: TrainingState, checkpoint: Path) -> None:
         """Continue from a periodic checkpoint's state: its step, metrics.jsonl cut back to what was logged by then.
@@ -353,8 +366,11 @@ class TrainingLoop:
         if not bad:
             return
         step, kind = min(bad)
-        kept = f"the last good checkpoint is {self.last_checkpoint}" if self.last_checkpoint is not None \
+        kept = (
+            f"the last good checkpoint is {self.last_checkpoint}"
+            if self.last_checkpoint is not None
             else "no checkpoint was saved before it"
+        )
         raise RunFailed(
             f"training diverged: the {'loss' if kind == 0 else 'gradient norm'} was not finite (nan or inf) at step "
             f"{step}; the run stopped without saving these weights ({kept}) - lower training.lr, keep gradient "
@@ -368,8 +384,9 @@ class TrainingLoop:
         DDP averaged over the processes: that factor is undone and the global count of terms divided instead.
         """
         accelerator = self.accelerator
-        total_terms = accelerator.reduce(step_terms.clone(), reduction="sum") if accelerator.num_processes > 1 \
-            else step_terms
+        total_terms = (
+            accelerator.reduce(step_terms.clone(), reduction="sum") if accelerator.num_processes > 1 else step_terms
+        )
         scale = accelerator.num_processes / total_terms.clamp(min=1)
         gradients = [p.grad for p in self.model.parameters() if p.grad is not None]
         if gradients:

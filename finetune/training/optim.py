@@ -32,8 +32,9 @@ def build_optimizer(
         for subset, decay in ((decayed, weight_decay), (plain, 0.0)):
             if subset:
                 # `peak_lr` is what the schedule multiplies; `layer_group` names the group in the logs.
-                param_groups.append({"params": subset, "lr": lr, "peak_lr": lr, "weight_decay": decay,
-                                     "layer_group": index})
+                param_groups.append(
+                    {"params": subset, "lr": lr, "peak_lr": lr, "weight_decay": decay, "layer_group": index}
+                )
     # The fused kernel (CPU and GPU) updates each tensor in one pass with no temporaries: ~4% of a
     # BERT-mini pretraining step on CPU against the default for-loop; it skips parameters whose
     # .grad is None, so frozen groups cost no optimizer work.

@@ -35,8 +35,9 @@ class LengthSortedPrediction:
 
     def __init__(self, encoded: EncodedTask, tokenizer, batch_size: int):
         self.order = np.argsort(-np.asarray(encoded.lengths), kind="stable")
-        self.loader = DataLoader(Subset(encoded, self.order.tolist()), batch_size=batch_size,
-                                 collate_fn=task_collator(tokenizer, encoded))
+        self.loader = DataLoader(
+            Subset(encoded, self.order.tolist()), batch_size=batch_size, collate_fn=task_collator(tokenizer, encoded)
+        )
         self.pool = encoded.reading.pool  # windowed documents: how their windows' logits become theirs
 
     def in_file_order(self, outputs: np.ndarray) -> np.ndarray:
@@ -69,8 +70,15 @@ def predict_logits(accelerator, model, loader, pool: str = "mean") -> np.ndarray
     return torch.cat(outputs).numpy()
 
 
-def example_logits(accelerator, model, tokenizer, examples: TaskExamples, reading: DocumentReading | int | None,
-                   batch_size: int, name: str | None = None) -> np.ndarray:
+def example_logits(
+    accelerator,
+    model,
+    tokenizer,
+    examples: TaskExamples,
+    reading: DocumentReading | int | None,
+    batch_size: int,
+    name: str | None = None,
+) -> np.ndarray:
     """A classifier's logits (or scores) for every example, batched longest first, returned in file order.
 
     `reading`: how the model reads each example (or just task.max_length), fitted to the model's positions; `name`
@@ -83,8 +91,14 @@ def example_logits(accelerator, model, tokenizer, examples: TaskExamples, readin
     reading = replace(reading, max_length=fitted_max_length(reading.max_length, model))
     # A backward model reads its text backwards; a bidirectional one both ways.
     with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
-        encoded = EncodedTask(examples, tokenizer, reading, name=name, backwards=reads_backwards(model.config),
-                              both_directions=reads_both_directions(model.config))
+        encoded = EncodedTask(
+            examples,
+            tokenizer,
+            reading,
+            name=name,
+            backwards=reads_backwards(model.config),
+            both_directions=reads_both_directions(model.config),
+        )
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size)
     return batches.in_file_order(predict_logits(accelerator, model, accelerator.prepare(batches.loader), reading.pool))
 

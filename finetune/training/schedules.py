@@ -45,8 +45,7 @@ def _one_cycle_phase(step: int, total_steps: int, pct_start: float) -> tuple[boo
     return False, (step - rise) / max(1, total_steps - rise)
 
 
-def one_cycle(step: int, total_steps: int, pct_start: float = 0.25, div: float = 25.0,
-              final_div: float = 1e5) -> float:
+def one_cycle(step: int, total_steps: int, pct_start: float = 0.25, div: float = 25.0, final_div: float = 1e5) -> float:
     """fastai's `fit_one_cycle` LRs (Smith 2018): a cosine rise from peak/div to the peak over the first
     `pct_start` of the steps, then a cosine fall to peak/final_div at the end."""
     rising, position = _one_cycle_phase(step, total_steps, pct_start)
@@ -55,8 +54,9 @@ def one_cycle(step: int, total_steps: int, pct_start: float = 0.25, div: float =
     return _cosine(1.0, 1 / final_div, position)
 
 
-def one_cycle_momentum(step: int, total_steps: int, pct_start: float = 0.25, high: float = 0.95,
-                       low: float = 0.85) -> float:
+def one_cycle_momentum(
+    step: int, total_steps: int, pct_start: float = 0.25, high: float = 0.95, low: float = 0.85
+) -> float:
     """Adam's beta1 in fastai's one cycle: down from `high` to `low` while the LR rises, back up while it falls
     (a large LR with less momentum, then more momentum to settle)."""
     rising, position = _one_cycle_phase(step, total_steps, pct_start)

@@ -40,8 +40,9 @@ class Answer:
         return {"answer": self.text, "score": self.score, "start": self.start, "end": self.end}
 
 
-def window_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], list[np.ndarray],
-                                                                          float | None]:
+def window_logits(
+    model, loader, device, with_loss: bool = False
+) -> tuple[list[np.ndarray], list[np.ndarray], float | None]:
     """Each window's start and end logits (padding cut off), in the loader's order; with_loss: the model's mean
     loss over the windows (where the batches hold start and end positions)."""
     model.eval()
@@ -56,16 +57,22 @@ def window_logits(model, loader, device, with_loss: bool = False) -> tuple[list[
                 size = batch["input_ids"].shape[0]
                 loss_sum, windows = loss_sum + output.loss.item() * size, windows + size
             lengths = batch["attention_mask"].sum(dim=1).tolist()
-            for start, end, length in zip(output.start_logits.float().cpu().numpy(),
-                                          output.end_logits.float().cpu().numpy(), lengths):
+            for start, end, length in zip(
+                output.start_logits.float().cpu().numpy(), output.end_logits.float().cpu().numpy(), lengths
+            ):
                 starts.append(start[:length])
                 ends.append(end[:length])
             advance()
     return starts, ends, (loss_sum / windows if windows else None)
 
 
-def best_answers(encoded: EncodedSpans, start_logits: list[np.ndarray], end_logits: list[np.ndarray],
-                 reading: SpanReading, no_answer: bool) -> list[Answer]:
+def best_answers(
+    encoded: EncodedSpans,
+    start_logits: list[np.ndarray],
+    end_logits: list[np.ndarray],
+    reading: SpanReading,
+    no_answer: bool,
+) -> list[Answer]:
     """Each question's answer from its windows' logits (see the module docstring); `no_answer`: the model may
     answer nothing (SQuAD 2.0)."""
     windows_of: list[list[int]] = [[] for _ in encoded.questions.questions]
@@ -79,10 +86,15 @@ def best_answers(encoded: EncodedSpans, start_logits: list[np.ndarray], end_logi
             cls = encoded.cls_positions[window]
             window_null = float(starts[cls] + ends[cls])
             null_score = window_null if null_score is None else min(null_score, window_null)
-            for first in np.argsort(starts)[::-1][:reading.n_best]:
-                for last in np.argsort(ends)[::-1][:reading.n_best]:
-                    if not (first < len(offsets) and last < len(offsets)) or offsets[first] is None or \
-                            offsets[last] is None or last < first or last - first + 1 > reading.max_answer_length:
+            for first in np.argsort(starts)[::-1][: reading.n_best]:
+                for last in np.argsort(ends)[::-1][: reading.n_best]:
+                    if (
+                        not (first < len(offsets) and last < len(offsets))
+                        or offsets[first] is None
+                        or offsets[last] is None
+                        or last < first
+                        or last - first + 1 > reading.max_answer_length
+                    ):
                         continue
                     score = float(starts[first] + ends[last])
                     if best is None or score > best[0]:
@@ -99,8 +111,9 @@ def best_answers(encoded: EncodedSpans, start_logits: list[np.ndarray], end_logi
     return answers
 
 
-def answer_questions(model, tokenizer, questions: SquadQuestions, reading: SpanReading, batch_size: int,
-                     device) -> list[Answer]:
+def answer_questions(
+    model, tokenizer, questions: SquadQuestions, reading: SpanReading, batch_size: int, device
+) -> list[Answer]:
     """Every question's answer (eval and predict)."""
     from finetune.models.question_answering import answers_no_answer
 

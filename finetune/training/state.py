@@ -60,9 +60,13 @@ class BestSoFar:
 
     def record(self) -> dict[str, Any]:
         """What a checkpoint keeps (the metric and patience come from the recipe)."""
-        return {"step": self.step, "scores": self.scores, "last": self.last,
-                "last_evaluated_step": self.last_evaluated_step,
-                "evaluations_without_gain": self.evaluations_without_gain}
+        return {
+            "step": self.step,
+            "scores": self.scores,
+            "last": self.last,
+            "last_evaluated_step": self.last_evaluated_step,
+            "evaluations_without_gain": self.evaluations_without_gain,
+        }
 
     def continue_from(self, record: dict[str, Any]) -> None:
         """Continue from `record()` of a stopped run."""
@@ -97,8 +101,10 @@ class TrainingState:
         if self.running_sums is not None:
             tensors[_SUMS] = self.running_sums
         if tensors:
-            save_file({name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()},
-                      str(folder / _tensors_file(process_index)))
+            save_file(
+                {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()},
+                str(folder / _tensors_file(process_index)),
+            )
         if main_process:
             progress = {name: value for name, value in _shared_fields(self).items()}
             (folder / PROGRESS_FILE).write_text(json.dumps({"format": STATE_FORMAT, **progress}), encoding="utf-8")
@@ -111,8 +117,10 @@ def read_training_state(folder: Path, process_index: int, device: torch.device |
     progress = json.loads((folder / PROGRESS_FILE).read_text(encoding="utf-8"))
     version = progress.pop("format", 1)
     if not isinstance(version, int) or version > STATE_FORMAT:
-        raise UserError(f"--resume: {folder.parent} was saved by a newer finetune (training state format "
-                        f"{version}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it")
+        raise UserError(
+            f"--resume: {folder.parent} was saved by a newer finetune (training state format "
+            f"{version}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"
+        )
     tensors_file = folder / _tensors_file(process_index)
     # Read on the CPU, then moved: safetensors refuses some device names (e.g. "cpu:0" under MULTI_CPU).
     tensors = load_file(str(tensors_file)) if tensors_file.is_file() else {}

@@ -24,8 +24,9 @@ def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[lis
             labels = batch.pop("labels", None)
             logits = model(**batch).logits.float()
             if with_loss and labels is not None:
-                loss_sum += torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(),
-                                                              ignore_index=IGNORED, reduction="sum").item()
+                loss_sum += torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORED, reduction="sum"
+                ).item()
                 tagged += int((labels != IGNORED).sum())
             for row, length in zip(logits.cpu().numpy(), batch["attention_mask"].sum(dim=1).tolist()):
                 outputs.append(row[:length])
@@ -33,12 +34,25 @@ def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[lis
     return outputs, (loss_sum / max(tagged, 1) if with_loss else None)
 
 
-def tag_sentences(model, tokenizer, sentences: TaggedSentences, tags, max_length: int | None, batch_size: int,
-                  device, name: str = "input") -> list[list[str]]:
+def tag_sentences(
+    model,
+    tokenizer,
+    sentences: TaggedSentences,
+    tags,
+    max_length: int | None,
+    batch_size: int,
+    device,
+    name: str = "input",
+) -> list[list[str]]:
     """The predicted tag of every word of every sentence (eval and predict)."""
     model.to(device)
-    encoded = EncodedTagging(sentences, tokenizer, fitted_max_length(max_length, model), name=name,
-                             last_token=reads_left_to_right(model.config))
+    encoded = EncodedTagging(
+        sentences,
+        tokenizer,
+        fitted_max_length(max_length, model),
+        name=name,
+        last_token=reads_left_to_right(model.config),
+    )
     collate = DataCollatorForTokenClassification(tokenizer, label_pad_token_id=IGNORED)
     logits, _ = sentence_logits(model, DataLoader(encoded, batch_size=batch_size, collate_fn=collate), device)
     return encoded.word_tags(logits, tags)

@@ -31,15 +31,29 @@ from finetune.errors import UserError, recipe_key
 from finetune.recipes.finetune import HEADS_OF_THEIR_OWN
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
-ULMFIT_DEFAULTS = {"training.lr": 1e-2, "discriminative.factor": 2.6, "unfreezing.mode": "gradual",
-                   "schedule.kind": "stlr", "pooling": "model"}
-TRANSFORMER_DEFAULTS = {"training.lr": 1e-4, "discriminative.factor": 1.0, "unfreezing.mode": "none",
-                        "schedule.kind": "linear", "pooling": "model"}
+ULMFIT_DEFAULTS = {
+    "training.lr": 1e-2,
+    "discriminative.factor": 2.6,
+    "unfreezing.mode": "gradual",
+    "schedule.kind": "stlr",
+    "pooling": "model",
+}
+TRANSFORMER_DEFAULTS = {
+    "training.lr": 1e-4,
+    "discriminative.factor": 1.0,
+    "unfreezing.mode": "none",
+    "schedule.kind": "linear",
+    "pooling": "model",
+}
 LARGE_HIDDEN_SIZE = 768  # base-sized models and up: the shipped recipes (BERT, RoBERTa, DeBERTa) use 2e-5 to 5e-5
 LARGE_MODEL_LR = 3e-5
 # The schedule keys that only one kind reads: a value other than the default tells which kind the user means.
-SCHEDULE_KIND_KEYS = {"stlr": ("cut_frac", "ratio"), "linear": ("warmup_fraction",),
-                      "one_cycle": ("pct_start", "div", "final_div", "momentum"), "range_test": ("range_ratio",)}
+SCHEDULE_KIND_KEYS = {
+    "stlr": ("cut_frac", "ratio"),
+    "linear": ("warmup_fraction",),
+    "one_cycle": ("pct_start", "div", "final_div", "momentum"),
+    "range_test": ("range_ratio",),
+}
 GRADUAL_KEYS = ("initial_groups", "groups_per_epoch", "schedule", "every_steps", "every_fraction")
 FILLED_IN = {"groups_per_epoch": 1}  # what the recipe itself fills in for an absent key: no sign of intent
 SENTENCE_TRANSFORMERS_POOLING = "sentence_transformers.models.Pooling"
@@ -75,21 +89,29 @@ def techniques_summary(recipe) -> str:
     if unfreezing.mode == "none":
         thawing = "none (every group trainable)"
     elif unfreezing.every_steps or unfreezing.every_fraction:
-        pace = f"every {unfreezing.every_steps} steps" if unfreezing.every_steps \
+        pace = (
+            f"every {unfreezing.every_steps} steps"
+            if unfreezing.every_steps
             else f"every {unfreezing.every_fraction:g} of the steps"
+        )
         thawing = f"gradual ({unfreezing.initial_groups} group(s), one more {pace})"
     elif unfreezing.schedule:
         thawing = f"gradual (groups per epoch {unfreezing.schedule})"
     else:
         thawing = f"gradual ({unfreezing.initial_groups} group(s), {unfreezing.groups_per_epoch} more per epoch)"
     schedule = recipe.schedule
-    shape = {"stlr": f"stlr (cut_frac {schedule.cut_frac:g}, ratio {schedule.ratio:g})",
-             "linear": f"linear (warmup {schedule.warmup_fraction:g})",
-             "one_cycle": f"one_cycle (pct_start {schedule.pct_start:g})"}.get(schedule.kind, schedule.kind)
-    parts = [("training.lr", f"peak lr {recipe.training.lr:g}"),
-             ("discriminative.factor", f"discriminative LRs: factor {recipe.discriminative.factor:g}"),
-             ("unfreezing.mode", f"unfreezing: {thawing}"), ("schedule.kind", f"schedule: {shape}"),
-             ("pooling", f"pooling: {recipe.pooling}")]
+    shape = {
+        "stlr": f"stlr (cut_frac {schedule.cut_frac:g}, ratio {schedule.ratio:g})",
+        "linear": f"linear (warmup {schedule.warmup_fraction:g})",
+        "one_cycle": f"one_cycle (pct_start {schedule.pct_start:g})",
+    }.get(schedule.kind, schedule.kind)
+    parts = [
+        ("training.lr", f"peak lr {recipe.training.lr:g}"),
+        ("discriminative.factor", f"discriminative LRs: factor {recipe.discriminative.factor:g}"),
+        ("unfreezing.mode", f"unfreezing: {thawing}"),
+        ("schedule.kind", f"schedule: {shape}"),
+        ("pooling", f"pooling: {recipe.pooling}"),
+    ]
     sources = getattr(recipe, "_technique_sources", None) or {}
     said = {key: "set in the recipe" if sources.get(key, "set") == "set" else sources[key] for key, _ in parts}
     return "techniques:\n" + "\n".join(f"  {text:<44} {said[key]}" for key, text in parts)
@@ -104,8 +126,9 @@ def describe_backbone(checkpoint: str, trust_remote_code: bool = False) -> Backb
 
     with recipe_key("model.checkpoint"):
         source = resolve_checkpoint(checkpoint)
-        return backbone_of(load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code),
-                           source)
+        return backbone_of(
+            load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trust_remote_code), source
+        )
 
 
 def backbone_of(config, source: str, local_files_only: bool = False) -> Backbone:
@@ -127,15 +150,24 @@ def sentence_pooling(source: str, local_files_only: bool = False) -> str | None:
     modules = _checkpoint_json(source, "modules.json", local_files_only)
     if not isinstance(modules, list):
         return None
-    pooling = next((module for module in modules if isinstance(module, dict)
-                    and module.get("type") == SENTENCE_TRANSFORMERS_POOLING), None)
+    pooling = next(
+        (
+            module
+            for module in modules
+            if isinstance(module, dict) and module.get("type") == SENTENCE_TRANSFORMERS_POOLING
+        ),
+        None,
+    )
     if pooling is None:
         return None
     config = _checkpoint_json(source, f"{pooling.get('path', '')}/config.json".lstrip("/"), local_files_only)
     if not isinstance(config, dict):
         return None
-    modes = [key.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
-             for key, value in config.items() if key.startswith("pooling_mode_") and value is True]
+    modes = [
+        key.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+        for key, value in config.items()
+        if key.startswith("pooling_mode_") and value is True
+    ]
     return modes[0] if len(modes) == 1 else None
 
 
@@ -158,15 +190,15 @@ def _checkpoint_json(source: str, name: str, local_files_only: bool) -> Any:
 def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
     """Dotted key -> (default value, why) for this backbone."""
     if backbone.recurrent:
-        return {key: (value, f"default: ULMFiT's, for an {backbone.model_type}") for key, value in
-                ULMFIT_DEFAULTS.items()}
+        return {
+            key: (value, f"default: ULMFiT's, for an {backbone.model_type}") for key, value in ULMFIT_DEFAULTS.items()
+        }
     why = f"default for a {backbone.model_type} transformer"
     defaults = {key: (value, why) for key, value in TRANSFORMER_DEFAULTS.items()}
     if backbone.hidden_size and backbone.hidden_size >= LARGE_HIDDEN_SIZE:
         defaults["training.lr"] = (LARGE_MODEL_LR, f"{why} of hidden size {backbone.hidden_size}")
     if backbone.sentence_pooling == "mean":
-        defaults["pooling"] = ("mean", "default: the checkpoint is a sentence-embedding model trained for mean "
-                                       "pooling")
+        defaults["pooling"] = ("mean", "default: the checkpoint is a sentence-embedding model trained for mean pooling")
     return defaults
 
 
@@ -205,8 +237,10 @@ def _kind_from_keys(schedule) -> tuple[str, str] | None:
     kinds = [kind for kind, keys in SCHEDULE_KIND_KEYS.items() if changed & set(keys)]
     if len(kinds) > 1:
         keys = sorted(changed & {key for kind in kinds for key in SCHEDULE_KIND_KEYS[kind]})
-        raise UserError(f"schedule: {', '.join(f'schedule.{key}' for key in keys)} belong to different schedule kinds "
-                        f"({' and '.join(kinds)}); set schedule.kind")
+        raise UserError(
+            f"schedule: {', '.join(f'schedule.{key}' for key in keys)} belong to different schedule kinds "
+            f"({' and '.join(kinds)}); set schedule.kind"
+        )
     return (kinds[0], f"from schedule.{sorted(changed & set(SCHEDULE_KIND_KEYS[kinds[0]]))[0]}") if kinds else None
 
 

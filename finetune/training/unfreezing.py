@@ -7,8 +7,14 @@ from collections.abc import Sequence
 from torch import nn
 
 
-def trainable_group_count(epoch: int, num_groups: int, mode: str, initial_groups: int = 1,
-                          groups_per_epoch: int = 1, schedule: Sequence[int] | None = None) -> int:
+def trainable_group_count(
+    epoch: int,
+    num_groups: int,
+    mode: str,
+    initial_groups: int = 1,
+    groups_per_epoch: int = 1,
+    schedule: Sequence[int] | None = None,
+) -> int:
     """How many groups, from the top, are trainable in `epoch` (0-based).
 
     ULMFiT thaws one more group per epoch from the top; `schedule` lists the counts per epoch
@@ -21,8 +27,7 @@ def trainable_group_count(epoch: int, num_groups: int, mode: str, initial_groups
     return min(num_groups, initial_groups + epoch * groups_per_epoch)
 
 
-def thaw_interval(total_steps: int, every_steps: int | None = None,
-                  every_fraction: float | None = None) -> int | None:
+def thaw_interval(total_steps: int, every_steps: int | None = None, every_fraction: float | None = None) -> int | None:
     """Optimizer steps between two thaws of step-wise unfreezing; None when unfreezing goes by epochs.
 
     A fraction is of the whole run (`total_steps`), rounded to the nearest step and at least one.
