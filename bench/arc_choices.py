@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, SHARED, cpu_model, finetune_cli, last_record, minilm_checkpoint, require, run_json
+from _common import ROOT, SHARED, cpu_model, finetune_cli, last_record, minilm_checkpoint, read_jsonl, require, run_json
 
 ARC = SHARED / "data" / "arc-easy"
 PEER = Path(__file__).resolve().parent / "hf_mc_peer.py"
@@ -70,7 +70,7 @@ def main() -> None:
             MAX_LENGTH,
         ]
     )
-    questions = sum(1 for _ in open(data / "train.jsonl", encoding="utf-8"))
+    questions = len(read_jsonl(data / "train.jsonl"))
     run_dir = args.work / "ours"
     finetune_cli(
         "finetune",

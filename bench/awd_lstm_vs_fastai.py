@@ -34,6 +34,7 @@ its log windows of 5 steps after the first window, evaluation excluded). Prints 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -42,7 +43,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import PEERS, ROOT, WIKITEXT, finetune_cli, require, run_json
+
+from _common import PEERS, ROOT, WIKITEXT, finetune_cli, read_jsonl, require, run_json, text_lines
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "fastai_awd_lstm_lm.py"
@@ -107,7 +109,7 @@ def check_same_batches(
     ours = BPTTBatches(
         tokenize_corpus(tokenizer, documents, show_progress=False), tokenizer.eos_token_id, batch, bptt, seed
     )
-    lines = [line.strip() for line in open(peer_file, encoding="utf-8") if line.strip()]
+    lines = text_lines(peer_file)
     ids = [
         token
         for chunk in tokenizer(lines, add_special_tokens=False)["input_ids"]
@@ -195,9 +197,9 @@ def run_ours(args, tokenizer_dir: Path, workdir: Path, name: str, overrides: lis
         *overrides,
         echo=True,
     )
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
+    records = read_jsonl(run_dir / "metrics.jsonl")
     windows = [record for record in records if record["phase"] == "train"]
-    steps = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
+    steps = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     tokens = [count * args.batch * args.bptt for count in steps]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(tokens, windows[1:]))
     return {

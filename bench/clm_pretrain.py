@@ -42,6 +42,7 @@ Prints the table (and the command), then one JSON line with every figure of both
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import platform
@@ -55,11 +56,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import PEERS, ROOT, STDERR_TAIL, WIKITEXT, finetune_cli, require, run, run_json
-from awd_lstm_vs_fastai import shared_tokenizer
-from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
 
+from _common import PEERS, ROOT, STDERR_TAIL, WIKITEXT, finetune_cli, read_jsonl, require, run, run_json, text_lines
+from awd_lstm_vs_fastai import shared_tokenizer
 from finetune.models.flops import matmul_gflops, training_flops_per_token
+from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "hf_clm_pretrain.py"
@@ -78,7 +79,7 @@ def tokenizer_folder(workdir: Path, vocab: int) -> Path:
 
 def stage_validation_file(workdir: Path) -> Path:
     """The first lines of valid.txt, for the validation our stage runs after training (not part of any figure)."""
-    lines = [line.strip() for line in open(VALID, encoding="utf-8") if line.strip()][:STAGE_VALIDATION_LINES]
+    lines = text_lines(VALID)[:STAGE_VALIDATION_LINES]
     path = workdir / "valid-head.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -142,7 +143,7 @@ def our_arguments(
 
 def train_windows(run_dir: Path) -> list[dict]:
     """Our run's training records (one per --log-every steps)."""
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
+    records = read_jsonl(run_dir / "metrics.jsonl")
     return [record for record in records if record["phase"] == "train"]
 
 
@@ -161,7 +162,7 @@ def run_ours(args, corpus: Path, tokenizer_dir: Path, validation: Path, steps: i
             f"bench: our run logged {len(windows)} window(s) of {args.log_every} steps; --our-steps must give "
             "at least two (the first is warm-up)"
         )
-    steps_per_window = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
+    steps_per_window = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     tokens = [count * args.batch * args.seq_len for count in steps_per_window]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(tokens, windows[1:]))
     return {"tokens_per_s": round(sum(tokens) / seconds, 1), "steps_timed": sum(steps_per_window)}
@@ -296,7 +297,7 @@ def train_peer_for(args, corpus: Path, tokenizer_dir: Path, steps: int, budget: 
         "--",
         *peer_command(args, corpus, tokenizer_dir, steps),
     ]
-    finished = subprocess.run(list(map(str, command)), capture_output=True, text=True)
+    finished = subprocess.run(list(map(str, command)), capture_output=True, text=True, check=False)
     if not (folder / "budget.json").is_file():  # written right after training, before the peer prints its figure
         sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
     return {**json.loads((folder / "budget.json").read_text()), "model": folder}

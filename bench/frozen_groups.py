@@ -17,9 +17,10 @@ import sys
 import time
 
 import torch
-from _common import GLUE, ROOT, minilm_checkpoint, require_glue
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 from transformers.utils import logging as transformers_logging
+
+from _common import GLUE, ROOT, minilm_checkpoint, require_glue
 
 sys.path.insert(0, str(ROOT))
 from finetune.models.backbones import layer_groups

@@ -44,7 +44,8 @@ import time
 from pathlib import Path
 
 import torch
-from _common import ROOT, WIKITEXT, cpu_model, require
+
+from _common import ROOT, WIKITEXT, cpu_model, require, text_lines
 
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
 from transformers.generation.streamers import BaseStreamer
@@ -118,7 +119,7 @@ def make_checkpoint(family: str, args, work_dir: Path) -> Path:
 def text_of_tokens(tokenizer, count: int) -> str:
     """Whole lines of valid.txt from its first paragraph on, cut to about `count` tokens (one document: no newline)."""
     require(WIKITEXT / "valid.txt", "WikiText-2 valid.txt")
-    words = " ".join(line.strip() for line in open(WIKITEXT / "valid.txt", encoding="utf-8") if line.strip())
+    words = " ".join(text_lines(WIKITEXT / "valid.txt"))
     ids = tokenizer(words[: 20 * count], add_special_tokens=False)["input_ids"][:count]
     return tokenizer.decode(ids).strip()
 

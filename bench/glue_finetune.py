@@ -36,7 +36,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import finetune_cli, minilm_checkpoint, require, require_glue, run_json
+
+from _common import finetune_cli, minilm_checkpoint, read_jsonl, require, require_glue, run_json
 from glue_quality import PEER, VARIANTS, truncated_task  # the same peer, data subset and recipe variants
 
 TRAIN_ROWS, BATCH_SIZE, LR, MAX_LENGTH = 2000, 32, 5e-5, 128
@@ -99,7 +100,7 @@ def run_ours(
         encoding="utf-8",
     )  # JSON is YAML
     finetune_cli("finetune", recipe, *variant, env=environment)
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl", encoding="utf-8")]
+    records = read_jsonl(run_dir / "metrics.jsonl")
     epoch_rates = [record["examples_per_s"] for record in records if record["phase"] == "train"]
     if len(epoch_rates) != epochs:
         sys.exit(f"bench: expected one training record per epoch in {run_dir}/metrics.jsonl, found {len(epoch_rates)}")

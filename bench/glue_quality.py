@@ -32,6 +32,7 @@ import json
 import statistics
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from _common import GLUE, PEERS, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
@@ -201,17 +202,15 @@ def main() -> None:
         for task in arguments.tasks:
             data_dir = truncated_task(task, arguments.max_train, Path(folder) / "data", arguments.held_out)
             for seed in arguments.seeds:
-                runs = (
-                    {}
-                    if arguments.no_peer
-                    else {
-                        peer_side: lambda: run_peer(
-                            checkpoint, task, data_dir, arguments.epochs, seed, arguments.peer_lr
-                        )
-                    }
-                )
+                # partial binds this task's data and seed now, not when called (ruff B023)
+                runs = {}
+                if not arguments.no_peer:
+                    runs[peer_side] = partial(
+                        run_peer, checkpoint, task, data_dir, arguments.epochs, seed, arguments.peer_lr
+                    )
                 for index, name in enumerate(arguments.variants):
-                    runs[name + suffix] = lambda name=name, index=index: run_ours(
+                    runs[name + suffix] = partial(
+                        run_ours,
                         checkpoint,
                         task,
                         data_dir,

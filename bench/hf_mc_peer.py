@@ -29,8 +29,9 @@ from transformers import (
 def read_arc(path):
     """(stem, choice texts, answer index) per line of ARC's JSON Lines layout."""
     rows = []
-    for line in open(path, encoding="utf-8"):
-        record = json.loads(line)
+    with open(path, encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines]
+    for record in records:
         choices = record["question"]["choices"]
         labels = [choice["label"] for choice in choices]
         rows.append(

@@ -29,7 +29,9 @@ from transformers import (
 def read_conll(path):
     """Sentences of words and their last-column tags; blank lines and -DOCSTART- end a sentence."""
     sentences, words, tags = [], [], []
-    for line in open(path, encoding="utf-8").read().splitlines() + [""]:
+    with open(path, encoding="utf-8") as text:
+        lines = text.read().splitlines()
+    for line in lines + [""]:
         columns = line.split()
         if not columns or columns[0] == "-DOCSTART-":
             if words:

@@ -35,6 +35,7 @@ Prints the table(s), then one JSON line with every figure.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -103,7 +104,7 @@ def parameter_count(checkpoint: Path, counted: bool) -> int:
     from safetensors import safe_open
 
     with safe_open(str(checkpoint / "model.safetensors"), framework="pt") as weights:
-        names = [name for name in weights.keys() if not counted or name.startswith("keys_")]
+        names = [name for name in weights.keys() if not counted or name.startswith("keys_")]  # noqa: SIM118 (safe_open is not iterable)
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in names)
 
 
@@ -111,7 +112,7 @@ def training_rate(records: list[dict]) -> float | None:
     """Tokens/s over the training windows after the first (warm-up): all tokens over all time (every step holds
     the same tokens, so the step-weighted harmonic mean of the windows' rates)."""
     windows = [record for record in records if record["phase"] == "train"]
-    steps = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
+    steps = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     if not steps:
         return None
     return sum(steps) / sum(count / record["tokens_per_s"] for count, record in zip(steps, windows[1:]))

@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 import yaml
+
 from _common import ROOT, TASKS, finetune_cli, minilm_checkpoint, require_glue
 from glue_quality import truncated_task
 

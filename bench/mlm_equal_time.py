@@ -28,14 +28,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import ROOT, STDERR_TAIL, minilm_checkpoint, require
-from _common import run as run_command  # `run` names the runs below
-from mlm_pretrain import PEER, RECIPE, TRAIN, VALID, run_ours, run_peer, training_corpus
 from transformers import AutoTokenizer, BertForMaskedLM
 
+from _common import ROOT, STDERR_TAIL, minilm_checkpoint, read_jsonl, require, text_lines
+from _common import run as run_command  # `run` names the runs below
 from finetune.data.masking import MaskingRule
 from finetune.models.masked_lm import IGNORE_INDEX
 from finetune.recipes import MaskingConfig
+from mlm_pretrain import PEER, RECIPE, TRAIN, VALID, run_ours, run_peer, training_corpus
 
 SEQ_LEN, BATCH = 128, 32
 MARGIN = 0.95  # plan 5% fewer steps than the budget allows: throughput on a shared machine drifts
@@ -67,7 +67,7 @@ def train_peer(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
         "--max-lines",
         "20000",
     ]
-    finished = subprocess.run(command, capture_output=True, text=True)
+    finished = subprocess.run(command, capture_output=True, text=True, check=False)
     if not (folder / "budget.json").is_file():  # the model is saved before the peer prints its own figure
         sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
     return {**json.loads((folder / "budget.json").read_text()), "model": folder}
@@ -94,7 +94,7 @@ def train_ours(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
         "training.device=cpu",
     ]
     run_command(command, cwd=ROOT)
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    records = read_jsonl(run_dir / "metrics.jsonl")
     windows = [record for record in records if record["phase"] == "train"]
     seconds, done = 0.0, 0
     for record in windows:  # each window's seconds = its tokens / its tokens per second
@@ -111,7 +111,7 @@ def train_ours(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: flo
 
 def validation_blocks(tokenizer, limit: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """valid.txt in both training layouts, masked once with a fixed seed: {layout: (input_ids, labels)}."""
-    lines = [line.strip() for line in open(VALID, encoding="utf-8") if line.strip()]
+    lines = text_lines(VALID)
     plain = tokenizer(lines, add_special_tokens=False, verbose=False)["input_ids"]  # long lines are fine: cut below
     # ours (finetune's pack_blocks): [SEP] after every document, blocks of [CLS] + 127 tokens
     stream = np.concatenate([ids + [tokenizer.sep_token_id] for ids in plain])

@@ -18,6 +18,7 @@ one of BERT-mini), to show how tokens/s and MFU change with model size.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import platform
 import statistics
@@ -26,7 +27,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, require, run_json
+
+from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, read_jsonl, require, run_json, text_lines
 
 sys.path.insert(0, str(ROOT))
 # The FLOP count (the numerator of MFU) and the machine's matmul rate (its denominator): the package's, which
@@ -88,17 +90,17 @@ def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: 
         f"model.hidden={hidden}",
         f"model.heads={heads}",
     )
-    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    records = read_jsonl(run_dir / "metrics.jsonl")
     windows = [record for record in records if record["phase"] == "train"]
     # All tokens over all time, as the peer counts (not a mean of window rates, which favours fast windows).
-    steps = [record["step"] - previous["step"] for previous, record in zip(windows, windows[1:])]
+    steps = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(steps, windows[1:]))
     return {"tokens_per_s": round(sum(steps) / seconds, 1), "windows": len(steps)}
 
 
 def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
     """The peer reads the first 20,000 (its --max-lines) non-empty lines: give both sides exactly those, in one file."""
-    lines = [line.strip() for line in open(TRAIN, encoding="utf-8") if line.strip()][:max_lines]
+    lines = text_lines(TRAIN)[:max_lines]
     corpus = workdir / f"wikitext2-{max_lines}-lines.txt"
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return corpus

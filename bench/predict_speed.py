@@ -43,10 +43,12 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+
 from _common import GLUE, PEERS, ROOT, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
 from glue_quality import VARIANTS, truncated_task
 
@@ -251,10 +253,11 @@ def main() -> None:
                 else make_checkpoint(task, args.train_rows, args.work_dir, environment)
             )
             data_dir = dev_folder(task, args.max_rows, scratch / "data")
+            # partial binds this task's checkpoint and data now, not when called (ruff B023)
             sides = {
-                PEER_DYNAMIC: lambda logits: run_peer(task, checkpoint, data_dir, args, False, logits, environment),
-                PEER_PADDED: lambda logits: run_peer(task, checkpoint, data_dir, args, True, logits, environment),
-                OURS: lambda logits: run_ours(task, checkpoint, data_dir, args, logits, environment),
+                PEER_DYNAMIC: partial(run_peer, task, checkpoint, data_dir, args, False, environment=environment),
+                PEER_PADDED: partial(run_peer, task, checkpoint, data_dir, args, True, environment=environment),
+                OURS: partial(run_ours, task, checkpoint, data_dir, args, environment=environment),
             }
             runs = {name: [] for name in sides}
             for repeat in range(args.repeats):

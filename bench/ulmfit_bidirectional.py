@@ -9,9 +9,11 @@
     .venv/bin/python bench/ulmfit_sst2.py --work-dir /work/bench-ulmfit-lr --sides ulmfit --variant bilm \
         --classifier-overrides model.backward_checkpoint=/work/bench-ulmfit-backward/2-target-lm/checkpoint
     .venv/bin/python bench/ulmfit_sst2.py --work-dir /work/bench-ulmfit-lr --sides ulmfit --variant bilm-mix \
-        --classifier-overrides model.backward_checkpoint=/work/bench-ulmfit-backward/2-target-lm/checkpoint pooling=scalar_mix
+        --classifier-overrides model.backward_checkpoint=/work/bench-ulmfit-backward/2-target-lm/checkpoint \
+        pooling=scalar_mix
     # 4. this table
-    .venv/bin/python bench/ulmfit_bidirectional.py --forward /work/bench-ulmfit-lr --backward /work/bench-ulmfit-backward
+    .venv/bin/python bench/ulmfit_bidirectional.py --forward /work/bench-ulmfit-lr \
+        --backward /work/bench-ulmfit-backward
 
 Howard & Ruder (2018), section 3.3: "we pretrain both a forward and a backward LM ... fine-tune a classifier for
 each LM independently ... average the classifier predictions". Here: for every (labels, seed) whose ULMFiT

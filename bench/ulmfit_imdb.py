@@ -50,11 +50,11 @@ defaults (100 / 1,000 / 19,800 labels):
   min, head_tail ~12 / 22 / 115 min, chunks ~14 / 21 / 95 min: ~5 hours a seed, ~16 for three.
 - --full-test: ~5 min per AWD-LSTM column, ~8 / 23 / 32 min for MiniLM's.
 The whole default grid: about 20 hours. The reduced grid of bench/README.md (100 and 1,000 labels, 2,000 test
-reviews, half a pass of stage 2, the AWD-LSTM columns for 3 seeds and MiniLM's for one) ran in 93 minutes. Cheaper: shorter MiniLM inputs (--minilm-head-tail-length 256 --minilm-head
-64, --minilm-max-chunks 4), or the all-label cell for one seed (--labels 20000 --epochs 1 --minilm-epochs 1 --seeds
-0, same work dir). Other load on the cores costs far more than its share: beside a test suite, torch's threads
-spin-wait and runs took ~7x longer. Disk: ~18 MB per AWD-LSTM run, ~87 MB per MiniLM run (checkpoints are kept
-for --full-test): ~3 GB for the grid.
+reviews, half a pass of stage 2, the AWD-LSTM columns for 3 seeds and MiniLM's for one) ran in 93 minutes.
+Cheaper: shorter MiniLM inputs (--minilm-head-tail-length 256 --minilm-head 64, --minilm-max-chunks 4), or the all-label
+cell for one seed (--labels 20000 --epochs 1 --minilm-epochs 1 --seeds 0, same work dir). Other load on the cores costs
+far more than its share: beside a test suite, torch's threads spin-wait and runs took ~7x longer. Disk: ~18 MB per
+AWD-LSTM run, ~87 MB per MiniLM run (checkpoints are kept for --full-test): ~3 GB for the grid.
 
 Runs.jsonl in the work dir gets each run as it finishes (test accuracy, training and scoring seconds apart, dev
 accuracy, the draw's balance, the column's settings), so an interrupted benchmark continues where it stopped; a work
@@ -76,7 +76,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, require
+
+from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, read_jsonl, require
 
 IMDB = SHARED / "data" / "imdb"
 # The stages of recipes/ulmfit/imdb.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal).
@@ -636,7 +637,7 @@ def main() -> None:
     args = parse_arguments()
     work = args.work_dir.resolve()
     log = work / "runs.jsonl"
-    runs = [json.loads(line) for line in open(log, encoding="utf-8")] if log.is_file() else []
+    runs = read_jsonl(log) if log.is_file() else []
     summary = json.loads((work / SUMMARY).read_text(encoding="utf-8")) if (work / SUMMARY).is_file() else {}
     if args.table_only:
         report(runs, summary, work, log, args.update_results)

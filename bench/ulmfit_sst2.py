@@ -5,10 +5,11 @@
 
 Stage 1 pretrains an AWD-LSTM language model on WikiText-2 and stage 2 fine-tunes it on SST-2's own unlabeled
 text (its training and test sentences, never dev), both once, with the recipes `finetune ulmfit
-recipes/ulmfit/sst2.yaml` runs (its sections as stage recipes) at the sizes given by the overrides; stage 3 trains the classifier on N labelled training rows drawn at
-random (seeded) for each seed. The baseline is the same classifier (same vocabulary and architecture) from
-random weights with every group trainable and one learning rate, on the same rows and budget. Each cell is the
-median over seeds of the dev accuracy (all 872 sentences) after the last step: no checkpoint is picked on dev.
+recipes/ulmfit/sst2.yaml` runs (its sections as stage recipes) at the sizes given by the overrides; stage 3
+trains the classifier on N labelled training rows drawn at random (seeded) for each seed. The baseline is the same
+classifier (same vocabulary and architecture) from random weights with every group trainable and one learning rate, on
+the same rows and budget. Each cell is the median over seeds of the dev accuracy (all 872 sentences) after the last
+step: no checkpoint is picked on dev.
 
 Budget: the same optimizer steps for both sides of a cell, growing with the labels (--epochs, one value per
 label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an interrupted benchmark continues
@@ -27,7 +28,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _common import GLUE, ROOT, WIKITEXT, finetune_cli, last_record, require, require_glue
+
+from _common import GLUE, ROOT, WIKITEXT, finetune_cli, last_record, read_jsonl, require, require_glue
 
 SST2 = GLUE / "SST-2"
 # The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
@@ -137,8 +139,7 @@ def minilm_points(path: Path | None) -> dict[int, float]:
     if path is None or not path.is_file():
         return {}
     scores: dict[int, list[float]] = {}
-    for line in open(path, encoding="utf-8"):
-        run = json.loads(line)
+    for run in read_jsonl(path):
         if run.get("task") == "sst2" and run.get("variant") == "plain" and run.get("mode", "dev") == "dev":
             scores.setdefault(run["labels"], []).append(run["score"])
     return {labels: statistics.median(values) for labels, values in scores.items()}
@@ -242,7 +243,7 @@ def main() -> None:
     work = args.work_dir.resolve()
     work.mkdir(parents=True, exist_ok=True)
     log = work / "runs.jsonl"
-    runs = [json.loads(line) for line in open(log, encoding="utf-8")] if log.is_file() else []
+    runs = read_jsonl(log) if log.is_file() else []
     summary = {}
     if not args.table_only:
         checkpoint, summary = language_models(args, work)

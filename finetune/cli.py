@@ -95,10 +95,10 @@ def _run_stage(
                 f"continue with: {resume_command}",
                 err=True,
             )
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None  # the message above says what happened
     except KeyboardInterrupt:
         typer.echo("interrupted" + (_finished_stages_kept(stage, resume_command) or "; nothing was saved"), err=True)
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None  # the interruption is the message
     except OSError as error:  # a full disk outside the checkpoints (which report it themselves): metrics, reports
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -268,7 +268,7 @@ def predict_command(
         _fail(str(error))
     except KeyboardInterrupt:
         typer.echo("interrupted; nothing was written", err=True)
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None  # the interruption is the message
     if output_file != "-":
         console.print(f"{count:,} predictions written to {output_file}")
 
@@ -276,8 +276,8 @@ def predict_command(
 CausalCheckpointArgument = Annotated[
     str,
     typer.Argument(
-        help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / QRNN / "
-        "RNN, n-gram: its checkpoint/ folder), or a hub name.",
+        help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / "
+        "QRNN / RNN, n-gram: its checkpoint/ folder), or a hub name.",
         show_default=False,
     ),
 ]
@@ -382,7 +382,7 @@ def generate(
         _fail(str(error))
     except KeyboardInterrupt:
         typer.echo("\ninterrupted", err=True)
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None  # the interruption is the message
 
 
 @app.command()
@@ -423,7 +423,7 @@ def score(
         _fail(str(error))
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
-        raise typer.Exit(code=130)
+        raise typer.Exit(code=130) from None  # the interruption is the message
     if as_json:
         typer.echo(json.dumps({"checkpoint": checkpoint, "files": [str(path) for path in files], **result}))
         return

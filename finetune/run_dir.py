@@ -9,6 +9,7 @@ stay. While a run writes into its folder it holds the folder's lock (run_lock.py
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -190,10 +191,8 @@ def remove_own_entries(path: Path) -> None:
 
 
 def _remove_if_empty(path: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # not empty: it holds the user's files
         path.rmdir()
-    except OSError:
-        pass  # not empty: it holds the user's files
 
 
 def guarded_stage(stage_function: Callable) -> Callable:

@@ -208,3 +208,88 @@ def interrupted_at_step(step: int, error: type[BaseException] = KeyboardInterrup
         patch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
         with pytest.raises(error):
             yield
+
+
+# Fixtures that several test modules use (module-scoped ones are built once per module, as before).
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer, saved as a checkpoint."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    return save_tiny_masked_lm(folder)
+
+
+@pytest.fixture(scope="module")
+def pretrained_without_dropout(tmp_path_factory) -> Path:
+    """The tiny checkpoint with dropout off, so that runs differing only in batching can be compared exactly."""
+    folder = tmp_path_factory.mktemp("no-dropout")
+    return save_tiny_masked_lm(folder, dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(tmp_path_factory) -> dict[str, Path]:
+    """One saved tokenizer per kind, so that runs compared with each other use the same ids."""
+    from finetune.data.corpus import read_documents
+    from finetune.models.language_models import train_tokenizer
+    from finetune.recipes import TokenizerConfig
+
+    folder = tmp_path_factory.mktemp("tokenizers")
+    documents = read_documents([write_corpus(folder / "corpus", lines=300)])
+    saved = {}
+    for family in ("bert", "gpt2"):
+        tokenizer = train_tokenizer(
+            family, documents, TokenizerConfig(vocab_size=200, min_frequency=1, lowercase=family == "bert")
+        )
+        tokenizer.save_pretrained(folder / family)
+        saved[family] = folder / family
+    saved["awd_lstm"] = saved["gpt2"]
+    return saved
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    """`datasets.load_dataset` answering nyu-mll/glue with the hub's columns and integer labels."""
+    import datasets
+
+    def split(columns: dict, labels: list, ids: list[int] | None = None) -> datasets.Dataset:
+        rows = len(labels)
+        return datasets.Dataset.from_dict(
+            {
+                **{name: [f"{name} {index}" for index in range(rows)] for name in columns},
+                "label": labels,
+                "idx": ids or list(range(rows)),
+            }
+        )
+
+    pair = ("premise", "hypothesis")
+    configs = {
+        # hub order: 0 entailment, 1 neutral, 2 contradiction; the test splits are labelled -1
+        "mnli": datasets.DatasetDict(
+            {
+                "train": split(pair, [0, 1]),
+                "validation_matched": split(pair, [0, 1, 2]),
+                "validation_mismatched": split(pair, [2, 2]),
+                "test_matched": split(pair, [-1, -1], [7, 8]),
+                "test_mismatched": split(pair, [-1]),
+            }
+        ),
+        "ax": datasets.DatasetDict({"test": split(pair, [-1, -1, -1])}),
+        "stsb": datasets.DatasetDict(
+            {
+                "validation": split(("sentence1", "sentence2"), [4.5, 0.25]),
+                "test": split(("sentence1", "sentence2"), [-1.0]),
+            }
+        ),
+        "rte": datasets.DatasetDict({"validation": split(("sentence1", "sentence2"), [1, 0, 0])}),
+    }
+    calls = []
+
+    def load_dataset(path, name=None, **kwargs):
+        calls.append((path, name))
+        if name not in configs:
+            raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (LocalEntryNotFoundError)")
+        return configs[name]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls

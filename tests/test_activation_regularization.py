@@ -16,7 +16,7 @@ from finetune.recipes import AWDLSTMModelConfig, load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import run_pretrain
 from tests.conftest import REPO_ROOT, write_yaml
-from tests.test_pretrain_families import family_recipe, tokenizers  # noqa: F401  (tokenizers: a fixture)
+from tests.test_pretrain_families import family_recipe
 
 runner = CliRunner()
 VOCABULARY = 30
@@ -135,7 +135,7 @@ def test_recipe_keys_default_to_fastai_and_are_allowed_with_a_checkpoint():
     assert continued.activation_regularization == 0
 
 
-def test_the_logged_training_loss_is_the_cross_entropy(tmp_path, corpus_file, tokenizers):  # noqa: F811
+def test_the_logged_training_loss_is_the_cross_entropy(tmp_path, corpus_file, tokenizers):
     """Same seed, with and without a large penalty: step 1 (before any update) logs the same loss; later steps
     differ because the gradients did; validation never sees the penalty either."""
     records = {}

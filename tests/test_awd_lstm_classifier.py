@@ -252,10 +252,13 @@ def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp
         model.config.classifier_activation_regularization,
         model.config.classifier_temporal_activation_regularization,
     ) == (0.5, 0.0)
-    with pytest.raises(UserError, match="model.activation_regularization: only the AWD-LSTM classifier"):
-        with classifier_keys():  # the refused option, named by its recipe key as the stages name it
-            load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")
+    # the refused option, named by its recipe key as the stages name it
+    with (
+        pytest.raises(UserError, match=r"model.activation_regularization: only the AWD-LSTM classifier"),
+        classifier_keys(),
+    ):
+        load_classifier(backbone, GLUE_TASKS["sst2"], None, pooling="mean")
     bert = BackboneConfig(checkpoint=str(save_tiny_masked_lm(tmp_path / "bert")), temporal_activation_regularization=1)
-    with pytest.raises(UserError, match="model.temporal_activation_regularization: .*is a 'bert' model"):
-        with classifier_keys():
-            load_classifier(bert, GLUE_TASKS["sst2"], None)
+    refused = r"model.temporal_activation_regularization: .*is a 'bert' model"
+    with pytest.raises(UserError, match=refused), classifier_keys():
+        load_classifier(bert, GLUE_TASKS["sst2"], None)

@@ -16,7 +16,6 @@ from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.training.techniques import Backbone, backbone_defaults, describe_backbone, resolve_techniques
 from tests.conftest import custom_task_section, save_tiny_masked_lm, write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint)
 from tests.test_profile import save_tiny_awd_lstm
 
 runner = CliRunner()
@@ -52,7 +51,7 @@ def with_sentence_transformers_pooling(checkpoint: Path, mode: str = "mean") -> 
     return checkpoint
 
 
-def test_a_pretrained_transformer_gets_the_plain_recipe(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_a_pretrained_transformer_gets_the_plain_recipe(pretrained, task_dir, tmp_path):
     techniques = resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path)
     recipe = techniques.recipe
     assert (
@@ -91,7 +90,7 @@ def test_base_sized_transformers_get_a_smaller_lr():
     assert backbone_defaults(Backbone("bert", 384, "mean"))["training.lr"][0] == 1e-4
 
 
-def test_what_the_recipe_sets_is_kept_and_said(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_what_the_recipe_sets_is_kept_and_said(pretrained, task_dir, tmp_path):
     techniques = resolved(
         minimal_recipe(pretrained, task_dir, tmp_path / "run"),
         tmp_path,
@@ -115,21 +114,14 @@ def test_what_the_recipe_sets_is_kept_and_said(pretrained, task_dir, tmp_path): 
         ("unfreezing.groups_per_epoch=2", "unfreezing.mode", "gradual"),
     ],
 )
-def test_an_open_kind_is_read_from_the_keys_the_section_changes(
-    pretrained,
-    task_dir,
-    tmp_path,
-    override,
-    key,
-    value,
-):
+def test_an_open_kind_is_read_from_the_keys_the_section_changes(pretrained, task_dir, tmp_path, override, key, value):
     techniques = resolved(minimal_recipe(pretrained, task_dir, tmp_path / "run"), tmp_path, override)
     section, name = key.split(".")
     assert getattr(getattr(techniques.recipe, section), name) == value
     assert techniques.sources[key] == f"from {override.split('=')[0]}"
 
 
-def test_keys_of_two_schedule_kinds_are_refused(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_keys_of_two_schedule_kinds_are_refused(pretrained, task_dir, tmp_path):
     with pytest.raises(UserError, match=r"schedule\.cut_frac, schedule\.warmup_fraction belong to different"):
         resolved(
             minimal_recipe(pretrained, task_dir, tmp_path / "run"),
@@ -139,7 +131,7 @@ def test_keys_of_two_schedule_kinds_are_refused(pretrained, task_dir, tmp_path):
         )
 
 
-def test_a_run_prints_its_techniques_and_saves_them_resolved(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_a_run_prints_its_techniques_and_saves_them_resolved(pretrained, task_dir, tmp_path):
     recipe_path = write_yaml(tmp_path / "recipe.yaml", minimal_recipe(pretrained, task_dir, tmp_path / "run"))
     result = runner.invoke(app, ["finetune", str(recipe_path)])
     assert result.exit_code == 0, result.output
@@ -159,7 +151,7 @@ def test_a_run_prints_its_techniques_and_saves_them_resolved(pretrained, task_di
     assert "finished before: nothing to resume" in " ".join(again.output.split())
 
 
-def test_profile_decides_the_techniques_as_the_run_does(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_profile_decides_the_techniques_as_the_run_does(pretrained, task_dir, tmp_path):
     recipe_path = write_yaml(tmp_path / "recipe.yaml", minimal_recipe(pretrained, task_dir, tmp_path / "run"))
     result = runner.invoke(app, ["profile", str(recipe_path), "--matmul-gflops", "100", "--json"])
     assert result.exit_code == 0, result.output
@@ -167,7 +159,7 @@ def test_profile_decides_the_techniques_as_the_run_does(pretrained, task_dir, tm
     assert parameters["trainable_groups_at_start"] == parameters["layer_groups"]
 
 
-def test_a_gradual_unfreezing_that_cannot_thaw_every_group_says_so(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_a_gradual_unfreezing_that_cannot_thaw_every_group_says_so(pretrained, task_dir, tmp_path):
     data = minimal_recipe(pretrained, task_dir, tmp_path / "run", unfreezing={"mode": "gradual"})
     data["training"]["max_steps"] = 7  # 2 epochs of 5 steps: 2 of the 4 groups ever train
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])

@@ -166,7 +166,7 @@ def test_pairs_are_reversed_segment_by_segment(tmp_path):
     forward = EncodedTask(examples, tokenizer, 12)
     backward = EncodedTask(examples, tokenizer, 12, backwards=True)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    for index, (first, second) in enumerate(examples.texts):
+    for index, (first, _second) in enumerate(examples.texts):
         ids = forward.encodings["input_ids"][index]
         # Truncation cuts the forward pair first, so both directions read the same tokens.
         boundary = ids.index(sep)

@@ -67,7 +67,7 @@ def test_bptt_processes_read_disjoint_rows_that_together_are_the_single_process_
 
 
 def test_bptt_too_short_a_text_names_it():
-    with pytest.raises(UserError, match="the validation text has .* tokens, too few for 64 rows"):
+    with pytest.raises(UserError, match=r"the validation text has .* tokens, too few for 64 rows"):
         BPTTBatches(documents(3), SEPARATOR, batch_size=64, bptt=70, seed=0, name="the validation text")
     assert BPTTBatches.rows_that_fit(documents(3), 5, 1, wanted=64) == (len(documents(3).ids) + 3) // 6
 

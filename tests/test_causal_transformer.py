@@ -312,7 +312,7 @@ def test_segment_validation_refusals(tmp_path):
     result = runner.invoke(app, ["pretrain", str(causal_recipe(tmp_path, OPTIONS["strided"]))])
     assert result.exit_code == 0, result.output
     checkpoint, validation = tmp_path / "run" / "checkpoint", [tmp_path / "validation" / "train.txt"]
-    with pytest.raises(UserError, match="memory_length: .* without memory"):
+    with pytest.raises(UserError, match=r"memory_length: .* without memory"):
         segment_validation(checkpoint, validation, segment_length=16, memory_length=8)
     with pytest.raises(UserError, match="stride 4 must divide it"):
         segment_validation(checkpoint, validation, segment_length=18)

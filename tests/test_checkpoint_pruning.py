@@ -29,7 +29,7 @@ from finetune.training.checkpoints import (
     training_checkpoints,
 )
 from tests.conftest import REPO_ROOT, write_yaml
-from tests.test_pretrain_families import family_recipe, tokenizers  # noqa: F401  (tokenizers: a fixture)
+from tests.test_pretrain_families import family_recipe
 
 runner = CliRunner()
 

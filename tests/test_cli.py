@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -305,7 +306,7 @@ def test_finetune_metrics(pipeline):
         assert math.isfinite(record["loss"]) and record["examples_per_s"] > 0
         lrs = [record["lr"][f"group_{index}"] for index in range(4)]
         assert len(record["lr"]) == 4
-        for lower, upper in zip(lrs, lrs[1:]):
+        for lower, upper in itertools.pairwise(lrs):
             assert upper / lower == pytest.approx(factor)
         # The step-k record shows the LR of the k-th optimizer step: STLR at step k-1.
         assert lrs[-1] == pytest.approx(peak * slanted_triangular(record["step"] - 1, total_steps, 0.1, 32))
@@ -338,7 +339,7 @@ def _state(path: Path, loader) -> dict[str, torch.Tensor]:
     return {
         name: tensor
         for name, tensor in loader.from_pretrained(path).state_dict().items()
-        if name.startswith("bert.embeddings.") or name.startswith("bert.encoder.")
+        if name.startswith(("bert.embeddings.", "bert.encoder."))
     }
 
 

@@ -15,7 +15,7 @@ def test_an_evaluation_bar_inside_an_epoch_bar_joins_its_display():
     with progress_bar(True) as progress:
         epoch = progress.add_task("epoch 1", total=4, status="")
         with phase_bar("evaluating", 3) as advance:
-            evaluation = [task for task in progress.tasks if task.description == "evaluating"][0]
+            evaluation = next(task for task in progress.tasks if task.description == "evaluating")
             advance()
             assert evaluation.completed == 1
         assert [task.id for task in progress.tasks] == [epoch]  # the evaluation's line is gone again

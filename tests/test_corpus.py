@@ -121,7 +121,7 @@ def test_split_documents_deterministic_and_disjoint():
     assert set(train) | set(validation) == set(documents)
     # Order within each part follows the corpus.
     assert train == sorted(train, key=documents.index) and validation == sorted(validation, key=documents.index)
-    other_train, other_validation = split_documents(documents, 0.1, seed=1)
+    _, other_validation = split_documents(documents, 0.1, seed=1)
     assert other_validation != validation
 
 
@@ -400,9 +400,9 @@ def test_read_dataset_documents_missing_column(jsonl_dataset):
 
 
 def test_read_dataset_documents_unloadable(jsonl_dataset, tmp_path):
-    with pytest.raises(UserError, match="dataset json.*'validation'"):
+    with pytest.raises(UserError, match=r"dataset json.*'validation'"):
         read_dataset_documents("json", None, "validation", "text", data_files=jsonl_dataset)
-    with pytest.raises(UserError, match="missing.jsonl"):
+    with pytest.raises(UserError, match=r"missing.jsonl"):
         read_dataset_documents("json", None, "train", "text", data_files=str(tmp_path / "missing.jsonl"))
     with pytest.raises(UserError, match="dataset surely-not-a-dataset-xyz"):  # the suite runs with HF_HUB_OFFLINE=1
         read_dataset_documents("surely-not-a-dataset-xyz")
@@ -433,8 +433,10 @@ def test_a_file_is_one_document_as_written(tmp_path):
     play.write_text(PLAY, encoding="utf-8", newline="")
     blank.write_text("\n \u200b\n\n", encoding="utf-8")  # nothing shows: no document
     assert read_documents([blank, play, blank], "file") == [
-        "KING.\nSpeak, speak.  \n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n\n\n\n"
-        "KING.\nMark me."
+        (
+            "KING.\nSpeak, speak.  \n  I am thy father's spirit,\n\n \u200b\n\nHAMLET.\n\tAlas, poor ghost!\n\n\n\n"
+            "KING.\nMark me."
+        )
     ]
     with pytest.raises(UserError, match=f"{blank}: no text"):
         read_documents([blank], "file")

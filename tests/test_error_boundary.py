@@ -122,10 +122,13 @@ def test_recipe_key_names_the_key_of_an_input_error():
 
 
 def test_recipe_key_keeps_the_innermost_key_and_lets_other_errors_through():
-    with pytest.raises(UserError, match=r"^models\.x: no such model folder: m$"):
-        with recipe_key("model.checkpoint"), recipe_key("models.x"):
-            raise CheckpointError("no such model folder: m")
-    with pytest.raises(UserError, match="^already named$"), recipe_key("task"):
+    with (
+        pytest.raises(UserError, match=r"^models\.x: no such model folder: m$"),
+        recipe_key("model.checkpoint"),
+        recipe_key("models.x"),
+    ):
+        raise CheckpointError("no such model folder: m")
+    with pytest.raises(UserError, match=r"^already named$"), recipe_key("task"):
         raise UserError("already named")
     with pytest.raises(ValueError), recipe_key("task"):
         raise ValueError("not input")
@@ -155,5 +158,5 @@ def test_stages_name_the_key_data_leaves_out():
         text_documents("x", "page")
     with pytest.raises(UserError, match=r"^--document: expected one of"):
         prompt_ids(SimpleNamespace(eos_token_id=0), "x", "page")
-    with pytest.raises(InputError, match="^no predictions for "):
+    with pytest.raises(InputError, match=r"^no predictions for "):
         write_submission(Path("unused.zip"), {})

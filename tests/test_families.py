@@ -94,7 +94,7 @@ def test_the_data_layouts():
     assert (BERT.tokenizer_kind, GPT2.tokenizer_kind) == ("WordPiece", "byte-level BPE")
     assert (BERT.accuracy_name, AWD_LSTM.accuracy_name) == ("masked_accuracy", "next_token_accuracy")
     tokenizer.mask_token = None
-    with pytest.raises(CheckpointError, match="^the tokenizer of here has no mask_token, which bert") as refused:
+    with pytest.raises(CheckpointError, match=r"^the tokenizer of here has no mask_token, which bert") as refused:
         BERT.check_tokenizer(tokenizer, "here")
     assert refused.value.value == ["mask_token"]  # the stage names the key that gave "here" (stages/pretrain.py)
     GPT2.check_tokenizer(tokenizer, "here")
@@ -108,10 +108,14 @@ def test_what_is_known_of_a_loaded_config():
 
 
 def test_a_checkpoint_of_another_family_is_refused_with_its_type():
-    with pytest.raises(
-        UserError,
-        match="^model.checkpoint: run/ckpt is a 'bert' model; model.family awd_lstm continues awd_lstm checkpoints$",
-    ), recipe_key("model.checkpoint"):  # as the stages name it
+    with (
+        pytest.raises(
+            UserError,
+            match=r"^model.checkpoint: run/ckpt is a 'bert' model; model.family awd_lstm continues awd_lstm "
+            r"checkpoints$",
+        ),
+        recipe_key("model.checkpoint"),
+    ):  # as the stages name it
         AWD_LSTM.check_checkpoint(AutoConfig.for_model("bert"), "run/ckpt")
     GPT2.check_checkpoint(AutoConfig.for_model("gpt2"), "run/ckpt")
 

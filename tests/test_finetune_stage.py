@@ -20,22 +20,7 @@ from finetune.stages.evaluate import run_eval
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import trainable_group_count
-from tests.conftest import (
-    custom_task_section,
-    eval_recipe,
-    finetune_recipe,
-    save_tiny_masked_lm,
-    write_corpus,
-    write_task,
-    write_yaml,
-)
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory) -> Path:
-    """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer, saved as a checkpoint."""
-    folder = tmp_path_factory.mktemp("pretrained")
-    return save_tiny_masked_lm(folder)
+from tests.conftest import custom_task_section, eval_recipe, finetune_recipe, write_corpus, write_task, write_yaml
 
 
 def run(recipe_data: dict, tmp_path: Path, name: str = "recipe") -> Path:
@@ -172,7 +157,7 @@ def test_unfreezing_schedule_lists_groups_per_epoch():
 def test_metrics_must_fit_the_task(pretrained, task_dir, tmp_path):
     data = finetune_recipe(pretrained, three_label_task(tmp_path / "three"), tmp_path / "run")
     data["task"]["labels"] = ["0", "1", "2"]  # metrics: accuracy, f1
-    with pytest.raises(Exception, match="task: metric f1 .* needs 2 labels, not 3"):
+    with pytest.raises(Exception, match=r"task: metric f1 .* needs 2 labels, not 3"):
         load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
     data["task"].update({"labels": None, "metrics": ["accuracy"]})
     with pytest.raises(Exception, match="metric accuracy is for classification"):
@@ -183,7 +168,7 @@ def test_metrics_must_fit_the_task(pretrained, task_dir, tmp_path):
 def test_bad_unfreezing_schedules_are_refused(pretrained, task_dir, tmp_path, schedule):
     data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
     data["unfreezing"] = {"mode": "gradual", "schedule": schedule}
-    with pytest.raises(Exception, match="unfreezing.schedule"):
+    with pytest.raises(Exception, match=r"unfreezing.schedule"):
         load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
 
 
@@ -203,13 +188,6 @@ def test_eval_writes_predictions_with_label_names_for_an_unlabeled_split(pretrai
     recipe["run_dir"] = str(tmp_path / "eval2")
     with pytest.raises(Exception, match="no labels to score against"):
         run_eval(load_recipe(write_yaml(tmp_path / "eval2.yaml", recipe)))
-
-
-@pytest.fixture(scope="module")
-def pretrained_without_dropout(tmp_path_factory) -> Path:
-    """The tiny checkpoint with dropout off, so that runs differing only in batching can be compared exactly."""
-    folder = tmp_path_factory.mktemp("no-dropout")
-    return save_tiny_masked_lm(folder, dropout=0.0)
 
 
 def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropout, task_dir, tmp_path):

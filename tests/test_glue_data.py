@@ -322,54 +322,6 @@ def test_field_past_the_csv_size_limit_names_its_line(tmp_path, file_format):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def fake_hub(monkeypatch):
-    """`datasets.load_dataset` answering nyu-mll/glue with the hub's columns and integer labels."""
-    import datasets
-
-    def split(columns: dict, labels: list, ids: list[int] | None = None) -> datasets.Dataset:
-        rows = len(labels)
-        return datasets.Dataset.from_dict(
-            {
-                **{name: [f"{name} {index}" for index in range(rows)] for name in columns},
-                "label": labels,
-                "idx": ids or list(range(rows)),
-            }
-        )
-
-    pair = ("premise", "hypothesis")
-    configs = {
-        # hub order: 0 entailment, 1 neutral, 2 contradiction; the test splits are labelled -1
-        "mnli": datasets.DatasetDict(
-            {
-                "train": split(pair, [0, 1]),
-                "validation_matched": split(pair, [0, 1, 2]),
-                "validation_mismatched": split(pair, [2, 2]),
-                "test_matched": split(pair, [-1, -1], [7, 8]),
-                "test_mismatched": split(pair, [-1]),
-            }
-        ),
-        "ax": datasets.DatasetDict({"test": split(pair, [-1, -1, -1])}),
-        "stsb": datasets.DatasetDict(
-            {
-                "validation": split(("sentence1", "sentence2"), [4.5, 0.25]),
-                "test": split(("sentence1", "sentence2"), [-1.0]),
-            }
-        ),
-        "rte": datasets.DatasetDict({"validation": split(("sentence1", "sentence2"), [1, 0, 0])}),
-    }
-    calls = []
-
-    def load_dataset(path, name=None, **kwargs):
-        calls.append((path, name))
-        if name not in configs:
-            raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (LocalEntryNotFoundError)")
-        return configs[name]
-
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    return calls
-
-
 def test_hub_labels_map_to_the_task_label_strings(fake_hub):
     spec = task_spec(TaskConfig(name="mnli", source="hub"))
     examples = read_task_split(spec, None, "dev")
@@ -495,13 +447,13 @@ def test_jsonl_score_that_is_not_a_finite_number(tmp_path, literal):
     )
     path = tmp_path / "train.jsonl"
     path.write_text('{"text": "fine", "score": 4.5}\n{"text": "odd", "score": ' + literal + "}\n", encoding="utf-8")
-    with pytest.raises(UserError, match="train.jsonl line 2: label '.*' is not a finite number"):
+    with pytest.raises(UserError, match=r"train.jsonl line 2: label '.*' is not a finite number"):
         read_task_split(task_spec(config), tmp_path, "train")
 
 
 def test_unknown_extension(tmp_path):
     (tmp_path / "train.txt").write_text("text\tstars\nok\tgood\n", encoding="utf-8")
-    with pytest.raises(UserError, match="unknown file type '.txt'"):
+    with pytest.raises(UserError, match=r"unknown file type '.txt'"):
         read_task_split(task_spec(custom(tmp_path, files={"train": "train.txt"})), tmp_path, "train")
     # An explicit format reads any extension.
     spec = task_spec(custom(tmp_path, files={"train": "train.txt"}, format="tsv"))
@@ -546,7 +498,7 @@ def test_numbers_and_booleans_in_labels_are_the_files_text(tmp_path):
     (tmp_path / "train.jsonl").write_text('{"t": "a", "y": false}\n{"t": "b", "y": "true"}\n')
     assert read_task_split(task_spec(flags), tmp_path, "train").labels.tolist() == [1, 0]
     (tmp_path / "dev.csv").write_text("t,y\na,True\n")  # what pandas writes
-    with pytest.raises(UserError, match="label 'True' is not one of true, false .*write 'True' in task.labels"):
+    with pytest.raises(UserError, match=r"label 'True' is not one of true, false .*write 'True' in task.labels"):
         read_task_split(task_spec(flags), tmp_path, "dev")
     with pytest.raises(ValueError, match=r"1.0 is a decimal number.*quote the label"):
         news(tmp_path, text_columns=["Title"], labels=[1.0, 2.0])

@@ -28,7 +28,7 @@ from finetune.recipes import load_recipe, recipe_to_yaml
 from finetune.stages.evaluate import run_eval
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import eval_recipe, write_corpus, write_task, write_yaml
-from tests.test_glue_data import TEST_ROWS, fake_hub, write_glue_root  # noqa: F401 (fake_hub is a fixture)
+from tests.test_glue_data import TEST_ROWS, write_glue_root
 
 runner = CliRunner()
 
@@ -232,7 +232,7 @@ def test_hub_source(checkpoints, tmp_path, fake_hub):
 def test_checkpoint_with_other_labels_is_refused(checkpoints, tmp_path):
     root = write_glue_root(tmp_path / "glue")
     data = glue_recipe(tmp_path / "run", {"qnli": checkpoints["mnli"]}, glue_dir=str(root))
-    with pytest.raises(UserError, match="tasks.qnli.*predicts labels"):
+    with pytest.raises(UserError, match=r"tasks.qnli.*predicts labels"):
         evaluate(tmp_path, data)
     assert not (tmp_path / "run").exists()
 
@@ -242,14 +242,14 @@ def test_missing_checkpoint_fails_before_any_model_runs(checkpoints, tmp_path):
     data = glue_recipe(
         tmp_path / "run", {"cola": checkpoints["cola"], "rte": [str(tmp_path / "absent")]}, glue_dir=str(root)
     )
-    with pytest.raises(UserError, match="tasks.rte: no such model folder"):
+    with pytest.raises(UserError, match=r"tasks.rte: no such model folder"):
         evaluate(tmp_path, data)
 
 
 def test_missing_dev_file(checkpoints, tmp_path):
     root = write_glue_root(tmp_path / "glue")
     (root / "MNLI" / "dev_mismatched.tsv").unlink()
-    with pytest.raises(UserError, match="task 'mnli-mm': no dev file .*dev_mismatched.tsv"):
+    with pytest.raises(UserError, match=r"task 'mnli-mm': no dev file .*dev_mismatched.tsv"):
         evaluate(tmp_path, glue_recipe(tmp_path / "run", {"mnli": checkpoints["mnli"]}, glue_dir=str(root)))
 
 

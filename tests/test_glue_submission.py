@@ -81,7 +81,7 @@ def test_complete_archive_is_valid(archive):
 def test_incomplete_archive_is_refused_and_nothing_is_written(tmp_path):
     predictions = {name: value for name, value in complete_predictions().items() if name not in ("qqp", "ax")}
     path = tmp_path / "submission.zip"
-    with pytest.raises(UserError, match="no predictions for qqp, ax.*allow_incomplete"):
+    with pytest.raises(UserError, match=r"no predictions for qqp, ax.*allow_incomplete"):
         write_submission(path, predictions)
     assert list(tmp_path.iterdir()) == []
     assert write_submission(path, predictions, allow_incomplete=True) == ["qqp", "ax"]

@@ -57,7 +57,7 @@ def test_counts_correct_predictions_with_and_without_gradients(monkeypatch):
     hidden.data[:, 0] *= 50  # make some predictions right: scale a feature the weight reads strongly
     expected_loss, expected_correct = reference(hidden, weight, offset, labels)
     with torch.no_grad():
-        loss, count, correct = linear_cross_entropy(hidden, weight, offset, labels, count_correct=True)
+        loss, _count, correct = linear_cross_entropy(hidden, weight, offset, labels, count_correct=True)
     assert loss.item() == pytest.approx(expected_loss.item(), rel=1e-5)
     assert correct.item() == expected_correct.item()
     loss, _, correct = linear_cross_entropy(hidden, weight, offset, labels, count_correct=True)

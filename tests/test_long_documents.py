@@ -174,7 +174,7 @@ def test_windows_read_backwards_are_each_window_reversed(checkpoint):
 
 def test_a_mode_other_than_truncate_needs_a_max_length(checkpoint):
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    with pytest.raises(UserError, match="mode chunks needs task.max_length"):
+    with pytest.raises(UserError, match=r"mode chunks needs task.max_length"):
         EncodedTask(examples_of(["the film was great ."]), tokenizer, DocumentReading(None, "chunks"))
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
     # eval of a checkpoint without a saved recipe: the transformer's default length is fitted before encoding

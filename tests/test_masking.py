@@ -40,7 +40,7 @@ def outcome(tokens: np.ndarray, rule: MaskingRule, seed: int = 0):
 
 
 def test_default_rates(tokens):
-    inputs, labels, chosen, masked, randomised, unchanged = outcome(tokens, make_rule())
+    _inputs, _labels, chosen, masked, randomised, unchanged = outcome(tokens, make_rule())
     candidates = ~np.isin(tokens, SPECIAL)
     assert chosen.sum() / candidates.sum() == pytest.approx(0.15, abs=0.005)
     total = chosen.sum()
@@ -66,7 +66,7 @@ def test_input_is_not_modified(tokens):
 
 
 def test_special_tokens_are_never_chosen(tokens):
-    inputs, labels, chosen, *_ = outcome(tokens, make_rule(probability=0.9))
+    inputs, _labels, chosen, *_ = outcome(tokens, make_rule(probability=0.9))
     is_special = np.isin(tokens, SPECIAL)
     assert is_special.sum() > 10_000
     assert not chosen[is_special].any()
@@ -76,7 +76,7 @@ def test_special_tokens_are_never_chosen(tokens):
 def test_random_replacements_are_never_special(tokens):
     # Everything chosen is randomised: every replacement must come from the ordinary vocabulary.
     rule = make_rule(probability=0.5, mask_fraction=0.0, random_fraction=1.0)
-    inputs, labels, chosen, masked, randomised, unchanged = outcome(tokens, rule)
+    inputs, _labels, chosen, masked, randomised, unchanged = outcome(tokens, rule)
     assert masked.sum() == 0
     assert not np.isin(inputs[chosen], SPECIAL).any()
     # The replacements cover the ordinary vocabulary (they are drawn from it, not from a few ids).
@@ -95,7 +95,7 @@ def test_replacement_ids_exclude_specials():
 )
 def test_custom_rates(tokens, probability, mask_fraction, random_fraction):
     rule = make_rule(probability=probability, mask_fraction=mask_fraction, random_fraction=random_fraction)
-    inputs, labels, chosen, masked, randomised, unchanged = outcome(tokens, rule)
+    _inputs, _labels, chosen, masked, randomised, unchanged = outcome(tokens, rule)
     candidates = ~np.isin(tokens, SPECIAL)
     total = chosen.sum()
     assert total / candidates.sum() == pytest.approx(probability, abs=0.005)
@@ -123,7 +123,7 @@ def test_different_seed_differs(tokens):
 def test_rule_for_tokenizer():
     class FakeTokenizer:
         mask_token_id = MASK
-        all_special_ids = [SEP, CLS, MASK, PAD, UNK, CLS]
+        all_special_ids = (SEP, CLS, MASK, PAD, UNK, CLS)
 
         def __len__(self):
             return VOCAB

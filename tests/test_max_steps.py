@@ -15,7 +15,6 @@ from finetune.run_dir import read_metrics
 from finetune.stages.finetune import run_finetune
 from finetune.training.schedules import linear_warmup_decay, slanted_triangular
 from tests.conftest import finetune_recipe, pretrain_recipe, write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint)
 from tests.test_resume_finetune import Stopped, assert_same_run, stop_after_checkpoint
 from tests.test_ulmfit_flow import ulmfit_recipe
 
@@ -34,7 +33,7 @@ def three_epochs_by_steps(checkpoint: Path, task: Path, run_dir: Path) -> dict:
     return data
 
 
-def test_finetune_runs_max_steps_past_the_epochs_with_the_schedule_fitted(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_finetune_runs_max_steps_past_the_epochs_with_the_schedule_fitted(pretrained, task_dir, tmp_path):
     data = three_epochs_by_steps(pretrained, task_dir, tmp_path / "run")
     run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
     train = records(tmp_path / "run", "train")
@@ -52,14 +51,14 @@ def test_finetune_runs_max_steps_past_the_epochs_with_the_schedule_fitted(pretra
     assert result["last_step"] == 12
 
 
-def test_max_steps_within_an_epoch_still_stops_early(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_max_steps_within_an_epoch_still_stops_early(pretrained, task_dir, tmp_path):
     data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
     data["training"].update({"epochs": 3, "max_steps": 3})
     run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
     assert [record["step"] for record in records(tmp_path / "run", "train")] == [1, 2, 3]
 
 
-def test_resume_inside_a_repeated_epoch_is_exact(pretrained, task_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_resume_inside_a_repeated_epoch_is_exact(pretrained, task_dir, tmp_path, monkeypatch):
     """Stopped at step 8 (the second pass over the data) and resumed: the uninterrupted 12-step run, bit for bit."""
     extra = {"checkpoint_every": 4, "eval_every": 3}
     full = {**three_epochs_by_steps(pretrained, task_dir, tmp_path / "full"), **extra}

@@ -37,7 +37,7 @@ def test_loader_runs_longest_first_and_restores_file_order(tmp_path):
     batches = LengthSortedPrediction(encoded, tokenizer, batch_size=8)
     lengths = [len(item["input_ids"]) for item in batches.loader.dataset]
     assert lengths == sorted(encoded.lengths, reverse=True) and len(set(lengths)) > 3
-    assert [batch["input_ids"].shape[1] for batch in batches.loader][0] == max(encoded.lengths)
+    assert next(batch["input_ids"].shape[1] for batch in batches.loader) == max(encoded.lengths)
     outputs = np.arange(len(encoded))[:, None] * 1.0  # the loader's k-th output is k
     assert batches.in_file_order(outputs)[:, 0].tolist() == np.argsort(batches.order).tolist()
 

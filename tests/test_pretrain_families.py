@@ -19,8 +19,8 @@ from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.token_arrays import TokenizedDocuments
 from finetune.errors import UserError
-from finetune.models.language_models import train_tokenizer, uses_causal_transformer
-from finetune.recipes import TokenizerConfig, load_recipe
+from finetune.models.language_models import uses_causal_transformer
+from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import run_pretrain
 from finetune.training.checkpoints import TRAINING_STATE_DIR
@@ -40,24 +40,6 @@ AUTO_CLASS = {
 ACCURACY = {"bert": "masked_accuracy", "gpt2": "next_token_accuracy", "awd_lstm": "next_token_accuracy"}
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory) -> dict[str, Path]:
-    """One saved tokenizer per kind, so that runs compared with each other use the same ids."""
-    folder = tmp_path_factory.mktemp("tokenizers")
-    from tests.conftest import write_corpus
-
-    documents = read_documents([write_corpus(folder / "corpus", lines=300)])
-    saved = {}
-    for family in ("bert", "gpt2"):
-        tokenizer = train_tokenizer(
-            family, documents, TokenizerConfig(vocab_size=200, min_frequency=1, lowercase=family == "bert")
-        )
-        tokenizer.save_pretrained(folder / family)
-        saved[family] = folder / family
-    saved["awd_lstm"] = saved["gpt2"]
-    return saved
 
 
 def family_recipe(family: str, corpus: Path, run_dir: Path, tokenizer: Path | None = None, **extra) -> dict:

@@ -6,6 +6,7 @@ deterministic, and the tests do not spend the machine's cores on matrix products
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -214,7 +215,7 @@ def test_causal_transformer_flops_by_hand(tmp_path, corpus_file, write_recipe):
 def test_awd_lstm_flops_by_hand(tmp_path, corpus_file, write_recipe):
     compute = profile_json(write_recipe(lm_recipe(corpus_file, tmp_path / "run", AWD_LSTM)))["compute"]
     sizes, vocab = [16, 24, 24, 16], 200
-    gates = sum(4 * (inputs * outputs + outputs * outputs) for inputs, outputs in zip(sizes, sizes[1:]))
+    gates = sum(4 * (inputs * outputs + outputs * outputs) for inputs, outputs in itertools.pairwise(sizes))
     assert compute["flops_per_token"] == pytest.approx(6 * (gates + 16 * vocab))  # LSTM gates + tied decoder
 
 

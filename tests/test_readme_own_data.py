@@ -64,7 +64,7 @@ def write_play(path: Path, speeches: int = 120) -> None:
         "not",
     ]
     text = []
-    for index in range(speeches):
+    for _ in range(speeches):
         verse = [" ".join(rng.choice(words) for _ in range(6)) + "," for _ in range(2)]
         text.append(f"{rng.choice(['HAMLET.', 'HORATIO.', 'OPHELIA.'])}\n" + "\n".join(verse) + "\n")
     path.write_text("\n".join(text), encoding="utf-8")

@@ -178,7 +178,7 @@ def test_save_and_load_each_cell_with_the_auto_class(cell, tmp_path):
     model.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["cell"] == cell
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as stored:
-        names = {name for name in stored.keys() if name.startswith("awd_lstm.layers.0.")}
+        names = {name for name in stored.keys() if name.startswith("awd_lstm.layers.0.")}  # noqa: SIM118 (safe_open is not iterable)
     expected = {
         "lstm": {"weight_hh_l0_raw", "lstm.weight_ih_l0", "lstm.bias_ih_l0", "lstm.bias_hh_l0"},
         "rnn": {"weight_hh_l0_raw", "rnn.weight_ih_l0", "rnn.bias_ih_l0", "rnn.bias_hh_l0"},
@@ -264,7 +264,7 @@ def test_an_unknown_cell_is_one_line_naming_model_cell(tmp_path, corpus_file):
     assert not (tmp_path / "run").exists()
     continued = awd_lstm_recipe(corpus_file, tmp_path / "run", "qrnn")
     continued["model"] = {"family": "awd_lstm", "checkpoint": str(tmp_path), "cell": "qrnn"}
-    with pytest.raises(Exception, match="architecture comes from model.checkpoint; remove cell"):
+    with pytest.raises(Exception, match=r"architecture comes from model.checkpoint; remove cell"):
         load_recipe(write_yaml(tmp_path / "continued.yaml", continued))
 
 

@@ -24,7 +24,6 @@ from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training import loop as loop_module
 from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, latest_training_checkpoint
 from tests.conftest import REPO_ROOT, finetune_recipe, write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint, dropout on)
 from tests.test_pretrain_families import comparable_metrics
 
 runner = CliRunner()
@@ -79,13 +78,7 @@ def assert_same_run(full: Path, resumed: Path) -> None:
     [{"group_by_length": True}, {"group_by_length": False}, {"batch_size": 4, "gradient_accumulation_steps": 2}],
     ids=["length-grouped", "shuffled", "accumulated"],
 )
-def test_resume_continues_a_finetune_run_exactly(
-    pretrained,
-    task_dir,
-    tmp_path,
-    monkeypatch,
-    training,
-):
+def test_resume_continues_a_finetune_run_exactly(pretrained, task_dir, tmp_path, monkeypatch, training):
     """Stopped after the step-8 checkpoint (mid-epoch 2, two groups thawed) and resumed: the same run, bit for bit."""
     full_data = resumable_recipe(pretrained, task_dir, tmp_path / "full")
     full_data["training"].update(training)
@@ -114,7 +107,7 @@ def test_resume_continues_a_finetune_run_exactly(
     assert sorted(path.name for path in (run / "checkpoints").iterdir()) == ["step-00000008", "step-00000012"]
 
 
-def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, tmp_path, monkeypatch):  # noqa: F811
+def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, tmp_path, monkeypatch):
     """Stopped during the second seed: --resume keeps seed 3 as it was and continues seed 4 from its checkpoint."""
 
     def seeds_recipe(run_dir: Path) -> dict:
@@ -158,7 +151,7 @@ def test_resume_of_a_multi_seed_run_keeps_finished_seeds(pretrained, task_dir, t
     )
 
 
-def test_resume_refuses_a_changed_recipe_and_keeps_a_finished_run(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_resume_refuses_a_changed_recipe_and_keeps_a_finished_run(pretrained, task_dir, tmp_path):
     data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
     data["training"].update({"epochs": 1, "max_steps": 2})
     path = write_yaml(tmp_path / "recipe.yaml", data)
@@ -219,7 +212,7 @@ TWO_PROCESS_LAUNCHER = textwrap.dedent("""
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="needs torch.distributed with gloo",
 )
-def test_resume_on_two_processes(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_resume_on_two_processes(pretrained, task_dir, tmp_path):
     """2 processes x 8 examples, an epoch of 3 steps (16, 16, 8): resumed after step 2, before the short step.
 
     Logged at step 3 only: the step-3 record sums steps 1 and 2 from before the stop, each process its own share.
@@ -254,6 +247,7 @@ def test_resume_on_two_processes(pretrained, task_dir, tmp_path):  # noqa: F811
         timeout=240,
         env=environment,
         cwd=tmp_path,
+        check=False,  # the assertion below shows its output
     )
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]

@@ -16,8 +16,7 @@ from finetune.stages.pretrain import run_pretrain
 from finetune.training import loop as loop_module
 from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, latest_training_checkpoint
 from tests.conftest import write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint, dropout on)
-from tests.test_pretrain_families import family_recipe, tokenizers  # noqa: F401  (tokenizers: a fixture)
+from tests.test_pretrain_families import family_recipe
 from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 
 runner = CliRunner()

@@ -31,8 +31,7 @@ from finetune.training import checkpoints as checkpoints_module
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.loop import TrainingLoop
 from tests.conftest import REPO_ROOT, write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint, dropout on)
-from tests.test_pretrain_families import family_recipe, tokenizers  # noqa: F401  (tokenizers: a fixture)
+from tests.test_pretrain_families import family_recipe
 from tests.test_resume_finetune import assert_same_run, resumable_recipe
 
 runner = CliRunner()
@@ -122,7 +121,7 @@ def one_error_line(output: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def finetune_reference(pretrained, tmp_path_factory) -> Path:  # noqa: F811
+def finetune_reference(pretrained, tmp_path_factory) -> Path:
     """An uninterrupted run of the resumable finetune recipe (test_resume_finetune's), for comparisons."""
     from tests.conftest import write_task
 
@@ -160,7 +159,7 @@ def test_sigkill_at_an_arbitrary_step_then_resume_gives_the_uninterrupted_finetu
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
-def test_sigkill_then_resume_gives_the_uninterrupted_pretrain_run(tmp_path, corpus_file, tokenizers):  # noqa: F811
+def test_sigkill_then_resume_gives_the_uninterrupted_pretrain_run(tmp_path, corpus_file, tokenizers):
     for name in ("full", "run"):
         write_yaml(tmp_path / f"{name}.yaml", family_recipe("gpt2", corpus_file, tmp_path / name, tokenizers["gpt2"]))
     run_pretrain(load_recipe(tmp_path / "full.yaml"))

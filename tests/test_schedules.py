@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -45,8 +46,8 @@ def test_stlr_shape(total, cut_frac, ratio):
     assert values.index(max(values)) == cut
     assert values[total] == pytest.approx(1 / ratio)
     rising, falling = values[: cut + 1], values[cut:]
-    assert all(a < b for a, b in zip(rising, rising[1:])), "STLR must rise strictly up to the cut"
-    assert all(a > b for a, b in zip(falling, falling[1:])), "STLR must fall strictly after the cut"
+    assert all(a < b for a, b in itertools.pairwise(rising)), "STLR must rise strictly up to the cut"
+    assert all(a > b for a, b in itertools.pairwise(falling)), "STLR must fall strictly after the cut"
     assert min(values) >= 1 / ratio - 1e-12
 
 
@@ -72,8 +73,8 @@ def test_linear_warmup_decay():
     values = [linear_warmup_decay(t, total, fraction) for t in range(total + 1)]
     assert values[warmup] == pytest.approx(1.0)
     assert max(values) == pytest.approx(1.0)
-    assert all(a < b for a, b in zip(values[: warmup + 1], values[1 : warmup + 1])), "warmup must rise"
-    assert all(a > b for a, b in zip(values[warmup:], values[warmup + 1 :])), "decay must fall"
+    assert all(a < b for a, b in itertools.pairwise(values[: warmup + 1])), "warmup must rise"
+    assert all(a > b for a, b in itertools.pairwise(values[warmup:])), "decay must fall"
     assert 0 < values[0] < 0.2
     assert values[total] == 0.0
     assert values[55] == pytest.approx((total - 55) / (total - warmup))
@@ -135,8 +136,8 @@ def test_one_cycle_is_two_cosines(total, pct_start, div, final_div):
     values = [one_cycle(step, total, pct_start, div, final_div) for step in range(total + 1)]
     assert values[0] == pytest.approx(1 / div) and values[rise] == 1.0 and max(values) == 1.0
     assert values[total] == pytest.approx(1 / final_div)
-    assert all(a < b for a, b in zip(values[: rise + 1], values[1 : rise + 1]))
-    assert all(a > b for a, b in zip(values[rise:], values[rise + 1 :]))
+    assert all(a < b for a, b in itertools.pairwise(values[: rise + 1]))
+    assert all(a > b for a, b in itertools.pairwise(values[rise:]))
 
 
 def test_one_cycle_momentum_mirrors_the_lr():

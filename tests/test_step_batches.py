@@ -1,4 +1,5 @@
-"""StepBatches under accelerate's own sharding: every example once an epoch, each step the same examples on P processes."""
+"""StepBatches under accelerate's own sharding: every example once an epoch, each step the same examples on P
+processes."""
 
 from __future__ import annotations
 

@@ -18,7 +18,6 @@ from finetune.stages.finetune import run_finetune
 from finetune.training.checkpoints import TRAINING_STATE_DIR, latest_training_checkpoint
 from finetune.training.state import PROGRESS_FILE, STATE_FORMAT, BestSoFar, TrainingState, read_training_state
 from tests.conftest import write_yaml
-from tests.test_finetune_stage import pretrained  # noqa: F401  (fixture: a tiny BERT checkpoint, dropout on)
 from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 
 runner = CliRunner()
@@ -123,12 +122,7 @@ def downgrade_to_format_1(checkpoint: Path) -> None:
     save_file(tensors, str(tensors_file))
 
 
-def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(
-    pretrained,
-    task_dir,
-    tmp_path,
-    monkeypatch,
-):
+def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(pretrained, task_dir, tmp_path, monkeypatch):
     run_finetune(
         load_recipe(write_yaml(tmp_path / "full.yaml", resumable_recipe(pretrained, task_dir, tmp_path / "full")))
     )
@@ -150,12 +144,7 @@ def test_a_run_stopped_under_the_older_format_resumes_bit_for_bit(
     assert progress["format"] == STATE_FORMAT and progress["step"] == 12
 
 
-def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(
-    pretrained,
-    task_dir,
-    tmp_path,
-    monkeypatch,
-):
+def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(pretrained, task_dir, tmp_path, monkeypatch):
     recipe = load_recipe(
         write_yaml(tmp_path / "resumed.yaml", resumable_recipe(pretrained, task_dir, tmp_path / "resumed"))
     )
@@ -168,6 +157,8 @@ def test_the_cli_refuses_to_resume_a_checkpoint_of_a_newer_format(
     result = runner.invoke(app, ["finetune", str(tmp_path / "resumed.yaml"), "--resume"])
     assert result.exit_code == 2
     assert [line for line in result.output.splitlines() if line.startswith("error:")] == [
-        f"error: --resume: {progress_file.parent.parent} was saved by a newer finetune (training state format "
-        f"{STATE_FORMAT + 1}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"
+        (
+            f"error: --resume: {progress_file.parent.parent} was saved by a newer finetune (training state format "
+            f"{STATE_FORMAT + 1}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"
+        )
     ]

@@ -31,7 +31,6 @@ from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, lat
 from finetune.training.unfreezing import thaw_interval, trainable_group_count_at_step
 from tests.conftest import REPO_ROOT, custom_task_section, finetune_recipe, save_tiny_masked_lm, write_task, write_yaml
 from tests.test_distributed import check_two_processes, torchrun
-from tests.test_finetune_stage import pretrained, pretrained_without_dropout  # noqa: F401  (fixtures)
 from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 from tests.test_resume_logs import metrics_text_without_throughput
 
@@ -101,7 +100,7 @@ def group_names(checkpoint: Path) -> list[list[str]]:
     return [[names[id(parameter)] for parameter in group] for group in layer_groups(model)]
 
 
-def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_weights_stay(pretrained, tmp_path):  # noqa: F811
+def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_weights_stay(pretrained, tmp_path):
     """8 steps, 4 groups, a checkpoint after every step: group g trains from step 2 x (3 - g) + 1 on, not before."""
     data = stepwise_recipe(pretrained, QUICKSTART_TASK, tmp_path / "run", {"every_steps": 2})
     data["task"] = {**custom_task_section(QUICKSTART_TASK), "name": "quickstart-sentiment"}
@@ -132,7 +131,7 @@ def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_we
     assert sorted(path.name for path in write_plots(run)) == sorted(path.name for path in (run / PLOTS_DIR).iterdir())
 
 
-def test_a_fraction_of_the_run_and_the_epoch_mode_records(pretrained, task_dir, tmp_path):  # noqa: F811
+def test_a_fraction_of_the_run_and_the_epoch_mode_records(pretrained, task_dir, tmp_path):
     """10 steps (2 epochs of 5), every_fraction 0.3: a thaw every 3 steps, the records' epochs those of the steps."""
     data = stepwise_recipe(pretrained, task_dir, tmp_path / "run", {"every_fraction": 0.3})
     run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
@@ -151,13 +150,7 @@ def test_a_fraction_of_the_run_and_the_epoch_mode_records(pretrained, task_dir, 
     ids=["thaw-at-the-checkpoint-mid-epoch", "thaw-at-the-checkpoint-at-an-epoch-end"],
 )
 def test_resume_reproduces_the_run_and_its_unfreeze_records(
-    pretrained,
-    task_dir,
-    tmp_path,
-    monkeypatch,
-    every_steps,
-    checkpoint_every,
-    stop,
+    pretrained, task_dir, tmp_path, monkeypatch, every_steps, checkpoint_every, stop
 ):
     """Stopped right after the checkpoint of a step that thaws a group (its record comes after the checkpoint):
     the resumed run logs that record, freezes what the stopped run froze, and ends bit for bit the same."""

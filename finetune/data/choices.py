@@ -113,7 +113,7 @@ class EncodedChoices(EncodedItems):
         for index, (stem, choices) in enumerate(zip(questions.stems, questions.choices)):
             if delimiter is None:
                 encoding = tokenizer([stem] * len(choices), choices, truncation="longest_first", max_length=max_length)
-                item = {key: list(encoding[key]) for key in encoding.keys()}
+                item = {key: list(encoding[key]) for key in encoding}
             else:
                 item = _decoder_sequences(tokenizer, stem, choices, max_length, delimiter)
             if questions.answers is not None:

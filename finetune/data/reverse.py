@@ -5,8 +5,9 @@ so that BPE pieces stay whole and only their order changes; the separator still 
 checkpoint says so in config.json (`finetune_reverse: true`), and everything that reads text for such a model
 reads it the same way: continued pretraining, the classifier's training and dev text, `finetune eval` and
 `finetune predict`. A bidirectional classifier (a forward and a backward encoder, `reads_both_directions`) is given
-both: `input_ids` forwards and `backward_input_ids` reversed by the same rule. A classifier fine-tuned from it keeps the key (the config is copied), so it is read
-backwards too. Forward models have no key at all: their config.json is what it always was.
+both: `input_ids` forwards and `backward_input_ids` reversed by the same rule. A classifier fine-tuned from it
+keeps the key (the config is copied), so it is read backwards too. Forward models have no key at all: their config.json
+is what it always was.
 
 The ids are never stored reversed: the token cache holds forward ids and `read_backwards` makes a view that
 `DocumentStream` reads from each document's end (data/token_arrays.py), so one cache entry serves both directions

@@ -191,7 +191,7 @@ class EncodedSpans(EncodedItems):
             return_offsets_mapping=True,
         )
         self.items, self.question_of, self.offsets, self.cls_positions = [], [], [], []
-        model_keys = [key for key in encoding.keys() if key not in ("offset_mapping", "overflow_to_sample_mapping")]
+        model_keys = [key for key in encoding if key not in ("offset_mapping", "overflow_to_sample_mapping")]
         for row, question_index in enumerate(encoding["overflow_to_sample_mapping"]):
             sequence = encoding.sequence_ids(row)
             offsets = [

@@ -134,7 +134,7 @@ class EncodedTagging(EncodedItems):
             )
             self.word_positions.append(first_tokens)
             cut += None in first_tokens
-            item = {key: encoding[key][row] for key in encoding.keys() if key != "offset_mapping"}
+            item = {key: encoding[key][row] for key in encoding if key != "offset_mapping"}
             if labels is not None:
                 item["labels"] = [IGNORED] * len(input_ids)
                 for word, position in enumerate(first_tokens):

@@ -248,7 +248,8 @@ class TokenWriter:
         self.parts: list[np.ndarray] = []  # without a folder
         self.handle = None
         if folder is not None:
-            self.handle = open(folder / IDS_FILE, "wb")
+            # held open across add() calls; finish() closes it (a with-block cannot span them)
+            self.handle = open(folder / IDS_FILE, "wb")  # noqa: SIM115
             self._write_header()
             self.data_start = self.handle.tell()
 

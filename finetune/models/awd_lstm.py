@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -234,7 +234,7 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel, StatefulGenerationMixin):
     `generate` carries the recurrent state: the prompt is read once, then each new token is one step.
     """
 
-    _tied_weights_keys = {"decoder.weight": "awd_lstm.embedding.weight"}
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"decoder.weight": "awd_lstm.embedding.weight"}
     state_keyword = "hidden_state"
 
     def __init__(self, config: AWDLSTMConfig):

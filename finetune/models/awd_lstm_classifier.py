@@ -29,6 +29,7 @@ import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -172,7 +173,7 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
     """
 
     # A language-model checkpoint also holds the decoder; a classifier has no use for it.
-    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"^decoder\."]
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)
@@ -293,7 +294,7 @@ class AWDLSTMForTokenClassification(AWDLSTMPreTrainedModel):
     A sentence is read in one pass (sentences are short; `classifier_bptt` chunks are for documents).
     """
 
-    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"^decoder\."]
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)

@@ -10,7 +10,8 @@ embedding); attention is where the two options differ from GPT2LMHeadModel, whic
   relative, with no absolute table: score(i, j) = (q_i + u).k_j + (q_i + v).W_R R_{i-j}, the paper's four terms
   (content, content-position, global content bias u, global position bias v) in two products; R is the sinusoid
   of the distance i - j, W_R one projection per layer, u and v learned per head and shared by all layers. A model
-  trained with M and segments of L tokens can be read with other M and L (`stages.language_model_validation.segment_validation`).
+  trained with M and segments of L tokens can be read with other M and L
+  (`stages.language_model_validation.segment_validation`).
 - Sparse Transformer (Child et al. 2019), `attention_pattern` strided or fixed with stride S. Query i attends to
   key j <= i where
     strided: (i - j) < S or (i - j) % S == 0             (the last S positions, then every S-th before),
@@ -57,7 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -387,7 +388,7 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGen
     where a key/value cache would keep them).
     """
 
-    _tied_weights_keys = {"lm_head.weight": "transformer.token_embedding.weight"}
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "transformer.token_embedding.weight"}
     state_keyword = "memory"
 
     def __init__(self, config: CausalTransformerConfig):

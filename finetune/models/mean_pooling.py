@@ -40,7 +40,9 @@ class MeanPoolingConfig(PretrainedConfig):
     """A mean-pooling classifier: the encoder's config under `encoder`, and the head's dropout."""
 
     model_type = "mean_pooling_classifier"
-    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    # Read by transformers from the class, never changed. Not annotated: @strict would take an annotated name for a
+    # config field.
+    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}  # noqa: RUF012
 
     encoder: PretrainedConfig | dict | None = None
     classifier_dropout: float | None = None  # None: the encoder's hidden dropout (BERT's head does the same)

@@ -86,7 +86,8 @@ class NGramTables:
 def estimate_kneser_ney(
     stream: np.ndarray, vocab_size: int, order: int, advance: Callable[[], None] = lambda: None
 ) -> NGramTables:
-    """Count every n-gram of `stream` (token ids, one text) up to `order` and smooth them; `advance()` once per order."""
+    """Count every n-gram of `stream` (token ids, one text) up to `order` and smooth them; `advance()` once per
+    order."""
     stream = np.asarray(stream, dtype=np.int64)
     if not 1 <= order <= MAX_ORDER:
         raise ValueError(f"order {order} is outside 1..{MAX_ORDER}")

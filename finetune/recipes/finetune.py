@@ -223,13 +223,15 @@ class FinetuneRecipe(TrainingRunRecipe):
     # is one more answer to the question pooling answers (what the head reads), exclusive of the others.
     pooling: Literal["model", "mean", "scalar_mix"] | None = Field(
         None,
-        description=BY_BACKBONE + "mean for a sentence-embedding checkpoint (a sentence-transformers mean "
-        "Pooling module beside it), else model. model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
-        "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average of the "
-        "last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) were "
-        "trained for; scalar_mix: ELMo's learned softmax-weighted sum of the embedding output and every layer, "
-        "times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then concat "
-        "pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen backbone",
+        description=BY_BACKBONE
+        + "mean for a sentence-embedding checkpoint (a sentence-transformers mean Pooling module beside it), "
+        "else model. model: the checkpoint's own kind of head (BERT-style: [CLS] through the pooler; GPT-2: "
+        "the last non-pad token; AWD-LSTM: concat pooling); mean: dropout and a linear layer on the average "
+        "of the last layer over the real tokens, what sentence-embedding checkpoints (e.g. all-MiniLM-L6-v2) "
+        "were trained for; scalar_mix: ELMo's learned softmax-weighted sum of the embedding output and every "
+        "layer, times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then "
+        "concat pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen "
+        "backbone",
     )
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(

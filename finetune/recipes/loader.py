@@ -7,7 +7,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -20,7 +20,7 @@ from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
-Recipe = Union[PretrainRecipe, FinetuneRecipe, EvalRecipe]
+Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe
 RECIPE_TYPES: dict[str, type[Section]] = {
     "pretrain": PretrainRecipe,
     "finetune": FinetuneRecipe,
@@ -144,7 +144,8 @@ def suggested_key(key: str, stage: str) -> str | None:
     elsewhere = [candidate for candidate in known if candidate.rpartition(".")[2] in (name, meant)]
     if not elsewhere:
         return None
-    shared = [len(os.path.commonprefix([candidate.split("."), key.split(".")])) for candidate in elsewhere]
+    # commonprefix of two lists of key parts: the parts they share from the start, compared whole (not by character)
+    shared = [len(os.path.commonprefix([candidate.split("."), key.split(".")])) for candidate in elsewhere]  # noqa: RUF071
     nearest = [candidate for candidate, count in zip(elsewhere, shared) if count == max(shared)]
     return nearest[0] if len(nearest) == 1 else None
 

@@ -85,9 +85,10 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     rows.append(
         (
             "per step",
-            f"{compute['examples_per_step']:,} x {compute['sequence_length']:,} = "
-            f"{compute['tokens_per_step']:,} {unit} (per process), "
-            f"{si(compute['flops_per_step'], 'FLOP')}",
+            (
+                f"{compute['examples_per_step']:,} x {compute['sequence_length']:,} = "
+                f"{compute['tokens_per_step']:,} {unit} (per process), {si(compute['flops_per_step'], 'FLOP')}"
+            ),
         )
     )
     if compute["total_flops"] is not None:
@@ -96,16 +97,20 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
         rows.append(
             (
                 "run",
-                f"{compute['steps']:,} steps (training.max_steps, whatever the epochs){runs}: "
-                f"{si(compute['total_flops'], 'FLOP')}{bound}",
+                (
+                    f"{compute['steps']:,} steps (training.max_steps, whatever the epochs){runs}: "
+                    f"{si(compute['total_flops'], 'FLOP')}{bound}"
+                ),
             )
         )
     else:
         rows.append(
             (
                 "run",
-                "per-step figures only: the steps per epoch depend on the data, which profile does not "
-                "read (training.max_steps gives totals)",
+                (
+                    "per-step figures only: the steps per epoch depend on the data, which profile does not "
+                    "read (training.max_steps gives totals)"
+                ),
             )
         )
     rows += [

@@ -129,7 +129,7 @@ class TextSegments:
         self.stream, self.separator_id, self.length = DocumentStream(documents, separator_id), separator_id, length
 
     def __len__(self) -> int:
-        return -(-len(self.stream) // self.length)
+        return (len(self.stream) + self.length - 1) // self.length  # blocks, the last one short
 
     def __iter__(self):
         for start in range(0, len(self.stream), self.length):

@@ -1,11 +1,12 @@
 """`finetune predict CHECKPOINT`: labels and probabilities (or scores) of a fine-tuned checkpoint for raw text.
 
-The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, two for
-a pair task, or the columns its `task.text` template or `pair: false` makes one text of), its labels,
-`task.max_length` and `task.long_documents` (head_tail or chunks read a long text as it was trained). Input is either plain text, one example per line (several text columns: separated by tabs, in
-the task's column order), or a TSV / CSV / JSON Lines file holding the text columns by name (other columns, a
-label column included, are ignored). Examples are batched longest first like `finetune
-eval`, with a progress bar on long input; outputs keep the input's order.
+The checkpoint's own finetune_recipe.yaml says what it reads and predicts: the task's text columns (one, two for a
+pair task, or the columns its `task.text` template or `pair: false` makes one text of), its labels,
+`task.max_length` and `task.long_documents` (head_tail or chunks read a long text as it was trained). Input is
+either plain text, one example per line (several text columns: separated by tabs, in the task's column order), or a
+TSV / CSV / JSON Lines file holding the text columns by name (other columns, a label column included, are ignored).
+Examples are batched longest first like `finetune eval`, with a progress bar on long input; outputs keep the input's
+order.
 
 Output rows: the input's texts, `label` and `probabilities` (one per label, in label order) for classification,
 `score` for regression, `labels` (those above the checkpoint's saved decision threshold) and `probabilities` for a

@@ -106,7 +106,7 @@ class TrainingState:
                 str(folder / _tensors_file(process_index)),
             )
         if main_process:
-            progress = {name: value for name, value in _shared_fields(self).items()}
+            progress = dict(_shared_fields(self))
             (folder / PROGRESS_FILE).write_text(json.dumps({"format": STATE_FORMAT, **progress}), encoding="utf-8")
 
 
