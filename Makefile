@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   create .venv, install, pretrain -> fine-tune -> eval on data/quickstart (CPU, minutes)
-#   make test         install the dev dependencies and run the test suite
+#   make test         install the dev dependencies, run the checks (make lint), then the test suite
+#   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 # TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
 # the project's CI machines; on a GPU machine use e.g. `make quickstart TORCH=torch`.
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart test clean
+.PHONY: install dev quickstart lint format test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +33,16 @@ quickstart: install
 	$(BIN)/finetune finetune recipes/quickstart/finetune.yaml model.init=random run_dir=runs/quickstart/finetune-random-init
 	$(BIN)/finetune eval recipes/quickstart/eval.yaml
 
-test: dev
+lint: dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: dev  # what a contributor runs before committing: fix what ruff can, then format
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 clean:
