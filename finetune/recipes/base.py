@@ -85,6 +85,12 @@ class TrainingConfig(Section):
     mixed_precision: Literal["auto", "no", "bf16", "fp16"] = Field(
         "auto", description="auto: bf16 on GPUs that support it, off on CPUs (bf16 on CPUs is very slow)"
     )
+    compile: bool = Field(
+        False,
+        description="torch.compile the model in place (Inductor: fused kernels for the work between the matrix "
+        "products); it compiles on the first steps, again for each new batch shape until shapes are marked dynamic, "
+        "and after each change of trainable groups",
+    )
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
     group_by_length: bool = Field(
         True,

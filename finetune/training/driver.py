@@ -40,7 +40,7 @@ from finetune.training.checkpoints import (
     step_checkpoint_dir,
     sweep_incomplete_checkpoints,
 )
-from finetune.training.loop import LossFunction, StepHook, TrainingLoop, total_optimizer_steps
+from finetune.training.loop import LossFunction, StepHook, TrainingLoop, compile_model, total_optimizer_steps
 from finetune.training.schedules import make_momentum_schedule, make_schedule
 from finetune.training.state import BestSoFar, TrainingState
 
@@ -167,6 +167,7 @@ class RunDriver:
         self.accelerator = accelerator = processes_ready(stage.create_accelerator())
         set_seed(recipe.seed)
         self.setup = setup = stage.setup(accelerator, resume_from)
+        compile_model(accelerator, setup.model, recipe.training)
         main = accelerator.is_main_process
         run_dir = claim_run_dir(recipe, main) if resume_from else prepare_run_dir(recipe, main)
         log = MetricsLog(run_dir / METRICS_FILE, main, start_trackers(accelerator, recipe, run_dir))

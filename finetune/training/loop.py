@@ -27,7 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
 
 from finetune.console import console, progress_bar
-from finetune.errors import RunFailed, RunInterrupted
+from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
 from finetune.training.optim import set_first_moment_decay, set_learning_rates
@@ -49,7 +49,20 @@ def device_and_precision(training_config) -> tuple[bool, str]:
     if precision == "auto":
         # bf16 matmuls on CPUs without AMX run hundreds of times slower than fp32.
         precision = "bf16" if not on_cpu and torch.cuda.is_bf16_supported() else "no"
+    if precision == "fp16" and on_cpu:
+        # accelerate would train in fp32 without a word: it makes fp16's autocast and gradient scaler on GPUs only.
+        raise UserError("training.mixed_precision: fp16 needs a GPU (and its gradient scaler); on a CPU use bf16 or no")
     return on_cpu, precision
+
+
+def compile_model(accelerator: Accelerator, model: torch.nn.Module, training_config) -> None:
+    """`training.compile`: torch.compile the prepared model's own module in place (`nn.Module.compile`), so that
+    its parameter names, checkpoints and training state are those of the uncompiled model, and DDP, if any, wraps
+    the compiled module. Compilation itself happens on the first forward passes."""
+    if not training_config.compile:
+        return
+    accelerator.unwrap_model(model, keep_torch_compile=False).compile()
+    console.print("training.compile: the model compiles on its first steps (their time is in the first log window)")
 
 
 def make_accelerator(

@@ -1,0 +1,128 @@
+"""The GPU path, run on the CPU: every stage under `training.mixed_precision=bf16` (what `auto` picks on a GPU that
+has bf16), on tiny models. bf16 matmuls are slow on this CPU at real sizes, not at these.
+
+What holds: losses finite and within BF16_TOLERANCE of the fp32 run's at every logged step; checkpoints written in
+fp32 (the weights are fp32 masters, autocast only computes in bf16); `--resume` exact under bf16; the fast routes
+(sparse MLM head, fused decoder + loss, packed BERT prediction) step aside under autocast, and what runs instead is
+what fp32 computes, to bf16's precision. `eval` and `predict` have no precision setting: they read the fp32
+checkpoint in fp32. fp16 needs a gradient scaler, which accelerate makes only on CUDA: the CPU refuses it (tested).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from finetune.cli import app
+from finetune.recipes import load_recipe
+from finetune.run_dir import read_metrics
+from finetune.stages.finetune import run_finetune
+from finetune.stages.pretrain import run_pretrain
+from tests.conftest import eval_recipe, finetune_recipe, write_yaml
+from tests.test_pretrain_families import AUTO_CLASS, family_recipe
+from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
+from tests.test_ulmfit_flow import ulmfit_recipe
+
+runner = CliRunner()
+# bf16 keeps 8 bits of mantissa (~0.4% per rounding); over a dozen steps of a tiny model the training loss stays
+# within a few percent of fp32's. A broken path (a loss in the wrong dtype, a cast lost) is off by far more.
+BF16_TOLERANCE = 0.05
+
+
+def train_losses(run_dir: Path) -> list[float]:
+    return [record["loss"] for record in read_metrics(run_dir / "metrics.jsonl") if record["phase"] == "train"]
+
+
+def assert_tracks_fp32(bf16_run: Path, fp32_run: Path) -> None:
+    bf16, fp32 = train_losses(bf16_run), train_losses(fp32_run)
+    assert len(bf16) == len(fp32) > 0
+    assert all(math.isfinite(loss) for loss in bf16), bf16
+    assert bf16 == pytest.approx(fp32, rel=BF16_TOLERANCE), (bf16, fp32)
+    assert bf16 != fp32  # autocast really computed in bf16
+
+
+def assert_fp32_checkpoint(checkpoint: Path) -> None:
+    weights = load_file(checkpoint / "model.safetensors")
+    assert {tensor.dtype for tensor in weights.values() if tensor.is_floating_point()} == {torch.float32}
+    assert json.loads((checkpoint / "config.json").read_text()).get("torch_dtype", "float32") == "float32"
+
+
+def with_precision(data: dict, precision: str) -> dict:
+    data["training"]["mixed_precision"] = precision
+    return data
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "awd_lstm"])
+def test_pretraining_under_bf16_tracks_fp32_and_saves_fp32(family, tmp_path, corpus_file, tokenizers):
+    for precision in ("no", "bf16"):
+        data = with_precision(family_recipe(family, corpus_file, tmp_path / precision, tokenizers[family]), precision)
+        run_pretrain(load_recipe(write_yaml(tmp_path / f"{precision}.yaml", data)))
+    assert_tracks_fp32(tmp_path / "bf16", tmp_path / "no")
+    assert_fp32_checkpoint(tmp_path / "bf16" / "checkpoint")
+    AUTO_CLASS[family].from_pretrained(tmp_path / "bf16" / "checkpoint")
+
+
+def test_finetune_eval_and_predict_under_bf16(pretrained, task_dir, tmp_path):
+    for precision in ("no", "bf16"):
+        data = with_precision(finetune_recipe(pretrained, task_dir, tmp_path / precision), precision)
+        run_finetune(load_recipe(write_yaml(tmp_path / f"{precision}.yaml", data)))
+    assert_tracks_fp32(tmp_path / "bf16", tmp_path / "no")
+    checkpoint = tmp_path / "bf16" / "checkpoint"
+    assert_fp32_checkpoint(checkpoint)
+    recipe = write_yaml(tmp_path / "eval.yaml", eval_recipe(task_dir, tmp_path / "eval", {"bf16": str(checkpoint)}))
+    evaluated = runner.invoke(app, ["eval", str(recipe)])
+    assert evaluated.exit_code == 0, evaluated.output
+    (tmp_path / "input.txt").write_text("a fine film\na dull film\n", encoding="utf-8")
+    predicted = runner.invoke(
+        app, ["predict", str(checkpoint), "--input", str(tmp_path / "input.txt"), "--output", str(tmp_path / "p.jsonl")]
+    )
+    assert predicted.exit_code == 0, predicted.output
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(math.isclose(sum(row["probabilities"]), 1, rel_tol=1e-5) for row in rows)
+
+
+def test_resume_is_exact_under_bf16(pretrained, task_dir, tmp_path, monkeypatch):
+    full = with_precision(resumable_recipe(pretrained, task_dir, tmp_path / "full"), "bf16")
+    run_finetune(load_recipe(write_yaml(tmp_path / "full.yaml", full)))
+    stopped = with_precision(resumable_recipe(pretrained, task_dir, tmp_path / "resumed"), "bf16")
+    recipe = load_recipe(write_yaml(tmp_path / "resumed.yaml", stopped))
+    with monkeypatch.context() as patch:
+        stop_after_checkpoint(patch, 8)
+        with pytest.raises(Stopped):
+            run_finetune(recipe)
+    run_finetune(recipe, resume=True)
+    assert_same_run(tmp_path / "full", tmp_path / "resumed")
+
+
+def test_ulmfit_under_bf16(tmp_path, corpus_file, task_dir):
+    data = ulmfit_recipe(corpus_file, task_dir, tmp_path / "flow")
+    for stage in ("general_lm", "target_lm", "classifier"):
+        data[stage]["training"]["mixed_precision"] = "bf16"
+    result = runner.invoke(app, ["ulmfit", str(write_yaml(tmp_path / "flow.yaml", data))])
+    assert result.exit_code == 0, result.output
+    for stage in ("1-general-lm", "2-target-lm", "3-classifier"):
+        assert all(math.isfinite(loss) for loss in train_losses(tmp_path / "flow" / stage))
+        assert_fp32_checkpoint(tmp_path / "flow" / stage / "checkpoint")
+
+
+def test_lr_find_under_bf16(pretrained, task_dir, tmp_path):
+    data = with_precision(finetune_recipe(pretrained, task_dir, tmp_path / "runs" / "ft"), "bf16")
+    result = runner.invoke(app, ["lr-find", str(write_yaml(tmp_path / "recipe.yaml", data)), "--steps", "8"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "runs" / "ft-lr-find" / "lr_find.json").read_text())
+    assert len(saved["losses"]) >= 5 and all(math.isfinite(loss) for loss in saved["losses"])
+
+
+def test_fp16_is_refused_on_the_cpu_in_one_line(pretrained, task_dir, tmp_path):
+    data = with_precision(finetune_recipe(pretrained, task_dir, tmp_path / "run"), "fp16")
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "training.mixed_precision" in errors[0] and "fp16" in errors[0], result.output
+    assert not (tmp_path / "run").exists()
