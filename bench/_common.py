@@ -101,6 +101,35 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def describe_machine() -> dict:
+    """Where a benchmark's figures were taken, printed on stderr before any of them: the CPU model, its cores,
+    torch's threads and the fp32 matmul rate they reach (the denominator of every MFU), and any CUDA devices. The
+    same ratio moved from 2.0x to 1.2x between two CPUs: a figure without its machine says little."""
+    import os
+
+    import torch
+
+    sys.path.insert(0, str(ROOT))  # this checkout's finetune
+    from finetune.models.flops import matmul_gflops
+
+    machine = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "matmul_gflops_fp32": round(matmul_gflops(), 1),
+    }
+    if torch.cuda.is_available():
+        machine["gpus"] = [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())]
+    gpus = f"; GPUs: {', '.join(machine['gpus'])}" if "gpus" in machine else ""
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores, {machine['torch_threads']} torch threads, "
+        f"fp32 matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s{gpus}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return machine
+
+
 def _name(command: list[str]) -> str:
     """How a failure names a command: `finetune SUBCOMMAND` for the CLI, else the script's file name."""
     if command[1:3] == ["-m", "finetune"]:

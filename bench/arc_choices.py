@@ -20,7 +20,18 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, SHARED, cpu_model, finetune_cli, last_record, minilm_checkpoint, read_jsonl, require, run_json
+from _common import (
+    ROOT,
+    SHARED,
+    cpu_model,
+    describe_machine,
+    finetune_cli,
+    last_record,
+    minilm_checkpoint,
+    read_jsonl,
+    require,
+    run_json,
+)
 
 ARC = SHARED / "data" / "arc-easy"
 PEER = Path(__file__).resolve().parent / "hf_mc_peer.py"
@@ -45,6 +56,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-arc-choices")
     parser.add_argument("--update-results", action="store_true")
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require(ARC / "ARC-Easy-Train.jsonl", "ARC-Easy (../shared/data/arc-easy)")
     checkpoint, data = minilm_checkpoint(), four_choice_subset(args.work / "data")
     from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import PEERS, ROOT, WIKITEXT, finetune_cli, read_jsonl, require, run_json, text_lines
+from _common import PEERS, ROOT, WIKITEXT, describe_machine, finetune_cli, read_jsonl, require, run_json, text_lines
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "fastai_awd_lstm_lm.py"
@@ -249,6 +249,7 @@ def main() -> None:
         help="the python of a virtualenv with fastai installed (see the module docstring)",
     )
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
     require(

@@ -57,7 +57,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import PEERS, ROOT, STDERR_TAIL, WIKITEXT, finetune_cli, read_jsonl, require, run, run_json, text_lines
+from _common import (
+    PEERS,
+    ROOT,
+    STDERR_TAIL,
+    WIKITEXT,
+    describe_machine,
+    finetune_cli,
+    read_jsonl,
+    require,
+    run,
+    run_json,
+    text_lines,
+)
 from awd_lstm_vs_fastai import shared_tokenizer
 from finetune.models.flops import matmul_gflops, training_flops_per_token
 from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
@@ -138,6 +150,7 @@ def our_arguments(
         "eval_every=null",
         "checkpoint_every=null",
         "training.device=cpu",
+        *args.set,  # --set
     ]
 
 
@@ -165,7 +178,12 @@ def run_ours(args, corpus: Path, tokenizer_dir: Path, validation: Path, steps: i
     steps_per_window = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     tokens = [count * args.batch * args.seq_len for count in steps_per_window]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(tokens, windows[1:]))
-    return {"tokens_per_s": round(sum(tokens) / seconds, 1), "steps_timed": sum(steps_per_window)}
+    rate = sum(tokens) / seconds
+    # The first window (warm-up; with training.compile, the compilation too) against the same steps at the steady
+    # rate: their difference is what starting costs.
+    first_tokens = windows[0]["step"] * args.batch * args.seq_len
+    start_cost = first_tokens / windows[0]["tokens_per_s"] - first_tokens / rate
+    return {"tokens_per_s": round(rate, 1), "steps_timed": sum(steps_per_window), "start_cost_s": round(start_cost, 1)}
 
 
 def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Path) -> None:
@@ -444,6 +462,13 @@ def main() -> None:
     )
     parser.add_argument("--repeats", type=int, default=1, help="speed: peer-then-ours pairs, interleaved")
     parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more overrides for our side, e.g. training.compile=true",
+    )
+    parser.add_argument(
         "--equal-time",
         type=float,
         metavar="SECONDS",
@@ -459,6 +484,7 @@ def main() -> None:
         help="keep the tokenizer (and runs) here and reuse the tokenizer (default: a temporary folder)",
     )
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)

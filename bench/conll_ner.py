@@ -23,7 +23,17 @@ import json
 import sys
 from pathlib import Path
 
-from _common import ROOT, SHARED, cpu_model, finetune_cli, last_record, minilm_checkpoint, require, run_json
+from _common import (
+    ROOT,
+    SHARED,
+    cpu_model,
+    describe_machine,
+    finetune_cli,
+    last_record,
+    minilm_checkpoint,
+    require,
+    run_json,
+)
 
 CONLL = SHARED / "data" / "conll2003"
 PEER = Path(__file__).resolve().parent / "hf_ner_peer.py"
@@ -106,6 +116,7 @@ def main() -> None:
         "--update-results", action="store_true", help="also append the result to bench/results/conll_ner-DATE.jsonl"
     )
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     checkpoint = minilm_checkpoint()
     data = write_subset(args.work / "data", args.train_sentences, args.dev_sentences)

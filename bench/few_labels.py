@@ -77,7 +77,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from _common import ROOT, TASKS, minilm_checkpoint, require_glue
+from _common import ROOT, TASKS, describe_machine, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 
 sys.path.insert(0, str(ROOT))
@@ -434,6 +434,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     mode = "select" if arguments.select else "dev"
     seeds = arguments.seeds if arguments.seeds is not None else (SELECT_SEEDS if arguments.select else REPORT_SEEDS)
     if arguments.table_only:

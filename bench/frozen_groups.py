@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 from transformers.utils import logging as transformers_logging
 
-from _common import GLUE, ROOT, minilm_checkpoint, require_glue
+from _common import GLUE, ROOT, describe_machine, minilm_checkpoint, require_glue
 
 sys.path.insert(0, str(ROOT))
 from finetune.models.backbones import layer_groups
@@ -68,6 +68,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=12, help="batches per measurement (the first 2 are warm-up)")
     parser.add_argument("--repeats", type=int, default=3, help="measurements per setting; the median is reported")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require_glue(["sst2"], ("train.tsv",))
     checkpoint = minilm_checkpoint()
     transformers_logging.set_verbosity_error()  # the expected "newly initialised head" report

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from _common import ROOT, WIKITEXT, cpu_model, require, text_lines
+from _common import ROOT, WIKITEXT, cpu_model, describe_machine, require, text_lines
 
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
 from transformers.generation.streamers import BaseStreamer
@@ -228,6 +228,7 @@ def main() -> None:
     parser.add_argument("--record", action="store_true", help="also write bench/results/generate_speed-DATE.json")
     parser.add_argument("--overwrite", action="store_true", help="let --record replace that day's file")
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     if max(args.prefixes) + args.step_tokens > 1024 and "gpt2" in args.families:
         sys.exit("bench: the GPT-2's 1024 positions hold no longer --prefixes + --step-tokens")
     if args.threads:

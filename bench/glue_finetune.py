@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from _common import finetune_cli, minilm_checkpoint, read_jsonl, require, require_glue, run_json
+from _common import describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require, require_glue, run_json
 from glue_quality import PEER, VARIANTS, truncated_task  # the same peer, data subset and recipe variants
 
 TRAIN_ROWS, BATCH_SIZE, LR, MAX_LENGTH = 2000, 32, 5e-5, 128
@@ -122,6 +122,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every side (default: torch's)")
     parser.add_argument("--override", nargs="*", default=[], help="extra key=value overrides for our runs")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require_glue(["sst2"])
     require(PEER, "the peer script")
     checkpoint = minilm_checkpoint()

@@ -35,7 +35,17 @@ import tempfile
 from functools import partial
 from pathlib import Path
 
-from _common import GLUE, PEERS, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
+from _common import (
+    GLUE,
+    PEERS,
+    TASKS,
+    describe_machine,
+    finetune_cli,
+    minilm_checkpoint,
+    require,
+    require_glue,
+    run_json,
+)
 
 PEER = PEERS / "hf_glue_finetune.py"
 PEAK_LR = 5e-5  # the peer script's default, and ours unless a variant or --set says otherwise
@@ -187,6 +197,7 @@ def main() -> None:
         help="run nothing: print the table of every run recorded in --output (several invocations)",
     )
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     if arguments.table_only:
         print_recorded_table(arguments.output)
         return

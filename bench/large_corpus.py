@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, WIKITEXT, require
+from _common import ROOT, WIKITEXT, describe_machine, require
 
 SOURCE = WIKITEXT / "train.txt"
 BATCH = 2000  # documents per batch encoding, on both sides (the toolkit's default)
@@ -199,6 +199,7 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, help="keep corpus, tokenizer and cache here (default: temporary)")
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the repository whose `finetune` pretrains")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require(arguments.source, "WikiText-2 train.txt")
     with tempfile.TemporaryDirectory() as temporary:
         work_dir = (arguments.work_dir or Path(temporary)).resolve()

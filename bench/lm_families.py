@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, WIKITEXT, finetune_cli, require
+from _common import ROOT, WIKITEXT, describe_machine, finetune_cli, require
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"
@@ -224,6 +224,7 @@ def main() -> None:
         help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)",
     )
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     if arguments.table_only:
         results = [json.loads(path.read_text()) for path in sorted(arguments.work_dir.glob("*/bench-result.json"))]

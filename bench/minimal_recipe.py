@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-from _common import ROOT, TASKS, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, TASKS, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from glue_quality import truncated_task
 
 TRAIN_ROWS = 2000
@@ -134,6 +134,7 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-minimal-recipe")
     parser.add_argument("--update-results", action="store_true", help=f"also copy the runs to {RESULTS}")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require_glue(arguments.tasks)
     checkpoint = minilm_checkpoint()
     arguments.work_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, BertForMaskedLM
 
-from _common import ROOT, STDERR_TAIL, minilm_checkpoint, read_jsonl, require, text_lines
+from _common import ROOT, STDERR_TAIL, describe_machine, minilm_checkpoint, read_jsonl, require, text_lines
 from _common import run as run_command  # `run` names the runs below
 from finetune.data.masking import MaskingRule
 from finetune.models.masked_lm import IGNORE_INDEX
@@ -154,6 +154,7 @@ def main() -> None:
     parser.add_argument("--our-tokens-per-s", type=float, help="our throughput (default: measured here)")
     parser.add_argument("--validation-blocks", type=int, help="score only the first N blocks of each layout")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
     tokenizer_dir = minilm_checkpoint("the reference vocabulary")

@@ -28,7 +28,18 @@ from pathlib import Path
 
 import torch
 
-from _common import PEERS, ROOT, WIKITEXT, finetune_cli, minilm_checkpoint, read_jsonl, require, run_json, text_lines
+from _common import (
+    PEERS,
+    ROOT,
+    WIKITEXT,
+    describe_machine,
+    finetune_cli,
+    minilm_checkpoint,
+    read_jsonl,
+    require,
+    run_json,
+    text_lines,
+)
 
 sys.path.insert(0, str(ROOT))
 # The FLOP count (the numerator of MFU) and the machine's matmul rate (its denominator): the package's, which
@@ -38,6 +49,7 @@ from finetune.models.flops import matmul_gflops, training_flops_per_token
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds
 PEER = PEERS / "hf_mlm_pretrain.py"
+TOKENS_PER_STEP = 32 * 128  # the recipe's batch and block size, which both sides keep
 RECIPE = ROOT / "recipes" / "pretrain" / "bert-mini-wikitext2.yaml"
 
 # name: (layers, hidden, heads), as Turc et al.'s BERT miniatures and BERT-base.
@@ -70,7 +82,9 @@ def run_peer(corpus: Path, tokenizer_dir: str, steps: int, size: str = "mini") -
     return run_json(command)
 
 
-def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: str = "mini") -> dict:
+def run_ours(
+    corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: str = "mini", extra: list[str] | None = None
+) -> dict:
     """`finetune pretrain` on the same data; steady-state tokens/s from metrics.jsonl (first window skipped)."""
     layers, hidden, heads = SIZES[size]
     run_dir = Path(tempfile.mkdtemp(prefix="ours-", dir=workdir)) / "run"  # a fresh one for every repeat
@@ -89,13 +103,19 @@ def run_ours(corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: 
         f"model.layers={layers}",
         f"model.hidden={hidden}",
         f"model.heads={heads}",
+        *(extra or []),  # --set
     )
     records = read_jsonl(run_dir / "metrics.jsonl")
     windows = [record for record in records if record["phase"] == "train"]
     # All tokens over all time, as the peer counts (not a mean of window rates, which favours fast windows).
     steps = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
     seconds = sum(count / record["tokens_per_s"] for count, record in zip(steps, windows[1:]))
-    return {"tokens_per_s": round(sum(steps) / seconds, 1), "windows": len(steps)}
+    rate = sum(steps) / seconds
+    # The first window (warm-up; with training.compile, the compilation too) against the same steps at the steady
+    # rate: their difference is what starting costs.
+    first_s = windows[0]["step"] * TOKENS_PER_STEP / windows[0]["tokens_per_s"]
+    steady_s = windows[0]["step"] * TOKENS_PER_STEP / rate
+    return {"tokens_per_s": round(rate, 1), "windows": len(steps), "start_cost_s": round(first_s - steady_s, 1)}
 
 
 def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
@@ -122,7 +142,15 @@ def main() -> None:
         help="optimizer steps we run (the first log window is warmup); default per size: STEPS",
     )
     parser.add_argument("--repeats", type=int, default=1, help="peer-then-ours pairs, interleaved (noisy machines)")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="more overrides for our side, e.g. training.compile=true",
+    )
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     require(TRAIN, "WikiText-2 train.txt")
     require(VALID, "WikiText-2 valid.txt")
     require(PEER, "the peer script")
@@ -138,7 +166,7 @@ def main() -> None:
             our_steps = arguments.our_steps or STEPS[size][1]
             for _ in range(arguments.repeats):
                 peer = run_peer(corpus, tokenizer_dir, peer_steps, size)
-                pairs[size].append((peer, run_ours(corpus, tokenizer_dir, our_steps, workdir, size)))
+                pairs[size].append((peer, run_ours(corpus, tokenizer_dir, our_steps, workdir, size, arguments.set)))
 
     print(
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "

@@ -49,7 +49,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import GLUE, PEERS, ROOT, TASKS, finetune_cli, minilm_checkpoint, require, require_glue, run_json
+from _common import (
+    GLUE,
+    PEERS,
+    ROOT,
+    TASKS,
+    describe_machine,
+    finetune_cli,
+    minilm_checkpoint,
+    require,
+    require_glue,
+    run_json,
+)
 from glue_quality import VARIANTS, truncated_task
 
 PEER = PEERS / "hf_predict.py"
@@ -230,6 +241,7 @@ def main() -> None:
     if args.ours_once:  # one timed prediction of ours, in this fresh process (see run_ours)
         ours_once(args.tasks[0], *args.ours_once, args.batch, args.seq_len)
         return
+    describe_machine()  # the figures below belong to this machine
     require(PEER, "the peer script")
     require_glue(args.tasks, ("dev.tsv",))
     given = dict(entry.split("=", 1) for entry in args.checkpoint if "=" in entry)

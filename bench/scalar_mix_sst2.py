@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 from few_labels import score_checkpoint  # `finetune eval`'s prediction code and metrics, as few_labels scores
 
@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-scalar-mix")
     parser.add_argument("--table-only", action="store_true")
     arguments = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     log = arguments.work_dir / "runs.jsonl"
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []

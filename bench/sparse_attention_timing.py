@@ -26,7 +26,7 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from _common import describe_machine
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, build_causal_lm
 from finetune.models.causal_transformer import build_causal_transformer
 from finetune.recipes import CausalLMModelConfig
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     arguments = parser.parse_args()
     torch.set_num_threads(arguments.threads)
+    describe_machine()  # the figures below belong to this machine
     torch.manual_seed(0)
     stream = torch.randint(0, VOCABULARY, (arguments.batch, arguments.block + 1))
     input_ids, labels = stream[:, :-1], stream[:, 1:]

@@ -77,7 +77,18 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, read_jsonl, require
+from _common import (
+    ROOT,
+    SHARED,
+    WIKITEXT,
+    cpu_model,
+    describe_machine,
+    finetune_cli,
+    last_record,
+    minilm_checkpoint,
+    read_jsonl,
+    require,
+)
 
 IMDB = SHARED / "data" / "imdb"
 # The stages of recipes/ulmfit/imdb.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal).
@@ -635,6 +646,7 @@ def parse_arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_arguments()
+    describe_machine()  # the figures below belong to this machine
     work = args.work_dir.resolve()
     log = work / "runs.jsonl"
     runs = read_jsonl(log) if log.is_file() else []

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import GLUE, ROOT, WIKITEXT, finetune_cli, last_record, read_jsonl, require, require_glue
+from _common import GLUE, ROOT, WIKITEXT, describe_machine, finetune_cli, last_record, read_jsonl, require, require_glue
 
 SST2 = GLUE / "SST-2"
 # The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
@@ -235,6 +235,7 @@ def main() -> None:
         help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/{PLOT.name})",
     )
     args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
