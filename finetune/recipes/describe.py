@@ -24,7 +24,7 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
         if field.is_required():
             default = "(required)"
         elif field.default_factory is not None:
-            default = repr(field.default_factory())
+            default = repr(field.get_default(call_default_factory=True))
         else:
             default = repr(field.default)
         rows.append((f"{prefix}{name}", type_label(annotation), default, field.description or ""))
