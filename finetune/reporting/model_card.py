@@ -88,6 +88,7 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
     )
     length = recipe.task.max_length or "the default"
     if spec.kind == "tokens":
+        assert spec.labels is not None  # the tagging stage sets the tags (the recipe's or the training file's)
         return CardKind(
             "token-classification",
             "tagger",
@@ -125,6 +126,7 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
     inputs = f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)
     reads = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders).describe()
     if spec.kind == "multilabel":
+        assert spec.labels is not None  # a multilabel spec's labels: its label_columns or the recipe's (required)
         return CardKind(
             "text-classification",
             "classifier",
@@ -139,7 +141,7 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
             "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
             "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).",
         )
-    outputs = "a score" if spec.is_regression else ", ".join(spec.labels)
+    outputs = "a score" if spec.labels is None else ", ".join(spec.labels)  # None: regression
     return CardKind(
         "text-classification",
         "classifier",
