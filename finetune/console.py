@@ -51,7 +51,7 @@ def progress_bar(enabled: bool = True, transient: bool = False) -> Progress:
 
 
 @contextmanager
-def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Callable[..., None]]:
     """A bar for a short phase (an evaluation), gone when it ends; yields `advance(count=1)`.
 
     Started while another bar is shown (a periodic evaluation inside a training epoch), it becomes a

@@ -25,6 +25,8 @@ each family's model section.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from torch import nn
 from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel
 
@@ -103,7 +105,7 @@ class LanguageModelFamily:
 
     # ----- tokenizer -----
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A byte-level BPE tokenizer trained on `documents`, as GPT-2's."""
         return train_byte_level_bpe(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
@@ -194,7 +196,7 @@ class BertFamily(LanguageModelFamily):
     def decoded_fraction(self, recipe) -> float:
         return recipe.masking.probability  # the sparse masked LM decodes only the masked positions
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A WordPiece tokenizer trained on `documents`, as BERT's."""
         return train_wordpiece(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
