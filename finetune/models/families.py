@@ -25,6 +25,7 @@ each family's model section.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from torch import nn
@@ -105,7 +106,7 @@ class LanguageModelFamily:
 
     # ----- tokenizer -----
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A byte-level BPE tokenizer trained on `documents`, as GPT-2's."""
         return train_byte_level_bpe(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
@@ -197,7 +198,7 @@ class BertFamily(LanguageModelFamily):
     def decoded_fraction(self, recipe) -> float:
         return recipe.masking.probability  # the sparse masked LM decodes only the masked positions
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A WordPiece tokenizer trained on `documents`, as BERT's."""
         return train_wordpiece(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency

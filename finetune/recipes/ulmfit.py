@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig, TrainingRunRecipe
+from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import PretrainRecipe
 
@@ -155,7 +155,7 @@ class UlmfitRecipe(RunRecipe):
                 data["target_lm"]["corpus"].pop("task")
         return data
 
-    def stage_recipes(self) -> dict[str, TrainingRunRecipe | None]:
+    def stage_recipes(self) -> dict[str, PretrainRecipe | FinetuneRecipe | None]:
         """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
         general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
