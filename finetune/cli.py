@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -490,7 +490,7 @@ def validate_submission_command(
 
     Exits 0 when the archive is valid, 1 when it has problems or lacks tasks (each one printed).
     """
-    from finetune.glue.specs import GLUE_TASKS
+    from finetune.glue.specs import SUBMISSION_FILES
     from finetune.glue.submission import glue_test_ids, validate_submission
 
     try:
@@ -502,12 +502,13 @@ def validate_submission_command(
         check = validate_submission(archive, test_ids)
     except UserError as error:
         _fail(str(error))
+    file_of = {spec.name: file_name for file_name, spec in SUBMISSION_FILES.items()}  # the tasks an archive holds
     for name in check.present:
-        file_name = GLUE_TASKS[name].submission_file
+        file_name = file_of[name]
         against = "test file" if name in test_ids else "official test-set size"
         typer.echo(f"{file_name}: {check.rows[file_name]} rows (checked against the {against})")
     if check.missing:
-        typer.echo("missing: " + ", ".join(GLUE_TASKS[name].submission_file for name in check.missing))
+        typer.echo("missing: " + ", ".join(file_of[name] for name in check.missing))
     for problem in check.problems:
         typer.echo(f"problem: {problem}", err=True)
     if not check.accepted(allow_incomplete):
@@ -551,18 +552,18 @@ def recipes(
         return
     if not directory.is_dir():
         _fail(f"--dir: no such folder: {directory} (run from the project root or pass --dir)")
-    rows = []
+    listed: list[tuple[str, str, str]] = []
     for path in sorted(directory.rglob("*.yaml")):
         try:
             data = read_yaml(path)
         except UserError as error:
-            rows.append((str(path), "?", str(error)))
+            listed.append((str(path), "?", str(error)))
             continue
-        rows.append((str(path), str(data.get("stage", "?")), str(data.get("description", ""))))
-    _print_table(console, ("recipe", "stage", "description"), rows)
+        listed.append((str(path), str(data.get("stage", "?")), str(data.get("description", ""))))
+    _print_table(console, ("recipe", "stage", "description"), listed)
 
 
-def _print_table(console, columns: tuple[str, ...], rows: list[tuple[str, ...]], title: str | None = None) -> None:
+def _print_table(console, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]], title: str | None = None) -> None:
     """A table on a terminal (the first column never cut: it is copied from there); piped or redirected, one
     tab-separated line per row with every value whole, for grep and cut."""
     from rich.table import Table

@@ -6,8 +6,9 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -50,8 +51,14 @@ def progress_bar(enabled: bool = True, transient: bool = False) -> Progress:
     )
 
 
+class Advance(Protocol):
+    """What `phase_bar` yields: `advance(count=1)` moves its bar on by `count` steps."""
+
+    def __call__(self, count: int = 1) -> None: ...
+
+
 @contextmanager
-def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Callable[[int], None]]:
+def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iterator[Advance]:
     """A bar for a short phase (an evaluation), gone when it ends; yields `advance(count=1)`.
 
     Started while another bar is shown (a periodic evaluation inside a training epoch), it becomes a
@@ -60,15 +67,23 @@ def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iter
     host = _live
     if host is not None and enabled:
         task = host.add_task(description, total=total, status="")
+
+        def advance_shared(count: int = 1) -> None:
+            host.advance(task, count)
+
         try:
-            yield lambda count=1: host.advance(task, count)
+            yield advance_shared
         finally:
             host.remove_task(task)
         return
     # Quiet: not the main process; not a terminal (a log file): a bar that vanishes leaves only a blank line.
     with progress_bar(enabled and not console.quiet and console.is_terminal, transient=True) as progress:
         task = progress.add_task(description, total=total, status="")
-        yield lambda count=1: progress.advance(task, count)
+
+        def advance(count: int = 1) -> None:
+            progress.advance(task, count)
+
+        yield advance
 
 
 @contextmanager

@@ -7,9 +7,9 @@ import pytest
 
 evaluate = pytest.importorskip("evaluate", reason="the evaluate package is a declared dependency; not installed")
 
-from finetune.glue.evaluate_metric import MODULE_PATH  # noqa: E402
-from finetune.glue.metrics import compute_metrics  # noqa: E402
-from finetune.glue.specs import GLUE_TASKS  # noqa: E402
+from finetune.glue.evaluate_metric import MODULE_PATH  # noqa: E402  (imported only once importorskip found evaluate)
+from finetune.glue.metrics import compute_metrics  # noqa: E402  (imported only once importorskip found evaluate)
+from finetune.glue.specs import GLUE_TASKS  # noqa: E402  (imported only once importorskip found evaluate)
 
 
 @pytest.fixture(autouse=True)

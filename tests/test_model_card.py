@@ -88,3 +88,12 @@ def test_only_hub_names_become_base_model(name, expected, tmp_path, monkeypatch)
     assert hub_base_model(name) == expected
     (tmp_path / "google" / "electra-small").mkdir(parents=True)
     assert hub_base_model("google/electra-small") is None  # an existing local folder is not a hub name
+
+
+def test_the_card_states_the_length_a_transformer_read_when_the_recipe_left_it_out():
+    from finetune.models.families import WHOLE_DOCUMENT_TYPES
+    from finetune.reporting.model_card import read_length
+
+    assert read_length(None, "bert") == 128  # what fitted_max_length gives a transformer: not "whole"
+    assert read_length(None, WHOLE_DOCUMENT_TYPES[0]) is None  # a recurrent classifier reads every token
+    assert read_length(64, "bert") == 64

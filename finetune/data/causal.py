@@ -13,14 +13,14 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
+from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
 from finetune.errors import InputError
 
 
 class NextTokenBlocks(Dataset):
     """Packed blocks of `block_size + 1` tokens: the first `block_size` are the input, the last ones the labels."""
 
-    def __init__(self, blocks: np.ndarray):
+    def __init__(self, blocks: np.ndarray | PackedBlocks):
         self.blocks = blocks
 
     def set_epoch(self, epoch: int) -> None:

@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
 import torch
 
@@ -71,7 +72,7 @@ def parse_choices(lines: Iterable[str], source: Path, with_answers: bool = True)
 
 
 def _add_question(questions: ChoiceQuestions, row, number: int, with_answers: bool) -> None:
-    def fail(message: str, value=None):
+    def fail(message: str, value: Any = None) -> NoReturn:
         raise DataFileError(message, source=questions.source, line=number, value=value)
 
     question = row.get("question") if isinstance(row, dict) else None
@@ -92,6 +93,7 @@ def _add_question(questions: ChoiceQuestions, row, number: int, with_answers: bo
     if with_answers:
         if str(answer) not in labels:
             fail(f"answerKey {answer!r} is not one of the question's choice labels ({', '.join(labels)})", value=answer)
+        assert questions.answers is not None  # parse_choices made the list: with_answers
         questions.answers.append(labels.index(str(answer)))
     questions.ids.append(str(row.get("id", number)))
     questions.stems.append(question["stem"])
@@ -111,6 +113,7 @@ class EncodedChoices(EncodedItems):
     def __init__(self, questions: ChoiceQuestions, tokenizer, max_length: int, delimiter: int | None = None):
         self.questions, self.items = questions, []
         for index, (stem, choices) in enumerate(zip(questions.stems, questions.choices)):
+            item: dict[str, Any]
             if delimiter is None:
                 encoding = tokenizer([stem] * len(choices), choices, truncation="longest_first", max_length=max_length)
                 item = {key: list(encoding[key]) for key in encoding}

@@ -94,11 +94,17 @@ class DocumentReading:
 
     @property
     def head_tokens(self) -> int:
-        return self.head if self.head is not None else self.max_length // 4
+        if self.head is not None:
+            return self.head
+        assert self.max_length is not None  # read only for head_tail with a max_length (EncodedTask checks)
+        return self.max_length // 4
 
     @property
     def overlap_tokens(self) -> int:
-        return self.overlap if self.overlap is not None else self.max_length // 4
+        if self.overlap is not None:
+            return self.overlap
+        assert self.max_length is not None  # read only for chunks with a max_length (EncodedTask checks)
+        return self.max_length // 4
 
 
 def text_room(sequence_ids: Sequence[int | None], max_length: int) -> tuple[list[int], int]:

@@ -34,13 +34,16 @@ def label_set_row(spec: TaskSpec, record: dict, path, line: int) -> list[float]:
             raise DataFileError(f"missing key {column} (earlier lines have it)", source=path, line=line, value=column)
     if spec.label_columns is not None:
         return [_zero_or_one(record[column], column, path, line) for column in spec.label_columns]
-    row = [0.0] * len(spec.labels)
+    labels = spec.labels
+    # A multilabel spec always has labels: its label_columns, or the recipe's labels (required with label_column).
+    assert labels is not None
+    row = [0.0] * len(labels)
     for label in _listed_labels(record[spec.label_column], spec, path, line):
-        if label not in spec.labels:
+        if label not in labels:
             raise DataFileError(
-                f"label '{label}' is not one of {', '.join(spec.labels)}", source=path, line=line, value=label
+                f"label '{label}' is not one of {', '.join(labels)}", source=path, line=line, value=label
             )
-        row[spec.labels.index(label)] = 1.0
+        row[labels.index(label)] = 1.0
     return row
 
 

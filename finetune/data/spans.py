@@ -236,9 +236,10 @@ def answer_positions(question: Question, offsets: Sequence[tuple[int, int] | Non
         return cls, cls
     text, start = question.answers[0]
     end = start + len(text)
-    context_tokens = [position for position, offset in enumerate(offsets) if offset is not None]
-    if not context_tokens or offsets[context_tokens[0]][0] > start or offsets[context_tokens[-1]][1] < end:
+    # (position, (start, end) in the context) of each context token
+    context_tokens = [(position, offset) for position, offset in enumerate(offsets) if offset is not None]
+    if not context_tokens or context_tokens[0][1][0] > start or context_tokens[-1][1][1] < end:
         return cls, cls
-    first = next(position for position in context_tokens if offsets[position][1] > start)
-    last = next(position for position in reversed(context_tokens) if offsets[position][0] < end)
+    first = next(position for position, (_, token_end) in context_tokens if token_end > start)
+    last = next(position for position, (token_start, _) in reversed(context_tokens) if token_start < end)
     return first, last

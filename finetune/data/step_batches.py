@@ -15,13 +15,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
-from torch.utils.data import Dataset, Sampler
+from torch.utils.data import Dataset
 
 PADDING = None  # the index of a padding example in a batch of StepBatches
 REAL_EXAMPLES = "real_examples"  # batch key: how many of the batch's examples are real (0 in a padding batch)
+
+
+class SizedSampler(Protocol):
+    """An order of example indices that knows its length (ResumableSampler, LengthGroupedSampler)."""
+
+    def __iter__(self) -> Iterator[int]: ...
+
+    def __len__(self) -> int: ...
+
+
+class SizedDataset(Protocol):
+    """Examples by index, with a length (a map-style Dataset that defines __len__, or a list)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
 
 
 class StepBatches:
@@ -31,12 +47,12 @@ class StepBatches:
     and never refills a short one. `sampler` (e.g. one with `set_epoch`) is reachable as accelerate expects.
     """
 
-    def __init__(self, sampler: Sampler[int], batch_size: int, processes: int = 1, accumulation: int = 1):
+    def __init__(self, sampler: SizedSampler, batch_size: int, processes: int = 1, accumulation: int = 1):
         self.sampler, self.micro_batch_size = sampler, batch_size
         self.processes, self.step_size = processes, batch_size * processes * accumulation
 
     def __iter__(self) -> Iterator[list[int | None]]:
-        order = list(self.sampler)
+        order: list[int | None] = list(self.sampler)
         full = len(order) - len(order) % self.step_size  # examples in whole optimizer steps
         for start in range(0, full, self.micro_batch_size):
             yield order[start : start + self.micro_batch_size]
@@ -60,7 +76,7 @@ class StepBatches:
 class PaddableDataset(Dataset):
     """`dataset` as (item, real) pairs; index PADDING gives its first item again, not real."""
 
-    def __init__(self, dataset: Dataset):
+    def __init__(self, dataset: SizedDataset):
         self.dataset = dataset
 
     def __len__(self) -> int:

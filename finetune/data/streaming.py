@@ -133,7 +133,7 @@ class StreamedBatches(IterableDataset):
 
     def _batches(self, shard: int, shards: int) -> Iterator[dict[str, torch.Tensor]]:
         """This shard's batches, pass after pass over the stream."""
-        blocks: list[np.ndarray] = []
+        blocks: list[dict[str, np.ndarray]] = []  # the examples of the batch being filled
         for number, block in enumerate(self._blocks(shard, shards)):
             blocks.append(self._example(block, number, shard))
             if len(blocks) == self.batch_size:

@@ -35,8 +35,12 @@ class TaggedSentences:
 
 def read_conll(path: Path, tag_column: int = -1, with_tags: bool = True) -> TaggedSentences:
     """The sentences of a CoNLL column file; `with_tags`: every line must have the tag column."""
-    words, tags, lines = [], [], []
-    sentence_words, sentence_tags, start = [], [], 0
+    words: list[list[str]] = []
+    tags: list[list[str]] = []
+    lines: list[int] = []
+    sentence_words: list[str] = []
+    sentence_tags: list[str] = []
+    start = 0
     try:
         text = Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -71,6 +75,7 @@ def read_conll(path: Path, tag_column: int = -1, with_tags: bool = True) -> Tagg
 
 def tag_set(sentences: TaggedSentences) -> tuple[str, ...]:
     """The tags of a training file in a stable order: O first, then by entity type, B- before I-."""
+    assert sentences.tags is not None  # a training file is read with its tags (read_conll's with_tags)
     found = {tag for sentence in sentences.tags for tag in sentence}
 
     def order(tag: str) -> tuple:
@@ -82,6 +87,7 @@ def tag_set(sentences: TaggedSentences) -> tuple[str, ...]:
 
 def tag_indices(sentences: TaggedSentences, tags: Sequence[str]) -> list[list[int]]:
     """Each sentence's tags as indices into `tags`; a tag outside them is one line naming file and line."""
+    assert sentences.tags is not None  # callers pass files read with their tags (read_conll's with_tags)
     index = {tag: position for position, tag in enumerate(tags)}
     encoded = []
     for sentence, start in zip(sentences.tags, sentences.lines):

@@ -31,11 +31,13 @@ from finetune.errors import DataFileError, InputError
 from finetune.glue.specs import STANDARD_FILES, TaskSpec, label_text
 
 
-def task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
-    """The file of `split`, or a one-line error naming what exists."""
+def task_file(spec: TaskSpec, data_dir: Path | None, split: str) -> Path:
+    """The file of `split`, or a one-line error naming what exists (or that no folder was given to look in)."""
     splits = STANDARD_FILES if spec.files is None else spec.files
     if split not in splits:
         raise InputError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(splits)})", value=split)
+    if data_dir is None:  # the recipes require a data_dir for files; a caller without one gets this, not a TypeError
+        raise InputError(f"task '{spec.name}': no data folder to read its {split} file from", value=split)
     if spec.files is None:
         return found_task_file(spec, Path(data_dir), split)
     path = Path(data_dir) / spec.files[split]
@@ -203,7 +205,9 @@ def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[int, dict]]) -> TaskExamples:
     """Texts, labels and ids from checked records; a file is labelled when its first record has the label."""
-    texts, labels, ids = [], [], []
+    texts: list[tuple[str, ...]] = []
+    labels: list[list[float] | float | int] = []  # a 0/1 row (multilabel), a score or a class index per example
+    ids: list[str] = []
     labelled = None
     for line, record in records:
         missing = [name for name in spec.text_columns if name not in record]
@@ -241,7 +245,7 @@ def _text(value: Any, name: str, path: Path, line: int) -> str:
 
 def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | int:
     """A class index from the label string, or a float score; a bad label names the file and line."""
-    if spec.is_regression:
+    if spec.labels is None:  # regression (spec.is_regression)
         try:
             score = float(value)
         except (TypeError, ValueError):
@@ -387,7 +391,7 @@ class EncodedTask(Dataset):
                         max_length=reading.max_length if truncate else None,
                         verbose=False,
                     )
-                    if reading.both_orders
+                    if reading.both_orders and second is not None  # both orders: a pair, as checked above
                     else None
                 )
                 for index in range(len(part["input_ids"])):
@@ -407,9 +411,11 @@ class EncodedTask(Dataset):
         """The rows of one encoded example: itself (truncate), its head and tail, or its windows."""
         reading, row = self.reading, {key: values[index] for key, values in part.items()}
         needs_segments = reading.mode != "truncate" or backwards or both_directions
-        sequence_ids = part.sequence_ids(index) if needs_segments else None
-        windows = None
+        # The segment of each position (None: a special token); [] where nothing below reads it.
+        sequence_ids: list[int | None] = part.sequence_ids(index) if needs_segments else []
+        windows: list[list[int]] | None = None
         if reading.mode != "truncate":
+            assert reading.max_length is not None  # __init__ refuses a mode other than truncate without one
             self.full_lengths.append(len(row["input_ids"]))
             if reading.mode == "head_tail":
                 windows = [head_tail_positions(sequence_ids, reading.max_length, reading.head_tokens)]
@@ -418,7 +424,8 @@ class EncodedTask(Dataset):
                     sequence_ids, reading.max_length, reading.overlap_tokens, reading.max_chunks
                 )
                 self.windows_before_cap.append(before_cap)
-        for positions in windows or [None]:
+        rows_positions: Sequence[list[int] | None] = windows or [None]  # None: the example as it is
+        for positions in rows_positions:
             kept, kept_sequence_ids = row, sequence_ids
             if positions is not None and len(positions) != len(sequence_ids):
                 kept = {key: [values[position] for position in positions] for key, values in row.items()}
@@ -429,6 +436,7 @@ class EncodedTask(Dataset):
             for key, values in kept.items():
                 self.encodings.setdefault(key, []).append(values)
         if self.windows is not None:
+            assert windows is not None  # windowed here is chunks (both orders has _add_both_orders): windows were cut
             rows = len(self.encodings["input_ids"])
             self.windows.append(range(rows - len(windows), rows))
 
@@ -437,6 +445,7 @@ class EncodedTask(Dataset):
         for encoding in (part, swapped):
             for key, values in encoding.items():
                 self.encodings.setdefault(key, []).append(values[index])
+        assert self.windows is not None  # both orders is a windowed reading: __init__ made the list
         rows = len(self.encodings["input_ids"])
         self.windows.append(range(rows - 2, rows))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -82,7 +83,7 @@ class TokenizedDocuments:
     def load(cls, folder: Path, memory_map: bool = True) -> TokenizedDocuments:
         """Documents saved by `save` (or the token cache), memory-mapped: nothing of the ids is read until used."""
         folder = Path(folder)
-        mode = "r" if memory_map else None
+        mode: Literal["r"] | None = "r" if memory_map else None
         ids = _load_array(folder / IDS_FILE, mode)
         return cls(ids, _load_array(folder / OFFSETS_FILE, mode), source=folder if memory_map else None)
 
@@ -142,7 +143,7 @@ class TokenizedDocuments:
         self.__dict__.update(state)
 
 
-def _load_array(path: Path, mode: str | None) -> np.ndarray:
+def _load_array(path: Path, mode: Literal["r"] | None) -> np.ndarray:
     """An .npy file, memory-mapped when `mode` is given (an empty array cannot be mapped: it is read)."""
     array = np.load(path, mmap_mode=mode)
     return np.load(path) if mode is not None and array.size == 0 else array

@@ -40,6 +40,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -246,18 +247,17 @@ class TokenWriter:
         self.positions: list[np.ndarray] = []
         self.first_pieces: list[np.ndarray] = []  # grouped: the index of each document's first piece
         self.parts: list[np.ndarray] = []  # without a folder
-        self.handle = None
+        self.handle: BinaryIO | None = None
         if folder is not None:
             # held open across add() calls; finish() closes it (a with-block cannot span them)
-            self.handle = open(folder / IDS_FILE, "wb")  # noqa: SIM115
-            self._write_header()
-            self.data_start = self.handle.tell()
+            self.handle = handle = open(folder / IDS_FILE, "wb")  # noqa: SIM115
+            self._write_header(handle)
+            self.data_start = handle.tell()
 
-    def _write_header(self) -> None:
-        self.handle.seek(0)
+    def _write_header(self, handle: BinaryIO) -> None:
+        handle.seek(0)
         np.lib.format.write_array_header_1_0(
-            self.handle,
-            {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False, "shape": (self.count,)},
+            handle, {"descr": np.lib.format.dtype_to_descr(NPY_INT32), "fortran_order": False, "shape": (self.count,)}
         )
 
     def add(
@@ -266,6 +266,7 @@ class TokenWriter:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
         ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=NPY_INT32, count=int(lengths.sum()))
         if self.grouped:
+            assert firsts is not None  # grouped batches say which of their pieces start a document
             self.first_pieces.append(np.flatnonzero(firsts) + self.added)
         self.added += len(id_lists)
         self.lengths.append(lengths)
@@ -285,20 +286,22 @@ class TokenWriter:
             offsets = pieces[first_pieces]
         if self.handle is None:
             return TokenizedDocuments(np.concatenate([np.empty(0, dtype=np.int32), *self.parts]), offsets)
-        self._write_header()
+        folder = self.folder
+        assert folder is not None  # the ids file is open only in a folder
+        self._write_header(self.handle)
         if self.handle.tell() != self.data_start:  # cannot happen with numpy's padded headers; never risk it
             raise RuntimeError("the .npy header changed length")
         self.handle.close()
-        np.save(self.folder / OFFSETS_FILE, offsets)
+        np.save(folder / OFFSETS_FILE, offsets)
         if self.positions:
-            np.save(self.folder / POSITIONS_FILE, np.concatenate(self.positions))
+            np.save(folder / POSITIONS_FILE, np.concatenate(self.positions))
         if self.grouped:
-            np.save(self.folder / PIECES_FILE, pieces)
-            np.save(self.folder / FIRST_PIECES_FILE, first_pieces)
+            np.save(folder / PIECES_FILE, pieces)
+            np.save(folder / FIRST_PIECES_FILE, first_pieces)
             meta = {"pieces": len(pieces) - 1, **meta}
         meta = {"format": CACHE_FORMAT, "documents": len(offsets) - 1, "tokens": self.count, **meta}
-        (self.folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        return TokenizedDocuments.load(self.folder)
+        (folder / META_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return TokenizedDocuments.load(folder)
 
     def close(self) -> None:
         if self.handle is not None and not self.handle.closed:

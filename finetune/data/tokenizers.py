@@ -97,4 +97,6 @@ def shared_tokenizer(accelerator, train: Callable[[], PreTrainedTokenizerFast]) 
     if accelerator.num_processes > 1:
         # The whole tokenizer travels (pickled, its backend as JSON), so it keeps its own special tokens.
         payload = broadcast_object_list(payload, from_process=0)
-    return payload[0]
+    tokenizer = payload[0]
+    assert tokenizer is not None  # trained by the main process (the only one, or broadcast from it to the others)
+    return tokenizer

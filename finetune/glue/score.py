@@ -91,10 +91,11 @@ def glue_score(convention: Convention, scores: dict[str, dict[str, float]]) -> d
     components, missing = {}, []
     for component in convention.components:
         values = [scores.get(task, {}).get(metric) for task, metric in component.parts]
-        if any(value is None for value in values):
+        present = [value for value in values if value is not None]
+        if len(present) < len(values):
             missing.append(component.label)
         else:
-            components[component.label] = statistics.fmean(values)
+            components[component.label] = statistics.fmean(present)
     return {
         "description": convention.description,
         "score": statistics.fmean(components.values()) if not missing else None,

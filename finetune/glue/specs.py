@@ -262,7 +262,11 @@ GLUE_TASKS: dict[str, TaskSpec] = {
     ]
 }
 
-SUBMISSION_TASKS = [spec for spec in GLUE_TASKS.values() if spec.submission_file]  # the 11 files of an archive
+# The 11 files of an archive, each with its task
+SUBMISSION_FILES: dict[str, TaskSpec] = {
+    spec.submission_file: spec for spec in GLUE_TASKS.values() if spec.submission_file
+}
+SUBMISSION_TASKS = list(SUBMISSION_FILES.values())
 
 
 def predicted_with(name: str) -> list[TaskSpec]:

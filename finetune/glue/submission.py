@@ -17,7 +17,7 @@ from pathlib import Path
 
 from finetune.data.tasks import read_task_split
 from finetune.errors import DataFileError, InputError
-from finetune.glue.specs import SUBMISSION_TASKS, TaskSpec
+from finetune.glue.specs import SUBMISSION_FILES, SUBMISSION_TASKS, TaskSpec
 
 HEADER = "index\tprediction"
 DECIMALS = 3  # regression scores, as the leaderboard's sample submission writes them
@@ -26,7 +26,7 @@ PROBLEMS_PER_FILE = 5  # a broken file reports its first few bad rows, then a co
 
 def submission_value(spec: TaskSpec, prediction) -> str:
     """What the leaderboard expects for one prediction: a label string, or a clipped score with 3 decimals."""
-    if not spec.is_regression:
+    if spec.labels is not None:  # a class index (not regression)
         return (spec.submission_labels or spec.labels)[int(prediction)]
     value = float(prediction)
     if spec.submission_range is not None:
@@ -63,10 +63,10 @@ def write_submission(
     partial = path.with_name(path.name + ".partial")
     try:
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for spec in SUBMISSION_TASKS:
+            for file_name, spec in SUBMISSION_FILES.items():
                 if spec.name in predictions:
                     ids, values = predictions[spec.name]
-                    archive.writestr(spec.submission_file, submission_text(spec, ids, values))
+                    archive.writestr(file_name, submission_text(spec, ids, values))
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
@@ -105,15 +105,14 @@ def validate_submission(path: Path, test_ids: dict[str, list[str]] | None = None
         return check
     with archive:
         names = archive.namelist()
-        by_file = {spec.submission_file: spec for spec in SUBMISSION_TASKS}
         for name, count in Counter(names).items():
             if count > 1:
                 check.problems.append(f"{name}: in the archive {count} times")
         for name in dict.fromkeys(names):
             if "/" in name or "\\" in name:
                 check.problems.append(f"{name}: in a subfolder; the leaderboard reads files at the archive's root")
-            elif name not in by_file:
-                check.problems.append(f"{name}: not a GLUE submission file (expected {', '.join(by_file)})")
+            elif name not in SUBMISSION_FILES:
+                check.problems.append(f"{name}: not a GLUE submission file (expected {', '.join(SUBMISSION_FILES)})")
         for spec in SUBMISSION_TASKS:
             if spec.submission_file not in names:
                 check.missing.append(spec.name)
@@ -190,7 +189,7 @@ def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple
 
 def value_problem(spec: TaskSpec, value: str) -> str | None:
     """Why one prediction is not what the leaderboard accepts for the task, or None."""
-    if not spec.is_regression:
+    if spec.labels is not None:  # classes (not regression)
         vocabulary = spec.submission_labels or spec.labels
         return None if value in vocabulary else f"prediction {value!r} is not one of {', '.join(vocabulary)}"
     try:
@@ -207,6 +206,7 @@ def glue_test_ids(glue_dir: Path) -> dict[str, list[str]]:
     """{task: ids} from every test file present in a GLUE folder (download_glue_data.py's layout)."""
     test_ids = {}
     for spec in SUBMISSION_TASKS:
+        assert spec.glue_folder is not None and spec.files is not None  # every GLUE task has its folder and files
         data_dir = Path(glue_dir) / spec.glue_folder
         if (data_dir / spec.files["test"]).is_file():
             test_ids[spec.name] = read_task_split(spec, data_dir, "test").ids

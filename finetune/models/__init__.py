@@ -2,10 +2,5 @@
 (Transformer-XL memory, sparse attention) and the mean-pooling classifier with transformers' Auto classes, so that
 `AutoModelForCausalLM` / `AutoModelForSequenceClassification.from_pretrained` load this toolkit's own checkpoints."""
 
-from finetune.models import (  # noqa: F401
-    awd_lstm,
-    awd_lstm_classifier,
-    causal_transformer,
-    mean_pooling,
-    ngram,  # (registration on import)
-)
+# Imported for what importing them does: each registers its classes with transformers' Auto classes.
+from finetune.models import awd_lstm, awd_lstm_classifier, causal_transformer, mean_pooling, ngram  # noqa: F401

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -92,11 +92,11 @@ def detach_hidden_state(hidden_state: HiddenState) -> HiddenState:
     return tuple(tuple(tensor.detach() for tensor in layer_state) for layer_state in hidden_state)
 
 
-def named_hidden_state(model: nn.Module, hidden_state: HiddenState | None) -> dict[str, Tensor]:
+def named_hidden_state(model: AWDLSTMPreTrainedModel, hidden_state: HiddenState | None) -> dict[str, Tensor]:
     """The state as named tensors for a checkpoint: "{name}_{layer}" (an LSTM's hidden_0, cell_0, hidden_1, ...)."""
     if hidden_state is None:
         return {}
-    layers = model.base_model.layers
+    layers = _recurrent_layers(model)
     return {
         f"{name}_{index}": tensor
         for index, (layer, layer_state) in enumerate(zip(layers, hidden_state))
@@ -104,12 +104,20 @@ def named_hidden_state(model: nn.Module, hidden_state: HiddenState | None) -> di
     }
 
 
-def hidden_state_from_names(model: nn.Module, tensors: dict[str, Tensor]) -> HiddenState | None:
+def hidden_state_from_names(model: AWDLSTMPreTrainedModel, tensors: dict[str, Tensor]) -> HiddenState | None:
     """The state `named_hidden_state` saved (other tensors beside it are ignored); None when it is not all there."""
-    names = [[f"{name}_{index}" for name in layer.state_names] for index, layer in enumerate(model.base_model.layers)]
+    names = [[f"{name}_{index}" for name in layer.state_names] for index, layer in enumerate(_recurrent_layers(model))]
     if not all(name in tensors for layer_names in names for name in layer_names):
         return None
     return tuple(tuple(tensors[name] for name in layer_names) for layer_names in names)
+
+
+def _recurrent_layers(model: AWDLSTMPreTrainedModel) -> list[WeightDropout | QRNNLayer]:
+    """The recurrent layers of an AWD-LSTM model's encoder (its base_model: the model itself when bare), bottom up."""
+    encoder = model.base_model
+    assert isinstance(encoder, AWDLSTMModel)  # base_model_prefix names the encoder of every AWD-LSTM model
+    # recurrent_layer() built each one; a ModuleList's items are typed nn.Module
+    return cast("list[WeightDropout | QRNNLayer]", list(encoder.layers))
 
 
 AWD_LSTM_TYPE = "awd_lstm"  # config.json's model_type (and the recipe's model.family)
@@ -234,7 +242,8 @@ class AWDLSTMForCausalLM(AWDLSTMPreTrainedModel, StatefulGenerationMixin):
     `generate` carries the recurrent state: the prompt is read once, then each new token is one step.
     """
 
-    _tied_weights_keys: ClassVar[dict[str, str]] = {"decoder.weight": "awd_lstm.embedding.weight"}
+    # No ClassVar: PreTrainedModel declares it an instance attribute.
+    _tied_weights_keys = {"decoder.weight": "awd_lstm.embedding.weight"}  # noqa: RUF012
     state_keyword = "hidden_state"
 
     def __init__(self, config: AWDLSTMConfig):
@@ -349,8 +358,10 @@ def with_new_vocabulary(model: AWDLSTMPreTrainedModel, old_vocab: dict[str, int]
     """`model`, changed in place and returned, reading and predicting `new_vocab` (ULMFiT's target-domain stage)."""
     config = model.config
     old_pad_token = next((token for token, index in old_vocab.items() if index == config.pad_token_id), None)
-    config.pad_token_id = new_vocab.get(old_pad_token)
-    embedding = remap_vocabulary_rows(model.get_input_embeddings().weight, old_vocab, new_vocab)
+    config.pad_token_id = new_vocab.get(old_pad_token) if old_pad_token is not None else None
+    input_embedding = model.get_input_embeddings()
+    assert isinstance(input_embedding, nn.Embedding)  # the encoder's embedding (AWDLSTMModel)
+    embedding = remap_vocabulary_rows(input_embedding.weight, old_vocab, new_vocab)
     model.set_input_embeddings(nn.Embedding.from_pretrained(embedding, freeze=False, padding_idx=config.pad_token_id))
     decoder = model.get_output_embeddings()
     if decoder is not None:

@@ -29,7 +29,6 @@ import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -173,7 +172,8 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
     """
 
     # A language-model checkpoint also holds the decoder; a classifier has no use for it.
-    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"^decoder\."]
+    # No ClassVar: transformers makes it an instance attribute (a set) in __init__.
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]  # noqa: RUF012
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)
@@ -190,6 +190,9 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         # The backward language model's encoder, its weights copied in by the loader (models/heads.py).
         self.awd_lstm_backward = AWDLSTMModel(config) if config.classifier_bidirectional else None
         directions = 2 if config.classifier_bidirectional else 1
+        num_labels, dropout = config.num_labels, config.classifier_dropout
+        # transformers gives every config a label count (2 by default); CLASSIFIER_DEFAULTS filled in the dropout
+        assert num_labels is not None and dropout is not None
         # The inner layers are wider than the top one, so they cannot be summed with it as they are. Each gets a
         # learned projection down to the top layer's width rather than being left out: every layer takes part (ELMo's
         # point: the inner ones carry what the top one forgets), and the pooling head below reads the width it reads
@@ -202,8 +205,8 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         self.classifier = ConcatPoolingClassifier(
             directions * config.embedding_size,
             config.classifier_hidden,
-            config.num_labels,
-            config.classifier_dropout,
+            num_labels,
+            dropout,
             config.classifier_hidden_dropout,
         )
         self.post_init()
@@ -235,7 +238,9 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         length = input_ids.shape[1]
         chunks, state = [], None
         for start in range(0, length, bptt):
-            recording = contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(encoder)
+            recording: contextlib.AbstractContextManager[list[Tensor]] = (
+                contextlib.nullcontext([]) if self.scalar_mix is None else every_layer_output(encoder)
+            )
             with torch.set_grad_enabled(torch.is_grad_enabled() and length - start <= max_len), recording as layers:
                 encoded = encoder(input_ids[:, start : start + bptt], hidden_state=state)
             chunks.append(layers or [encoded.last_hidden_state])
@@ -274,11 +279,13 @@ class AWDLSTMForSequenceClassification(AWDLSTMPreTrainedModel):
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
-            alpha = self.config.classifier_activation_regularization
-            beta = self.config.classifier_temporal_activation_regularization
+            # None (not filled in) weighs nothing, as 0 does
+            alpha = self.config.classifier_activation_regularization or 0.0
+            beta = self.config.classifier_temporal_activation_regularization or 0.0
             if self.training and (alpha or beta):  # the value stays the task loss; the gradient carries AR/TAR
                 # fastai's classifier reads the top layer before dropout for both (its `out` is its `raw_out`).
-                penalty = sum(activation_penalty(top, top, alpha, beta, mask) for top in tops)
+                penalties = [activation_penalty(top, top, alpha, beta, mask) for top in tops]
+                penalty = sum(penalties[1:], penalties[0])
                 loss = with_gradient_of(loss, penalty)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
@@ -294,15 +301,18 @@ class AWDLSTMForTokenClassification(AWDLSTMPreTrainedModel):
     A sentence is read in one pass (sentences are short; `classifier_bptt` chunks are for documents).
     """
 
-    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"^decoder\."]
+    # No ClassVar: transformers makes it an instance attribute (a set) in __init__.
+    _keys_to_ignore_on_load_unexpected = [r"^decoder\."]  # noqa: RUF012
 
     def __init__(self, config: AWDLSTMConfig):
         super().__init__(config)
-        if getattr(config, "classifier_dropout", None) is None:
+        if config.classifier_dropout is None:
             config.classifier_dropout = CLASSIFIER_DEFAULTS["classifier_dropout"]
         self.awd_lstm = AWDLSTMModel(config)  # the language model's attribute name, so its weights load here
         self.dropout = nn.Dropout(config.classifier_dropout)
-        self.classifier = nn.Linear(config.embedding_size, config.num_labels)
+        num_labels = config.num_labels
+        assert num_labels is not None  # transformers gives every config a label count (2 by default)
+        self.classifier = nn.Linear(config.embedding_size, num_labels)
         self.post_init()
 
     @torch.no_grad()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from torch import nn
+from transformers import PreTrainedModel
 
 from finetune.errors import CheckpointError
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, awd_lstm_layer_groups
@@ -16,12 +17,12 @@ from finetune.models.causal_transformer import CAUSAL_TRANSFORMER_TYPE
 from finetune.models.mean_pooling import backbone_config
 
 Groups = list[list[nn.Parameter]]
-Finder = Callable[[nn.Module], Groups]
+Finder = Callable[[PreTrainedModel], Groups]
 
 
 def _module_at(root: nn.Module, path: str) -> nn.Module | None:
     """The submodule at a dotted `path`, or None where this config does not build it."""
-    module = root
+    module: nn.Module | None = root
     for name in path.split("."):
         module = getattr(module, name, None)
     return module
@@ -44,9 +45,11 @@ def stacked_groups(embeddings: tuple[str, ...], blocks: str, with_first_block: t
     on it. A path may name a module that only some configs build (ELECTRA's projection, DeBERTa's conv).
     """
 
-    def finder(model: nn.Module) -> Groups:
+    def finder(model: PreTrainedModel) -> Groups:
         base = model.base_model
-        groups = [_parameters_of(base, embeddings)] + [list(block.parameters()) for block in _module_at(base, blocks)]
+        stack = _module_at(base, blocks)
+        assert isinstance(stack, nn.ModuleList)  # every config of a family builds its stack of blocks
+        groups = [_parameters_of(base, embeddings)] + [list(block.parameters()) for block in stack]
         if with_first_block:
             groups[1] += _parameters_of(base, with_first_block)
         return groups
@@ -90,7 +93,7 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
 }
 
 
-def layer_groups(model: nn.Module) -> Groups:
+def layer_groups(model: PreTrainedModel) -> Groups:
     """Every parameter of `model` exactly once, grouped bottom to top; the last group is the task head."""
     family = backbone_config(model.config).model_type  # a mean-pooling head's groups are its encoder's + the head
     finder = LAYER_GROUP_FINDERS.get(family)

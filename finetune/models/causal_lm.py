@@ -24,8 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from finetune.models.awd_lstm import (
+    AWDLSTMForCausalLM,
     HiddenState,
     activation_penalty,
     detach_hidden_state,
@@ -33,6 +35,7 @@ from finetune.models.awd_lstm import (
     named_hidden_state,
     with_gradient_of,
 )
+from finetune.models.causal_transformer import CausalTransformerForCausalLM
 from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining
 from finetune.models.linear_cross_entropy import linear_cross_entropy
@@ -99,6 +102,7 @@ def decode(transformer: GPT2Model, input_ids: torch.Tensor) -> torch.Tensor:
     future = torch.ones(length, length, dtype=torch.bool, device=input_ids.device).triu_(1)
     approximate = "tanh" if config.activation_function in _TANH_GELU else "none"
     for block in transformer.h:
+        assert isinstance(block, GPT2Block)  # GPT2Model's blocks (ModuleList items are typed nn.Module)
         hidden = hidden + _attention(block.attn, block.ln_1(hidden), future, config)
         mlp = block.mlp
         inner = F.gelu(_conv1d(mlp.c_fc, block.ln_2(hidden)), approximate=approximate)
@@ -156,7 +160,7 @@ class RecurrentNextTokenLM(CarriedStateLoss):
 
     def __init__(
         self,
-        lstm_lm: nn.Module,
+        lstm_lm: AWDLSTMForCausalLM,
         activation_regularization: float = 0.0,
         temporal_activation_regularization: float = 0.0,
     ):
@@ -206,7 +210,7 @@ class MemoryNextTokenLM(CarriedStateLoss):
     Without memory (a sparse-attention GPT-2) the state stays None and batches are independent blocks.
     """
 
-    def __init__(self, causal_transformer: nn.Module, memory_length: int | None = None):
+    def __init__(self, causal_transformer: CausalTransformerForCausalLM, memory_length: int | None = None):
         super().__init__()
         self.causal_transformer = causal_transformer
         self.memory_length = causal_transformer.config.memory_length if memory_length is None else memory_length

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -157,8 +157,10 @@ def attention_pattern(
     distance = query - key
     allowed = distance >= 0
     if pattern == "strided":
+        assert stride is not None  # a strided or fixed pattern has its stride (CausalTransformerConfig's check)
         allowed &= (distance < stride) | (distance % stride == 0)
     elif pattern == "fixed":  # tensor % and floor division round towards -inf, like Python's: memory blocks line up
+        assert stride is not None
         same_block = torch.div(key, stride, rounding_mode="floor") == torch.div(query, stride, rounding_mode="floor")
         allowed &= same_block | (key % stride >= stride - summary_columns)
     return allowed
@@ -237,6 +239,8 @@ class CausalSelfAttention(nn.Module):
         if biases is None:
             scores = query @ key.transpose(-1, -2)
         else:
+            # relative positions: the biases come with the position projection and the encodings R
+            assert self.position_projection is not None and encodings is not None
             content = (query + biases.content_bias[:, None]) @ key.transpose(-1, -2)  # terms (a) and (c)
             positions = self.position_projection(encodings).view(-1, self.heads, self.head_size).permute(1, 2, 0)
             scores = content + relative_shift((query + biases.position_bias[:, None]) @ positions)  # (b) and (d)
@@ -297,7 +301,7 @@ class CausalTransformerPreTrainedModel(PreTrainedModel):
             std = std / math.sqrt(2 * self.config.num_hidden_layers)
         if isinstance(module, (nn.Linear, nn.Embedding)):
             init.normal_(module.weight, mean=0.0, std=std)
-            if getattr(module, "bias", None) is not None:
+            if isinstance(module, nn.Linear) and module.bias is not None:  # an embedding has no bias
                 init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
@@ -388,7 +392,8 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGen
     where a key/value cache would keep them).
     """
 
-    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.weight": "transformer.token_embedding.weight"}
+    # No ClassVar: PreTrainedModel declares it an instance attribute.
+    _tied_weights_keys = {"lm_head.weight": "transformer.token_embedding.weight"}  # noqa: RUF012
     state_keyword = "memory"
 
     def __init__(self, config: CausalTransformerConfig):
@@ -427,8 +432,8 @@ class CausalTransformerForCausalLM(CausalTransformerPreTrainedModel, StatefulGen
     def prepare_inputs_for_generation(
         self,
         input_ids: Tensor,
-        memory: Memory | None = None,
         attention_mask: Tensor | None = None,
+        memory: Memory | None = None,
         use_cache: bool = True,
         logits_to_keep: int = 0,
         **kwargs,

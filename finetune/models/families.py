@@ -25,8 +25,11 @@ each family's model section.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from torch import nn
-from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel
+from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel, PreTrainedModel
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import CheckpointError, InputError
@@ -58,7 +61,7 @@ class LanguageModelFamily:
     name: str  # the registry's key
     recipe_family: str  # the recipe's model.family that selects it
     model_type: str  # config.json's model_type of the models it builds
-    model_class: type  # the Hugging Face class, built from a checkpoint's config by `finetune profile`
+    model_class: type[PreTrainedModel]  # the Hugging Face class, built from a checkpoint's config by `finetune profile`
     description: str  # what `finetune profile` calls it
     masked = False  # masked blocks (bert) rather than next-token blocks
     counted = False  # counted from the corpus (ngram), not trained: no sizes, no optimizer, no training loop
@@ -103,7 +106,7 @@ class LanguageModelFamily:
 
     # ----- tokenizer -----
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A byte-level BPE tokenizer trained on `documents`, as GPT-2's."""
         return train_byte_level_bpe(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
@@ -131,11 +134,11 @@ class LanguageModelFamily:
             return checkpoint_config.max_position_embeddings  # GPT2Config maps it to n_positions
         return getattr(model_config, "max_positions", None) or block_size
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
         """A randomly initialised model of the recipe's sizes (`tokenizer`: its length and special token ids)."""
         raise NotImplementedError
 
-    def load(self, model_config) -> nn.Module:
+    def load(self, model_config) -> PreTrainedModel:
         """model.checkpoint, to continue pretraining it (ULMFiT's second stage); dropout keys given in the recipe
         replace the checkpoint's, the others keep its values."""
         raise InputError(f"the {self.recipe_family} family continues no checkpoint", value=self.recipe_family)
@@ -150,16 +153,17 @@ class LanguageModelFamily:
             f"model.family {self.recipe_family} continues {self.model_type} checkpoints",
         )
 
-    def from_config(self, config) -> nn.Module:
+    def from_config(self, config) -> PreTrainedModel:
         """The model of a checkpoint's config, freshly initialised (nothing read: `finetune profile`)."""
         return self.model_class._from_config(config)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
         """The model wrapped so that its forward is `(input_ids, labels) -> (mean loss, labelled tokens, correct
         predictions or None)`: the training loop and validation never branch on the family."""
+        assert isinstance(model, GPT2LMHeadModel)  # what the family builds and loads
         return NextTokenLM(model)
 
-    def layer_groups(self, model: nn.Module) -> Groups:
+    def layer_groups(self, model: PreTrainedModel) -> Groups:
         """The layer groups that discriminative learning rates of language-model training step down from the top:
         a transformer's backbone order (models/backbones.py)."""
         return layer_groups(model)
@@ -194,20 +198,22 @@ class BertFamily(LanguageModelFamily):
     def decoded_fraction(self, recipe) -> float:
         return recipe.masking.probability  # the sparse masked LM decodes only the masked positions
 
-    def train_tokenizer(self, documents: list[str], tokenizer_config):
+    def train_tokenizer(self, documents: Iterable[str], tokenizer_config):
         """A WordPiece tokenizer trained on `documents`, as BERT's."""
         return train_wordpiece(
             documents, tokenizer_config.vocab_size, tokenizer_config.lowercase, tokenizer_config.min_frequency
         )
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
+        assert max_positions is not None  # a family with a position table: max_positions() gives its size
         return build_masked_lm(model_config, len(tokenizer), max_positions, tokenizer.pad_token_id)
 
-    def load(self, model_config) -> nn.Module:
+    def load(self, model_config) -> PreTrainedModel:
         given = model_config.model_fields_set
         return load_masked_lm(model_config.checkpoint, model_config.dropout if "dropout" in given else None)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
+        assert isinstance(model, BertForMaskedLM)  # what the family builds and loads
         return SparseMaskedLM(model)
 
 
@@ -215,13 +221,14 @@ class GPT2Family(LanguageModelFamily):
     """GPT-2: next-token blocks, GPT2LMHeadModel."""
 
     name = recipe_family = model_type = "gpt2"
-    model_class = GPT2LMHeadModel
+    model_class: type[PreTrainedModel] = GPT2LMHeadModel  # CausalTransformerFamily's is another
     description = "causal language model"
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
+        assert max_positions is not None  # a family with a position table: max_positions() gives its size
         return build_causal_lm(model_config, len(tokenizer), max_positions, tokenizer)
 
-    def load(self, model_config) -> nn.Module:
+    def load(self, model_config) -> PreTrainedModel:
         given = model_config.model_fields_set
         return load_causal_lm(model_config.checkpoint, model_config.dropout if "dropout" in given else None)
 
@@ -241,10 +248,12 @@ class CausalTransformerFamily(GPT2Family):
     def reads_bptt_batches(self, model_config) -> bool:
         return getattr(model_config, "memory_length", 0) > 0
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
+        assert max_positions is not None  # a family with a position table: max_positions() gives its size
         return build_causal_transformer(model_config, len(tokenizer), max_positions, tokenizer)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
+        assert isinstance(model, CausalTransformerForCausalLM)  # what the family builds
         return MemoryNextTokenLM(model)
 
 
@@ -269,7 +278,8 @@ class AWDLSTMFamily(LanguageModelFamily):
         """The five AWD-LSTM dropouts of a recipe, named as in AWDLSTMConfig."""
         return {name: getattr(model_config, name) for name in self.DROPOUTS}
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
+        dropouts: dict[str, Any] = self.dropouts(model_config)  # keyword arguments of AWDLSTMConfig, floats
         config = AWDLSTMConfig(
             vocab_size=len(tokenizer),
             embedding_size=model_config.embedding_size,
@@ -278,11 +288,11 @@ class AWDLSTMFamily(LanguageModelFamily):
             cell=model_config.cell,
             pad_token_id=tokenizer.pad_token_id,
             embedding_init_range=model_config.embedding_init_range,
-            **self.dropouts(model_config),
+            **dropouts,
         )
         return AWDLSTMForCausalLM._from_config(config)
 
-    def load(self, model_config) -> nn.Module:
+    def load(self, model_config) -> PreTrainedModel:
         given = model_config.model_fields_set
         dropouts = {name: value for name, value in self.dropouts(model_config).items() if name in given}
         source = resolve_checkpoint(model_config.checkpoint)
@@ -293,11 +303,12 @@ class AWDLSTMFamily(LanguageModelFamily):
         return load_model(AWDLSTMForCausalLM, source, config=config)
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
+        assert isinstance(model, AWDLSTMForCausalLM)  # what the family builds and loads
         return RecurrentNextTokenLM(
             model, model_config.activation_regularization, model_config.temporal_activation_regularization
         )
 
-    def layer_groups(self, model: nn.Module) -> Groups:
+    def layer_groups(self, model: PreTrainedModel) -> Groups:
         """As ULMFiT/fastai split an AWD-LSTM for language modelling: the LSTM layers bottom to top, then the
         embedding together with the decoder it is tied to, on top.
 
@@ -320,7 +331,7 @@ class NGramFamily(LanguageModelFamily):
     has_position_table = False
     registering_import = "import finetune.models.ngram  # registers the n-gram model with the Auto classes\n"
 
-    def build(self, model_config, tokenizer, max_positions: int | None) -> nn.Module:
+    def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
         # the stages refuse it first (profile, lr-find): there is nothing to size or to train
         raise InputError(
             f"an {self.recipe_family} model is counted from the corpus by `finetune pretrain`, not built",
@@ -328,6 +339,7 @@ class NGramFamily(LanguageModelFamily):
         )
 
     def loss_module(self, model_config, model: nn.Module) -> nn.Module:
+        assert isinstance(model, NGramForCausalLM)  # what the pretrain stage counts
         return NGramNextTokenLM(model)
 
 

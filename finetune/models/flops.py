@@ -16,6 +16,7 @@ import time
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from finetune.models.families import is_recurrent
 from finetune.models.mean_pooling import backbone_config
@@ -68,6 +69,7 @@ def multiply_adds_per_token(
     or a language model's head with its decoder, tied or not) reads `top_fraction` of the tokens: 1 / seq_len for a
     classifier's head (once per example), the masked fraction for a sparse masked-LM decoder, 1 for a causal LM.
     """
+    assert isinstance(model, PreTrainedModel)  # every stage's model is a Hugging Face one (its config read here)
     config = backbone_config(model.config)
     lookups = lookup_tables(model)
     counts = [float(matrix_multiply_adds(group, lookups)) for group in groups]

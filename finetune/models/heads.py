@@ -51,7 +51,7 @@ def _about_the_backward_encoder():
 
 def label_config(spec: TaskSpec) -> dict:
     """The config entries that store the task's label mapping with the checkpoint."""
-    if spec.is_regression:
+    if spec.labels is None:  # regression (spec.is_regression)
         return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "score"}, "label2id": {"score": 0}}
     return {
         "num_labels": spec.num_labels,
@@ -308,7 +308,8 @@ def reinitialise_output_layer(model, num_labels: int) -> None:
             value=type(model).__name__,
         )
     for parameter in outputs[-1].parameters():
-        parameter._is_hf_initialized = False  # transformers' initialisers skip tensors marked as loaded
+        # transformers' initialisers skip tensors marked as loaded
+        parameter._is_hf_initialized = False  # type: ignore[attr-defined]  # a flag transformers sets on tensors
     model._init_weights(outputs[-1])
 
 

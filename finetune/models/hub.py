@@ -251,7 +251,12 @@ def auto_class_lacks_family(auto_class, model_type: str | None) -> bool:
     transformers knows (or one registered with it); False for a family shipped as code (its config's auto_map
     names its classes)."""
     mapping = getattr(auto_class, "_model_mapping", None)
-    return mapping is not None and model_type in CONFIG_MAPPING and CONFIG_MAPPING[model_type] not in mapping
+    return (
+        mapping is not None
+        and model_type is not None
+        and model_type in CONFIG_MAPPING
+        and CONFIG_MAPPING[model_type] not in mapping
+    )
 
 
 def _first_line(error: Exception) -> str:

@@ -10,6 +10,7 @@ The AWD-LSTM's training loss also carries the gradient of its activation penalti
 from __future__ import annotations
 
 from torch import nn
+from transformers import PreTrainedModel
 
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, FAMILIES, family, family_of
 
@@ -60,12 +61,12 @@ class VocabularyOfSize:
         return self.size
 
 
-def build_language_model(model_config, tokenizer, max_positions: int) -> nn.Module:
+def build_language_model(model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
     """A randomly initialised Hugging Face model of the recipe's family and size."""
     return family_of(model_config).build(model_config, tokenizer, max_positions)
 
 
-def load_language_model(model_config) -> nn.Module:
+def load_language_model(model_config) -> PreTrainedModel:
     """An existing checkpoint of the recipe's family, to continue pretraining (ULMFiT's second stage).
 
     Dropout keys given in the recipe replace the checkpoint's; the others keep its values.
@@ -83,7 +84,7 @@ def loss_module(model_config, model: nn.Module) -> nn.Module:
     return family_of(model_config).loss_module(model_config, model)
 
 
-def language_model_layer_groups(family_name: str, model: nn.Module) -> list[list[nn.Parameter]]:
+def language_model_layer_groups(family_name: str, model: PreTrainedModel) -> list[list[nn.Parameter]]:
     """The layer groups that discriminative learning rates of language-model training step down from the top
     (the AWD-LSTM's embedding on top with its decoder, as ULMFiT; transformers in the backbone order)."""
     return family(family_name).layer_groups(model)

@@ -52,7 +52,15 @@ class MeanPoolingConfig(PretrainedConfig):
 
 def backbone_config(config: PretrainedConfig) -> PretrainedConfig:
     """The config of the network under the head: the encoder's for a mean-pooling classifier, else `config`."""
-    return config.encoder if isinstance(config, MeanPoolingConfig) else config
+    return _encoder_of(config) if isinstance(config, MeanPoolingConfig) else config
+
+
+def _encoder_of(config: MeanPoolingConfig) -> PretrainedConfig:
+    """`config.encoder`, which transformers makes a config when the config is made (of a dict, or of the defaults
+    for None: sub_configs_defaults)."""
+    encoder = config.encoder
+    assert isinstance(encoder, PretrainedConfig)
+    return encoder
 
 
 def head_dropout(config: MeanPoolingConfig) -> float:
@@ -88,10 +96,13 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         self.encoder = AutoModel.from_config(config.encoder)
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # BERT-style [CLS] pooler: unused here, and it would never get a gradient
+        encoder_config = _encoder_of(config)
         # Every family's hidden_states hold the embedding output and one entry per layer: num_hidden_layers + 1.
-        self.scalar_mix = ScalarMix(config.encoder.num_hidden_layers + 1) if config.scalar_mix else None
+        self.scalar_mix = ScalarMix(encoder_config.num_hidden_layers + 1) if config.scalar_mix else None
         self.dropout = nn.Dropout(head_dropout(config))
-        self.classifier = nn.Linear(config.encoder.hidden_size, config.num_labels)
+        num_labels = config.num_labels
+        assert num_labels is not None  # transformers gives every config a label count (2 by default)
+        self.classifier = nn.Linear(encoder_config.hidden_size, num_labels)
         self.post_init()
 
     @torch.no_grad()
@@ -115,7 +126,7 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         encoded = self.encoder(
             input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing, **encoder_inputs
         )
-        hidden = self.scalar_mix(encoded.hidden_states) if mixing else encoded.last_hidden_state
+        hidden = self.scalar_mix(encoded.hidden_states) if self.scalar_mix is not None else encoded.last_hidden_state
         logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
         loss = None
         if labels is not None:

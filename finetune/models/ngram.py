@@ -128,7 +128,7 @@ def estimate_kneser_ney(
         tables.keys.append(keys[k - 1])
         tables.probabilities.append(probabilities.astype(np.float32))
         tables.backoffs.append(backoffs.astype(np.float32))
-        tables.discounts.append(tuple(float(value) for value in discounts))
+        tables.discounts.append((float(discounts[0]), float(discounts[1]), float(discounts[2])))
     return tables
 
 

@@ -37,7 +37,9 @@ def packed_logits(
     if isinstance(model, BertForSequenceClassification):
         hidden = packed_encoder(model.bert, input_ids, real, token_type_ids)
         starts = F.pad(lengths.cumsum(dim=0)[:-1], (1, 0))  # each row's first token: its [CLS]
-        return model.classifier(model.bert.pooler.activation(model.bert.pooler.dense(hidden[starts])))
+        pooler = model.bert.pooler
+        assert pooler is not None  # BertForSequenceClassification builds its BERT with the pooler
+        return model.classifier(pooler.activation(pooler.dense(hidden[starts])))
     hidden = packed_encoder(model.encoder, input_ids, real, token_type_ids)
     rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(lengths)
     sums = hidden.new_zeros(len(input_ids), hidden.shape[-1]).index_add_(0, rows, hidden)

@@ -94,7 +94,8 @@ class WeightDropout(nn.Module):
                 return outputs, (hidden,)
         finally:
             # Drop the masked copy: a module holding a non-leaf tensor cannot be deep-copied or pickled.
-            recurrent.weight_hh_l0 = None
+            # torch's stub types a module's attributes Tensor | Module; nn.Module.__setattr__ takes None as well
+            recurrent.weight_hh_l0 = None  # type: ignore[assignment]  # torch's stub refuses None; run time takes it
 
 
 class _ForgetMult(torch.autograd.Function):
@@ -180,7 +181,9 @@ class QRNNLayer(nn.Module):
         return outputs.transpose(0, 1), new_state
 
 
-def recurrent_layer(cell: str, input_size: int, output_size: int, weight_dropout: float, index: int) -> nn.Module:
+def recurrent_layer(
+    cell: Literal["lstm", "qrnn", "rnn"], input_size: int, output_size: int, weight_dropout: float, index: int
+) -> nn.Module:
     """Layer `index` of the stack: forward(inputs, state) -> (outputs, state), DropConnect on its weights."""
     if cell == "qrnn":
         # Window 2 at the bottom, 1 above, as fastai's AWD-QRNN and MultiFiT: the first layer reads token pairs.

@@ -76,7 +76,7 @@ class ProjectedScalarMix(nn.Module):
         if (backward_layers is None) != (self.backward_projections is None):
             raise ValueError("backward layers must be given exactly when the mix was built bidirectional")
         projected = [projection(layer) for projection, layer in zip(self.projections, layers)]
-        if backward_layers is not None:
+        if backward_layers is not None and self.backward_projections is not None:  # both or neither (above)
             projected = [
                 torch.cat([forward, projection(backward)], dim=-1)
                 for forward, projection, backward in zip(projected, self.backward_projections, backward_layers)

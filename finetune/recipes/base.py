@@ -293,7 +293,8 @@ class TaskConfig(Section):
     @field_validator("labels", "text_columns", "label_columns")
     @classmethod
     def _distinct(cls, names: list[str] | None) -> list[str] | None:
-        repeated = sorted({name for name in names or [] if names.count(name) > 1})
+        listed = names or []
+        repeated = sorted({name for name in listed if listed.count(name) > 1})
         if repeated:
             raise ValueError(f"'{repeated[0]}' is listed twice")
         return names
@@ -359,18 +360,12 @@ class TaskConfig(Section):
         ]
         if multilabel_keys and self.kind != "multilabel":
             raise ValueError(f"{', '.join(multilabel_keys)}: for multi-label tasks (kind: multilabel)")
-        if self.both_orders and (
-            self.kind != "classification"
-            or (self.long_documents is not None and self.long_documents.mode != "truncate")
-        ):
-            raise ValueError(
-                "both_orders reads a sentence pair twice, each order truncated: not with "
-                + (
-                    "kind " + self.kind
-                    if self.kind != "classification"
-                    else f"long_documents {self.long_documents.mode}"
-                )
-            )
+        if self.both_orders:
+            both_orders_refused = "both_orders reads a sentence pair twice, each order truncated: not with "
+            if self.kind != "classification":
+                raise ValueError(both_orders_refused + "kind " + self.kind)
+            if self.long_documents is not None and self.long_documents.mode != "truncate":
+                raise ValueError(both_orders_refused + f"long_documents {self.long_documents.mode}")
         if self.kind == "spans":
             return self._check_spans()
         span_keys = [key for key in SPAN_KEYS if getattr(self, key) is not None]
@@ -426,7 +421,7 @@ class TaskConfig(Section):
             if (metric in ("pearson", "spearman")) != regression:
                 kind = "regression (no labels)" if metric in ("pearson", "spearman") else "classification (labels)"
                 raise ValueError(f"metric {metric} is for {kind} tasks")
-            if metric == "f1" and len(self.labels) != 2:
+            if metric == "f1" and self.labels is not None and len(self.labels) != 2:  # no labels: refused above
                 raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
         return self
 
@@ -557,7 +552,10 @@ class TaskConfig(Section):
                 raise ValueError("labels: with label_columns the columns name the labels; leave labels out")
             if self.label_separator is not None:
                 raise ValueError("label_separator: for a label_column holding lists, not label_columns")
-        shared = set(self.label_columns or [self.label_column]) & set(self.text_columns or template_columns(self.text))
+        # one of label_column and label_columns, and text_columns or text, is given (checked above)
+        label_columns = self.label_columns or ([self.label_column] if self.label_column is not None else [])
+        text_columns = self.text_columns or (template_columns(self.text) if self.text is not None else [])
+        shared = set(label_columns) & set(text_columns)
         if shared:
             raise ValueError(f"'{sorted(shared)[0]}' is both a text column and a label column")
         other = [key for key in ("label_names", "metrics") if getattr(self, key) is not None]
@@ -583,9 +581,9 @@ class TaskConfig(Section):
                     f"text names the columns {', '.join(named)}, text_columns {', '.join(self.text_columns)}"
                     ": give the same columns, or leave text_columns out"
                 )
-        elif self.pair and len(self.text_columns) != 2:
+        elif self.pair and len(self.text_columns or ()) != 2:  # text_columns is given when text is not (callers)
             raise ValueError(
-                f"pair: true needs 2 text_columns, not {len(self.text_columns)}; pair: false joins them "
+                f"pair: true needs 2 text_columns, not {len(self.text_columns or ())}; pair: false joins them "
                 "into one text, and text (e.g. '{A}. {B}') says how"
             )
         if self.label_names is not None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
+
+UNIONS = (Union, UnionType)  # Union[A, B] and Optional[A], and A | B (what the recipes write)
 
 
 def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
@@ -13,7 +16,7 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
     for name, field in model.model_fields.items():
         annotation = field.annotation
         section = annotation
-        if get_origin(section) is Union and len(get_args(section)) == 2 and type(None) in get_args(section):
+        if get_origin(section) in UNIONS and len(get_args(section)) == 2 and type(None) in get_args(section):
             section = next(argument for argument in get_args(section) if argument is not type(None))
         if isinstance(section, type) and issubclass(section, BaseModel):
             rows += describe_keys(section, f"{prefix}{name}.")
@@ -24,7 +27,7 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
         if field.is_required():
             default = "(required)"
         elif field.default_factory is not None:
-            default = repr(field.default_factory())
+            default = repr(field.get_default(call_default_factory=True))
         else:
             default = repr(field.default)
         rows.append((f"{prefix}{name}", type_label(annotation), default, field.description or ""))
@@ -35,7 +38,7 @@ def _section_variants(annotation: Any) -> list[type[BaseModel]]:
     """The section types of a field that is one of several sections (the model families), else []."""
     if get_origin(annotation) is Annotated:
         annotation = get_args(annotation)[0]
-    if get_origin(annotation) is not Union:
+    if get_origin(annotation) not in UNIONS:
         return []
     members = [get_args(member)[0] if get_origin(member) is Annotated else member for member in get_args(annotation)]
     return members if all(isinstance(member, type) and issubclass(member, BaseModel) for member in members) else []
@@ -67,7 +70,7 @@ def type_label(annotation: Any) -> str:
         return "|".join(str(argument) for argument in arguments)
     if origin is Annotated:
         return type_label(arguments[0])
-    if origin is Union:
+    if origin in UNIONS:
         labels = [type_label(argument) for argument in arguments if argument is not type(None)]
         return " or ".join(labels) + (" or null" if type(None) in arguments else "")
     if origin is not None:

@@ -144,6 +144,7 @@ class EvalRecipe(RunRecipe):
             if misplaced:
                 raise ValueError(f"{', '.join(misplaced)}: only with tasks (GLUE), not with a single task")
             return self
+        assert self.tasks is not None  # task is None here, and one of task and tasks is given (checked first)
         misplaced = [key for key in SINGLE_TASK_EVAL_KEYS if key in changed]
         if misplaced:
             raise ValueError(

@@ -26,7 +26,7 @@ BY_BACKBONE = "null: by the backbone at run start, "
 class FinetuneTrainingConfig(TrainingConfig):
     """`training` of a fine-tuning run: the peak LR's default depends on the backbone."""
 
-    lr: float | None = Field(
+    lr: float | None = Field(  # type: ignore[assignment]  # null until training/techniques.py resolves it
         None,
         gt=0,
         description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
@@ -37,7 +37,7 @@ class FinetuneTrainingConfig(TrainingConfig):
 class FinetuneScheduleConfig(ScheduleConfig):
     """`schedule` of a fine-tuning run: the kind's default depends on the backbone."""
 
-    kind: SCHEDULE_KINDS | None = Field(
+    kind: SCHEDULE_KINDS | None = Field(  # type: ignore[assignment]  # null until training/techniques.py resolves it
         None,
         description=SCHEDULE_KIND_HELP + "; " + BY_BACKBONE + "the kind whose own keys the section changes "
         "(cut_frac: stlr, warmup_fraction: linear, ...), else AWD-LSTM stlr, transformers linear",
@@ -47,7 +47,7 @@ class FinetuneScheduleConfig(ScheduleConfig):
 class FinetuneDiscriminativeConfig(DiscriminativeConfig):
     """`discriminative` of a fine-tuning run: the factor's default depends on the backbone."""
 
-    factor: float | None = Field(
+    factor: float | None = Field(  # type: ignore[assignment]  # null until training/techniques.py resolves it
         None,
         ge=1,
         description="group l gets lr / factor ** (its depth from the top); 1.0: one LR for all; "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +14,15 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from finetune.errors import UserError
-from finetune.recipes.base import ECHO, MustExist, Section
+from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
-Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe
-RECIPE_TYPES: dict[str, type[Section]] = {
+Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe | UlmfitRecipe
+RECIPE_TYPES: dict[str, type[Recipe]] = {
     "pretrain": PretrainRecipe,
     "finetune": FinetuneRecipe,
     "eval": EvalRecipe,
@@ -152,7 +153,7 @@ def suggested_key(key: str, stage: str) -> str | None:
 
 def _format_validation_error(error: ValidationError, source: Path, stage: str = "") -> str:
     """All problems of a recipe on one line, each naming its dotted key."""
-    problems = []
+    problems: list[str] = []
     for item in error.errors():
         # A model section is validated as its family's type; pydantic puts that tag in the location.
         location = [
@@ -254,7 +255,7 @@ def run_dir_location_problem(run_dir: Path) -> str | None:
     return None
 
 
-def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
+def path_problems(recipe: RunRecipe) -> list[tuple[str, str]]:
     """(key, problem) for every path of a recipe that cannot be used: inputs missing or of the wrong kind, output
     folders that cannot be written, a run_dir that would mix a run into the user's own folders."""
     problems = [(key, problem) for key, _, problem in input_path_problems(recipe)]
@@ -270,7 +271,7 @@ def path_problems(recipe: BaseModel) -> list[tuple[str, str]]:
 
 
 def load_recipe(
-    path: Path | str, overrides: list[str] = (), expected_stage: str | None = None, check_paths: bool = True
+    path: Path | str, overrides: Sequence[str] = (), expected_stage: str | None = None, check_paths: bool = True
 ) -> Recipe:
     """Load, override and validate a recipe; raise UserError naming the key and file on any problem."""
     path = Path(path)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig, TrainingRunRecipe
+from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import PretrainRecipe
 
@@ -67,18 +67,19 @@ class UlmfitRecipe(RunRecipe):
         # An unusable run_dir is reported at the top level; a placeholder keeps the sections from repeating it.
         base = Path(run_dir).expanduser() if isinstance(run_dir, str) and run_dir.strip() else Path("run_dir")
         general = data.get("general_lm")
-        skipped = isinstance(general, dict) and "checkpoint" in general
-        if skipped and len(general) > 1:
+        general_body: dict[Any, Any] = general if isinstance(general, dict) else {}  # {}: not a section, refused later
+        skipped = "checkpoint" in general_body
+        if skipped and len(general_body) > 1:
             raise ValueError(
                 "general_lm: give either {checkpoint: PATH} (no stage 1) or a pretrain recipe, not both "
-                f"(remove {', '.join(sorted(str(key) for key in general if key != 'checkpoint'))})"
+                f"(remove {', '.join(sorted(str(key) for key in general_body if key != 'checkpoint'))})"
             )
         checkpoints = {
-            "general_lm": general["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
+            "general_lm": general_body["checkpoint"] if skipped else str(base / "1-general-lm" / "checkpoint"),
             "target_lm": str(base / "2-target-lm" / "checkpoint"),
         }
         seed = data.get("seed", 0)
-        general_model = general.get("model") if isinstance(general, dict) else None
+        general_model = general_body.get("model")
         # Stage 2 continues stage 1's model: its family unless the section names one; ULMFiT's AWD-LSTM by default.
         family = general_model.get("family", "awd_lstm") if isinstance(general_model, dict) else "awd_lstm"
         wired = dict(data)
@@ -125,7 +126,7 @@ class UlmfitRecipe(RunRecipe):
                 f"{general.model.family} model, which stage 2 continues"
             )
         if isinstance(general, PretrainRecipe) and (
-            getattr(general.model, "memory_length", 0) or getattr(general.model, "attention", "dense") != "dense"
+            getattr(general.model, "memory_length", 0) != 0 or getattr(general.model, "attention", "dense") != "dense"
         ):
             raise ValueError(
                 "general_lm.model: memory_length and attention build a model (Transformer-XL, sparse "
@@ -154,7 +155,7 @@ class UlmfitRecipe(RunRecipe):
                 data["target_lm"]["corpus"].pop("task")
         return data
 
-    def stage_recipes(self) -> dict[str, TrainingRunRecipe | None]:
+    def stage_recipes(self) -> dict[str, PretrainRecipe | FinetuneRecipe | None]:
         """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
         general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}

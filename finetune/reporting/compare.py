@@ -147,11 +147,16 @@ def overlay_figure(runs: list[Run]) -> Figure:
         (line,) = loss_axes.plot(
             [record["step"] for record in run.train], [record["loss"] for record in run.train], label=run.label
         )
-        points = [
-            (record["step"], record[run.main_metric])
-            for record in records_of(run.records, "eval")
-            if is_number(record.get(run.main_metric))
-        ]
+        metric = run.main_metric  # None: the run has no evaluations to overlay
+        points = (
+            [
+                (record["step"], record[metric])
+                for record in records_of(run.records, "eval")
+                if is_number(record.get(metric))
+            ]
+            if metric is not None
+            else []
+        )
         if points:
             evaluation_axes.plot(
                 [step for step, _ in points],

@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from finetune.data.long_documents import DocumentReading
+from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.choices import choice_registering_import
-from finetune.models.families import family_of, family_of_model_type
+from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 
 CARD_FILE = "README.md"
@@ -78,6 +78,14 @@ class CardKind(NamedTuple):
     use_note: str = ""
 
 
+def read_length(max_length: int | None, model_type: str) -> int | None:
+    """The tokens a classifier read per example: task.max_length, or left out, the whole example for a recurrent
+    model and DEFAULT_TRANSFORMER_MAX_LENGTH for a transformer (`models.heads.fitted_max_length`'s rule)."""
+    if max_length is None and model_type not in WHOLE_DOCUMENT_TYPES:
+        return DEFAULT_TRANSFORMER_MAX_LENGTH
+    return max_length
+
+
 def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
     """The task kind's part of a fine-tuned model's card."""
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
@@ -86,8 +94,9 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
         if recipe.pooling in ("mean", "scalar_mix")
         else ""
     )
-    length = recipe.task.max_length or "the default"
+    length = read_length(recipe.task.max_length, model_type) or "all the"  # None: a recurrent model reads it all
     if spec.kind == "tokens":
+        assert spec.labels is not None  # the tagging stage sets the tags (the recipe's or the training file's)
         return CardKind(
             "token-classification",
             "tagger",
@@ -123,8 +132,11 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
             SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe(),
         )
     inputs = f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)
-    reads = DocumentReading.of(recipe.task.max_length, recipe.task.long_documents, recipe.task.both_orders).describe()
+    reads = DocumentReading.of(
+        read_length(recipe.task.max_length, model_type), recipe.task.long_documents, recipe.task.both_orders
+    ).describe()
     if spec.kind == "multilabel":
+        assert spec.labels is not None  # a multilabel spec's labels: its label_columns or the recipe's (required)
         return CardKind(
             "text-classification",
             "classifier",
@@ -139,7 +151,7 @@ def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
             "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
             "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).",
         )
-    outputs = "a score" if spec.is_regression else ", ".join(spec.labels)
+    outputs = "a score" if spec.labels is None else ", ".join(spec.labels)  # None: regression
     return CardKind(
         "text-classification",
         "classifier",

@@ -27,10 +27,10 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
-from finetune.recipes import EvalRecipe
+from finetune.recipes import EvalRecipe, GlueTaskEntry
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
-from finetune.stages.kind_evals import run_choices_eval, run_multilabel_eval, run_spans_eval, run_tagging_eval
+from finetune.stages.kind_evals import one_task, run_choices_eval, run_multilabel_eval, run_spans_eval, run_tagging_eval
 from finetune.stages.seeds import summarise_values
 from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
@@ -62,7 +62,8 @@ def predict(
 
 def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
-    spec = task_spec(recipe.task)
+    task = one_task(recipe)
+    spec = task_spec(task)
     if spec.kind == "tokens":
         return run_tagging_eval(recipe, spec, accelerator)
     if spec.kind == "choices":
@@ -71,10 +72,10 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         return run_spans_eval(recipe, spec, accelerator)
     if spec.kind == "multilabel":
         return run_multilabel_eval(recipe, spec, accelerator)
-    examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
+    examples = read_task_split(spec, task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(
-            f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
             f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
             "predict it)"
         )
@@ -90,7 +91,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     for path, model in loaded.items():
         with recipe_key(keys[path]):
             tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
-        reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
+        reading = checkpoint_reading(path, task.max_length, task.long_documents)
         outputs[path] = example_logits(
             accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split
         )
@@ -152,29 +153,37 @@ class GlueTask:
 
 def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
     """The task's dev files (and test files for a submission); a missing test file leaves its task out."""
-    entry = recipe.tasks[name]
+    entry = glue_tasks(recipe)[name]
     specs, dev, test = {}, {}, {}
     for spec in predicted_with(name):
+        data_dir: Path | None
         if recipe.source == "hub":
             spec, data_dir = replace(spec, source="hub"), None
-        else:
-            data_dir = entry.data_dir or Path(recipe.glue_dir) / spec.glue_folder
+        elif entry.data_dir is not None:
+            data_dir = entry.data_dir
+        else:  # EvalRecipe's validator: glue_dir where a task has no data_dir; every GLUE task has its folder
+            assert recipe.glue_dir is not None and spec.glue_folder is not None
+            data_dir = Path(recipe.glue_dir) / spec.glue_folder
+        files = spec.files
+        assert files is not None  # every GLUE task names its files
         specs[spec.name] = spec
-        if "dev" in spec.files:
+        if "dev" in files:
             dev[spec.name] = read_labelled_split(spec, data_dir, "dev")
-        if (
-            recipe.submission
-            and spec.submission_file
-            and (data_dir is None or (Path(data_dir) / spec.files["test"]).is_file())
-        ):
+        if recipe.submission and spec.submission_file and (data_dir is None or (data_dir / files["test"]).is_file()):
             test[spec.name] = read_task_split(spec, data_dir, "test")
     return GlueTask(name, list(entry.checkpoints), specs, dev, test, list(entry.ensemble or []))
+
+
+def glue_tasks(recipe: EvalRecipe) -> dict[str, GlueTaskEntry]:
+    """`tasks` of a GLUE recipe (run_eval sends a recipe without them to run_task_eval)."""
+    assert recipe.tasks is not None
+    return recipe.tasks
 
 
 def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     """Dev scores of every task's checkpoints, the GLUE scores, and with `submission` the archive."""
     # 1. read everything that can fail on user input before any model runs
-    tasks = [read_glue_task(recipe, name) for name in GLUE_TASKS if name in recipe.tasks]
+    tasks = [read_glue_task(recipe, name) for name in GLUE_TASKS if name in glue_tasks(recipe)]
     if recipe.submission:
         missing = missing_submission_tasks([spec_name for task in tasks for spec_name in task.test])
         if missing and not recipe.allow_incomplete:
@@ -190,7 +199,8 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
 
     # 2. every checkpoint on the dev files; the best one (first metric of the task), or the ensemble, predicts the
     # test files
-    results, submitted, test_predictions = {}, {}, {}
+    results: dict[str, dict] = {}  # by task (and those its model also predicts)
+    submitted, test_predictions = {}, {}
     for task in tasks:
         dev = {(spec_name, "dev"): examples for spec_name, examples in task.dev.items()}
         test = {(spec_name, "test"): examples for spec_name, examples in task.test.items()}
@@ -232,11 +242,11 @@ def score_runs(
 ) -> tuple[dict[tuple[str, str], np.ndarray], str]:
     """Each run's dev scores into `results` (per task it predicts); the best run's test predictions, and its name."""
     single = len(task.checkpoints) == 1  # the best by definition: dev and test in one pass
-    runs = {spec_name: [] for spec_name in task.dev}
+    runs: dict[str, list[dict]] = {spec_name: [] for spec_name in task.dev}
     for checkpoint in task.checkpoints:
         predictions = predict_task(recipe, accelerator, task, checkpoint, {**dev, **test} if single else dev)
         for spec_name, examples in task.dev.items():
-            scores = compute_metrics(task.specs[spec_name], predictions[spec_name, "dev"], examples.labels)
+            scores = compute_metrics(task.specs[spec_name], predictions[spec_name, "dev"], dev_labels(examples))
             runs[spec_name].append({"checkpoint": checkpoint, **scores})
     for spec_name, task_runs in runs.items():
         results[spec_name] = summarise_runs(task.specs[spec_name], task_runs, len(task.dev[spec_name].texts))
@@ -264,7 +274,7 @@ def score_ensemble(
     for spec_name, examples in task.dev.items():
         spec = task.specs[spec_name]
         scores = [
-            compute_metrics(spec, found[spec_name, "dev"], examples.labels)
+            compute_metrics(spec, found[spec_name, "dev"], dev_labels(examples))
             for found in (predictions, *member_predictions)
         ]
         results[spec_name] = summarise_runs(spec, [{"ensemble": task.ensemble, **scores[0]}], len(examples.texts))
@@ -272,6 +282,12 @@ def score_ensemble(
             {"checkpoint": checkpoint, **member_scores} for checkpoint, member_scores in zip(task.ensemble, scores[1:])
         ]
     return predictions, "ensemble of " + " + ".join(task.ensemble)
+
+
+def dev_labels(examples: TaskExamples) -> np.ndarray:
+    """The labels of a dev split (read_labelled_split refuses one without them)."""
+    assert examples.labels is not None
+    return examples.labels
 
 
 def predict_task(

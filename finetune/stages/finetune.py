@@ -58,10 +58,13 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`); returns the checkpoint folder."""
-    stage = {"tokens": TaggingStage, "choices": ChoicesStage, "spans": SpansStage, "multilabel": MultilabelStage}.get(
-        recipe.task.kind, FinetuneStage
-    )
-    return run_training(stage(recipe), resume)
+    stages: dict[str, type[TaskStage]] = {
+        "tokens": TaggingStage,
+        "choices": ChoicesStage,
+        "spans": SpansStage,
+        "multilabel": MultilabelStage,
+    }
+    return run_training(stages.get(recipe.task.kind, FinetuneStage)(recipe), resume)
 
 
 class FinetuneStage(TaskStage):
@@ -121,12 +124,14 @@ class FinetuneStage(TaskStage):
         logits = self.dev_batches.in_file_order(
             predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
         )
-        predictions = logits_to_predictions(self.spec, logits)
-        scores = {
-            f"dev_{name}": value
-            for name, value in compute_metrics(self.spec, predictions, self.dev_examples.labels).items()
-        }
-        return scores, {"validation_loss": logits_loss(self.spec, logits, self.dev_examples.labels)}
+        predictions, labels = logits_to_predictions(self.spec, logits), self.dev_labels()
+        scores = {f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, labels).items()}
+        return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
+
+    def dev_labels(self) -> np.ndarray:
+        """The dev split's labels (read_labelled_split refuses a split without them)."""
+        assert self.dev_examples.labels is not None
+        return self.dev_examples.labels
 
 
 def adds_orders_exactly(model) -> bool:
@@ -162,7 +167,7 @@ class MultilabelStage(FinetuneStage):
         logits = self.dev_batches.in_file_order(
             predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
         )
-        references, probabilities = self.dev_examples.labels, label_probabilities(logits)
+        references, probabilities = self.dev_labels(), label_probabilities(logits)
         threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
         if threshold == "dev":
             threshold = best_threshold(references, probabilities)
@@ -187,17 +192,17 @@ def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str 
     window = getattr(config, "classifier_max_len", None)
     if window is None or not lengths:
         return None
-    lengths = np.asarray(lengths)
-    longer = int((lengths > window).sum())
+    sizes = np.asarray(lengths)
+    longer = int((sizes > window).sum())
     reach = (
         f"; gradients reach the encoder through the last {window:,} tokens of each ({longer:,} documents are "
         "longer: their start is read, not trained through)"
         if longer
         else ""
     )
-    median = np.median(lengths)
+    median = np.median(sizes)
     return (
-        f"the classifier reads {'every token of ' if whole else ''}the {len(lengths):,} training examples (median "
-        f"{median:,.0f}, longest {lengths.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
+        f"the classifier reads {'every token of ' if whole else ''}the {len(sizes):,} training examples (median "
+        f"{median:,.0f}, longest {sizes.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
         f"{config.classifier_bptt} at a time (BPT3C){reach}"
     )

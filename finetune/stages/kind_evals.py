@@ -26,7 +26,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.models.question_answering import answers_no_answer, load_finetuned_qa
 from finetune.models.taggers import load_finetuned_tagger, model_tags
-from finetune.recipes import EvalRecipe
+from finetune.recipes import EvalRecipe, TaskConfig
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import prepare_run_dir
 from finetune.training.checkpoints import checkpoint_reading
@@ -43,11 +43,32 @@ def refuse_ensembles(recipe: EvalRecipe, models: str) -> None:
         raise UserError(f"ensembles: {models} are scored one by one; list them under models")
 
 
+def one_task(recipe: EvalRecipe) -> TaskConfig:
+    """The `task` of a one-task recipe (EvalRecipe's validator: task or tasks; run_eval sends a recipe with tasks to
+    the GLUE evaluation)."""
+    assert recipe.task is not None
+    return recipe.task
+
+
+def task_folder(recipe: EvalRecipe) -> Path:
+    """The task's data_dir, which TaskConfig's validator requires of the kinds scored here."""
+    data_dir = one_task(recipe).data_dir
+    assert data_dir is not None
+    return data_dir
+
+
+def models_of(recipe: EvalRecipe) -> dict[str, str]:
+    """`models`: report name -> checkpoint. EvalRecipe's validator requires models or ensembles with a task, and
+    these kinds refuse ensembles first (refuse_ensembles)."""
+    assert recipe.models is not None
+    return recipe.models
+
+
 def load_each(recipe: EvalRecipe, load: Callable) -> dict[str, Any]:
     """Every checkpoint of `models` by its report name, loaded with `load(path, trust_remote_code=...)`; a failure
     names its key (models.NAME)."""
     loaded = {}
-    for name, path in recipe.models.items():
+    for name, path in models_of(recipe).items():
         with recipe_key(f"models.{name}"):
             loaded[name] = load(path, trust_remote_code=recipe.trust_remote_code)
     return loaded
@@ -56,15 +77,16 @@ def load_each(recipe: EvalRecipe, load: Callable) -> dict[str, Any]:
 def tokenizer_of(recipe: EvalRecipe, name: str):
     """The tokenizer saved with the checkpoint of models.NAME."""
     with recipe_key(f"models.{name}"):
-        return load_tokenizer(recipe.models[name], trust_remote_code=recipe.trust_remote_code)
+        return load_tokenizer(models_of(recipe)[name], trust_remote_code=recipe.trust_remote_code)
 
 
 def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every tagger of `models` on `split` of a tagging task: entity-level scores and a table per entity
     type; with write_predictions, predictions/MODEL.txt in CoNLL columns (word, tag, predicted tag)."""
     refuse_ensembles(recipe, "taggers (task kind tokens)")
-    path = task_file(spec, recipe.task.data_dir, recipe.split)
+    path = task_file(spec, task_folder(recipe), recipe.split)
     sentences = read_conll(path, spec.tag_column)
+    assert sentences.tags is not None  # read_conll reads the tags (with_tags) or refuses the file
     taggers = load_each(recipe, load_finetuned_tagger)
     for name, model in taggers.items():  # a tag the model does not know is one line naming file and line
         with recipe_key(f"models.{name}"):
@@ -72,9 +94,9 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
     for name, model in taggers.items():
-        checkpoint = recipe.models[name]
+        checkpoint = models_of(recipe)[name]
         tokenizer = tokenizer_of(recipe, name)
-        max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
+        max_length = checkpoint_reading(checkpoint, one_task(recipe).max_length).max_length
         predicted = tag_sentences(
             model,
             tokenizer,
@@ -104,11 +126,11 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     return report
 
 
-def run_spans_eval(recipe, spec: TaskSpec, accelerator) -> dict:
+def run_spans_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every question-answering model of `models` on `split`: exact match and F1 (and HasAns / NoAns for
     SQuAD 2.0 data, with the best no-answer threshold); with write_predictions, predictions/MODEL.json."""
     refuse_ensembles(recipe, "question-answering models (task kind spans)")
-    path = task_file(spec, recipe.task.data_dir, recipe.split)
+    path = task_file(spec, task_folder(recipe), recipe.split)
     questions = read_squad(path, with_answers=not recipe.write_predictions)
     labelled = any(question.answers or question.unanswerable for question in questions.questions)
     if not labelled and not recipe.write_predictions:
@@ -117,9 +139,9 @@ def run_spans_eval(recipe, spec: TaskSpec, accelerator) -> dict:
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     golds, results = gold_answers(questions), {}
     for name, model in models.items():
-        checkpoint = recipe.models[name]
+        checkpoint = models_of(recipe)[name]
         tokenizer = tokenizer_of(recipe, name)
-        reading = checkpoint_span_reading(recipe.task, checkpoint, model)
+        reading = checkpoint_span_reading(one_task(recipe), checkpoint, model)
         answers = answer_questions(model, tokenizer, questions, reading, recipe.batch_size, accelerator.device)
         results[name] = {"checkpoint": checkpoint, "null_threshold": reading.null_threshold}
         if labelled:
@@ -196,14 +218,14 @@ def run_choices_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     """Score every multiple-choice model of `models` on `split` (accuracy); with write_predictions,
     predictions/MODEL.tsv with each question's id and predicted choice label."""
     refuse_ensembles(recipe, "multiple-choice models (task kind choices)")
-    questions = read_choices(task_file(spec, recipe.task.data_dir, recipe.split))
+    questions = read_choices(task_file(spec, task_folder(recipe), recipe.split))
     models = load_each(recipe, load_finetuned_choice_model)
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
     for name, model in models.items():
-        checkpoint = recipe.models[name]
+        checkpoint = models_of(recipe)[name]
         tokenizer = tokenizer_of(recipe, name)
-        max_length = checkpoint_reading(checkpoint, recipe.task.max_length).max_length
+        max_length = checkpoint_reading(checkpoint, one_task(recipe).max_length).max_length
         probabilities = choose(model, tokenizer, questions, max_length, recipe.batch_size, accelerator.device)
         predicted = np.asarray([int(row.argmax()) for row in probabilities])
         results[name] = {"checkpoint": checkpoint, **compute_metrics(spec, predicted, np.asarray(questions.answers))}
@@ -234,15 +256,17 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
     checkpoint's saved threshold (or task.threshold, a number), and a table per label; with write_predictions,
     predictions/MODEL.tsv with each example's predicted label set."""
     refuse_ensembles(recipe, "multi-label classifiers (task kind multilabel)")
-    if recipe.task.threshold == "dev":
+    task, labels = one_task(recipe), spec.labels
+    assert labels is not None  # a multi-label task's spec always has its label set (glue/specs.py multilabel_spec)
+    if task.threshold == "dev":
         raise UserError(
             "task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
             "applies; give a number to score at another one, or leave it out"
         )
-    examples = read_task_split(spec, recipe.task.data_dir, recipe.split)
+    examples = read_task_split(spec, task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(
-            f"task '{spec.name}': {split_source(spec, recipe.task.data_dir, recipe.split)} has no "
+            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
             f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
             "predict it)"
         )
@@ -250,13 +274,13 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
     for name, model in models.items():
-        path = recipe.models[name]
+        path = models_of(recipe)[name]
         tokenizer = tokenizer_of(recipe, name)
-        reading = checkpoint_reading(path, recipe.task.max_length, recipe.task.long_documents)
+        reading = checkpoint_reading(path, task.max_length, task.long_documents)
         probabilities = label_probabilities(
             example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split)
         )
-        threshold = recipe.task.threshold or saved_threshold(model)
+        threshold = task.threshold or saved_threshold(model)
         if threshold is None:
             console.print(f"models.{name}: {path} has no saved decision threshold: {DEFAULT_THRESHOLD} is used")
             threshold = DEFAULT_THRESHOLD
@@ -265,14 +289,14 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
         if examples.labels is not None:
             results[name] |= {
                 **multilabel_metrics(examples.labels, predicted),
-                "labels": label_table(examples.labels, predicted, spec.labels),
+                "labels": label_table(examples.labels, predicted, labels),
             }
         if recipe.write_predictions and accelerator.is_main_process:
             write_label_sets(
                 run_dir / PREDICTIONS_DIR / f"{name}.tsv",
                 spec,
                 examples.ids,
-                label_sets(probabilities, spec.labels, threshold),
+                label_sets(probabilities, labels, threshold),
             )
     report = {
         "task": spec.name,

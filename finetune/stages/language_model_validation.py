@@ -137,12 +137,12 @@ class TextSegments:
             # Inputs are the tokens before each label: the stream from start - 1 (the separator in front at 0).
             tokens = np.concatenate(
                 [
-                    [self.separator_id] if start == 0 else self.stream.take([start - 1]),
+                    [self.separator_id] if start == 0 else self.stream.take(np.array([start - 1])),
                     self.stream.take(np.arange(start, stop)),
                 ]
             )
-            tokens = torch.from_numpy(tokens.astype(np.int64))[None]
-            yield {"input_ids": tokens[:, :-1], "labels": tokens[:, 1:]}
+            ids = torch.from_numpy(tokens.astype(np.int64))[None]
+            yield {"input_ids": ids[:, :-1], "labels": ids[:, 1:]}
 
 
 def score_text(

@@ -30,13 +30,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import torch
 
 from finetune.data.choices import ChoiceQuestions, parse_choices, read_choices
 from finetune.data.long_documents import DocumentReading
-from finetune.data.spans import DEFAULT_MAX_LENGTH, Question, SpanReading, SquadQuestions
+from finetune.data.spans import Question, SpanReading, SquadQuestions
 from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
@@ -51,7 +51,7 @@ from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.choices import choose
 from finetune.training.multilabel import label_probabilities, label_sets
 from finetune.training.predict import example_logits
-from finetune.training.spans import answer_questions
+from finetune.training.spans import answer_questions, span_max_length
 from finetune.training.tagging import tag_sentences
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
@@ -89,10 +89,10 @@ class Predictor:
         logits = example_logits(
             accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
         )
-        if self.spec.is_regression:
+        labels = self.spec.labels
+        if labels is None:  # regression (spec.is_regression)
             return [{"score": float(value)} for value in logits[:, 0]]
         probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
-        labels = self.spec.labels
         return [
             {"label": labels[int(row.argmax())], "probabilities": {label: float(p) for label, p in zip(labels, row)}}
             for row in probabilities
@@ -130,6 +130,7 @@ class MultilabelPredictor(Predictor):
             )
         )
         labels = self.spec.labels
+        assert labels is not None  # a multi-label task's spec always has its label set (glue/specs.py)
         return [
             {"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
             for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)
@@ -225,21 +226,23 @@ class SpanPredictor:
         return [answer.as_row() for answer in answers]
 
 
+# What load_predictor returns, by the checkpoint's task kind: each takes its own kind of input.
+AnyPredictor = Predictor | TaggingPredictor | ChoicesPredictor | SpanPredictor
+
+
 def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> SpanPredictor:
     """The question-answering model of a checkpoint folder, read and answering as it was trained."""
-    from finetune.models.heads import fitted_max_length
-
     with recipe_key("CHECKPOINT"):
         model = load_finetuned_qa(folder, trust_remote_code=recipe.model.trust_remote_code)
         tokenizer = load_tokenizer(folder, trust_remote_code=recipe.model.trust_remote_code)
-    length = fitted_max_length(max_length or recipe.task.max_length or DEFAULT_MAX_LENGTH, model)
+    length = span_max_length(max_length or recipe.task.max_length, model)
     return SpanPredictor(model, tokenizer, spec, SpanReading.of(recipe.task, length), batch_size)
 
 
-def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> Predictor:
+def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> AnyPredictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
     from finetune.models.heads import fitted_max_length
-    from finetune.recipes import load_recipe
+    from finetune.recipes import FinetuneRecipe, load_recipe
 
     with recipe_key("CHECKPOINT"):
         folder = resolve_checkpoint(checkpoint)
@@ -251,17 +254,18 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None
             "fine-tuned by finetune (the file names the task's text columns and labels)"
         )
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
+    assert isinstance(recipe, FinetuneRecipe)  # expected_stage: any other recipe is refused
     spec = task_spec(recipe.task)
     if spec.kind == "spans":
         return load_span_predictor(folder, recipe, spec, batch_size, max_length)
     trusted = recipe.model.trust_remote_code
     with recipe_key("CHECKPOINT"):
         if spec.kind in ("tokens", "choices"):  # their labels are in the checkpoint, not the recipe
-            loader = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}[spec.kind]
-            model = loader(folder, trust_remote_code=trusted)
+            load_labelled = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}[spec.kind]
+            model = load_labelled(folder, trust_remote_code=trusted)
         else:
-            loader = load_finetuned_multilabel if spec.kind == "multilabel" else load_finetuned
-            model = loader(folder, spec, trust_remote_code=trusted)
+            load_for_task = load_finetuned_multilabel if spec.kind == "multilabel" else load_finetuned
+            model = load_for_task(folder, spec, trust_remote_code=trusted)
         tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
     if spec.kind == "tokens":
         return TaggingPredictor(
@@ -381,11 +385,12 @@ def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
         rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
         columns = list(spec.text_columns) + ["tags"]
     elif spec.kind == "multilabel":  # the predicted labels joined by the task's separator, a probability each
+        assert spec.labels is not None  # a multi-label task's spec always has its label set (glue/specs.py)
         rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
         columns = list(spec.text_columns) + ["labels"] + [f"probability_{label}" for label in spec.labels]
     else:
         columns = list(spec.text_columns) + (
-            ["score"] if spec.is_regression else ["label"] + [f"probability_{label}" for label in spec.labels]
+            ["score"] if spec.labels is None else ["label"] + [f"probability_{label}" for label in spec.labels]
         )
     buffer = io.StringIO()
     writer = csv.writer(
@@ -427,7 +432,7 @@ def predict_choices_file(predictor: ChoicesPredictor, source: str, target: str) 
     return len(questions.ids)
 
 
-def predict(checkpoint: str, texts: Sequence[str | Sequence[str]], batch_size: int = 64) -> list[dict]:
+def predict(checkpoint: str, texts: Sequence[Any], batch_size: int = 64) -> list[dict]:
     """Predict raw texts with a fine-tuned checkpoint: one dict per text, {"label", "probabilities"} or {"score"}
     (a multiple-choice checkpoint takes question dicts in ARC's layout instead).
 

@@ -41,6 +41,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import load_language_model, loss_module
 from finetune.models.sizes import TRAINING_BYTES_PER_PARAMETER, language_model_parameters, physical_memory_bytes
 from finetune.recipes import PretrainRecipe
+from finetune.recipes.pretrain import NGramModelConfig
 from finetune.reporting.finish import finish_run
 from finetune.reporting.model_card import language_model_card, write_card
 from finetune.reporting.trackers import start_trackers
@@ -139,6 +140,8 @@ class PretrainStage(TrainingStage):
 
     def start(self, context: RunContext) -> None:
         if self.recipe.ngram_floor is not None and not context.resumed:  # a resumed run logged it when it started
+            # Token arrays, not a stream: the recipe refuses ngram_floor with corpus.streaming.
+            assert self.train_tokens is not None and self.validation_tokens is not None
             context.log.write(
                 ngram_floor(
                     self.recipe.ngram_floor,
@@ -161,7 +164,7 @@ class PretrainStage(TrainingStage):
         self.train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
         if hasattr(self.train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
             self.train_loader.set_epoch(epoch)
-        if self.streaming:  # the whole run is one epoch of max_steps steps
+        if self.order is None:  # a stream: the whole run is one epoch of max_steps steps
             self.train_data.skip(batches_done)
             return
         self.order.set_epoch(epoch)
@@ -207,32 +210,39 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: P
     """Text -> tokenizer -> token ids (cached) -> training and validation data, and the model continued if any."""
     family, corpus = family_of(recipe.model), recipe.corpus
     streaming = corpus.streaming  # a `datasets` stream, tokenised on the fly (data/streaming.py)
-    text = None if streaming else read_corpus(recipe)
-    stream = (
-        StreamedDocuments.open(corpus.dataset, corpus.dataset_config, "train", corpus.text_column, corpus.dataset_files)
-        if streaming
-        else None
-    )
+    text, stream = None, None
+    if streaming:
+        assert corpus.dataset is not None  # the recipe streams a `datasets` corpus only
+        stream = StreamedDocuments.open(
+            corpus.dataset, corpus.dataset_config, "train", corpus.text_column, corpus.dataset_files
+        )
+    else:
+        text = read_corpus(recipe)
+    checkpoint = recipe.model.checkpoint
     with recipe_key("model.checkpoint"):
-        continued = load_language_model(recipe.model) if recipe.model.checkpoint is not None else None
+        continued = load_language_model(recipe.model) if checkpoint is not None else None
     # A backward LM (corpus.reverse, or continuing one) reads every document's ids reversed (data/reverse.py).
     with recipe_key("corpus.reverse"):
         backwards = pretraining_direction(
-            corpus.reverse, continued.config if continued is not None else None, recipe.model.checkpoint
+            corpus.reverse, continued.config if continued is not None else None, checkpoint
         )
     max_positions = model_positions(recipe, family, continued)
     tokenizer = pretraining_tokenizer(recipe, accelerator, text, continued, resume_from)
     if continued is not None and recipe.tokenizer.new_vocabulary:  # resuming too: the saved state has the new rows
-        from finetune.models.awd_lstm import with_new_vocabulary  # ULMFiT: old rows kept, new words at the mean
+        # ULMFiT: old rows kept, new words at the mean
+        from finetune.models.awd_lstm import AWDLSTMPreTrainedModel, with_new_vocabulary
 
+        # new_vocabulary is awd_lstm's (the recipe refuses it for the others), which loads an AWD-LSTM checkpoint.
+        assert checkpoint is not None and isinstance(continued, AWDLSTMPreTrainedModel)
         with recipe_key("model.checkpoint"):
-            old_tokenizer = load_tokenizer(recipe.model.checkpoint)
+            old_tokenizer = load_tokenizer(checkpoint)
         continued = with_new_vocabulary(continued, old_tokenizer.get_vocab(), tokenizer.get_vocab())
     # An LSTM or an n-gram model reads any length: no maximum, so that transformers never warns of one.
     tokenizer.model_max_length = max_positions if max_positions is not None else VERY_LARGE_INTEGER
-    if streaming:
+    if stream is not None:
         train, validation = streamed_data(recipe, tokenizer, stream, accelerator, backwards)
         return LanguageModelData(tokenizer, train, validation, None, None, continued, max_positions, backwards)
+    assert text is not None  # read above when the corpus is not streamed
     with accelerator.main_process_first():  # the main process fills the cache, the others then map it
         train_tokens, validation_tokens = text.tokenize(
             tokenizer, corpus.cache_dir, show_progress=accelerator.is_main_process
@@ -296,11 +306,15 @@ def run_ngram(recipe: PretrainRecipe) -> Path:
     counting = CountingPass(time.perf_counter())
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)  # every input is read: only now
     log = MetricsLog(run_dir / METRICS_FILE, accelerator.is_main_process, start_trackers(accelerator, recipe, run_dir))
+    # run_pretrain counts the counted family only; an ngram corpus is never streamed (the recipe refuses it).
+    assert isinstance(recipe.model, NGramModelConfig) and data.train_tokens is not None
     # At least one block long (language_model_data checked): longer than any order.
     order = recipe.model.order
     ngram = count_ngram_model(data.train_tokens, data.tokenizer, order, "")
+    table_sizes = ngram.config.table_sizes
+    assert table_sizes is not None  # NGramForCausalLM.count fills it in
     console.print(
-        f"ngram: {', '.join(f'{size:,}' for size in ngram.config.table_sizes)} distinct n-grams of order "
+        f"ngram: {', '.join(f'{size:,}' for size in table_sizes)} distinct n-grams of order "
         f"1-{order} in {ngram.config.training_tokens:,} tokens, counted in "
         f"{time.perf_counter() - counting.started:.1f} s"
     )
@@ -349,6 +363,7 @@ def streamed_validation_tokens(recipe: PretrainRecipe, tokenizer, documents: Str
     if corpus.validation_documents is not None:
         texts = list(itertools.islice(documents(), corpus.validation_documents))
     elif corpus.validation_split is not None:  # read whole: a validation split is small beside the training text
+        assert corpus.dataset is not None  # the recipe streams a `datasets` corpus only
         texts = list(
             StreamedDocuments.open(
                 corpus.dataset, corpus.dataset_config, corpus.validation_split, corpus.text_column, corpus.dataset_files
@@ -373,6 +388,7 @@ def streamed_data(
     """A stream's training batches (bert or gpt2 layout) and the validation blocks (`streamed_validation_tokens`);
     `backwards`: every document read backwards."""
     corpus, family, training = recipe.corpus, family_of(recipe.model), recipe.training
+    assert training.max_steps is not None  # the recipe asks a stream for training.max_steps
     validation_tokens = streamed_validation_tokens(recipe, tokenizer, documents, accelerator)
     if backwards:
         validation_tokens = read_backwards(validation_tokens)
@@ -411,19 +427,21 @@ def streamed_data(
     return train, validation
 
 
-def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: PretrainingText, continued, resume_from):
+def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: PretrainingText | None, continued, resume_from):
     """The run's tokenizer: the resumed checkpoint's, the continued model's, a reused one, or one trained here."""
     family = family_of(recipe.model)
     if resume_from is not None:  # training a tokenizer twice can give other ids: always take the saved one
         with recipe_key("--resume"):
             return load_tokenizer(str(resume_from))
+    checkpoint = recipe.model.checkpoint
     if continued is not None and not recipe.tokenizer.new_vocabulary:
+        assert checkpoint is not None  # `continued` is the model loaded from it
         with recipe_key("model.checkpoint"):
-            tokenizer = load_tokenizer(recipe.model.checkpoint)
-            family.check_tokenizer(tokenizer, recipe.model.checkpoint)
+            tokenizer = load_tokenizer(checkpoint)
+            family.check_tokenizer(tokenizer, checkpoint)
         if len(tokenizer) > continued.config.vocab_size:
             raise UserError(
-                f"model.checkpoint: the tokenizer of {recipe.model.checkpoint} has {len(tokenizer)} "
+                f"model.checkpoint: the tokenizer of {checkpoint} has {len(tokenizer)} "
                 f"tokens, the model only {continued.config.vocab_size}"
             )
         return tokenizer
@@ -434,6 +452,9 @@ def pretraining_tokenizer(recipe: PretrainRecipe, accelerator, text: Pretraining
         return tokenizer
 
     def train():
+        # A stream has no text here: the recipe gives it tokenizer.path or model.checkpoint (a tokenizer returned above;
+        # new_vocabulary is awd_lstm's, which is never streamed).
+        assert text is not None
         count = len(text.split()[0]) if text.held_out else text.document_count()
         console.print(
             f"training a {family.tokenizer_kind} tokenizer ({recipe.tokenizer.vocab_size} pieces) on "
@@ -457,6 +478,8 @@ def language_model_data(
     separator = family.separator_id(tokenizer)
     names = ("the training text", "the validation text")
     both = list(zip((train_tokens, validation_tokens), names))
+    train: MaskedBlocks | NextTokenBlocks | BPTTBatches
+    validation: MaskedBlocks | NextTokenBlocks | BPTTBatches
     if family.masked:
         rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
         # Blocks are cut from the (memory-mapped) ids as they are read: no copy of the corpus is made.
@@ -507,7 +530,10 @@ def data_loaders(
     stream's batches (no order: None)."""
     # Starting a loader's iteration draws a seed for its workers from the loader's generator; a private one
     # leaves the global random state (dropout) untouched, so a resumed run draws the same dropout masks.
-    common = {"num_workers": recipe.training.num_workers, "generator": torch.Generator().manual_seed(recipe.seed)}
+    common: dict[str, Any] = {
+        "num_workers": recipe.training.num_workers,
+        "generator": torch.Generator().manual_seed(recipe.seed),
+    }
     if train_order is None:
         return (
             DataLoader(train_data, batch_size=None, **common),

@@ -11,12 +11,14 @@ a step's FLOPs over this machine's matmul rate (measured here in a fraction of a
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import nn
-from transformers import AutoConfig
+from transformers import AutoConfig, PreTrainedModel
 
 from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.errors import CheckpointError, UserError, recipe_key
@@ -30,6 +32,7 @@ from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpo
 from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.question_answering import qa_skeleton
+from finetune.models.recurrent_cells import QRNNLayer, WeightDropout
 from finetune.models.sizes import (
     BYTES_PER_VALUE,
     TRAINING_BYTES_PER_PARAMETER,
@@ -54,7 +57,7 @@ PRECISION_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16:
 class BuiltModel:
     """A stage's model on the meta device, its layer groups, and where its sizes came from."""
 
-    model: nn.Module
+    model: PreTrainedModel
     groups: list[list[nn.Parameter]]
     blocks: slice  # which groups are layers (transformer blocks or LSTM layers)
     source: str
@@ -87,7 +90,7 @@ def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAUL
 # ---------------------------------------------------------------------------------------------
 
 
-def stage_model(recipe, upstream: nn.Module | None = None, section: str = "") -> BuiltModel:
+def stage_model(recipe, upstream: PreTrainedModel | None = None, section: str = "") -> BuiltModel:
     """The stage's model as it would start training; `upstream`: the previous ulmfit stage's model, whose config
     stands in for its checkpoint until that stage has run."""
     prefix = f"{section}." if section else ""
@@ -104,6 +107,7 @@ def stage_model(recipe, upstream: nn.Module | None = None, section: str = "") ->
             model = choice_model_skeleton(config, recipe.model.checkpoint)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe):
+            assert recipe.pooling is not None  # decided by with_techniques, as the finetune stage decides it
             with classifier_keys():
                 model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
@@ -127,10 +131,11 @@ def stage_model(recipe, upstream: nn.Module | None = None, section: str = "") ->
                 config.vocab_size = recipe.tokenizer.vocab_size
                 source += f"; vocabulary: at most tokenizer.vocab_size={recipe.tokenizer.vocab_size}"
             model = family.from_config(config)
+    assert isinstance(model, PreTrainedModel)  # every family's model is a transformers one (typed nn.Module there)
     return BuiltModel(model, family.layer_groups(model), family.layer_blocks, source)
 
 
-def stage_checkpoint_config(recipe, upstream: nn.Module | None, prefix: str):
+def stage_checkpoint_config(recipe, upstream: PreTrainedModel | None, prefix: str):
     """(config, where it came from) of the checkpoint the stage starts from, or (None, ...) for a model built from
     the recipe's sizes."""
     checkpoint = recipe.model.checkpoint
@@ -141,7 +146,7 @@ def stage_checkpoint_config(recipe, upstream: nn.Module | None, prefix: str):
     return checkpoint_config(checkpoint, f"{prefix}model.checkpoint", getattr(recipe.model, "trust_remote_code", False))
 
 
-def with_techniques(recipe, upstream: nn.Module | None = None, section: str = ""):
+def with_techniques(recipe, upstream: PreTrainedModel | None = None, section: str = ""):
     """A finetune recipe with the techniques it leaves open decided by its backbone, as the stage decides them."""
     if not isinstance(recipe, FinetuneRecipe):
         return recipe
@@ -262,7 +267,7 @@ def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], traina
     }
 
 
-def memory_summary(model: nn.Module, built: BuiltModel, parameters: dict, tokens: int, seq_len: int) -> dict:
+def memory_summary(model: PreTrainedModel, built: BuiltModel, parameters: dict, tokens: int, seq_len: int) -> dict:
     """fp32 weights, gradients and AdamW's two moments in MB (with every group trainable, the most a run reaches,
     and at the start), and the activation estimate of one micro-batch of `tokens` tokens (frozen layers keep none)."""
     layer_bytes = layer_activation_bytes(model, tokens, seq_len)
@@ -288,6 +293,7 @@ def memory_summary(model: nn.Module, built: BuiltModel, parameters: dict, tokens
 def trainable_at_start(recipe: FinetuneRecipe, num_groups: int) -> int:
     """The layer groups (from the top) that train in the first step, as the finetune stage freezes them."""
     unfreezing = recipe.unfreezing
+    assert unfreezing.mode is not None  # decided by with_techniques, as the finetune stage decides it
     if unfreezing.mode == "gradual" and (unfreezing.every_steps or unfreezing.every_fraction):
         return trainable_group_count_at_step(0, num_groups, unfreezing.initial_groups, 1)
     return trainable_group_count(
@@ -295,14 +301,13 @@ def trainable_at_start(recipe: FinetuneRecipe, num_groups: int) -> int:
     )
 
 
-def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[float]:
+def layer_activation_bytes(model: PreTrainedModel, tokens: int, seq_len: int) -> list[float]:
     """The activation estimate of each layer, bottom to top, for one micro-batch of `tokens` tokens."""
     config = backbone_config(model.config)
     if is_recurrent(config):
-        return [
-            lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size)
-            for layer in model.base_model.layers
-        ]
+        # torch types a submodule as Tensor | Module: the AWD-LSTM's `layers` are models/recurrent_cells.py's.
+        layers = cast("Iterable[WeightDropout | QRNNLayer]", model.base_model.layers)
+        return [lstm_layer_activation_bytes(tokens, layer.input_size, layer.hidden_size) for layer in layers]
     hidden = config.hidden_size
     intermediate = next(
         (value for name in ("intermediate_size", "n_inner", "hidden_dim") if (value := getattr(config, name, None))),
@@ -312,7 +317,7 @@ def layer_activation_bytes(model: nn.Module, tokens: int, seq_len: int) -> list[
     return [per_layer] * config.num_hidden_layers
 
 
-def model_summary(recipe, model: nn.Module, source: str) -> dict:
+def model_summary(recipe, model: PreTrainedModel, source: str) -> dict:
     """Family, sizes and where they came from."""
     config = backbone_config(model.config)
     if is_recurrent(config):
@@ -325,6 +330,7 @@ def model_summary(recipe, model: nn.Module, source: str) -> dict:
             "positions": getattr(config, "max_position_embeddings", None),
         }
     sizes["vocabulary"] = config.vocab_size
+    family: str
     if isinstance(recipe, PretrainRecipe):
         kind, family = family_of(recipe.model).description, recipe.model.family
     else:
@@ -350,7 +356,8 @@ class MatmulRates:
     """The matmul rate per (device, precision): the one given (--matmul-gflops), or measured here once."""
 
     def __init__(self, given: float | None = None):
-        self.given, self.measured = given, {}
+        self.given = given
+        self.measured: dict[tuple[str, torch.dtype], float] = {}
 
     def rate(self, device: str, dtype: torch.dtype) -> float:
         if self.given is not None:

@@ -8,15 +8,14 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding
 
 from finetune.console import console
-from finetune.data.spans import DEFAULT_MAX_LENGTH, EncodedSpans, SpanReading, read_squad
+from finetune.data.spans import EncodedSpans, SpanReading, read_squad
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tasks import task_file
 from finetune.errors import recipe_key
 from finetune.glue.squad_metrics import squad_scores
-from finetune.models.heads import fitted_max_length
 from finetune.models.question_answering import load_qa_model
 from finetune.stages.task_stage import TaskStage
-from finetune.training.spans import best_answers, gold_answers, window_logits
+from finetune.training.spans import best_answers, gold_answers, span_max_length, window_logits
 
 
 class SpansStage(TaskStage):
@@ -36,8 +35,7 @@ class SpansStage(TaskStage):
     def task_model(self):
         with recipe_key("model.checkpoint"):
             model = load_qa_model(self.recipe.model, self.no_answer)
-        max_length = fitted_max_length(self.recipe.task.max_length or DEFAULT_MAX_LENGTH, model)
-        self.span_reading = SpanReading.of(self.recipe.task, max_length)
+        self.span_reading = SpanReading.of(self.recipe.task, span_max_length(self.recipe.task.max_length, model))
         return model
 
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:

@@ -28,12 +28,13 @@ class TaggingStage(TaskStage):
         self.train_sentences = read_conll(task_file(self.spec, data_dir, "train"), column)
         self.dev_sentences = read_conll(task_file(self.spec, data_dir, "dev"), column)
         tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
-        self.spec = replace(self.spec, labels=tuple(tags))
+        self.tags = tuple(tags)
+        self.spec = replace(self.spec, labels=self.tags)
         return len(self.train_sentences.words), len(self.dev_sentences.words)
 
     def task_model(self):
         with recipe_key("model.checkpoint"):
-            model = load_tagger(self.recipe.model, self.spec.labels, self.recipe.classifier_dropout)
+            model = load_tagger(self.recipe.model, self.tags, self.recipe.classifier_dropout)
         self.max_length = fitted_max_length(self.recipe.task.max_length, model)
         return model
 
@@ -44,17 +45,15 @@ class TaggingStage(TaskStage):
             else f"at most {self.max_length} tokens of a sentence"
         )
         console.print(
-            f"the tagger reads {reads}; {len(self.spec.labels)} tags: {', '.join(self.spec.labels)}",
+            f"the tagger reads {reads}; {len(self.tags)} tags: {', '.join(self.tags)}",
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
         last = reads_left_to_right(model.config)  # then each word's tag sits on its last token
-        train_data = EncodedTagging(
-            self.train_sentences, self.tokenizer, self.max_length, self.spec.labels, last_token=last
-        )
+        train_data = EncodedTagging(self.train_sentences, self.tokenizer, self.max_length, self.tags, last_token=last)
         self.dev_data = EncodedTagging(
-            self.dev_sentences, self.tokenizer, self.max_length, self.spec.labels, "dev", last_token=last
+            self.dev_sentences, self.tokenizer, self.max_length, self.tags, "dev", last_token=last
         )
         collate = DataCollatorForTokenClassification(self.tokenizer, label_pad_token_id=IGNORED)
         # Every process scores the whole dev set (sentences of any length do not gather across processes), from a
@@ -75,6 +74,7 @@ class TaggingStage(TaskStage):
         """Entity-level dev scores, and the dev loss (mean over tagged words) for metrics.jsonl only."""
         model = self.accelerator.unwrap_model(self.model)
         logits, loss = sentence_logits(model, self.tagging_dev_loader, self.accelerator.device, with_loss=True)
-        predicted = self.dev_data.word_tags(logits, self.spec.labels)
+        predicted = self.dev_data.word_tags(logits, self.tags)
+        assert self.dev_sentences.tags is not None  # read_conll reads the tags (with_tags) or refuses the file
         scores = tagging_metrics(self.dev_sentences.tags, predicted)
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}

@@ -176,6 +176,7 @@ class TaskStage(TrainingStage):
     # Gradual unfreezing decides, per epoch or per optimizer step, how many layer groups from the top learn.
 
     def _trainable_at_step(self, step: int) -> int:
+        assert self.thaw_every is not None  # called only when unfreezing goes by steps (an interval)
         return trainable_group_count_at_step(
             step, len(self.groups), self.recipe.unfreezing.initial_groups, self.thaw_every
         )

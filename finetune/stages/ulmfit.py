@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from accelerate import PartialState
@@ -57,6 +57,7 @@ from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
+StageAction = Literal["keep", "resume", "run"]
 STAGE_TITLES = {
     "general_lm": "general-domain language model",
     "target_lm": "language model on the task's text",
@@ -69,8 +70,8 @@ class StagePlan:
     """What the flow does with one stage: keep it (finished before), resume it, or run it (anew)."""
 
     section: str
-    recipe: TrainingRunRecipe
-    action: Literal["keep", "resume", "run"]
+    recipe: PretrainRecipe | FinetuneRecipe
+    action: StageAction
 
 
 def run_ulmfit(recipe: UlmfitRecipe, resume: bool = False) -> Path:
@@ -118,6 +119,7 @@ def plan_stages(recipe: UlmfitRecipe, resume: bool) -> list[StagePlan]:
     for section, stage in recipe.stage_recipes().items():
         if stage is None:  # general_lm: {checkpoint: PATH}
             continue
+        action: StageAction
         if not anew and is_finished(stage.run_dir):
             check_unchanged(section, stage)
             action = "keep"
@@ -261,12 +263,13 @@ def flow_user_error(error: UserError, recipe: UlmfitRecipe, resume: bool, main: 
 
 def summarise_flow(recipe: UlmfitRecipe) -> dict:
     """Each stage's folder, checkpoint and main scores: the language models' last validation, the dev scores."""
-    summary = {}
+    summary: dict[str, dict[str, Any]] = {}
     for section, stage in recipe.stage_recipes().items():
         if stage is None:
+            assert isinstance(recipe.general_lm, PretrainedLanguageModel)  # stage_recipes: None for it only
             summary[section] = {"checkpoint": str(recipe.general_lm.checkpoint), "trained": False}
             continue
-        entry = {"run_dir": str(stage.run_dir), "checkpoint": str(Path(stage.run_dir) / CHECKPOINT_DIR)}
+        entry: dict[str, Any] = {"run_dir": str(stage.run_dir), "checkpoint": str(Path(stage.run_dir) / CHECKPOINT_DIR)}
         if isinstance(stage, FinetuneRecipe):
             entry.update(classifier_scores(stage))
         else:
@@ -351,5 +354,5 @@ def describe_flow_keys() -> list[tuple[str, str, str, str]]:
         )
         if name == "general_lm":
             checkpoint = PretrainedLanguageModel.model_fields["checkpoint"]
-            rows.append(("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description))
+            rows.append(("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description or ""))
     return rows

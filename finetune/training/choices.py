@@ -50,9 +50,10 @@ def choice_delimiter(model, tokenizer) -> int | None:
 
 
 def encoded_questions(model, tokenizer, questions: ChoiceQuestions, max_length: int | None) -> EncodedChoices:
-    return EncodedChoices(
-        questions, tokenizer, fitted_max_length(max_length, model), choice_delimiter(model, tokenizer)
-    )
+    fitted = fitted_max_length(max_length, model)
+    # None only for a model that reads whole documents (an AWD-LSTM), which has no multiple-choice head
+    assert fitted is not None
+    return EncodedChoices(questions, tokenizer, fitted, choice_delimiter(model, tokenizer))
 
 
 def choose(

@@ -103,6 +103,7 @@ def best_answers(
             answers.append(Answer("", null_score or 0.0, None, None, "", float("inf")))
             continue
         score, start, end = best
+        assert null_score is not None  # a span was found in a window, whose no-answer score was taken first
         span, margin = question.context[start:end], null_score - score
         if no_answer and margin > reading.null_threshold:
             answers.append(Answer("", null_score, None, None, span, margin))
@@ -135,4 +136,11 @@ def checkpoint_span_reading(task, checkpoint: str, model) -> SpanReading:
     saved = saved_recipe(checkpoint).get("task")
     saved = saved if isinstance(saved, dict) else {}
     max_length = task.max_length or (saved.get("max_length") if isinstance(saved.get("max_length"), int) else None)
-    return SpanReading.of(task, fitted_max_length(max_length or DEFAULT_MAX_LENGTH, model), saved)
+    return SpanReading.of(task, span_max_length(max_length, model), saved)
+
+
+def span_max_length(max_length: int | None, model) -> int:
+    """The tokens of a window: `max_length` (None: the default, 384) fitted to the model's positions."""
+    fitted = fitted_max_length(max_length or DEFAULT_MAX_LENGTH, model)
+    assert fitted is not None  # None only where no length is asked for (an AWD-LSTM's whole document)
+    return fitted

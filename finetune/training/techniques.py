@@ -208,15 +208,17 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     if recipe.task.kind in HEADS_OF_THEIR_OWN:  # its family's own head per token or choice: nothing to pool
         defaults["pooling"] = ("model", HEADS_OF_THEIR_OWN[recipe.task.kind].default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
-    sources, updates = {}, {}
+    sources: dict[str, str] = {}
+    updates: dict[str, dict[str, Any]] = {}  # section ("" for the recipe's own keys) -> key -> value
     for key in TECHNIQUE_KEYS:
         section, _, name = key.rpartition(".")
         owner = getattr(recipe, section) if section else recipe
         if getattr(owner, name) is not None:
             sources[key] = "set"
             continue
-        if decided.get(key) is not None:
-            value, sources[key] = decided[key]
+        decision = decided.get(key)
+        if decision is not None:
+            value, sources[key] = decision
         else:
             value, sources[key] = defaults[key]
         updates.setdefault(section, {})[name] = value
