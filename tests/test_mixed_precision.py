@@ -30,6 +30,7 @@ from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recip
 from tests.test_ulmfit_flow import ulmfit_recipe
 
 runner = CliRunner()
+pytestmark = pytest.mark.filterwarnings("ignore:mixed_precision=bf16 on a CPU is usually far slower")  # it is asked for
 # bf16 keeps 8 bits of mantissa (~0.4% per rounding); over a dozen steps of a tiny model the training loss stays
 # within a few percent of fp32's. A broken path (a loss in the wrong dtype, a cast lost) is off by far more.
 BF16_TOLERANCE = 0.05
@@ -84,7 +85,7 @@ def test_finetune_eval_and_predict_under_bf16(pretrained, task_dir, tmp_path):
     )
     assert predicted.exit_code == 0, predicted.output
     rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all(math.isclose(sum(row["probabilities"]), 1, rel_tol=1e-5) for row in rows)
+    assert len(rows) == 2 and all(math.isclose(sum(row["probabilities"].values()), 1, rel_tol=1e-5) for row in rows)
 
 
 def test_resume_is_exact_under_bf16(pretrained, task_dir, tmp_path, monkeypatch):

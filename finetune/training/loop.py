@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
 
 from finetune.console import console, progress_bar
@@ -65,6 +66,15 @@ def compile_model(accelerator: Accelerator, model: torch.nn.Module, training_con
     console.print("training.compile: the model compiles on its first steps (their time is in the first log window)")
 
 
+def _forget_other_precision(precision: str) -> None:
+    """One process may run stages of different precisions (`finetune ulmfit`'s three, or tests). accelerate keeps
+    one AcceleratorState per process and refuses a second precision, so that state is reset when the precision
+    changes; the process group (its PartialState) is kept."""
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision", precision) != precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
+
+
 def make_accelerator(
     training_config, parameters_change_trainability: bool = False, run_dir: Path | None = None
 ) -> Accelerator:
@@ -79,6 +89,7 @@ def make_accelerator(
     if precision != "no" and on_cpu:
         warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
     check_trackers_installed(training_config.log_with)  # before accelerate drops a missing one with a warning
+    _forget_other_precision(precision)
     accelerator = Accelerator(
         cpu=on_cpu,
         mixed_precision=precision,
