@@ -127,3 +127,61 @@ def test_fp16_is_refused_on_the_cpu_in_one_line(pretrained, task_dir, tmp_path):
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "training.mixed_precision" in errors[0] and "fp16" in errors[0], result.output
     assert not (tmp_path / "run").exists()
+
+
+def autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16)
+
+
+def assert_bf16_close(under_autocast: torch.Tensor, fp32: torch.Tensor) -> None:
+    assert torch.isfinite(under_autocast).all()
+    torch.testing.assert_close(under_autocast.float(), fp32, rtol=BF16_TOLERANCE, atol=BF16_TOLERANCE)
+
+
+def forbid(monkeypatch, owner, name: str) -> None:
+    """Make `owner.name` (a fast route's entry) fail if it is called."""
+
+    def refused(*arguments, **keywords):
+        raise AssertionError(f"{name} ran under autocast")
+
+    monkeypatch.setattr(owner, name, refused)
+
+
+def test_the_sparse_mlm_head_steps_aside_under_autocast_for_the_same_loss(monkeypatch):
+    import finetune.models.masked_lm as masked_lm_module
+    from finetune.models.masked_lm import SparseMaskedLM
+    from tests.test_masked_lm import masked_batch, masked_lm
+
+    model, (input_ids, labels) = SparseMaskedLM(masked_lm(dropout=0.0)).train(), masked_batch()
+    fp32 = model(input_ids, labels)[0]  # the fast route: the hand-written encoder
+    forbid(monkeypatch, masked_lm_module, "encode")
+    with autocast():
+        assert_bf16_close(model(input_ids, labels)[0], fp32)
+
+
+def test_the_fused_decoder_and_loss_steps_aside_under_autocast_for_the_same_loss(monkeypatch):
+    import finetune.models.causal_lm as causal_lm_module
+    import finetune.models.linear_cross_entropy as linear_cross_entropy_module
+    from finetune.models.causal_lm import NextTokenLM
+    from tests.test_causal_lm_route import causal_lm, next_token_batch
+
+    model, (input_ids, labels) = NextTokenLM(causal_lm(dropout=0.0)).train(), next_token_batch()
+    fp32 = model(input_ids, labels)[0]
+    forbid(monkeypatch, causal_lm_module, "decode")
+    forbid(monkeypatch, linear_cross_entropy_module, "_chunked_loss")
+    forbid(monkeypatch, linear_cross_entropy_module._ChunkedLinearCrossEntropy, "apply")
+    with autocast():
+        assert_bf16_close(model(input_ids, labels)[0], fp32)
+
+
+def test_packed_bert_prediction_steps_aside_under_autocast_for_the_same_logits():
+    from finetune.models.packed_bert import packed_logits
+    from tests.test_packed_bert import bert_classifier, padded_pairs
+
+    model, batch = bert_classifier(), padded_pairs()
+    with torch.inference_mode():
+        fp32 = packed_logits(model, **batch)
+        assert fp32 is not None  # fp32 evaluation takes the packed route
+        with autocast():
+            assert packed_logits(model, **batch) is None  # under autocast it declines ...
+            assert_bf16_close(model(**batch).logits, fp32)  # ... and the model's own forward gives the same logits
