@@ -112,8 +112,12 @@ def timed(args, command: list, memory: dict, side: str) -> str:
 
 
 def first_json_line(output: str) -> dict:
-    """A peer's figure line (under torchrun every process prints one; the first is rank 0's or an equal one)."""
-    return next(json.loads(line) for line in output.splitlines() if line.startswith("{"))
+    """A peer's figure line (under torchrun every process prints one; the first is rank 0's or an equal one). The
+    Trainer prints its own metrics as a Python dict, which is not JSON: only JSON lines count."""
+    for line in output.splitlines():
+        if line.startswith('{"'):
+            return json.loads(line)
+    sys.exit(f"bench: no JSON line in the peer's output:\n{output[-2000:]}")
 
 
 def steady_rate(run_dir: Path, unit: str) -> float:
