@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -24,7 +25,7 @@ from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import run_finetune
 from finetune.stages.pretrain import run_pretrain
-from tests.conftest import eval_recipe, finetune_recipe, write_yaml
+from tests.conftest import eval_recipe, finetune_recipe, pretrain_recipe, write_yaml
 from tests.test_pretrain_families import AUTO_CLASS, family_recipe
 from tests.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 from tests.test_ulmfit_flow import ulmfit_recipe
@@ -185,3 +186,14 @@ def test_packed_bert_prediction_steps_aside_under_autocast_for_the_same_logits()
         with autocast():
             assert packed_logits(model, **batch) is None  # under autocast it declines ...
             assert_bf16_close(model(**batch).logits, fp32)  # ... and the model's own forward gives the same logits
+
+
+def test_a_bare_no_is_the_word_no(tmp_path, corpus_file):
+    data = pretrain_recipe(corpus_file, tmp_path / "run")
+    (tmp_path / "recipe.yaml").write_text(
+        yaml.safe_dump(data).replace("device: cpu", "device: cpu\n  mixed_precision: no"), encoding="utf-8"
+    )
+    assert "mixed_precision: no" in (tmp_path / "recipe.yaml").read_text()  # YAML reads it as false
+    assert load_recipe(tmp_path / "recipe.yaml").training.mixed_precision == "no"
+    overridden = load_recipe(tmp_path / "recipe.yaml", overrides=["training.mixed_precision=no"])
+    assert overridden.training.mixed_precision == "no"

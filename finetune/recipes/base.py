@@ -98,6 +98,12 @@ class TrainingConfig(Section):
         "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle",
     )
 
+    @field_validator("mixed_precision", mode="before")
+    @classmethod
+    def _no_is_a_word(cls, value: Any) -> Any:
+        """YAML reads a bare `no` as false: `mixed_precision: no` (or `training.mixed_precision=no`) means "no"."""
+        return "no" if value is False else value
+
     @field_validator("log_with", mode="before")
     @classmethod
     def _known_trackers(cls, names: Any) -> Any:
