@@ -53,7 +53,7 @@ SIZES = {  # workload: (layers, hidden, heads, block, batch per device, steps)
     "full": {"mlm": (12, 768, 12, 512, 32, 60), "clm": (12, 768, 12, 512, 16, 60)},
     "smoke": {"mlm": (2, 64, 2, 64, 4, 8), "clm": (2, 64, 2, 64, 4, 8)},
 }
-FINETUNE_ROWS = {"full": 20000, "smoke": 64}
+FINETUNE_ROWS = {"full": 20000, "smoke": 320}  # smoke: 10 steps of 32, logged every 2
 CLM_VOCAB = 16000
 
 
@@ -124,6 +124,8 @@ def steady_rate(run_dir: Path, unit: str) -> float:
     """Our throughput over the training windows after the first (warm-up): all items over all time. A window of n
     steps at r items/s took n x (items a step) / r seconds, so the rate is sum(n) / sum(n / r) items a step's worth."""
     records = phase_records(run_dir, "train")
+    if len(records) < 2:
+        sys.exit(f"bench: {run_dir} logged {len(records)} window(s); the rate needs two (the first is warm-up)")
     counts = [after["step"] - before["step"] for before, after in itertools.pairwise(records)]
     return sum(counts) / sum(count / record[f"{unit}_per_s"] for count, record in zip(counts, records[1:]))
 
@@ -161,7 +163,7 @@ def pretraining(args, kind: str, corpus: Path, tokenizer: Path, work: Path) -> R
         flops = training_flops_per_token(layers, hidden, block, 30522, 0.15, sparse_decoder=True)
     else:
         flops = training_flops_per_token(
-            layers, hidden, block, CLM_VOCAB, masked_fraction=1.0, sparse_decoder=False, head_transform=False
+            layers, hidden, block, args.clm_vocab, masked_fraction=1.0, sparse_decoder=False, head_transform=False
         )
     return Result("masked LM" if kind == "mlm" else "causal LM", "tokens", ours, peer, flops, memory)
 
@@ -177,7 +179,8 @@ def finetuning(args, checkpoint: Path, work: Path) -> tuple[Result, Path]:
     run_dir = work / "finetune"
     recipe = ROOT / "recipes" / "finetune" / "bert-base-sst2.yaml"
     overrides = [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}", f"task.data_dir={data_dir}"]
-    overrides += ["training.epochs=1", "training.batch_size=32", "keep_best=false", "training.log_every=5"]
+    log_every = 2 if args.smoke else 5
+    overrides += ["training.epochs=1", "training.batch_size=32", "keep_best=false", f"training.log_every={log_every}"]
     # The peer's recipe (bench/glue_finetune.py's): every group trainable, one LR 5e-5, linear decay, [CLS] + pooler
     overrides += [*VARIANTS["full"], "training.lr=5e-5", "pooling=model"]
     overrides += ["training.mixed_precision=" + ("no" if args.smoke else "bf16")]
@@ -234,6 +237,7 @@ def main() -> None:
         print("bench: no CUDA device here: gpu_check runs on a CUDA machine (--dry-run shows its plan)")
         return
     args.size = "smoke" if args.smoke else "full"
+    args.clm_vocab = CLM_VOCAB if not args.smoke else 500
     args.gpus = 1 if args.smoke else max(torch.cuda.device_count(), 1)
     require(WIKITEXT / "train.txt", "WikiText-2")
     require(GLUE / "SST-2" / "train.tsv", "GLUE SST-2")
@@ -248,7 +252,7 @@ def main() -> None:
     if args.dry_run:  # name the inputs, make none (the tokenizer takes a minute to train)
         corpus, bpe = work / f"wikitext2-{lines}-lines.txt", work / "tokenizer"
     else:
-        corpus, bpe = training_corpus(work, lines), tokenizer_folder(work, CLM_VOCAB if not args.smoke else 500)
+        corpus, bpe = training_corpus(work, lines), tokenizer_folder(work, args.clm_vocab)
     results = [pretraining(args, "mlm", corpus, Path(minilm_checkpoint("the BERT vocabulary")), work)]
     results.append(pretraining(args, "clm", corpus, bpe, work))
     tuned, data_dir = finetuning(args, work / "mlm" / "checkpoint", work)
