@@ -16,9 +16,7 @@ from tests.conftest import finetune_recipe, write_yaml
 from tests.test_mixed_precision import train_losses
 from tests.test_pretrain_families import family_recipe
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(torch.nn.Module, "compile"), reason="nn.Module.compile needs torch >= 2.2"
-)
+pytestmark = pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="nn.Module.compile needs torch >= 2.2")
 # Fused kernels sum in another order than eager's; a dozen steps of a tiny model keep the loss within this.
 COMPILED_TOLERANCE = 1e-3
 
