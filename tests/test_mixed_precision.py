@@ -70,6 +70,17 @@ def test_pretraining_under_bf16_tracks_fp32_and_saves_fp32(family, tmp_path, cor
     AUTO_CLASS[family].from_pretrained(tmp_path / "bf16" / "checkpoint")
 
 
+@pytest.mark.parametrize("options", [{"memory_length": 8}, {"attention": "strided", "attention_stride": 4}])
+def test_transformer_xl_and_sparse_pretraining_under_bf16(options, tmp_path):
+    from tests.test_causal_transformer import causal_recipe
+
+    for precision in ("no", "bf16"):
+        recipe = causal_recipe(tmp_path, options, run=precision)
+        run_pretrain(load_recipe(recipe, overrides=[f"training.mixed_precision={precision}"]))
+    assert_tracks_fp32(tmp_path / "bf16", tmp_path / "no")
+    assert_fp32_checkpoint(tmp_path / "bf16" / "checkpoint")
+
+
 def test_finetune_eval_and_predict_under_bf16(pretrained, task_dir, tmp_path):
     for precision in ("no", "bf16"):
         data = with_precision(finetune_recipe(pretrained, task_dir, tmp_path / precision), precision)
