@@ -630,7 +630,7 @@ def compare(
             "--output",
             "-o",
             help="Write the Markdown report to this file and the overlay PNG beside it (report.md -> "
-            "report.png); without it the report is printed and the PNG written to ./runs-compare.png.",
+            "report.png); without it the report is printed and the PNG written to runs/runs-compare.png.",
             show_default=False,
         ),
     ] = None,

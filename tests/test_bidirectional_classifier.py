@@ -300,3 +300,19 @@ def test_the_profile_counts_the_backward_encoder(language_models, task_dir):
         loaded = bidirectional_classifier(language_models, task_dir, pooling=pooling)
         assert skeleton.awd_lstm_backward is not None
         assert sum(p.numel() for p in skeleton.parameters()) == sum(p.numel() for p in loaded.parameters())
+
+
+def test_the_load_report_does_not_call_the_backward_weights_missing(language_models, task_dir, caplog):
+    """transformers reports the weights a checkpoint lacks as newly initialised; the backward encoder's are copied in
+    right after, so the report must not list them (it did: every awd_lstm_backward.* as MISSING)."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="transformers.modeling_utils"):
+        model = bidirectional_classifier(language_models, task_dir)
+    reported = "\n".join(record.getMessage() for record in caplog.records)
+    assert "awd_lstm_backward" not in reported
+    backward = load_file(language_models["backward"] / "model.safetensors")
+    torch.testing.assert_close(model.awd_lstm_backward.embedding.weight, backward["awd_lstm.embedding.weight"])
+    from finetune.models.awd_lstm_classifier import AWDLSTMForSequenceClassification
+
+    assert "awd_lstm_backward" not in str(AWDLSTMForSequenceClassification._keys_to_ignore_on_load_missing)

@@ -86,7 +86,8 @@ def test_lr_find_on_a_finetune_recipe(tmp_path, task_dir):
     assert result.exit_code == 0, result.output
     folder = tmp_path / "runs" / "ft-lr-find"
     assert not (tmp_path / "runs" / "ft").exists()  # the real run's folder stays free
-    assert not (folder / "checkpoint").exists()  # no model kept
+    assert not (folder / "checkpoint").exists()  # no model kept, and none said to be
+    assert "saved to" not in result.output, result.output
     assert (folder / "lr_find.png").stat().st_size > 0 and "suggested" in (folder / "lr_find.md").read_text()
     saved = json.loads((folder / "lr_find.json").read_text())
     train = [record for record in read_metrics(folder / "metrics.jsonl") if record["phase"] == "train"]

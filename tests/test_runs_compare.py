@@ -100,7 +100,8 @@ def test_compare_prints_the_report_without_output(runs, tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("# Runs compared\n")
     assert table(result.stdout)[0][1] == "training.lr"
-    assert png_size(tmp_path / "runs-compare.png") == EXPECTED_SIZE
+    assert png_size(tmp_path / "runs" / "runs-compare.png") == EXPECTED_SIZE  # under runs/, which git ignores
+    assert not (tmp_path / "runs-compare.png").exists()
 
 
 def test_compare_refuses_missing_and_non_run_folders(runs, tmp_path):

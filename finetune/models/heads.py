@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Iterator
 
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification
@@ -186,6 +187,28 @@ def load_backward_encoder(model, backbone_config, trust_remote_code: bool = Fals
     model.awd_lstm_backward.load_state_dict(weights)
 
 
+@contextlib.contextmanager
+def _backward_encoder_loaded_next(bidirectional: bool) -> Iterator[None]:
+    """The forward language model holds no backward encoder: transformers' load report would list every
+    `awd_lstm_backward.*` weight as missing and newly initialised, and `load_backward_encoder` copies them in right
+    after. Inside, the report leaves them out, so that what it lists is true."""
+    if not bidirectional:
+        yield
+        return
+    from finetune.models.awd_lstm_classifier import AWDLSTMForSequenceClassification as classifier
+
+    own = "_keys_to_ignore_on_load_missing" in vars(classifier)
+    before = classifier._keys_to_ignore_on_load_missing
+    classifier._keys_to_ignore_on_load_missing = [*(before or []), r"^awd_lstm_backward\."]
+    try:
+        yield
+    finally:
+        if own:
+            classifier._keys_to_ignore_on_load_missing = before
+        else:
+            del classifier._keys_to_ignore_on_load_missing
+
+
 def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float | None, pooling: str = "model"):
     """A sequence-classification model for `spec` on the backbone, pretrained or freshly initialised.
 
@@ -215,9 +238,14 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
         return AutoModelForSequenceClassification.from_config(config, trust_remote_code=trusted)
     # A new label count changes the output layer's shape; any other tensor must fit as stored.
     label_counts = (len(stored_labels(stored)), config.num_labels) if replace_head else None
-    model = load_model(
-        AutoModelForSequenceClassification, source, trust_remote_code=trusted, label_counts=label_counts, config=config
-    )
+    with _backward_encoder_loaded_next(bool(bidirectional)):
+        model = load_model(
+            AutoModelForSequenceClassification,
+            source,
+            trust_remote_code=trusted,
+            label_counts=label_counts,
+            config=config,
+        )
     if bidirectional:
         load_backward_encoder(model, backbone_config, trusted)
     if replace_head:

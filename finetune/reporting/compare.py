@@ -175,9 +175,10 @@ def overlay_figure(runs: list[Run]) -> Figure:
 
 
 def curves_path(output: Path | None) -> Path:
-    """Where the overlay PNG goes: beside the report (report.md -> report.png), else in the current folder."""
+    """Where the overlay PNG goes: beside the report (report.md -> report.png), else runs/runs-compare.png (runs/ is
+    where runs live, and what a checkout ignores)."""
     if output is None:
-        return Path("runs-compare.png")
+        return Path("runs") / "runs-compare.png"
     return output.with_name(output.stem + "-curves.png") if output.suffix == ".png" else output.with_suffix(".png")
 
 
@@ -185,8 +186,7 @@ def compare_runs(paths: list[Path], output: Path | None = None) -> tuple[str, Pa
     """The Markdown report of the runs and the overlay PNG it links (written); the report is written to `output`."""
     runs = [load_run(Path(path)) for path in paths]
     curves = curves_path(output)
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
+    curves.parent.mkdir(parents=True, exist_ok=True)  # the report's folder, or runs/
     save_figure(overlay_figure(runs), curves)
     link = curves.name if output is not None else str(curves)
     note = (

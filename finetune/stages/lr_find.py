@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from finetune.errors import RunFailed, UserError
 from finetune.models.families import family_of
 from finetune.recipes import FinetuneRecipe, PretrainRecipe
 from finetune.reporting.plots import new_figure, save_figure
-from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
+from finetune.run_dir import METRICS_FILE, read_metrics
 
 SMOOTHING_FRACTION = 0.1  # the moving average spans this share of the steps
 DIVERGENCE = 4.0  # the curve stops where the smoothed loss exceeds this many times its minimum
@@ -162,7 +161,6 @@ def run_lr_find(
         if not (test.run_dir / METRICS_FILE).is_file():
             raise
         console.print(f"the range test stopped: {failure}")
-    shutil.rmtree(test.run_dir / CHECKPOINT_DIR, ignore_errors=True)  # a model trained at every LR: no use
     result = suggestions(*read_curve(test.run_dir / METRICS_FILE))
     result.update(steps=steps, start_lr=start_lr, end_lr=end_lr)
     (test.run_dir / RESULT_JSON).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -192,7 +192,9 @@ class RunDriver:
         state = self._restore(resume_from) if resume_from is not None else TrainingState()
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
             self._train(state.epoch, state.batches_in_epoch)
-        checkpoint = stage.finish(self.context, self.loop.step)
+        # lr-find's range test trains at every LR in turn: no model worth saving, and no "saved to" line.
+        keeps_model = recipe.schedule.kind != "range_test"
+        checkpoint = stage.finish(self.context, self.loop.step) if keeps_model else run_dir
         finish_run(accelerator, run_dir, self.loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
         return checkpoint
 
