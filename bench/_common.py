@@ -9,6 +9,7 @@ of the toolkit, so that modes which only read results (--table-only) stay cheap.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -80,6 +81,16 @@ def text_lines(path: Path) -> list[str]:
 def phase_records(run_dir: Path, phase: str) -> list[dict]:
     """A run's metrics.jsonl records of `phase` (train: one per logging window; eval: each evaluation)."""
     return [record for record in read_jsonl(run_dir / "metrics.jsonl") if record.get("phase") == phase]
+
+
+def steady_rate(run_dir: Path, unit: str) -> float:
+    """Our throughput over the training windows after the first (warm-up): all items over all time. A window of n
+    steps at r items/s took n x (items a step) / r seconds, so the rate is sum(n) / sum(n / r) items a step's worth."""
+    records = phase_records(run_dir, "train")
+    if len(records) < 2:
+        sys.exit(f"bench: {run_dir} logged {len(records)} window(s); the rate needs two (the first is warm-up)")
+    counts = [after["step"] - before["step"] for before, after in itertools.pairwise(records)]
+    return sum(counts) / sum(count / record[f"{unit}_per_s"] for count, record in zip(counts, records[1:]))
 
 
 def last_record(run_dir: Path, phase: str) -> dict:

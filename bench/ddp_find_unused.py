@@ -15,7 +15,6 @@ after the first) and their ratio.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import subprocess
@@ -23,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, describe_machine, minilm_checkpoint, phase_records, require_glue
+from _common import ROOT, describe_machine, minilm_checkpoint, require_glue, steady_rate
 from glue_quality import VARIANTS, truncated_task
 
 # Run inside each process: finetune's fine-tuning, with make_accelerator's flag forced to FORCE.
@@ -65,9 +64,7 @@ def run(flag: bool, checkpoint: str, data_dir: Path, work: Path, steps: int) -> 
     finished = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True, check=False)
     if finished.returncode != 0:
         sys.exit(f"bench: the run failed:\n{finished.stderr[-3000:]}")
-    records = phase_records(run_dir, "train")
-    counts = [after["step"] - before["step"] for before, after in itertools.pairwise(records)]
-    return sum(counts) / sum(count / record["examples_per_s"] for count, record in zip(counts, records[1:]))
+    return steady_rate(run_dir, "examples")
 
 
 def main() -> None:

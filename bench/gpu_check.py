@@ -30,7 +30,6 @@ Prints one Markdown table and one JSON line; writes them to --work-dir (default 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shutil
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
-from _common import GLUE, PEERS, ROOT, WIKITEXT, cpu_model, minilm_checkpoint, phase_records, require, run
+from _common import GLUE, PEERS, ROOT, WIKITEXT, cpu_model, minilm_checkpoint, require, run, steady_rate
 from clm_pretrain import tokenizer_folder
 from mlm_pretrain import training_corpus
 
@@ -118,16 +117,6 @@ def first_json_line(output: str) -> dict:
         if line.startswith('{"'):
             return json.loads(line)
     sys.exit(f"bench: no JSON line in the peer's output:\n{output[-2000:]}")
-
-
-def steady_rate(run_dir: Path, unit: str) -> float:
-    """Our throughput over the training windows after the first (warm-up): all items over all time. A window of n
-    steps at r items/s took n x (items a step) / r seconds, so the rate is sum(n) / sum(n / r) items a step's worth."""
-    records = phase_records(run_dir, "train")
-    if len(records) < 2:
-        sys.exit(f"bench: {run_dir} logged {len(records)} window(s); the rate needs two (the first is warm-up)")
-    counts = [after["step"] - before["step"] for before, after in itertools.pairwise(records)]
-    return sum(counts) / sum(count / record[f"{unit}_per_s"] for count, record in zip(counts, records[1:]))
 
 
 def pretraining(args, kind: str, corpus: Path, tokenizer: Path, work: Path) -> Result:
