@@ -51,7 +51,7 @@ defaults (100 / 1,000 / 19,800 labels):
 - --full-test: ~5 min per AWD-LSTM column, ~8 / 23 / 32 min for MiniLM's.
 The whole default grid: about 20 hours. The reduced grid of bench/README.md (100 and 1,000 labels, 2,000 test
 reviews, half a pass of stage 2, the AWD-LSTM columns for 3 seeds and MiniLM's for one) ran in 93 minutes;
-its all-label row for one seed (AWD-LSTM columns and MiniLM truncate) in 55 more.
+its all-label row for one seed (AWD-LSTM columns and MiniLM truncate) in 55 more, MiniLM head_tail at all labels in 43.
 Cheaper: shorter MiniLM inputs (--minilm-head-tail-length 256 --minilm-head 64, --minilm-max-chunks 4), or the all-label
 cell for one seed (--labels 20000 --epochs 1 --minilm-epochs 1 --seeds 0, same work dir). Other load on the cores costs
 far more than its share: beside a test suite, torch's threads spin-wait and runs took ~7x longer. Disk: ~18 MB per
