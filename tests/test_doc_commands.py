@@ -80,3 +80,62 @@ def test_the_check_refuses_what_would_fail(line, fragment, recipes_dir):
 def test_a_command_is_shown_as_typed():
     block = Block(doc_files()[0], 1, "bash", "")
     assert str(Command("finetune", ("eval", "a b.yaml"), block)) == "finetune eval 'a b.yaml'"
+
+
+# ---------------------------------------------------------------------------------------------
+# make docs-check's decisions (tests/docs_check.py), without running anything
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "reason"),
+    [
+        ("finetune", ["ulmfit", "x.yaml", "general_lm={checkpoint: <stage-1 checkpoint>}"], "placeholder"),
+        ("finetune", ["push", "runs/a", "me/a"], "network"),
+        ("finetune", ["eval", "x.yaml", "source=hub"], "network"),
+        ("accelerate", ["launch", "--multi_gpu", "-m", "finetune", "pretrain", "x.yaml"], "GPUs"),
+        ("make", ["test"], "CI"),
+        ("finetune", ["finetune", "x.yaml", "task.data_dir=../shared/data/nowhere"], "not on this machine"),
+    ],
+)
+def test_docs_check_skips_what_cannot_run_here_and_says_why(program, args, reason):
+    from tests.docs_check import skip_reason
+
+    assert reason in skip_reason(program, args)
+
+
+def test_docs_check_runs_the_quickstart_commands():
+    from tests.docs_check import skip_reason
+
+    assert skip_reason("finetune", ["pretrain", "recipes/quickstart/pretrain.yaml", "run_dir=runs/a"]) is None
+
+
+def test_docs_check_reads_the_claims_beside_a_command_and_checks_them(tmp_path):
+    from tests.docs_check import check_claims, claims
+
+    block = Block(
+        doc_files()[0],
+        7,
+        "bash",
+        "finetune lr-find a.yaml --steps 5   # writes runs/a-lr-find/\n"
+        "finetune runs compare runs/a runs/b   # Markdown on stdout\n"
+        "finetune ulmfit u.yaml    # seconds on a CPU\n"
+        "for x in 1; do finetune eval $x  # a loop's comment is not a claim\ndone\n",
+    )
+    assert [words for words, _ in claims(block)] == [
+        ["finetune", "lr-find", "a.yaml", "--steps", "5"],
+        ["finetune", "runs", "compare", "runs/a", "runs/b"],
+        ["finetune", "ulmfit", "u.yaml"],
+    ]
+    records = [
+        {"program": "finetune", "args": ["lr-find", "a.yaml", "--steps", "5"], "rc": 0, "stdout": ""},
+        {"program": "finetune", "args": ["runs", "compare", "runs/a", "runs/b"], "rc": 0, "stdout": "no table\n"},
+        {"program": "finetune", "args": ["ulmfit", "u.yaml"], "rc": 0, "seconds": 75.0, "stdout": ""},
+    ]
+    problems = check_claims(block, records, tmp_path)
+    assert len(problems) == 3 and all(problem.startswith("README.md:7: ") for problem in problems)
+    assert "writes runs/a-lr-find/; there is no such file" in problems[0]
+    assert "no table was printed" in problems[1] and "it took 75.0 s" in problems[2]
+    (tmp_path / "runs" / "a-lr-find").mkdir(parents=True)
+    records[1]["stdout"], records[2]["seconds"] = "| a | b |\n", 12.0
+    assert check_claims(block, records, tmp_path) == []
