@@ -2,6 +2,7 @@
 #   make quickstart   create .venv, install, pretrain -> fine-tune -> eval on data/quickstart (CPU, minutes)
 #   make test         install the dev dependencies, run the checks (make lint), then the test suite
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
+#   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
 #   make gpu-check    on a CUDA machine: pretraining, fine-tuning and prediction against the Trainer, bf16, all GPUs
 # TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
 # the project's CI machines; on a GPU machine use e.g. `make quickstart TORCH=torch`.
@@ -10,7 +11,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart lint format test gpu-check clean
+.PHONY: install dev quickstart lint format test docs-check gpu-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +46,9 @@ format: dev  # what a contributor runs before committing: fix what ruff can, the
 
 test: lint
 	$(BIN)/python -m pytest -q
+
+docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (tests/docs_check.py says what it adds)
+	$(BIN)/python -m tests.docs_check
 
 gpu-check: install  # on a CUDA machine: ours against the Trainer in bf16 on every GPU (bench/gpu_check.py)
 	$(BIN)/python bench/gpu_check.py

@@ -204,6 +204,49 @@ def test_some_tasks_missing(checkpoints, tmp_path):
     assert "Missing from the archive: sst2, mrpc" in markdown
 
 
+def test_allow_incomplete_scores_the_tasks_present_and_says_what_it_left_out(checkpoints, tmp_path, capsys):
+    """The README's GLUE folder holds 6 of the 9 tasks and the user trained some of them: the listed tasks with both
+    their dev data and their checkpoints are scored, the others are named with the reason, in one line and in the
+    report; without a submission as well as with one."""
+    root = write_glue_root(tmp_path / "glue", skip=("qqp", "mnli", "ax", "qnli"))
+    tasks = {
+        "cola": checkpoints["cola"],
+        "rte": checkpoints["rte"],
+        "qqp": checkpoints["qqp"],  # a checkpoint, but no QQP folder
+        "sst2": [str(tmp_path / "runs" / "sst2" / "checkpoint")],  # data, but not trained yet
+    }
+    data = glue_recipe(tmp_path / "run", tasks, glue_dir=str(root))
+    with pytest.raises(UserError, match=r"task .qqp.: no dev file"):  # without the key: the first absence is an error
+        evaluate(tmp_path, data)
+    report = evaluate(tmp_path, {**data, "allow_incomplete": True})
+    assert list(report["tasks"]) == ["cola", "rte"] and report["submission"] is None
+    assert report["left_out"] == {
+        "sst2": f"no checkpoint {tmp_path / 'runs' / 'sst2' / 'checkpoint'}",
+        "qqp": f"no dev file {root / 'QQP' / 'dev.tsv'}",
+    }
+    note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("allow_incomplete: left out")]
+    assert len(note) == 1 and "sst2 (no checkpoint" in note[0] and "qqp (no dev file" in note[0]
+    markdown = (tmp_path / "run" / "report.md").read_text(encoding="utf-8")
+    assert "Listed but left out (allow_incomplete): sst2 (no checkpoint" in markdown
+    with_archive = evaluate(
+        tmp_path, {**data, "run_dir": str(tmp_path / "zip"), "allow_incomplete": True, "submission": True}
+    )
+    assert sorted(with_archive["submission"]["files"]) == ["CoLA.tsv", "RTE.tsv"]
+
+
+def test_allow_incomplete_with_nothing_present_or_a_broken_checkpoint(checkpoints, tmp_path):
+    root = write_glue_root(tmp_path / "glue", skip=("rte",))
+    nothing = glue_recipe(tmp_path / "run", {"rte": checkpoints["rte"]}, glue_dir=str(root), allow_incomplete=True)
+    with pytest.raises(UserError, match="no task has both its dev data and its checkpoints"):
+        evaluate(tmp_path, nothing)
+    broken = tmp_path / "broken"  # a folder that is there but holds no model: a mistake, never left out quietly
+    broken.mkdir()
+    data = glue_recipe(tmp_path / "run", {"cola": [str(broken)]}, glue_dir=str(root), allow_incomplete=True)
+    with pytest.raises(UserError, match=r"tasks.cola: .*broken has no config.json"):
+        evaluate(tmp_path, data)
+    assert not (tmp_path / "run").exists()
+
+
 def test_task_folder_of_its_own_and_dev_only(checkpoints, tmp_path):
     root = write_glue_root(tmp_path / "glue")
     (root / "diagnostic" / "diagnostic.tsv").rename(root / "MNLI" / "diagnostic.tsv")  # AX beside MNLI's files
@@ -285,7 +328,6 @@ def test_shorthand_task_entries(tmp_path):
         ({"tasks": {"ax": "a"}}, "tasks.ax: predicted by the mnli model"),
         ({"tasks": {"sst5": "a"}}, "tasks.sst5: not a GLUE task"),
         ({"glue_dir": None}, "tasks.rte: no data: give its data_dir, or glue_dir"),
-        ({"allow_incomplete": True}, "allow_incomplete applies to submission"),
         ({"split": "test"}, "split: only with task"),
         ({"models": {"a": "b"}}, "models: only with task"),
         ({"source": "hub"}, "source hub reads no folders"),

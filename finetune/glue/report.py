@@ -58,6 +58,9 @@ def glue_report_markdown(report: dict) -> str:
         lines.append(f"| {convention.name} | {value} | {present} of {total} | {', '.join(score['missing']) or '-'} |")
     lines += [""] + [f"- **{convention.name}**: {convention.description}" for convention in CONVENTIONS]
     lines += ["", "## Missing tasks", "", ", ".join(report["missing_tasks"]) or "none: every GLUE task is scored"]
+    left_out = report.get("left_out") or {}
+    if left_out:  # listed in the recipe, left out by allow_incomplete
+        lines += ["", "Listed but left out (allow_incomplete): " + "; ".join(f"{k} ({v})" for k, v in left_out.items())]
     submission = report.get("submission")
     if submission is not None:
         lines += [

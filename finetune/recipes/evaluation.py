@@ -112,7 +112,10 @@ class EvalRecipe(RunRecipe):
         "RUN_DIR/submission.zip for the GLUE leaderboard",
     )
     allow_incomplete: bool = Field(
-        False, description="submission: write the archive although tasks are missing (they are listed)"
+        False,
+        description="tasks: score the listed tasks whose dev data and checkpoints exist, leave out the others (one "
+        "line says which and why), and with submission write the archive without the tasks it lacks (listed); "
+        "false: any of them missing is an error",
     )
     batch_size: int = Field(64, gt=0, description="examples per forward pass")
     device: Literal["auto", "cpu"] = Field("auto", description="auto: the GPU when there is one, else the CPU")
@@ -165,8 +168,6 @@ class EvalRecipe(RunRecipe):
                 )
             if self.source == "files" and entry.data_dir is None and self.glue_dir is None:
                 raise ValueError(f"tasks.{name}: no data: give its data_dir, or glue_dir for every task")
-        if self.allow_incomplete and not self.submission:
-            raise ValueError("allow_incomplete applies to submission; set submission: true")
         return self
 
     def _check_ensembles(self) -> None:

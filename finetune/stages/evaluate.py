@@ -26,7 +26,7 @@ from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.models.heads import load_finetuned
-from finetune.models.hub import load_tokenizer, resolve_checkpoint
+from finetune.models.hub import HUB_NAME, load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe, GlueTaskEntry
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
@@ -156,14 +156,7 @@ def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
     entry = glue_tasks(recipe)[name]
     specs, dev, test = {}, {}, {}
     for spec in predicted_with(name):
-        data_dir: Path | None
-        if recipe.source == "hub":
-            spec, data_dir = replace(spec, source="hub"), None
-        elif entry.data_dir is not None:
-            data_dir = entry.data_dir
-        else:  # EvalRecipe's validator: glue_dir where a task has no data_dir; every GLUE task has its folder
-            assert recipe.glue_dir is not None and spec.glue_folder is not None
-            data_dir = Path(recipe.glue_dir) / spec.glue_folder
+        spec, data_dir = task_data(recipe, entry, spec)
         files = spec.files
         assert files is not None  # every GLUE task names its files
         specs[spec.name] = spec
@@ -172,6 +165,45 @@ def read_glue_task(recipe: EvalRecipe, name: str) -> GlueTask:
         if recipe.submission and spec.submission_file and (data_dir is None or (data_dir / files["test"]).is_file()):
             test[spec.name] = read_task_split(spec, data_dir, "test")
     return GlueTask(name, list(entry.checkpoints), specs, dev, test, list(entry.ensemble or []))
+
+
+def task_data(recipe: EvalRecipe, entry: GlueTaskEntry, spec: TaskSpec) -> tuple[TaskSpec, Path | None]:
+    """Where a task of the map reads its files: the hub (no folder), its own data_dir, or its folder in glue_dir."""
+    if recipe.source == "hub":
+        return replace(spec, source="hub"), None
+    if entry.data_dir is not None:
+        return spec, Path(entry.data_dir)
+    # EvalRecipe's validator: glue_dir where a task has no data_dir; every GLUE task has its folder
+    assert recipe.glue_dir is not None and spec.glue_folder is not None
+    return spec, Path(recipe.glue_dir) / spec.glue_folder
+
+
+def tasks_present(recipe: EvalRecipe, names: list[str]) -> tuple[list[str], dict[str, str]]:
+    """allow_incomplete: the listed tasks whose dev files and checkpoints are all there, and why each other one is
+    left out (announced in one line). A checkpoint folder that exists but is broken still fails: that is a mistake
+    to fix, not a task not trained yet."""
+    left_out = {name: reason for name in names if (reason := absent_part(recipe, name))}
+    present = [name for name in names if name not in left_out]
+    if left_out:
+        reasons = "; ".join(f"{name} ({why})" for name, why in left_out.items())
+        console.print(f"allow_incomplete: left out {reasons}", soft_wrap=True, markup=False)  # one line, as written
+    if not present:
+        raise UserError("tasks: no task has both its dev data and its checkpoints; nothing to score")
+    return present, left_out
+
+
+def absent_part(recipe: EvalRecipe, name: str) -> str | None:
+    """What a listed task lacks to be scored (its first missing checkpoint or dev file), or None."""
+    entry = glue_tasks(recipe)[name]
+    for checkpoint in entry.checkpoints + list(entry.ensemble or []):
+        if not Path(checkpoint).exists() and not HUB_NAME.match(checkpoint):
+            return f"no checkpoint {checkpoint}"
+    for spec in predicted_with(name):
+        spec, data_dir = task_data(recipe, entry, spec)
+        assert spec.files is not None  # every GLUE task names its files
+        if data_dir is not None and "dev" in spec.files and not (data_dir / spec.files["dev"]).is_file():
+            return f"no dev file {data_dir / spec.files['dev']}"
+    return None
 
 
 def glue_tasks(recipe: EvalRecipe) -> dict[str, GlueTaskEntry]:
@@ -183,7 +215,11 @@ def glue_tasks(recipe: EvalRecipe) -> dict[str, GlueTaskEntry]:
 def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
     """Dev scores of every task's checkpoints, the GLUE scores, and with `submission` the archive."""
     # 1. read everything that can fail on user input before any model runs
-    tasks = [read_glue_task(recipe, name) for name in GLUE_TASKS if name in glue_tasks(recipe)]
+    names = [name for name in GLUE_TASKS if name in glue_tasks(recipe)]
+    left_out: dict[str, str] = {}
+    if recipe.allow_incomplete:
+        names, left_out = tasks_present(recipe, names)
+    tasks = [read_glue_task(recipe, name) for name in names]
     if recipe.submission:
         missing = missing_submission_tasks([spec_name for task in tasks for spec_name in task.test])
         if missing and not recipe.allow_incomplete:
@@ -221,6 +257,7 @@ def run_glue_eval(recipe: EvalRecipe, accelerator) -> dict:
             }
         ),
         "missing_tasks": [name for name in GLUE_TASKS if not any(name in task.specs for task in tasks)],
+        "left_out": left_out,
         "submission": None,
     }
     if not accelerator.is_main_process:
