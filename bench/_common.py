@@ -93,6 +93,15 @@ def steady_rate(run_dir: Path, unit: str) -> float:
     return sum(counts) / sum(count / record[f"{unit}_per_s"] for count, record in zip(counts, records[1:]))
 
 
+def rate_over_epochs(run_dir: Path, epochs: int) -> float:
+    """Our items/s over the whole of training, the first epoch included (as a peer's `trainer.train()` time), from a
+    run logged once per epoch (log_every = the steps of an epoch): equal epochs, so the harmonic mean of their rates."""
+    records = phase_records(run_dir, "train")
+    if len(records) != epochs:
+        sys.exit(f"bench: {run_dir} logged {len(records)} training windows, expected one per epoch ({epochs})")
+    return epochs / sum(1 / record["examples_per_s"] for record in records)
+
+
 def last_record(run_dir: Path, phase: str) -> dict:
     """The last metrics.jsonl record of `phase` (eval: the language model's validation, the classifier's dev)."""
     return phase_records(run_dir, phase)[-1]

@@ -50,7 +50,7 @@ from _common import (
     finetune_cli,
     last_record,
     minilm_checkpoint,
-    phase_records,
+    rate_over_epochs,
     read_jsonl,
     require,
     run,
@@ -138,14 +138,6 @@ def scores(references: np.ndarray, probabilities: np.ndarray) -> dict:
     return result
 
 
-def training_rate(run_dir: Path, rows: int, epochs: int) -> float:
-    """Our sentences/s over all of training: one window per epoch (log_every = its steps), `rows` sentences each."""
-    records = phase_records(run_dir, "train")
-    if len(records) != epochs:
-        sys.exit(f"bench: {run_dir} logged {len(records)} training windows, expected one per epoch ({epochs})")
-    return rows * epochs / sum(rows / record["examples_per_s"] for record in records)
-
-
 def run_peer(args, checkpoint: str, data: Path, seed: int) -> dict:
     probabilities = args.work / f"peer-seed{seed}-dev-probabilities.npy"
     result = run_json(
@@ -227,7 +219,7 @@ def run_ours(args, recipe: Path, data: Path, seed: int, pooling: str) -> dict:
     return {
         "side": f"finetune ({pooling} pooling)",
         "pooling": pooling,
-        "examples_per_s": round(training_rate(run_dir, args.train_rows, args.epochs), 2),
+        "examples_per_s": round(rate_over_epochs(run_dir, args.epochs), 2),
         "dev": dev,
     }
 

@@ -11,19 +11,13 @@ Prints one JSON line: training questions per second of `trainer.train()` and dev
 
 import argparse
 import json
-import tempfile
 import time
 
 import numpy as np
-import torch
 from datasets import Dataset
-from transformers import (
-    AutoModelForMultipleChoice,
-    AutoTokenizer,
-    DataCollatorForMultipleChoice,
-    Trainer,
-    TrainingArguments,
-)
+from transformers import AutoModelForMultipleChoice, AutoTokenizer, DataCollatorForMultipleChoice, Trainer
+
+from _hf_peer import peer_training_arguments
 
 
 def read_arc(path):
@@ -66,18 +60,7 @@ def main():
         return Dataset.from_dict({**grouped, "labels": [answer for _, _, answer in rows]})
 
     train, dev = encode(read_arc(args.train)), encode(read_arc(args.dev))
-    training = TrainingArguments(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=args.batch,
-        per_device_eval_batch_size=32,
-        num_train_epochs=args.epochs,
-        learning_rate=args.lr,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        seed=args.seed,
-    )
+    training = peer_training_arguments(args, 32)
     trainer = Trainer(
         model=model, args=training, train_dataset=train, data_collator=DataCollatorForMultipleChoice(tokenizer)
     )

@@ -18,14 +18,15 @@ line: training seconds and examples (sentences) per second of `trainer.train()`,
 
 import argparse
 import json
-import tempfile
 import time
 
 import numpy as np
 import torch
 from datasets import Dataset, List, Value
 from sklearn.metrics import f1_score
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer
+
+from _hf_peer import peer_training_arguments
 
 
 def read_jsonl(path, labels):
@@ -68,18 +69,7 @@ def main():
         return dataset.cast_column("labels", List(Value("float32"))), np.asarray(rows)  # BCE wants float targets
 
     (train, _), (dev, references) = encode(args.train), encode(args.dev)
-    training = TrainingArguments(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=args.batch,
-        per_device_eval_batch_size=64,
-        num_train_epochs=args.epochs,
-        learning_rate=args.lr,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        seed=args.seed,
-    )
+    training = peer_training_arguments(args, 64)
     trainer = Trainer(model=model, args=training, train_dataset=train, processing_class=tokenizer)
     start = time.perf_counter()
     trainer.train()

@@ -10,20 +10,14 @@ by seqeval. Prints one JSON line: training examples (sentences) per second of `t
 
 import argparse
 import json
-import tempfile
 import time
 
 import numpy as np
-import torch
 from datasets import Dataset
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-from transformers import (
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    DataCollatorForTokenClassification,
-    Trainer,
-    TrainingArguments,
-)
+from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
+
+from _hf_peer import peer_training_arguments
 
 
 def read_conll(path):
@@ -76,18 +70,7 @@ def main():
         return Dataset.from_dict({**dict(encoding), "labels": all_labels})
 
     train, dev = encode(train_sentences), encode(dev_sentences)
-    training = TrainingArguments(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=args.batch,
-        per_device_eval_batch_size=64,
-        num_train_epochs=args.epochs,
-        learning_rate=args.lr,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        seed=args.seed,
-    )
+    training = peer_training_arguments(args, 64)
     trainer = Trainer(
         model=model, args=training, train_dataset=train, data_collator=DataCollatorForTokenClassification(tokenizer)
     )

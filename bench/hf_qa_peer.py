@@ -20,21 +20,20 @@ caller to score. Prints one JSON line: training windows (and questions) per seco
 
 import argparse
 import json
-import tempfile
 import time
 
 import numpy as np
-import torch
 from datasets import Dataset
 from transformers import (
     AutoModelForQuestionAnswering,
     AutoTokenizer,
     DataCollatorWithPadding,
     Trainer,
-    TrainingArguments,
     default_data_collator,
     set_seed,
 )
+
+from _hf_peer import peer_training_arguments
 
 
 def read_squad_columns(path):
@@ -185,19 +184,7 @@ def main():
     dev = dev_questions.map(
         evaluation_features(tokenizer, args), batched=True, remove_columns=dev_questions.column_names
     )
-    training = TrainingArguments(
-        output_dir=tempfile.mkdtemp(),
-        per_device_train_batch_size=args.batch,
-        per_device_eval_batch_size=32,
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps,
-        learning_rate=args.lr,
-        report_to=[],
-        save_strategy="no",
-        logging_strategy="no",
-        use_cpu=not torch.cuda.is_available(),
-        seed=args.seed,
-    )
+    training = peer_training_arguments(args, 32, max_steps=args.max_steps)
     collator = default_data_collator if args.pad_to_max_length else DataCollatorWithPadding(tokenizer)
     trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=collator)
     start = time.perf_counter()

@@ -51,6 +51,7 @@ from _common import (
     last_record,
     minilm_checkpoint,
     phase_records,
+    rate_over_epochs,
     require,
     run_json,
 )
@@ -207,9 +208,8 @@ def run_ours(args, checkpoint: str, data: Path, seed: int, counts: tuple[int, in
     records = phase_records(run_dir, "train")
     if [record["step"] for record in records] != [steps_per_epoch * (epoch + 1) for epoch in range(args.epochs)]:
         sys.exit(f"bench: {run_dir}/metrics.jsonl: expected one training record per epoch of {steps_per_epoch} steps")
-    rates = [record["examples_per_s"] for record in records]
-    # Every record covers one epoch, the same windows: the whole run's rate is the harmonic mean of the epochs'.
-    rate = len(rates) / sum(1 / epoch_rate for epoch_rate in rates)
+    rates = [record["examples_per_s"] for record in records]  # per epoch, kept in the result
+    rate = rate_over_epochs(run_dir, args.epochs)
     recipe = {  # JSON is YAML: the eval recipe needs no YAML writer
         "stage": "eval",
         "run_dir": str(eval_dir),
