@@ -42,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.doc_commands import REPO_ROOT, Block, doc_files, doc_recipes, shell_blocks
+from tests.doc_commands import RECORDED, RECORDED_PATHS, REPO_ROOT, Block, doc_files, doc_recipes, shell_blocks
 
 SHARED = REPO_ROOT.parent / "shared"
 LOCAL_MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -296,8 +296,7 @@ def write_shims(scratch: Path, copy: Path) -> Path:
     folder = scratch / "bin"
     folder.mkdir()
     (copy / ".venv" / "bin").mkdir(parents=True)
-    programs = ["finetune", "make", "accelerate", "pip", "python", "python3", "tensorboard"]
-    for program in programs + [".venv/bin/python", ".venv/bin/pip", ".venv/bin/pre-commit", ".venv/bin/finetune"]:
+    for program in RECORDED + RECORDED_PATHS:  # the programs tests/doc_commands.py records, run here
         path = copy / program if "/" in program else folder / program
         path.write_text(
             f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m tests.docs_check --shim {program} "$@"\n',
