@@ -32,6 +32,7 @@ from _common import (
     finetune_cli,
     last_record,
     minilm_checkpoint,
+    rate_over_epochs,
     require,
     run_json,
 )
@@ -54,7 +55,7 @@ def write_subset(folder: Path, train: int, dev: int, score_on: str) -> Path:
     return folder
 
 
-def run_ours(checkpoint: str, data: Path, epochs: int, train: int, run_dir: Path) -> dict:
+def run_ours(checkpoint: str, data: Path, epochs: int, train: int, run_dir: Path, plain_shuffle: bool) -> dict:
     steps_per_epoch = -(-train // BATCH_SIZE)
     seconds = finetune_cli(
         "finetune",
@@ -69,15 +70,16 @@ def run_ours(checkpoint: str, data: Path, epochs: int, train: int, run_dir: Path
         "schedule.kind=linear",
         "schedule.warmup_fraction=0.0",
         "keep_best=false",
+        f"training.group_by_length={str(not plain_shuffle).lower()}",
         f"training.log_every={steps_per_epoch}",
         f"run_dir={run_dir}",
         "overwrite=true",
         echo=True,
     )
-    train_record, dev = last_record(run_dir, "train"), last_record(run_dir, "eval")
+    dev = last_record(run_dir, "eval")
     return {
-        "side": "finetune",
-        "examples_per_s": train_record["examples_per_s"],
+        "side": "finetune" + (" (plain shuffle)" if plain_shuffle else ""),
+        "examples_per_s": round(rate_over_epochs(run_dir, epochs), 1),
         "wall_s": round(seconds, 1),
         "dev": {name.removeprefix("dev_"): round(value, 4) for name, value in dev.items() if name.startswith("dev_")},
     }
@@ -120,6 +122,8 @@ def main() -> None:
         "selects anything on it: keep_best is off and the Trainer keeps its last weights)",
     )
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-conll-ner")
+    parser.add_argument("--plain-shuffle", action="store_true", help="ours without length-grouped batches")
+    parser.add_argument("--skip-peer", action="store_true", help="ours alone (an ablation of ours); no speed ratio")
     parser.add_argument(
         "--update-results", action="store_true", help="also append the result to bench/results/conll_ner-DATE.jsonl"
     )
@@ -131,8 +135,9 @@ def main() -> None:
     from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
 
     rate = matmul_gflops()
-    peer = run_peer(checkpoint, data, args.epochs)
-    ours = run_ours(checkpoint, data, args.epochs, args.train_sentences, args.work / "ours")
+    peer = None if args.skip_peer else run_peer(checkpoint, data, args.epochs)
+    run_dir = args.work / ("ours-plain" if args.plain_shuffle else "ours")
+    ours = run_ours(checkpoint, data, args.epochs, args.train_sentences, run_dir, args.plain_shuffle)
     record = {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
@@ -143,7 +148,7 @@ def main() -> None:
         "epochs": args.epochs,
         "ours": ours,
         "peer": peer,
-        "speed_ratio": round(ours["examples_per_s"] / peer["examples_per_s"], 2),
+        "speed_ratio": None if peer is None else round(ours["examples_per_s"] / peer["examples_per_s"], 2),
     }
     line = json.dumps(record)
     (args.work / "result.jsonl").open("a", encoding="utf-8").write(line + "\n")
@@ -151,15 +156,14 @@ def main() -> None:
         with open(ROOT / "bench" / "results" / f"conll_ner-{record['date']}.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
     print("| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
-    for side in (ours, peer):
+    for side in (ours, peer) if peer else (ours,):
         dev = side["dev"]
         print(
             f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
             f"{100 * dev['precision']:.1f} | {100 * dev['recall']:.1f} |"
         )
-    print(
-        f"speed: {record['speed_ratio']}x the Trainer ({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
-    )
+    machine = f"({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
+    print(f"speed: {record['speed_ratio']}x the Trainer {machine}" if peer else f"ours alone {machine}")
     print(line)
 
 
