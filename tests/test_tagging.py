@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
 from finetune.stages.predict import predict
+from finetune.stages.tagging import TaggingStage
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
@@ -162,6 +166,49 @@ def tagger_run(tmp_path_factory, tiny_bert, tagging_task) -> Path:
     )
     assert result.exit_code == 0, result.output
     return folder / "run"
+
+
+def test_every_word_weighs_alike_whatever_the_length_of_its_batch(tmp_path, tiny_bert):
+    """Batches grouped by length: one step of two 2-word sentences, one of two 10-word sentences. Each step's
+    gradient, as the loop makes it (the gradient of loss x terms over terms), is the summed word loss over the
+    expected words (2 sentences x the mean 6 words), so the two add up to the gradient of all 24 words alike: a
+    per-batch mean would weigh each short sentence's word 5 times a long one's."""
+    words = ["the", "film", "was", "really", "great", "very", "dull", "plot", "so", "charming"]
+    short = [[("the", "B-SUBJ"), ("film", "I-SUBJ")], [("was", "O"), ("great", "B-POS")]]
+    long = [[(word, "O") for word in words], [(word, "O") for word in reversed(words)]]
+    train = tmp_path / "train.txt"
+    train.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in sentence) for sentence in short + long) + "\n")
+    tags = ("O", "B-SUBJ", "I-SUBJ", "B-POS")
+    model = AutoModelForTokenClassification.from_pretrained(tiny_bert, num_labels=len(tags)).eval()
+    stage = TaggingStage.__new__(TaggingStage)  # what encoded_task and _loss read, without a run
+    stage.tokenizer, stage.max_length, stage.tags = AutoTokenizer.from_pretrained(tiny_bert), 32, tags
+    stage.train_sentences = stage.dev_sentences = read_conll(train)
+    stage.recipe = SimpleNamespace(training=SimpleNamespace(batch_size=2))
+    train_data, collate, _ = stage.encoded_task(model)
+    assert stage.words_per_sentence == 6.0
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+
+    def step_gradient(rows: list[int]) -> tuple[torch.Tensor, int]:
+        batch = {**collate([train_data[row] for row in rows]), REAL_EXAMPLES: len(rows)}
+        words = int((batch["labels"] != IGNORED).sum())
+        loss, terms, examples = stage._loss(model, batch)
+        assert examples == len(rows) and terms == len(rows) * 6.0
+        gradient = torch.autograd.grad(loss * terms, parameters)
+        return torch.cat([part.flatten() for part in gradient]) / terms, words
+
+    (short_step, short_words), (long_step, long_words) = step_gradient([0, 1]), step_gradient([2, 3])
+    assert (short_words, long_words) == (4, 20)
+    everything = {**collate([train_data[row] for row in range(4)])}
+    labels = everything.pop("labels")
+    logits = model(**everything).logits
+    summed = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORED, reduction="sum"
+    )
+    alike = torch.cat([part.flatten() for part in torch.autograd.grad(summed, parameters)]) / (2 * 6.0)
+    torch.testing.assert_close(short_step + long_step, alike, rtol=1e-4, atol=1e-6)
+    # What a per-batch mean over each step's own words would have given: not the same, so the check above can fail.
+    per_batch_mean = short_step * 12 / short_words + long_step * 12 / long_words
+    assert not torch.allclose(per_batch_mean, alike, rtol=1e-2, atol=1e-5)
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):

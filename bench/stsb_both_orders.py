@@ -1,0 +1,194 @@
+"""GPT's similarity transformation on STS-B: a decoder reading each pair in both orders against one order.
+
+    .venv/bin/python bench/stsb_both_orders.py                     # ~40 minutes on 2 CPU cores with the defaults
+    .venv/bin/python bench/stsb_both_orders.py --checkpoint DIR    # a GPT-2 checkpoint of your own, no pretraining
+
+A decoder reads a sentence pair left to right, so (a, b) and (b, a) give two different scores for one symmetric
+question. The GPT paper read both orders and added the two last-token states before the linear head
+(`task.both_orders: true`); this measures what that buys against reading (a, b) alone, at the same steps (both
+orders cost twice the tokens a step, and the pairs/s say how much time).
+
+The decoder is the GPT-2-mini of recipes/pretrain/gpt2-mini-wikitext2.yaml (4 layers, hidden 256, 7.4M
+parameters), pretrained here for one epoch of WikiText-2 (../shared/data) with its own byte-level BPE, about 13
+minutes, into the work folder (--work, default runs/bench-stsb-both-orders; a finished pretraining there is
+reused). No pretrained GPT-2 can be downloaded on the project's machines; --checkpoint takes any GPT-2-family
+folder instead (openai-community/gpt2 where a network is). Both sides then fine-tune it with
+recipes/finetune/gpt2-mini-stsb.yaml on STS-B's 5,749 training pairs for --epochs epochs (batch 32, --lr, linear
+schedule with 10% warmup), differing in task.both_orders only, with the last weights scored (keep_best off: dev is
+not used to choose anything) by Pearson and Spearman on the 1,500 dev pairs, one run per --seeds seed.
+
+Each checkpoint then predicts the dev pairs in both orders: the order gap is the mean |score(a, b) - score(b, a)|
+(0 for both orders by construction), beside the Pearson of (b, a) alone and of the two orders' mean (one-order
+training, both orders at test time only). A finished run in the work folder is reused (--fresh trains it again).
+Results go to the work folder, and to bench/results/stsb_both_orders-DATE.jsonl only with --update-results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from _common import (
+    GLUE,
+    ROOT,
+    WIKITEXT,
+    cpu_model,
+    describe_machine,
+    finetune_cli,
+    last_record,
+    rate_over_epochs,
+    require,
+)
+
+STSB = GLUE / "STS-B"
+BATCH_SIZE = 32
+TRAIN_PAIRS = 5749  # STS-B's train.tsv rows, for one log record per epoch
+ORDERS = {"one": "false", "both": "true"}  # a column's name: its task.both_orders
+COLUMNS = {"one": "(a, b) only", "both": "both orders added"}
+
+
+def pretrained_decoder(work: Path) -> Path:
+    """The GPT-2-mini pretrained on WikiText-2 by the shipped recipe, trained once into the work folder."""
+    run_dir = work / "pretrain"
+    checkpoint = run_dir / "checkpoint"
+    if (checkpoint / "config.json").exists():
+        print(f"reusing the pretrained decoder in {checkpoint}", flush=True)
+        return checkpoint
+    finetune_cli(
+        "pretrain", "recipes/pretrain/gpt2-mini-wikitext2.yaml", f"run_dir={run_dir}", "overwrite=true", echo=True
+    )
+    return checkpoint
+
+
+def dev_pairs() -> tuple[list[tuple[str, str]], list[float]]:
+    """STS-B's dev pairs (sentence1, sentence2) and their gold scores."""
+    with open(STSB / "dev.tsv", encoding="utf-8", newline="") as lines:
+        rows = list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [(row["sentence1"], row["sentence2"]) for row in rows], [float(row["score"]) for row in rows]
+
+
+def order_agreement(checkpoint: Path) -> dict:
+    """The checkpoint's dev scores read as (a, b) and as (b, a): how far the two orders' predictions lie apart (0
+    for a both-orders model, whose prediction is the same for either order) and the Pearson of (b, a) alone and of
+    the mean of the two (one-order training with both orders at test time only)."""
+    from scipy.stats import pearsonr
+
+    from finetune.stages.predict import load_predictor
+
+    pairs, gold = dev_pairs()
+    predictor = load_predictor(str(checkpoint))
+    forward = np.array([row["score"] for row in predictor.predict(pairs)])
+    swapped = np.array([row["score"] for row in predictor.predict([(b, a) for a, b in pairs])])
+    return {
+        "order_gap": round(float(np.abs(forward - swapped).mean()), 4),
+        "pearson_swapped": round(float(pearsonr(swapped, gold)[0]), 4),
+        "pearson_mean_of_orders": round(float(pearsonr((forward + swapped) / 2, gold)[0]), 4),
+    }
+
+
+def fine_tune(args, checkpoint: Path, orders: str, seed: int) -> dict:
+    """One fine-tuning run (a finished one in the work folder is reused unless --fresh): pairs/s over its
+    training, the last weights' dev Pearson and Spearman, and how its predictions move with the pair's order."""
+    run_dir = args.work / f"{orders}-order-seed{seed}"
+    if args.fresh or not (run_dir / "result.json").exists():
+        finetune_cli(
+            "finetune",
+            "recipes/finetune/gpt2-mini-stsb.yaml",
+            f"model.checkpoint={checkpoint}",
+            f"task.data_dir={STSB}",
+            f"task.both_orders={ORDERS[orders]}",
+            f"training.epochs={args.epochs}",
+            f"training.lr={args.lr}",
+            f"training.log_every={-(-TRAIN_PAIRS // BATCH_SIZE)}",
+            "keep_best=false",
+            f"seed={seed}",
+            f"run_dir={run_dir}",
+            "overwrite=true",
+            echo=True,
+        )
+    else:
+        print(f"reusing the finished run {run_dir} (--fresh trains it again)", flush=True)
+    dev = last_record(run_dir, "eval")
+    return {
+        "orders": orders,
+        "seed": seed,
+        "pairs_per_s": round(rate_over_epochs(run_dir, args.epochs), 1),
+        "pearson": round(dev["dev_pearson"], 4),
+        "spearman": round(dev["dev_spearman"], 4),
+        **order_agreement(run_dir / "checkpoint"),
+    }
+
+
+def print_table(records: list[dict], rate: float) -> None:
+    print("| orders | seed | pairs/s | dev Pearson | dev Spearman | order gap | Pearson (b, a) | Pearson, averaged |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for record in records:
+        print(
+            f"| {record['orders']} | {record['seed']} | {record['pairs_per_s']:.1f} | {100 * record['pearson']:.1f} | "
+            f"{100 * record['spearman']:.1f} | {record['order_gap']:.3f} | {100 * record['pearson_swapped']:.1f} | "
+            f"{100 * record['pearson_mean_of_orders']:.1f} |"
+        )
+    for orders in ORDERS:
+        mine = [record for record in records if record["orders"] == orders]
+        pearson = [100 * record["pearson"] for record in mine]
+        spread = f" (sd {statistics.stdev(pearson):.1f})" if len(pearson) > 1 else ""
+        print(
+            f"{COLUMNS[orders]}, {len(mine)} seed(s): dev Pearson mean {statistics.mean(pearson):.1f}{spread}, "
+            f"mean of orders at test {statistics.mean(100 * r['pearson_mean_of_orders'] for r in mine):.1f}, "
+            f"median pairs/s {statistics.median(record['pairs_per_s'] for record in mine):.1f}"
+        )
+    print(f"({cpu_model()}, fp32 matmul {rate:.1f} GFLOP/s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", type=Path, help="a GPT-2-family checkpoint folder (default: pretrain one)")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="one run of each column per seed")
+    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-stsb-both-orders")
+    parser.add_argument("--fresh", action="store_true", help="train every run again, finished ones in --work too")
+    parser.add_argument("--update-results", action="store_true")
+    args = parser.parse_args()
+    describe_machine()  # the figures below belong to this machine
+    require(STSB / "train.tsv", "GLUE STS-B (../shared/data/glue/STS-B)")
+    if args.checkpoint is None:
+        require(WIKITEXT / "train.txt", "WikiText-2 (../shared/data/wikitext-2)")
+    elif not (args.checkpoint / "config.json").exists():
+        raise SystemExit(f"bench: --checkpoint {args.checkpoint} holds no config.json (a checkpoint folder is needed)")
+    args.work.mkdir(parents=True, exist_ok=True)
+    from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
+
+    rate = matmul_gflops()
+    checkpoint = args.checkpoint or pretrained_decoder(args.work)
+    records = []
+    for seed in args.seeds:
+        for orders in ORDERS:
+            record = {
+                "date": datetime.date.today().isoformat(),
+                "cpu": cpu_model(),
+                "matmul_gflops": round(rate, 1),
+                "checkpoint": str(checkpoint),
+                "epochs": args.epochs,
+                "lr": args.lr,
+                **fine_tune(args, checkpoint, orders, seed),
+            }
+            records.append(record)
+            line = json.dumps(record)
+            with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
+                out.write(line + "\n")
+            if args.update_results:
+                name = f"stsb_both_orders-{record['date']}.jsonl"
+                with open(ROOT / "bench" / "results" / name, "a", encoding="utf-8") as out:
+                    out.write(line + "\n")
+    print_table(records, rate)
+
+
+if __name__ == "__main__":
+    main()
