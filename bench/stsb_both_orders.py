@@ -26,7 +26,6 @@ Results go to the work folder, and to bench/results/stsb_both_orders-DATE.jsonl 
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import statistics
@@ -66,22 +65,18 @@ def pretrained_decoder(work: Path) -> Path:
     return checkpoint
 
 
-def dev_pairs() -> tuple[list[tuple[str, str]], list[float]]:
-    """STS-B's dev pairs (sentence1, sentence2) and their gold scores."""
-    with open(STSB / "dev.tsv", encoding="utf-8", newline="") as lines:
-        rows = list(csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [(row["sentence1"], row["sentence2"]) for row in rows], [float(row["score"]) for row in rows]
-
-
 def order_agreement(checkpoint: Path) -> dict:
     """The checkpoint's dev scores read as (a, b) and as (b, a): how far the two orders' predictions lie apart (0
     for a both-orders model, whose prediction is the same for either order) and the Pearson of (b, a) alone and of
     the mean of the two (one-order training with both orders at test time only)."""
     from scipy.stats import pearsonr
 
+    from finetune.data.tasks import read_task_split
+    from finetune.glue.specs import GLUE_TASKS
     from finetune.stages.predict import load_predictor
 
-    pairs, gold = dev_pairs()
+    dev = read_task_split(GLUE_TASKS["stsb"], STSB, "dev")  # the toolkit's reader: the pairs the run scored
+    pairs, gold = [tuple(texts) for texts in dev.texts], dev.labels
     predictor = load_predictor(str(checkpoint))
     forward = np.array([row["score"] for row in predictor.predict(pairs)])
     swapped = np.array([row["score"] for row in predictor.predict([(b, a) for a, b in pairs])])
