@@ -37,6 +37,10 @@ Columns (runs.jsonl's `side`):
   (mean pooling, one LR 1e-4, linear warmup/decay, batch 16), reading each review's first 128 tokens; 512 of them,
   the first 128 and the rest from its end (Sun et al. 2019's best on IMDb: 128 + 382); or windows of 128
   overlapping by 32, at most 8 a review, their logits averaged (task.long_documents). --minilm-* set the sizes.
+- minilm_tapt: ULMFiT's stage 2 on a transformer: MiniLM's masked-LM training continued on the text of the 20,000
+  training reviews (recipes/ulmfit/minilm-imdb-2-language-model.yaml: blocks of 128, batch 32, LR 1e-4,
+  --minilm-target-lm-steps steps; MiniLM ships no masked-LM head, which starts fresh), then minilm_truncate's
+  classifier on it: the same recipe, lengths and draws, so the two columns differ by stage 2 alone.
 Stages 1 and 2 run once per work dir and are reused as found (delete a folder to train it again).
 
 Budget, measured at toy size on the 2-core AMD EPYC (2026-11-25, quiet machine, 2 threads): the AWD-LSTM classifier
@@ -98,7 +102,9 @@ TARGET_LM = ROOT / "recipes" / "ulmfit" / "imdb-2-language-model.yaml"
 CLASSIFIER = ROOT / "recipes" / "ulmfit" / "imdb-3-classifier.yaml"
 RESULTS = ROOT / "bench" / "results"
 AWD_LSTM_COLUMNS = ("ulmfit", "scratch", "stage2_only")
-MINILM_COLUMNS = ("minilm_truncate", "minilm_head_tail", "minilm_chunks")
+MINILM_COLUMNS = ("minilm_truncate", "minilm_head_tail", "minilm_chunks", "minilm_tapt")
+# ULMFiT's stage 2 on MiniLM (task-adaptive pretraining): masked-LM training continued on the reviews' text.
+MINILM_TARGET_LM = ROOT / "recipes" / "ulmfit" / "minilm-imdb-2-language-model.yaml"
 DEV_ROWS, DEV_SEED = 200, 12345  # the held-out training reviews, the same for every run
 TEST_SEED = 0  # draws the scored test subset, once
 SUMMARY = "language_models.json"  # in the work dir: each language model's last validation and seconds
@@ -226,8 +232,29 @@ def random_model_section(general: Path) -> str:
 
 
 def language_models(args, work: Path, summary: dict) -> dict[str, Path]:
-    """The language models the AWD-LSTM columns need ({"target", "random_target"}), each trained once; `summary`
-    (WORK/language_models.json) gets the validation and seconds of those trained now."""
+    """The language models the columns need ({"target", "random_target", "minilm_target"}), each trained once;
+    `summary` (WORK/language_models.json) gets the validation and seconds of those trained now."""
+    checkpoints = {}
+    if "minilm_tapt" in args.columns:
+        checkpoints["minilm_target"] = language_model(
+            work / "2-target-lm-minilm",
+            MINILM_TARGET_LM,
+            [
+                f"model.checkpoint={minilm_checkpoint('the minilm_tapt column')}",
+                f"corpus.task.data_dir={IMDB}",
+                f"training.max_steps={args.minilm_target_lm_steps}",
+            ],
+            summary,
+            "stage2_minilm",
+        )
+    if {"ulmfit", "scratch", "stage2_only"} & set(args.columns):
+        checkpoints |= awd_lstm_language_models(args, work, summary)
+    (work / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return checkpoints
+
+
+def awd_lstm_language_models(args, work: Path, summary: dict) -> dict[str, Path]:
+    """Stage 1 (or --general-lm) and the stage-2 AWD-LSTMs the AWD-LSTM columns start from."""
     general = args.general_lm or language_model(
         work / "1-general-lm", GENERAL_LM, args.general_lm_overrides, summary, "stage1"
     )
@@ -246,7 +273,6 @@ def language_models(args, work: Path, summary: dict) -> dict[str, Path]:
         checkpoints["random_target"] = language_model(
             work / "2-target-lm-random", TARGET_LM, [*random_start, *target_overrides], summary, "stage2_random"
         )
-    (work / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return checkpoints
 
 
@@ -256,6 +282,7 @@ def column_settings(args, side: str, epochs: int, minilm_epochs: int) -> dict:
         return {"epochs": epochs, "classifier_overrides": args.classifier_overrides}
     long_documents = {
         "minilm_truncate": (args.minilm_truncate_length, None),
+        "minilm_tapt": (args.minilm_truncate_length, None),
         "minilm_head_tail": (args.minilm_head_tail_length, {"mode": "head_tail", "head": args.minilm_head}),
         "minilm_chunks": (
             args.minilm_chunk_length,
@@ -268,7 +295,10 @@ def column_settings(args, side: str, epochs: int, minilm_epochs: int) -> dict:
         ),
     }
     max_length, mode = long_documents[side]
-    return {"epochs": minilm_epochs, "max_length": max_length, "long_documents": mode}
+    settings = {"epochs": minilm_epochs, "max_length": max_length, "long_documents": mode}
+    if side == "minilm_tapt":
+        settings["target_lm_steps"] = args.minilm_target_lm_steps
+    return settings
 
 
 def classifier_overrides(side: str, settings: dict, checkpoints: dict[str, Path]) -> list[str]:
@@ -276,7 +306,8 @@ def classifier_overrides(side: str, settings: dict, checkpoints: dict[str, Path]
     epochs = f"training.epochs={settings['epochs']}"
     if side in MINILM_COLUMNS:  # truncate sets no long_documents: truncating is the default
         modes = [f"task.long_documents.{key}={value}" for key, value in (settings["long_documents"] or {}).items()]
-        return [epochs, f"task.max_length={settings['max_length']}", *modes]
+        start = [f"model.checkpoint={checkpoints['minilm_target']}"] if side == "minilm_tapt" else []
+        return [*start, epochs, f"task.max_length={settings['max_length']}", *modes]
     start = checkpoints["random_target" if side == "stage2_only" else "target"]
     overrides = [f"model.checkpoint={start}", "task.files=null", epochs, "keep_best=false", "eval_every=null"]
     if side == "scratch":
@@ -419,6 +450,11 @@ def column_name(side: str, settings: dict) -> str:
     mode = settings.get("long_documents") or {}
     if side == "minilm_truncate":
         return f"MiniLM, first {settings['max_length']} tokens"
+    if side == "minilm_tapt":
+        return (
+            f"MiniLM + stage 2 ({settings['target_lm_steps']} steps on the reviews), first "
+            f"{settings['max_length']} tokens"
+        )
     if side == "minilm_head_tail":
         return f"MiniLM, head {mode['head']} + tail, {settings['max_length']} tokens"
     if side == "minilm_chunks":
@@ -493,7 +529,7 @@ def draw_curve(runs: list[dict], path: Path) -> None:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     grouped = cells(runs)
-    styles = dict(zip(AWD_LSTM_COLUMNS + MINILM_COLUMNS, ("o-", "s--", "D-.", "^:", "v:", "P:")))
+    styles = dict(zip(AWD_LSTM_COLUMNS + MINILM_COLUMNS, ("o-", "s--", "D-.", "^:", "v:", "P:", "X-")))
     for side, style in styles.items():
         points = sorted(
             (cell[0]["rows"], 100 * median_accuracy(cell)) for (name, _), cell in grouped.items() if name == side
@@ -627,6 +663,12 @@ def parse_arguments() -> argparse.Namespace:
         help="extra overrides of the AWD-LSTM classifiers",
     )
     parser.add_argument("--minilm-truncate-length", type=int, default=128)
+    parser.add_argument(
+        "--minilm-target-lm-steps",
+        type=int,
+        default=400,
+        help="minilm_tapt: stage 2's steps of 32 x 128 tokens (400: a quarter of a pass over the reviews)",
+    )
     parser.add_argument("--minilm-head-tail-length", type=int, default=512)
     parser.add_argument("--minilm-head", type=int, default=128, help="head_tail: tokens kept from the start")
     parser.add_argument("--minilm-chunk-length", type=int, default=128)
@@ -678,7 +720,7 @@ def main() -> None:
 
     summary["matmul_gflops"] = round(matmul_gflops(), 1)  # this machine, now: every figure below depends on it
     (work / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    checkpoints = language_models(args, work, summary) if awd_lstm else {}
+    checkpoints = language_models(args, work, summary) if awd_lstm or "minilm_tapt" in args.columns else {}
     train = read_reviews(IMDB / "train.tsv")
     test_dir = test_folder(work, args.test_rows)
     done = {(run["side"], run["labels"], run["seed"]) for run in runs if run["kind"] == "run"}

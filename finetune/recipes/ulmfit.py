@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,8 +81,11 @@ class UlmfitRecipe(RunRecipe):
         }
         seed = data.get("seed", 0)
         general_model = general_body.get("model")
-        # Stage 2 continues stage 1's model: its family unless the section names one; ULMFiT's AWD-LSTM by default.
+        # Stage 2 continues stage 1's model: its family unless the section names one; a given checkpoint's objective
+        # (masked or causal, read from its config.json); ULMFiT's AWD-LSTM by default.
         family = general_model.get("family", "awd_lstm") if isinstance(general_model, dict) else "awd_lstm"
+        if skipped:
+            family = checkpoint_objective(general_body["checkpoint"]) or family
         wired = dict(data)
         for section, folder in ULMFIT_STAGE_FOLDERS.items():
             body = data.get(section)
@@ -159,6 +163,36 @@ class UlmfitRecipe(RunRecipe):
         """Section name -> the stage's recipe as the flow runs it (general_lm: None when a checkpoint replaces it)."""
         general = self.general_lm if isinstance(self.general_lm, PretrainRecipe) else None
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
+
+
+# Decoder model types whose config names no head (a bare `LlamaModel`): stage 2 continues them as causal LMs.
+DECODER_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "opt", "gpt_neox")
+
+
+def checkpoint_objective(checkpoint: Any) -> str | None:
+    """The model.family whose objective continues a local checkpoint: awd_lstm for ours, gpt2 (next token) for a
+    decoder, bert (masked tokens) for an encoder; None where its config.json cannot be read here (a hub name: the
+    section's family, or the default, decides).
+
+    Read from config.json alone (no transformers import), so that the recipe loads fast: a head the config names
+    (`...ForCausalLM`, `...LMHeadModel`, `...ForMaskedLM`) decides, else the model type (a bare encoder such as a
+    sentence-embedding checkpoint is continued as a masked LM, its missing head starting fresh).
+    """
+    try:
+        config = json.loads((Path(str(checkpoint)).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    model_type = config.get("model_type")
+    architectures = [str(name) for name in config.get("architectures") or []]
+    if model_type in ("awd_lstm", "ngram"):  # ours: model.family is the model type (ngram is refused later, in one line)
+        return str(model_type)
+    if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
+        return "gpt2"
+    if any(name.endswith("ForMaskedLM") for name in architectures):
+        return "bert"
+    return "gpt2" if model_type in DECODER_MODEL_TYPES else "bert"
 
 
 def _with_the_task(section: str, body: dict[str, Any], task: Any) -> dict[str, Any]:

@@ -97,6 +97,12 @@ def run_ulmfit(recipe: UlmfitRecipe, resume: bool = False) -> Path:
     state.wait_for_everyone()
 
     # 2. the stages, each by its own stage code; 3. the summary
+    if isinstance(recipe.general_lm, PretrainedLanguageModel):
+        console.print(
+            f"[bold]ulmfit stage 1 of 3: {STAGE_TITLES['general_lm']}[/bold]: {recipe.general_lm.checkpoint} as "
+            f"given (not trained again); stage 2 continues it (model.family {recipe.target_lm.model.family}: "
+            f"{'masked' if recipe.target_lm.model.masked_lm else 'next-token'} language modelling)"
+        )
     try:
         for plan in plans:
             run_stage(plan)
