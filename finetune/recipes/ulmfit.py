@@ -166,7 +166,9 @@ class UlmfitRecipe(RunRecipe):
 
 
 # Decoder model types whose config names no head (a bare `LlamaModel`): stage 2 continues them as causal LMs.
-DECODER_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "opt", "gpt_neox")
+DECODER_MODEL_TYPES = (
+    "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "opt", "gpt_neox",
+)  # fmt: skip
 
 
 def checkpoint_objective(checkpoint: Any) -> str | None:
@@ -186,7 +188,7 @@ def checkpoint_objective(checkpoint: Any) -> str | None:
         return None
     model_type = config.get("model_type")
     architectures = [str(name) for name in config.get("architectures") or []]
-    if model_type in ("awd_lstm", "ngram"):  # ours: model.family is the model type (ngram is refused later, in one line)
+    if model_type in ("awd_lstm", "ngram"):  # ours: model.family is the model type (ngram is refused later)
         return str(model_type)
     if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
         return "gpt2"
