@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig
 from finetune.recipes.finetune import FinetuneRecipe
-from finetune.recipes.pretrain import PretrainRecipe
+from finetune.recipes.pretrain import MODEL_SECTIONS, PretrainRecipe
 
 # Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
 ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}
@@ -188,7 +188,7 @@ def checkpoint_objective(checkpoint: Any) -> str | None:
         return None
     model_type = config.get("model_type")
     architectures = [str(name) for name in config.get("architectures") or []]
-    if model_type in ("awd_lstm", "ngram"):  # ours: model.family is the model type (ngram is refused later)
+    if model_type in MODEL_SECTIONS:  # bert, gpt2 and ours: the model type is the family
         return str(model_type)
     if any(name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures):
         return "gpt2"
