@@ -24,7 +24,9 @@ TAGGER = TaskHead(
     "ForTokenClassification",
     "tokens",
     "tagger",
-    "token-classification head yet: tag with a transformer encoder (BERT family), GPT-2 or the AWD-LSTM",
+    "token-classification head",
+    "tag with an encoder (bert, roberta, deberta-v2, ...), a decoder with one (gpt2, llama, qwen2, ...) or the "
+    "awd_lstm",
 )
 
 
