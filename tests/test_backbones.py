@@ -210,11 +210,13 @@ def test_albert_with_unshared_layers_has_a_group_per_layer():
         ),
     ],
 )
-def test_unsupported_family_names_it(model_type, settings):
+def test_an_encoder_decoder_is_refused_naming_what_fine_tunes_instead(model_type, settings):
     model = AutoModel.from_config(AutoConfig.for_model(model_type, **settings))
     with pytest.raises(UserError) as info:
         layer_groups(model)
-    assert f"'{model_type}'" in str(info.value) and "LAYER_GROUP_FINDERS" in str(info.value)
+    message = str(info.value)
+    assert f"'{model_type}'" in message and "encoder-decoder" in message and "llama" in message
+    assert "finetune/models" not in message and "\n" not in message  # no instruction to edit the package
 
 
 def _record_block_calls(model, family: Family) -> tuple[list[tuple[int, bool, bool]], list]:

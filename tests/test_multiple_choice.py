@@ -349,7 +349,7 @@ def test_an_awd_lstm_is_refused_as_a_multiple_choice_model_in_one_line(choices_t
     checkpoint = save_tiny_awd_lstm(tmp_path / "lm")
     recipe = write_yaml(tmp_path / "recipe.yaml", choices_recipe(checkpoint, choices_task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    assert "is a 'awd_lstm' model, which has no multiple-choice head yet" in message
+    assert "is a 'awd_lstm' model, which has no multiple-choice head:" in message
     assert not (tmp_path / "run").exists()
 
 
@@ -434,5 +434,5 @@ def test_deberta_v1_has_no_multiple_choice_head():
 
     from finetune.models.choices import choice_model_skeleton
 
-    with pytest.raises(InputError, match="is a 'deberta' model, which has no multiple-choice head yet"):
+    with pytest.raises(InputError, match="is a 'deberta' model, which has no multiple-choice head:"):
         choice_model_skeleton(AutoConfig.for_model("deberta", **ENCODER), "tiny")

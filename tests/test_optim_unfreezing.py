@@ -111,7 +111,7 @@ def test_unsupported_family_names_it():
     model = T5Model(T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2))
     with pytest.raises(UserError) as info:
         layer_groups(model)
-    assert "'t5'" in str(info.value) and "gpt2" in str(info.value) and "LAYER_GROUP_FINDERS" in str(info.value)
+    assert "'t5'" in str(info.value) and "gpt2" in str(info.value) and "encoder-decoder" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -327,7 +327,7 @@ def test_a_model_without_a_tagging_head_is_refused_in_one_line(tagging_task, tmp
     tokenizer.save_pretrained(tmp_path / "ngram")
     recipe = write_yaml(tmp_path / "recipe.yaml", tagging_recipe(tmp_path / "ngram", tagging_task, tmp_path / "run"))
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    assert "is a 'ngram' model, which has no token-classification head yet" in message
+    assert "is a 'ngram' model, which has no token-classification head:" in message
 
 
 def test_profile_counts_the_tagger_a_run_builds(tiny_bert, tagging_task, tmp_path):

@@ -75,7 +75,8 @@ CHOICES = TaskHead(
     CHOICE_CLASS_ENDING,
     "choices",
     "multiple-choice model",
-    "multiple-choice head yet: answer questions with a transformer encoder (BERT family) or GPT-2",
+    "multiple-choice head",
+    "answer multiple-choice questions with an encoder (bert, roberta, deberta-v2, mpnet, ...) or gpt2",
 )
 
 

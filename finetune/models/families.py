@@ -30,6 +30,7 @@ from typing import Any
 
 from torch import nn
 from transformers import AutoConfig, BertForMaskedLM, GPT2LMHeadModel, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import CheckpointError, InputError
@@ -49,6 +50,7 @@ from finetune.models.causal_transformer import (
 )
 from finetune.models.hub import load_model, load_pretrained, refuse_other_model_type, resolve_checkpoint
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
+from finetune.models.mean_pooling import backbone_config
 from finetune.models.ngram import NGRAM_TYPE, NGramForCausalLM, NGramNextTokenLM
 
 Groups = list[list[nn.Parameter]]
@@ -387,3 +389,17 @@ def is_recurrent(config) -> bool:
     """Whether a loaded config is of a recurrent family (LSTM layers: no attention, no position table)."""
     found = family_of_model_type(config.model_type)
     return found is not None and found.recurrent
+
+
+def is_decoder_type(model_type: str) -> bool:
+    """Whether models of this type read left to right: a causal family of ours, or one transformers gives a
+    causal-LM head and no masked-LM one (gpt2, llama, qwen2, opt, ...; BERT's kind has both)."""
+    return model_type in CAUSAL_MODEL_TYPES or (
+        model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    )
+
+
+def reads_left_to_right(config) -> bool:
+    """Whether a loaded config's model (a classifier's encoder included) reads left to right: its classifier then
+    pools the last real token, and its tagger tags a word at its last token, having read all of it."""
+    return is_decoder_type(backbone_config(config).model_type)

@@ -20,6 +20,7 @@ from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMEN
 from finetune.models.hub import auto_class_lacks_family, load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.mean_pooling import MeanPoolingConfig, mean_pooling_classifier
 from finetune.models.mean_pooling import backbone_config as encoder_config
+from finetune.models.task_heads import no_head_refusal
 
 # The classifier is built from a backbone section (finetune/recipes: `checkpoint`, `backward_checkpoint`, AR/TAR
 # weights) and a `pooling`; where in a recipe those sit (model.*, classifier.model.* in ulmfit) is the stage's to say.
@@ -262,9 +263,11 @@ def refuse_family_without_a_head(checkpoint: str, config) -> None:
     transformers (whose refusal is a ValueError told apart from others only by its wording)."""
     ships_its_own = "AutoModelForSequenceClassification" in (getattr(config, "auto_map", None) or {})
     if not ships_its_own and auto_class_lacks_family(AutoModelForSequenceClassification, config.model_type):
-        raise CheckpointError(
-            f"{checkpoint} is a '{config.model_type}' model, which has no sequence-classification head yet",
-            value=config.model_type,
+        raise no_head_refusal(
+            checkpoint,
+            config,
+            "sequence-classification head",
+            "classify with an encoder (bert, roberta, ...), a decoder (gpt2, llama, qwen2, ...) or the awd_lstm",
         )
 
 

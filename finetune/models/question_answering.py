@@ -18,7 +18,9 @@ QA = TaskHead(
     "ForQuestionAnswering",
     "spans",
     "question-answering model",
-    "question-answering head: answer questions with a transformer encoder (BERT family)",
+    "question-answering head",
+    "answer questions with an encoder (bert, roberta, deberta-v2, ...) or a decoder with one (gpt2, llama, "
+    "qwen2, mistral, opt, gpt_neox)",
 )
 
 

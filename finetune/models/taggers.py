@@ -6,7 +6,6 @@ from __future__ import annotations
 from transformers import AutoModelForTokenClassification
 from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
 
-from finetune.models.families import CAUSAL_MODEL_TYPES
 from finetune.models.task_heads import TaskHead
 
 
@@ -25,7 +24,9 @@ TAGGER = TaskHead(
     "ForTokenClassification",
     "tokens",
     "tagger",
-    "token-classification head yet: tag with a transformer encoder (BERT family), GPT-2 or the AWD-LSTM",
+    "token-classification head",
+    "tag with an encoder (bert, roberta, deberta-v2, ...), a decoder with one (gpt2, llama, qwen2, ...) or the "
+    "awd_lstm",
 )
 
 
@@ -45,12 +46,6 @@ def tagger_skeleton(stored, tags, checkpoint: str):
 def load_finetuned_tagger(name: str, *, trust_remote_code: bool = False):
     """A fine-tuned tagger (a `finetune` run's checkpoint of kind tokens) with its tags in config.id2label."""
     return TAGGER.load_finetuned(name, trust_remote_code=trust_remote_code)
-
-
-def reads_left_to_right(config) -> bool:
-    """Whether a tagger's encoder reads left to right (GPT-2, the AWD-LSTM): it then tags each word at its last
-    token, having read all of it, where an encoder that reads both ways tags it at its first."""
-    return config.model_type in CAUSAL_MODEL_TYPES
 
 
 def model_tags(model) -> tuple[str, ...]:

@@ -9,9 +9,40 @@ from dataclasses import dataclass
 from typing import Any
 
 from transformers import AutoConfig
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
+    MODEL_FOR_QUESTION_ANSWERING_MAPPING,
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
+)
 
 from finetune.errors import CheckpointError
 from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+
+# Each task kind's Auto-class mapping (config class -> model class): transformers' own and those registered with it
+# (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head).
+KIND_MAPPINGS = {
+    "classification": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,  # regression too
+    "multilabel": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    "tokens": MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
+    "choices": MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
+    "spans": MODEL_FOR_QUESTION_ANSWERING_MAPPING,
+}
+
+
+def kinds_with_a_head(config) -> list[str]:
+    """The task kinds (task.kind) a checkpoint of this config can be fine-tuned for: those with a head for it."""
+    return [kind for kind, mapping in KIND_MAPPINGS.items() if type(config) in mapping]
+
+
+def no_head_refusal(checkpoint: str, config, head: str, instead: str) -> CheckpointError:
+    """One line for a family without `head` ("multiple-choice head"): what the checkpoint is, the task kinds it
+    can be fine-tuned for, and `instead` (which models have that head)."""
+    kinds = kinds_with_a_head(config)
+    can = f"it fine-tunes for task kinds {', '.join(kinds)}" if kinds else "it has a head for no task kind"
+    return CheckpointError(
+        f"{checkpoint} is a '{config.model_type}' model, which has no {head}: {can}; {instead}", value=config.model_type
+    )
 
 
 @dataclass(frozen=True)
@@ -23,16 +54,13 @@ class TaskHead:
     class_ending: str  # what the name of such a model's class ends with (config.json's architectures)
     kind: str  # the task kind that trains one (task.kind)
     called: str  # what a model of the kind is called: "tagger", ...
-    no_head: str  # said of a family without one, after "which has no ": what it lacks and what to use instead
+    head: str  # what a family without one lacks: "token-classification head", ...
+    instead: str  # what a user who wants the kind can use instead: which models have such a head
 
     def refuse_family_without(self, config, checkpoint: str) -> None:
-        """A family the Auto class has no model for (the AWD-LSTM for some kinds, an n-gram model): one line."""
+        """A family the Auto class has no model for (a decoder for multiple choice, an n-gram model): one line."""
         if type(config) not in self.mapping:
-            raise CheckpointError(
-                f"{checkpoint} is a '{config.model_type}' model, which has no {self.no_head}",
-                source=checkpoint,
-                value=config.model_type,
-            )
+            raise no_head_refusal(checkpoint, config, self.head, self.instead)
 
     def is_saved_in(self, config) -> bool:
         """Whether a checkpoint's config.json says it holds a model of this kind."""

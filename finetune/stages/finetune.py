@@ -23,7 +23,7 @@ from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tasks import EncodedTask, read_labelled_split, task_collator
 from finetune.errors import UserError
 from finetune.glue.metrics import best_threshold, compute_metrics, multilabel_metrics
-from finetune.models.families import CAUSAL_MODEL_TYPES
+from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.multilabel import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.recipes import FinetuneRecipe
@@ -86,7 +86,7 @@ class FinetuneStage(TaskStage):
             raise UserError(
                 f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
                 f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
-                "classifier, whose head is not one (use a decoder backbone: gpt2)"
+                "classifier, whose head is not one (use a decoder backbone: gpt2, llama, qwen2, ...)"
             )
         self.reading = DocumentReading.of(
             fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents, recipe.task.both_orders
@@ -137,10 +137,9 @@ class FinetuneStage(TaskStage):
 def adds_orders_exactly(model) -> bool:
     """Whether adding a classifier's logits of the two orders of a pair is adding their representations before its
     head, as GPT's similarity transformation does: a decoder (its state at the last token) under a linear head
-    without bias (GPT-2's `score`)."""
+    without bias (GPT-2's and Llama's `score`)."""
     head = getattr(model, "score", None)
-    decoder = model.config.model_type in CAUSAL_MODEL_TYPES
-    return decoder and isinstance(head, torch.nn.Linear) and head.bias is None
+    return reads_left_to_right(model.config) and isinstance(head, torch.nn.Linear) and head.bias is None
 
 
 class MultilabelStage(FinetuneStage):

@@ -15,8 +15,9 @@ from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.data.tasks import task_file
 from finetune.errors import recipe_key
 from finetune.glue.metrics import tagging_metrics
+from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
-from finetune.models.taggers import load_tagger, reads_left_to_right
+from finetune.models.taggers import load_tagger
 from finetune.stages.task_stage import TaskStage
 from finetune.training.tagging import sentence_logits
 

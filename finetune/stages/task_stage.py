@@ -28,6 +28,7 @@ from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
+from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
@@ -65,15 +66,13 @@ class TaskStage(TrainingStage):
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
         with recipe_key("model.checkpoint"):
             self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
-        if self.tokenizer.pad_token is None and self.tokenizer.eos_token is not None:
-            # GPT-2's tokenizer has no pad token; batches pad with end-of-text, which the attention mask hides.
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        give_a_padding_token(self.tokenizer, recipe.model.checkpoint)  # GPT-2's and Llama's have none
         train_count, dev_count = self.read_task()
         model = self.task_model()
-        if model.config.pad_token_id is None:  # decoders pool at the last non-pad token: they must know which it is
-            model.config.pad_token_id = self.tokenizer.pad_token_id
+        name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
         # Layer groups -> discriminative learning rates -> optimizer.
-        self.groups = layer_groups(model)
+        with recipe_key("model.checkpoint"):  # a family whose layers cannot be grouped is refused
+            self.groups = layer_groups(model)
         lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
         console.print(

