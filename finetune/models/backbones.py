@@ -82,9 +82,16 @@ LAYER_GROUP_FINDERS: dict[str, Finder] = {
     # ALBERT shares one set of block weights across all layers: one group per shared set (usually one in all),
     # and the projection up to the hidden size belongs to the embeddings as in ELECTRA.
     "albert": stacked_groups(("embeddings", "encoder.embedding_hidden_mapping_in"), "encoder.albert_layer_groups"),
+    # MPNet's relative-position buckets are position information every block reads, as DeBERTa's table.
+    "mpnet": stacked_groups(("embeddings", "encoder.relative_attention_bias"), "encoder.layer"),
     AWD_LSTM_TYPE: awd_lstm_layer_groups,
     # GPT-2's final norm sits above the last block (the head group); its output layer is tied to wte.
     "gpt2": stacked_groups(("wte", "wpe"), "h"),
+    # Decoders with rotary positions (no table): the token embedding below the blocks, the final norm with the head.
+    **dict.fromkeys(("llama", "mistral", "qwen2", "gemma", "phi"), stacked_groups(("embed_tokens",), "layers")),
+    "gpt_neox": stacked_groups(("embed_in",), "layers"),
+    # OPT's learned positions, and the projection some sizes put between its embeddings and the blocks.
+    "opt": stacked_groups(("decoder.embed_tokens", "decoder.embed_positions", "decoder.project_in"), "decoder.layers"),
     # Ours (models/causal_transformer.py): Transformer-XL's global biases u and v are position information every
     # block reads, like DeBERTa's relative table, so they sit with the embeddings; the final norm is the head's.
     CAUSAL_TRANSFORMER_TYPE: stacked_groups(
