@@ -220,15 +220,16 @@ BILLION_LAUGHS = (
 
 
 def family_without_layer_groups(data: dict[str, Any], paths: Paths) -> None:
-    """A tiny MPNet checkpoint (a family transformers has and this toolkit gives no layer groups) with the tokenizer."""
-    from transformers import MPNetConfig, MPNetModel
+    """A tiny RoFormer checkpoint (a family transformers has and this toolkit gives no layer groups) with the
+    tokenizer."""
+    from transformers import RoFormerConfig, RoFormerModel
 
-    folder = paths.tmp / "mpnet"
+    folder = paths.tmp / "roformer"
     shutil.copytree(paths.checkpoint, folder, ignore=shutil.ignore_patterns("config.json", "*.safetensors"))
-    config = MPNetConfig(
+    config = RoFormerConfig(
         vocab_size=400, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32
     )
-    MPNetModel(config).save_pretrained(folder)
+    RoFormerModel(config).save_pretrained(folder)
     data["model"]["checkpoint"] = str(folder)
 
 
@@ -410,7 +411,7 @@ CASES = {
     "text column listed twice": Case(
         "finetune", setting("task.text_columns", ["sentence", "sentence"]), ("task.text_columns", "'sentence'")
     ),
-    "family without layer groups": Case("finetune", family_without_layer_groups, ("mpnet", "no layer groups")),
+    "family without layer groups": Case("finetune", family_without_layer_groups, ("roformer", "no layer groups")),
     "missing label column": Case(
         "finetune", writing("task/train.tsv", b"sentence\n" + b"the film was great .\n" * 4), ("train.tsv", "label")
     ),

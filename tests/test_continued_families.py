@@ -19,6 +19,7 @@ from finetune.cli import app
 from finetune.data.masking import MaskingRule
 from finetune.errors import UserError, recipe_key
 from finetune.models.auto_lm import MASKED_LM_HEADS, AutoMaskedLM, AutoNextTokenLM, usable_positions
+from finetune.models.backbones import layer_groups
 from finetune.models.families import AUTO_CAUSAL_LM, AUTO_MASKED_LM, BERT, GPT2, family_of
 from finetune.models.linear_cross_entropy import IGNORE_INDEX
 from finetune.recipes import load_recipe
@@ -29,6 +30,7 @@ from tests.conftest import interrupted_at_step, one_error_line, pretrain_recipe,
 from tests.test_pretrain_families import comparable_metrics
 from tests.tiny_families import (
     CAUSAL_FAMILIES,
+    LAYERS,
     MASKED_FAMILIES,
     save_tiny_checkpoint,
     tiny_config,
@@ -127,6 +129,16 @@ def test_two_steps_continue_and_the_checkpoint_reloads_with_the_auto_class(model
     assert evaluation["phase"] == "eval" and evaluation["validation_loss"] > 0
     card = (saved / "README.md").read_text()
     assert f"A {model_type} language model further trained from" in card
+
+
+def test_every_family_has_layer_groups_embeddings_blocks_head(checkpoint):
+    """Discriminative LRs step down these groups: the embeddings, each block (ALBERT's one shared set), the head."""
+    for model_type in MASKED_FAMILIES + CAUSAL_FAMILIES:
+        model = auto_class(model_type).from_pretrained(checkpoint(model_type))
+        groups = layer_groups(model)  # every parameter exactly once, or it raises
+        embedding = model.get_input_embeddings().weight
+        assert any(parameter is embedding for parameter in groups[0]), model_type
+        assert len(groups) == (3 if model_type == "albert" else 2 + LAYERS) and all(groups), model_type
 
 
 def masked_batch(vocabulary: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -101,7 +101,7 @@ class PretrainStage(TrainingStage):
             mark_backwards(language_model.config)
         # One parameter group per layer group, each with its discriminative LR.
         groups = self.family.layer_groups(language_model)
-        model = self.family.loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
+        model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
         lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
         # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
