@@ -13,25 +13,39 @@ over the machine's measured fp32 matmul rate.
 --sizes runs the same comparison at several of BERT's sizes (SIZES: mini 4/256, small 4/512, base 12/768; heads
 of 64 dimensions, feed-forward 4 x hidden), each with its own step counts (STEPS: a step of BERT-base costs ~15x
 one of BERT-mini), to show how tokens/s and MFU change with model size.
+
+--family roberta measures continued MLM pretraining of a non-BERT family, the route every other encoder takes
+(AutoModelForMaskedLM's own forward, the MLM head on the masked rows only): a RoBERTa of each size, built from
+RobertaConfig with a byte-level BPE of --vocab pieces trained on the same 20,000 lines, is saved in the work folder
+and continued by ours (model.checkpoint). The peer script, used as shipped, cannot start from a checkpoint (it
+builds BertForMaskedLM from BertConfig): it trains a BERT of the same sizes with that tokenizer, the same
+arithmetic per token (RoBERTa's encoder is BERT's), so the ratio is one of training speed, not of what was learnt.
+
+    .venv/bin/python bench/mlm_pretrain.py --family roberta --work runs/bench-mlm-roberta   # ~5 minutes
+
+The table, and one JSON line, print at the end; with --work that line is appended to WORK/result.jsonl, and with
+--update-results to bench/results/mlm_pretrain-DATE.jsonl too.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
 import json
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from _common import (
     PEERS,
     ROOT,
     WIKITEXT,
+    cpu_model,
     describe_machine,
     finetune_cli,
     minilm_checkpoint,
@@ -82,11 +96,31 @@ def run_peer(corpus: Path, tokenizer_dir: str, steps: int, size: str = "mini") -
     return run_json(command)
 
 
-def run_ours(
-    corpus: Path, tokenizer_dir: str, steps: int, workdir: Path, size: str = "mini", extra: list[str] | None = None
-) -> dict:
-    """`finetune pretrain` on the same data; steady-state tokens/s from metrics.jsonl (first window skipped)."""
+def model_overrides(tokenizer_dir: str, size: str, checkpoint: Path | None) -> list[str]:
+    """Our recipe's model: BERT of `size` with the reference vocabulary, or `checkpoint` continued (its own
+    architecture and tokenizer; the recipe's dropout 0.1 is RobertaConfig's default too)."""
+    if checkpoint is not None:
+        return [f"model={{family: bert, checkpoint: {checkpoint}}}"]
     layers, hidden, heads = SIZES[size]
+    return [
+        f"tokenizer.path={tokenizer_dir}",
+        f"model.layers={layers}",
+        f"model.hidden={hidden}",
+        f"model.heads={heads}",
+    ]
+
+
+def run_ours(
+    corpus: Path,
+    tokenizer_dir: str,
+    steps: int,
+    workdir: Path,
+    size: str = "mini",
+    extra: list[str] | None = None,
+    checkpoint: Path | None = None,
+) -> dict:
+    """`finetune pretrain` on the same data (continuing `checkpoint` when given); steady-state tokens/s from
+    metrics.jsonl (first window skipped)."""
     run_dir = Path(tempfile.mkdtemp(prefix="ours-", dir=workdir)) / "run"  # a fresh one for every repeat
     log_every = max(1, min(5, steps // 8))  # the first window is warm-up: keep it short when steps are few
     finetune_cli(
@@ -94,15 +128,12 @@ def run_ours(
         RECIPE,
         f"corpus.train_files=[{corpus}]",
         f"corpus.validation_files=[{VALID}]",
-        f"tokenizer.path={tokenizer_dir}",
         f"run_dir={run_dir}",
         f"training.max_steps={steps}",
         f"training.log_every={log_every}",
         "eval_every=null",
         "training.device=cpu",
-        f"model.layers={layers}",
-        f"model.hidden={hidden}",
-        f"model.heads={heads}",
+        *model_overrides(tokenizer_dir, size, checkpoint),
         *(extra or []),  # --set
     )
     records = read_jsonl(run_dir / "metrics.jsonl")
@@ -118,6 +149,54 @@ def run_ours(
     return {"tokens_per_s": round(rate, 1), "windows": len(steps), "start_cost_s": round(first_s - steady_s, 1)}
 
 
+def roberta_checkpoint(workdir: Path, corpus: Path, size: str, vocab: int) -> Path:
+    """A RoBERTa masked LM of `size`, randomly initialised (seed 0) from RobertaConfig, saved with a byte-level BPE of
+    `vocab` pieces trained on `corpus` with RoBERTa's special tokens; built once per work folder."""
+    folder = workdir / f"roberta-{size}-{vocab}"
+    if (folder / "config.json").is_file():
+        return folder
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast, RobertaConfig, RobertaForMaskedLM
+
+    special = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # RoBERTa's ids 0-3, then the mask
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(text_lines(corpus), trainer=trainer)
+    backend.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))  # <s> text </s>, as RoBERTa's
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+        model_max_length=512,
+    )
+    layers, hidden, heads = SIZES[size]
+    config = RobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=514,  # 512 positions after RoBERTa's offset of pad_token_id + 1
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        type_vocab_size=1,
+    )
+    torch.manual_seed(0)
+    RobertaForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
     """The peer reads the first 20,000 (its --max-lines) non-empty lines: give both sides exactly those, in one file."""
     lines = text_lines(TRAIN)[:max_lines]
@@ -126,9 +205,17 @@ def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
     return corpus
 
 
-def main() -> None:
+def arguments_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["mini"], help="BERT sizes to compare at")
+    parser.add_argument(
+        "--family",
+        choices=("bert", "roberta"),
+        default="bert",
+        help="bert: BERT trained from scratch by both sides; roberta: a RoBERTa checkpoint continued by ours",
+    )
+    parser.add_argument("--vocab", type=int, default=30522, help="with --family roberta: its byte-level BPE's pieces")
     parser.add_argument(
         "--peer-steps",
         type=int,
@@ -149,62 +236,106 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="more overrides for our side, e.g. training.compile=true",
     )
-    arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
-    require(TRAIN, "WikiText-2 train.txt")
-    require(VALID, "WikiText-2 valid.txt")
-    require(PEER, "the peer script")
-    tokenizer_dir = minilm_checkpoint("the reference vocabulary")
-
-    with tempfile.TemporaryDirectory() as folder:
-        workdir = Path(folder)
-        corpus = training_corpus(workdir)
-        peak = matmul_gflops()
-        pairs = {size: [] for size in arguments.sizes}
-        for size in arguments.sizes:
-            peer_steps = arguments.peer_steps or STEPS[size][0]
-            our_steps = arguments.our_steps or STEPS[size][1]
-            for _ in range(arguments.repeats):
-                peer = run_peer(corpus, tokenizer_dir, peer_steps, size)
-                pairs[size].append((peer, run_ours(corpus, tokenizer_dir, our_steps, workdir, size, arguments.set)))
-
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}; fp32 matmul {peak:.1f} GFLOP/s"
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the corpus, checkpoints, runs and result.jsonl here (else a temporary folder)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/mlm_pretrain-DATE.jsonl"
+    )
+    return parser
+
+
+def measure(arguments, workdir: Path, reference_vocabulary: str | None) -> dict:
+    """Peer-then-ours pairs for every size: {size: (vocabulary, [(peer, ours), ...])}."""
+    corpus = training_corpus(workdir)
+    measured = {}
+    for size in arguments.sizes:
+        peer_steps = arguments.peer_steps or STEPS[size][0]
+        our_steps = arguments.our_steps or STEPS[size][1]
+        checkpoint = None
+        tokenizer_dir = reference_vocabulary
+        if arguments.family == "roberta":
+            checkpoint = roberta_checkpoint(workdir, corpus, size, arguments.vocab)
+            tokenizer_dir = str(checkpoint)  # the peer reads the checkpoint's tokenizer
+        assert tokenizer_dir is not None  # the reference vocabulary, for bert
+        vocabulary = len(AutoTokenizer.from_pretrained(tokenizer_dir))  # the decoder's rows, for the FLOP count
+        pairs = []
+        for _ in range(arguments.repeats):
+            peer = run_peer(corpus, tokenizer_dir, peer_steps, size)
+            ours = run_ours(corpus, tokenizer_dir, our_steps, workdir, size, arguments.set, checkpoint)
+            pairs.append((peer, ours))
+        measured[size] = (vocabulary, pairs)
+    return measured
+
+
+def report(arguments, measured: dict, peak: float) -> dict:
+    """The Markdown table (tokens/s, ratio to the peer, MFU) and the result record it is printed from."""
+    print(
+        f"machine: {cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}; fp32 matmul "
+        f"{peak:.1f} GFLOP/s"
+    )
+    # The peer builds BertForMaskedLM whatever the family (it loads no checkpoint); ours continues the RoBERTa.
+    name, sides = {
+        "bert": ("BERT", ("Hugging Face Trainer (peer)", "finetune")),
+        "roberta": ("RoBERTa", ("Hugging Face Trainer (peer: a BERT of its sizes)", "finetune (continued)")),
+    }[arguments.family]
     print("\n| pretraining (seq 128, batch 32) | tokens/s | vs peer | MFU |\n|---|---:|---:|---:|")
-    useful = {}
-    for size, runs in pairs.items():
+    sizes = {}
+    for size, (vocabulary, runs) in measured.items():
         layers, hidden, _ = SIZES[size]
-        useful[size] = training_flops_per_token(layers, hidden, 128, 30522, 0.15, sparse_decoder=True)
+        useful = training_flops_per_token(layers, hidden, 128, vocabulary, 0.15, sparse_decoder=True)
         for run, (peer, ours) in enumerate(runs, start=1):
             label = f", run {run}" if len(runs) > 1 else ""
-            for name, side in (("Hugging Face Trainer (peer)", peer), ("finetune", ours)):
-                tokens_per_s, mfu = side["tokens_per_s"], side["tokens_per_s"] * useful[size] / (peak * 1e9)
+            for side_name, side in zip(sides, (peer, ours), strict=True):
+                tokens_per_s, mfu = side["tokens_per_s"], side["tokens_per_s"] * useful / (peak * 1e9)
                 print(
-                    f"| BERT-{size} {layers}/{hidden}, {name}{label} | {tokens_per_s:,.0f} | "
+                    f"| {name}-{size} {layers}/{hidden}, {side_name}{label} | {tokens_per_s:,.0f} | "
                     f"{tokens_per_s / peer['tokens_per_s']:.2f}x | {100 * mfu:.1f}% |"
                 )
         if len(runs) > 1:
             print(
-                f"\nBERT-{size} median ratio: "
+                f"\n{name}-{size} median ratio: "
                 f"{statistics.median(o['tokens_per_s'] / p['tokens_per_s'] for p, o in runs):.2f}x\n"
             )
-    print(
-        json.dumps(
-            {
-                "sizes": {
-                    size: {
-                        "layers_hidden_heads": SIZES[size],
-                        "useful_flops_per_token": useful[size],
-                        "runs": [{"peer": peer, "ours": ours} for peer, ours in runs],
-                    }
-                    for size, runs in pairs.items()
-                },
-                "matmul_gflops": round(peak, 1),
-            }
-        )
-    )
+        sizes[size] = {
+            "layers_hidden_heads": SIZES[size],
+            "vocabulary": vocabulary,
+            "useful_flops_per_token": useful,
+            "runs": [{"peer": peer, "ours": ours} for peer, ours in runs],
+        }
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_model(),
+        "family": arguments.family,
+        "sizes": sizes,
+        "matmul_gflops": round(peak, 1),
+    }
+
+
+def main() -> None:
+    arguments = arguments_parser().parse_args()
+    describe_machine()  # the figures below belong to this machine
+    require(TRAIN, "WikiText-2 train.txt")
+    require(VALID, "WikiText-2 valid.txt")
+    require(PEER, "the peer script")
+    reference = minilm_checkpoint("the reference vocabulary") if arguments.family == "bert" else None
+    with tempfile.TemporaryDirectory() as folder:
+        workdir = arguments.work or Path(folder)
+        workdir.mkdir(parents=True, exist_ok=True)
+        peak = matmul_gflops()
+        measured = measure(arguments, workdir, reference)
+    record = report(arguments, measured, peak)
+    line = json.dumps(record)
+    if arguments.work is not None:
+        with open(arguments.work / "result.jsonl", "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    if arguments.update_results:
+        with open(ROOT / "bench" / "results" / f"mlm_pretrain-{record['date']}.jsonl", "a", encoding="utf-8") as out:
+            out.write(line + "\n")
+    print(line)
 
 
 if __name__ == "__main__":

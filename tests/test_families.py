@@ -13,6 +13,7 @@ from finetune.models.families import (
     BERT,
     CAUSAL_MODEL_TYPES,
     CAUSAL_TRANSFORMER,
+    DECODER_MODEL_TYPES,
     FAMILIES,
     GPT2,
     NGRAM,
@@ -101,7 +102,9 @@ def test_the_data_layouts():
 
 
 def test_what_is_known_of_a_loaded_config():
-    assert CAUSAL_MODEL_TYPES == ("gpt2", "finetune_causal_transformer", "awd_lstm", "ngram")
+    assert CAUSAL_MODEL_TYPES[:4] == ("gpt2", "finetune_causal_transformer", "awd_lstm", "ngram")
+    decoders = ("llama", "mistral", "qwen2", "gemma", "phi", "opt", "gpt_neox")
+    assert CAUSAL_MODEL_TYPES[4:] == DECODER_MODEL_TYPES == decoders
     assert WHOLE_DOCUMENT_TYPES == ("awd_lstm",)
     assert is_recurrent(AutoConfig.for_model("awd_lstm")) and not is_recurrent(AutoConfig.for_model("bert"))
     assert not is_recurrent(AutoConfig.for_model("roberta"))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from finetune.errors import InputError
 from finetune.models.masked_lm import IGNORE_INDEX
 
 
@@ -23,7 +24,7 @@ class MaskingRule:
     probability: float = 0.15
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
-    # Whole-word masking: True at the ids of word-continuing pieces (WordPiece's "##..."); None: per token.
+    # Whole-word masking: True at the ids of word-continuing pieces (`continuation_ids`); None: per token.
     continues_word: np.ndarray | None = None
 
     @classmethod
@@ -75,10 +76,35 @@ class MaskingRule:
         return np.cumsum(starts.ravel()).reshape(token_ids.shape) - 1
 
 
+# How vocabularies mark words: WordPiece prefixes the pieces that continue a word ("##ing"); byte-level BPE (GPT-2,
+# RoBERTa) and SentencePiece (XLM-R, ALBERT, DeBERTa-v3, Llama) prefix the pieces that start one, with the
+# character that stands for the space before it (byte-level BPE: or for a line break, tab or carriage return).
+CONTINUES_WORD_PREFIX = "##"
+STARTS_WORD_PREFIXES = {"byte-level BPE": ("Ġ", "Ċ", "ĉ", "č"), "SentencePiece": ("▁",)}
+
+
 def continuation_ids(tokenizer) -> np.ndarray:
-    """A boolean per vocabulary id: True for WordPiece pieces that continue a word ("##ing")."""
+    """A boolean per vocabulary id: True for the pieces that continue a word, by the convention the vocabulary
+    follows (the one whose marks most of its pieces carry); special tokens always start a unit. A vocabulary with
+    no such marks is refused."""
+    vocabulary = tokenizer.get_vocab()
     continues = np.zeros(len(tokenizer), dtype=bool)
-    for token, index in tokenizer.get_vocab().items():
-        if token.startswith("##") and len(token) > 2 and index < len(continues):
-            continues[index] = True
+    wordpiece = sum(token.startswith(CONTINUES_WORD_PREFIX) for token in vocabulary)
+    starts = {
+        name: sum(token.startswith(marks) for token in vocabulary) for name, marks in STARTS_WORD_PREFIXES.items()
+    }
+    convention = max(starts, key=starts.__getitem__)
+    if max(wordpiece, starts[convention]) == 0:
+        raise InputError(
+            "the tokenizer marks no word boundaries (no WordPiece ## pieces, no byte-level BPE or SentencePiece word "
+            "starts), which whole-word masking reads"
+        )
+    special = set(tokenizer.all_special_ids)
+    for token, index in vocabulary.items():
+        if index >= len(continues) or index in special:
+            continue
+        if wordpiece >= starts[convention]:
+            continues[index] = token.startswith(CONTINUES_WORD_PREFIX) and len(token) > len(CONTINUES_WORD_PREFIX)
+        else:
+            continues[index] = not token.startswith(STARTS_WORD_PREFIXES[convention])
     return continues

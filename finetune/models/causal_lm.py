@@ -37,7 +37,7 @@ from finetune.models.awd_lstm import (
 )
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
 from finetune.models.cpu_dropout import dropout
-from finetune.models.hub import load_for_continued_pretraining
+from finetune.models.hub import load_for_continued_pretraining, refuse_other_model_type
 from finetune.models.linear_cross_entropy import linear_cross_entropy
 from finetune.models.masked_lm import MaskedLMOutput
 from finetune.models.objectives import CarriedStateLoss, LanguageModelLoss
@@ -66,11 +66,11 @@ def load_causal_lm(name: str, dropout: float | None = None) -> GPT2LMHeadModel:
     """A pretrained GPT-2-family checkpoint to continue training on new text."""
     return load_for_continued_pretraining(
         GPT2LMHeadModel,
-        "gpt2",
         name,
         dropout,
-        ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
-        "continued causal-LM pretraining with family gpt2 supports gpt2 checkpoints",
+        lambda config: ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+        lambda config: refuse_other_model_type(config, "gpt2", name, "model.family gpt2 continues causal LMs"),
+        attn_implementation="sdpa",
     )
 
 

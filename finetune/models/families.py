@@ -7,17 +7,20 @@
 | causal_transformer | next token          | byte-level BPE                  | CausalTransformerForCausalLM (ours) |
 | awd_lstm           | next token, BPTT    | byte-level BPE                  | AWDLSTMForCausalLM (ours)           |
 | ngram              | next token, counted | byte-level BPE                  | NGramForCausalLM (ours)             |
+| auto_masked_lm     | masked tokens       | (continued: the checkpoint's)   | AutoModelForMaskedLM                |
+| auto_causal_lm     | next token          | (continued: the checkpoint's)   | AutoModelForCausalLM                |
 
 A recipe's model.family names the family, but for causal_transformer: what `model.family: gpt2` trains with
-memory_length (Transformer-XL, read as BPTT batches) or a sparse attention pattern, which GPT2LMHeadModel lacks.
+memory_length (Transformer-XL, read as BPTT batches) or a sparse attention pattern, which GPT2LMHeadModel lacks;
+and for the auto families: what a bert or gpt2 section continues from a checkpoint of another transformers family.
 
 A family knows its data layout (masked blocks, next-token blocks, BPTT batches), its tokenizer, how to build a model
 from a recipe's model section and continue a checkpoint (refusing one of another family), the loss module that
 trains it, its layer groups, its position table and what FLOP counting needs of it. Look one up by name
 (`family("bert")`), by a recipe's model section (`family_of(recipe.model)`: a gpt2 section with memory or a sparse
-pattern is the causal transformer), or by a loaded config's model_type (`family_of_model_type`: None for the
-families transformers ships, e.g. roberta, which are only fine-tuned). Code elsewhere asks these objects instead of
-comparing family names, so adding a family is adding one object here.
+pattern is the causal transformer; one continuing a roberta or llama checkpoint an auto family), or by a loaded
+config's model_type (`family_of_model_type`: None for the families transformers ships, e.g. roberta). Code
+elsewhere asks these objects instead of comparing family names, so adding a family is adding one object here.
 
 Recipe-level rules (which sections a family takes) stay in recipes/pretrain.py, one layer below, as attributes of
 each family's model section.
@@ -34,6 +37,15 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from finetune.data.tokenizers import train_byte_level_bpe, train_wordpiece
 from finetune.errors import CheckpointError, InputError
+from finetune.models.auto_lm import (
+    SPLIT_OUTPUT_TYPES,
+    AutoMaskedLM,
+    AutoNextTokenLM,
+    ContinuedThroughAutoClass,
+    causal_lm_refusal,
+    masked_lm_refusal,
+    usable_positions,
+)
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
 from finetune.models.causal_lm import (
@@ -48,7 +60,13 @@ from finetune.models.causal_transformer import (
     CausalTransformerForCausalLM,
     build_causal_transformer,
 )
-from finetune.models.hub import load_model, load_pretrained, refuse_other_model_type, resolve_checkpoint
+from finetune.models.hub import (
+    load_model,
+    load_pretrained,
+    refuse_other_model_type,
+    resolve_checkpoint,
+    stored_model_type,
+)
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.ngram import NGRAM_TYPE, NGramForCausalLM, NGramNextTokenLM
@@ -126,14 +144,14 @@ class LanguageModelFamily:
 
     # ----- model -----
 
-    def max_positions(self, model_config, block_size: int, checkpoint_config=None) -> int | None:
-        """The position table of the model a pretraining run trains: a continued checkpoint's (`checkpoint_config`),
-        else the recipe's max_positions, else corpus.block_size; None for a model without one (it reads any
-        length)."""
+    def max_positions(self, model_config, block_size: int, continued: PreTrainedModel | None = None) -> int | None:
+        """The longest block the model a pretraining run trains reads: a continued checkpoint's position table
+        (`continued`, the model loaded), else the recipe's max_positions, else corpus.block_size; None for a model
+        without one (it reads any length)."""
         if not self.has_position_table:
             return None
-        if checkpoint_config is not None:
-            return checkpoint_config.max_position_embeddings  # GPT2Config maps it to n_positions
+        if continued is not None:
+            return usable_positions(continued)  # GPT2Config maps max_position_embeddings to n_positions
         return getattr(model_config, "max_positions", None) or block_size
 
     def build(self, model_config, tokenizer, max_positions: int | None) -> PreTrainedModel:
@@ -173,6 +191,10 @@ class LanguageModelFamily:
     def owns(self, config) -> bool:
         """Whether a loaded config is of this family's model type (a classifier's or encoder's too)."""
         return config.model_type == self.model_type
+
+    def shown_name(self, model_config, config) -> str:
+        """What a profile and a model card call the model: the recipe's model.family (`config`: the model's)."""
+        return model_config.family
 
 
 class BertFamily(LanguageModelFamily):
@@ -345,6 +367,24 @@ class NGramFamily(LanguageModelFamily):
         return NGramNextTokenLM(model)
 
 
+class AutoMaskedLMFamily(ContinuedThroughAutoClass, BertFamily):
+    """BERT's masked objective and data layout for roberta, xlm-roberta, deberta-v2, modernbert, distilbert,
+    albert, mpnet, an electra generator or any other encoder with a masked-LM head in transformers."""
+
+    name = "auto_masked_lm"
+    refusal = staticmethod(masked_lm_refusal)
+    loss_class = AutoMaskedLM
+
+
+class AutoCausalLMFamily(ContinuedThroughAutoClass, GPT2Family):
+    """GPT-2's next-token objective and data layout for llama, mistral, qwen2, gemma, phi, opt, gpt_neox or any
+    other decoder with a causal-LM head in transformers."""
+
+    name = "auto_causal_lm"
+    refusal = staticmethod(causal_lm_refusal)
+    loss_class = AutoNextTokenLM
+
+
 BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM = (
     BertFamily(),
     GPT2Family(),
@@ -354,9 +394,19 @@ BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM = (
 )
 FAMILIES: dict[str, LanguageModelFamily] = {f.name: f for f in (BERT, GPT2, CAUSAL_TRANSFORMER, AWD_LSTM, NGRAM)}
 _BY_MODEL_TYPE = {f.model_type: f for f in FAMILIES.values()}
+# The masked and causal LMs of transformers' other families: what bert and gpt2 sections continue beside their own.
+AUTO_MASKED_LM, AUTO_CAUSAL_LM = AutoMaskedLMFamily(), AutoCausalLMFamily()
+_CONTINUED_BESIDE: dict[LanguageModelFamily, LanguageModelFamily] = {BERT: AUTO_MASKED_LM, GPT2: AUTO_CAUSAL_LM}
+# Model types transformers knows only through this toolkit: their own family continues (or refuses) them.
+_OWN_MODEL_TYPES = {f.model_type for f in FAMILIES.values() if f.registering_import}
 
-# The causal model types `finetune pretrain` writes (what `finetune generate` and `finetune score` read).
-CAUSAL_MODEL_TYPES = tuple(f.model_type for f in FAMILIES.values() if not f.masked)
+# The decoders of transformers' families that continued pretraining is tested on, beside gpt2: those whose fused
+# loss is checked against their own logits (tests/test_continued_families.py); any other decoder with a causal-LM
+# head continues too (AUTO_CAUSAL_LM), through its logits.
+DECODER_MODEL_TYPES = SPLIT_OUTPUT_TYPES
+# The causal model types `finetune pretrain` writes: ours and the decoders above (what the fine-tuning stages read
+# left to right; `finetune generate` and `finetune score` read any decoder, `reads_next_tokens`).
+CAUSAL_MODEL_TYPES = tuple(f.model_type for f in FAMILIES.values() if not f.masked) + DECODER_MODEL_TYPES
 # Model types whose classifier reads any length (the AWD-LSTM: BPT3C chunks), so task.max_length left out means the
 # whole document; they are also the ones fine-tuned with ULMFiT's techniques by default (training/techniques.py).
 WHOLE_DOCUMENT_TYPES = tuple(f.model_type for f in FAMILIES.values() if f.recurrent)
@@ -372,12 +422,28 @@ def family(name: str) -> LanguageModelFamily:
 
 def family_of(model_config) -> LanguageModelFamily:
     """The family a recipe's model section trains: model.family's, but our causal transformer for a gpt2 section
-    with Transformer-XL memory or a sparse attention pattern (GPT2LMHeadModel computes neither)."""
+    with Transformer-XL memory or a sparse attention pattern (GPT2LMHeadModel computes neither), and for a bert or
+    gpt2 section continuing a checkpoint of another of transformers' families (its config.json's model_type, read
+    where it is stored: `load_language_model` fetches a hub name's first), the masked or causal LM of any family."""
     if model_config.family == GPT2.recipe_family and (
         getattr(model_config, "memory_length", 0) > 0 or getattr(model_config, "attention", "dense") != "dense"
     ):
         return CAUSAL_TRANSFORMER
-    return family(model_config.family)
+    named = family(model_config.family)
+    checkpoint = getattr(model_config, "checkpoint", None)
+    beside = _CONTINUED_BESIDE.get(named)
+    if beside is None or checkpoint is None:
+        return named
+    model_type = stored_model_type(checkpoint)
+    if model_type is None or model_type == named.model_type or model_type in _OWN_MODEL_TYPES:
+        return named  # its own type; one of ours, which it refuses naming it; or not stored here (refused on load)
+    return beside
+
+
+def reads_next_tokens(config) -> bool:
+    """Whether a loaded config is of a causal language model `finetune generate` and `score` read: one of this
+    toolkit's causal families, or a decoder of transformers' families (llama, qwen2, ...)."""
+    return config.model_type in CAUSAL_MODEL_TYPES or AUTO_CAUSAL_LM.owns(config)
 
 
 def family_of_model_type(model_type: str) -> LanguageModelFamily | None:

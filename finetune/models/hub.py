@@ -6,9 +6,11 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+import torch
 from huggingface_hub import try_to_load_from_cache
 from safetensors import SafetensorError, safe_open
 from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
@@ -278,18 +280,35 @@ def refuse_other_model_type(config, model_type: str, name: str, refusal: str) ->
         raise CheckpointError(f"{name} is a '{config.model_type}' model; {refusal}", value=config.model_type)
 
 
-def load_for_continued_pretraining(
-    model_class, model_type: str, name: str, dropout: float | None, dropout_fields: tuple[str, ...], refusal: str
-):
-    """A pretrained checkpoint of `model_type` as `model_class`, to continue pretraining it (`model.checkpoint`).
+def stored_model_type(name: str) -> str | None:
+    """The model_type in a checkpoint's config.json as stored on this machine (its folder, or the hub cache),
+    read without loading anything; None when it is not stored here or names none (nothing is refused here: the
+    load that follows refuses a bad name)."""
+    if not Path(name).is_dir() and not HUB_NAME.match(name):
+        return None
+    model_type = (_stored_json(name, CONFIG_FILE) or {}).get("model_type")
+    return model_type if isinstance(model_type, str) else None
 
-    Another family is refused with `refusal` ("continued ... supports ..."); `dropout`, when given, replaces the
-    checkpoint's own in every one of its `dropout_fields` (config attribute names).
+
+def load_for_continued_pretraining(
+    model_class,
+    name: str,
+    dropout: float | None,
+    dropout_fields: Callable[[Any], Iterable[str]],
+    check: Callable[[Any], None],
+    **options,
+):
+    """A pretrained checkpoint as `model_class` (a family's class or an Auto class), to continue pretraining it
+    (`model.checkpoint`).
+
+    `check(config)` refuses a checkpoint of another family in one line; `dropout`, when given, replaces the
+    checkpoint's own in every config field `dropout_fields(config)` names. The weights load in float32 whatever
+    the checkpoint stores (bf16 hub weights included): mixed precision is the training loop's, by autocast.
     """
     source = resolve_checkpoint(name)
     config = load_pretrained(AutoConfig.from_pretrained, source)
-    refuse_other_model_type(config, model_type, name, refusal)
+    check(config)
     if dropout is not None:
-        for field in dropout_fields:
+        for field in dropout_fields(config):
             setattr(config, field, dropout)
-    return load_model(model_class, source, config=config, attn_implementation="sdpa")
+    return load_model(model_class, source, config=config, dtype=torch.float32, **options)

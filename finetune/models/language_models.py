@@ -10,9 +10,10 @@ The AWD-LSTM's training loss also carries the gradient of its activation penalti
 from __future__ import annotations
 
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, FAMILIES, family, family_of
+from finetune.models.hub import load_pretrained, resolve_checkpoint
 
 # The Hugging Face class of each family's language model (for a checkpoint's config: built, not loaded, by profile).
 LANGUAGE_MODEL_CLASSES = {name: found.model_class for name, found in FAMILIES.items()}
@@ -71,6 +72,8 @@ def load_language_model(model_config) -> PreTrainedModel:
 
     Dropout keys given in the recipe replace the checkpoint's; the others keep its values.
     """
+    # config.json first (a hub name's is fetched into the cache): family_of reads its model_type where it is stored.
+    load_pretrained(AutoConfig.from_pretrained, resolve_checkpoint(model_config.checkpoint))
     return family_of(model_config).load(model_config)
 
 

@@ -42,19 +42,28 @@ def linear_cross_entropy(
     nn.Linear. With no labelled row the loss is 0 (still part of the graph).
     """
     hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)
-    selected = labels != IGNORE_INDEX
-    count = selected.sum()
+    count = (labels != IGNORE_INDEX).sum()
     chunked = hidden.dtype == weight.dtype == torch.float32 and not torch.is_autocast_enabled(hidden.device.type)
     if not chunked:
-        logits = F.linear(hidden, weight, bias)
-        loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
-        correct = ((logits.argmax(dim=-1) == labels) & selected).sum() if count_correct else None
-        return loss, count, correct
+        return logits_cross_entropy(F.linear(hidden, weight, bias), labels, count_correct)
     needs_gradient = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (hidden, weight, bias))
     if needs_gradient:
         loss, correct = _ChunkedLinearCrossEntropy.apply(hidden, weight, bias, labels, count_correct)
         return loss, count, (correct if count_correct else None)
     loss, correct = _chunked_loss(hidden, weight, bias, labels, count_correct)
+    return loss, count, correct
+
+
+def logits_cross_entropy(
+    logits: Tensor, labels: Tensor, count_correct: bool = False
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """What `linear_cross_entropy` returns, from logits already computed (..., vocabulary): the mean cross-entropy
+    over labelled rows, their number, and with `count_correct` how many the argmax predicts (else None)."""
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+    selected = labels != IGNORE_INDEX
+    count = selected.sum()
+    loss = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE_INDEX, reduction="sum") / count.clamp(min=1)
+    correct = ((logits.argmax(dim=-1) == labels) & selected).sum() if count_correct else None
     return loss, count, correct
 
 

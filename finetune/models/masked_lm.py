@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from finetune.models.cpu_dropout import dropout
-from finetune.models.hub import load_for_continued_pretraining
+from finetune.models.hub import load_for_continued_pretraining, refuse_other_model_type
 from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
 from finetune.models.objectives import LanguageModelLoss
 
@@ -49,11 +49,11 @@ def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
     """A pretrained BERT-family checkpoint as a masked LM to continue training (a missing MLM head starts fresh)."""
     return load_for_continued_pretraining(
         BertForMaskedLM,
-        "bert",
         name,
         dropout,
-        ("hidden_dropout_prob", "attention_probs_dropout_prob"),
-        "continued masked-LM pretraining supports the bert family",
+        lambda config: ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+        lambda config: refuse_other_model_type(config, "bert", name, "model.family bert continues masked LMs"),
+        attn_implementation="sdpa",
     )
 
 

@@ -48,7 +48,9 @@ class TransformerModelConfig(LanguageModelSection):
     checkpoint: str | None = Field(
         None,
         description="continue pretraining this Hugging Face folder or hub name (ULMFiT's target-domain "
-        "LM stage); its architecture and tokenizer are kept",
+        "LM stage); its architecture and tokenizer are kept. bert: any encoder with a masked-LM head (bert, "
+        "roberta, xlm-roberta, deberta-v2, modernbert, distilbert, albert, mpnet, an electra generator); gpt2: any "
+        "decoder (gpt2, llama, mistral, qwen2, gemma, phi, opt, gpt_neox, ...)",
     )
     layers: int = Field(2, gt=0, description="transformer blocks")
     hidden: int = Field(128, gt=0, description="hidden size")
@@ -121,8 +123,8 @@ class CausalLMModelConfig(TransformerModelConfig):
             )
         if self.checkpoint is not None and (self.memory_length or self.attention != "dense"):
             raise ValueError(
-                "memory_length and attention build a new model; model.checkpoint continues a GPT-2 "
-                "checkpoint: remove them"
+                "memory_length and attention build a new model; model.checkpoint continues a checkpoint as it "
+                "is: remove them"
             )
         if self.memory_length and self.max_positions is not None:
             raise ValueError("max_positions: with memory_length, positions are relative (no table); remove it")
@@ -381,7 +383,9 @@ class MaskingConfig(Section):
     mask_fraction: float = Field(0.8, ge=0, le=1, description="of the chosen, fraction replaced by [MASK]")
     random_fraction: float = Field(0.1, ge=0, le=1, description="of the chosen, fraction replaced by a random token")
     whole_word: bool = Field(
-        False, description="choose whole words (a WordPiece token and its ## continuations) instead of single tokens"
+        False,
+        description="choose whole words instead of single tokens: the words the tokenizer marks (WordPiece's ## "
+        "continuations, byte-level BPE's Ġ and SentencePiece's ▁ word starts)",
     )
 
     @model_validator(mode="after")

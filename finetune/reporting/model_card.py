@@ -292,9 +292,11 @@ next: compare seeds before relying on one run.
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
-def language_model_card(recipe, records: list[dict]) -> ModelCard:
-    """The card of a pretrained (or further pretrained) language model: its validation curve."""
-    family, trained = recipe.model.family, family_of(recipe.model)
+def language_model_card(recipe, records: list[dict], config) -> ModelCard:
+    """The card of a pretrained (or further pretrained) language model (`config`: its config): its validation
+    curve."""
+    trained = family_of(recipe.model)
+    family = trained.shown_name(recipe.model, config)  # bert, gpt2, ...; a continued roberta or llama: its own
     evaluations = [record for record in records if record.get("phase") == "eval"]
     last = evaluations[-1] if evaluations else {}
     base = getattr(recipe.model, "checkpoint", None)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2LMHeadModel
 
 from finetune.console import phase_bar
 from finetune.data.causal import BPTTBatches
@@ -21,10 +21,11 @@ from finetune.data.reverse import read_backwards, reads_backwards
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments
 from finetune.data.token_cache import tokenize_files
 from finetune.errors import UserError, recipe_key
+from finetune.models.auto_lm import AutoNextTokenLM
 from finetune.models.awd_lstm import AWDLSTMForCausalLM
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
-from finetune.models.families import CAUSAL_MODEL_TYPES, GPT2
+from finetune.models.families import CAUSAL_MODEL_TYPES, GPT2, reads_next_tokens
 from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 from finetune.models.objectives import LanguageModelLoss
@@ -58,14 +59,14 @@ def validation_metrics(accelerator, model, loader, accuracy_name: str) -> dict[s
 def language_model_loss(model, memory_length: int | None = None) -> LanguageModelLoss:
     """A loaded causal model behind validation's contract (models/objectives.py), read as its pretraining validated
     it: the causal transformer with its memory (`memory_length`: the config's by default), the AWD-LSTM with its
-    state carried (no AR/TAR: they only train), the n-gram model, GPT-2."""
+    state carried (no AR/TAR: they only train), the n-gram model, GPT-2, a decoder of transformers' other families."""
     if isinstance(model, CausalTransformerForCausalLM):
         return MemoryNextTokenLM(model, memory_length)
     if isinstance(model, AWDLSTMForCausalLM):
         return RecurrentNextTokenLM(model)
     if isinstance(model, NGramForCausalLM):
         return NGramNextTokenLM(model)
-    return NextTokenLM(model)
+    return NextTokenLM(model) if isinstance(model, GPT2LMHeadModel) else AutoNextTokenLM(model)
 
 
 def learned_positions(config) -> int | None:
@@ -87,17 +88,18 @@ def check_segment_length(config, checkpoint: str | Path, segment_length: int, ke
 
 
 def load_causal_language_model(checkpoint: str | Path, command: str, key: str = "CHECKPOINT"):
-    """(model in eval mode, tokenizer) of a causal checkpoint this toolkit writes (CAUSAL_MODEL_TYPES) with the
-    tokenizer saved beside it; a masked LM, a classifier or another family is refused in one line naming its type."""
+    """(model in eval mode, tokenizer) of a causal checkpoint (this toolkit's causal families, or a decoder of
+    transformers' own: `reads_next_tokens`) with the tokenizer saved beside it; a masked LM, a classifier or another
+    family is refused in one line naming its type."""
     from finetune.models.heads import is_classifier
 
     with recipe_key(key):
         source = resolve_checkpoint(str(checkpoint))
         config = load_pretrained(AutoConfig.from_pretrained, source)
-    if config.model_type not in CAUSAL_MODEL_TYPES:
+    if not reads_next_tokens(config):
         raise UserError(
             f"{key}: {checkpoint} is a '{config.model_type}' model; `finetune {command}` reads causal "
-            f"language models ({', '.join(CAUSAL_MODEL_TYPES)})"
+            f"language models ({', '.join(CAUSAL_MODEL_TYPES)}, or another decoder with a causal-LM head)"
         )
     if is_classifier(config):
         raise UserError(

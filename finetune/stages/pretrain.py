@@ -84,11 +84,12 @@ class PretrainStage(TrainingStage):
 
     def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
-        self.accelerator, self.family = accelerator, family_of(recipe.model)
-        # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
-        self.bptt, self.streaming = self.family.reads_bptt_batches(recipe.model), recipe.corpus.streaming
+        self.accelerator, self.streaming = accelerator, recipe.corpus.streaming
         with recipe_key("corpus.document", SingleDocumentError):
             data = read_language_model_data(recipe, accelerator, resume_from)
+        self.family = family_of(recipe.model)  # a continued checkpoint's config.json is stored here by now
+        # awd_lstm, or gpt2 with Transformer-XL memory: batches read in order, each row continuing the one before.
+        self.bptt = self.family.reads_bptt_batches(recipe.model)
         self.tokenizer, self.train_data, self.validation_tokens = data.tokenizer, data.train, data.validation_tokens
         self.train_tokens = data.train_tokens
         language_model = (
@@ -264,9 +265,7 @@ def read_language_model_data(recipe: PretrainRecipe, accelerator, resume_from: P
 def model_positions(recipe: PretrainRecipe, family: LanguageModelFamily, continued) -> int | None:
     """The position table's size of the model trained (None: an LSTM or an n-gram model has none); a continued
     transformer's own, which the blocks must fit."""
-    max_positions = family.max_positions(
-        recipe.model, recipe.corpus.block_size, continued.config if continued is not None else None
-    )
+    max_positions = family.max_positions(recipe.model, recipe.corpus.block_size, continued)
     if continued is not None and max_positions is not None and recipe.corpus.block_size > max_positions:
         raise UserError(
             f"corpus.block_size {recipe.corpus.block_size} exceeds the {max_positions} positions "
@@ -281,7 +280,8 @@ def save_language_model(accelerator, language_model, tokenizer, recipe: Pretrain
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         save_checkpoint(language_model, tokenizer, checkpoint, recipe)
-        write_card(language_model_card(recipe, read_metrics(run_dir / METRICS_FILE)), checkpoint)  # README.md
+        card = language_model_card(recipe, read_metrics(run_dir / METRICS_FILE), language_model.config)
+        write_card(card, checkpoint)  # README.md
         console.print(f"checkpoint saved to {checkpoint}")
     return checkpoint
 
@@ -393,7 +393,8 @@ def streamed_data(
     if backwards:
         validation_tokens = read_backwards(validation_tokens)
     separator = family.separator_id(tokenizer)
-    rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family.masked else None
+    with recipe_key("masking.whole_word"):  # the one setting for_tokenizer can refuse
+        rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking) if family.masked else None
     start_id = family.block_start_id(tokenizer)
     train = StreamedBatches(
         documents,
@@ -481,7 +482,8 @@ def language_model_data(
     train: MaskedBlocks | NextTokenBlocks | BPTTBatches
     validation: MaskedBlocks | NextTokenBlocks | BPTTBatches
     if family.masked:
-        rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
+        with recipe_key("masking.whole_word"):  # the one setting for_tokenizer can refuse
+            rule = MaskingRule.for_tokenizer(tokenizer, recipe.masking)
         # Blocks are cut from the (memory-mapped) ids as they are read: no copy of the corpus is made.
         blocks = [
             PackedBlocks(DocumentStream(tokens, separator), block_size, family.block_start_id(tokenizer), name)

@@ -332,7 +332,8 @@ def model_summary(recipe, model: PreTrainedModel, source: str) -> dict:
     sizes["vocabulary"] = config.vocab_size
     family: str
     if isinstance(recipe, PretrainRecipe):
-        kind, family = family_of(recipe.model).description, recipe.model.family
+        trained = family_of(recipe.model)
+        kind, family = trained.description, trained.shown_name(recipe.model, config)
     else:
         family, labels = config.model_type, model.config.num_labels
         if recipe.task.kind == "choices":
