@@ -98,3 +98,17 @@ def test_a_family_given_in_the_section_wins_over_the_checkpoints_config(tmp_path
     data["target_lm"]["model"] = {"family": "gpt2"}
     recipe = load_recipe(write_yaml(tmp_path / "flow.yaml", data))
     assert isinstance(recipe, UlmfitRecipe) and recipe.target_lm.model.family == "gpt2"
+
+
+def test_a_given_decoder_is_continued_as_a_causal_language_model_then_fine_tuned(tmp_path):
+    checkpoint = save_tiny_checkpoint(tmp_path / "decoder", "llama")  # its tokenizer has no padding token
+    task = write_task(tmp_path / "task")
+    recipe_path = write_yaml(tmp_path / "flow.yaml", flow_recipe(checkpoint, task, tmp_path / "run"))
+
+    result = runner.invoke(app, ["ulmfit", str(recipe_path)])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "model.family gpt2: next-token language modelling" in output
+    assert "peak lr 2e-05" in output  # stage 3 on the decoder's own default
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "3-classifier" / "checkpoint")
+    assert classifier.config.model_type == "llama" and classifier.config.pad_token_id is not None
