@@ -47,6 +47,7 @@ TRANSFORMER_DEFAULTS = {
 }
 LARGE_HIDDEN_SIZE = 768  # base-sized models and up: the shipped recipes (BERT, RoBERTa, DeBERTa) use 2e-5 to 5e-5
 LARGE_MODEL_LR = 3e-5
+ADAPTER_LR = 5e-4  # LoRA trains few weights from zero: the LoRA paper's RoBERTa-base GLUE rates are 4e-4 to 5e-4
 # The schedule keys that only one kind reads: a value other than the default tells which kind the user means.
 SCHEDULE_KIND_KEYS = {
     "stlr": ("cut_frac", "ratio"),
@@ -205,6 +206,8 @@ def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
 def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     """The recipe with every open technique key decided: from the section's other keys, else the backbone's default."""
     defaults = backbone_defaults(backbone)
+    if recipe.model.adapter is not None:
+        defaults["training.lr"] = (ADAPTER_LR, "default for a LoRA adapter (the LoRA paper's GLUE rates)")
     if recipe.task.kind in HEADS_OF_THEIR_OWN:  # its family's own head per token or choice: nothing to pool
         defaults["pooling"] = ("model", HEADS_OF_THEIR_OWN[recipe.task.kind].default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
