@@ -245,8 +245,6 @@ def test_recipe_mistakes_are_one_line(adapted, tmp_path):
     line = one_error_line(runner.invoke(app, ["finetune", recipe, "model.adapter.target_modules=[nowhere]"]))
     assert line.startswith("error: model.adapter: LoRA cannot adapt nowhere of this 'bert' model")
     assert "query" in line  # the layers it could have named
-    line = one_error_line(runner.invoke(app, ["finetune", recipe, f"model.checkpoint={adapted['checkpoint']}"]))
-    assert "is a LoRA adapter itself" in line and "finetune merge" in line
     data = pretrain_recipe(write_corpus(tmp_path / "corpus"), tmp_path / "run")
     data["model"]["adapter"] = "lora"
     line = one_error_line(runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "pretrain.yaml", data))]))
@@ -305,3 +303,31 @@ def test_every_task_kind_trains_an_adapter_and_loads_it(kind, head, tmp_path):
     }[kind]
     model = load_model(auto_class, str(tmp_path / "run" / "checkpoint"))
     assert type(model).__name__ == AutoConfig.from_pretrained(tmp_path / "run" / "checkpoint").architectures[0]
+
+
+def test_an_adapter_on_a_language_model_adapter(tmp_path):
+    """ULMFiT with LoRA at stages 2 and 3: the classifier's adapter records stage 2's adapter checkpoint as its base;
+    the toolkit loads the chain (both merged), and `finetune merge` writes it flat."""
+    from transformers import AutoTokenizer
+
+    base = save_tiny_checkpoint(tmp_path / "bert", "bert")
+    data = pretrain_recipe(write_corpus(tmp_path / "corpus"), tmp_path / "lm")
+    data["model"] = {"family": "bert", "checkpoint": str(base), "adapter": ADAPTER}
+    data["training"].update(max_steps=2, lr=5e-3)
+    assert runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "lm.yaml", data))]).exit_code == 0
+    language_model = tmp_path / "lm" / "checkpoint"
+    recipe = write_yaml(
+        tmp_path / "ft.yaml", adapter_recipe(language_model, write_task(tmp_path / "task"), tmp_path / "ft")
+    )
+    result = runner.invoke(app, ["finetune", str(recipe)])
+    assert result.exit_code == 0, result.output
+    checkpoint = tmp_path / "ft" / "checkpoint"
+    assert json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"] == str(
+        language_model
+    )
+    assert runner.invoke(app, ["merge", str(checkpoint), str(tmp_path / "merged")]).exit_code == 0
+    batch = AutoTokenizer.from_pretrained(checkpoint)(SENTENCES, return_tensors="pt", padding=True)
+    toolkit = load_model(AutoModelForSequenceClassification, str(checkpoint)).eval()
+    merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
+    with torch.no_grad():
+        assert torch.allclose(toolkit(**batch).logits, merged(**batch).logits, atol=1e-5)

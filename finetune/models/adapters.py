@@ -8,7 +8,8 @@ parameters and nothing else), trains fully as peft's `modules_to_save`, so it is
 An adapter checkpoint is a folder with peft's adapter_config.json and adapter_model.safetensors (LoRA matrices and
 the head: `PeftModel.from_pretrained(base, folder)` loads it), the model's config.json (its labels, and in
 `architectures` the class the adapter was trained on), the tokenizer and finetune_recipe.yaml. Its base is the
-checkpoint named by adapter_config.json's base_model_name_or_path, an absolute path for a local folder.
+checkpoint named by adapter_config.json's base_model_name_or_path, an absolute path for a local folder; it may be
+an adapter checkpoint itself (ULMFiT's stage 3 with LoRA on stage 2's LoRA language model), loaded the same way.
 `load_adapter_checkpoint` is what `models.hub.load_model` does with such a folder: base + adapter, merged into a
 plain model, so predict, eval, generate and a later stage read it as any checkpoint.
 """
@@ -65,16 +66,6 @@ def base_reference(checkpoint: str) -> str:
     """What an adapter records as its base: a local folder's absolute path (so the adapter loads from any working
     directory), a hub name as it is."""
     return str(Path(checkpoint).resolve()) if Path(checkpoint).is_dir() else checkpoint
-
-
-def refuse_adapter_on_adapter(checkpoint: str) -> None:
-    """A second adapter needs a plain base on disk: an adapter checkpoint's merged weights are nowhere (one line)."""
-    if is_adapter_checkpoint(checkpoint):
-        raise InputError(
-            f"{checkpoint} is a LoRA adapter itself; a new adapter needs a plain base: run `finetune merge "
-            f"{checkpoint} MERGED` and start from MERGED",
-            value=checkpoint,
-        )
 
 
 def head_modules(model: nn.Module, head: list[nn.Parameter]) -> tuple[list[str], list[nn.Parameter]]:

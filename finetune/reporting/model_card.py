@@ -15,6 +15,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.models.adapters import is_adapter_checkpoint
 from finetune.models.choices import choice_registering_import
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
@@ -68,7 +69,7 @@ def _loading(architecture_import: str, auto_class: str, folder: str, adapter_bas
         f"This folder holds a LoRA adapter (peft's format) and the head, not the weights of `{adapter_base}`. "
         f"`finetune merge {folder} MERGED` writes a plain model, which `{auto_class}.from_pretrained` loads alone"
     )
-    if architecture_import:  # a model class of ours, built on the base's encoder: the merged folder is the way
+    if architecture_import or is_adapter_checkpoint(adapter_base):  # a class of ours, or a base that is an adapter
         return merge + "."
     return (
         merge

@@ -36,7 +36,7 @@ from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDo
 from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError, recipe_key
-from finetune.models.adapters import attach_adapter, refuse_adapter_on_adapter, trainable_groups
+from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.families import LanguageModelFamily, family_of
 from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import load_language_model, loss_module
@@ -137,7 +137,6 @@ class PretrainStage(TrainingStage):
         if adapter is None:
             return None
         with recipe_key("model.adapter"):
-            refuse_adapter_on_adapter(checkpoint)
             adapted, summary = attach_adapter(language_model, adapter, groups, checkpoint)
         console.print(summary, markup=False, highlight=False, soft_wrap=True)
         return adapted

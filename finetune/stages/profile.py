@@ -23,7 +23,7 @@ from transformers import AutoConfig, PreTrainedModel
 from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.errors import CheckpointError, UserError, recipe_key
 from finetune.glue.specs import task_spec
-from finetune.models.adapters import attach_adapter, idle_parameters, refuse_adapter_on_adapter
+from finetune.models.adapters import attach_adapter, idle_parameters
 from finetune.models.backbones import layer_groups
 from finetune.models.choices import choice_model_skeleton
 from finetune.models.families import family_of, is_recurrent
@@ -115,7 +115,6 @@ def stage_model(recipe, upstream: PreTrainedModel | None = None, section: str = 
         return built
     prefix = f"{section}." if section else ""
     with torch.device("meta"), recipe_key(f"{prefix}model.adapter"):
-        refuse_adapter_on_adapter(recipe.model.checkpoint)
         summary = attach_adapter(built.model, adapter, built.groups, recipe.model.checkpoint).summary
     finder = family_of(recipe.model).layer_groups if isinstance(recipe, PretrainRecipe) else layer_groups
     idle = idle_parameters(built.model)  # the head's original copy: in memory (counted there), never computed

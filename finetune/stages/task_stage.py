@@ -26,7 +26,7 @@ from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBa
 from finetune.data.tasks import LengthGroupedSampler
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
-from finetune.models.adapters import attach_adapter, refuse_adapter_on_adapter, trainable_groups
+from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import classifier_card, write_card
@@ -54,11 +54,6 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
-
-    def check(self) -> None:
-        if self.recipe.model.adapter is not None:
-            with recipe_key("model.adapter"):
-                refuse_adapter_on_adapter(self.recipe.model.checkpoint)
 
     def create_accelerator(self):
         # Gradual unfreezing freezes parameters after DDP has wrapped the model.
