@@ -455,6 +455,30 @@ def push(
         _fail(str(error))
 
 
+@app.command()
+def merge(
+    checkpoint: Annotated[
+        str,
+        typer.Argument(
+            help="A checkpoint trained with a LoRA adapter (model.adapter): its folder, as finetune or pretrain saved "
+            "it.",
+            show_default=False,
+        ),
+    ],
+    output: Annotated[Path, typer.Argument(help="A new folder for the merged model.", show_default=False)],
+) -> None:
+    """Merge a LoRA adapter into its base: a plain Hugging Face model folder that `AutoModelFor*.from_pretrained`
+    loads without peft (predict, eval and later stages take the adapter's folder as it is too)."""
+    from finetune.console import quiet_library_chatter
+    from finetune.stages.merge import run_merge
+
+    try:
+        quiet_library_chatter()
+        run_merge(checkpoint, output)
+    except UserError as error:
+        _fail(str(error))
+
+
 @app.command(name="eval")
 def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
     """Score fine-tuned checkpoints on a task split, or on GLUE tasks; write RUN_DIR/report.json and report.md.

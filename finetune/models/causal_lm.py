@@ -26,6 +26,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, GPT2Model
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
+from finetune.models.adapters import carries_adapter
 from finetune.models.awd_lstm import (
     AWDLSTMForCausalLM,
     HiddenState,
@@ -80,10 +81,12 @@ _TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 
 def has_fast_route(model: GPT2LMHeadModel) -> bool:
     """Whether `decode` computes this GPT-2's training forward: fp32, self-attention only, GPT-2's default
-    attention scaling and a GELU (other options take Hugging Face's forward)."""
+    attention scaling and a GELU, no LoRA adapter (its direct weight reads would skip one); other options take
+    Hugging Face's forward."""
     config = model.config
     return (
         model.dtype == torch.float32
+        and not carries_adapter(model)
         and not config.add_cross_attention
         and config.scale_attn_weights
         and not config.scale_attn_by_inverse_layer_idx

@@ -60,7 +60,12 @@ def matrix_multiply_adds(parameters: list[nn.Parameter], lookups: set[int]) -> i
 
 
 def multiply_adds_per_token(
-    model: nn.Module, groups: list[list[nn.Parameter]], seq_len: int, top_fraction: float, blocks: slice
+    model: nn.Module,
+    groups: list[list[nn.Parameter]],
+    seq_len: int,
+    top_fraction: float,
+    blocks: slice,
+    layer_terms: bool = True,
 ) -> list[float]:
     """Multiply-adds per token of each layer group (bottom to top) of a built model (the meta device will do).
 
@@ -68,6 +73,8 @@ def multiply_adds_per_token(
     attention term, and shared weights (ALBERT) count once per layer that applies them. The top group (a task head,
     or a language model's head with its decoder, tied or not) reads `top_fraction` of the tokens: 1 / seq_len for a
     classifier's head (once per example), the masked fraction for a sparse masked-LM decoder, 1 for a causal LM.
+    `layer_terms=False` counts the weights of `groups` alone: no attention term, no tied decoder (what an adapter
+    trains of a model's groups).
     """
     assert isinstance(model, PreTrainedModel)  # every stage's model is a Hugging Face one (its config read here)
     config = backbone_config(model.config)
@@ -79,10 +86,10 @@ def multiply_adds_per_token(
     repeats = layers / len(layer_indices)  # 1, but for weights shared across layers (ALBERT's layer groups)
     for index in layer_indices:
         counts[index] *= repeats
-        if not recurrent:
+        if not recurrent and layer_terms:
             counts[index] += repeats * 2 * seq_len * config.hidden_size  # scores q.k and the mixing of v
     decoder = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if decoder is not None and id(decoder.weight) in lookups:  # tied to the input embedding: the lookup table
+    if layer_terms and decoder is not None and id(decoder.weight) in lookups:  # tied to the input embedding
         counts[-1] += decoder.weight.numel()
     counts[-1] *= top_fraction
     return counts
@@ -94,6 +101,17 @@ def training_flops(multiply_adds: list[float], trainable_groups: int) -> float:
     return sum(
         (FORWARD_FLOPS_PER_MULTIPLY_ADD if index < frozen else TRAINING_FLOPS_PER_MULTIPLY_ADD) * count
         for index, count in enumerate(multiply_adds)
+    )
+
+
+def adapter_training_flops(multiply_adds: list[float], trained: list[float], first_trainable: int) -> float:
+    """Forward and backward FLOPs per token of a model with an adapter, whose groups hold frozen weights beside
+    the trained ones (`trained`: their multiply-adds per group): every multiply-add forward (2), the gradient of the
+    input through the groups from `first_trainable` up (2), the weight gradient of the trained ones there (2)."""
+    return sum(
+        FORWARD_FLOPS_PER_MULTIPLY_ADD * count
+        + (FORWARD_FLOPS_PER_MULTIPLY_ADD * (count + own) if index >= first_trainable else 0)
+        for index, (count, own) in enumerate(zip(multiply_adds, trained))
     )
 
 

@@ -89,9 +89,16 @@ def load_model(
 
     transformers would fail with a traceback, or re-initialise those tensors when asked to ignore them.
     `label_counts`: (stored, new) outputs of a warm-started classifier: tensors whose shapes differ only there
-    are its output layer, renewed for the new labels.
+    are its output layer, renewed for the new labels. A LoRA adapter's folder loads as its base with the adapter
+    merged in (models/adapters.py).
     """
     if Path(name).is_dir():
+        from finetune.models.adapters import is_adapter_checkpoint, load_adapter_checkpoint  # late: it imports us
+
+        if is_adapter_checkpoint(name):
+            return load_adapter_checkpoint(
+                model_class, name, trust_remote_code=trust_remote_code, label_counts=label_counts, **kwargs
+            )
         check_weight_files(Path(name))
     with _held_load_report() as report:
         model, loading = load_pretrained(

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
+from finetune.models.adapters import carries_adapter
 from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import load_for_continued_pretraining, refuse_other_model_type
 from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
@@ -112,12 +113,14 @@ def masked_lm_loss(
     counted only in eval mode (None while training: the argmax over the vocabulary is not free).
     """
     config = model.config
-    # The fast route covers fp32 training on packed blocks; autocast, bf16 and padding take Hugging Face's.
+    # The fast route covers fp32 training on packed blocks; autocast, bf16, padding and a LoRA adapter (whose
+    # layers the route's direct weight reads would skip) take Hugging Face's.
     fast = (
         model.training
         and attention_mask is None
         and model.dtype == torch.float32
         and not torch.is_autocast_enabled(input_ids.device.type)
+        and not carries_adapter(model)
     )
     if fast:
         hidden = encode(model.bert, input_ids, config.hidden_dropout_prob, config.attention_probs_dropout_prob)

@@ -150,11 +150,17 @@ def mean_pooling_classifier(
         encoder=encoder_config.to_dict(), classifier_dropout=classifier_dropout, scalar_mix=scalar_mix, **label_config
     )
     model = MeanPoolingForSequenceClassification(config)
-    if pretrained_encoder is not None:
-        missing, unexpected = model.encoder.load_state_dict(pretrained_encoder.state_dict(), strict=False)
-        unexpected = [name for name in unexpected if not name.startswith("pooler.")]
-        if missing or unexpected:  # the same config built both: a difference is a bug, not a user mistake
-            raise RuntimeError(f"encoder weights do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model if pretrained_encoder is None else load_encoder_weights(model, pretrained_encoder)
+
+
+def load_encoder_weights(
+    model: MeanPoolingForSequenceClassification, pretrained_encoder: nn.Module
+) -> MeanPoolingForSequenceClassification:
+    """`model` with `pretrained_encoder`'s weights in its encoder (its pooler, if any, left behind)."""
+    missing, unexpected = model.encoder.load_state_dict(pretrained_encoder.state_dict(), strict=False)
+    unexpected = [name for name in unexpected if not name.startswith("pooler.")]
+    if missing or unexpected:  # the same config built both: a difference is a bug, not a user mistake
+        raise RuntimeError(f"encoder weights do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
     return model
 
 

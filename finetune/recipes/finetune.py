@@ -6,6 +6,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from finetune.recipes.adapters import ADAPTER_HELP, AdapterConfig
 from finetune.recipes.base import (
     SCHEDULE_KIND_HELP,
     SCHEDULE_KINDS,
@@ -88,6 +89,13 @@ class BackboneConfig(Section):
         description="AWD-LSTM classifiers: TAR's beta (jumps between neighbouring tokens' outputs); "
         "null: the checkpoint's value, else fastai's 1.0; 0: off",
     )
+    adapter: AdapterConfig | None = Field(None, description=ADAPTER_HELP)
+
+    @model_validator(mode="after")
+    def _adapter_on_pretrained_weights(self) -> BackboneConfig:
+        if self.adapter is not None and self.init == "random":
+            raise ValueError("adapter trains beside pretrained weights, which init: random leaves out; remove one")
+        return self
 
 
 class UnfreezingConfig(Section):

@@ -102,6 +102,9 @@ OTHER_TOOLS_NAMES = {
     "label_names": "labels",
     "text_column": "text_columns",
     "wd": "weight_decay",
+    "r": "rank",  # peft's LoraConfig names
+    "lora_alpha": "alpha",
+    "lora_dropout": "dropout",
     "moms": "momentum",
     "stride": "overlap",
     "doc_stride": "overlap",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_serializer, model_validator
 
+from finetune.recipes.adapters import ADAPTER_HELP, AdapterConfig
 from finetune.recipes.base import (
     MAX_VOCABULARY,
     DiscriminativeConfig,
@@ -60,12 +61,18 @@ class TransformerModelConfig(LanguageModelSection):
     max_positions: int | None = Field(
         None, gt=0, description="position embeddings (longest input); null: corpus.block_size"
     )
+    adapter: AdapterConfig | None = Field(None, description="with model.checkpoint: " + ADAPTER_HELP)
 
     @model_validator(mode="after")
     def _consistent_architecture(self) -> TransformerModelConfig:
         given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
         if self.checkpoint is not None and given:
             raise ValueError(f"the architecture comes from model.checkpoint; remove {', '.join(given)}")
+        if self.adapter is not None and self.checkpoint is None:
+            raise ValueError(
+                "adapter trains beside the weights of model.checkpoint; a model trained from scratch has none: "
+                "give model.checkpoint or remove model.adapter"
+            )
         if self.hidden % self.heads:
             raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
         return self

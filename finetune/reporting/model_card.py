@@ -15,6 +15,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.models.adapters import is_adapter_checkpoint
 from finetune.models.choices import choice_registering_import
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
@@ -55,12 +56,35 @@ def _evaluations(records: list[dict], names: list[str]) -> str:
     return _table(["step", "epoch"] + names, rows) if rows else "(no evaluation was logged)"
 
 
-def _loading(architecture_import: str, auto_class: str, folder: str) -> str:
-    return (
-        "```python\n" + architecture_import + f"from transformers import AutoTokenizer, {auto_class}\n\n"
-        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
-        f'model = {auto_class}.from_pretrained("{folder}")\n```'
+def _loading(architecture_import: str, auto_class: str, folder: str, adapter_base: str | None = None) -> str:
+    """How to load the checkpoint in Python; with a LoRA adapter (`adapter_base`: its base checkpoint), through
+    peft, or merged first."""
+    if adapter_base is None:
+        return (
+            "```python\n" + architecture_import + f"from transformers import AutoTokenizer, {auto_class}\n\n"
+            f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
+            f'model = {auto_class}.from_pretrained("{folder}")\n```'
+        )
+    merge = (
+        f"This folder holds a LoRA adapter (peft's format) and the head, not the weights of `{adapter_base}`. "
+        f"`finetune merge {folder} MERGED` writes a plain model, which `{auto_class}.from_pretrained` loads alone"
     )
+    if architecture_import or is_adapter_checkpoint(adapter_base):  # a class of ours, or a base that is an adapter
+        return merge + "."
+    return (
+        merge
+        + "; with peft:\n\n```python\nfrom peft import PeftModel\n"
+        + f"from transformers import AutoConfig, AutoTokenizer, {auto_class}\n\n"
+        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
+        f'config = AutoConfig.from_pretrained("{folder}")  # the labels, the head\'s size\n'
+        f'base = {auto_class}.from_pretrained("{adapter_base}", config=config)\n'
+        f'model = PeftModel.from_pretrained(base, "{folder}")\n```'
+    )
+
+
+def _adapter_base(recipe) -> str | None:
+    """The base checkpoint of a run with a LoRA adapter (model.adapter), else None."""
+    return recipe.model.checkpoint if getattr(recipe.model, "adapter", None) is not None else None
 
 
 class CardKind(NamedTuple):
@@ -236,7 +260,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
         datasets=[dataset] if glue else None,
         eval_results=eval_results,
         metrics=[HUB_METRICS.get(name, name) for name in scores],
-        library_name="transformers",
+        library_name="peft" if _adapter_base(recipe) else "transformers",
         pipeline_tag=kind.task_type,
         model_name=Path(recipe.run_dir).name,
         tags=["finetune", kind.task_type, *kind.tags, *(family.classifier_card_tags if family else ())],
@@ -280,7 +304,7 @@ The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune
 finetune predict PATH_TO_THIS_FOLDER --input {kind.example_input}
 ```
 
-{_loading(kind.architecture, kind.auto_class, "PATH_TO_THIS_FOLDER")}{kind.use_note}
+{_loading(kind.architecture, kind.auto_class, "PATH_TO_THIS_FOLDER", _adapter_base(recipe))}{kind.use_note}
 
 ## Intended use and limits
 
@@ -325,7 +349,7 @@ def language_model_card(recipe, records: list[dict], config) -> ModelCard:
         base_model=hub_base_model(base),
         datasets=[corpus.dataset] if corpus.dataset else None,
         eval_results=eval_results or None,
-        library_name="transformers",
+        library_name="peft" if _adapter_base(recipe) else "transformers",
         pipeline_tag=trained.pipeline_tag,
         model_name=Path(recipe.run_dir).name,
         tags=["finetune", family, *trained.card_tags],
@@ -354,7 +378,7 @@ Loss in nats per token on held-out text:
 {_floor(records)}
 ## How to use
 
-{_loading(architecture, auto, "PATH_TO_THIS_FOLDER")}
+{_loading(architecture, auto, "PATH_TO_THIS_FOLDER", _adapter_base(recipe))}
 
 {next_step}; the full pretraining recipe is `finetune_recipe.yaml`
 beside the weights.

@@ -70,6 +70,9 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
             + (", gradual unfreezing)" if trainable < groups else ")"),
         ),
     ]
+    adapter = parameters.get("adapter")
+    if adapter:  # its line as the run prints it, and what a LoRA step computes that FLOPs count differently
+        rows.insert(2, ("adapter", adapter.removeprefix("adapter: ")))
     decoded = compute["decoded_fraction"]
     how = "forward + backward"
     if decoded is not None and decoded < 1:
@@ -78,6 +81,8 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
         how += f"; examples padded to at most {compute['sequence_length']} tokens, head once per example"
         if compute.get("whole_documents"):
             how += " (whole documents: counted at that length; task.max_length sets it)"
+    if adapter:
+        how += "; frozen weights: forward and the input's gradient, no weight gradient"
     rows.append(("FLOPs per token", f"{si(compute['flops_per_token'], 'FLOP')} ({how})"))
     if trainable < groups:
         rows.append(("  at start", f"{si(compute['flops_per_token_at_start'], 'FLOP')} (frozen groups: forward only)"))
@@ -122,7 +127,8 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
                 f" (at start {memory['gradients_at_start']:,.1f} and {memory['adamw_at_start']:,.1f} MB)"
                 if trainable < groups
                 else ""
-            ),
+            )
+            + ("; gradients and AdamW of the adapter's trainable parameters only" if adapter else ""),
         ),
         (
             "activations",

@@ -36,6 +36,7 @@ from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDo
 from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError, recipe_key
+from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.families import LanguageModelFamily, family_of
 from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import load_language_model, loss_module
@@ -99,8 +100,11 @@ class PretrainStage(TrainingStage):
         )
         if data.backwards:  # config.json says so: fine-tuning, eval and predict then read text backwards too
             mark_backwards(language_model.config)
-        # One parameter group per layer group, each with its discriminative LR.
+        # One parameter group per layer group, each with its discriminative LR; with an adapter, what it trains.
         groups = self.family.layer_groups(language_model)
+        self.adapter = self._attach_adapter(language_model, groups)
+        if self.adapter is not None:
+            groups = trainable_groups(self.family.layer_groups(language_model))
         model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
         lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
@@ -125,14 +129,22 @@ class PretrainStage(TrainingStage):
             )
         self.train_loader, self.validation_loader = train_loader, validation_loader
         return TrainingSetup(
-            self.model,
-            optimizer,
-            train_loader,
-            self._loss,
-            "tokens",
-            self.tokenizer,
-            saved_model=lambda: accelerator.unwrap_model(self.model).language_model,
+            self.model, optimizer, train_loader, self._loss, "tokens", self.tokenizer, saved_model=self._saved_model
         )
+
+    def _attach_adapter(self, language_model, groups):
+        """model.adapter on the continued checkpoint, in place (models/adapters.py); None without one."""
+        adapter, checkpoint = getattr(self.recipe.model, "adapter", None), self.recipe.model.checkpoint
+        if adapter is None:
+            return None
+        with recipe_key("model.adapter"):
+            adapted, summary = attach_adapter(language_model, adapter, groups, checkpoint)
+        console.print(summary, markup=False, highlight=False, soft_wrap=True)
+        return adapted
+
+    def _saved_model(self):
+        """What a checkpoint holds: the language model, or with an adapter the PeftModel (adapter and head)."""
+        return self.adapter if self.adapter is not None else self.accelerator.unwrap_model(self.model).language_model
 
     def _loss(self, model, batch):
         input_ids = batch["input_ids"].to(self.accelerator.device)
@@ -185,13 +197,7 @@ class PretrainStage(TrainingStage):
         )
 
     def finish(self, context: RunContext, step: int) -> Path:
-        return save_language_model(
-            self.accelerator,
-            self.accelerator.unwrap_model(self.model).language_model,
-            self.tokenizer,
-            self.recipe,
-            context.run_dir,
-        )
+        return save_language_model(self.accelerator, self._saved_model(), self.tokenizer, self.recipe, context.run_dir)
 
 
 class LanguageModelData(NamedTuple):

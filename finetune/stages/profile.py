@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import cast
 
@@ -23,10 +23,17 @@ from transformers import AutoConfig, PreTrainedModel
 from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.errors import CheckpointError, UserError, recipe_key
 from finetune.glue.specs import task_spec
+from finetune.models.adapters import attach_adapter, idle_parameters
 from finetune.models.backbones import layer_groups
 from finetune.models.choices import choice_model_skeleton
 from finetune.models.families import family_of, is_recurrent
-from finetune.models.flops import lookup_tables, matmul_gflops, multiply_adds_per_token, training_flops
+from finetune.models.flops import (
+    adapter_training_flops,
+    lookup_tables,
+    matmul_gflops,
+    multiply_adds_per_token,
+    training_flops,
+)
 from finetune.models.heads import classifier_skeleton, fitted_max_length
 from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.language_models import VocabularyOfSize
@@ -61,6 +68,14 @@ class BuiltModel:
     groups: list[list[nn.Parameter]]
     blocks: slice  # which groups are layers (transformer blocks or LSTM layers)
     source: str
+    adapter: str | None = None  # with model.adapter: the run's line about it (its groups hold frozen weights too)
+
+    @property
+    def unfrozen_groups(self) -> list[int]:
+        """The indices of the groups that unfreezing thaws: every one, or with an adapter those it trains in."""
+        if self.adapter is None:
+            return list(range(len(self.groups)))
+        return [index for index, group in enumerate(self.groups) if any(p.requires_grad for p in group)]
 
 
 PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
@@ -91,8 +106,24 @@ def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAUL
 
 
 def stage_model(recipe, upstream: PreTrainedModel | None = None, section: str = "") -> BuiltModel:
-    """The stage's model as it would start training; `upstream`: the previous ulmfit stage's model, whose config
-    stands in for its checkpoint until that stage has run."""
+    """The stage's model as it would start training, with its adapter if the recipe has one (models/adapters.py);
+    `upstream`: the previous ulmfit stage's model, whose config stands in for its checkpoint until that stage has
+    run."""
+    built = backbone_model(recipe, upstream, section)
+    adapter = getattr(recipe.model, "adapter", None)
+    if adapter is None:
+        return built
+    prefix = f"{section}." if section else ""
+    with torch.device("meta"), recipe_key(f"{prefix}model.adapter"):
+        summary = attach_adapter(built.model, adapter, built.groups, recipe.model.checkpoint).summary
+    finder = family_of(recipe.model).layer_groups if isinstance(recipe, PretrainRecipe) else layer_groups
+    idle = idle_parameters(built.model)  # the head's original copy: in memory (counted there), never computed
+    groups = [[parameter for parameter in group if id(parameter) not in idle] for group in finder(built.model)]
+    return replace(built, groups=groups, adapter=summary)
+
+
+def backbone_model(recipe, upstream: PreTrainedModel | None = None, section: str = "") -> BuiltModel:
+    """The stage's model without an adapter (see `stage_model`)."""
     prefix = f"{section}." if section else ""
     config, source = stage_checkpoint_config(recipe, upstream, prefix)
     with torch.device("meta"):
@@ -195,24 +226,36 @@ def max_positions(recipe: PretrainRecipe) -> int | None:
 def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> dict:
     """Parameters, FLOPs, memory and time of one training stage, as a JSON-ready dict."""
     model, groups, training = built.model, built.groups, recipe.training
+    thawable = built.unfrozen_groups
     if isinstance(recipe, PretrainRecipe):
         seq_len = recipe.corpus.block_size
         # The sparse masked LM decodes only the masked positions; the causal families decode every one.
         top_fraction = family_of(recipe.model).decoded_fraction(recipe)
-        trainable = len(groups)  # pretraining never freezes a group
+        trainable = len(thawable)  # pretraining never freezes a group
     else:
         # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
         fitted = fitted_max_length(recipe.task.max_length, model)
         if recipe.task.kind == "spans":  # windows of question and context: 384 tokens unless the recipe says
             fitted = fitted_max_length(recipe.task.max_length or DEFAULT_SPAN_WINDOW, model)
         seq_len = fitted or WHOLE_DOCUMENT_PROFILE_LENGTH
-        top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(groups))  # the head: once per example
-    compute = compute_summary(
-        recipe, multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks), trainable, seq_len
-    )
+        top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(thawable))  # the head: once per example
+    # The first group (bottom to top) that trains in the whole run, and at its start.
+    first_group, first_group_at_start = thawable[0], thawable[len(thawable) - trainable]
+    multiply_adds = multiply_adds_per_token(model, groups, seq_len, top_fraction, built.blocks)
+    if built.adapter is None:
+        flops = (training_flops(multiply_adds, len(groups)), training_flops(multiply_adds, trainable))
+    else:  # LoRA's matrices and the head: what gets weight gradients, beside the frozen weights of their groups
+        adapted = [[parameter for parameter in group if parameter.requires_grad] for group in groups]
+        trained = multiply_adds_per_token(model, adapted, seq_len, top_fraction, built.blocks, layer_terms=False)
+        flops = (
+            adapter_training_flops(multiply_adds, trained, first_group),
+            adapter_training_flops(multiply_adds, trained, first_group_at_start),
+        )
+    compute = compute_summary(recipe, flops, seq_len)
     compute["decoded_fraction"] = top_fraction if isinstance(recipe, PretrainRecipe) else None
     compute["whole_documents"] = not isinstance(recipe, PretrainRecipe) and fitted is None
-    parameters = parameter_summary(model, groups, trainable)
+    parameters = parameter_summary(model, groups, first_group, first_group_at_start)
+    parameters.update(layer_groups=len(thawable), trainable_groups_at_start=trainable, adapter=built.adapter)
     return {
         "stage": recipe.stage,
         "model": model_summary(recipe, model, built.source),
@@ -225,15 +268,15 @@ def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> 
     }
 
 
-def compute_summary(recipe, multiply_adds: list[float], trainable: int, seq_len: int) -> dict:
-    """FLOPs per token and per optimizer step (all groups trainable, and at the start), and with max_steps the run's."""
+def compute_summary(recipe, flops: tuple[float, float], seq_len: int) -> dict:
+    """FLOPs per token and per optimizer step (`flops` per token: all groups trainable, and at the start), and with
+    max_steps the run's."""
     training = recipe.training
     examples_per_step = training.batch_size * training.gradient_accumulation_steps
     # task.both_orders reads every pair twice: (a, b) and (b, a).
     orders = 2 if getattr(getattr(recipe, "task", None), "both_orders", False) else 1
     tokens_per_step = examples_per_step * seq_len * orders
-    per_token = training_flops(multiply_adds, len(multiply_adds))
-    at_start = training_flops(multiply_adds, trainable)
+    per_token, at_start = flops
     runs = len(getattr(recipe, "seeds", None) or [None])  # finetune's seeds: one run each
     steps = training.max_steps
     return {
@@ -250,20 +293,23 @@ def compute_summary(recipe, multiply_adds: list[float], trainable: int, seq_len:
     }
 
 
-def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], trainable: int) -> dict:
-    """Total, embedding tables and the rest, and what the top `trainable` groups hold."""
+def parameter_summary(model: nn.Module, groups: list[list[nn.Parameter]], first: int, first_at_start: int) -> dict:
+    """Total, embedding tables and the rest, and what trains: in the groups from `first` up (every one that ever
+    trains) and from `first_at_start` up (at the start); with an adapter only its trainable parameters there."""
     total = parameter_count(model)
     lookups = lookup_tables(model)
     embeddings = sum(parameter.numel() for parameter in model.parameters() if id(parameter) in lookups)
+
+    def trained_from(index: int) -> int:
+        return sum(parameter.numel() for group in groups[index:] for parameter in group if parameter.requires_grad)
+
     return {
         "total": total,
         "embeddings": embeddings,
         "other": total - embeddings,
-        "trainable_at_start": sum(
-            parameter.numel() for group in groups[len(groups) - trainable :] for parameter in group
-        ),
-        "layer_groups": len(groups),
-        "trainable_groups_at_start": trainable,
+        "trainable": trained_from(first),
+        "trainable_at_start": trained_from(first_at_start),
+        "first_trainable_group": first_at_start,  # bottom to top, counting every group (the adapter's too)
     }
 
 
@@ -271,22 +317,24 @@ def memory_summary(model: PreTrainedModel, built: BuiltModel, parameters: dict, 
     """fp32 weights, gradients and AdamW's two moments in MB (with every group trainable, the most a run reaches,
     and at the start), and the activation estimate of one micro-batch of `tokens` tokens (frozen layers keep none)."""
     layer_bytes = layer_activation_bytes(model, tokens, seq_len)
-    block_groups = range(parameters["layer_groups"])[built.blocks]
-    first_trainable = parameters["layer_groups"] - parameters["trainable_groups_at_start"]
+    block_groups = range(len(built.groups))[built.blocks]
+    first_trainable = parameters["first_trainable_group"]
     trainable_layers = round(
         len(layer_bytes) * sum(index >= first_trainable for index in block_groups) / len(block_groups)
     )
-    total, trainable = parameters["total"], parameters["trainable_at_start"]
+    total, trainable, at_start = parameters["total"], parameters["trainable"], parameters["trainable_at_start"]
     memory = {
         "weights": total * BYTES_PER_VALUE / MB,
-        "gradients": total * BYTES_PER_VALUE / MB,
-        "adamw": 2 * total * BYTES_PER_VALUE / MB,
-        "gradients_at_start": trainable * BYTES_PER_VALUE / MB,
-        "adamw_at_start": 2 * trainable * BYTES_PER_VALUE / MB,
+        "gradients": trainable * BYTES_PER_VALUE / MB,
+        "adamw": 2 * trainable * BYTES_PER_VALUE / MB,
+        "gradients_at_start": at_start * BYTES_PER_VALUE / MB,
+        "adamw_at_start": 2 * at_start * BYTES_PER_VALUE / MB,
         "activations_estimate": sum(layer_bytes) / MB,
         "activations_estimate_at_start": sum(layer_bytes[len(layer_bytes) - trainable_layers :]) / MB,
     }
-    memory["total_estimate"] = total * TRAINING_BYTES_PER_PARAMETER / MB + memory["activations_estimate"]
+    # Weights, and for what trains its gradient and AdamW's two moments (16 bytes a parameter in all).
+    training_bytes = total * BYTES_PER_VALUE + trainable * (TRAINING_BYTES_PER_PARAMETER - BYTES_PER_VALUE)
+    memory["total_estimate"] = training_bytes / MB + memory["activations_estimate"]
     return memory
 
 

@@ -26,6 +26,7 @@ from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBa
 from finetune.data.tasks import LengthGroupedSampler
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
+from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_tokenizer
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
@@ -53,6 +54,7 @@ class TaskStage(TrainingStage):
     epoch or every N steps, dev evaluation with keep-best and early stopping. Subclasses are the task kinds."""
 
     result_file = RESULT_FILE
+    adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
 
     def create_accelerator(self):
         # Gradual unfreezing freezes parameters after DDP has wrapped the model.
@@ -70,9 +72,16 @@ class TaskStage(TrainingStage):
         train_count, dev_count = self.read_task()
         model = self.task_model()
         name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
-        # Layer groups -> discriminative learning rates -> optimizer.
+        # Layer groups -> discriminative learning rates -> optimizer; with an adapter, what it trains of each group.
         with recipe_key("model.checkpoint"):  # a family whose layers cannot be grouped is refused
             self.groups = layer_groups(model)
+        if recipe.model.adapter is not None:
+            with recipe_key("model.adapter"):
+                self.adapter, summary = attach_adapter(
+                    model, recipe.model.adapter, self.groups, recipe.model.checkpoint
+                )
+            console.print(summary, markup=False, highlight=False, soft_wrap=True)
+            self.groups = trainable_groups(layer_groups(model))  # LoRA's matrices and the head's copy are new
         lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
         console.print(
@@ -96,9 +105,13 @@ class TaskStage(TrainingStage):
             self._loss,
             "examples",
             self.tokenizer,
-            saved_model=lambda: accelerator.unwrap_model(self.model),
+            saved_model=self._saved_model,
             before_step=None if self.thaw_every is None else self._thaw_by_steps,
         )
+
+    def _saved_model(self):
+        """What a checkpoint holds: the model, or with an adapter the PeftModel (the adapter and the head)."""
+        return self.adapter if self.adapter is not None else self.accelerator.unwrap_model(self.model)
 
     # What the task's kind decides.
 
@@ -241,7 +254,7 @@ class TaskStage(TrainingStage):
     def _save(self, directory: Path) -> None:
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            save_checkpoint(self.accelerator.unwrap_model(self.model), self.tokenizer, directory, self.recipe)
+            save_checkpoint(self._saved_model(), self.tokenizer, directory, self.recipe)
 
     def finish(self, context: RunContext, step: int) -> Path:
         """The best evaluation's weights (in RUN_DIR/checkpoints/best until now), or the last ones; result.json and

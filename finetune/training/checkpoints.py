@@ -24,11 +24,13 @@ from pathlib import Path
 
 import torch
 import yaml
+from peft import PeftModel
 from pydantic import ValidationError
 
 from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import RunFailed, UserError
+from finetune.models.adapters import ADAPTER_WEIGHTS_FILE, save_adapter
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
 from finetune.training.state import PROGRESS_FILE, TrainingState, read_training_state
@@ -57,8 +59,12 @@ def remove_checkpoint(directory: Path) -> None:
 
 
 def write_model(model, tokenizer, folder: Path, recipe=None) -> None:
-    """Weights (safetensors), config and tokenizer, so `AutoModel*.from_pretrained(folder)` loads them."""
-    model.save_pretrained(str(folder), safe_serialization=True)
+    """Weights (safetensors), config and tokenizer, so `AutoModel*.from_pretrained(folder)` loads them; for a model
+    with a LoRA adapter (a PeftModel) the adapter in peft's format instead of the weights (models/adapters.py)."""
+    if isinstance(model, PeftModel):
+        save_adapter(model, folder)
+    else:
+        model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
     if recipe is not None:
         (folder / HYPERPARAMETERS_FILE).write_text(recipe_to_yaml(recipe), encoding="utf-8")
@@ -267,8 +273,9 @@ def training_checkpoints(folder: Path) -> list[Path]:
 
 
 def _has_weights(folder: Path) -> bool:
-    """Whether all the weights of a model folder are there: model.safetensors, or every shard its index names."""
-    if (folder / WEIGHTS_FILE).is_file():
+    """Whether all the weights of a model folder are there: model.safetensors (a LoRA adapter's file), or every
+    shard its index names."""
+    if (folder / WEIGHTS_FILE).is_file() or (folder / ADAPTER_WEIGHTS_FILE).is_file():
         return True
     index = folder / WEIGHTS_INDEX_FILE
     if not index.is_file():

@@ -52,6 +52,7 @@ LARGE_MODEL_LR = 3e-5
 # (Llama 2: 3e-4, decayed to 3e-5), and the published full fine-tuning recipes for them use 1e-5 to 2e-5 (Alpaca:
 # 2e-5 on Llama 7B): the low end of BERT-base's 2e-5 to 5e-5, for models 5 to 100 times its size. Not measured here.
 DECODER_LR = 2e-5
+ADAPTER_LR = 5e-4  # LoRA trains few weights from zero: the LoRA paper's RoBERTa-base GLUE rates are 4e-4 to 5e-4
 # The schedule keys that only one kind reads: a value other than the default tells which kind the user means.
 SCHEDULE_KIND_KEYS = {
     "stlr": ("cut_frac", "ratio"),
@@ -219,6 +220,8 @@ def backbone_defaults(backbone: Backbone) -> dict[str, tuple[Any, str]]:
 def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     """The recipe with every open technique key decided: from the section's other keys, else the backbone's default."""
     defaults = backbone_defaults(backbone)
+    if recipe.model.adapter is not None:
+        defaults["training.lr"] = (ADAPTER_LR, "default for a LoRA adapter (the LoRA paper's GLUE rates)")
     if recipe.task.kind in HEADS_OF_THEIR_OWN:  # its family's own head per token or choice: nothing to pool
         defaults["pooling"] = ("model", HEADS_OF_THEIR_OWN[recipe.task.kind].default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
