@@ -14,7 +14,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.models.hub import load_model
+from finetune.models.loading import load_model
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import FinetuneStage, run_finetune
 from finetune.training.techniques import describe_backbone, resolve_techniques

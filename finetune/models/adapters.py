@@ -10,37 +10,23 @@ the head: `PeftModel.from_pretrained(base, folder)` loads it), the model's confi
 `architectures` the class the adapter was trained on), the tokenizer and finetune_recipe.yaml. Its base is the
 checkpoint named by adapter_config.json's base_model_name_or_path, an absolute path for a local folder; it may be
 an adapter checkpoint itself (ULMFiT's stage 3 with LoRA on stage 2's LoRA language model), loaded the same way.
-`load_adapter_checkpoint` is what `models.hub.load_model` does with such a folder: base + adapter, merged into a
-plain model, so predict, eval, generate and a later stage read it as any checkpoint.
+`load_model` (models/loading.py) reads such a folder as base + adapter, merged into a plain model, so predict, eval,
+generate and a later stage read it as any checkpoint.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import transformers
 from torch import nn
-from transformers import AutoConfig, AutoModel
 
-from finetune.errors import CheckpointError, InputError
-from finetune.models.hub import _first_line, _held_load_report, load_model, load_pretrained, resolve_checkpoint
-from finetune.models.mean_pooling import MeanPoolingConfig, backbone_config, load_encoder_weights
+from finetune.errors import InputError
+from finetune.models.hub import _first_line
+from finetune.models.mean_pooling import backbone_config
 
-ADAPTER_CONFIG_FILE = "adapter_config.json"  # peft's names
-ADAPTER_WEIGHTS_FILE = "adapter_model.safetensors"
 ALL_LINEAR = "all-linear"  # peft's every linear layer but the output layer
-# The Auto classes whose models the toolkit trains: one of them built the model an adapter was trained on.
-TRAINED_AUTO_CLASSES = (
-    "AutoModelForSequenceClassification",
-    "AutoModelForTokenClassification",
-    "AutoModelForQuestionAnswering",
-    "AutoModelForMultipleChoice",
-    "AutoModelForMaskedLM",
-    "AutoModelForCausalLM",
-)
 Groups = list[list[nn.Parameter]]
 
 
@@ -55,11 +41,6 @@ def carries_adapter(model: nn.Module) -> bool:
     """Whether peft has put an adapter in this model (it sets `peft_config` on the model it adapts in place): the
     fast training routes that read weights directly (models/masked_lm.py, causal_lm.py) would skip it."""
     return getattr(model, "peft_config", None) is not None
-
-
-def is_adapter_checkpoint(name: str | Path) -> bool:
-    """Whether a local folder holds a peft adapter (adapter_config.json) rather than whole weights."""
-    return (Path(name) / ADAPTER_CONFIG_FILE).is_file()
 
 
 def base_reference(checkpoint: str) -> str:
@@ -97,16 +78,15 @@ def default_target_modules(model_type: str) -> tuple[list[str] | str, str]:
     return ALL_LINEAR, f"every linear layer of the blocks: peft has no choice for {model_type}"
 
 
-def attach_adapter(model, adapter, groups: Groups, base: str) -> Adapted:
+def attach_adapter(model, adapter, groups: Groups, base: str, recurrent: bool = False) -> Adapted:
     """Put the recipe's LoRA adapter (`adapter`: recipes/adapters.py's section) on `model` in place, the head (the
     top of its layer `groups`) trained fully; returns the PeftModel a checkpoint saves. `base`: the checkpoint the
-    model was loaded from. Refusals are InputErrors, named by the caller (`recipe_key("model.adapter")`)."""
+    model was loaded from; `recurrent`: the model is an LSTM (models/families.py knows, which imports this module
+    through the loaders). Refusals are InputErrors, named by the caller (`recipe_key("model.adapter")`)."""
     from peft import LoraConfig, get_peft_model
 
-    from finetune.models.families import WHOLE_DOCUMENT_TYPES
-
     model_type = backbone_config(model.config).model_type
-    if model_type in WHOLE_DOCUMENT_TYPES:
+    if recurrent:
         raise InputError(
             f"LoRA adapts a transformer's linear layers; {base} is a '{model_type}' model: train it without an "
             "adapter (ULMFiT's gradual unfreezing and discriminative LRs fine-tune it whole)",
@@ -198,85 +178,6 @@ def save_adapter(adapted, folder: Path) -> None:
     model = adapted.get_base_model()
     model.config.architectures = [type(model).__name__]  # what save_pretrained records for a whole model
     model.config.save_pretrained(str(folder))
-
-
-def adapter_base(folder: str | Path) -> str:
-    """The base checkpoint an adapter folder names, resolved (a CheckpointError when it is gone)."""
-    try:
-        stored = json.loads((Path(folder) / ADAPTER_CONFIG_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise CheckpointError(f"cannot read {ADAPTER_CONFIG_FILE} ({_first_line(error)})", source=folder) from None
-    base = stored.get("base_model_name_or_path") if isinstance(stored, dict) else None
-    if not isinstance(base, str) or not base:
-        raise CheckpointError(f"{ADAPTER_CONFIG_FILE} names no base_model_name_or_path", source=folder)
-    try:
-        return resolve_checkpoint(base)
-    except CheckpointError as error:
-        raise CheckpointError(
-            f"{folder} is a LoRA adapter on {base}, which cannot be read ({error.reason}): put that "
-            f"checkpoint back, or load a merged model (`finetune merge {folder} MERGED` where the base is there)",
-            value=base,
-        ) from None
-
-
-def trained_class(config, folder: str | Path):
-    """The model class an adapter was trained on, named by its config.json's `architectures`."""
-    name = (getattr(config, "architectures", None) or [None])[0]
-    for auto_name in TRAINED_AUTO_CLASSES:
-        mapping = getattr(transformers, auto_name)._model_mapping
-        if type(config) in mapping and mapping[type(config)].__name__ == name:
-            return mapping[type(config)]
-    found = getattr(transformers, name, None) if name else None
-    if found is None:
-        raise CheckpointError(f"config.json names no model class the adapter was trained on ({name})", source=folder)
-    return found
-
-
-def load_base_model(model_class, base: str, config, trust_remote_code: bool = False, **kwargs):
-    """The model an adapter was trained on, before training: `config`'s model of `model_class` with the base
-    checkpoint's weights (a head the base does not hold starts fresh: the adapter file holds the trained one)."""
-    from finetune.models.heads import is_classifier  # late: heads loads checkpoints through hub, which calls here
-
-    if isinstance(config, MeanPoolingConfig):  # our head on the base's encoder, as models/heads.py builds it
-        encoder = load_model(AutoModel, base, trust_remote_code=trust_remote_code)
-        return load_encoder_weights(model_class(config), encoder)
-    stored = load_pretrained(AutoConfig.from_pretrained, base, trust_remote_code=trust_remote_code)
-    # A warm start from a classifier of other labels: its output layer, of another size, is renewed.
-    counts = (stored.num_labels, config.num_labels) if is_classifier(stored) else None
-    return load_model(
-        model_class, base, trust_remote_code=trust_remote_code, config=config, label_counts=counts, **kwargs
-    )
-
-
-def load_adapter_checkpoint(model_class, folder: str, *, trust_remote_code: bool = False, config=None, **kwargs):
-    """An adapter checkpoint as a plain model of `model_class` (an Auto class or a model class): its base with the
-    adapter merged in. `config` and the other keywords are `load_model`'s; another class or config than the adapter
-    was trained with (a classifier on a masked LM's adapter) reads the merged weights as from a folder."""
-    from peft import PeftModel
-
-    stored = load_pretrained(AutoConfig.from_pretrained, folder, trust_remote_code=trust_remote_code)
-    own_class = trained_class(stored, folder)
-    label_counts = kwargs.pop("label_counts", None)  # the folder's own head to `config`'s (a warm start)
-    same = config is None or config.to_dict() == stored.to_dict()
-    with _held_load_report() as report:
-        model = load_base_model(own_class, adapter_base(folder), stored, trust_remote_code, **(kwargs if same else {}))
-        report.discard()  # the head it lists as new is in the adapter file
-    merged = PeftModel.from_pretrained(model, folder).merge_and_unload()
-    merged.config._name_or_path = str(folder)
-    mapping = getattr(model_class, "_model_mapping", None)
-    wanted = mapping[type(stored)] if mapping is not None and type(stored) in mapping else model_class
-    if same and wanted is own_class:
-        return merged
-    with tempfile.TemporaryDirectory() as scratch:  # the merged weights read as a folder of them would be
-        merged.save_pretrained(scratch)
-        return load_model(
-            model_class,
-            scratch,
-            trust_remote_code=trust_remote_code,
-            config=config,
-            label_counts=label_counts,
-            **kwargs,
-        )
 
 
 def _as_list(targets: Any) -> list[str]:

@@ -38,8 +38,9 @@ from finetune.models.awd_lstm import (
 )
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
 from finetune.models.cpu_dropout import dropout
-from finetune.models.hub import load_for_continued_pretraining, refuse_other_model_type
+from finetune.models.hub import refuse_other_model_type
 from finetune.models.linear_cross_entropy import linear_cross_entropy
+from finetune.models.loading import load_for_continued_pretraining
 from finetune.models.masked_lm import MaskedLMOutput
 from finetune.models.objectives import CarriedStateLoss, LanguageModelLoss
 

@@ -60,13 +60,8 @@ from finetune.models.causal_transformer import (
     CausalTransformerForCausalLM,
     build_causal_transformer,
 )
-from finetune.models.hub import (
-    load_model,
-    load_pretrained,
-    refuse_other_model_type,
-    resolve_checkpoint,
-    stored_model_type,
-)
+from finetune.models.hub import load_pretrained, refuse_other_model_type, resolve_checkpoint, stored_model_type
+from finetune.models.loading import load_model
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.ngram import NGRAM_TYPE, NGramForCausalLM, NGramNextTokenLM

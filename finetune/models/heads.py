@@ -17,7 +17,14 @@ from finetune.errors import CheckpointError, InputError
 from finetune.glue.specs import TaskSpec
 from finetune.models.awd_lstm import remap_vocabulary_rows
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMENT_TYPES
-from finetune.models.hub import auto_class_lacks_family, load_model, load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.hub import (
+    auto_class_lacks_family,
+    is_classifier,
+    load_pretrained,
+    load_tokenizer,
+    resolve_checkpoint,
+)
+from finetune.models.loading import load_model
 from finetune.models.mean_pooling import MeanPoolingConfig, mean_pooling_classifier
 from finetune.models.mean_pooling import backbone_config as encoder_config
 from finetune.models.task_heads import no_head_refusal
@@ -312,11 +319,6 @@ def new_mean_pooling_classifier(
     return mean_pooling_classifier(
         stored, encoder, classifier_dropout, scalar_mix=pooling == "scalar_mix", **label_config(spec)
     )
-
-
-def is_classifier(config) -> bool:
-    """True for the config of a fine-tuned sequence classifier (not of a language model or bare encoder)."""
-    return any(name.endswith("ForSequenceClassification") for name in (config.architectures or []))
 
 
 def stored_labels(config) -> dict[int, str]:

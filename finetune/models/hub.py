@@ -6,14 +6,12 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import torch
 from huggingface_hub import try_to_load_from_cache
 from safetensors import SafetensorError, safe_open
-from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerBase
 
 from finetune.errors import CheckpointError
 
@@ -82,23 +80,17 @@ def check_weight_files(folder: Path) -> None:
             ) from None
 
 
-def load_model(
+def load_model_folder(
     model_class, name: str, *, trust_remote_code: bool = False, label_counts: tuple[int, int] | None = None, **kwargs
 ):
     """`model_class.from_pretrained` through `load_pretrained`, refusing weights of other shapes than config.json's.
 
     transformers would fail with a traceback, or re-initialise those tensors when asked to ignore them.
     `label_counts`: (stored, new) outputs of a warm-started classifier: tensors whose shapes differ only there
-    are its output layer, renewed for the new labels. A LoRA adapter's folder loads as its base with the adapter
-    merged in (models/adapters.py).
+    are its output layer, renewed for the new labels. Whole weights only: models/loading.py's `load_model` also
+    reads LoRA adapter folders, and is what the package calls.
     """
     if Path(name).is_dir():
-        from finetune.models.adapters import is_adapter_checkpoint, load_adapter_checkpoint  # late: it imports us
-
-        if is_adapter_checkpoint(name):
-            return load_adapter_checkpoint(
-                model_class, name, trust_remote_code=trust_remote_code, label_counts=label_counts, **kwargs
-            )
         check_weight_files(Path(name))
     with _held_load_report() as report:
         model, loading = load_pretrained(
@@ -268,6 +260,11 @@ def auto_class_lacks_family(auto_class, model_type: str | None) -> bool:
     )
 
 
+def is_classifier(config) -> bool:
+    """True for the config of a fine-tuned sequence classifier (not of a language model or bare encoder)."""
+    return any(name.endswith("ForSequenceClassification") for name in (config.architectures or []))
+
+
 def _first_line(error: Exception) -> str:
     """The first line of an exception's message (or its type)."""
     return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -295,27 +292,3 @@ def stored_model_type(name: str) -> str | None:
         return None
     model_type = (_stored_json(name, CONFIG_FILE) or {}).get("model_type")
     return model_type if isinstance(model_type, str) else None
-
-
-def load_for_continued_pretraining(
-    model_class,
-    name: str,
-    dropout: float | None,
-    dropout_fields: Callable[[Any], Iterable[str]],
-    check: Callable[[Any], None],
-    **options,
-):
-    """A pretrained checkpoint as `model_class` (a family's class or an Auto class), to continue pretraining it
-    (`model.checkpoint`).
-
-    `check(config)` refuses a checkpoint of another family in one line; `dropout`, when given, replaces the
-    checkpoint's own in every config field `dropout_fields(config)` names. The weights load in float32 whatever
-    the checkpoint stores (bf16 hub weights included): mixed precision is the training loop's, by autocast.
-    """
-    source = resolve_checkpoint(name)
-    config = load_pretrained(AutoConfig.from_pretrained, source)
-    check(config)
-    if dropout is not None:
-        for field in dropout_fields(config):
-            setattr(config, field, dropout)
-    return load_model(model_class, source, config=config, dtype=torch.float32, **options)

@@ -17,7 +17,8 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from finetune.errors import CheckpointError
-from finetune.models.hub import load_model, load_pretrained, resolve_checkpoint
+from finetune.models.hub import load_pretrained, resolve_checkpoint
+from finetune.models.loading import load_model
 
 # Each task kind's Auto-class mapping (config class -> model class): transformers' own and those registered with it
 # (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head).

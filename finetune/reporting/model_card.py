@@ -15,10 +15,10 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
-from finetune.models.adapters import is_adapter_checkpoint
 from finetune.models.choices import choice_registering_import
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
+from finetune.models.loading import is_adapter_checkpoint
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).

@@ -26,7 +26,8 @@ from finetune.models.awd_lstm import AWDLSTMForCausalLM
 from finetune.models.causal_lm import MemoryNextTokenLM, NextTokenLM, RecurrentNextTokenLM
 from finetune.models.causal_transformer import CausalTransformerForCausalLM
 from finetune.models.families import CAUSAL_MODEL_TYPES, GPT2, reads_next_tokens
-from finetune.models.hub import load_model, load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.loading import load_model
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
 from finetune.models.objectives import LanguageModelLoss
 from finetune.training.checkpoints import trained_document_kind
@@ -91,7 +92,7 @@ def load_causal_language_model(checkpoint: str | Path, command: str, key: str = 
     """(model in eval mode, tokenizer) of a causal checkpoint (this toolkit's causal families, or a decoder of
     transformers' own: `reads_next_tokens`) with the tokenizer saved beside it; a masked LM, a classifier or another
     family is refused in one line naming its type."""
-    from finetune.models.heads import is_classifier
+    from finetune.models.hub import is_classifier
 
     with recipe_key(key):
         source = resolve_checkpoint(str(checkpoint))

@@ -15,8 +15,8 @@ from transformers import AutoConfig
 
 from finetune.console import console
 from finetune.errors import InputError, UserError, recipe_key
-from finetune.models.adapters import ADAPTER_CONFIG_FILE, is_adapter_checkpoint, load_adapter_checkpoint, trained_class
 from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
+from finetune.models.loading import ADAPTER_CONFIG_FILE, is_adapter_checkpoint, load_adapter_checkpoint, trained_class
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 
 

@@ -28,7 +28,9 @@ from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
+from finetune.models.families import is_recurrent
 from finetune.models.hub import load_tokenizer
+from finetune.models.mean_pooling import backbone_config
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
@@ -77,8 +79,9 @@ class TaskStage(TrainingStage):
             self.groups = layer_groups(model)
         if recipe.model.adapter is not None:
             with recipe_key("model.adapter"):
+                recurrent = is_recurrent(backbone_config(model.config))
                 self.adapter, summary = attach_adapter(
-                    model, recipe.model.adapter, self.groups, recipe.model.checkpoint
+                    model, recipe.model.adapter, self.groups, recipe.model.checkpoint, recurrent
                 )
             console.print(summary, markup=False, highlight=False, soft_wrap=True)
             self.groups = trainable_groups(layer_groups(model))  # LoRA's matrices and the head's copy are new

@@ -30,7 +30,8 @@ from pydantic import ValidationError
 from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import RunFailed, UserError
-from finetune.models.adapters import ADAPTER_WEIGHTS_FILE, save_adapter
+from finetune.models.adapters import save_adapter
+from finetune.models.loading import ADAPTER_WEIGHTS_FILE
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
 from finetune.training.state import PROGRESS_FILE, TrainingState, read_training_state
