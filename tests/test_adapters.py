@@ -331,3 +331,29 @@ def test_an_adapter_on_a_language_model_adapter(tmp_path):
     merged = AutoModelForSequenceClassification.from_pretrained(tmp_path / "merged").eval()
     with torch.no_grad():
         assert torch.allclose(toolkit(**batch).logits, merged(**batch).logits, atol=1e-5)
+
+
+def test_evaluation_during_training_reads_the_adapter(tmp_path):
+    """The dev scores a run records (and keep_best chooses by) come from the adapted model: the padding-free BERT
+    route of prediction (models/packed_bert.py) reads weights directly, which would skip LoRA and the head's copy."""
+    from accelerate import Accelerator
+
+    from finetune.models.adapters import attach_adapter
+    from finetune.models.backbones import layer_groups
+    from finetune.recipes.adapters import AdapterConfig
+    from finetune.training.predict import predict_logits
+
+    base = save_tiny_checkpoint(tmp_path / "bert", "bert")
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=2)
+    attach_adapter(model, AdapterConfig(rank=4, alpha=8, dropout=0.0), layer_groups(model), str(base))
+    torch.manual_seed(0)
+    with torch.no_grad():  # a trained adapter and head: B is no longer zero, the head's copy differs
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn_like(parameter))
+    model.eval()
+    input_ids = torch.tensor([[2, 10, 11, 12, 3], [2, 13, 14, 3, 0]])
+    batch = {"input_ids": input_ids, "attention_mask": (input_ids != 0).long()}
+    expected = model(**batch).logits
+    found = predict_logits(Accelerator(cpu=True), model, [batch])
+    torch.testing.assert_close(torch.from_numpy(found), expected, rtol=1e-4, atol=1e-5)

@@ -9,7 +9,8 @@ mask. Q, K and V come from one product, and the rest of each layer is the masked
 (tests/test_packed_bert.py).
 
 Covered: `BertForSequenceClassification` (the [CLS] pooler) and the mean-pooling classifier on a BERT encoder
-(models/mean_pooling.py, without a scalar mix), in evaluation, fp32, without autocast, on right-padded batches.
+(models/mean_pooling.py, without a scalar mix), in evaluation, fp32, without autocast, on right-padded batches, and
+without a LoRA adapter in it (a run's dev evaluation with one; an adapter checkpoint loads merged, and is covered).
 Anything else returns None and takes the model's own forward.
 """
 
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from transformers import BertForSequenceClassification, BertModel
 
+from finetune.models.adapters import carries_adapter
 from finetune.models.masked_lm import after_attention, stacked_qkv
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification
 
@@ -59,6 +61,7 @@ def _covered(model, input_ids: Tensor) -> bool:
     config = encoder.config
     return (
         isinstance(encoder, BertModel)
+        and not carries_adapter(model)  # LoRA adds to the projections this route reads as plain weights
         and not model.training
         and model.dtype == torch.float32
         and not torch.is_autocast_enabled(input_ids.device.type)
