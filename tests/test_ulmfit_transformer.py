@@ -70,6 +70,7 @@ def test_a_given_masked_checkpoint_is_not_trained_again_and_stage_2_continues_it
     output = " ".join(result.output.split())
     assert f"ulmfit stage 1 of 3: general-domain language model: {checkpoint} as given (not trained again)" in output
     assert "model.family bert: masked language modelling" in output
+    assert f"{checkpoint} holds no language-model head (a BertModel): the head starts fresh" in output
     assert not (tmp_path / "run" / "1-general-lm").exists()
     # stage 3 took the backbone's defaults (the section gives no lr, schedule or unfreezing)
     assert "default for a bert transformer" in output
@@ -112,3 +113,18 @@ def test_a_given_decoder_is_continued_as_a_causal_language_model_then_fine_tuned
     assert "peak lr 2e-05" in output  # stage 3 on the decoder's own default
     classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "3-classifier" / "checkpoint")
     assert classifier.config.model_type == "llama" and classifier.config.pad_token_id is not None
+
+
+def test_a_missing_head_is_said_in_one_line_not_called_corrupted(tmp_path, caplog):
+    from transformers import BertForMaskedLM
+
+    from finetune.models.loading import load_for_continued_pretraining
+
+    checkpoint = save_tiny_checkpoint(tmp_path / "encoder", "bert", head="base")
+    with caplog.at_level("WARNING"):
+        model = load_for_continued_pretraining(
+            BertForMaskedLM, str(checkpoint), None, lambda config: (), lambda c: None
+        )
+    assert isinstance(model, BertForMaskedLM)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight  # tied, fresh head
+    assert not [record for record in caplog.records if "corrupted" in record.getMessage()]

@@ -20,6 +20,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel
 
+from finetune.console import console
 from finetune.errors import CheckpointError
 from finetune.models.hub import (
     _first_line,
@@ -161,4 +162,23 @@ def load_for_continued_pretraining(
     if dropout is not None:
         for field in dropout_fields(config):
             setattr(config, field, dropout)
+    stored = [str(architecture) for architecture in config.architectures or []]
+    if stored and not any(architecture.endswith(LANGUAGE_MODEL_HEADS) for architecture in stored):
+        # A bare encoder or decoder (a sentence-embedding checkpoint): transformers calls the tie of the head it
+        # lacks "corrupted"; what happens is that the head starts fresh, which one line says instead.
+        console.print(
+            f"{name} holds no language-model head (a {stored[0]}): the head starts fresh, its output layer tied "
+            "to the input embeddings where the family ties them",
+            markup=False,
+            highlight=False,
+        )
+        with _held_load_report() as report:
+            model = load_model(model_class, source, config=config, dtype=torch.float32, **options)
+            report.records[:] = [record for record in report.records if _TIE_WARNING not in record.getMessage()]
+        return model
     return load_model(model_class, source, config=config, dtype=torch.float32, **options)
+
+
+# Class-name endings of checkpoints that hold a language-model head (masked or causal; BERT's pretraining heads too).
+LANGUAGE_MODEL_HEADS = ("ForMaskedLM", "ForCausalLM", "LMHeadModel", "ForPreTraining")
+_TIE_WARNING = "This checkpoint seem corrupted. The tied weights mapping"
