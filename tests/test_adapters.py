@@ -348,7 +348,7 @@ def test_evaluation_during_training_reads_the_adapter(tmp_path):
     attach_adapter(model, AdapterConfig(rank=4, alpha=8, dropout=0.0), layer_groups(model), str(base))
     torch.manual_seed(0)
     with torch.no_grad():  # a trained adapter and head: B is no longer zero, the head's copy differs
-        for name, parameter in model.named_parameters():
+        for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.add_(torch.randn_like(parameter))
     model.eval()
