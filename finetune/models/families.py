@@ -438,7 +438,7 @@ def family_of(model_config) -> LanguageModelFamily:
 def reads_next_tokens(config) -> bool:
     """Whether a loaded config is of a causal language model `finetune generate` and `score` read: one of this
     toolkit's causal families, or a decoder of transformers' families (llama, qwen2, ...)."""
-    return config.model_type in CAUSAL_MODEL_TYPES or AUTO_CAUSAL_LM.owns(config)
+    return is_decoder_type(config.model_type) and not getattr(config, "is_encoder_decoder", False)
 
 
 def family_of_model_type(model_type: str) -> LanguageModelFamily | None:
