@@ -6,7 +6,7 @@ line continuations become the commands a prompt would run, and nothing runs. `ch
 without running it: the program is one we ship or name, a finetune subcommand and its options parse, its recipe
 with the command's overrides validates, a make target exists, a test or benchmark file and its flags exist.
 
-tests/test_doc_commands.py runs these checks in `make test`; tests/docs_check.py runs the commands for real
+tests/project/test_doc_commands.py runs these checks in `make test`; tests/docs_check.py runs the commands for real
 (`make docs-check`).
 """
 

@@ -9,7 +9,7 @@ other family with a language-model head. Each keeps what can be kept of those ro
 - a causal LM takes the base model's last hidden state into `linear_cross_entropy` with the output embeddings (no
   logits tensor) for the families whose logits are exactly that product (`SPLIT_OUTPUT_TYPES`); the others (Gemma
   2's soft-capping, Cohere's and Granite's logit scaling, any family not checked) go through the model's logits.
-tests/test_continued_families.py checks both routes against the model's own full logits for every family listed.
+tests/stages/test_continued_families.py checks both routes against the model's own full logits for every family listed.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ written as seven elementwise passes over the 4 x hidden activations, each also s
 `bernoulli_` dropout masks. `decode` computes the same function with PyTorch's fused tanh-approximate GELU,
 the integer-threshold dropout, and attention written out (SDPA takes its unfused path on CPU as soon as attention
 dropout is on). Evaluation, autocast, bf16 and GPT-2 variants with other attention options keep Hugging Face's
-forward, which is also the reference tests/test_causal_lm_route.py compares with.
+forward, which is also the reference tests/models/test_causal_lm_route.py compares with.
 
 The gpt2 family's own model with Transformer-XL memory or sparse attention (models/causal_transformer.py) trains
 through `MemoryNextTokenLM`, which carries the memory from batch to batch as the AWD-LSTM's wrapper does its state.

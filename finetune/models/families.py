@@ -396,7 +396,7 @@ _CONTINUED_BESIDE: dict[LanguageModelFamily, LanguageModelFamily] = {BERT: AUTO_
 _OWN_MODEL_TYPES = {f.model_type for f in FAMILIES.values() if f.registering_import}
 
 # The decoders of transformers' families that continued pretraining is tested on, beside gpt2: those whose fused
-# loss is checked against their own logits (tests/test_continued_families.py); any other decoder with a causal-LM
+# loss is checked against their own logits (tests/stages/test_continued_families.py); any other decoder with a causal-LM
 # head continues too (AUTO_CAUSAL_LM), through its logits.
 DECODER_MODEL_TYPES = SPLIT_OUTPUT_TYPES
 # The causal model types `finetune pretrain` writes: ours and the decoders above (what the fine-tuning stages read

@@ -10,7 +10,7 @@ these passes over memory cost about as much as the matrix products.
 its softmax and then, in place, the gradient of the loss with respect to them, and the gradients of the inputs,
 the weight and the bias are taken right there in the forward (as Liger-Kernel's fused linear cross-entropy does
 on GPUs); backward only scales them. Same loss and gradients as `F.cross_entropy(F.linear(x, W, b), labels)` up to
-float rounding (tests/test_linear_cross_entropy.py). Forward + backward on 2 CPU cores (2026-11-24):
+float rounding (tests/models/test_linear_cross_entropy.py). Forward + backward on 2 CPU cores (2026-11-24):
 4,480 x 200 -> 8,000 (the AWD-LSTM): 293 -> 143 ms; 4,096 x 256 -> 16,000 (a small GPT-2): 575 -> 316 ms;
 614 x 256 -> 30,522 (BERT-mini's masked rows): 160 -> 99 ms.
 

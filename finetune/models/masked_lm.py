@@ -62,7 +62,7 @@ def load_masked_lm(name: str, dropout: float | None = None) -> BertForMaskedLM:
 def encode(bert: BertModel, input_ids: torch.Tensor, hidden_dropout: float, attention_dropout: float) -> torch.Tensor:
     """`BertModel`'s forward for blocks without padding (no attention mask), written out for training.
 
-    The same parameters and arithmetic as Hugging Face's (tests/test_masked_lm.py compares them with
+    The same parameters and arithmetic as Hugging Face's (tests/models/test_masked_lm.py compares them with
     dropout off); token type 0 and positions 0..n-1 are the same for every block, so they are added once.
     """
     embeddings = bert.embeddings

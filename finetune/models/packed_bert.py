@@ -6,7 +6,7 @@ profiled on a 2-core CPU) work on each token alone, so `packed_logits` runs them
 matrix and scatters into the padded (batch, length) layout only for attention, which SDPA reads with the padding
 mask. Q, K and V come from one product, and the rest of each layer is the masked LM's training route
 (models/masked_lm.py). The arithmetic is Hugging Face's, in other product shapes: logits agree to float rounding
-(tests/test_packed_bert.py).
+(tests/models/test_packed_bert.py).
 
 Covered: `BertForSequenceClassification` (the [CLS] pooler) and the mean-pooling classifier on a BERT encoder
 (models/mean_pooling.py, without a scalar mix), in evaluation, fp32, without autocast, on right-padded batches, and

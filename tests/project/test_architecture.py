@@ -1,0 +1,211 @@
+"""The package's import structure: layers that import only downwards, and no import cycle.
+
+The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
+    cli, __main__, the package itself      the commands
+    stages                                 one module per command
+    training, reporting                    the loop, optimisers, schedules; plots, cards, trackers
+    models, data, glue                     what is trained and read
+    recipes, run_dir, run_lock             what a run is told, and where it writes
+    errors, console, safe_yaml, glue.specs, _version   foundations (the GLUE task table is data)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package modules it imports anywhere in its file (late imports inside functions included)."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+                targets.update(name for name in names if name in modules)
+                if node.module in modules and not all(name in modules for name in names):
+                    targets.add(node.module)  # a name defined in the module itself, not only its submodules
+            elif isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names if alias.name in modules)
+        # A package importing its own submodules (to register them) is not a cycle back into itself.
+        graph[name] = {target for target in targets if target != name and not target.startswith(name + ".")}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle as a list of modules (first repeated at the end), or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state:
+                found = visit(target, path + [target])
+                if found:
+                    return found
+        state[node] = 2
+        return []
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start, [start])
+            if found:
+                return found
+    return []
+
+
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert len(graph) > 50 and "finetune.stages.finetune" in graph["finetune.cli"] | {
+        target for targets in graph.values() for target in targets
+    }
+    assert find_cycle(graph) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) == []
+
+
+LAYERS = [
+    {"finetune", "finetune.cli", "finetune.__main__"},
+    {"finetune.stages"},
+    {"finetune.training", "finetune.reporting"},
+    {"finetune.models", "finetune.data", "finetune.glue"},
+    {"finetune.recipes", "finetune.run_dir", "finetune.run_lock"},
+    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune.glue.specs", "finetune._version"},
+]
+
+
+def layer_of(module: str) -> int:
+    """The index of the layer of `module`: the longest matching prefix decides (glue.specs before glue)."""
+    matches = [
+        (len(prefix), index)
+        for index, layer in enumerate(LAYERS)
+        for prefix in layer
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    assert matches, f"{module} is in no layer: add it to LAYERS (and to the picture in docs/architecture.md)"
+    return max(matches)[1]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_of(target) < layer_of(module)
+    )
+
+
+def test_imports_run_downwards_only():
+    graph = import_graph()
+    assert upward_imports(graph) == []
+    # The scan sees real imports, late ones included: the recipes check task names against the GLUE table.
+    assert "finetune.glue.specs" in graph["finetune.recipes.base"]
+
+
+def test_an_upward_import_is_reported():
+    assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
+        "finetune.recipes.base -> finetune.glue.metrics"
+    ]
+
+
+def function_lengths(paths) -> dict[str, int]:
+    """'module:function' -> lines, for every function (nested ones included) of the given files."""
+    lengths = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lengths[f"{module_name(path)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return lengths
+
+
+def test_no_stage_or_loop_function_is_longer_than_sixty_lines():
+    """The run's life cycle is the driver's, the step the loop's: what a stage adds stays short enough to read."""
+    paths = [*(PACKAGE / "stages").glob("*.py"), *(PACKAGE / "training").glob("*.py")]
+    lengths = function_lengths(paths)
+    assert "finetune.training.loop:train_epoch" in lengths and "finetune.stages.task_stage:setup" in lengths
+    assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
+
+
+def names_used(path: Path) -> set[str]:
+    return {node.id for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Name)} | {
+        node.attr for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Attribute)
+    }
+
+
+def test_the_training_state_is_written_and_read_in_one_place():
+    """progress.json and the per-process tensors: written by TrainingState.write and read by read_training_state
+    (training/state.py), which alone knows the format and migrates older ones; the rest only passes the state on."""
+    # Called by load_training_state alone (with accelerate's part of the state and the attachments).
+    callers = {module_name(path) for path in PACKAGE.rglob("*.py") if "read_training_state" in names_used(path)}
+    assert callers == {"finetune.training.checkpoints"}
+    progress_users = {module_name(path) for path in PACKAGE.rglob("*.py") if "PROGRESS_FILE" in names_used(path)}
+    # checkpoints.py only asks whether the file is there (a complete periodic checkpoint).
+    assert progress_users == {"finetune.training.state", "finetune.training.checkpoints"}
+    tensor_files = {
+        module_name(path) for path in PACKAGE.rglob("*.py") if "process_tensors_" in path.read_text(encoding="utf-8")
+    }
+    assert tensor_files == {"finetune.training.state"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Model families: asked of their objects in models/families.py, not compared as strings
+# ---------------------------------------------------------------------------------------------
+
+FAMILY_NAMES = {"bert", "gpt2", "causal_transformer", "awd_lstm", "ngram"}
+# Files that still compare family names, with how many comparisons: each a debt, never a place to add one.
+FAMILY_COMPARISONS_ALLOWED: dict[str, int] = {}  # none: a file that must compare one says why here
+
+
+def family_comparisons(source: str) -> list[int]:
+    """Lines of `source` with a comparison (==, !=, in, not in, ...) against a family name or a literal tuple, list
+    or set holding one (the count tools/code_shape.py reports)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        constants = [operand for operand in operands if isinstance(operand, ast.Constant)]
+        constants += [
+            element
+            for operand in operands
+            if isinstance(operand, (ast.Tuple, ast.List, ast.Set))
+            for element in operand.elts
+            if isinstance(element, ast.Constant)
+        ]
+        if any(constant.value in FAMILY_NAMES for constant in constants):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_family_names_are_compared_only_in_the_family_registry():
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).as_posix()
+        if relative == "finetune/models/families.py":
+            continue
+        lines = family_comparisons(path.read_text(encoding="utf-8"))
+        if len(lines) > FAMILY_COMPARISONS_ALLOWED.get(relative, 0):
+            found[relative] = lines
+    assert found == {}, (
+        "compare no family name outside finetune/models/families.py: ask the family object "
+        f"(family_of(recipe.model), family_of_model_type(config.model_type)) instead: {found}"
+    )
+
+
+def test_a_family_comparison_is_counted():
+    source = 'if family == "bert": pass\nif x.model_type not in ("gpt2", "awd_lstm"): pass\nif y == "roberta": pass\n'
+    assert family_comparisons(source) == [1, 2]
