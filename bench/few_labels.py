@@ -202,10 +202,10 @@ def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
     """(every metric of the task, prediction summary) of a saved checkpoint, with `finetune eval`'s own code."""
     from accelerate import Accelerator
 
+    from finetune.commands.evaluate import predict
     from finetune.glue.metrics import compute_metrics
     from finetune.models.heads import load_finetuned
     from finetune.models.hub import load_tokenizer
-    from finetune.stages.evaluate import predict
 
     model = load_finetuned(str(checkpoint), spec)
     tokenizer = load_tokenizer(str(checkpoint))

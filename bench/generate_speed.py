@@ -50,10 +50,10 @@ from _common import ROOT, WIKITEXT, cpu_model, describe_machine, require, text_l
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
 from transformers.generation.streamers import BaseStreamer
 
+from finetune.commands.generate import Sampling, generate_samples, prompt_ids
 from finetune.console import quiet_library_chatter
+from finetune.inference.language_model_validation import load_causal_language_model
 from finetune.models.flops import matmul_gflops
-from finetune.stages.generate import Sampling, generate_samples, prompt_ids
-from finetune.stages.language_model_validation import load_causal_language_model
 
 VOCABULARY = 16000
 RESULTS = ROOT / "bench" / "results"

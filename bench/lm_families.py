@@ -164,7 +164,7 @@ def run_variant(name: str, tokens: int, workdir: Path, tokenizer: Path) -> dict:
 def long_context(results: list[dict], workdir: Path, tokens: int) -> list[dict]:
     """Validation at the LONG_CONTEXTS of every finished gpt2-family variant, kept beside its run."""
     sys.path.insert(0, str(ROOT))
-    from finetune.stages.language_model_validation import segment_validation
+    from finetune.inference.language_model_validation import segment_validation
 
     rows = []
     for result in results:

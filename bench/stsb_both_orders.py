@@ -71,9 +71,9 @@ def order_agreement(checkpoint: Path) -> dict:
     the mean of the two (one-order training with both orders at test time only)."""
     from scipy.stats import pearsonr
 
+    from finetune.commands.predict import load_predictor
     from finetune.data.tasks import read_task_split
     from finetune.glue.specs import GLUE_TASKS
-    from finetune.stages.predict import load_predictor
 
     dev = read_task_split(GLUE_TASKS["stsb"], STSB, "dev")  # the toolkit's reader: the pairs the run scored
     pairs, gold = [tuple(texts) for texts in dev.texts], dev.labels

@@ -75,10 +75,10 @@ def main() -> None:
     from finetune.data.tasks import read_task_split
     from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
+    from finetune.inference.ensemble import ensemble_outputs
+    from finetune.inference.predict import example_logits, logits_to_predictions
     from finetune.models.heads import load_finetuned
     from finetune.models.hub import load_tokenizer
-    from finetune.training.ensemble import ensemble_outputs
-    from finetune.training.predict import example_logits, logits_to_predictions
 
     spec = GLUE_TASKS["sst2"]
     examples = read_task_split(spec, GLUE / "SST-2", "dev")

@@ -211,8 +211,8 @@ def profile(
 
     from rich.console import Console
 
+    from finetune.commands.profile import profile_recipe
     from finetune.reporting.profile_report import profile_tables
-    from finetune.stages.profile import profile_recipe
 
     def show(loaded) -> None:
         if loaded.stage == "eval":
@@ -258,8 +258,8 @@ def predict_command(
     ] = None,
 ) -> None:
     """Predict labels and probabilities (scores for regression) for raw text with a fine-tuned checkpoint."""
+    from finetune.commands.predict import run_predict
     from finetune.console import console, quiet_library_chatter
-    from finetune.stages.predict import run_predict
 
     try:
         quiet_library_chatter()
@@ -358,8 +358,8 @@ def generate(
     """
     import sys
 
+    from finetune.commands.generate import Sampling, run_generate
     from finetune.console import quiet_library_chatter
-    from finetune.stages.generate import Sampling, run_generate
 
     def write(text: str) -> None:
         sys.stdout.write(text)
@@ -414,7 +414,7 @@ def score(
     import json
 
     from finetune.console import quiet_library_chatter
-    from finetune.stages.language_model_validation import score_text
+    from finetune.inference.language_model_validation import score_text
 
     try:
         quiet_library_chatter()
@@ -447,7 +447,7 @@ def push(
     private: Annotated[bool, typer.Option("--private", help="Create the repository private.")] = False,
 ) -> None:
     """Upload a run's final checkpoint (weights, tokenizer, recipe, model card) to the Hugging Face hub."""
-    from finetune.stages.push import push_checkpoint
+    from finetune.commands.push import push_checkpoint
 
     try:
         push_checkpoint(run_dir, repo_id, private=private)
@@ -469,8 +469,8 @@ def merge(
 ) -> None:
     """Merge a LoRA adapter into its base: a plain Hugging Face model folder that `AutoModelFor*.from_pretrained`
     loads without peft (predict, eval and later stages take the adapter's folder as it is too)."""
+    from finetune.commands.merge import run_merge
     from finetune.console import quiet_library_chatter
-    from finetune.stages.merge import run_merge
 
     try:
         quiet_library_chatter()
@@ -487,7 +487,7 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
     GLUE score under each convention and the missing tasks; `submission: true` also writes
     RUN_DIR/submission.zip for the leaderboard (check it with `finetune validate-submission`).
     """
-    from finetune.stages.evaluate import run_eval
+    from finetune.commands.evaluate import run_eval
 
     _run_stage("eval", recipe, overrides, run_eval)
 

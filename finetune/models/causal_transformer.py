@@ -11,7 +11,7 @@ embedding); attention is where the two options differ from GPT2LMHeadModel, whic
   (content, content-position, global content bias u, global position bias v) in two products; R is the sinusoid
   of the distance i - j, W_R one projection per layer, u and v learned per head and shared by all layers. A model
   trained with M and segments of L tokens can be read with other M and L
-  (`stages.language_model_validation.segment_validation`).
+  (`inference.language_model_validation.segment_validation`).
 - Sparse Transformer (Child et al. 2019), `attention_pattern` strided or fixed with stride S. Query i attends to
   key j <= i where
     strided: (i - j) < S or (i - j) % S == 0             (the last S positions, then every S-th before),

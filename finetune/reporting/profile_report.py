@@ -1,4 +1,4 @@
-"""`finetune profile`'s table: the profile dict of stages/profile.py, one readable row per figure.
+"""`finetune profile`'s table: the profile dict of commands/profile.py, one readable row per figure.
 
 Figures that cannot be exact say so in their row (estimates, upper bounds, what was assumed): a profile is read
 to decide whether to start a run, and a number without its caveat would be trusted too much.

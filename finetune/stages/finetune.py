@@ -23,6 +23,7 @@ from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tasks import EncodedTask, read_labelled_split, task_collator
 from finetune.errors import UserError
 from finetune.glue.metrics import best_threshold, compute_metrics, multilabel_metrics
+from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.models.multilabel import DEFAULT_THRESHOLD, THRESHOLD_KEY
@@ -36,7 +37,6 @@ from finetune.stages.tagging import TaggingStage
 from finetune.stages.task_stage import RESULT_FILE, TaskStage
 from finetune.training.driver import run_training
 from finetune.training.multilabel import binary_cross_entropy, label_probabilities
-from finetune.training.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
 

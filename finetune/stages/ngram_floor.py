@@ -20,9 +20,9 @@ from torch.utils.data import DataLoader
 from finetune.console import console, phase_bar
 from finetune.data.causal import NextTokenBlocks
 from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDocuments
+from finetune.inference.language_model_validation import validation_metrics
 from finetune.models.families import NGRAM
 from finetune.models.ngram import NGramForCausalLM, NGramNextTokenLM
-from finetune.stages.language_model_validation import validation_metrics
 
 FLOOR_PHASE = "floor"  # the metrics.jsonl record's phase; plots and the model card look for it
 

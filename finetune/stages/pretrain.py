@@ -7,7 +7,7 @@ periodic checkpoint of the run directory, bit for bit as if the run had not stop
 The n-gram baseline (ngram) shares the setup, the data and gpt2's validation blocks, then counts instead of
 training (`run_ngram`): one pass over the training text, one validation, the same save.
 
-`segment_validation` (stages/language_model_validation.py) validates a saved gpt2-family model at other segment and
+`segment_validation` (inference/language_model_validation.py) validates a saved gpt2-family model at other segment and
 memory lengths than it trained with (Transformer-XL's evaluation at a longer context).
 """
 
@@ -36,6 +36,7 @@ from finetune.data.token_arrays import DocumentStream, PackedBlocks, TokenizedDo
 from finetune.data.token_cache import tokenize_corpus
 from finetune.data.tokenizers import shared_tokenizer
 from finetune.errors import UserError, recipe_key
+from finetune.inference.language_model_validation import validation_metrics
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.families import LanguageModelFamily, family_of
 from finetune.models.hub import load_tokenizer
@@ -55,7 +56,6 @@ from finetune.run_dir import (
     prepare_run_dir,
     read_metrics,
 )
-from finetune.stages.language_model_validation import validation_metrics
 from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
 from finetune.training.checkpoints import latest_training_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, processes_ready, run_training

@@ -228,8 +228,8 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
     """
     from safetensors.torch import load_file
 
+    from finetune.commands.evaluate import run_eval
     from finetune.recipes import load_recipe
-    from finetune.stages.evaluate import run_eval
     from finetune.stages.finetune import run_finetune
     from tests.conftest import eval_recipe
 

@@ -135,7 +135,7 @@ def test_recipe_key_keeps_the_innermost_key_and_lets_other_errors_through():
 
 
 def test_the_cli_reports_an_uncaught_input_error_on_one_line(tmp_path, monkeypatch):
-    import finetune.stages.language_model_validation as validation
+    import finetune.inference.language_model_validation as validation
 
     def bad_text(*arguments, **keywords):
         raise DataFileError("not valid UTF-8", source=tmp_path / "text.txt", line=2)
@@ -150,9 +150,9 @@ def test_stages_name_the_key_data_leaves_out():
     """`--document` and `submission` are named by the stages; the data and glue functions say only what is wrong."""
     from types import SimpleNamespace
 
+    from finetune.commands.generate import prompt_ids
     from finetune.data.corpus import text_documents
     from finetune.glue.submission import write_submission
-    from finetune.stages.generate import prompt_ids
 
     with pytest.raises(InputError, match=r"^expected one of line, paragraph, file \(got 'page'\)$"):
         text_documents("x", "page")

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.push import push_checkpoint
 from finetune.errors import UserError
-from finetune.stages.push import push_checkpoint
 from tests.conftest import save_tiny_masked_lm
 
 runner = CliRunner()

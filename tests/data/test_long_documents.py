@@ -15,6 +15,8 @@ import yaml
 from accelerate import Accelerator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from finetune.commands.evaluate import run_eval
+from finetune.commands.predict import load_predictor
 from finetune.data.long_documents import (
     WINDOW_DOCUMENT,
     DocumentReading,
@@ -28,12 +30,10 @@ from finetune.data.long_documents import (
 from finetune.data.reverse import reverse_segments
 from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
 from finetune.errors import UserError
+from finetune.inference.predict import example_logits
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import load_recipe
-from finetune.stages.evaluate import run_eval
 from finetune.stages.finetune import gradient_window_note, run_finetune
-from finetune.stages.predict import load_predictor
-from finetune.training.predict import example_logits
 from tests.conftest import (
     custom_task_section,
     eval_recipe,

@@ -9,10 +9,10 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from finetune.commands.evaluate import predict
 from finetune.data.tasks import EncodedTask, TaskExamples
 from finetune.glue.specs import TaskSpec
-from finetune.stages.evaluate import predict
-from finetune.training.predict import LengthSortedPrediction, predict_logits
+from finetune.inference.predict import LengthSortedPrediction, predict_logits
 from tests.conftest import make_sentence, save_tiny_masked_lm
 
 SPEC = TaskSpec(

@@ -14,12 +14,12 @@ from transformers import AutoTokenizer, GPT2Config, GPT2ForSequenceClassificatio
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.predict import predict
 from finetune.data.corpus import read_documents
 from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading, windowed_logits
 from finetune.data.tasks import EncodedTask, task_collator
 from finetune.data.tokenizers import train_byte_level_bpe
-from finetune.stages.predict import predict
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import NEGATIVE, POSITIVE, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml
 

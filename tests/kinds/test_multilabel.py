@@ -16,12 +16,12 @@ from transformers import AutoModelForSequenceClassification
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.predict import predict
 from finetune.data.tasks import read_examples_file, read_task_split
 from finetune.errors import InputError
 from finetune.glue.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.glue.specs import task_spec
 from finetune.recipes.base import TaskConfig
-from finetune.stages.predict import predict
 from tests.conftest import FILLERS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()

@@ -14,10 +14,10 @@ from transformers import AutoModelForMultipleChoice, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.predict import predict
 from finetune.data.choices import EncodedChoices, collate_choices, read_choices
 from finetune.errors import InputError
 from finetune.models.choices import GPT2ForMultipleChoice
-from finetune.stages.predict import predict
 from finetune.training.choices import choice_delimiter, choice_logits
 from tests.conftest import NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml
 

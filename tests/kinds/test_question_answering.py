@@ -16,10 +16,10 @@ from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.predict import predict
 from finetune.data.spans import EncodedSpans, Question, SpanReading, SquadQuestions, read_squad
 from finetune.errors import InputError
 from finetune.glue.squad_metrics import best_threshold, f1_score, normalize_answer, question_scores, squad_scores
-from finetune.stages.predict import predict
 from finetune.training.spans import best_answers
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 

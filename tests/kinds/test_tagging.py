@@ -16,11 +16,11 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.predict import predict
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.errors import InputError
 from finetune.glue.metrics import entity_types_table, tagging_metrics
-from finetune.stages.predict import predict
 from finetune.stages.tagging import TaggingStage
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 

@@ -338,10 +338,10 @@ def test_evaluation_during_training_reads_the_adapter(tmp_path):
     route of prediction (models/packed_bert.py) reads weights directly, which would skip LoRA and the head's copy."""
     from accelerate import Accelerator
 
+    from finetune.inference.predict import predict_logits
     from finetune.models.adapters import attach_adapter
     from finetune.models.backbones import layer_groups
     from finetune.recipes.adapters import AdapterConfig
-    from finetune.training.predict import predict_logits
 
     base = save_tiny_checkpoint(tmp_path / "bert", "bert")
     model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=2)

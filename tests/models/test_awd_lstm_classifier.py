@@ -176,7 +176,7 @@ def test_every_stage_brings_the_registration_with_it():
     import subprocess
     import sys
 
-    for stage in ("finetune.stages.finetune", "finetune.stages.evaluate", "finetune.stages.pretrain"):
+    for stage in ("finetune.stages.finetune", "finetune.commands.evaluate", "finetune.stages.pretrain"):
         code = (
             f"import {stage}; from transformers import AutoConfig, AutoModelForSequenceClassification; "
             "print(type(AutoModelForSequenceClassification.from_config("

@@ -16,6 +16,7 @@ from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
+from finetune.inference.language_model_validation import segment_validation
 from finetune.models.causal_lm import MemoryNextTokenLM, load_causal_lm
 from finetune.models.causal_transformer import (
     CausalTransformerConfig,
@@ -25,7 +26,6 @@ from finetune.models.causal_transformer import (
 )
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
-from finetune.stages.language_model_validation import segment_validation
 from finetune.stages.pretrain import run_pretrain
 from finetune.training.checkpoints import TRAINING_STATE_DIR
 from tests.conftest import finetune_recipe, interrupted_at_step, pretrain_recipe, write_corpus, write_task, write_yaml

@@ -94,7 +94,7 @@ def test_what_it_does_not_compute_exactly_is_left_to_the_models_own_forward(case
 def test_prediction_takes_the_packed_route_and_keeps_the_logits(monkeypatch):
     from accelerate import Accelerator
 
-    from finetune.training import predict
+    from finetune.inference import predict
 
     model, batches = bert_classifier(), [padded_pairs(3), padded_pairs(4)]
     taken = []

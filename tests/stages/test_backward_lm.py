@@ -31,14 +31,14 @@ from finetune.data.token_arrays import DocumentStream, TokenizedDocuments, pack_
 from finetune.data.token_cache import encode, tokenize_files
 from finetune.data.tokenizers import train_wordpiece
 from finetune.glue.specs import GLUE_TASKS, task_spec
+from finetune.inference.ensemble import ensemble_outputs
+from finetune.inference.predict import example_logits
 from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
 from finetune.recipes import TaskConfig, TokenizerConfig, read_yaml
 from finetune.stages import finetune as finetune_stage
 from finetune.stages import pretrain as pretrain_stage
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
-from finetune.training.ensemble import ensemble_outputs
-from finetune.training.predict import example_logits
 from tests.conftest import custom_task_section, eval_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 from tests.data.test_glue_data import write_glue_root
 from tests.stages.test_ulmfit_flow import ulmfit_recipe

@@ -17,15 +17,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2Fo
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.commands.generate import Sampling, _CallbackStreamer, generate_samples, prompt_ids
 from finetune.data.corpus import read_documents
 from finetune.data.token_cache import encode
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
+from finetune.inference.language_model_validation import score_text
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.causal_transformer import CausalTransformerConfig, CausalTransformerForCausalLM
 from finetune.models.ngram import NGramForCausalLM
-from finetune.stages.generate import Sampling, _CallbackStreamer, generate_samples, prompt_ids
-from finetune.stages.language_model_validation import score_text
 from tests.conftest import save_tiny_masked_lm, write_corpus
 
 runner = CliRunner()

@@ -21,6 +21,7 @@ from finetune.errors import UserError, recipe_key
 from finetune.glue.metrics import compute_metrics, entity_types_table, label_table, multilabel_metrics, tagging_metrics
 from finetune.glue.specs import TaskSpec
 from finetune.glue.squad_metrics import best_threshold, squad_scores
+from finetune.inference.predict import example_logits
 from finetune.models.choices import load_finetuned_choice_model
 from finetune.models.hub import load_tokenizer
 from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
@@ -32,7 +33,6 @@ from finetune.run_dir import prepare_run_dir
 from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.choices import choose
 from finetune.training.multilabel import label_probabilities, label_sets
-from finetune.training.predict import example_logits
 from finetune.training.spans import answer_questions, checkpoint_span_reading, gold_answers
 from finetune.training.tagging import tag_sentences
 

@@ -17,6 +17,13 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
+from finetune.commands.kind_evals import (
+    one_task,
+    run_choices_eval,
+    run_multilabel_eval,
+    run_spans_eval,
+    run_tagging_eval,
+)
 from finetune.console import console
 from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
@@ -25,17 +32,16 @@ from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
+from finetune.inference.ensemble import check_one_task, ensemble_outputs
+from finetune.inference.predict import example_logits, logits_to_predictions
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import HUB_NAME, load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe, GlueTaskEntry
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
-from finetune.stages.kind_evals import one_task, run_choices_eval, run_multilabel_eval, run_spans_eval, run_tagging_eval
 from finetune.stages.seeds import summarise_values
 from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
-from finetune.training.ensemble import check_one_task, ensemble_outputs
-from finetune.training.predict import example_logits, logits_to_predictions
 
 SUBMISSION_FILE = "submission.zip"  # with submission: the leaderboard archive
 

@@ -41,6 +41,7 @@ from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
+from finetune.inference.predict import example_logits
 from finetune.models.choices import load_finetuned_choice_model
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer, resolve_checkpoint
@@ -50,7 +51,6 @@ from finetune.models.taggers import load_finetuned_tagger, model_tags
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 from finetune.training.choices import choose
 from finetune.training.multilabel import label_probabilities, label_sets
-from finetune.training.predict import example_logits
 from finetune.training.spans import answer_questions, span_max_length
 from finetune.training.tagging import tag_sentences
 

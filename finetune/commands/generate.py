@@ -32,7 +32,7 @@ from finetune.data.corpus import text_documents
 from finetune.data.reverse import reads_backwards
 from finetune.data.token_cache import encode
 from finetune.errors import UserError, recipe_key
-from finetune.stages.language_model_validation import learned_positions, load_causal_language_model
+from finetune.inference.language_model_validation import learned_positions, load_causal_language_model
 from finetune.training.checkpoints import trained_document_kind
 
 

@@ -1,0 +1,1 @@
+"""What the CLI runs that does not train: eval, predict, profile, generate, push, merge (one module per command)."""
