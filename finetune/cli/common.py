@@ -1,0 +1,96 @@
+"""What the CLI's commands share: the recipe arguments, the one-line error, and running a stage behind the boundary
+that turns user mistakes, failed runs and Ctrl-C into one line and an exit code."""
+
+from __future__ import annotations
+
+import errno
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from finetune.errors import RunFailed, RunInterrupted, UserError
+
+RecipeArgument = Annotated[Path, typer.Argument(help="Recipe YAML file (see `finetune recipes`).", show_default=False)]
+OverridesArgument = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Dotted key=value overrides applied on top of the recipe, e.g. training.lr=1e-3 "
+        "run_dir=runs/try2. Values are parsed as YAML.",
+        show_default=False,
+    ),
+]
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Continue the stopped run in the recipe's run_dir from its newest periodic checkpoint (see "
+        "checkpoint_every), exactly as if it had not stopped; the recipe must be the one it started with.",
+    ),
+]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    """Print a one-line error to stderr and exit with `code`: 2 for a user mistake, 1 for a run that failed."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=code)
+
+
+def _finished_stages_kept(stage: str, command: str) -> str:
+    """What an interrupted ulmfit flow still has: the stages it finished, which --resume keeps."""
+    return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
+
+
+def _run_stage(
+    stage: str,
+    recipe_path: Path,
+    overrides: list[str] | None,
+    runner: Callable,
+    recipe_stages: tuple[str, ...] | None = None,
+) -> None:
+    """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
+
+    Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
+    130 interrupted with Ctrl-C (the line printed says how to resume). `recipe_stages`: the recipe stages a
+    command other than a stage's own accepts (lr-find: pretrain and finetune).
+    """
+    from finetune.console import quiet_library_chatter
+    from finetune.recipes import load_recipe
+
+    resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
+    try:
+        recipe = load_recipe(recipe_path, overrides or [], expected_stage=None if recipe_stages else stage)
+        if recipe_stages and recipe.stage not in recipe_stages:
+            raise UserError(
+                f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "
+                f"one's stage is '{recipe.stage}'"
+            )
+        quiet_library_chatter()
+        runner(recipe)
+    except UserError as error:  # an InputError from data or model loading that no stage named a key for, too
+        _fail(str(error))
+    except RunFailed as error:
+        _fail(str(error), code=1)
+    except RunInterrupted as interrupted:
+        if interrupted.checkpoint is None:
+            typer.echo(
+                f"interrupted at step {interrupted.step}; no checkpoint was saved"
+                + _finished_stages_kept(stage, resume_command),
+                err=True,
+            )
+        else:
+            typer.echo(
+                f"interrupted at step {interrupted.step}; checkpoint saved to {interrupted.checkpoint}; "
+                f"continue with: {resume_command}",
+                err=True,
+            )
+        raise typer.Exit(code=130) from None  # the message above says what happened
+    except KeyboardInterrupt:
+        typer.echo("interrupted" + (_finished_stages_kept(stage, resume_command) or "; nothing was saved"), err=True)
+        raise typer.Exit(code=130) from None  # the interruption is the message
+    except OSError as error:  # a full disk outside the checkpoints (which report it themselves): metrics, reports
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _fail(f"no space left on the device writing {error.filename or 'the run directory'}", code=1)

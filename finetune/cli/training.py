@@ -1,0 +1,130 @@
+"""The commands that train, or size a training run: pretrain, finetune, ulmfit, lr-find, profile."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from finetune.cli.common import OverridesArgument, RecipeArgument, ResumeOption, _run_stage
+from finetune.errors import UserError
+
+
+def pretrain(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
+    """Pretrain a language model on text files: masked (bert), causal (gpt2) or ULMFiT's AWD-LSTM.
+
+    Trains a tokenizer on the corpus (WordPiece for bert, byte-level BPE for the causal families) or
+    reuses one, packs the text into blocks (BPTT streams for awd_lstm), and writes a Hugging Face
+    checkpoint to RUN_DIR/checkpoint.
+    """
+    from finetune.stages.pretrain import run_pretrain
+
+    _run_stage("pretrain", recipe, overrides, lambda loaded: run_pretrain(loaded, resume=resume))
+
+
+def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
+    """Fine-tune a pretrained checkpoint on a classification or regression task.
+
+    Uses ULMFiT's discriminative learning rates, gradual unfreezing and slanted triangular
+    learning rates, each set in the recipe; writes a Hugging Face checkpoint to RUN_DIR/checkpoint.
+    With `seeds`, --resume keeps the seeds already finished and continues the one in progress.
+    """
+    from finetune.stages.finetune import run_finetune
+
+    _run_stage("finetune", recipe, overrides, lambda loaded: run_finetune(loaded, resume=resume))
+
+
+def ulmfit(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
+            "one continues from its newest periodic checkpoint, the later ones run.",
+        ),
+    ] = False,
+) -> None:
+    """Run ULMFiT's three stages in one go, each starting from the checkpoint of the one before.
+
+    Stage 1: a general-domain language model (or general_lm.checkpoint); stage 2: that model fine-tuned on the
+    task's text; stage 3: the classifier, with gradual unfreezing (RUN_DIR/1-general-lm, 2-target-lm, 3-classifier).
+
+    Overrides reach into the stages (classifier.training.epochs=2); the summary goes to RUN_DIR/result.json.
+    """
+    from finetune.stages.ulmfit import run_ulmfit
+
+    _run_stage("ulmfit", recipe, overrides, lambda loaded: run_ulmfit(loaded, resume=resume))
+
+
+def lr_find(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    steps: Annotated[int, typer.Option(min=5, help="Optimizer steps of the test.")] = 100,
+    start_lr: Annotated[float, typer.Option(help="The top layer group's LR at the first step.")] = 1e-7,
+    end_lr: Annotated[float, typer.Option(help="The top layer group's LR at the last step.")] = 10.0,
+) -> None:
+    """The learning-rate range test (fastai's lr_find) of a pretrain or finetune recipe.
+
+    Trains the recipe's model for --steps steps while the LR grows exponentially from --start-lr to --end-lr,
+    then prints and draws the smoothed loss against the LR with a suggested LR (the minimum's / 10). Writes to
+    RUN_DIR-lr-find (lr_find.md, lr_find.json, lr_find.png); the recipe's run_dir stays free for the real run.
+    """
+    from finetune.stages.lr_find import run_lr_find
+
+    _run_stage(
+        "lr-find",
+        recipe,
+        overrides,
+        lambda loaded: run_lr_find(loaded, steps, start_lr, end_lr),
+        recipe_stages=("pretrain", "finetune"),
+    )
+
+
+def profile(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    matmul_gflops: Annotated[
+        float | None,
+        typer.Option(
+            "--matmul-gflops",
+            min=0.001,
+            help="Use this matmul rate (GFLOP/s) for the time estimate instead of "
+            "measuring this machine's, e.g. another machine's.",
+            show_default=False,
+        ),
+    ] = None,
+    mfu: Annotated[
+        float,
+        typer.Option(min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction)."),
+    ] = 0.5,
+) -> None:
+    """What a pretrain, finetune or ulmfit recipe will cost, before any training: parameters, FLOPs, memory, time.
+
+    Builds the recipe's model on PyTorch's meta device (no weights, no data read, nothing written or downloaded)
+    and prints its parameters (total, trainable at the start, embeddings), training FLOPs per token and per step,
+    fp32 memory for weights, gradients and AdamW with an activation estimate, and an estimated time per step.
+    """
+    import json
+
+    from rich.console import Console
+
+    from finetune.commands.profile import profile_recipe
+    from finetune.reporting.profile_report import profile_tables
+
+    def show(loaded) -> None:
+        if loaded.stage == "eval":
+            raise UserError(
+                f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
+                "ulmfit); an eval recipe trains nothing"
+            )
+        report = profile_recipe(loaded, matmul_gflops, mfu)
+        if as_json:
+            typer.echo(json.dumps({"recipe": str(recipe), **report}, indent=2))
+            return
+        for table in profile_tables(report, str(recipe)):
+            Console().print(table)
+
+    _run_stage("profile", recipe, overrides, show, recipe_stages=("pretrain", "finetune", "ulmfit", "eval"))
