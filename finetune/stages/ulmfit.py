@@ -52,7 +52,8 @@ from finetune.run_dir import (
     remove_own_entries,
 )
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, read_corpus, run_pretrain
+from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, run_pretrain
+from finetune.stages.pretrain_data import read_corpus
 from finetune.stages.seeds import SUMMARY_JSON
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.techniques import describe_backbone, resolve_techniques

@@ -31,10 +31,11 @@ pytestmark = pytest.mark.skipif(
 LAUNCHER = textwrap.dedent("""
     import hashlib, json, sys
     import finetune.stages.pretrain as pretrain_stage
+    import finetune.stages.pretrain_data as pretrain_data
     import finetune.stages.task_stage as finetune_stage  # every task kind's accelerator is made there
     from finetune.cli import app
 
-    make_accelerator, shared_tokenizer = pretrain_stage.make_accelerator, pretrain_stage.shared_tokenizer
+    make_accelerator, shared_tokenizer = pretrain_stage.make_accelerator, pretrain_data.shared_tokenizer
     process = {}
 
     def reporting_make_accelerator(*args, **kwargs):
@@ -50,7 +51,7 @@ LAUNCHER = textwrap.dedent("""
         return tokenizer
 
     pretrain_stage.make_accelerator = finetune_stage.make_accelerator = reporting_make_accelerator
-    pretrain_stage.shared_tokenizer = reporting_shared_tokenizer
+    pretrain_data.shared_tokenizer = reporting_shared_tokenizer
     app(sys.argv[1:], prog_name="finetune")
 """)
 

@@ -251,7 +251,7 @@ def test_a_dataset_read_whole_takes_its_files_and_a_validation_split(tokenizers,
             "dataset_files": {"train": [str(tmp_path / "train.txt")], "validation": [str(tmp_path / "valid.txt")]},
         },
     )
-    from finetune.stages.pretrain import read_corpus
+    from finetune.stages.pretrain_data import read_corpus
 
     text = read_corpus(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
     assert text.documents == TEXTS[:100] and text.validation_documents == TEXTS[100:] and not text.held_out

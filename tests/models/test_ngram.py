@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.pretraining_text import pretraining_text
+from finetune.inference.language_model_validation import validation_metrics
 from finetune.models.language_models import loss_module, train_tokenizer
 from finetune.models.ngram import (
     FALLBACK_DISCOUNTS,
@@ -25,7 +26,7 @@ from finetune.models.ngram import (
 )
 from finetune.recipes import TokenizerConfig, load_recipe
 from finetune.run_dir import read_metrics
-from finetune.stages.pretrain import language_model_data, validation_metrics
+from finetune.stages.pretrain_data import language_model_data
 from finetune.training.loop import make_accelerator
 from tests.conftest import eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 

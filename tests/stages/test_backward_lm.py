@@ -37,7 +37,7 @@ from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
 from finetune.recipes import TaskConfig, TokenizerConfig, read_yaml
 from finetune.stages import finetune as finetune_stage
-from finetune.stages import pretrain as pretrain_stage
+from finetune.stages import pretrain_data
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 from tests.conftest import custom_task_section, eval_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 from tests.data.test_glue_data import write_glue_root
@@ -124,13 +124,13 @@ def test_a_backward_pretraining_run_and_its_checkpoint(tmp_path, corpus_file, mo
     data["corpus"].update(validation_files=[str(tmp_path / "valid.txt")], reverse=True, cache_dir=str(tmp_path))
     data["training"].update(max_steps=3)
     trained = {}
-    original = pretrain_stage.language_model_data
+    original = pretrain_data.language_model_data
 
     def remember(*arguments, **keywords):
         trained["train"], trained["validation"] = original(*arguments, **keywords)
         return trained["train"], trained["validation"]
 
-    monkeypatch.setattr(pretrain_stage, "language_model_data", remember)
+    monkeypatch.setattr(pretrain_data, "language_model_data", remember)
     result = runner.invoke(app, ["pretrain", str(write_yaml(tmp_path / "backward.yaml", data))])
     assert result.exit_code == 0, result.output
     checkpoint = tmp_path / "backward" / "checkpoint"
@@ -191,7 +191,7 @@ def backward_flow(tmp_path_factory) -> dict:
     data = ulmfit_recipe(write_corpus(folder / "corpus"), task, folder / "flow")
     data["general_lm"]["corpus"]["reverse"] = True
     language_model_data, fed = [], []
-    original_data, original_classifier = pretrain_stage.language_model_data, finetune_stage.load_classifier
+    original_data, original_classifier = pretrain_data.language_model_data, finetune_stage.load_classifier
 
     def remember_data(*arguments, **keywords):
         language_model_data.append(original_data(*arguments, **keywords))
@@ -206,7 +206,7 @@ def backward_flow(tmp_path_factory) -> dict:
         return model
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pretrain_stage, "language_model_data", remember_data)
+        patch.setattr(pretrain_data, "language_model_data", remember_data)
         patch.setattr(finetune_stage, "load_classifier", classifier_that_records_its_input)
         result = runner.invoke(app, ["ulmfit", str(write_yaml(folder / "flow.yaml", data))])
     assert result.exit_code == 0, result.output

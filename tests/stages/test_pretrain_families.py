@@ -238,7 +238,7 @@ def test_ulmfit_flow_awd_lstm_language_model_then_classifier_then_eval(tmp_path,
 
 def test_language_model_fine_tuning_on_a_tasks_own_text(tmp_path, corpus_file, task_dir):
     """ULMFiT's stage 2 reads the task's text columns (train and the unlabeled test split) as its corpus."""
-    from finetune.stages.pretrain import read_corpus
+    from finetune.stages.pretrain_data import read_corpus
     from tests.conftest import custom_task_section
 
     data = family_recipe("gpt2", corpus_file, tmp_path / "run", checkpoint_every=None)
