@@ -4,8 +4,9 @@ A recipe is checked completely before any work starts: unknown keys, wrong types
 of range and missing input files are reported as one line that names the key and the file.
 Relative paths are read relative to the working directory the command runs in.
 
-One module per stage (pretrain, finetune, evaluation, ulmfit) on top of the shared sections (base); loader reads
-a file with its overrides into one of them, describe explains their keys. The names below are the public ones.
+One module per stage (pretrain, its model sections in language_models, finetune, evaluation, ulmfit) on top of the
+shared sections (base); loader reads a file with its overrides into one of them, describe explains their keys. The
+names below are the public ones.
 """
 
 from finetune.recipes.base import (
@@ -20,6 +21,7 @@ from finetune.recipes.base import (
 from finetune.recipes.describe import describe_keys, type_label
 from finetune.recipes.evaluation import EvalRecipe, GlueTaskEntry
 from finetune.recipes.finetune import BackboneConfig, FinetuneRecipe, UnfreezingConfig
+from finetune.recipes.language_models import AWDLSTMModelConfig, CausalLMModelConfig, MaskedLMModelConfig
 from finetune.recipes.loader import (
     RECIPE_TYPES,
     Recipe,
@@ -31,15 +33,7 @@ from finetune.recipes.loader import (
     recipe_to_yaml,
     run_dir_location_problem,
 )
-from finetune.recipes.pretrain import (
-    AWDLSTMModelConfig,
-    CausalLMModelConfig,
-    CorpusConfig,
-    MaskedLMModelConfig,
-    MaskingConfig,
-    PretrainRecipe,
-    TokenizerConfig,
-)
+from finetune.recipes.pretrain import CorpusConfig, MaskingConfig, PretrainRecipe, TokenizerConfig
 from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel, UlmfitRecipe
 
 __all__ = [

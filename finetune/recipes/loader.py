@@ -17,7 +17,8 @@ from finetune.errors import UserError
 from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
-from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
+from finetune.recipes.language_models import MODEL_FAMILIES
+from finetune.recipes.pretrain import PretrainRecipe
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 

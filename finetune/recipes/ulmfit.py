@@ -10,7 +10,8 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig
 from finetune.recipes.finetune import FinetuneRecipe
-from finetune.recipes.pretrain import MODEL_SECTIONS, PretrainRecipe
+from finetune.recipes.language_models import MODEL_SECTIONS
+from finetune.recipes.pretrain import PretrainRecipe
 
 # Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
 ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}

@@ -24,7 +24,12 @@ from finetune.models.families import (
     is_recurrent,
 )
 from finetune.models.language_models import VocabularyOfSize
-from finetune.recipes.pretrain import AWDLSTMModelConfig, CausalLMModelConfig, MaskedLMModelConfig, NGramModelConfig
+from finetune.recipes.language_models import (
+    AWDLSTMModelConfig,
+    CausalLMModelConfig,
+    MaskedLMModelConfig,
+    NGramModelConfig,
+)
 
 SECTIONS = {
     "bert": MaskedLMModelConfig(layers=1, hidden=16, heads=2),
