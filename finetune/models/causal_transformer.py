@@ -58,65 +58,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from huggingface_hub.dataclasses import strict
 from torch import Tensor, nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 from transformers import initialization as init
 from transformers.utils import ModelOutput
 
+from finetune.models.causal_attention import (
+    CausalSelfAttention,
+    RelativePositionBiases,
+    ResidualOutput,
+    attention_pattern,
+    sinusoid_encodings,
+)
+from finetune.models.causal_transformer_config import CAUSAL_TRANSFORMER_TYPE, CausalTransformerConfig, Memory
 from finetune.models.cpu_dropout import dropout
 from finetune.models.generation import StatefulGenerationMixin, refuse_padding
-
-CAUSAL_TRANSFORMER_TYPE = "finetune_causal_transformer"
-
-# One (batch, remembered positions, hidden) tensor per layer: the states that entered it in earlier segments.
-Memory = tuple[Tensor, ...]
-
-
-@strict
-class CausalTransformerConfig(PretrainedConfig):
-    """Sizes, dropouts, the position scheme, the memory and the attention pattern (defaults: GPT-2-mini's sizes)."""
-
-    model_type = CAUSAL_TRANSFORMER_TYPE
-
-    vocab_size: int = 16000
-    hidden_size: int = 256
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    intermediate_size: int | None = None  # None: 4 x hidden, as GPT-2
-    dropout: float = 0.1  # on the embeddings and on each residual branch's output
-    attention_dropout: float = 0.1  # on the attention probabilities (and on the relative encodings R)
-    layer_norm_epsilon: float = 1e-5
-    initializer_range: float = 0.02  # GPT-2's
-    relative_positions: bool = True  # Transformer-XL's; false: a learned table of absolute positions (GPT-2's)
-    max_position_embeddings: int = 1024  # the absolute table's size (unused with relative positions)
-    memory_length: int = 0  # remembered positions per layer (Transformer-XL); needs relative positions
-    attention_pattern: Literal["dense", "strided", "fixed"] = "dense"
-    attention_stride: int | None = None  # S of a strided or fixed pattern
-    summary_columns: int = 1  # c of the fixed pattern: the last c positions of every block are read by all later
-    tie_word_embeddings: bool = True
-    bos_token_id: int | None = None
-    eos_token_id: int | None = None
-    pad_token_id: int | None = None
-
-    def validate_attention(self) -> None:
-        """Options that do not go together fail when the config is made, not in the middle of a forward."""
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must divide hidden_size ({self.hidden_size})"
-            )
-        if self.relative_positions and self.hidden_size % 2:
-            raise ValueError("relative positions need an even hidden_size (sine and cosine halves)")
-        if self.memory_length and not self.relative_positions:
-            raise ValueError("memory_length needs relative positions: remembered states have no absolute position")
-        if (self.attention_pattern != "dense") != (self.attention_stride is not None):
-            raise ValueError("attention_stride goes with a strided or fixed attention_pattern, and only with one")
-        if self.attention_stride is not None and not 0 < self.summary_columns <= self.attention_stride:
-            raise ValueError(f"summary_columns ({self.summary_columns}) must be in 1..attention_stride")
 
 
 @dataclass
@@ -134,122 +93,6 @@ class CausalTransformerLMOutput(ModelOutput):
     loss: Tensor | None = None
     logits: Tensor | None = None
     memory: Memory | None = None
-
-
-def attention_pattern(
-    pattern: str,
-    stride: int | None,
-    summary_columns: int,
-    query_length: int,
-    memory_length: int,
-    device: torch.device | None = None,
-    first_position: int = 0,
-) -> Tensor:
-    """Which keys each query may attend to: (query_length, memory_length + query_length), true where allowed.
-
-    Queries are the segment's positions 0..L-1; keys are the memory's positions -M..-1, then the segment's own;
-    all shifted by `first_position`, the segment's place in the stream (generation's one-token segments: the fixed
-    pattern's blocks lie where they lay in the whole text). Every pattern is causal (j <= i) and reaches into the
-    whole memory, as Transformer-XL's attention does.
-    """
-    query = torch.arange(first_position, first_position + query_length, device=device)[:, None]
-    key = torch.arange(first_position - memory_length, first_position + query_length, device=device)[None, :]
-    distance = query - key
-    allowed = distance >= 0
-    if pattern == "strided":
-        assert stride is not None  # a strided or fixed pattern has its stride (CausalTransformerConfig's check)
-        allowed &= (distance < stride) | (distance % stride == 0)
-    elif pattern == "fixed":  # tensor % and floor division round towards -inf, like Python's: memory blocks line up
-        assert stride is not None
-        same_block = torch.div(key, stride, rounding_mode="floor") == torch.div(query, stride, rounding_mode="floor")
-        allowed &= same_block | (key % stride >= stride - summary_columns)
-    return allowed
-
-
-def sinusoid_encodings(distances: Tensor, width: int) -> Tensor:
-    """The Transformer's sinusoids of `distances` (n,): (n, width), sines then cosines at 1 / 10000^(2k / width)."""
-    frequencies = 1.0 / 10000 ** (torch.arange(0, width, 2, device=distances.device, dtype=torch.float32) / width)
-    angles = distances.float()[:, None] * frequencies[None, :]
-    return torch.cat([angles.sin(), angles.cos()], dim=-1)
-
-
-def relative_shift(scores: Tensor) -> Tensor:
-    """Position scores against keys ordered by distance, (..., L, K) whose column k is distance K - 1 - k,
-    moved so that column j is key j: distance (K - L) + i - j for query i (Transformer-XL's padding trick).
-
-    Padding one zero column in front and reading the same memory as (K + 1, L) rows offsets row i by i places;
-    entries right of the causal diagonal (negative distances) hold other rows' values, which the mask removes.
-    """
-    *leading, queries, keys = scores.shape
-    padded = F.pad(scores, (1, 0)).view(*leading, keys + 1, queries)
-    return padded[..., 1:, :].reshape(*leading, queries, keys)
-
-
-class ResidualOutput(nn.Linear):
-    """A projection whose output joins the residual stream: GPT-2 starts it smaller, by 1 / sqrt(2 x layers)."""
-
-
-class RelativePositionBiases(nn.Module):
-    """Transformer-XL's global biases, per head and shared by every layer: u (content) and v (position)."""
-
-    def __init__(self, config: CausalTransformerConfig):
-        super().__init__()
-        heads = config.num_attention_heads
-        shape = (heads, config.hidden_size // heads)
-        self.content_bias = nn.Parameter(torch.zeros(shape))
-        self.position_bias = nn.Parameter(torch.zeros(shape))
-
-
-class CausalSelfAttention(nn.Module):
-    """Multi-head attention over [memory ; own input] within the pattern, absolute or relative positions."""
-
-    def __init__(self, config: CausalTransformerConfig):
-        super().__init__()
-        self.heads, self.head_size = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-        self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
-        self.position_projection = (
-            nn.Linear(config.hidden_size, config.hidden_size, bias=False) if config.relative_positions else None
-        )
-        self.output = ResidualOutput(config.hidden_size, config.hidden_size)
-        self.attention_dropout = config.attention_dropout
-
-    def _split_heads(self, states: Tensor) -> Tensor:
-        """(batch, length, hidden) -> (batch, heads, length, head size)."""
-        batch, length, _ = states.shape
-        return states.view(batch, length, self.heads, self.head_size).transpose(1, 2)
-
-    def forward(
-        self,
-        hidden: Tensor,
-        context: Tensor,
-        allowed: Tensor,
-        encodings: Tensor | None,
-        biases: RelativePositionBiases | None,
-    ) -> Tensor:
-        """Attention of the (normalised) segment `hidden` over `context` = [memory ; hidden], normalised too.
-
-        `encodings`: the sinusoids R of distances K-1 .. 0 (K keys), for relative positions; None for absolute ones.
-        """
-        width = hidden.shape[-1]
-        weight, bias = self.query_key_value.weight, self.query_key_value.bias
-        # Queries only for the segment; keys and values for the memory too.
-        query = self._split_heads(F.linear(hidden, weight[:width], bias[:width]))
-        key, value = F.linear(context, weight[width:], bias[width:]).split(width, dim=-1)
-        key, value = self._split_heads(key), self._split_heads(value)
-        if biases is None:
-            scores = query @ key.transpose(-1, -2)
-        else:
-            # relative positions: the biases come with the position projection and the encodings R
-            assert self.position_projection is not None and encodings is not None
-            content = (query + biases.content_bias[:, None]) @ key.transpose(-1, -2)  # terms (a) and (c)
-            positions = self.position_projection(encodings).view(-1, self.heads, self.head_size).permute(1, 2, 0)
-            scores = content + relative_shift((query + biases.position_bias[:, None]) @ positions)  # (b) and (d)
-        scores = scores.mul_(1 / math.sqrt(self.head_size)).masked_fill_(~allowed, float("-inf"))
-        probabilities = scores.softmax(dim=-1)
-        if self.training:
-            probabilities = dropout(probabilities, self.attention_dropout)
-        mixed = (probabilities @ value).transpose(1, 2).reshape(hidden.shape)
-        return self.output(mixed)
 
 
 class CausalTransformerBlock(nn.Module):

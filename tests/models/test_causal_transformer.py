@@ -17,13 +17,9 @@ from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
 from finetune.inference.language_model_validation import segment_validation
+from finetune.models.causal_attention import attention_pattern, relative_shift
 from finetune.models.causal_lm import MemoryNextTokenLM, load_causal_lm
-from finetune.models.causal_transformer import (
-    CausalTransformerConfig,
-    CausalTransformerForCausalLM,
-    attention_pattern,
-    relative_shift,
-)
+from finetune.models.causal_transformer import CausalTransformerConfig, CausalTransformerForCausalLM
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.pretrain import run_pretrain
