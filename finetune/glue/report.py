@@ -24,22 +24,40 @@ def glue_report_markdown(report: dict) -> str:
         for metric, summary in result["summary"].items():
             cells = " | ".join(percent(summary[statistic]) for statistic in STATISTICS)
             lines.append(f"| {result['display_name']} | {metric} | {len(summary['values'])} | {cells} |")
+    lines += ensemble_lines(report)
+    lines += glue_score_lines(report)
+    lines += ["", "## Missing tasks", "", ", ".join(report["missing_tasks"]) or "none: every GLUE task is scored"]
+    left_out = report.get("left_out") or {}
+    if left_out:  # listed in the recipe, left out by allow_incomplete
+        lines += ["", "Listed but left out (allow_incomplete): " + "; ".join(f"{k} ({v})" for k, v in left_out.items())]
+    lines += submission_lines(report.get("submission"))
+    return "\n".join(lines) + "\n"
+
+
+def ensemble_lines(report: dict) -> list[str]:
+    """Each ensemble's members and their average, for the tasks scored by ensembles (none: no lines)."""
     ensembles = [result for result in report["tasks"].values() if "members" in result]
-    if ensembles:  # the rows above are the ensembles' own scores
-        lines += [
-            "",
-            "## Ensembles: each member and their average (dev)",
-            "",
-            "| task | model | scores |",
-            "|---|---|---|",
-        ]
-        for result in ensembles:
-            rows = [(member["checkpoint"], member) for member in result["members"]]
-            rows.append((f"ensemble of {len(result['members'])}", result["runs"][0]))
-            for model, run in rows:
-                scores = ", ".join(f"{metric} {percent(run[metric])}" for metric in result["metrics"])
-                lines.append(f"| {result['display_name']} | {model} | {scores} |")
-    lines += [
+    if not ensembles:
+        return []
+    lines = [  # the task table's rows are the ensembles' own scores
+        "",
+        "## Ensembles: each member and their average (dev)",
+        "",
+        "| task | model | scores |",
+        "|---|---|---|",
+    ]
+    for result in ensembles:
+        rows = [(member["checkpoint"], member) for member in result["members"]]
+        rows.append((f"ensemble of {len(result['members'])}", result["runs"][0]))
+        for model, run in rows:
+            scores = ", ".join(f"{metric} {percent(run[metric])}" for metric in result["metrics"])
+            lines.append(f"| {result['display_name']} | {model} | {scores} |")
+    return lines
+
+
+def glue_score_lines(report: dict) -> list[str]:
+    """The GLUE score under each convention, with the components present and the tasks missing; what each means."""
+    lines = [
         "",
         "## GLUE score (dev, mean over runs)",
         "",
@@ -56,26 +74,26 @@ def glue_report_markdown(report: dict) -> str:
         else:
             value = "incomplete"
         lines.append(f"| {convention.name} | {value} | {present} of {total} | {', '.join(score['missing']) or '-'} |")
-    lines += [""] + [f"- **{convention.name}**: {convention.description}" for convention in CONVENTIONS]
-    lines += ["", "## Missing tasks", "", ", ".join(report["missing_tasks"]) or "none: every GLUE task is scored"]
-    left_out = report.get("left_out") or {}
-    if left_out:  # listed in the recipe, left out by allow_incomplete
-        lines += ["", "Listed but left out (allow_incomplete): " + "; ".join(f"{k} ({v})" for k, v in left_out.items())]
-    submission = report.get("submission")
-    if submission is not None:
-        lines += [
-            "",
-            f"## Submission: {submission['archive']}",
-            "",
-            "| file | task | rows | checkpoint (best on dev) |",
-            "|---|---|---:|---|",
-        ]
-        for file_name, entry in submission["files"].items():
-            lines.append(f"| {file_name} | {entry['task']} | {entry['rows']} | {entry['checkpoint']} |")
-        lines += [
-            "",
-            f"Missing from the archive: {', '.join(submission['missing'])}"
-            if submission["missing"]
-            else "Complete: every task of the leaderboard has its file.",
-        ]
-    return "\n".join(lines) + "\n"
+    return lines + [""] + [f"- **{convention.name}**: {convention.description}" for convention in CONVENTIONS]
+
+
+def submission_lines(submission: dict | None) -> list[str]:
+    """The leaderboard archive's files, each with the checkpoint that predicted it (none written: no lines)."""
+    if submission is None:
+        return []
+    lines = [
+        "",
+        f"## Submission: {submission['archive']}",
+        "",
+        "| file | task | rows | checkpoint (best on dev) |",
+        "|---|---|---:|---|",
+    ]
+    for file_name, entry in submission["files"].items():
+        lines.append(f"| {file_name} | {entry['task']} | {entry['rows']} | {entry['checkpoint']} |")
+    lines += [
+        "",
+        f"Missing from the archive: {', '.join(submission['missing'])}"
+        if submission["missing"]
+        else "Complete: every task of the leaderboard has its file.",
+    ]
+    return lines

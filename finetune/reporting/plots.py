@@ -142,6 +142,15 @@ def learning_rate_figure(records: list[dict[str, Any]]) -> Figure | None:
         peaks = [max((lr for lr in series[name] if lr > 0), default=math.nan) for name in names]
         if min(peaks) > 0 and max(peaks) / min(peaks) > LOG_SCALE_SPREAD:
             axes.set_yscale("log")
+    mark_unfreezing(axes, records)
+    axes.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate per layer group")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    return figure
+
+
+def mark_unfreezing(axes, records: list[dict[str, Any]]) -> None:
+    """A dashed vertical line at each unfreezing step, labelled with the layer groups then trained (of all)."""
     for index, (step, trainable, total) in enumerate(unfreezing_marks(records)):
         axes.axvline(
             step,
@@ -160,10 +169,6 @@ def learning_rate_figure(records: list[dict[str, Any]]) -> Figure | None:
             fontsize=8,
             color="gray",
         )
-    axes.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate per layer group")
-    axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
-    return figure
 
 
 def evaluation_metrics(evaluations: list[dict[str, Any]]) -> list[str]:

@@ -49,10 +49,25 @@ def stage_table(stage: dict, recipe_path: str) -> Table:
     return table
 
 
-def stage_rows(stage: dict) -> list[tuple[str, str]]:
+Row = tuple[str, str]
+
+
+def stage_rows(stage: dict) -> list[Row]:
     """(label, text) rows: model, parameters, FLOPs, memory, time."""
-    model, parameters, compute = stage["model"], stage["parameters"], stage["compute"]
-    memory, time = stage["memory_mb"], stage["time_estimate"]
+    parameters, compute = stage["parameters"], stage["compute"]
+    # Frozen groups at the start (gradual unfreezing): the figures at the start are shown beside the full ones.
+    frozen_at_start = parameters["trainable_groups_at_start"] < parameters["layer_groups"]
+    adapter = parameters.get("adapter")
+    return [
+        *model_rows(stage["model"], parameters),
+        *compute_rows(compute, frozen_at_start, bool(adapter)),
+        *memory_rows(stage["memory_mb"], frozen_at_start, bool(adapter)),
+        time_row(stage["time_estimate"], compute, frozen_at_start),
+    ]
+
+
+def model_rows(model: dict, parameters: dict) -> list[Row]:
+    """The model, where its sizes come from, its parameters (an adapter's line among them) and those trained first."""
     sizes = ", ".join(
         f"{name.replace('_', ' ')} {value:,}" for name, value in model["sizes"].items() if value is not None
     )
@@ -73,6 +88,12 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     adapter = parameters.get("adapter")
     if adapter:  # its line as the run prints it, and what a LoRA step computes that FLOPs count differently
         rows.insert(2, ("adapter", adapter.removeprefix("adapter: ")))
+    return rows
+
+
+def compute_rows(compute: dict, frozen_at_start: bool, adapter: bool) -> list[Row]:
+    """FLOPs per token (how they are counted), per step and for the run when its steps are known."""
+    rows: list[Row] = []
     decoded = compute["decoded_fraction"]
     how = "forward + backward"
     if decoded is not None and decoded < 1:
@@ -84,7 +105,7 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     if adapter:
         how += "; frozen weights: forward and the input's gradient, no weight gradient"
     rows.append(("FLOPs per token", f"{si(compute['flops_per_token'], 'FLOP')} ({how})"))
-    if trainable < groups:
+    if frozen_at_start:
         rows.append(("  at start", f"{si(compute['flops_per_token_at_start'], 'FLOP')} (frozen groups: forward only)"))
     unit = "tokens" if decoded is not None else "tokens at most"
     rows.append(
@@ -98,7 +119,7 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
     )
     if compute["total_flops"] is not None:
         runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
-        bound = ", an upper bound: every group trainable" if trainable < groups else ""
+        bound = ", an upper bound: every group trainable" if frozen_at_start else ""
         rows.append(
             (
                 "run",
@@ -118,14 +139,19 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
                 ),
             )
         )
-    rows += [
+    return rows
+
+
+def memory_rows(memory: dict, frozen_at_start: bool, adapter: bool) -> list[Row]:
+    """fp32 weights, gradients and AdamW state, the activations' estimate and the total."""
+    return [
         (
             "memory (fp32)",
             f"weights {memory['weights']:,.1f} MB, gradients {memory['gradients']:,.1f} MB, AdamW "
             f"{memory['adamw']:,.1f} MB"
             + (
                 f" (at start {memory['gradients_at_start']:,.1f} and {memory['adamw_at_start']:,.1f} MB)"
-                if trainable < groups
+                if frozen_at_start
                 else ""
             )
             + ("; gradients and AdamW of the adapter's trainable parameters only" if adapter else ""),
@@ -133,21 +159,24 @@ def stage_rows(stage: dict) -> list[tuple[str, str]]:
         (
             "activations",
             f"~{memory['activations_estimate']:,.0f} MB per micro-batch"
-            + (f" (~{memory['activations_estimate_at_start']:,.0f} MB at start)" if trainable < groups else "")
+            + (f" (~{memory['activations_estimate_at_start']:,.0f} MB at start)" if frozen_at_start else "")
             + " (a rough estimate: what the layers keep for the backward pass, fp32)",
         ),
         ("memory total", f"~{memory['total_estimate']:,.0f} MB (estimate)"),
     ]
+
+
+def time_row(time: dict, compute: dict, frozen_at_start: bool) -> Row:
+    """The time per step (and for the run) at the matmul rate measured or given and the MFU assumed."""
     threads = time["threads"]
     where = f"{time['device']} with {threads} thread{'s' if threads > 1 else ''}" if threads else time["device"]
     rate = f"{time['matmul_gflops']:,.0f} GFLOP/s {time['precision']} matmul " + (
         f"measured here on {where}" if time["matmul_measured"] else "given"
     )
     step = f"~{duration(time['seconds_per_step'])} per step"
-    if trainable < groups:
+    if frozen_at_start:
         step += f" (~{duration(time['seconds_per_step_at_start'])} at start)"
     if time["seconds_total"] is not None:
         runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
         step += f", ~{duration(time['seconds_total'])} for {compute['steps']:,} steps{runs}"
-    rows.append(("time", f"{step} (estimate: {rate}, {time['mfu_assumed']:.0%} MFU assumed)"))
-    return rows
+    return ("time", f"{step} (estimate: {rate}, {time['mfu_assumed']:.0%} MFU assumed)")
