@@ -1,9 +1,10 @@
-"""The package's import structure: layers that import only downwards, and no import cycle.
+"""The package's shape: layers that import only downwards, no import cycle, no file over 450 lines and no function
+over 60.
 
 The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
-    cli, __main__, the package itself      the commands
-    stages                                 one module per command
-    training, reporting                    the loop, optimisers, schedules; plots, cards, trackers
+    cli, __main__, the package itself      the command line: one thin wrapper per command
+    stages, commands                       what trains (one module per stage); what runs without training
+    training, inference, reporting         the loop, optimisers, schedules; running a trained model; plots, cards
     models, data, glue                     what is trained and read
     recipes, run_dir, run_lock             what a run is told, and where it writes
     errors, console, safe_yaml, glue.specs, _version   foundations (the GLUE task table is data)
@@ -123,23 +124,71 @@ def test_an_upward_import_is_reported():
 
 
 def function_lengths(paths) -> dict[str, int]:
-    """'module:function' -> lines, for every function (nested ones included) of the given files."""
+    """'module:Class.function' -> lines, for every function of the given files (methods and nested functions named by
+    what holds them, so that two classes' __init__ are two entries)."""
     lengths = {}
+
+    def visit(node: ast.AST, prefix: str, module: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    lengths[f"{module}:{name}"] = child.end_lineno - child.lineno + 1
+                visit(child, f"{name}.", module)
+            else:
+                visit(child, prefix, module)
+
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lengths[f"{module_name(path)}:{node.name}"] = node.end_lineno - node.lineno + 1
+        visit(ast.parse(path.read_text(encoding="utf-8")), "", module_name(path))
     return lengths
 
 
-def test_no_stage_or_loop_function_is_longer_than_sixty_lines():
-    """The run's life cycle is the driver's, the step the loop's: what a stage adds stays short enough to read."""
-    paths = [
-        path for folder in ("stages", "commands", "training", "inference") for path in (PACKAGE / folder).glob("*.py")
-    ]
-    lengths = function_lengths(paths)
-    assert "finetune.training.loop:train_epoch" in lengths and "finetune.stages.task_stage:setup" in lengths
-    assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
+# Functions over 60 lines, each a debt in a file another branch is rewriting (the task kinds' packages): never a place
+# to add one. The integrator empties this after the merge, splitting whatever is still long.
+LONG_FUNCTIONS_ALLOWED = {
+    "finetune.data.tasks:EncodedTask.__init__",  # a task's examples encoded for every column layout
+    "finetune.recipes.base:TaskConfig._custom_or_known",  # the task section: a custom task or a GLUE one
+    "finetune.reporting.model_card:card_kind",  # each kind's part of a model card
+    "finetune.reporting.model_card:classifier_card",  # the card of a fine-tuned model
+    "finetune.reporting.model_card:language_model_card",  # the card of a pretrained one
+}
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    """The run's life cycle is the driver's, the step the loop's, a command's work its module's: what any function
+    adds stays short enough to read in one screen."""
+    lengths = function_lengths(PACKAGE.rglob("*.py"))
+    assert "finetune.training.loop:TrainingLoop.train_epoch" in lengths
+    assert "finetune.stages.task_stage:TaskStage.setup" in lengths and "finetune.cli:main" in lengths
+    long = {name: lines for name, lines in lengths.items() if lines > 60}
+    assert {name: lines for name, lines in long.items() if name not in LONG_FUNCTIONS_ALLOWED} == {}
+    # An allowed debt that has been paid leaves the list with it.
+    assert sorted(set(LONG_FUNCTIONS_ALLOWED) - set(long)) == []
+
+
+# Files over 450 lines: the two the task kinds' branch is emptying into finetune/kinds/. The integrator empties this
+# after the merge; never a place to add a file.
+LONG_FILES_ALLOWED = {"finetune/data/tasks.py", "finetune/recipes/base.py"}
+MAX_FILE_LINES = 450
+
+
+def long_files(paths, root: Path = PACKAGE.parent) -> dict[str, int]:
+    """'finetune/...py' (relative to `root`) -> lines, for the given files over MAX_FILE_LINES."""
+    counts = {path.relative_to(root).as_posix(): len(path.read_text(encoding="utf-8").splitlines()) for path in paths}
+    return {name: lines for name, lines in counts.items() if lines > MAX_FILE_LINES}
+
+
+def test_no_file_is_longer_than_450_lines():
+    """A module holds one role; past 450 lines it holds several, and splits by them (docs/architecture.md)."""
+    found = long_files(PACKAGE.rglob("*.py"))
+    assert {name: lines for name, lines in found.items() if name not in LONG_FILES_ALLOWED} == {}
+    assert sorted(LONG_FILES_ALLOWED - set(found)) == []  # a file back under the limit leaves the list
+
+
+def test_a_long_file_is_found(tmp_path):
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_FILE_LINES, encoding="utf-8")
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_FILE_LINES + 1), encoding="utf-8")
+    assert long_files(sorted(tmp_path.glob("*.py")), tmp_path) == {"long.py": MAX_FILE_LINES + 1}
 
 
 def names_used(path: Path) -> set[str]:
