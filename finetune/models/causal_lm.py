@@ -53,7 +53,7 @@ def build_causal_lm(model_config, vocab_size: int, max_positions: int, tokenizer
         n_embd=model_config.hidden,
         n_layer=model_config.layers,
         n_head=model_config.heads,
-        n_inner=model_config.intermediate,  # None: 4 x hidden, as GPT-2
+        n_inner=model_config.intermediate,  # the recipe fills in its default (4 x hidden, GPT-2's)
         resid_pdrop=model_config.dropout,
         embd_pdrop=model_config.dropout,
         attn_pdrop=model_config.dropout,

@@ -38,7 +38,7 @@ def build_masked_lm(model_config, vocab_size: int, max_positions: int, pad_token
         hidden_size=model_config.hidden,
         num_hidden_layers=model_config.layers,
         num_attention_heads=model_config.heads,
-        intermediate_size=model_config.intermediate or 4 * model_config.hidden,
+        intermediate_size=model_config.intermediate,  # the recipe fills in its default (4 x hidden)
         hidden_dropout_prob=model_config.dropout,
         attention_probs_dropout_prob=model_config.dropout,
         max_position_embeddings=max_positions,

@@ -52,6 +52,17 @@ class TransformerModelConfig(LanguageModelSection):
     )
     adapter: AdapterConfig | None = Field(None, description="with model.checkpoint: " + ADAPTER_HELP)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _feed_forward_default(cls, data: Any) -> Any:
+        """intermediate's null is 4 x hidden (GPT-2's and BERT's ratio), filled in here so that the saved recipe
+        shows the size built and every family builds the same; a continued model's comes from its checkpoint."""
+        if isinstance(data, dict) and data.get("intermediate") is None and data.get("checkpoint") is None:
+            hidden = data.get("hidden", cls.model_fields["hidden"].default)
+            if isinstance(hidden, int) and not isinstance(hidden, bool) and hidden > 0:  # else its own error names it
+                data = {**data, "intermediate": 4 * hidden}
+        return data
+
     @model_validator(mode="after")
     def _consistent_architecture(self) -> TransformerModelConfig:
         given = [key for key in ARCHITECTURE_KEYS if key in self.model_fields_set]
