@@ -3,7 +3,8 @@ over 60.
 
 The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
     cli, __main__, the package itself      the command line: one thin wrapper per command
-    stages, commands                       what trains (one module per stage); what runs without training
+    stages, commands                       what trains (one module per stage); what runs without (never imported
+                                           by a stage)
     training, inference, reporting         the loop, optimisers, schedules; running a trained model; plots, cards
     models, data, glue                     what is trained and read
     recipes, run_dir, run_lock             what a run is told, and where it writes
@@ -115,6 +116,21 @@ def test_imports_run_downwards_only():
     assert upward_imports(graph) == []
     # The scan sees real imports, late ones included: the recipes check task names against the GLUE table.
     assert "finetune.glue.specs" in graph["finetune.recipes.base"]
+
+
+def test_no_stage_imports_a_command():
+    """Stages and commands share a layer one way: a command may use a stage's helpers (eval summarises seeds as the
+    stages do), but what trains never depends on what the CLI runs beside it."""
+    graph = import_graph()
+    assert "finetune.stages.seeds" in graph["finetune.commands.evaluate"]  # the scan sees the allowed direction
+    found = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("finetune.stages")
+        for target in targets
+        if target.startswith("finetune.commands")
+    )
+    assert found == []
 
 
 def test_an_upward_import_is_reported():
