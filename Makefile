@@ -45,7 +45,7 @@ format: dev  # what a contributor runs before committing: fix what ruff can, the
 	$(BIN)/ruff format .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto  # pytest-xdist: a worker per core, a thread each (tests/conftest.py)
 
 docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (tests/docs_check.py says what it adds)
 	$(BIN)/python -m tests.docs_check
