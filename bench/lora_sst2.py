@@ -12,7 +12,7 @@ the peer builds), and is scored on the whole dev set (872 sentences) after its l
 - finetune, full fine-tuning: every weight trains at --full-lr (5e-5: bench/glue_finetune.py's, the peer's);
 - finetune, LoRA: `model.adapter` with rank 8, alpha 16, dropout 0.1 on peft's choice for BERT (query, value),
   the head (pooler and classifier) trained fully, at --lora-lr (5e-4, the toolkit's default with an adapter);
-- peft + Trainer (peer, bench/hf_lora_peer.py): the same LoRA and head (`--modules-to-save pooler` beside peft's
+- peft + Trainer (peer, bench/peers/hf_lora_peer.py): the same LoRA and head (`--modules-to-save pooler` beside peft's
   classifier) and LR, trained by the Trainer on randomly ordered, dynamically padded batches.
 
 Per side: dev accuracy, training examples/s (ours over its epochs' training time as metrics.jsonl logs it, the
@@ -39,7 +39,7 @@ from pathlib import Path
 from _common import ROOT, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
 from glue_quality import truncated_task
 
-PEER = Path(__file__).resolve().parent / "hf_lora_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_lora_peer.py"
 TRAIN_ROWS, BATCH_SIZE, MAX_LENGTH = 2000, 32, 128
 LORA = {"rank": 8, "alpha": 16.0, "dropout": 0.1}
 SIDES = ("full", "lora", "peer")

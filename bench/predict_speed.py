@@ -22,7 +22,7 @@ Sides, each in a fresh process (loading the model is outside every figure):
   `example_logits` + `logits_to_predictions`) and times that call: tokenising the split (EncodedTask) is inside our
   figure, sorting by length, padding per batch and the forward passes too. `finetune eval` itself writes no timing.
 
-Identity: the peer does not write its predictions, so it runs through bench/peer_predictions.py, which patches
+Identity: the peer does not write its predictions, so it runs through bench/peers/peer_predictions.py, which patches
 `Trainer.predict` to keep the logits it returns (written after the peer has finished) and otherwise runs the peer
 script as shipped; the timed runs are those same runs. Our argmax is compared with the peer's, row by row, for both
 peer modes; the table gives the rows that differ (0 everywhere: identical) and the JSON line the largest absolute
@@ -123,7 +123,7 @@ def run_peer(
     """hf_predict.py as shipped (through peer_predictions.py, which keeps its logits): examples/s and metric."""
     command = [
         sys.executable,
-        ROOT / "bench" / "peer_predictions.py",
+        ROOT / "bench" / "peers" / "peer_predictions.py",
         "--save-to",
         logits_file,
         "--",

@@ -13,8 +13,8 @@ default), linear decay without warmup, no weight decay, gradient norm clipped at
 ours is set to. Both read windows of 384 tokens sharing 128 (question and context) and answer from the 20 best
 starts and ends, spans of at most 30 tokens, no answer when the no-answer score beats the best span by more than 0.
 
-The peer is bench/hf_qa_peer.py (run_qa.py's way: transformers + datasets + the Trainer), which pads every window to
-384 tokens as run_qa.py does by default: the training windows hold 140 tokens on average, so it computes 2.7x the
+The peer is bench/peers/hf_qa_peer.py (run_qa.py's way: transformers + datasets + the Trainer), which pads every window
+to 384 tokens as run_qa.py does by default: the training windows hold 140 tokens on average, so it computes 2.7x the
 tokens that per-batch padding would (--peer-padding batch pads per batch instead, to see the rest of the difference).
 Ours is `finetune finetune recipes/finetune/minilm-squad-v2-sample.yaml` with the settings above and its own
 length-grouped batches, then `finetune eval` of its last checkpoint with write_predictions. Both sides' dev
@@ -58,7 +58,7 @@ from _common import (
 from squad_sample_split import split_by_article
 
 SAMPLE = SHARED / "data" / "squad-v2-sample" / "dev-v2.0-sample.json"
-PEER = Path(__file__).resolve().parent / "hf_qa_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_qa_peer.py"
 RECIPE = "recipes/finetune/minilm-squad-v2-sample.yaml"
 BATCH_SIZE, LR, MAX_LENGTH, DOC_STRIDE = 16, 5e-5, 384, 128  # LR: the recipe's, also the Trainer's default
 SMOKE_TRAIN, SMOKE_DEV = 20, 10  # questions of --smoke: two steps of 16 windows
@@ -131,7 +131,7 @@ class Scorer:
 
 
 def run_peer(args, checkpoint: str, data: Path, seed: int, scorer: Scorer) -> dict:
-    """bench/hf_qa_peer.py: its windows/s of training and its dev answers, scored here."""
+    """bench/peers/hf_qa_peer.py: its windows/s of training and its dev answers, scored here."""
     predictions = args.work / f"peer-seed{seed}-predictions.json"
     result = run_json(
         [
