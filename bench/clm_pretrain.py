@@ -62,6 +62,7 @@ from _common import (
     ROOT,
     STDERR_TAIL,
     WIKITEXT,
+    append_result,
     describe_machine,
     finetune_cli,
     read_jsonl,
@@ -242,20 +243,19 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
         f"{bound['products_only_tokens_per_s']:,.0f} tokens/s = {bound['products_only_vs_peer']:.2f}x the peer "
         f"(MFU {100 * bound['products_only_mfu']:.1f}%)"
     )
-    print(
-        json.dumps(
-            {
-                "benchmark": "clm_pretrain",
-                "mode": "speed",
-                "configuration": configuration(args),
-                "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
-                "median_ratio": round(statistics.median(ratios), 3),
-                "matmul_gflops": round(peak, 1),
-                "useful_flops_per_token": useful,
-                "products_bound": bound,
-            }
-        )
-    )
+    result = {
+        "benchmark": "clm_pretrain",
+        "mode": "speed",
+        "configuration": configuration(args),
+        "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
+        "median_ratio": round(statistics.median(ratios), 3),
+        "matmul_gflops": round(peak, 1),
+        "useful_flops_per_token": useful,
+        "products_bound": bound,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("clm_pretrain", result, machine={**args.machine, "matmul_gflops": result["matmul_gflops"]})
 
 
 def step_products(args) -> list[tuple[int, int, int, int, int]]:
@@ -418,20 +418,19 @@ def equal_time(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdi
             f"| {label} | {side['steps']:,} | {side['steps'] * args.seq_len * args.batch:,} | "
             f"{side['train_seconds']:.0f} | " + " | ".join(f"{side['losses'][name]:.3f}" for name in names) + " |"
         )
-    print(
-        json.dumps(
-            {
-                "benchmark": "clm_pretrain",
-                "mode": "equal_time",
-                "configuration": configuration(args),
-                "budget_seconds": budget,
-                "peer_tokens_per_s": peer_rate,
-                "our_tokens_per_s": our_rate,
-                "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()},
-                "runs": runs,
-            }
-        )
-    )
+    result = {
+        "benchmark": "clm_pretrain",
+        "mode": "equal_time",
+        "configuration": configuration(args),
+        "budget_seconds": budget,
+        "peer_tokens_per_s": peer_rate,
+        "our_tokens_per_s": our_rate,
+        "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()},
+        "runs": runs,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("clm_pretrain", result, machine=args.machine)
 
 
 def configuration(args) -> dict:
@@ -483,8 +482,11 @@ def main() -> None:
         type=Path,
         help="keep the tokenizer (and runs) here and reuse the tokenizer (default: a temporary folder)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/clm_pretrain.jsonl"
+    )
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    args.machine = describe_machine()  # the figures below belong to this machine (and to --update-results)
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)

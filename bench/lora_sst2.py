@@ -20,7 +20,7 @@ peer's over `trainer.train()`: loading, tokenising and the dev evaluation lie ou
 resident memory (its whole life: Python, the libraries, the model, the training) and the trainable parameters
 (ours from `finetune profile`, the peer's from peft). The machine (CPU model, cores, threads, fp32 matmul rate) is
 printed first and recorded with every row. Results go to the work folder (--work), and to
-bench/results/lora_sst2-DATE.jsonl only with --update-results.
+bench/results/lora_sst2.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
+from _common import ROOT, append_result, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
 from glue_quality import truncated_task
 
 PEER = Path(__file__).resolve().parent / "peers" / "hf_lora_peer.py"
@@ -187,12 +187,11 @@ def main() -> None:
             }
             records.append(record)
             print(json.dumps(record), file=sys.stderr, flush=True)
-            outputs = [args.work / "results.jsonl"]
-            if args.update_results:
-                outputs.append(ROOT / "bench" / "results" / f"lora_sst2-{record['date']}.jsonl")
-            for path in outputs:
-                with open(path, "a", encoding="utf-8") as out:
-                    out.write(json.dumps(record) + "\n")
+            with open(args.work / "results.jsonl", "a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+            if args.update_results:  # the shelf's matmul_gflops is describe_machine's matmul_gflops_fp32
+                shelved = {key: value for key, value in record.items() if key != "matmul_gflops_fp32"}
+                append_result("lora_sst2", shelved, machine=machine)
     print_table(records, machine)
 
 

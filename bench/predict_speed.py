@@ -54,6 +54,7 @@ from _common import (
     PEERS,
     ROOT,
     TASKS,
+    append_result,
     describe_machine,
     finetune_cli,
     minilm_checkpoint,
@@ -237,11 +238,14 @@ def main() -> None:
         help="where the checkpoints made here are kept for later runs",
     )
     parser.add_argument("--ours-once", nargs=3, metavar=("CHECKPOINT", "DATA_DIR", "LOGITS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/predict_speed.jsonl"
+    )
     args = parser.parse_args()
     if args.ours_once:  # one timed prediction of ours, in this fresh process (see run_ours)
         ours_once(args.tasks[0], *args.ours_once, args.batch, args.seq_len)
         return
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     require(PEER, "the peer script")
     require_glue(args.tasks, ("dev.tsv",))
     given = dict(entry.split("=", 1) for entry in args.checkpoint if "=" in entry)
@@ -328,18 +332,17 @@ def main() -> None:
             for task, result in results.items()
         )
     )
-    print(
-        json.dumps(
-            {
-                "benchmark": "predict_speed",
-                "batch": args.batch,
-                "seq_len": args.seq_len,
-                "threads": threads,
-                "repeats": args.repeats,
-                "tasks": results,
-            }
-        )
-    )
+    result = {
+        "benchmark": "predict_speed",
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "threads": threads,
+        "repeats": args.repeats,
+        "tasks": results,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("predict_speed", result, machine=machine)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ many), over the whole of training: the peer's `trainer.train()`, ours the epochs
 
 For scale: BERT-base scored SQuAD v1.1 dev EM 80.8 / F1 88.5 (Devlin et al. 2019; 88,000 training questions, a
 110M model). Four articles is a pipeline check, not a SQuAD score: at this size the model learns to answer "no
-answer" to everything (bench/README.md). Files go to the work folder (--work, default runs/bench-squad-qa; never into
-the repository); results to bench/results/squad_qa-DATE.jsonl only with --update-results.
+answer" to everything (docs/benchmarks.md). Files go to the work folder (--work, default runs/bench-squad-qa; never into
+the repository); results to bench/results/squad_qa.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from pathlib import Path
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -318,9 +319,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="the plumbing only: 20 training and 10 dev questions")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-squad-qa")
     parser.add_argument(
-        "--update-results",
-        action="store_true",
-        help="also append each seed's record to bench/results/squad_qa-DATE.jsonl",
+        "--update-results", action="store_true", help="also append each seed's record to bench/results/squad_qa.jsonl"
     )
     args = parser.parse_args()
     if args.smoke and args.update_results:
@@ -343,8 +342,7 @@ def main() -> None:
         with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
         if args.update_results:
-            with open(ROOT / "bench" / "results" / f"squad_qa-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+            append_result("squad_qa", record, machine=record)
     print_results(records, rate)
 
 
