@@ -62,3 +62,12 @@ def test_the_committed_shelf_has_one_file_per_benchmark_and_dated_records_with_t
         for number, record in enumerate(_common.read_jsonl(path), start=1):
             assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record.get("date") or ""), f"{path.name}:{number}: no date"
             assert "cpu" in record and "matmul_gflops" in record, f"{path.name}:{number}: no machine fields"
+
+
+def test_only_common_writes_the_shelf():
+    """Every script appends through append_result: none builds a bench/results path (a dated file) of its own."""
+    for script in sorted(BENCH.rglob("*.py")):
+        if script.name == "_common.py":
+            continue
+        source = script.read_text(encoding="utf-8")
+        assert '/ "results"' not in source and '"bench/results' not in source, f"{script.name} writes bench/results"
