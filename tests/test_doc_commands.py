@@ -105,6 +105,7 @@ def test_a_command_is_shown_as_typed():
         ("finetune", ["eval", "x.yaml", "source=hub"], "network"),
         ("accelerate", ["launch", "--multi_gpu", "-m", "finetune", "pretrain", "x.yaml"], "GPUs"),
         ("make", ["test"], "CI"),
+        ("make", ["dist"], "builds the release"),
         ("finetune", ["finetune", "x.yaml", "task.data_dir=../shared/data/nowhere"], "not on this machine"),
     ],
 )
