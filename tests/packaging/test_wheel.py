@@ -3,8 +3,8 @@ wheel, installed into a fresh venv, runs `finetune` from a folder outside the ch
 
 Cheap by construction (about 20 s on 2 cores): the build runs without isolation (this venv's setuptools, no
 download) on a copy of the sources, so the checkout gets no build/ or egg-info; the fresh venv has no pip and no
-dependencies of its own: the wheel goes in with this venv's pip (`--python`, `--no-deps`), then a .pth file puts
-this venv's site-packages (torch, transformers, ...) after the venv's own. Python reads the .pth files of site
+dependencies of its own: the wheel goes in with this interpreter's pip (`--python`, `--no-deps`), then a .pth file puts
+this interpreter's site-packages (torch, transformers, ...) after the venv's own. Python reads the .pth files of site
 folders only, not of folders a .pth adds, so this venv's editable finetune (its finder's .pth) is not seen: the
 finetune imported is the wheel's, which the tests assert.
 
@@ -20,13 +20,14 @@ included) and builds its model on the meta device, reading and writing nothing e
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import zipfile
 from pathlib import Path
@@ -36,11 +37,26 @@ import pytest
 from finetune import __version__
 from tests.conftest import REPO_ROOT
 
+
+def _major_version(distribution: str) -> int:
+    try:
+        return int(importlib.metadata.version(distribution).split(".")[0])
+    except importlib.metadata.PackageNotFoundError:
+        return 0
+
+
 if importlib.util.find_spec("build") is None:
     pytest.skip(
         "the wheel is built with `python -m build`, not installed here: pip install -e '.[dev]'",
         allow_module_level=True,
     )
+if _major_version("setuptools") < 77:  # pyproject.toml's build-system.requires, which the build takes from here
+    pytest.skip(
+        "the build runs without isolation: it needs setuptools>=77 here: pip install -e '.[dev]'",
+        allow_module_level=True,
+    )
+if importlib.util.find_spec("pip") is None:
+    pytest.skip("the wheel is installed with this interpreter's pip (--python): it has none", allow_module_level=True)
 
 SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "finetune", "recipes")
 RECIPES = sorted(path.relative_to(REPO_ROOT / "recipes").as_posix() for path in (REPO_ROOT / "recipes").rglob("*.yaml"))
@@ -90,7 +106,8 @@ def venv(dists, tmp_path_factory) -> Path:
     site_packages = Path(
         run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
     )
-    (site_packages / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n", encoding="utf-8")
+    ours = [folder for folder in [*site.getsitepackages(), site.getusersitepackages()] if Path(folder).is_dir()]
+    (site_packages / "dependencies.pth").write_text("".join(f"{folder}\n" for folder in ours), encoding="utf-8")
     return folder
 
 
