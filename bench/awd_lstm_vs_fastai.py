@@ -44,7 +44,18 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import PEERS, ROOT, WIKITEXT, describe_machine, finetune_cli, read_jsonl, require, run_json, text_lines
+from _common import (
+    PEERS,
+    ROOT,
+    WIKITEXT,
+    append_result,
+    describe_machine,
+    finetune_cli,
+    read_jsonl,
+    require,
+    run_json,
+    text_lines,
+)
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "fastai_awd_lstm_lm.py"
@@ -248,8 +259,11 @@ def main() -> None:
         default=FASTAI_PYTHON,
         help="the python of a virtualenv with fastai installed (see the module docstring)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/awd_lstm_vs_fastai.jsonl"
+    )
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
     require(
@@ -280,23 +294,22 @@ def main() -> None:
         f"validation loss in nats per token on all of WikiText-2 valid.txt"
     )
     print_table(rows, "fastai AWD-LSTM (peer)")
-    print(
-        json.dumps(
-            {
-                "benchmark": "awd_lstm_vs_fastai",
-                "emb": args.emb,
-                "hidden": args.hidden,
-                "layers": args.layers,
-                "vocab": args.vocab,
-                "batch": args.batch,
-                "bptt": args.bptt,
-                "steps": args.steps,
-                "lr": args.lr,
-                "seed": args.seed,
-                "runs": rows,
-            }
-        )
-    )
+    result = {
+        "benchmark": "awd_lstm_vs_fastai",
+        "emb": args.emb,
+        "hidden": args.hidden,
+        "layers": args.layers,
+        "vocab": args.vocab,
+        "batch": args.batch,
+        "bptt": args.bptt,
+        "steps": args.steps,
+        "lr": args.lr,
+        "seed": args.seed,
+        "runs": rows,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("awd_lstm_vs_fastai", result, machine=machine)
 
 
 if __name__ == "__main__":

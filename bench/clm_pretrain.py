@@ -29,7 +29,7 @@ Then the ceiling of the ratio on this machine: the step's matrix products alone,
 Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
 schedules decay to their end inside the budget); wrappers stop a side after the step that crosses the budget
-should it run slower than planned (bench/peer_budget.py runs the unchanged peer and saves its model,
+should it run slower than planned (bench/peers/peer_budget.py runs the unchanged peer and saves its model,
 bench/ours_budget.py runs `finetune`; its clock also runs through our end-of-epoch validations, on 200 lines, which
 the table's trained seconds leave out). Then both saved models are scored by one function here: the mean
 next-token cross-entropy of `GPT2LMHeadModel` on WikiText-2 valid.txt, in both block layouts (ours: <|endoftext|>
@@ -62,6 +62,7 @@ from _common import (
     ROOT,
     STDERR_TAIL,
     WIKITEXT,
+    append_result,
     describe_machine,
     finetune_cli,
     read_jsonl,
@@ -242,20 +243,19 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
         f"{bound['products_only_tokens_per_s']:,.0f} tokens/s = {bound['products_only_vs_peer']:.2f}x the peer "
         f"(MFU {100 * bound['products_only_mfu']:.1f}%)"
     )
-    print(
-        json.dumps(
-            {
-                "benchmark": "clm_pretrain",
-                "mode": "speed",
-                "configuration": configuration(args),
-                "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
-                "median_ratio": round(statistics.median(ratios), 3),
-                "matmul_gflops": round(peak, 1),
-                "useful_flops_per_token": useful,
-                "products_bound": bound,
-            }
-        )
-    )
+    result = {
+        "benchmark": "clm_pretrain",
+        "mode": "speed",
+        "configuration": configuration(args),
+        "runs": [{"peer": peer, "ours": ours} for peer, ours in pairs],
+        "median_ratio": round(statistics.median(ratios), 3),
+        "matmul_gflops": round(peak, 1),
+        "useful_flops_per_token": useful,
+        "products_bound": bound,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("clm_pretrain", result, machine={**args.machine, "matmul_gflops": result["matmul_gflops"]})
 
 
 def step_products(args) -> list[tuple[int, int, int, int, int]]:
@@ -304,10 +304,10 @@ def planned_steps(args, budget_seconds: float, tokens_per_s: float) -> int:
 
 
 def train_peer_for(args, corpus: Path, tokenizer_dir: Path, steps: int, budget: float, folder: Path) -> dict:
-    """The unchanged peer through bench/peer_budget.py, which stops it at the budget and saves its model."""
+    """The unchanged peer through bench/peers/peer_budget.py, which stops it at the budget and saves its model."""
     command = [
         sys.executable,
-        ROOT / "bench" / "peer_budget.py",
+        ROOT / "bench" / "peers" / "peer_budget.py",
         "--budget-seconds",
         budget,
         "--save-to",
@@ -418,20 +418,19 @@ def equal_time(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdi
             f"| {label} | {side['steps']:,} | {side['steps'] * args.seq_len * args.batch:,} | "
             f"{side['train_seconds']:.0f} | " + " | ".join(f"{side['losses'][name]:.3f}" for name in names) + " |"
         )
-    print(
-        json.dumps(
-            {
-                "benchmark": "clm_pretrain",
-                "mode": "equal_time",
-                "configuration": configuration(args),
-                "budget_seconds": budget,
-                "peer_tokens_per_s": peer_rate,
-                "our_tokens_per_s": our_rate,
-                "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()},
-                "runs": runs,
-            }
-        )
-    )
+    result = {
+        "benchmark": "clm_pretrain",
+        "mode": "equal_time",
+        "configuration": configuration(args),
+        "budget_seconds": budget,
+        "peer_tokens_per_s": peer_rate,
+        "our_tokens_per_s": our_rate,
+        "validation_blocks": {name: len(blocks) for name, blocks in layouts.items()},
+        "runs": runs,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("clm_pretrain", result, machine=args.machine)
 
 
 def configuration(args) -> dict:
@@ -483,8 +482,11 @@ def main() -> None:
         type=Path,
         help="keep the tokenizer (and runs) here and reuse the tokenizer (default: a temporary folder)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/clm_pretrain.jsonl"
+    )
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    args.machine = describe_machine()  # the figures below belong to this machine (and to --update-results)
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)

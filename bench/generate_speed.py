@@ -5,7 +5,7 @@ the cost of each new token against the length of the text before it (the AWD-LST
                                                                 # run ~1 minute more (tokenizer, checkpoints)
     .venv/bin/python bench/generate_speed.py --repeats 7 --threads 1
     .venv/bin/python bench/generate_speed.py --checkpoint runs/bench-clm/ours/checkpoint   # a trained GPT-2 instead
-    .venv/bin/python bench/generate_speed.py --record           # also bench/results/generate_speed-DATE.json
+    .venv/bin/python bench/generate_speed.py --record           # also appended to bench/results/generate_speed.jsonl
 
 Checkpoints: made once in --work-dir with the toolkit's own builders and saved as `finetune pretrain` saves them
 (weights at their initialisation: speed does not depend on what they learnt): a GPT-2 (--layers, --hidden, --heads;
@@ -28,14 +28,13 @@ toolkit's tokenizer code, as bench/lm_families.py does. The prompt: the start of
    GPT-2 (reference) attends over its cache, which grows with the prefix.
 
 Prints the machine (CPU model, threads, torch, fp32 matmul rate measured here), the tables and the command, then one
-JSON line with every figure, also written to --work-dir/generate_speed.json; --record copies it to bench/results/
-(refusing to replace a committed file unless --overwrite). Speed figures need a quiet machine.
+JSON line with every figure, also written to --work-dir/generate_speed.json; --record appends it to
+bench/results/generate_speed.jsonl (dated, with the machine). Speed figures need a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shlex
 import statistics
@@ -45,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-from _common import ROOT, WIKITEXT, cpu_model, describe_machine, require, text_lines
+from _common import ROOT, WIKITEXT, append_result, cpu_model, describe_machine, require, text_lines
 
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
 from transformers.generation.streamers import BaseStreamer
@@ -56,7 +55,6 @@ from finetune.inference.language_model_validation import load_causal_language_mo
 from finetune.models.flops import matmul_gflops
 
 VOCABULARY = 16000
-RESULTS = ROOT / "bench" / "results"
 FAMILIES = ("awd_lstm", "gpt2")
 PEER = "transformers generate (peer)"
 
@@ -197,15 +195,6 @@ def cost_per_token(family: str, args, checkpoint: Path) -> dict:
     }
 
 
-def record(result: dict, overwrite: bool) -> Path:
-    """Copy the result into bench/results/, dated; a committed file is replaced only with --overwrite."""
-    path = RESULTS / f"generate_speed-{datetime.date.today().isoformat()}.json"
-    if path.exists() and not overwrite:
-        sys.exit(f"bench: {path} exists; --overwrite replaces it")
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return path
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, help="a GPT-2 checkpoint for part 1 instead of the one made here")
@@ -225,8 +214,8 @@ def main() -> None:
         default=ROOT / "runs" / "bench-generate",
         help="the tokenizer and checkpoints made here, kept for later runs, and the result file",
     )
-    parser.add_argument("--record", action="store_true", help="also write bench/results/generate_speed-DATE.json")
-    parser.add_argument("--overwrite", action="store_true", help="let --record replace that day's file")
+    parser.add_argument("--record", action="store_true", help="also append to bench/results/generate_speed.jsonl")
+    parser.add_argument("--overwrite", action="store_true", help="no effect (--record appends; kept for old commands)")
     args = parser.parse_args()
     describe_machine()  # the figures below belong to this machine
     if max(args.prefixes) + args.step_tokens > 1024 and "gpt2" in args.families:
@@ -286,7 +275,7 @@ def main() -> None:
     }
     (args.work_dir / "generate_speed.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.record:
-        print(f"recorded in {record(result, args.overwrite)}", file=sys.stderr)
+        append_result("generate_speed", result, machine=machine)
     print(json.dumps(result))
 
 

@@ -37,7 +37,16 @@ from pathlib import Path
 
 import torch
 
-from _common import describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require, require_glue, run_json
+from _common import (
+    append_result,
+    describe_machine,
+    finetune_cli,
+    minilm_checkpoint,
+    read_jsonl,
+    require,
+    require_glue,
+    run_json,
+)
 from glue_quality import PEER, VARIANTS, truncated_task  # the same peer, data subset and recipe variants
 
 TRAIN_ROWS, BATCH_SIZE, LR, MAX_LENGTH = 2000, 32, 5e-5, 128
@@ -121,8 +130,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="run every side this many times, interleaved")
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every side (default: torch's)")
     parser.add_argument("--override", nargs="*", default=[], help="extra key=value overrides for our runs")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/glue_finetune.jsonl"
+    )
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     require_glue(["sst2"])
     require(PEER, "the peer script")
     checkpoint = minilm_checkpoint()
@@ -172,6 +184,8 @@ def main() -> None:
             f"| {100 * median(name, 'dev_accuracy'):.1f} |"
         )
     print(json.dumps(runs))
+    if arguments.update_results:
+        append_result("glue_finetune", {"benchmark": "glue_finetune", "runs": runs}, machine=machine)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from _common import (
     GLUE,
     PEERS,
     TASKS,
+    append_result,
     describe_machine,
     finetune_cli,
     minilm_checkpoint,
@@ -196,8 +197,11 @@ def main() -> None:
         action="store_true",
         help="run nothing: print the table of every run recorded in --output (several invocations)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append each run to bench/results/glue_quality.jsonl"
+    )
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     if arguments.table_only:
         print_recorded_table(arguments.output)
         return
@@ -233,21 +237,19 @@ def main() -> None:
                 for side, run in runs.items():
                     score = run()
                     scores.setdefault((task, side), []).append(score)
-                    log.write(
-                        json.dumps(
-                            {
-                                "task": task,
-                                "seed": seed,
-                                "side": side,
-                                "split": split,
-                                "max_train": arguments.max_train,
-                                "epochs": arguments.epochs,
-                                TASKS[task].metric: score,
-                            }
-                        )
-                        + "\n"
-                    )
+                    record = {
+                        "task": task,
+                        "seed": seed,
+                        "side": side,
+                        "split": split,
+                        "max_train": arguments.max_train,
+                        "epochs": arguments.epochs,
+                        TASKS[task].metric: score,
+                    }
+                    log.write(json.dumps(record) + "\n")
                     log.flush()
+                    if arguments.update_results:
+                        append_result("glue_quality", record, machine=machine)
                     print(f"{task} seed {seed} {side}: {split} {TASKS[task].metric} {score:.4f}", flush=True)
 
     sides = [*([] if arguments.no_peer else [peer_side]), *(name + suffix for name in arguments.variants)]

@@ -41,7 +41,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, WIKITEXT, describe_machine, finetune_cli, require
+from _common import ROOT, WIKITEXT, append_result, describe_machine, finetune_cli, require
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"
@@ -54,7 +54,7 @@ VARIANTS = {
     "ngram-5": ("ngram-wikitext2.yaml", ["model.order=5"]),
     "awd_lstm": ("awd-lstm-wikitext2.yaml", []),
     "qrnn": ("qrnn-wikitext2.yaml", []),
-    "rnn": ("awd-lstm-wikitext2.yaml", ["model.cell=rnn"]),  # the LSTM's LR: diverges (bench/README.md)
+    "rnn": ("awd-lstm-wikitext2.yaml", ["model.cell=rnn"]),  # the LSTM's LR: diverges (docs/benchmarks.md)
     "rnn-lr1e-3": ("rnn-wikitext2.yaml", []),
     "gpt2": ("gpt2-mini-wikitext2.yaml", []),
     "transformer-xl": ("transformer-xl-wikitext2.yaml", []),
@@ -223,8 +223,11 @@ def main() -> None:
         action="store_true",
         help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)",
     )
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/lm_families.jsonl"
+    )
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     if arguments.table_only:
         results = [json.loads(path.read_text()) for path in sorted(arguments.work_dir.glob("*/bench-result.json"))]
@@ -238,9 +241,10 @@ def main() -> None:
         sys.exit(f"bench: no finished runs in {arguments.work_dir}")
     print_table(results, arguments.tokens)
     contexts = long_context(results, arguments.work_dir, arguments.tokens) if arguments.long_context else []
-    print(
-        json.dumps({"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results, "long_context": contexts})
-    )
+    result = {"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results, "long_context": contexts}
+    print(json.dumps(result))
+    if arguments.update_results:
+        append_result("lm_families", result, machine=machine)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ the peer builds), and is scored on the whole dev set (872 sentences) after its l
 - finetune, full fine-tuning: every weight trains at --full-lr (5e-5: bench/glue_finetune.py's, the peer's);
 - finetune, LoRA: `model.adapter` with rank 8, alpha 16, dropout 0.1 on peft's choice for BERT (query, value),
   the head (pooler and classifier) trained fully, at --lora-lr (5e-4, the toolkit's default with an adapter);
-- peft + Trainer (peer, bench/hf_lora_peer.py): the same LoRA and head (`--modules-to-save pooler` beside peft's
+- peft + Trainer (peer, bench/peers/hf_lora_peer.py): the same LoRA and head (`--modules-to-save pooler` beside peft's
   classifier) and LR, trained by the Trainer on randomly ordered, dynamically padded batches.
 
 Per side: dev accuracy, training examples/s (ours over its epochs' training time as metrics.jsonl logs it, the
@@ -20,7 +20,7 @@ peer's over `trainer.train()`: loading, tokenising and the dev evaluation lie ou
 resident memory (its whole life: Python, the libraries, the model, the training) and the trainable parameters
 (ours from `finetune profile`, the peer's from peft). The machine (CPU model, cores, threads, fp32 matmul rate) is
 printed first and recorded with every row. Results go to the work folder (--work), and to
-bench/results/lora_sst2-DATE.jsonl only with --update-results.
+bench/results/lora_sst2.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
+from _common import ROOT, append_result, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
 from glue_quality import truncated_task
 
-PEER = Path(__file__).resolve().parent / "hf_lora_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_lora_peer.py"
 TRAIN_ROWS, BATCH_SIZE, MAX_LENGTH = 2000, 32, 128
 LORA = {"rank": 8, "alpha": 16.0, "dropout": 0.1}
 SIDES = ("full", "lora", "peer")
@@ -187,12 +187,11 @@ def main() -> None:
             }
             records.append(record)
             print(json.dumps(record), file=sys.stderr, flush=True)
-            outputs = [args.work / "results.jsonl"]
-            if args.update_results:
-                outputs.append(ROOT / "bench" / "results" / f"lora_sst2-{record['date']}.jsonl")
-            for path in outputs:
-                with open(path, "a", encoding="utf-8") as out:
-                    out.write(json.dumps(record) + "\n")
+            with open(args.work / "results.jsonl", "a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+            if args.update_results:  # the shelf's matmul_gflops is describe_machine's matmul_gflops_fp32
+                shelved = {key: value for key, value in record.items() if key != "matmul_gflops_fp32"}
+                append_result("lora_sst2", shelved, machine=machine)
     print_table(records, machine)
 
 

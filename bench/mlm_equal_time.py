@@ -48,10 +48,11 @@ def planned_steps(budget_seconds: float, tokens_per_s: float) -> int:
 
 
 def train_peer(corpus: Path, tokenizer_dir: str, steps: int, budget_seconds: float, folder: Path) -> dict:
-    """The unchanged peer script through bench/peer_budget.py, which stops it at the budget and saves its model."""
+    """The unchanged peer script through bench/peers/peer_budget.py, which stops it at the budget and saves its
+    model."""
     command = [
         sys.executable,
-        str(ROOT / "bench" / "peer_budget.py"),
+        str(ROOT / "bench" / "peers" / "peer_budget.py"),
         "--budget-seconds",
         str(budget_seconds),
         "--save-to",

@@ -24,7 +24,7 @@ arithmetic per token (RoBERTa's encoder is BERT's), so the ratio is one of train
     .venv/bin/python bench/mlm_pretrain.py --family roberta --work runs/bench-mlm-roberta   # ~5 minutes
 
 The table, and one JSON line, print at the end; with --work that line is appended to WORK/result.jsonl, and with
---update-results to bench/results/mlm_pretrain-DATE.jsonl too.
+--update-results to bench/results/mlm_pretrain.jsonl too.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from _common import (
     PEERS,
     ROOT,
     WIKITEXT,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -243,7 +244,7 @@ def arguments_parser() -> argparse.ArgumentParser:
         help="keep the corpus, checkpoints, runs and result.jsonl here (else a temporary folder)",
     )
     parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/mlm_pretrain-DATE.jsonl"
+        "--update-results", action="store_true", help="also append the result to bench/results/mlm_pretrain.jsonl"
     )
     return parser
 
@@ -333,8 +334,7 @@ def main() -> None:
         with open(arguments.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
     if arguments.update_results:
-        with open(ROOT / "bench" / "results" / f"mlm_pretrain-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-            out.write(line + "\n")
+        append_result("mlm_pretrain", record, machine=record)
     print(line)
 
 

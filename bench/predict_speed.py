@@ -22,7 +22,7 @@ Sides, each in a fresh process (loading the model is outside every figure):
   `example_logits` + `logits_to_predictions`) and times that call: tokenising the split (EncodedTask) is inside our
   figure, sorting by length, padding per batch and the forward passes too. `finetune eval` itself writes no timing.
 
-Identity: the peer does not write its predictions, so it runs through bench/peer_predictions.py, which patches
+Identity: the peer does not write its predictions, so it runs through bench/peers/peer_predictions.py, which patches
 `Trainer.predict` to keep the logits it returns (written after the peer has finished) and otherwise runs the peer
 script as shipped; the timed runs are those same runs. Our argmax is compared with the peer's, row by row, for both
 peer modes; the table gives the rows that differ (0 everywhere: identical) and the JSON line the largest absolute
@@ -54,6 +54,7 @@ from _common import (
     PEERS,
     ROOT,
     TASKS,
+    append_result,
     describe_machine,
     finetune_cli,
     minilm_checkpoint,
@@ -123,7 +124,7 @@ def run_peer(
     """hf_predict.py as shipped (through peer_predictions.py, which keeps its logits): examples/s and metric."""
     command = [
         sys.executable,
-        ROOT / "bench" / "peer_predictions.py",
+        ROOT / "bench" / "peers" / "peer_predictions.py",
         "--save-to",
         logits_file,
         "--",
@@ -237,11 +238,14 @@ def main() -> None:
         help="where the checkpoints made here are kept for later runs",
     )
     parser.add_argument("--ours-once", nargs=3, metavar=("CHECKPOINT", "DATA_DIR", "LOGITS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/predict_speed.jsonl"
+    )
     args = parser.parse_args()
     if args.ours_once:  # one timed prediction of ours, in this fresh process (see run_ours)
         ours_once(args.tasks[0], *args.ours_once, args.batch, args.seq_len)
         return
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     require(PEER, "the peer script")
     require_glue(args.tasks, ("dev.tsv",))
     given = dict(entry.split("=", 1) for entry in args.checkpoint if "=" in entry)
@@ -328,18 +332,17 @@ def main() -> None:
             for task, result in results.items()
         )
     )
-    print(
-        json.dumps(
-            {
-                "benchmark": "predict_speed",
-                "batch": args.batch,
-                "seq_len": args.seq_len,
-                "threads": threads,
-                "repeats": args.repeats,
-                "tasks": results,
-            }
-        )
-    )
+    result = {
+        "benchmark": "predict_speed",
+        "batch": args.batch,
+        "seq_len": args.seq_len,
+        "threads": threads,
+        "repeats": args.repeats,
+        "tasks": results,
+    }
+    print(json.dumps(result))
+    if args.update_results:
+        append_result("predict_speed", result, machine=machine)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, describe_machine, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 from few_labels import score_checkpoint  # `finetune eval`'s prediction code and metrics, as few_labels scores
 
@@ -77,8 +77,11 @@ def main() -> None:
     parser.add_argument("--held-out", type=int, default=0, metavar="H", help="score on H other training rows")
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-scalar-mix")
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument(
+        "--update-results", action="store_true", help="also append the result to bench/results/scalar_mix_sst2.jsonl"
+    )
     arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     log = arguments.work_dir / "runs.jsonl"
     arguments.work_dir.mkdir(parents=True, exist_ok=True)
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -114,7 +117,10 @@ def main() -> None:
                 + ", ".join(f"{100 * scores[seed]:.1f}" for seed in sorted(scores))
                 + " |"
             )
-    print(json.dumps({"labels": arguments.labels, "held_out": arguments.held_out, "variants": table, "runs": chosen}))
+    result = {"labels": arguments.labels, "held_out": arguments.held_out, "variants": table, "runs": chosen}
+    print(json.dumps(result))
+    if arguments.update_results:
+        append_result("scalar_mix_sst2", result, machine=machine)
 
 
 if __name__ == "__main__":

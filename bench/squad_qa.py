@@ -13,8 +13,8 @@ default), linear decay without warmup, no weight decay, gradient norm clipped at
 ours is set to. Both read windows of 384 tokens sharing 128 (question and context) and answer from the 20 best
 starts and ends, spans of at most 30 tokens, no answer when the no-answer score beats the best span by more than 0.
 
-The peer is bench/hf_qa_peer.py (run_qa.py's way: transformers + datasets + the Trainer), which pads every window to
-384 tokens as run_qa.py does by default: the training windows hold 140 tokens on average, so it computes 2.7x the
+The peer is bench/peers/hf_qa_peer.py (run_qa.py's way: transformers + datasets + the Trainer), which pads every window
+to 384 tokens as run_qa.py does by default: the training windows hold 140 tokens on average, so it computes 2.7x the
 tokens that per-batch padding would (--peer-padding batch pads per batch instead, to see the rest of the difference).
 Ours is `finetune finetune recipes/finetune/minilm-squad-v2-sample.yaml` with the settings above and its own
 length-grouped batches, then `finetune eval` of its last checkpoint with write_predictions. Both sides' dev
@@ -28,8 +28,8 @@ many), over the whole of training: the peer's `trainer.train()`, ours the epochs
 
 For scale: BERT-base scored SQuAD v1.1 dev EM 80.8 / F1 88.5 (Devlin et al. 2019; 88,000 training questions, a
 110M model). Four articles is a pipeline check, not a SQuAD score: at this size the model learns to answer "no
-answer" to everything (bench/README.md). Files go to the work folder (--work, default runs/bench-squad-qa; never into
-the repository); results to bench/results/squad_qa-DATE.jsonl only with --update-results.
+answer" to everything (docs/benchmarks.md). Files go to the work folder (--work, default runs/bench-squad-qa; never into
+the repository); results to bench/results/squad_qa.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from pathlib import Path
 from _common import (
     ROOT,
     SHARED,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -58,7 +59,7 @@ from _common import (
 from squad_sample_split import split_by_article
 
 SAMPLE = SHARED / "data" / "squad-v2-sample" / "dev-v2.0-sample.json"
-PEER = Path(__file__).resolve().parent / "hf_qa_peer.py"
+PEER = Path(__file__).resolve().parent / "peers" / "hf_qa_peer.py"
 RECIPE = "recipes/finetune/minilm-squad-v2-sample.yaml"
 BATCH_SIZE, LR, MAX_LENGTH, DOC_STRIDE = 16, 5e-5, 384, 128  # LR: the recipe's, also the Trainer's default
 SMOKE_TRAIN, SMOKE_DEV = 20, 10  # questions of --smoke: two steps of 16 windows
@@ -131,7 +132,7 @@ class Scorer:
 
 
 def run_peer(args, checkpoint: str, data: Path, seed: int, scorer: Scorer) -> dict:
-    """bench/hf_qa_peer.py: its windows/s of training and its dev answers, scored here."""
+    """bench/peers/hf_qa_peer.py: its windows/s of training and its dev answers, scored here."""
     predictions = args.work / f"peer-seed{seed}-predictions.json"
     result = run_json(
         [
@@ -318,9 +319,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="the plumbing only: 20 training and 10 dev questions")
     parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-squad-qa")
     parser.add_argument(
-        "--update-results",
-        action="store_true",
-        help="also append each seed's record to bench/results/squad_qa-DATE.jsonl",
+        "--update-results", action="store_true", help="also append each seed's record to bench/results/squad_qa.jsonl"
     )
     args = parser.parse_args()
     if args.smoke and args.update_results:
@@ -343,8 +342,7 @@ def main() -> None:
         with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
             out.write(line + "\n")
         if args.update_results:
-            with open(ROOT / "bench" / "results" / f"squad_qa-{record['date']}.jsonl", "a", encoding="utf-8") as out:
-                out.write(line + "\n")
+            append_result("squad_qa", record, machine=record)
     print_results(records, rate)
 
 

@@ -20,7 +20,7 @@ not used to choose anything) by Pearson and Spearman on the 1,500 dev pairs, one
 Each checkpoint then predicts the dev pairs in both orders: the order gap is the mean |score(a, b) - score(b, a)|
 (0 for both orders by construction), beside the Pearson of (b, a) alone and of the two orders' mean (one-order
 training, both orders at test time only). A finished run in the work folder is reused (--fresh trains it again).
-Results go to the work folder, and to bench/results/stsb_both_orders-DATE.jsonl only with --update-results.
+Results go to the work folder, and to bench/results/stsb_both_orders.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from _common import (
     GLUE,
     ROOT,
     WIKITEXT,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -179,9 +180,7 @@ def main() -> None:
             with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
                 out.write(line + "\n")
             if args.update_results:
-                name = f"stsb_both_orders-{record['date']}.jsonl"
-                with open(ROOT / "bench" / "results" / name, "a", encoding="utf-8") as out:
-                    out.write(line + "\n")
+                append_result("stsb_both_orders", record, machine=record)
     print_table(records, rate)
 
 

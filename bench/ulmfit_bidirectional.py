@@ -35,7 +35,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from _common import GLUE, ROOT, require
+from _common import GLUE, ROOT, append_result, require
 
 
 def classifiers(work_dir: Path, variant: str = "") -> dict[tuple[int, int], Path]:
@@ -59,6 +59,11 @@ def main() -> None:
         nargs="*",
         default=["bilm", "bilm-mix"],
         help="variants of biLM classifiers in --forward, each a column where present",
+    )
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="also append the result to bench/results/ulmfit_bidirectional.jsonl",
     )
     arguments = parser.parse_args()
     require(GLUE / "SST-2" / "dev.tsv", "GLUE SST-2 dev.tsv")
@@ -138,7 +143,10 @@ def main() -> None:
                 else "-"
             )
         print(f"| {labels:,} | {len(rows)} | " + " | ".join(cells) + " |")
-    print(json.dumps({"forward_dir": str(arguments.forward), "backward_dir": str(arguments.backward), "runs": runs}))
+    result = {"forward_dir": str(arguments.forward), "backward_dir": str(arguments.backward), "runs": runs}
+    print(json.dumps(result))
+    if arguments.update_results:  # quality only: the CPU and matmul rate are today's, read when appending
+        append_result("ulmfit_bidirectional", result)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,11 @@
     .venv/bin/python bench/ulmfit_imdb.py --full-test                       # the grid, then each column's best run
                                                                             # on all 25,000 test reviews
     .venv/bin/python bench/ulmfit_imdb.py --table-only                      # the table and plot again
-    .venv/bin/python bench/ulmfit_imdb.py --table-only --update-results     # ... and into bench/results/
+    .venv/bin/python bench/ulmfit_imdb.py --table-only --update-results     # ... and onto bench/results/
 
 Everything goes to --work-dir (default runs/bench-ulmfit-imdb, ignored by git): a run as above leaves the checkout
-clean; only --update-results writes bench/results/ulmfit_imdb-curve.png and bench/results/ulmfit_imdb-DATE.jsonl.
+clean; only --update-results draws bench/results/ulmfit_imdb.png and appends the work dir's runs to
+bench/results/ulmfit_imdb.jsonl (--results-name names another benchmark there, e.g. ulmfit_imdb-tapt).
 
 Data: ../shared/data/imdb (Maas et al. 2011), 20,000 training and 25,000 test reviews of about 230 words (325
 byte-level BPE pieces of the 8k IMDb vocabulary), read from there and never copied into the repository. Dev: 200
@@ -53,7 +54,7 @@ defaults (100 / 1,000 / 19,800 labels):
 - MiniLM, epochs 10 / 3 / 1 (--minilm-epochs; few_labels.py's rule would say 10 / 3 / 3): truncate ~4 / 5 / 23
   min, head_tail ~12 / 22 / 115 min, chunks ~14 / 21 / 95 min: ~5 hours a seed, ~16 for three.
 - --full-test: ~5 min per AWD-LSTM column, ~8 / 23 / 32 min for MiniLM's.
-The whole default grid: about 20 hours. The reduced grid of bench/README.md (100 and 1,000 labels, 2,000 test
+The whole default grid: about 20 hours. The reduced grid of docs/benchmarks.md (100 and 1,000 labels, 2,000 test
 reviews, half a pass of stage 2, the AWD-LSTM columns for 3 seeds and MiniLM's for one) ran in 93 minutes;
 its all-label row for one seed (AWD-LSTM columns and MiniLM truncate) in 55 more, MiniLM head_tail at all labels in 43.
 Cheaper: shorter MiniLM inputs (--minilm-head-tail-length 256 --minilm-head 64, --minilm-max-chunks 4), or the all-label
@@ -73,7 +74,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import shutil
 import statistics
 import sys
 from dataclasses import dataclass
@@ -86,6 +86,7 @@ from _common import (
     ROOT,
     SHARED,
     WIKITEXT,
+    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -93,6 +94,7 @@ from _common import (
     minilm_checkpoint,
     read_jsonl,
     require,
+    result_path,
 )
 
 IMDB = SHARED / "data" / "imdb"
@@ -100,7 +102,6 @@ IMDB = SHARED / "data" / "imdb"
 GENERAL_LM = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
 TARGET_LM = ROOT / "recipes" / "ulmfit" / "imdb-2-language-model.yaml"
 CLASSIFIER = ROOT / "recipes" / "ulmfit" / "imdb-3-classifier.yaml"
-RESULTS = ROOT / "bench" / "results"
 AWD_LSTM_COLUMNS = ("ulmfit", "scratch", "stage2_only")
 MINILM_COLUMNS = ("minilm_truncate", "minilm_head_tail", "minilm_chunks", "minilm_tapt")
 # ULMFiT's stage 2 on MiniLM (task-adaptive pretraining): masked-LM training continued on the reviews' text.
@@ -549,20 +550,19 @@ def draw_curve(runs: list[dict], path: Path) -> None:
     figure.savefig(path)
 
 
-def report(runs: list[dict], summary: dict, work: Path, log: Path, update_results: bool) -> None:
-    """The table, the plot (the work dir's; bench/results/ with --update-results) and one JSON line."""
+def report(runs: list[dict], summary: dict, work: Path, log: Path, args: argparse.Namespace, machine: dict) -> None:
+    """The table, the plot (the work dir's; bench/results/ with --update-results, which also appends the work dir's
+    runs to bench/results/<--results-name>.jsonl) and one JSON line."""
     trained = [run for run in runs if run["kind"] == "run"]
     full = [run for run in runs if run["kind"] == "full_test"]
     if not trained:
         sys.exit(f"bench: no runs recorded in {log} yet")
     print_table(trained, full, summary)
     plots = [work / "ulmfit_imdb-curve.png"]
-    if update_results:
-        plots.append(RESULTS / "ulmfit_imdb-curve.png")
-        copy = RESULTS / f"ulmfit_imdb-{datetime.date.today().isoformat()}.jsonl"
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log, copy)
-        print(f"runs copied to {copy}")
+    if args.update_results:
+        plots.append(result_path(args.results_name, ".png"))
+        measured = {"matmul_gflops": summary["matmul_gflops"]} if "matmul_gflops" in summary else {}
+        append_result(args.results_name, runs, machine={**machine, **measured})  # each run keeps its date and CPU
     for path in plots:
         draw_curve(trained, path)
         print(f"plot: {path}")
@@ -677,7 +677,12 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--minilm-chunk-pool", choices=("mean", "max"), default="mean")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table and plot of runs.jsonl")
     parser.add_argument(
-        "--update-results", action="store_true", help="also write the plot and a copy of runs.jsonl to bench/results/"
+        "--update-results",
+        action="store_true",
+        help="also draw the plot in bench/results/ and append the runs to bench/results/<--results-name>.jsonl",
+    )
+    parser.add_argument(
+        "--results-name", default="ulmfit_imdb", help="--update-results' benchmark name (ulmfit_imdb-tapt: minilm_tapt)"
     )
     args = parser.parse_args()
     if not len(args.labels) == len(args.epochs) == len(args.minilm_epochs):
@@ -689,13 +694,13 @@ def parse_arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_arguments()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     work = args.work_dir.resolve()
     log = work / "runs.jsonl"
     runs = read_jsonl(log) if log.is_file() else []
     summary = json.loads((work / SUMMARY).read_text(encoding="utf-8")) if (work / SUMMARY).is_file() else {}
     if args.table_only:
-        report(runs, summary, work, log, args.update_results)
+        report(runs, summary, work, log, args, machine)
         return
 
     require(IMDB / "train.tsv", "IMDb train.tsv")
@@ -737,7 +742,7 @@ def main() -> None:
                     )
     if args.full_test:
         full_tests(work, runs, args.columns, log)
-    report(runs, summary, work, log, args.update_results)
+    report(runs, summary, work, log, args, machine)
 
 
 if __name__ == "__main__":

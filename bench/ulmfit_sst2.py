@@ -15,8 +15,9 @@ Budget: the same optimizer steps for both sides of a cell, growing with the labe
 label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an interrupted benchmark continues
 where it stopped. Draws WORK_DIR/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's points from
 bench/few_labels.py's results when --minilm-results names them); --update-results draws the committed
-bench/results/ulmfit_sst2-curve.png instead, so a partial run leaves the checkout clean. Prints the table, then one JSON
-line with every figure.
+bench/results/ulmfit_sst2.png instead and appends the work dir's runs (each with its work_dir) to
+bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean. Prints the table, then one JSON line with
+every figure.
 """
 
 from __future__ import annotations
@@ -29,7 +30,19 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import GLUE, ROOT, WIKITEXT, describe_machine, finetune_cli, last_record, read_jsonl, require, require_glue
+from _common import (
+    GLUE,
+    ROOT,
+    WIKITEXT,
+    append_result,
+    describe_machine,
+    finetune_cli,
+    last_record,
+    read_jsonl,
+    require,
+    require_glue,
+    result_path,
+)
 
 SST2 = GLUE / "SST-2"
 # The three sections of recipes/ulmfit/sst2.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal):
@@ -37,7 +50,7 @@ SST2 = GLUE / "SST-2"
 GENERAL_LM = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
 TARGET_LM = ROOT / "recipes" / "ulmfit" / "sst2-2-language-model.yaml"
 CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-3-classifier.yaml"
-PLOT = ROOT / "bench" / "results" / "ulmfit_sst2-curve.png"
+PLOT = result_path("ulmfit_sst2", ".png")  # the committed plot; a work dir gets ulmfit_sst2-curve.png
 ALL = 67349  # SST-2's training rows
 
 
@@ -232,10 +245,11 @@ def main() -> None:
     parser.add_argument(
         "--update-results",
         action="store_true",
-        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/{PLOT.name})",
+        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append the "
+        "work dir's runs to bench/results/ulmfit_sst2.jsonl",
     )
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    machine = describe_machine()  # the figures below belong to this machine
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
@@ -270,11 +284,13 @@ def main() -> None:
                 f"{run['mode']} {run['variant'] or 'default'} {run['side']} {run['labels']} seed {run['seed']}: "
                 f"{100 * run['dev_accuracy']:.1f}"
             )
+    if args.update_results:
+        append_result("ulmfit_sst2", [{"work_dir": str(work), **run} for run in runs], machine=machine)
     runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
     cells = medians(runs)
     minilm = minilm_points(args.minilm_results)
     # The committed plot changes only when asked: a partial or experimental run draws into its work dir.
-    plot = PLOT if args.update_results else work / PLOT.name
+    plot = PLOT if args.update_results else work / "ulmfit_sst2-curve.png"
     draw_curve(cells, minilm, plot)
     if summary:
         print(

@@ -1,3 +1,3 @@
 """The version of finetune, in one place: the package, its run folders and pyproject.toml read it here."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

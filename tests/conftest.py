@@ -16,6 +16,13 @@ import yaml
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the suite never downloads anything
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Under pytest-xdist (`make test` runs `-n auto`) each worker gets an equal share of the cores, set before torch is
+# imported and inherited by the CLI subprocesses a test starts: tiny models gain nothing from a second thread, and
+# two workers of two threads each on two cores wait on each other's descheduled threads.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -181,17 +181,36 @@ def check_finetune(args: list[str], recipes_dir: Path) -> None:
         context = command.make_context(" ".join(["finetune", *names]), args)
     except Exception as error:  # click's parse errors: an unknown option, a missing argument, a bad value
         raise AssertionError(f"the arguments do not parse: {error}") from None
+    if names == ["recipes", "copy"]:
+        shipped_recipe_file(context.params["name"])
     stages = RECIPE_COMMANDS.get(names[0] if names else "")
     if stages is None:
         return
-    recipe_path = Path(context.params["recipe"])
-    recipe_path = recipes_dir / recipe_path if (recipes_dir / recipe_path).is_file() else REPO_ROOT / recipe_path
-    assert recipe_path.is_file(), f"no recipe file {context.params['recipe']}"
+    recipe_path = recipe_file(str(context.params["recipe"]), recipes_dir)
     try:  # paths are the reader's (data they download, runs made earlier): the keys and values are what is checked
         recipe = load_recipe(recipe_path, context.params.get("overrides") or [], check_paths=False)
     except UserError as error:
         raise AssertionError(f"the recipe is refused: {error}") from None
     assert recipe.stage in stages, f"`finetune {names[0]}` does not take a {recipe.stage} recipe"
+
+
+def recipe_file(argument: str, recipes_dir: Path) -> Path:
+    """The file a command's recipe argument reads, as the command finds it: a file the docs write out (or copy with
+    `finetune recipes copy`), a path from the checkout's root, else a shipped recipe's name."""
+    for folder in (recipes_dir, REPO_ROOT):
+        if (folder / argument).is_file():
+            return folder / argument
+    return shipped_recipe_file(argument, f"no recipe file {argument}, nor a shipped recipe of that name")
+
+
+def shipped_recipe_file(name: str, problem: str | None = None) -> Path:
+    from finetune.errors import UserError
+    from finetune.recipes.shipped import shipped_recipe
+
+    try:
+        return shipped_recipe(name)
+    except UserError as error:
+        raise AssertionError(problem or str(error)) from None
 
 
 def check_accelerate(args: list[str], recipes_dir: Path) -> None:

@@ -66,7 +66,12 @@ BUDGET = {
     "recipes/pretrain/gpt2-mini-wikitext2.yaml": [],  # the docs' own command reads data/quickstart, 20 steps
 }
 QUICKSTART_RUNS = ("pretrain", "finetune", "finetune-random-init", "eval")  # under runs/quickstart
-SETUP_TARGETS = {"test": "the suite, which CI runs", "dev": "installs the dev tools", "lint": "CI runs it"}
+SETUP_TARGETS = {
+    "test": "the suite, which CI runs",
+    "dev": "installs the dev tools",
+    "lint": "CI runs it",
+    "dist": "builds the release (tests/packaging/test_wheel.py builds and installs it)",
+}
 RECORD = "DOCS_CHECK_RECORD"
 BUDGET_DATA = "DOCS_CHECK_BUDGET_DATA"  # the smaller copies of ../shared/data that BUDGET's overrides name
 

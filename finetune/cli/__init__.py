@@ -34,7 +34,7 @@ app.command(name="push")(model_tools.push)
 app.command()(model_tools.merge)
 app.command(name="eval")(evaluation.evaluate)
 app.command(name="validate-submission")(evaluation.validate_submission_command)
-app.command()(recipes.recipes)
+app.add_typer(recipes.recipes_app, name="recipes")
 app.command()(runs.plot)
 
 runs_app = typer.Typer(no_args_is_help=True)

@@ -7,13 +7,20 @@ import errno
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
 from finetune.errors import RunFailed, RunInterrupted, UserError
 
-RecipeArgument = Annotated[Path, typer.Argument(help="Recipe YAML file (see `finetune recipes`).", show_default=False)]
+RecipeArgument = Annotated[
+    Path,
+    typer.Argument(
+        help="Recipe YAML file, or a shipped recipe's name, e.g. finetune/minilm-sst2-lora (`finetune recipes` lists "
+        "them).",
+        show_default=False,
+    ),
+]
 OverridesArgument = Annotated[
     list[str] | None,
     typer.Argument(
@@ -32,7 +39,7 @@ ResumeOption = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     """Print a one-line error to stderr and exit with `code`: 2 for a user mistake, 1 for a run that failed."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=code)
@@ -58,10 +65,12 @@ def _run_stage(
     """
     from finetune.console import quiet_library_chatter
     from finetune.recipes import load_recipe
+    from finetune.recipes.shipped import resolve_recipe
 
     resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
-        recipe = load_recipe(recipe_path, overrides or [], expected_stage=None if recipe_stages else stage)
+        expected_stage = None if recipe_stages else stage
+        recipe = load_recipe(resolve_recipe(recipe_path), overrides or [], expected_stage=expected_stage)
         if recipe_stages and recipe.stage not in recipe_stages:
             raise UserError(
                 f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "

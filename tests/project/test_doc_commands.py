@@ -18,11 +18,18 @@ COMMANDS = [command for block in BLOCKS for command in expanded_commands(block)]
 
 @pytest.fixture(scope="module")
 def recipes_dir(tmp_path_factory):
-    """The recipe files the docs write out in YAML blocks (README's news.yaml, play.yaml)."""
+    """The recipe files the docs write out in YAML blocks (README's news.yaml, play.yaml) or copy from the shipped
+    ones (`finetune recipes copy NAME FILE`), for the commands after them that run those files."""
+    from finetune.recipes.shipped import copy_recipe
+
     folder = tmp_path_factory.mktemp("doc-recipes")
     for path in doc_files():
         for name, text in doc_recipes(path).items():
             (folder / name).write_text(text, encoding="utf-8")
+    for command in COMMANDS:
+        words = [word for word in command.args if not word.startswith("-")]
+        if command.program == "finetune" and words[:2] == ["recipes", "copy"] and len(words) == 4:
+            copy_recipe(words[2], folder / words[3], force=True)
     return folder
 
 
@@ -61,6 +68,9 @@ def test_loops_and_continuations_expand_as_bash_runs_them():
         ("finetune lr-find recipes/quickstart/finetune.yaml --stepz 5", "do not parse"),
         ("finetune finetune recipes/quickstart/finetune.yaml training.epochz=2", "the recipe is refused"),
         ("finetune finetune recipes/quickstart/nothing.yaml", "no recipe file"),
+        ("finetune finetune quickstart/finetun", "no recipe file quickstart/finetun, nor a shipped recipe"),
+        ("finetune pretrain quickstart/finetune", "does not take a finetune recipe"),
+        ("finetune recipes copy quickstart/nothing my.yaml", "no shipped recipe quickstart/nothing"),
         ("finetune pretrain recipes/quickstart/finetune.yaml", "does not take a finetune recipe"),
         ("finetune runs compare", "do not parse"),
         ("accelerate launch -m finetune pretrain recipes/quickstart/pretrain.yaml run_dirr=x", "the recipe is refused"),
@@ -98,6 +108,7 @@ def test_a_command_is_shown_as_typed():
         ("finetune", ["eval", "x.yaml", "source=hub"], "network"),
         ("accelerate", ["launch", "--multi_gpu", "-m", "finetune", "pretrain", "x.yaml"], "GPUs"),
         ("make", ["test"], "CI"),
+        ("make", ["dist"], "builds the release"),
         ("finetune", ["finetune", "x.yaml", "task.data_dir=../shared/data/nowhere"], "not on this machine"),
     ],
 )

@@ -1,6 +1,6 @@
 """Run the peer script unchanged, but stop it at a wall-clock budget and keep its trained model.
 
-    python bench/peer_budget.py --budget-seconds 300 --save-to DIR -- PEER.py --steps N [peer options]
+    python bench/peers/peer_budget.py --budget-seconds 300 --save-to DIR -- PEER.py --steps N [peer options]
 
 The peer (../shared/bench/peers/hf_mlm_pretrain.py) is read-only and saves nothing, so this wrapper
 patches `transformers.Trainer.train` before running it with `runpy`: the patched `train` adds a

@@ -1,6 +1,6 @@
-"""The TrainingArguments every Trainer peer (bench/hf_*_peer.py) builds the same way: the Trainer's defaults with the
-benchmark's budget (--batch, --epochs, --lr, --seed), nothing saved, logged or reported, the GPU when there is one.
-Only transformers, as the peers themselves."""
+"""The TrainingArguments every Trainer peer (bench/peers/hf_*_peer.py) builds the same way: the Trainer's defaults
+with the benchmark's budget (--batch, --epochs, --lr, --seed), nothing saved, logged or reported, the GPU when there is
+one. Only transformers, as the peers themselves."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ columns built here are the same), and no metric is loaded: the answers (question
 to --predictions, with each question's best span and null margin (no-answer score minus best span score), for the
 caller to score. Prints one JSON line: training windows (and questions) per second of `trainer.train()`.
 
-    python bench/hf_qa_peer.py --model DIR --train FOLDER/train.json --dev FOLDER/dev.json --predictions OUT.json
+    python bench/peers/hf_qa_peer.py --model DIR --train FOLDER/train.json --dev FOLDER/dev.json --predictions OUT.json
 """
 
 import argparse

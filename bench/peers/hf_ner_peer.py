@@ -5,7 +5,7 @@ is_split_into_words, each word's tag on its first sub-token (-100 elsewhere: run
 label_all_tokens false), DataCollatorForTokenClassification, AutoModelForTokenClassification, entity-level scores
 by seqeval. Prints one JSON line: training examples (sentences) per second of `trainer.train()` and the dev scores.
 
-    python bench/hf_ner_peer.py --model DIR --train FOLDER/train.txt --dev FOLDER/dev.txt --epochs 1
+    python bench/peers/hf_ner_peer.py --model DIR --train FOLDER/train.txt --dev FOLDER/dev.txt --epochs 1
 """
 
 import argparse

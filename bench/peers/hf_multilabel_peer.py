@@ -12,7 +12,7 @@ scorer. Reads JSON Lines of {"text": ..., "labels": [...]} (bench/conll_entity_t
 line: training seconds and examples (sentences) per second of `trainer.train()`, dev micro and macro F1 at 0.5
 (scikit-learn, the usual way), and where the dev probabilities are.
 
-    python bench/hf_multilabel_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl \
+    python bench/peers/hf_multilabel_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl \
         --labels PER ORG LOC MISC --epochs 3 --probabilities OUT/peer-dev-probabilities.npy
 """
 

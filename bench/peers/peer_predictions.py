@@ -1,6 +1,6 @@
 """Run the peer prediction script unchanged, and keep the logits its `Trainer.predict` returned.
 
-    python bench/peer_predictions.py --save-to LOGITS.npy -- PEER.py [peer options]
+    python bench/peers/peer_predictions.py --save-to LOGITS.npy -- PEER.py [peer options]
 
 ../shared/bench/peers/hf_predict.py prints its examples/s and metric, not its predictions. This wrapper patches
 `transformers.Trainer.predict` before running the peer with `runpy`, the peer's folder first on sys.path as

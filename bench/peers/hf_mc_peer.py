@@ -6,7 +6,7 @@ default), AutoModelForMultipleChoice, accuracy. run_swag.py reads a fixed number
 must hold questions with the same number of choices (bench/arc_choices.py keeps ARC-Easy's 4-choice questions).
 Prints one JSON line: training questions per second of `trainer.train()` and dev accuracy.
 
-    python bench/hf_mc_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl --epochs 1
+    python bench/peers/hf_mc_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl --epochs 1
 """
 
 import argparse

@@ -7,7 +7,7 @@ trained by the Trainer with its defaults (AdamW, linear decay) and 10% warmup, d
 names BERT's pooler, which the toolkit's head trains too). Prints one JSON line: training examples per second of
 `trainer.train()`, the trainable parameters and the dev accuracy.
 
-    python bench/hf_lora_peer.py --model DIR --task-dir FOLDER --max-train 2000 --epochs 3 --lr 5e-4
+    python bench/peers/hf_lora_peer.py --model DIR --task-dir FOLDER --max-train 2000 --epochs 3 --lr 5e-4
 """
 
 import argparse
