@@ -17,7 +17,7 @@ toolkit's tokenizer code, as bench/lm_families.py does. The prompt: the start of
    ignored so every side makes exactly --new-tokens tokens. Sides, on the one loaded model, interleaved --repeats
    times after one warm-up each (medians):
    - peer: `model.generate(input_ids, do_sample=False, max_new_tokens=N)`, transformers' own, on the prompt's ids;
-   - ours: `finetune.stages.generate.generate_samples` (what `finetune generate --greedy` runs): the prompt's text in,
+   - ours: `finetune.commands.generate.generate_samples` (what `finetune generate --greedy` runs): the prompt's text in,
      the new text out, so encoding and decoding are inside our figure;
    - ours, streamed: the same with the text streamed (TextStreamer's incremental decoding), as the terminal gets it.
    The new text must be the peer's tokens decoded (checked). Goal: ours / peer >= 1.0.

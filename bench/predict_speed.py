@@ -18,7 +18,7 @@ Sides, each in a fresh process (loading the model is outside every figure):
   file order) and with --pad-to-max (run_glue.py's default); it times `trainer.predict` alone, on examples it
   tokenised before its clock starts;
 - ours: this script run again with --ours-once, which does what `finetune eval` does for one model (load_finetuned,
-  load_tokenizer, read_task_split, then `finetune.stages.evaluate.predict`, spelled out here to keep the logits:
+  load_tokenizer, read_task_split, then `finetune.commands.evaluate.predict`, spelled out here to keep the logits:
   `example_logits` + `logits_to_predictions`) and times that call: tokenising the split (EncodedTask) is inside our
   figure, sorting by length, padding per batch and the forward passes too. `finetune eval` itself writes no timing.
 

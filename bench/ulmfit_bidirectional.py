@@ -20,7 +20,7 @@ each LM independently ... average the classifier predictions". Here: for every (
 classifier exists in both work dirs (dev mode, the default variant: the folders 3-ulmfit-{labels}-seed{seed}-dev),
 the SST-2 dev accuracy of the forward classifier, of the backward one (which reads every text backwards by itself:
 its config says so) and of the ensemble (the mean of the two classifiers' class probabilities: `finetune eval`'s
-ensemble, finetune/training/ensemble.py). Both flows draw the same labelled rows for a seed (ulmfit_sst2.py draws
+ensemble, finetune/inference/ensemble.py). Both flows draw the same labelled rows for a seed (ulmfit_sst2.py draws
 them from the seed alone). Where the forward work dir also holds classifiers of the --bilm-variants (step 3: one
 classifier reading both stage-2 LMs, `model.backward_checkpoint`, trained on the same rows and budget), their dev
 accuracy is a column too. Prints the table (median over seeds per label count), then one JSON line.
