@@ -13,7 +13,6 @@ from finetune.recipes.base import (
     RunRecipe,
     ScheduleConfig,
     Section,
-    TaskConfig,
     TrainingConfig,
     TrainingRunRecipe,
 )
@@ -40,10 +39,13 @@ from finetune.recipes.pretrain import (
     PretrainRecipe,
     TokenizerConfig,
 )
+from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, TaskConfig, task_config
 from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel, UlmfitRecipe
 
 __all__ = [
     "RECIPE_TYPES",
+    "TASK_KINDS",
+    "TASK_SECTIONS",
     "ULMFIT_STAGE_FOLDERS",
     "AWDLSTMModelConfig",
     "BackboneConfig",
@@ -75,5 +77,6 @@ __all__ = [
     "read_yaml",
     "recipe_to_yaml",
     "run_dir_location_problem",
+    "task_config",
     "type_label",
 ]

@@ -18,6 +18,7 @@ from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
+from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
@@ -158,19 +159,17 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
     """All problems of a recipe on one line, each naming its dotted key."""
     problems: list[str] = []
     for item in error.errors():
-        # A model section is validated as its family's type; pydantic puts that tag in the location.
-        location = [
-            part
-            for index, part in enumerate(item["loc"])
-            if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")
-        ]
+        # A model section is validated as its family's type, a task section as its kind's; pydantic puts that tag
+        # in the location.
+        loc = item["loc"]
+        tags = {index: loc[index] for index in range(1, len(loc)) if _is_union_tag(loc[index - 1], loc[index])}
+        location = [part for index, part in enumerate(loc) if index not in tags]
         key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "union_tag_invalid":
-            key, message = (
-                f"{key}.family",
-                f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})",
-            )
+            key, message = _unknown_tag(key, item["ctx"]["tag"])
+        elif item["type"] == "extra_forbidden" and any(tag in TASK_SECTIONS for tag in tags.values()):
+            message = _key_of_another_kind(str(location[-1]), next(str(tag) for tag in tags.values()))
         elif item["type"] == "extra_forbidden":
             nearest = suggested_key(key, stage)
             message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
@@ -183,6 +182,27 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
             continue  # an ulmfit flow's top-level task, reported once rather than again in each section it fills
         problems.append(f"{key}: {message}" if key else message)
     return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
+
+
+def _is_union_tag(section: object, part: object) -> bool:
+    """Whether `part` of an error's location is the tag of a section validated as one of several (model, task)."""
+    return (section == "model" and part in MODEL_FAMILIES) or (section == "task" and part in TASK_SECTIONS)
+
+
+def _unknown_tag(key: str, tag: str) -> tuple[str, str]:
+    """The key and message of a section whose family (model) or kind (task) is none of those there are."""
+    if key.rpartition(".")[2] == "task":
+        return f"{key}.kind", f"unknown task kind {tag} (expected {', '.join(TASK_KINDS)})"
+    return f"{key}.family", f"unknown model family {tag} (expected {', '.join(MODEL_FAMILIES)})"
+
+
+def _key_of_another_kind(name: str, kind: str) -> str:
+    """A task key this kind lacks: the kinds it belongs to, or that no kind has it."""
+    owners = [other for other, section in TASK_SECTIONS.items() if name in section.model_fields]
+    if owners:
+        return f"not for kind {kind} (a key of kind {', '.join(owners)})"
+    known = ", ".join(key for key in TASK_SECTIONS[kind].model_fields if key != "kind")
+    return f"unknown key (task keys of kind {kind}: {known})"
 
 
 FLOW_TASK_COPIES = ("target_lm.corpus.", "classifier.")  # where an ulmfit flow's top-level `task` is copied to

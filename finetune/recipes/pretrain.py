@@ -16,10 +16,10 @@ from finetune.recipes.base import (
     PretrainScheduleConfig,
     Section,
     Seed,
-    TaskConfig,
     TrainingConfig,
     TrainingRunRecipe,
 )
+from finetune.recipes.task import TaskConfig
 
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
 AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "cell", "embedding_init_range")

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 LAUNCHER = textwrap.dedent("""
     import hashlib, json, sys
     import finetune.stages.pretrain as pretrain_stage
-    import finetune.stages.task_stage as finetune_stage  # every task kind's accelerator is made there
+    import finetune.kinds.stage as finetune_stage  # every task kind's accelerator is made there
     from finetune.cli import app
 
     make_accelerator, shared_tokenizer = pretrain_stage.make_accelerator, pretrain_stage.shared_tokenizer

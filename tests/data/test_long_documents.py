@@ -28,10 +28,11 @@ from finetune.data.long_documents import (
 from finetune.data.reverse import reverse_segments
 from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
 from finetune.errors import UserError
+from finetune.kinds.classification.stage import gradient_window_note
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import load_recipe
 from finetune.stages.evaluate import run_eval
-from finetune.stages.finetune import gradient_window_note, run_finetune
+from finetune.stages.finetune import run_finetune
 from finetune.stages.predict import load_predictor
 from finetune.training.predict import example_logits
 from tests.conftest import (

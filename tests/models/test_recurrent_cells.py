@@ -304,7 +304,7 @@ def test_a_classifier_fine_tuned_from_a_qrnn_language_model(tmp_path, corpus_fil
 def test_an_interrupted_qrnn_run_resumes_exactly(tmp_path, corpus_file, monkeypatch):
     """The QRNN's carried state (cells, and the bottom layer's last input) survives a periodic checkpoint: the
     family test of `--resume` (bit-identical weights and metrics), run with cell qrnn."""
-    from tests import test_pretrain_families as families
+    from tests.stages import test_pretrain_families as families
 
     monkeypatch.setitem(families.MODELS, "awd_lstm", {**families.MODELS["awd_lstm"], "cell": "qrnn"})
     documents = read_documents([corpus_file])
