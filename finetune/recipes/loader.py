@@ -13,12 +13,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from finetune.console import console
 from finetune.errors import UserError
 from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.pretrain import MODEL_FAMILIES, PretrainRecipe
-from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS
+from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, task_kind
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
@@ -184,6 +185,20 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
     return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
 
 
+def _say_when_the_kind_is_another(task: Any, path: Path) -> None:
+    """A task written as kind classification without labels (what recipes, and the recipes saved with checkpoints,
+    wrote for a score task before kind regression) is read as regression: said, not done silently."""
+    written = task.get("kind") if isinstance(task, dict) else None
+    if written is not None and task_kind(task) != written:
+        console.print(
+            f"recipe {path}: task.kind: {written} without labels is read as kind {task_kind(task)}, a score per "
+            f"example (how recipes wrote it before kind {task_kind(task)}); write kind: {task_kind(task)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _is_union_tag(section: object, part: object) -> bool:
     """Whether `part` of an error's location is the tag of a section validated as one of several (model, task)."""
     return (section == "model" and part in MODEL_FAMILIES) or (section == "task" and part in TASK_SECTIONS)
@@ -310,6 +325,7 @@ def load_recipe(
         recipe = RECIPE_TYPES[stage].model_validate(data)
     except ValidationError as error:
         raise UserError(_format_validation_error(error, path, stage)) from None
+    _say_when_the_kind_is_another(data.get("task"), path)
     if check_paths:
         for key, problem in path_problems(recipe):
             raise UserError(f"recipe {path}: {key}: {problem}")

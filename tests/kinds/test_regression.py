@@ -128,7 +128,7 @@ def test_predict_and_eval_give_scores(scores_run):
     assert report["metrics"] == ["pearson", "spearman"] and "pearson" in report["results"]["mine"]
 
 
-def test_a_checkpoint_saved_with_kind_classification_and_no_labels_loads_as_regression(scores_run):
+def test_a_checkpoint_saved_with_kind_classification_and_no_labels_loads_as_regression(scores_run, capsys):
     checkpoint = scores_run / "runs" / "scores" / "checkpoint"
     saved = checkpoint / "finetune_recipe.yaml"
     recipe = yaml.safe_load(saved.read_text(encoding="utf-8"))
@@ -139,6 +139,8 @@ def test_a_checkpoint_saved_with_kind_classification_and_no_labels_loads_as_regr
     assert predictor.spec.kind == "regression" and predictor.spec.is_regression
     assert set(predictor.predict([("a superb film", "it was moving")])[0]) == {"score"}
     assert type(load_recipe(saved, check_paths=False).task).__name__ == "RegressionSection"
+    said = " ".join(capsys.readouterr().err.split())
+    assert "task.kind: classification without labels is read as kind regression" in said
 
 
 def test_a_task_without_kind_is_regression_when_it_has_no_labels(tmp_path):
