@@ -30,7 +30,6 @@ class TaskSection(Section):
 
     kind_name: ClassVar[str]  # the section's `kind`
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
-    reads: ClassVar[str]  # what its files are, for "kind K reads ...: give data_dir"
 
     name: str = Field(
         description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) or a custom name"
@@ -62,20 +61,24 @@ class TaskSection(Section):
             return data
         return {key: value for key, value in data.items() if key in cls.model_fields or not _a_default(key, value)}
 
+    def spec(self) -> TaskSpec:
+        """The task's spec: what reading, scoring and predicting its examples use."""
+        raise NotImplementedError
+
+
+class OwnFilesSection(TaskSection):
+    """A task read from files of its kind's own layout (CoNLL, ARC's JSON Lines, SQuAD JSON) in data_dir."""
+
+    reads: ClassVar[str]  # what its files are, for "kind K reads ...: give data_dir"
+
     @model_validator(mode="after")
-    def _files_of_its_own(self) -> TaskSection:
-        """A kind with files of its own layout reads data_dir, and a GLUE task's name is not its to take."""
-        if self.own_head is None:
-            return self
+    def _files_of_its_own(self) -> OwnFilesSection:
+        """It reads data_dir, and a GLUE task's name is not its to take."""
         if self.data_dir is None:
             raise ValueError(f"kind {self.kind_name} reads {self.reads}: give data_dir")
         if self.name in GLUE_TASKS:
             raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the task otherwise")
         return self
-
-    def spec(self) -> TaskSpec:
-        """The task's spec: what reading, scoring and predicting its examples use."""
-        raise NotImplementedError
 
 
 def _sections(section: type[TaskSection] = TaskSection) -> list[type[TaskSection]]:
@@ -89,7 +92,7 @@ def _a_default(key: str, value: Any) -> bool:
     return any(not field.is_required() and field.default_factory is None and field.default == value for field in fields)
 
 
-def _label_as_text(label: Any) -> Any:
+def label_as_text(label: Any) -> Any:
     """A label as its text in the files; a decimal number is refused, since YAML may not keep how it is written."""
     if isinstance(label, float):
         raise ValueError(

@@ -7,12 +7,12 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from finetune.glue.specs import TaskSpec
-from finetune.kinds.recipe import OwnHead, TaskSection
+from finetune.kinds.recipe import OwnFilesSection, OwnHead
 
 FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
 
 
-class ChoicesSection(TaskSection):
+class ChoicesSection(OwnFilesSection):
     """A multiple-choice task: each line holds a question, its choices with their labels and the answerKey."""
 
     kind_name: ClassVar[str] = "choices"

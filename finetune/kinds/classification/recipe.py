@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
-from finetune.kinds.recipe import GlueOrCustomSection, LabelName, _label_as_text, distinct
+from finetune.kinds.recipe import GlueOrCustomSection, LabelName, distinct, label_as_text
 
 
 class ClassificationSection(GlueOrCustomSection):
@@ -44,12 +44,12 @@ class ClassificationSection(GlueOrCustomSection):
     @classmethod
     def _labels_as_written(cls, labels: Any) -> Any:
         """YAML gives unquoted numbers and booleans as such: each stands for its text in the files."""
-        return [_label_as_text(label) for label in labels] if isinstance(labels, list) else labels
+        return [label_as_text(label) for label in labels] if isinstance(labels, list) else labels
 
     @field_validator("label_names", mode="before")
     @classmethod
     def _named_labels_as_written(cls, names: Any) -> Any:
-        return {_label_as_text(label): name for label, name in names.items()} if isinstance(names, dict) else names
+        return {label_as_text(label): name for label, name in names.items()} if isinstance(names, dict) else names
 
     @field_validator("metrics", mode="before")
     @classmethod

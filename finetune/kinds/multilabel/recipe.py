@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS, MULTI_LABEL_PROBLEM, TaskSpec, template_columns
-from finetune.kinds.recipe import TextTaskSection, _label_as_text, distinct
+from finetune.kinds.recipe import TextTaskSection, distinct, label_as_text
 
 DEFAULT_LABEL_SEPARATOR = "|"
 
@@ -20,7 +20,6 @@ class MultilabelSection(TextTaskSection):
     """Any number of labels per example (label_column holding a list, or label_columns of 0/1)."""
 
     kind_name: ClassVar[str] = "multilabel"
-    reads: ClassVar[str] = "the task's files"
 
     kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
     labels: list[str] | None = Field(
@@ -49,7 +48,7 @@ class MultilabelSection(TextTaskSection):
     @field_validator("labels", mode="before")
     @classmethod
     def _labels_as_written(cls, labels: Any) -> Any:
-        return [_label_as_text(label) for label in labels] if isinstance(labels, list) else labels
+        return [label_as_text(label) for label in labels] if isinstance(labels, list) else labels
 
     @field_validator("labels", "label_columns")
     @classmethod

@@ -7,13 +7,13 @@ from typing import ClassVar, Literal
 from pydantic import Field, model_validator
 
 from finetune.glue.specs import TaskSpec
-from finetune.kinds.recipe import OwnHead, TaskSection
+from finetune.kinds.recipe import OwnFilesSection, OwnHead
 
 FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
 METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (kinds/spans/metrics.py); f1 picks the best
 
 
-class SpansSection(TaskSection):
+class SpansSection(OwnFilesSection):
     """A question-answering task: SQuAD files hold the questions, contexts and answers; long contexts are read in
     windows (doc_stride). Null keys: the defaults (in an eval recipe: each checkpoint's own)."""
 

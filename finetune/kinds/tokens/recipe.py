@@ -7,14 +7,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from finetune.glue.specs import TaskSpec
-from finetune.kinds.recipe import OwnHead, TaskSection, _label_as_text, distinct
+from finetune.kinds.recipe import OwnFilesSection, OwnHead, distinct, label_as_text
 
 FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
 
 METRICS = ("f1", "precision", "recall", "accuracy")  # entity-level micro scores (seqeval), token accuracy
 
 
-class TokensSection(TaskSection):
+class TokensSection(OwnFilesSection):
     """A tagging task: CoNLL column files, each line a word and its columns, a blank line between sentences."""
 
     kind_name: ClassVar[str] = "tokens"
@@ -48,7 +48,7 @@ class TokensSection(TaskSection):
     @field_validator("labels", mode="before")
     @classmethod
     def _labels_as_written(cls, labels: Any) -> Any:
-        return [_label_as_text(label) for label in labels] if isinstance(labels, list) else labels
+        return [label_as_text(label) for label in labels] if isinstance(labels, list) else labels
 
     @field_validator("labels")
     @classmethod
