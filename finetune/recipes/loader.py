@@ -169,8 +169,8 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "union_tag_invalid":
             key, message = _unknown_tag(key, item["ctx"]["tag"])
-        elif item["type"] == "extra_forbidden" and any(tag in TASK_SECTIONS for tag in tags.values()):
-            message = _key_of_another_kind(str(location[-1]), next(str(tag) for tag in tags.values()))
+        elif item["type"] == "extra_forbidden" and (kind := _owned_elsewhere(location, tags)) is not None:
+            message = kind
         elif item["type"] == "extra_forbidden":
             nearest = suggested_key(key, stage)
             message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
@@ -211,13 +211,11 @@ def _unknown_tag(key: str, tag: str) -> tuple[str, str]:
     return f"{key}.family", f"unknown model family {tag} (expected {', '.join(MODEL_FAMILIES)})"
 
 
-def _key_of_another_kind(name: str, kind: str) -> str:
-    """A task key this kind lacks: the kinds it belongs to, or that no kind has it."""
-    owners = [other for other, section in TASK_SECTIONS.items() if name in section.model_fields]
-    if owners:
-        return f"not for kind {kind} (a key of kind {', '.join(owners)})"
-    known = ", ".join(key for key in TASK_SECTIONS[kind].model_fields if key != "kind")
-    return f"unknown key (task keys of kind {kind}: {known})"
+def _owned_elsewhere(location: list, tags: dict) -> str | None:
+    """For a task key its kind lacks but another kind has: which kinds it belongs to; else None (an unknown key)."""
+    kind = next((str(tag) for tag in tags.values() if tag in TASK_SECTIONS), None)
+    owners = [other for other, section in TASK_SECTIONS.items() if location[-1] in section.model_fields]
+    return f"not for kind {kind} (a key of kind {', '.join(owners)})" if kind and owners else None
 
 
 FLOW_TASK_COPIES = ("target_lm.corpus.", "classifier.")  # where an ulmfit flow's top-level `task` is copied to

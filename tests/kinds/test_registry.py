@@ -75,7 +75,7 @@ def test_an_unknown_kind_is_one_line_naming_the_key(tmp_path):
         ("tokens", "threshold", 0.3, "task.threshold: not for kind tokens (a key of kind multilabel)"),
         ("spans", "tag_column", 1, "task.tag_column: not for kind spans (a key of kind tokens)"),
         ("regression", "labels", ["a", "b"], "task.labels: not for kind regression (a key of kind classification"),
-        ("choices", "colour", "red", "task.colour: unknown key (task keys of kind choices: name, data_dir"),
+        ("choices", "max_lenght", 9, "task.max_lenght: unknown key; did you mean task.max_length?"),
     ],
 )
 def test_a_key_of_another_kind_is_one_line_naming_it(tmp_path, kind, key, value, expected):

@@ -31,10 +31,10 @@ from finetune.data.token_arrays import DocumentStream, TokenizedDocuments, pack_
 from finetune.data.token_cache import encode, tokenize_files
 from finetune.data.tokenizers import train_wordpiece
 from finetune.glue.specs import GLUE_TASKS, task_spec
+from finetune.kinds.classification import stage as finetune_stage
 from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
 from finetune.recipes import TokenizerConfig, read_yaml, task_config
-from finetune.stages import finetune as finetune_stage
 from finetune.stages import pretrain as pretrain_stage
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 from finetune.training.ensemble import ensemble_outputs
