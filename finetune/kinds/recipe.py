@@ -77,7 +77,8 @@ class OwnFilesSection(TaskSection):
         if self.data_dir is None:
             raise ValueError(f"kind {self.kind_name} reads {self.reads}: give data_dir")
         if self.name in GLUE_TASKS:
-            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the task otherwise")
+            kind = GLUE_TASKS[self.name].kind
+            raise ValueError(f"'{self.name}' is a GLUE task (kind {kind}); name the task otherwise")
         return self
 
 

@@ -63,7 +63,8 @@ class MultilabelSection(TextTaskSection):
         if self.both_orders:
             raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with kind multilabel")
         if self.name in GLUE_TASKS:
-            raise ValueError(f"'{self.name}' is a GLUE task (kind classification); name the multi-label task otherwise")
+            kind = GLUE_TASKS[self.name].kind
+            raise ValueError(f"'{self.name}' is a GLUE task (kind {kind}); name the multi-label task otherwise")
         if self.text_columns is None and self.text is None:
             raise ValueError("kind multilabel needs text_columns (or text)")
         if (self.label_column is None) == (self.label_columns is None):
