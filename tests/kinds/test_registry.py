@@ -14,7 +14,7 @@ from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.registry import KINDS, kind_named, kind_of
 from finetune.kinds.stage import TaskStage
-from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe
+from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe, task_config
 from finetune.recipes.finetune import FinetuneRecipe
 from tests.conftest import one_error_line, write_yaml
 
@@ -112,3 +112,17 @@ def test_the_registry_is_one_line_per_kind():
     start = next(index for index, line in enumerate(lines) if line.startswith("KINDS"))
     table = lines[start : lines.index("}", start)]
     assert table[1:] == [f"    {kind.upper()}.name: {kind.upper()}," for kind in KINDS]
+
+
+@pytest.mark.parametrize("kind", ["tokens", "choices", "spans", "multilabel"])
+def test_a_section_saved_with_every_kind_s_keys_loads_as_its_kind(tmp_path, kind):
+    """Recipes saved before the kinds had sections of their own hold every task key, at its default where unused."""
+    from tests.kinds.test_regression import OLD_TASK_KEYS
+
+    task = {**OLD_TASK_KEYS, "name": "mine", "kind": kind, "data_dir": tmp_path, "max_length": 64}
+    if kind == "multilabel":
+        task |= {"text_columns": ["a"], "label_column": "y", "labels": ["p", "q"]}
+    section = task_config(**task)
+    assert type(section) is TASK_SECTIONS[kind] and section.spec().kind == kind
+    # Saved again, it holds its own keys only.
+    assert set(section.model_dump()) == set(TASK_SECTIONS[kind].model_fields)
