@@ -25,7 +25,7 @@ from _common import ROOT, SHARED, require
 
 sys.path.insert(0, str(ROOT))
 
-from finetune.data.tagging import read_conll
+from finetune.kinds.tokens.data import read_conll
 
 CONLL = SHARED / "data" / "conll2003"
 ENTITY_TYPES = ("PER", "ORG", "LOC", "MISC")

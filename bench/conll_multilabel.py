@@ -24,11 +24,11 @@ Trainer draws them at random: less padding, so more sentences/s); --plain-shuffl
 work as the Trainer's. Training time alone is compared: the peer times `trainer.train()` over all epochs, ours logs
 one metrics.jsonl window per epoch (evaluations left out), summed over all epochs, the first included, as the peer's.
 
-Quality is scored by one scorer for every side (finetune.glue.metrics: multilabel_metrics, best_threshold) from each
-side's dev probabilities (the peer writes them; ours come from `finetune predict` on the dev file): micro and macro
-F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold: dev`; chosen and scored on
-the same dev sentences, so it flatters both sides alike). Results go to the work folder's result.jsonl, and to
-bench/results/conll_multilabel.jsonl only with --update-results.
+Quality is scored by one scorer for every side (finetune.kinds.multilabel.metrics: multilabel_metrics,
+best_threshold) from each side's dev probabilities (the peer writes them; ours come from `finetune predict` on the
+dev file): micro and macro F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold:
+dev`; chosen and scored on the same dev sentences, so it flatters both sides alike). Results go to the work folder's
+result.jsonl, and to bench/results/conll_multilabel.jsonl only with --update-results.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def label_rows(path: Path) -> np.ndarray:
 def scores(references: np.ndarray, probabilities: np.ndarray) -> dict:
     """Micro and macro F1 at 0.5 and at the threshold that maximises micro F1 on these same examples: the scorer
     of ours' own evaluations, for every side."""
-    from finetune.glue.metrics import best_threshold, multilabel_metrics
+    from finetune.kinds.multilabel.metrics import best_threshold, multilabel_metrics
 
     if probabilities.shape != references.shape:
         sys.exit(f"bench: dev probabilities of shape {probabilities.shape}, references {references.shape}")

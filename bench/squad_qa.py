@@ -97,7 +97,7 @@ def count_windows(checkpoint: str, path: Path) -> tuple[int, int]:
     """(questions, windows) of a SQuAD file as our spans pipeline cuts it: our log window is one epoch of them."""
     from transformers import AutoTokenizer
 
-    from finetune.data.spans import EncodedSpans, SpanReading, read_squad
+    from finetune.kinds.spans.data import EncodedSpans, SpanReading, read_squad
 
     questions = read_squad(path)
     windows = EncodedSpans(questions, AutoTokenizer.from_pretrained(checkpoint), SpanReading(MAX_LENGTH, DOC_STRIDE))
@@ -108,8 +108,8 @@ class Scorer:
     """The one scorer of both sides: the toolkit's SQuAD exact match and F1 against dev.json's gold answers."""
 
     def __init__(self, dev: Path):
-        from finetune.data.spans import read_squad
-        from finetune.training.spans import gold_answers
+        from finetune.kinds.spans.data import read_squad
+        from finetune.kinds.spans.training import gold_answers
 
         questions = read_squad(dev)
         self.ids, self.golds = [question.id for question in questions.questions], gold_answers(questions)
@@ -118,14 +118,14 @@ class Scorer:
     def scores(self, answers: dict[str, str]) -> dict[str, float]:
         """exact, f1 (and HasAns_ / NoAns_ exact and f1 on SQuAD 2.0 data), rounded; a question not answered is
         counted as answered with "" (no answer)."""
-        from finetune.glue.squad_metrics import squad_scores
+        from finetune.kinds.spans.metrics import squad_scores
 
         scores = squad_scores(self.golds, [answers.get(identifier, "") for identifier in self.ids])
         return {name: round(value, 4) for name, value in scores.items() if not name.endswith("_total")}
 
     def best_threshold_f1(self, spans: dict[str, str], margins: dict[str, float]) -> float:
         """The F1 at the no-answer threshold that scores best on dev (each question's best span and null margin)."""
-        from finetune.glue.squad_metrics import best_threshold
+        from finetune.kinds.spans.metrics import best_threshold
 
         best, _ = best_threshold(self.golds, [spans[i] for i in self.ids], [margins[i] for i in self.ids])
         return round(best, 4)

@@ -17,13 +17,6 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 
-from finetune.commands.kind_evals import (
-    one_task,
-    run_choices_eval,
-    run_multilabel_eval,
-    run_spans_eval,
-    run_tagging_eval,
-)
 from finetune.console import console
 from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
@@ -34,6 +27,9 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
+from finetune.kinds.evaluation import one_task
+from finetune.kinds.recipe import TextTaskSection
+from finetune.kinds.registry import kind_of
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import HUB_NAME, load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe, GlueTaskEntry
@@ -70,14 +66,10 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
     task = one_task(recipe)
     spec = task_spec(task)
-    if spec.kind == "tokens":
-        return run_tagging_eval(recipe, spec, accelerator)
-    if spec.kind == "choices":
-        return run_choices_eval(recipe, spec, accelerator)
-    if spec.kind == "spans":
-        return run_spans_eval(recipe, spec, accelerator)
-    if spec.kind == "multilabel":
-        return run_multilabel_eval(recipe, spec, accelerator)
+    own = kind_of(spec).evaluate(recipe, spec, accelerator)  # None: the sequence classifiers', below
+    if own is not None:
+        return own
+    assert isinstance(task, TextTaskSection)  # the kinds without an evaluation of their own read text columns
     examples = read_task_split(spec, task.data_dir, recipe.split)
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(

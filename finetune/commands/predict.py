@@ -28,220 +28,32 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import torch
-
-from finetune.data.choices import ChoiceQuestions, parse_choices, read_choices
-from finetune.data.long_documents import DocumentReading
-from finetune.data.spans import Question, SpanReading, SquadQuestions
-from finetune.data.tagging import TaggedSentences
 from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
-from finetune.inference.predict import example_logits
-from finetune.models.choices import load_finetuned_choice_model
-from finetune.models.heads import load_finetuned
-from finetune.models.hub import load_tokenizer, resolve_checkpoint
-from finetune.models.multilabel import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
-from finetune.models.question_answering import load_finetuned_qa
-from finetune.models.taggers import load_finetuned_tagger, model_tags
+from finetune.kinds.choices.data import parse_choices, read_choices
+from finetune.kinds.choices.predictor import ChoicesPredictor
+from finetune.kinds.classification.predictor import Predictor
+from finetune.kinds.registry import kind_of
+from finetune.kinds.spans.predictor import SpanPredictor
+from finetune.kinds.tokens.predictor import TaggingPredictor
+from finetune.models.hub import resolve_checkpoint
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
-from finetune.training.choices import choose
-from finetune.training.multilabel import label_probabilities, label_sets
-from finetune.training.spans import answer_questions, span_max_length
-from finetune.training.tagging import tag_sentences
 
 NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
 
 
-@dataclass
-class Predictor:
-    """A fine-tuned checkpoint ready to predict: its model, tokenizer, task and how it reads an example."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    spec: TaskSpec
-    reading: DocumentReading  # task.max_length and task.long_documents, as the checkpoint was trained
-    batch_size: int = 64
-
-    def predict(self, texts: Sequence[str | Sequence[str]]) -> list[dict]:
-        """One result per example: {"label", "probabilities"} or {"score"}; a task of several text columns takes a
-        tuple of its columns' texts."""
-        examples = TaskExamples(
-            [self._example(text, index) for index, text in enumerate(texts)],
-            None,
-            [str(index) for index in range(len(texts))],
-        )
-        return self.predict_examples(examples)
-
-    def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        """Results for examples already read (the texts of the task's columns, in its column order)."""
-        if not examples.texts:
-            return []
-        from accelerate import Accelerator
-
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())
-        examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        logits = example_logits(
-            accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
-        )
-        labels = self.spec.labels
-        if labels is None:  # regression (spec.is_regression)
-            return [{"score": float(value)} for value in logits[:, 0]]
-        probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
-        return [
-            {"label": labels[int(row.argmax())], "probabilities": {label: float(p) for label, p in zip(labels, row)}}
-            for row in probabilities
-        ]
-
-    def _example(self, text: str | Sequence[str], index: int) -> tuple[str, ...]:
-        columns = self.spec.text_columns
-        parts = (text,) if isinstance(text, str) else tuple(text)
-        if len(parts) != len(columns) or not all(isinstance(part, str) for part in parts):
-            raise UserError(
-                f"example {index}: task '{self.spec.name}' reads {len(columns)} text(s) "
-                f"({', '.join(columns)}), got {parts!r:.80}"
-            )
-        return parts
-
-
-@dataclass
-class MultilabelPredictor(Predictor):
-    """A fine-tuned multi-label classifier ready to predict: the labels above its saved threshold, and every label's
-    probability (a sigmoid each)."""
-
-    threshold: float = DEFAULT_THRESHOLD
-
-    def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        """One result per example: {"labels": [...], "probabilities": {label: probability}}."""
-        if not examples.texts:
-            return []
-        from accelerate import Accelerator
-
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())
-        examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        probabilities = label_probabilities(
-            example_logits(
-                accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
-            )
-        )
-        labels = self.spec.labels
-        assert labels is not None  # a multi-label task's spec always has its label set (glue/specs.py)
-        return [
-            {"labels": predicted, "probabilities": {label: float(p) for label, p in zip(labels, row)}}
-            for predicted, row in zip(label_sets(probabilities, labels, self.threshold), probabilities)
-        ]
-
-
-@dataclass
-class TaggingPredictor:
-    """A fine-tuned tagger (task kind tokens) ready to predict: a tag for every word of a sentence."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    spec: TaskSpec  # its labels: the tagger's tags
-    max_length: int | None
-    batch_size: int = 64
-
-    def predict(self, texts: Sequence[str]) -> list[dict]:
-        """One result per sentence: {"words", "tags"}, the words split at white space."""
-        return self.predict_examples(
-            TaskExamples([(text,) for text in texts], None, [str(index) for index in range(len(texts))])
-        )
-
-    def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        words = [text.split() for (text,) in examples.texts]
-        if not any(words):
-            return [{"words": [], "tags": []} for _ in words]
-        sentences = TaggedSentences(
-            [sentence or [""] for sentence in words], None, list(range(1, len(words) + 1)), Path("input")
-        )
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        tags = tag_sentences(
-            self.model, self.tokenizer, sentences, self.spec.labels, self.max_length, self.batch_size, device
-        )
-        return [{"words": sentence, "tags": predicted[: len(sentence)]} for sentence, predicted in zip(words, tags)]
-
-
-@dataclass
-class ChoicesPredictor:
-    """A fine-tuned multiple-choice model (task kind choices) ready to predict: the right choice of a question."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    spec: TaskSpec
-    max_length: int | None
-    batch_size: int = 64
-
-    def predict(self, questions: Sequence[dict]) -> list[dict]:
-        """One result per question in ARC's layout ({"id", "question": {"stem", "choices": [{"text", "label"}]}},
-        answerKey not needed): {"id", "label", "probabilities"}."""
-        lines = [json.dumps(question) for question in questions]
-        return self.predict_questions(parse_choices(lines, Path("questions"), with_answers=False)) if lines else []
-
-    def predict_questions(self, questions: ChoiceQuestions) -> list[dict]:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        probabilities = choose(self.model, self.tokenizer, questions, self.max_length, self.batch_size, device)
-        return [
-            {
-                "id": question_id,
-                "label": labels[int(row.argmax())],
-                "probabilities": {label: float(p) for label, p in zip(labels, row)},
-            }
-            for question_id, labels, row in zip(questions.ids, questions.labels, probabilities)
-        ]
-
-
-@dataclass
-class SpanPredictor:
-    """A fine-tuned question-answering model ready to predict: an answer to a question from its context."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    spec: TaskSpec  # text columns question, context
-    reading: SpanReading
-    batch_size: int = 64
-
-    def predict(self, texts: Sequence[Sequence[str]]) -> list[dict]:
-        """One result per (question, context) pair: {"answer", "score", "start", "end"} (characters of the context;
-        answer "" and start, end None for no answer)."""
-        return self.predict_examples(
-            TaskExamples([tuple(pair) for pair in texts], None, [str(index) for index in range(1, len(texts) + 1)])
-        )
-
-    def predict_examples(self, examples: TaskExamples) -> list[dict]:
-        questions = SquadQuestions(
-            [
-                Question(identifier, question, context)
-                for identifier, (question, context) in zip(examples.ids, examples.texts)
-            ],
-            Path("input"),
-        )
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        answers = answer_questions(self.model, self.tokenizer, questions, self.reading, self.batch_size, device)
-        return [answer.as_row() for answer in answers]
-
-
-# What load_predictor returns, by the checkpoint's task kind: each takes its own kind of input.
+# What load_predictor returns, by the checkpoint's task kind (kinds/K/predictor.py): each takes its own kind of input.
 AnyPredictor = Predictor | TaggingPredictor | ChoicesPredictor | SpanPredictor
-
-
-def load_span_predictor(folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> SpanPredictor:
-    """The question-answering model of a checkpoint folder, read and answering as it was trained."""
-    with recipe_key("CHECKPOINT"):
-        model = load_finetuned_qa(folder, trust_remote_code=recipe.model.trust_remote_code)
-        tokenizer = load_tokenizer(folder, trust_remote_code=recipe.model.trust_remote_code)
-    length = span_max_length(max_length or recipe.task.max_length, model)
-    return SpanPredictor(model, tokenizer, spec, SpanReading.of(recipe.task, length), batch_size)
 
 
 def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> AnyPredictor:
     """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
-    from finetune.models.heads import fitted_max_length
     from finetune.recipes import FinetuneRecipe, load_recipe
 
     with recipe_key("CHECKPOINT"):
@@ -256,33 +68,7 @@ def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None
     recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
     assert isinstance(recipe, FinetuneRecipe)  # expected_stage: any other recipe is refused
     spec = task_spec(recipe.task)
-    if spec.kind == "spans":
-        return load_span_predictor(folder, recipe, spec, batch_size, max_length)
-    trusted = recipe.model.trust_remote_code
-    with recipe_key("CHECKPOINT"):
-        if spec.kind in ("tokens", "choices"):  # their labels are in the checkpoint, not the recipe
-            load_labelled = {"tokens": load_finetuned_tagger, "choices": load_finetuned_choice_model}[spec.kind]
-            model = load_labelled(folder, trust_remote_code=trusted)
-        else:
-            load_for_task = load_finetuned_multilabel if spec.kind == "multilabel" else load_finetuned
-            model = load_for_task(folder, spec, trust_remote_code=trusted)
-        tokenizer = load_tokenizer(folder, trust_remote_code=trusted)
-    if spec.kind == "tokens":
-        return TaggingPredictor(
-            model, tokenizer, replace(spec, labels=model_tags(model)), max_length or recipe.task.max_length, batch_size
-        )
-    if spec.kind == "choices":
-        return ChoicesPredictor(model, tokenizer, spec, max_length or recipe.task.max_length, batch_size)
-    reading = DocumentReading.of(
-        fitted_max_length(max_length or recipe.task.max_length, model),
-        recipe.task.long_documents,
-        recipe.task.both_orders,
-    )
-    if spec.kind == "multilabel":
-        return MultilabelPredictor(
-            model, tokenizer, spec, reading, batch_size, saved_threshold(model) or DEFAULT_THRESHOLD
-        )
-    return Predictor(model, tokenizer, spec, reading, batch_size)
+    return kind_of(spec).predictor(folder, recipe, spec, batch_size, max_length)
 
 
 def _hub_file(repository: str) -> Path | None:
@@ -317,7 +103,7 @@ def read_input(source: str, spec: TaskSpec, stdin: TextIO | None = None) -> Task
     if not path.is_file():
         raise UserError(f"--input: no such file: {path}")
     file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
-    if file_format is not None and spec.kind == "tokens":
+    if file_format is not None and not kind_of(spec).reads_tables:
         raise UserError(f"--input: {path}: a tagger reads plain text, a sentence per line (words split at spaces)")
     if file_format is not None:
         return read_examples_file(unlabelled, path, file_format)
@@ -379,19 +165,7 @@ def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: TextIO |
 def _render(rows: list[dict], file_format: str, spec: TaskSpec) -> str:
     if file_format == "jsonl":
         return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    if spec.kind == "spans":  # the question, its context, the answer and where it is
-        columns = list(spec.text_columns) + ["answer", "score", "start", "end"]
-    elif spec.kind == "tokens":  # the sentence, and its words' tags separated by spaces
-        rows = [{**row, "tags": " ".join(row["tags"])} for row in rows]
-        columns = list(spec.text_columns) + ["tags"]
-    elif spec.kind == "multilabel":  # the predicted labels joined by the task's separator, a probability each
-        assert spec.labels is not None  # a multi-label task's spec always has its label set (glue/specs.py)
-        rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
-        columns = list(spec.text_columns) + ["labels"] + [f"probability_{label}" for label in spec.labels]
-    else:
-        columns = list(spec.text_columns) + (
-            ["score"] if spec.labels is None else ["label"] + [f"probability_{label}" for label in spec.labels]
-        )
+    rows, columns = kind_of(spec).output_table(spec, rows)
     buffer = io.StringIO()
     writer = csv.writer(
         buffer, delimiter="\t" if file_format == "tsv" else ",", lineterminator="\n", quoting=csv.QUOTE_MINIMAL

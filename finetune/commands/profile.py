@@ -20,12 +20,10 @@ import torch
 from torch import nn
 from transformers import AutoConfig, PreTrainedModel
 
-from finetune.data.spans import DEFAULT_MAX_LENGTH as DEFAULT_SPAN_WINDOW
 from finetune.errors import CheckpointError, UserError, recipe_key
-from finetune.glue.specs import task_spec
+from finetune.kinds.registry import kind_named
 from finetune.models.adapters import attach_adapter, idle_parameters
 from finetune.models.backbones import layer_groups
-from finetune.models.choices import choice_model_skeleton
 from finetune.models.families import family_of, is_recurrent
 from finetune.models.flops import (
     adapter_training_flops,
@@ -34,11 +32,10 @@ from finetune.models.flops import (
     multiply_adds_per_token,
     training_flops,
 )
-from finetune.models.heads import classifier_skeleton, fitted_max_length
+from finetune.models.heads import fitted_max_length
 from finetune.models.hub import load_pretrained, load_tokenizer, resolve_checkpoint
 from finetune.models.language_models import VocabularyOfSize
 from finetune.models.mean_pooling import backbone_config
-from finetune.models.question_answering import qa_skeleton
 from finetune.models.recurrent_cells import QRNNLayer, WeightDropout
 from finetune.models.sizes import (
     BYTES_PER_VALUE,
@@ -47,9 +44,7 @@ from finetune.models.sizes import (
     parameter_count,
     transformer_layer_activation_bytes,
 )
-from finetune.models.taggers import tagger_skeleton
 from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
-from finetune.stages.classifier_keys import classifier_keys
 from finetune.training.loop import device_and_precision
 from finetune.training.techniques import backbone_of, resolve_techniques
 from finetune.training.unfreezing import trainable_group_count, trainable_group_count_at_step
@@ -76,9 +71,6 @@ class BuiltModel:
         if self.adapter is None:
             return list(range(len(self.groups)))
         return [index for index, group in enumerate(self.groups) if any(p.requires_grad for p in group)]
-
-
-PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
 
 
 def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAULT_MFU) -> dict:
@@ -127,20 +119,8 @@ def backbone_model(recipe, upstream: PreTrainedModel | None = None, section: str
     prefix = f"{section}." if section else ""
     config, source = stage_checkpoint_config(recipe, upstream, prefix)
     with torch.device("meta"):
-        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "spans":
-            model = qa_skeleton(config, recipe.model.checkpoint)
-            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
-        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "tokens":
-            # The tags are the training file's when the recipe does not list them: their count barely matters here.
-            model = tagger_skeleton(config, recipe.task.labels or ("O",) * PROFILED_TAGS, recipe.model.checkpoint)
-            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
-        if isinstance(recipe, FinetuneRecipe) and recipe.task.kind == "choices":
-            model = choice_model_skeleton(config, recipe.model.checkpoint)
-            return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         if isinstance(recipe, FinetuneRecipe):
-            assert recipe.pooling is not None  # decided by with_techniques, as the finetune stage decides it
-            with classifier_keys():
-                model = classifier_skeleton(recipe.model, config, task_spec(recipe.task), recipe.pooling)
+            model = kind_named(recipe.task.kind).profile_model(recipe, config)
             return BuiltModel(model, layer_groups(model), slice(1, -1), source)
         family = family_of(recipe.model)
         if config is None:
@@ -234,9 +214,7 @@ def stage_profile(recipe, built: BuiltModel, rates: MatmulRates, mfu: float) -> 
         trainable = len(thawable)  # pretraining never freezes a group
     else:
         # Whole documents (an AWD-LSTM without task.max_length) have no length before the data is read.
-        fitted = fitted_max_length(recipe.task.max_length, model)
-        if recipe.task.kind == "spans":  # windows of question and context: 384 tokens unless the recipe says
-            fitted = fitted_max_length(recipe.task.max_length or DEFAULT_SPAN_WINDOW, model)
+        fitted = fitted_max_length(kind_named(recipe.task.kind).profile_window(recipe), model)
         seq_len = fitted or WHOLE_DOCUMENT_PROFILE_LENGTH
         top_fraction, trainable = 1 / seq_len, trainable_at_start(recipe, len(thawable))  # the head: once per example
     # The first group (bottom to top) that trains in the whole run, and at its start.
@@ -384,20 +362,7 @@ def model_summary(recipe, model: PreTrainedModel, source: str) -> dict:
         kind, family = trained.description, trained.shown_name(recipe.model, config)
     else:
         family, labels = config.model_type, model.config.num_labels
-        if recipe.task.kind == "choices":
-            kind = "multiple choice, a score per choice"
-        elif recipe.task.kind == "spans":
-            kind = "question answering (a start and an end score per token)"
-        elif recipe.task.kind == "tokens":
-            kind = (
-                f"tagger, {labels} tags"
-                if recipe.task.labels
-                else f"tagger (counted with {labels} tags; the run takes those of its training file)"
-            )
-        else:
-            kind = "regression" if labels == 1 else f"{labels}-label classifier"
-            kind = f"multi-label classifier, {labels} labels" if recipe.task.kind == "multilabel" else kind
-            kind += {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}.get(recipe.pooling, "")
+        kind = kind_named(recipe.task.kind).profile_description(recipe, int(labels or 0))
     return {"family": family, "kind": kind, "sizes": sizes, "source": source}
 
 

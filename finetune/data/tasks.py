@@ -24,11 +24,11 @@ from finetune.data.long_documents import (
     head_tail_positions,
     window_positions,
 )
-from finetune.data.multilabel import has_label_set, label_set_row
 from finetune.data.reverse import reverse_segments
 from finetune.data.sampling import ResumableSampler
 from finetune.errors import DataFileError, InputError
 from finetune.glue.specs import STANDARD_FILES, TaskSpec, label_text
+from finetune.kinds.multilabel.data import has_label_set, label_set_row
 
 
 def task_file(spec: TaskSpec, data_dir: Path | None, split: str) -> Path:
@@ -216,8 +216,8 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
         texts.append(spec.model_texts(tuple(_text(record[name], name, path, line) for name in spec.text_columns)))
         ids.append(str(record[spec.index_column]) if spec.index_column in record else str(len(ids)))
         if labelled is None:
-            labelled = has_label_set(spec, record) if spec.kind == "multilabel" else spec.label_column in record
-        if labelled and spec.kind == "multilabel":  # a 0/1 row over the task's labels
+            labelled = has_label_set(spec, record) if spec.label_sets else spec.label_column in record
+        if labelled and spec.label_sets:  # a 0/1 row over the task's labels
             labels.append(label_set_row(spec, record, path, line))
         elif labelled:
             if spec.label_column not in record:
@@ -232,7 +232,7 @@ def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[in
         raise DataFileError("no examples", source=path)
     if not labelled:
         return TaskExamples(texts, None, ids)
-    dtype = np.float32 if spec.is_regression or spec.kind == "multilabel" else np.int64
+    dtype = np.float32 if spec.is_regression or spec.label_sets else np.int64
     return TaskExamples(texts, np.array(labels, dtype=dtype), ids)
 
 
@@ -245,7 +245,7 @@ def _text(value: Any, name: str, path: Path, line: int) -> str:
 
 def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | int:
     """A class index from the label string, or a float score; a bad label names the file and line."""
-    if spec.labels is None:  # regression (spec.is_regression)
+    if spec.is_regression:
         try:
             score = float(value)
         except (TypeError, ValueError):
@@ -258,6 +258,7 @@ def _parse_label(spec: TaskSpec, value: Any, path: Path, line: int) -> float | i
         return score
     # JSON Lines may hold numbers and booleans: 1 stands for the text "1", true for "true" (1.0 for nothing).
     label, labels = label_text(value), spec.file_labels or spec.labels
+    assert labels is not None  # a classifier's spec has its classes (regression returned above)
     if label not in labels:
         raise DataFileError(
             f"label '{value}' is not one of {', '.join(labels)}" + _label_hint(label, labels),

@@ -39,7 +39,7 @@ def read_hub_split(spec: TaskSpec, split: str) -> TaskExamples:
     if all(value == UNLABELED for value in values):
         return TaskExamples(texts, None, ids)
     labels = spec.labels
-    if labels is None:  # regression (spec.is_regression)
+    if spec.is_regression or labels is None:
         return TaskExamples(texts, np.array(values, dtype=np.float32), ids)
     hub_labels = spec.hub.labels or labels
     return TaskExamples(texts, np.array([labels.index(hub_labels[value]) for value in values], dtype=np.int64), ids)

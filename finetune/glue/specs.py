@@ -7,7 +7,7 @@ columns and label order are those of the `nyu-mll/glue` dataset.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,14 @@ class HubSource:
     splits: dict[str, str] = field(default_factory=lambda: dict(STANDARD_HUB_SPLITS))
     # The task's label strings in the order of the hub's class ids; None: the task's own order.
     labels: tuple[str, ...] | None = None
+
+
+# Hugging Face's config.problem_type values: its names for the losses of a sequence classifier. Lower layers ask the
+# spec for these (is_regression, label_sets), never for a task kind's name (tests/project/test_architecture.py).
+SINGLE_LABEL_PROBLEM = "single_label_classification"
+REGRESSION_PROBLEM = "regression"
+MULTI_LABEL_PROBLEM = "multi_label_classification"
+PROBLEM_TYPES = (SINGLE_LABEL_PROBLEM, REGRESSION_PROBLEM, MULTI_LABEL_PROBLEM)
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,12 @@ class TaskSpec:
     # Custom tasks only:
     text_template: str | None = None  # the one text a model reads, each {column} filled in; None: the columns
     file_labels: tuple[str, ...] | None = None  # the labels as the files write them, where labels renames them
-    # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
+    # The task's kind (task.kind; finetune/kinds/registry.py looks its object up by it).
     kind: str = "classification"
+    # Hugging Face's config.problem_type of a sequence classifier, which picks its loss (cross-entropy, MSE, binary
+    # cross-entropy): set by the kind (one of PROBLEM_TYPES); None for the kinds with heads of their own.
+    problem_type: str | None = SINGLE_LABEL_PROBLEM
+    # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
     tag_column: int = -1  # the column of a CoNLL line that holds the tag
     # Multi-label tasks (kind multilabel): a set of `labels` per example, from a list column (label_column, its
     # items separated by label_separator in TSV/CSV) or from a 0/1 column per label (label_columns).
@@ -66,8 +78,13 @@ class TaskSpec:
 
     @property
     def is_regression(self) -> bool:
-        """True when the label is a real number (STS-B)."""
-        return self.labels is None
+        """True when the label is a real number (STS-B): one output, a score."""
+        return self.problem_type == REGRESSION_PROBLEM
+
+    @property
+    def label_sets(self) -> bool:
+        """True when an example has a set of labels (multilabel): a 0/1 row, a sigmoid per label."""
+        return self.problem_type == MULTI_LABEL_PROBLEM
 
     @property
     def num_labels(self) -> int:
@@ -164,6 +181,8 @@ GLUE_TASKS: dict[str, TaskSpec] = {
             submission_file="STS-B.tsv",
             submission_range=(0.0, 5.0),
             test_rows=1379,
+            kind="regression",
+            problem_type=REGRESSION_PROBLEM,
         ),
         TaskSpec(
             "qqp",
@@ -275,118 +294,5 @@ def predicted_with(name: str) -> list[TaskSpec]:
 
 
 def task_spec(task_config) -> TaskSpec:
-    """The spec for a recipe's `task` section: the GLUE record, or one built from the custom keys."""
-    if task_config.kind == "tokens":
-        return tagging_spec(task_config)
-    if task_config.kind == "choices":
-        return choices_spec(task_config)
-    if task_config.kind == "spans":
-        return spans_spec(task_config)
-    if task_config.kind == "multilabel":
-        return multilabel_spec(task_config)
-    if task_config.name in GLUE_TASKS:
-        spec = GLUE_TASKS[task_config.name]
-        return replace(spec, source="hub") if task_config.source == "hub" else spec
-    columns = task_config.text_columns or template_columns(task_config.text)
-    template = task_config.text
-    if template is None and len(columns) > 1 and not task_config.reads_a_pair:
-        template = " ".join(f"{{{column}}}" for column in columns)  # joined with a space into one text
-    labels, names = task_config.labels, task_config.label_names or {}
-    files = task_config.files or (
-        {split: f"{split}.{task_config.format}" for split in STANDARD_FILES} if task_config.format else None
-    )
-    return TaskSpec(
-        name=task_config.name,
-        text_columns=tuple(columns),
-        label_column=task_config.label_column,
-        labels=tuple(names.get(label, label) for label in labels) if labels is not None else None,
-        metrics=tuple(task_config.metrics or (["pearson", "spearman"] if labels is None else ["accuracy"])),
-        files=dict(files) if files is not None else None,
-        index_column=task_config.index_column or "index",
-        file_format=task_config.format,
-        text_template=template,
-        file_labels=tuple(labels) if names else None,
-    )
-
-
-TAGGING_FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
-TAGGING_METRICS = ("f1", "precision", "recall", "accuracy")  # entity-level micro scores (seqeval), token accuracy
-
-
-def tagging_spec(task_config) -> TaskSpec:
-    """A tagging task's spec: its tags are the recipe's labels, or (None here) those of its training file."""
-    return TaskSpec(
-        name=task_config.name,
-        text_columns=("text",),
-        label_column="tags",
-        labels=tuple(task_config.labels) if task_config.labels is not None else None,
-        metrics=TAGGING_METRICS,
-        files=dict(task_config.files or TAGGING_FILES),
-        file_format="conll",
-        kind="tokens",
-        tag_column=task_config.tag_column,
-    )
-
-
-CHOICES_FILES = {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
-
-
-def choices_spec(task_config) -> TaskSpec:
-    """A multiple-choice task's spec: questions in ARC's JSON Lines layout, scored by accuracy. Its labels are
-    each question's own (A-E, 1-4): the spec has none."""
-    return TaskSpec(
-        name=task_config.name,
-        text_columns=("question", "choices"),
-        label_column="answerKey",
-        labels=None,
-        metrics=("accuracy",),
-        files=dict(task_config.files or CHOICES_FILES),
-        file_format="jsonl",
-        kind="choices",
-    )
-
-
-SPANS_FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
-SPANS_METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (glue/squad_metrics.py); f1 picks the best
-
-
-def spans_spec(task_config) -> TaskSpec:
-    """A question-answering task's spec: SQuAD JSON files, no labels (the answers are spans of the context)."""
-    return TaskSpec(
-        name=task_config.name,
-        text_columns=("question", "context"),
-        label_column="answers",
-        labels=None,
-        metrics=SPANS_METRICS,
-        files=dict(task_config.files or SPANS_FILES),
-        file_format="squad",
-        kind="spans",
-    )
-
-
-MULTILABEL_METRICS = ("micro_f1", "macro_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
-DEFAULT_LABEL_SEPARATOR = "|"
-
-
-def multilabel_spec(task_config) -> TaskSpec:
-    """A multi-label task's spec: a custom task's text columns, a label set per example."""
-    label_columns = task_config.label_columns
-    plain = task_config.model_copy(
-        update={
-            "kind": "classification",
-            "label_columns": None,
-            "threshold": None,
-            "label_separator": None,
-            "label_column": task_config.label_column or label_columns[0],
-        }
-    )
-    spec = task_spec(plain)
-    return replace(
-        spec,
-        kind="multilabel",
-        metrics=MULTILABEL_METRICS,
-        labels=tuple(label_columns) if label_columns else spec.labels,
-        label_column=task_config.label_column or ", ".join(label_columns),
-        label_columns=tuple(label_columns) if label_columns else None,
-        label_separator=task_config.label_separator or DEFAULT_LABEL_SEPARATOR,
-    )
+    """The spec for a recipe's `task` section (its kind's section builds it: finetune/kinds/K/recipe.py)."""
+    return task_config.spec()

@@ -59,13 +59,14 @@ def _about_the_backward_encoder():
 
 
 def label_config(spec: TaskSpec) -> dict:
-    """The config entries that store the task's label mapping with the checkpoint."""
-    if spec.labels is None:  # regression (spec.is_regression)
-        return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "score"}, "label2id": {"score": 0}}
+    """The config entries that store the task's label mapping with the checkpoint; the problem_type (the kind's)
+    picks transformers' loss: cross-entropy, MSE for a score, binary cross-entropy for a label set (a sigmoid each)."""
+    if spec.is_regression:
+        return {"num_labels": 1, "problem_type": spec.problem_type, "id2label": {0: "score"}, "label2id": {"score": 0}}
+    assert spec.labels is not None  # a classifier's spec has its classes (finetune/kinds/K/recipe.py)
     return {
         "num_labels": spec.num_labels,
-        # multi-label: a sigmoid per label and binary cross-entropy (transformers' BCEWithLogitsLoss)
-        "problem_type": "multi_label_classification" if spec.kind == "multilabel" else "single_label_classification",
+        "problem_type": spec.problem_type,
         "id2label": dict(enumerate(spec.labels)),
         "label2id": {label: index for index, label in enumerate(spec.labels)},
     }

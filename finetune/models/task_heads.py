@@ -21,9 +21,12 @@ from finetune.models.hub import load_pretrained, resolve_checkpoint
 from finetune.models.loading import load_model
 
 # Each task kind's Auto-class mapping (config class -> model class): transformers' own and those registered with it
-# (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head).
+# (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head). Keyed by the kinds' names for the
+# refusal below, which names the kinds a checkpoint can be fine-tuned for; a lookup table, no comparison: the models
+# layer lies below the kinds' objects (finetune/kinds/registry.py), which cannot be asked from here.
 KIND_MAPPINGS = {
-    "classification": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,  # regression too
+    "classification": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
+    "regression": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
     "multilabel": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
     "tokens": MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
     "choices": MODEL_FOR_MULTIPLE_CHOICE_MAPPING,

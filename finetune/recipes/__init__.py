@@ -14,7 +14,6 @@ from finetune.recipes.base import (
     RunRecipe,
     ScheduleConfig,
     Section,
-    TaskConfig,
     TrainingConfig,
     TrainingRunRecipe,
 )
@@ -34,10 +33,13 @@ from finetune.recipes.loader import (
     run_dir_location_problem,
 )
 from finetune.recipes.pretrain import CorpusConfig, MaskingConfig, PretrainRecipe, TokenizerConfig
+from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, TaskConfig, task_config
 from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel, UlmfitRecipe
 
 __all__ = [
     "RECIPE_TYPES",
+    "TASK_KINDS",
+    "TASK_SECTIONS",
     "ULMFIT_STAGE_FOLDERS",
     "AWDLSTMModelConfig",
     "BackboneConfig",
@@ -69,5 +71,6 @@ __all__ = [
     "read_yaml",
     "recipe_to_yaml",
     "run_dir_location_problem",
+    "task_config",
     "type_label",
 ]

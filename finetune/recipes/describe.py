@@ -21,8 +21,8 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
         if isinstance(section, type) and issubclass(section, BaseModel):
             rows += describe_keys(section, f"{prefix}{name}.")
             continue
-        if _section_variants(annotation):
-            rows += _describe_variants(_section_variants(annotation), f"{prefix}{name}.")
+        if _section_variants(section):
+            rows += _describe_variants(_section_variants(section), f"{prefix}{name}.")
             continue
         if field.is_required():
             default = "(required)"
@@ -45,18 +45,20 @@ def _section_variants(annotation: Any) -> list[type[BaseModel]]:
 
 
 def _describe_variants(variants: list[type[BaseModel]], prefix: str) -> list[tuple[str, str, str, str]]:
-    """Keys of alternative sections (one per model family), each marked with the families it applies to."""
+    """Keys of alternative sections (one per model family, or per task kind: their `family` or `kind` tells them
+    apart), each marked with the families or kinds it applies to."""
     rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}  # (key, meaning) -> row: same key, other meaning
     families: dict[tuple[str, str], list[str]] = {}
+    tag = next(name for name in ("family", "kind") if name in variants[0].model_fields)
     for variant in variants:
-        family = type_label(variant.model_fields["family"].annotation)
+        family = type_label(variant.model_fields[tag].annotation)
         for row in describe_keys(variant, prefix):
-            identity = (row[0], "" if row[0] == f"{prefix}family" else row[3])
+            identity = (row[0], "" if row[0] == f"{prefix}{tag}" else row[3])
             rows.setdefault(identity, row)
             families.setdefault(identity, []).append(family)
     described = []
     for identity, (key, label, default, meaning) in rows.items():
-        if key == f"{prefix}family":
+        if key == f"{prefix}{tag}":
             described.append((key, "|".join(families[identity]), default, meaning))
         else:
             described.append((key, label, default, f"({', '.join(families[identity])}) {meaning}"))

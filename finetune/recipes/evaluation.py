@@ -7,7 +7,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS
-from finetune.recipes.base import InputFolder, RunRecipe, Section, TaskConfig
+from finetune.recipes.base import InputFolder, RunRecipe, Section
+from finetune.recipes.task import TaskConfig
 
 
 def _repeated_member(members: list[str]) -> str | None:

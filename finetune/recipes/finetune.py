@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -14,10 +14,10 @@ from finetune.recipes.base import (
     ScheduleConfig,
     Section,
     Seed,
-    TaskConfig,
     TrainingConfig,
     TrainingRunRecipe,
 )
+from finetune.recipes.task import TaskConfig
 
 # The techniques left open (null) are decided by the backbone when the run starts (training/techniques.py): what this
 # project measured best for an AWD-LSTM (ULMFiT's) differs from what it measured best for a pretrained transformer.
@@ -175,34 +175,6 @@ class UnfreezingConfig(Section):
         return self
 
 
-class OwnHead(NamedTuple):
-    """A task kind whose model is its family's own per token or per choice, not a pooled classifier."""
-
-    pooling_refused: str  # why a pooling key does not apply (after "pooling: VALUE ")
-    called: str  # what the model is instead of a classifier
-    default_why: str  # the run summary's reason for its pooling: model
-
-
-HEADS_OF_THEIR_OWN = {
-    "tokens": OwnHead(
-        "pools a text into one vector for a class; a tagger (task.kind tokens) reads every token",
-        "a tagger",
-        "a tagger reads every token: no pooling",
-    ),
-    "choices": OwnHead(
-        "is for classifiers; a multiple-choice model (task.kind choices) scores each choice with its family's own head",
-        "a multiple-choice model",
-        "a multiple-choice model scores each choice with its family's own head",
-    ),
-    "spans": OwnHead(
-        "pools a text into one vector for a class; question answering (task.kind spans) scores every "
-        "token as an answer's start and end",
-        "question answering",
-        "question answering scores every token: no pooling",
-    ),
-}
-
-
 class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
@@ -262,9 +234,9 @@ class FinetuneRecipe(TrainingRunRecipe):
     @model_validator(mode="after")
     def _a_head_of_its_own(self) -> FinetuneRecipe:
         """Pooling and a backward language model are a classifier's: the kinds below have their family's head."""
-        if self.task.kind not in HEADS_OF_THEIR_OWN:
+        head = self.task.own_head
+        if head is None:
             return self
-        head = HEADS_OF_THEIR_OWN[self.task.kind]
         if self.pooling not in (None, "model"):
             raise ValueError(f"pooling: {self.pooling} {head.pooling_refused}: leave pooling out")
         if self.model.backward_checkpoint is not None:

@@ -13,12 +13,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from finetune.console import console
 from finetune.errors import UserError
 from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.language_models import MODEL_FAMILIES
 from finetune.recipes.pretrain import PretrainRecipe
+from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, task_kind
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
@@ -159,19 +161,17 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
     """All problems of a recipe on one line, each naming its dotted key."""
     problems: list[str] = []
     for item in error.errors():
-        # A model section is validated as its family's type; pydantic puts that tag in the location.
-        location = [
-            part
-            for index, part in enumerate(item["loc"])
-            if not (part in MODEL_FAMILIES and index > 0 and item["loc"][index - 1] == "model")
-        ]
+        # A model section is validated as its family's type, a task section as its kind's; pydantic puts that tag
+        # in the location.
+        loc = item["loc"]
+        tags = {index: loc[index] for index in range(1, len(loc)) if _is_union_tag(loc[index - 1], loc[index])}
+        location = [part for index, part in enumerate(loc) if index not in tags]
         key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "union_tag_invalid":
-            key, message = (
-                f"{key}.family",
-                f"unknown model family {item['ctx']['tag']} (expected {', '.join(MODEL_FAMILIES)})",
-            )
+            key, message = _unknown_tag(key, item["ctx"]["tag"])
+        elif item["type"] == "extra_forbidden" and (kind := _owned_elsewhere(location, tags)) is not None:
+            message = kind
         elif item["type"] == "extra_forbidden":
             nearest = suggested_key(key, stage)
             message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
@@ -184,6 +184,39 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
             continue  # an ulmfit flow's top-level task, reported once rather than again in each section it fills
         problems.append(f"{key}: {message}" if key else message)
     return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
+
+
+def _say_when_the_kind_is_another(task: Any, path: Path) -> None:
+    """A task written as kind classification without labels (what recipes, and the recipes saved with checkpoints,
+    wrote for a score task before kind regression) is read as regression: said, not done silently."""
+    written = task.get("kind") if isinstance(task, dict) else None
+    if written is not None and task_kind(task) != written:
+        console.print(
+            f"recipe {path}: task.kind: {written} without labels is read as kind {task_kind(task)}, a score per "
+            f"example (how recipes wrote it before kind {task_kind(task)}); write kind: {task_kind(task)}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _is_union_tag(section: object, part: object) -> bool:
+    """Whether `part` of an error's location is the tag of a section validated as one of several (model, task)."""
+    return (section == "model" and part in MODEL_FAMILIES) or (section == "task" and part in TASK_SECTIONS)
+
+
+def _unknown_tag(key: str, tag: str) -> tuple[str, str]:
+    """The key and message of a section whose family (model) or kind (task) is none of those there are."""
+    if key.rpartition(".")[2] == "task":
+        return f"{key}.kind", f"unknown task kind {tag} (expected {', '.join(TASK_KINDS)})"
+    return f"{key}.family", f"unknown model family {tag} (expected {', '.join(MODEL_FAMILIES)})"
+
+
+def _owned_elsewhere(location: list, tags: dict) -> str | None:
+    """For a task key its kind lacks but another kind has: which kinds it belongs to; else None (an unknown key)."""
+    kind = next((str(tag) for tag in tags.values() if tag in TASK_SECTIONS), None)
+    owners = [other for other, section in TASK_SECTIONS.items() if location[-1] in section.model_fields]
+    return f"not for kind {kind} (a key of kind {', '.join(owners)})" if kind and owners else None
 
 
 FLOW_TASK_COPIES = ("target_lm.corpus.", "classifier.")  # where an ulmfit flow's top-level `task` is copied to
@@ -291,6 +324,7 @@ def load_recipe(
         recipe = RECIPE_TYPES[stage].model_validate(data)
     except ValidationError as error:
         raise UserError(_format_validation_error(error, path, stage)) from None
+    _say_when_the_kind_is_another(data.get("task"), path)
     if check_paths:
         for key, problem in path_problems(recipe):
             raise UserError(f"recipe {path}: {key}: {problem}")

@@ -16,11 +16,11 @@ from finetune.recipes.base import (
     PretrainScheduleConfig,
     Section,
     Seed,
-    TaskConfig,
     TrainingConfig,
     TrainingRunRecipe,
 )
 from finetune.recipes.language_models import MODEL_SECTIONS, LanguageModelConfig, MaskedLMModelConfig, model_family
+from finetune.recipes.task import TaskConfig
 
 
 class TokenizerConfig(Section):

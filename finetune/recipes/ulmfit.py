@@ -8,10 +8,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed, TaskConfig
+from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.language_models import MODEL_SECTIONS
 from finetune.recipes.pretrain import PretrainRecipe
+from finetune.recipes.task import TaskConfig
 
 # Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
 ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}

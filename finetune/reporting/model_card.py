@@ -15,7 +15,6 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
-from finetune.models.choices import choice_registering_import
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
@@ -100,6 +99,8 @@ class CardKind(NamedTuple):
     reads: str  # how it reads an example
     tags: tuple[str, ...] = ()
     use_note: str = ""
+    settings: tuple[tuple[str, str], ...] = ()  # the kind's rows of the card's training table
+    logged: tuple[str, ...] = ()  # what the evaluation curve shows beside the dev scores (metrics.jsonl names)
 
 
 def read_length(max_length: int | None, model_type: str) -> int | None:
@@ -110,82 +111,22 @@ def read_length(max_length: int | None, model_type: str) -> int | None:
     return max_length
 
 
-def card_kind(recipe, spec: TaskSpec, model_type: str) -> CardKind:
-    """The task kind's part of a fine-tuned model's card."""
+def head_architecture(recipe, model_type: str) -> str:
+    """The import that registers the classifier's (or tagger's, ...) class of ours, for the card's loading code."""
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
-    architecture = (family.classifier_registering_import if family else "") or (
+    return (family.classifier_registering_import if family else "") or (
         "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
         if recipe.pooling in ("mean", "scalar_mix")
         else ""
     )
-    length = read_length(recipe.task.max_length, model_type) or "all the"  # None: a recurrent model reads it all
-    if spec.kind == "tokens":
-        assert spec.labels is not None  # the tagging stage sets the tags (the recipe's or the training file's)
-        return CardKind(
-            "token-classification",
-            "tagger",
-            "AutoModelForTokenClassification",
-            architecture,
-            "texts.txt",
-            "words",
-            "a tag per word: " + ", ".join(spec.labels),
-            f"reads at most {length} tokens of a sentence",
-        )
-    if spec.kind == "choices":
-        return CardKind(
-            "multiple-choice",
-            "multiple-choice model",
-            "AutoModelForMultipleChoice",
-            choice_registering_import(model_type),
-            "questions.jsonl",
-            ", ".join(spec.text_columns),
-            "a probability per choice",
-            f"reads at most {length} tokens of a question with one of its choices",
-        )
-    if spec.kind == "spans":
-        from finetune.data.spans import DEFAULT_MAX_LENGTH, SpanReading
 
-        return CardKind(
-            "question-answering",
-            "question-answering model",
-            "AutoModelForQuestionAnswering",
-            architecture,
-            "questions.jsonl",
-            "a question and its context",
-            "the answer, a span of the context (or none, where trained with unanswerable questions)",
-            SpanReading.of(recipe.task, recipe.task.max_length or DEFAULT_MAX_LENGTH).describe(),
-        )
-    inputs = f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns)
-    reads = DocumentReading.of(
-        read_length(recipe.task.max_length, model_type), recipe.task.long_documents, recipe.task.both_orders
+
+def classifier_reading(recipe, model_type: str) -> str:
+    """How a sequence classifier reads an example: its length, long documents, both orders."""
+    task = recipe.task
+    return DocumentReading.of(
+        read_length(task.max_length, model_type), task.long_documents, task.both_orders
     ).describe()
-    if spec.kind == "multilabel":
-        assert spec.labels is not None  # a multilabel spec's labels: its label_columns or the recipe's (required)
-        return CardKind(
-            "text-classification",
-            "classifier",
-            "AutoModelForSequenceClassification",
-            architecture,
-            "texts.txt",
-            inputs,
-            "any number of labels (multi-label): " + ", ".join(spec.labels),
-            reads,
-            ("multi-label-classification",),
-            "\n\nMulti-label: each label has its own sigmoid; the labels of a text are those whose "
-            "probability is above `model.config.multilabel_threshold` (transformers' text-classification "
-            "pipeline applies the sigmoid for this problem_type; `top_k=None` gives every label).",
-        )
-    outputs = "a score" if spec.labels is None else ", ".join(spec.labels)  # None: regression
-    return CardKind(
-        "text-classification",
-        "classifier",
-        "AutoModelForSequenceClassification",
-        architecture,
-        "texts.txt",
-        inputs,
-        outputs,
-        reads,
-    )
 
 
 def training_settings(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> list[list]:
@@ -218,20 +159,14 @@ def training_settings(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> l
         ["reading", kind.reads],
         ["seed", recipe.seed],
     ]
-    if spec.kind == "multilabel":
-        saved = result["best"] if result["saved"] == "best" else result["last"]
-        settings.append(
-            [
-                "decision threshold",
-                f"{saved['dev_threshold']:g} (a sigmoid per label; a label is predicted "
-                "above it; " + ("chosen on dev: the best micro F1)" if recipe.task.threshold == "dev" else "given)"),
-            ]
-        )
-    return settings
+    return settings + [list(row) for row in kind.settings]
 
 
-def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str) -> ModelCard:
-    """The card of a fine-tuned model of any task kind: dev scores of the saved weights and the curve."""
+def classifier_card(
+    recipe, spec: TaskSpec, result: dict, records: list[dict], model_type: str, kind: CardKind
+) -> ModelCard:
+    """The card of a fine-tuned model of any task kind (`kind`: what its kind says, finetune/kinds/K/kind.py): dev
+    scores of the saved weights and the curve."""
     saved = result["best"] if result["saved"] == "best" else result["last"]
     # A multi-label run's dev_threshold is the decision threshold these scores were taken at, not a score.
     scores = {
@@ -239,7 +174,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
         for name, value in saved.items()
         if name.startswith("dev_") and name != "dev_threshold"
     }
-    kind, glue = card_kind(recipe, spec, model_type), spec.name in GLUE_TASKS
+    glue = spec.name in GLUE_TASKS
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [
         EvalResult(
@@ -271,11 +206,7 @@ def classifier_card(recipe, spec: TaskSpec, result: dict, records: list[dict], m
         if result["saved"] == "best"
         else f"the weights after the last step ({result['last_step']})"
     )
-    names = (
-        [f"dev_{name}" for name in spec.metrics]
-        + (["dev_threshold"] if spec.kind == "multilabel" else [])
-        + ["validation_loss"]
-    )
+    names = [f"dev_{name}" for name in spec.metrics] + list(kind.logged) + ["validation_loss"]
     body = f"""
 # {Path(recipe.run_dir).name}
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.errors import UserError, recipe_key
-from finetune.recipes.finetune import HEADS_OF_THEIR_OWN
 
 TECHNIQUE_KEYS = ("training.lr", "discriminative.factor", "unfreezing.mode", "schedule.kind", "pooling")
 ULMFIT_DEFAULTS = {
@@ -222,8 +221,8 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     defaults = backbone_defaults(backbone)
     if recipe.model.adapter is not None:
         defaults["training.lr"] = (ADAPTER_LR, "default for a LoRA adapter (the LoRA paper's GLUE rates)")
-    if recipe.task.kind in HEADS_OF_THEIR_OWN:  # its family's own head per token or choice: nothing to pool
-        defaults["pooling"] = ("model", HEADS_OF_THEIR_OWN[recipe.task.kind].default_why)
+    if recipe.task.own_head is not None:  # its family's own head per token or choice: nothing to pool
+        defaults["pooling"] = ("model", recipe.task.own_head.default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}
     sources: dict[str, str] = {}
     updates: dict[str, dict[str, Any]] = {}  # section ("" for the recipe's own keys) -> key -> value

@@ -10,7 +10,7 @@ import pytest
 from finetune.data.tasks import read_task_split, task_file
 from finetune.errors import InputError, UserError
 from finetune.glue.specs import GLUE_TASKS, SUBMISSION_TASKS, predicted_with, task_spec
-from finetune.recipes import TaskConfig
+from finetune.recipes import TaskConfig, task_config
 
 # ---------------------------------------------------------------------------------------------
 # A GLUE root in download_glue_data.py's layout, each file in its original format
@@ -323,21 +323,21 @@ def test_field_past_the_csv_size_limit_names_its_line(tmp_path, file_format):
 
 
 def test_hub_labels_map_to_the_task_label_strings(fake_hub):
-    spec = task_spec(TaskConfig(name="mnli", source="hub"))
+    spec = task_spec(task_config(name="mnli", source="hub"))
     examples = read_task_split(spec, None, "dev")
     assert [spec.labels[index] for index in examples.labels] == ["entailment", "neutral", "contradiction"]
     assert examples.texts[1] == ("premise 1", "hypothesis 1")
-    mismatched = read_task_split(task_spec(TaskConfig(name="mnli-mm", source="hub")), None, "dev")
+    mismatched = read_task_split(task_spec(task_config(name="mnli-mm", source="hub")), None, "dev")
     assert [spec.labels[index] for index in mismatched.labels] == ["contradiction", "contradiction"]
-    rte = read_task_split(task_spec(TaskConfig(name="rte", source="hub")), None, "dev")
+    rte = read_task_split(task_spec(task_config(name="rte", source="hub")), None, "dev")
     assert [GLUE_TASKS["rte"].labels[index] for index in rte.labels] == ["not_entailment", "entailment", "entailment"]
     assert fake_hub[0] == ("nyu-mll/glue", "mnli")
 
 
 def test_hub_test_splits_are_unlabeled_with_their_idx(fake_hub):
-    test = read_task_split(task_spec(TaskConfig(name="mnli", source="hub")), None, "test")
+    test = read_task_split(task_spec(task_config(name="mnli", source="hub")), None, "test")
     assert test.labels is None and test.ids == ["7", "8"]
-    stsb = task_spec(TaskConfig(name="stsb", source="hub"))
+    stsb = task_spec(task_config(name="stsb", source="hub"))
     assert read_task_split(stsb, None, "test").labels is None
     dev = read_task_split(stsb, None, "dev")
     assert dev.labels.dtype == np.float32 and dev.labels.tolist() == [4.5, 0.25]
@@ -345,20 +345,20 @@ def test_hub_test_splits_are_unlabeled_with_their_idx(fake_hub):
 
 def test_hub_failure_is_one_line(fake_hub):
     with pytest.raises(UserError) as info:
-        read_task_split(task_spec(TaskConfig(name="cola", source="hub")), None, "dev")
+        read_task_split(task_spec(task_config(name="cola", source="hub")), None, "dev")
     message = str(info.value)
     assert "cola" in message and "nyu-mll/glue" in message and "Couldn't reach" in message and "\n" not in message
 
 
 def test_task_config_sources():
     with pytest.raises(ValueError, match="data_dir is required"):
-        TaskConfig(name="rte")
+        task_config(name="rte")
     with pytest.raises(ValueError, match="not both"):
-        TaskConfig(name="rte", source="hub", data_dir=".")
+        task_config(name="rte", source="hub", data_dir=".")
     with pytest.raises(ValueError, match="custom task"):
-        TaskConfig(name="mine", source="hub", text_columns=["a"], label_column="b")
+        task_config(name="mine", source="hub", text_columns=["a"], label_column="b")
     with pytest.raises(ValueError, match="remove format"):
-        TaskConfig(name="rte", data_dir=".", format="csv")
+        task_config(name="rte", data_dir=".", format="csv")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -367,7 +367,7 @@ def test_task_config_sources():
 
 
 def custom(tmp_path: Path, **keys) -> TaskConfig:
-    return TaskConfig(
+    return task_config(
         name="reviews", data_dir=tmp_path, text_columns=["text"], label_column="stars", labels=["bad", "good"], **keys
     )
 
@@ -405,7 +405,7 @@ def test_jsonl_by_extension(tmp_path):
 
 
 def test_jsonl_numeric_labels_and_unlabeled_test(tmp_path):
-    config = TaskConfig(
+    config = task_config(
         name="binary", data_dir=tmp_path, text_columns=["a", "b"], label_column="y", labels=["0", "1"], format="jsonl"
     )
     (tmp_path / "dev.jsonl").write_text('{"a": "x", "b": "y", "y": 1}\n{"a": "x", "b": "z", "y": 0}\n')
@@ -437,7 +437,7 @@ def test_jsonl_malformed_line_names_file_and_line(tmp_path, line, fragment):
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e999"])
 def test_jsonl_score_that_is_not_a_finite_number(tmp_path, literal):
     """Python's json reads NaN and Infinity literals: a JSON Lines score is checked as a TSV one is."""
-    config = TaskConfig(
+    config = task_config(
         name="scores",
         data_dir=tmp_path,
         text_columns=["text"],
@@ -467,7 +467,9 @@ def test_unknown_extension(tmp_path):
 
 def news(tmp_path: Path, **keys) -> TaskConfig:
     """A news task: numeric labels 1-4, Title and Description columns, no format key."""
-    return TaskConfig(**{"name": "news", "data_dir": tmp_path, "label_column": "Class", "labels": [1, 2, 3, 4], **keys})
+    return task_config(
+        **{"name": "news", "data_dir": tmp_path, "label_column": "Class", "labels": [1, 2, 3, 4], **keys}
+    )
 
 
 NEWS_CSV = 'Class,Title,Description\n3,"Stocks up, again",Markets rose.\n1,Vote today,"Polls open, early."\n'
@@ -493,7 +495,7 @@ def test_split_files_are_found_by_extension_and_two_candidates_are_refused(tmp_p
 
 def test_numbers_and_booleans_in_labels_are_the_files_text(tmp_path):
     assert news(tmp_path, text_columns=["Title"]).labels == ["1", "2", "3", "4"]
-    flags = TaskConfig(name="flags", data_dir=tmp_path, text_columns=["t"], label_column="y", labels=[True, False])
+    flags = task_config(name="flags", data_dir=tmp_path, text_columns=["t"], label_column="y", labels=[True, False])
     assert flags.labels == ["true", "false"]
     (tmp_path / "train.jsonl").write_text('{"t": "a", "y": false}\n{"t": "b", "y": "true"}\n')
     assert read_task_split(task_spec(flags), tmp_path, "train").labels.tolist() == [1, 0]

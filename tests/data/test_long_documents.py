@@ -31,9 +31,10 @@ from finetune.data.reverse import reverse_segments
 from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
 from finetune.errors import UserError
 from finetune.inference.predict import example_logits
+from finetune.kinds.classification.stage import gradient_window_note
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import load_recipe
-from finetune.stages.finetune import gradient_window_note, run_finetune
+from finetune.stages.finetune import run_finetune
 from tests.conftest import (
     custom_task_section,
     eval_recipe,

@@ -12,7 +12,7 @@ from finetune.data.tasks import read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, task_spec
-from finetune.recipes import TaskConfig
+from finetune.recipes import task_config
 
 
 def spec_with(metrics, labels=("0", "1")) -> TaskSpec:
@@ -93,7 +93,7 @@ def test_glue_specs_choose_their_metrics():
 
 
 def test_task_spec_for_custom_tasks(tmp_path):
-    config = TaskConfig(name="mine", data_dir=tmp_path, text_columns=["a", "b"], label_column="y", labels=["x", "z"])
+    config = task_config(name="mine", data_dir=tmp_path, text_columns=["a", "b"], label_column="y", labels=["x", "z"])
     spec = task_spec(config)
     assert (spec.text_columns, spec.label_column, spec.labels, spec.metrics) == (
         ("a", "b"),
@@ -101,9 +101,9 @@ def test_task_spec_for_custom_tasks(tmp_path):
         ("x", "z"),
         ("accuracy",),
     )
-    regression = task_spec(TaskConfig(name="score", data_dir=tmp_path, text_columns=["a"], label_column="s"))
+    regression = task_spec(task_config(name="score", data_dir=tmp_path, text_columns=["a"], label_column="s"))
     assert regression.is_regression and regression.metrics == ("pearson", "spearman")
-    assert task_spec(TaskConfig(name="sst2", data_dir=tmp_path)) is GLUE_TASKS["sst2"]
+    assert task_spec(task_config(name="sst2", data_dir=tmp_path)) is GLUE_TASKS["sst2"]
 
 
 # ---------------------------------------------------------------------------------------------

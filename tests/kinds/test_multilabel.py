@@ -19,9 +19,9 @@ from finetune.cli import app
 from finetune.commands.predict import predict
 from finetune.data.tasks import read_examples_file, read_task_split
 from finetune.errors import InputError
-from finetune.glue.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.glue.specs import task_spec
-from finetune.recipes.base import TaskConfig
+from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
+from finetune.recipes import task_config
 from tests.conftest import FILLERS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
@@ -86,9 +86,7 @@ def multilabel_recipe(checkpoint: Path, task: Path, run_dir: Path, **task_keys) 
 
 def spec_of(**keys):
     return task_spec(
-        TaskConfig.model_validate(
-            {"name": "t", "kind": "multilabel", "data_dir": ".", "text_columns": ["text"], **keys}
-        )
+        task_config(**{"name": "t", "kind": "multilabel", "data_dir": ".", "text_columns": ["text"], **keys})
     )
 
 
@@ -279,9 +277,7 @@ def test_eval_applies_the_threshold_the_checkpoint_saved(multilabel_run, marker_
     scores = report["results"]["ml"]
     assert report["examples"] == 24 and scores["threshold"] == saved and scores["micro_f1"] > 0.8
     assert set(scores["labels"]) == set(LABELS) and sum(row["examples"] for row in scores["labels"].values()) == int(
-        read_task_split(
-            task_spec(TaskConfig.model_validate(task_section(marker_task))), marker_task, "test"
-        ).labels.sum()
+        read_task_split(task_spec(task_config(**task_section(marker_task))), marker_task, "test").labels.sum()
     )
     markdown = (tmp_path / "eval" / "report.md").read_text()
     assert "## ml: by label" in markdown and f"| ml | {saved:g} |" in markdown
@@ -432,7 +428,7 @@ def test_multilabel_keys_need_kind_multilabel(tiny_bert, marker_task, tmp_path):
     data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run", threshold=0.3)
     del data["task"]["kind"]
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "r.yaml", data))]))
-    assert "threshold: for multi-label tasks (kind: multilabel)" in message
+    assert "task.threshold: not for kind classification (a key of kind multilabel)" in message
 
 
 def test_an_unknown_dev_label_is_one_line_naming_file_and_line(tiny_bert, marker_task, tmp_path):

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.predict import predict
-from finetune.data.choices import EncodedChoices, collate_choices, read_choices
 from finetune.errors import InputError
-from finetune.models.choices import GPT2ForMultipleChoice
-from finetune.training.choices import choice_delimiter, choice_logits
+from finetune.kinds.choices.data import EncodedChoices, collate_choices, read_choices
+from finetune.kinds.choices.model import GPT2ForMultipleChoice
+from finetune.kinds.choices.training import choice_delimiter, choice_logits
 from tests.conftest import NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml
 
 runner = CliRunner()
@@ -258,7 +258,7 @@ def test_a_multiple_choice_model_learns_and_saves_a_loadable_checkpoint(run, mod
     assert type(model).__name__ == model_class
     card = (run_dir / "checkpoint" / "README.md").read_text()
     assert "pipeline_tag: multiple-choice" in card and "AutoModelForMultipleChoice" in card
-    assert ("import finetune.models.choices" in card) == (model_class == "GPT2ForMultipleChoice")
+    assert ("import finetune.kinds.choices.model" in card) == (model_class == "GPT2ForMultipleChoice")
 
 
 def test_eval_scores_accuracy_and_writes_chosen_labels(bert_run, choices_task, tmp_path):
@@ -329,7 +329,7 @@ def test_a_dev_answer_key_outside_its_choices_is_one_line(tiny_bert, choices_tas
     [
         ({"text_columns": ["question"]}, "text_columns: not for kind choices"),
         ({"labels": ["A", "B"]}, "labels: not for kind choices"),
-        ({"format": "csv"}, "format csv: a multiple-choice task reads JSON Lines in ARC's layout"),
+        ({"format": "csv"}, "task.format: csv: a multiple-choice task reads JSON Lines in ARC's layout"),
     ],
 )
 def test_classification_keys_are_refused_for_a_choices_task(tiny_bert, choices_task, tmp_path, keys, expected):
@@ -421,8 +421,8 @@ ENCODER = {**TINY, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_hea
 def test_each_family_with_layer_groups_has_a_multiple_choice_model_with_them(model_type, keys):
     from transformers import AutoConfig
 
+    from finetune.kinds.choices.model import choice_model_skeleton
     from finetune.models.backbones import layer_groups
-    from finetune.models.choices import choice_model_skeleton
 
     model = choice_model_skeleton(AutoConfig.for_model(model_type, **keys), "tiny")
     groups = layer_groups(model)
@@ -432,7 +432,7 @@ def test_each_family_with_layer_groups_has_a_multiple_choice_model_with_them(mod
 def test_deberta_v1_has_no_multiple_choice_head():
     from transformers import AutoConfig
 
-    from finetune.models.choices import choice_model_skeleton
+    from finetune.kinds.choices.model import choice_model_skeleton
 
     with pytest.raises(InputError, match="is a 'deberta' model, which has no multiple-choice head:"):
         choice_model_skeleton(AutoConfig.for_model("deberta", **ENCODER), "tiny")

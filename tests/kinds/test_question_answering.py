@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.predict import predict
-from finetune.data.spans import EncodedSpans, Question, SpanReading, SquadQuestions, read_squad
 from finetune.errors import InputError
-from finetune.glue.squad_metrics import best_threshold, f1_score, normalize_answer, question_scores, squad_scores
-from finetune.training.spans import best_answers
+from finetune.kinds.spans.data import EncodedSpans, Question, SpanReading, SquadQuestions, read_squad
+from finetune.kinds.spans.metrics import best_threshold, f1_score, normalize_answer, question_scores, squad_scores
+from finetune.kinds.spans.training import best_answers
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
@@ -402,7 +402,7 @@ def test_a_dev_answer_off_its_context_is_one_line_and_no_run(tiny_bert, qa_task,
     "keys, expected",
     [
         ({"text_columns": ["question"]}, "text_columns: not for kind spans"),
-        ({"format": "jsonl"}, "format jsonl: a question-answering task reads SQuAD JSON files"),
+        ({"format": "jsonl"}, "task.format: not for kind spans (a key of kind classification, regression, multilabel"),
         ({"doc_stride": 16}, "doc_stride 16: windows of max_length 32 tokens need a doc_stride below half of it"),
     ],
 )
@@ -415,7 +415,7 @@ def test_span_keys_need_kind_spans_and_pooling_is_refused(tiny_bert, qa_task, tm
     data = qa_recipe(tiny_bert, qa_task, tmp_path / "run")
     data["task"].update({"kind": "tokens"})
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "a.yaml", data))]))
-    assert "doc_stride: for question answering (kind: spans)" in message
+    assert "task.doc_stride: not for kind tokens (a key of kind spans)" in message
     data = {**qa_recipe(tiny_bert, qa_task, tmp_path / "run"), "pooling": "mean"}
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "b.yaml", data))]))
     assert "pooling: mean pools a text into one vector for a class; question answering" in message

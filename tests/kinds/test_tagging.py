@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.commands.predict import predict
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.errors import InputError
-from finetune.glue.metrics import entity_types_table, tagging_metrics
-from finetune.stages.tagging import TaggingStage
+from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
+from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
+from finetune.kinds.tokens.stage import TaggingStage
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
@@ -281,7 +281,7 @@ def test_a_dev_tag_the_training_file_lacks_is_one_line(tiny_bert, tagging_task, 
     "keys, expected",
     [
         ({"text_columns": ["sentence"]}, "text_columns: not for kind tokens"),
-        ({"format": "csv"}, "format csv: a tagging task reads CoNLL column files"),
+        ({"format": "csv"}, "task.format: csv: a tagging task reads CoNLL column files"),
     ],
 )
 def test_classification_keys_are_refused_for_a_tagging_task(tiny_bert, tagging_task, tmp_path, keys, expected):
@@ -294,7 +294,7 @@ def test_format_conll_needs_kind_tokens(tiny_bert, tagging_task, tmp_path):
     del data["task"]["kind"]
     data["task"].update({"text_columns": ["sentence"], "label_column": "label", "labels": ["0", "1"]})
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))]))
-    assert "format: conll is for tagging tasks (kind: tokens)" in message
+    assert "task.format: conll is for tagging tasks (kind: tokens)" in message
 
 
 def test_an_awd_lstm_tags_too(tagging_task, tmp_path):

@@ -14,9 +14,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM,
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.kinds.registry import kind_named
 from finetune.models.loading import load_model
 from finetune.recipes import load_recipe
-from finetune.stages.finetune import FinetuneStage, run_finetune
+from finetune.stages.finetune import run_finetune
 from finetune.training.techniques import describe_backbone, resolve_techniques
 from tests.conftest import finetune_recipe, one_error_line, pretrain_recipe, write_corpus, write_task, write_yaml
 from tests.stages.test_pretrain_families import comparable_metrics
@@ -145,7 +146,7 @@ def test_only_lora_and_the_head_train_with_discriminative_lrs(family, tmp_path):
     data["discriminative"]["factor"] = 2.0
     recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
     recipe = resolve_techniques(recipe, describe_backbone(recipe.model.checkpoint)).recipe
-    stage = FinetuneStage(recipe)
+    stage = kind_named("classification").stage(recipe)
     setup = stage.setup(stage.create_accelerator(), None)
     names = {id(parameter): name for name, parameter in setup.model.named_parameters()}
     trainable = {name for name, parameter in setup.model.named_parameters() if parameter.requires_grad}

@@ -238,9 +238,9 @@ def test_ar_and_tar_off_or_in_evaluation_leave_the_plain_loss_and_gradient():
 def test_recipe_keys_reach_the_awd_lstm_classifier_and_are_refused_elsewhere(tmp_path):
     from finetune.errors import UserError
     from finetune.glue.specs import GLUE_TASKS
+    from finetune.kinds.classifier_keys import classifier_keys
     from finetune.models.heads import load_classifier
     from finetune.recipes import BackboneConfig
-    from finetune.stages.classifier_keys import classifier_keys
     from tests.conftest import save_tiny_masked_lm
 
     AWDLSTMForCausalLM(tiny_config()).save_pretrained(tmp_path / "lstm")

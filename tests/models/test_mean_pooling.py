@@ -17,7 +17,7 @@ from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import load_classifier
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, mean_over_real_tokens
-from finetune.recipes import BackboneConfig, TaskConfig, load_recipe
+from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from tests.conftest import custom_task_section, eval_recipe, finetune_recipe, save_tiny_masked_lm, write_yaml
 
@@ -29,7 +29,7 @@ def pretrained(tmp_path_factory) -> Path:
 
 
 def classifier(checkpoint: Path, task: Path, pooling: str = "mean", init: str = "pretrained"):
-    spec = task_spec(TaskConfig(**custom_task_section(task)))
+    spec = task_spec(task_config(**custom_task_section(task)))
     return load_classifier(BackboneConfig(checkpoint=str(checkpoint), init=init), spec, None, pooling)
 
 

@@ -21,7 +21,7 @@ from finetune.models.backbones import layer_groups
 from finetune.models.heads import load_classifier
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, mean_over_real_tokens
 from finetune.models.scalar_mix import ProjectedScalarMix, ScalarMix
-from finetune.recipes import BackboneConfig, TaskConfig, load_recipe
+from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from tests.conftest import (
     custom_task_section,
@@ -60,7 +60,7 @@ def awd_lstm(tmp_path_factory) -> Path:
 
 
 def classifier(checkpoint: Path, task: Path, pooling: str = "scalar_mix"):
-    spec = task_spec(TaskConfig(**custom_task_section(task)))
+    spec = task_spec(task_config(**custom_task_section(task)))
     return load_classifier(BackboneConfig(checkpoint=str(checkpoint)), spec, None, pooling)
 
 

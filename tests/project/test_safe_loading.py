@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec
-from finetune.recipes import BackboneConfig, EvalRecipe, FinetuneRecipe, TaskConfig
+from finetune.recipes import BackboneConfig, EvalRecipe, FinetuneRecipe, task_config
 from tests.conftest import REPO_ROOT, custom_task_section, finetune_recipe, save_tiny_masked_lm, write_yaml
 
 PACKAGE = REPO_ROOT / "finetune"
@@ -233,7 +233,7 @@ def test_trust_remote_code_reaches_every_from_pretrained_as_set(checkpoint, task
 
     for cls in (AutoConfig, AutoModelForSequenceClassification, AutoTokenizer):
         recording(cls)
-    spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
+    spec = task_spec(task_config(**custom_task_section(task_dir)))
     load_classifier(BackboneConfig(checkpoint=str(checkpoint), trust_remote_code=trusted), spec, None)
     load_tokenizer(str(checkpoint), trust_remote_code=trusted)
     with pytest.raises(UserError):  # a language model is no fine-tuned classifier: the label check refuses it

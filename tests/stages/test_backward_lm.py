@@ -33,10 +33,10 @@ from finetune.data.tokenizers import train_wordpiece
 from finetune.glue.specs import GLUE_TASKS, task_spec
 from finetune.inference.ensemble import ensemble_outputs
 from finetune.inference.predict import example_logits
+from finetune.kinds.classification import stage as finetune_stage
 from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
-from finetune.recipes import TaskConfig, TokenizerConfig, read_yaml
-from finetune.stages import finetune as finetune_stage
+from finetune.recipes import TokenizerConfig, read_yaml, task_config
 from finetune.stages import pretrain_data
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 from tests.conftest import custom_task_section, eval_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
@@ -223,7 +223,7 @@ def texts_of(task: Path, *splits: str) -> list[str]:
     return [
         texts[0]
         for split in splits
-        for texts in read_task_split(task_spec(TaskConfig(**custom_task_section(task))), task, split).texts
+        for texts in read_task_split(task_spec(task_config(**custom_task_section(task))), task, split).texts
     ]
 
 
@@ -293,7 +293,7 @@ def test_eval_reads_a_backward_classifier_backwards_and_averages_the_probabiliti
     forward = member_probabilities(bidirectional["forward"], texts, backwards=False)
     backward = member_probabilities(bidirectional["backward"], texts, backwards=True)
     assert not np.allclose(forward, backward, atol=1e-4)  # the two readings differ, so the checks below can fail
-    spec = task_spec(TaskConfig(**custom_task_section(bidirectional["task"])))
+    spec = task_spec(task_config(**custom_task_section(bidirectional["task"])))
     examples = read_task_split(spec, bidirectional["task"], "dev")
 
     def logits_of(checkpoint: Path) -> np.ndarray:  # what eval computes (batched, padded)
@@ -385,7 +385,7 @@ def three_labels_classifier(folder: Path) -> None:
         read_documents([write_corpus(folder.parent / "corpus")]), vocab_size=120, min_frequency=1
     )
     spec = task_spec(
-        TaskConfig(
+        task_config(
             name="three",
             data_dir=str(folder.parent),
             text_columns=["sentence"],

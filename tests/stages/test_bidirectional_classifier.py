@@ -24,6 +24,8 @@ from finetune.data.tasks import read_task_split
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec
+from finetune.kinds.classification import stage as finetune_stage
+from finetune.kinds.classifier_keys import classifier_keys
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.awd_lstm_classifier import (
     AWDLSTMForSequenceClassification,
@@ -33,9 +35,7 @@ from finetune.models.awd_lstm_classifier import (
 )
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import BackwardEncoderError, load_classifier
-from finetune.recipes import BackboneConfig, TaskConfig
-from finetune.stages import finetune as finetune_stage
-from finetune.stages.classifier_keys import classifier_keys
+from finetune.recipes import BackboneConfig, task_config
 from tests.conftest import custom_task_section, finetune_recipe, write_corpus, write_yaml
 
 runner = CliRunner()
@@ -71,7 +71,7 @@ def language_models(tmp_path_factory) -> dict[str, Path]:
 def bidirectional_classifier(
     language_models: dict[str, Path], task: Path, backward: str = "backward", pooling: str = "model"
 ):
-    spec = task_spec(TaskConfig(**custom_task_section(task)))
+    spec = task_spec(task_config(**custom_task_section(task)))
     backbone = BackboneConfig(
         checkpoint=str(language_models["forward"]), backward_checkpoint=str(language_models[backward])
     )
@@ -188,7 +188,7 @@ def test_a_backward_checkpoint_that_does_not_fit_is_refused(language_models, tas
 
 
 def test_a_backward_model_given_as_the_forward_one_is_refused(language_models, task_dir):
-    spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
+    spec = task_spec(task_config(**custom_task_section(task_dir)))
     backbone = BackboneConfig(
         checkpoint=str(language_models["backward"]), backward_checkpoint=str(language_models["backward"])
     )
@@ -234,7 +234,7 @@ def test_a_finetune_run_feeds_both_directions_and_saves_one_loadable_classifier(
 
     # `finetune predict` and `finetune eval` read it both ways, as the model does by itself (single texts): one text
     # at a time, no padding.
-    spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
+    spec = task_spec(task_config(**custom_task_section(task_dir)))
     examples = read_task_split(spec, task_dir, "dev")
     texts = [text for text, *_ in examples.texts]
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
@@ -290,7 +290,7 @@ def test_the_profile_counts_the_backward_encoder(language_models, task_dir):
 
     from finetune.models.heads import classifier_skeleton
 
-    spec = task_spec(TaskConfig(**custom_task_section(task_dir)))
+    spec = task_spec(task_config(**custom_task_section(task_dir)))
     backbone = BackboneConfig(
         checkpoint=str(language_models["forward"]), backward_checkpoint=str(language_models["backward"])
     )

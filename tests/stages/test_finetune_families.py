@@ -24,10 +24,10 @@ from typer.testing import CliRunner
 import finetune
 from finetune.cli import app
 from finetune.errors import UserError
+from finetune.kinds import stage as task_stage
 from finetune.models.backbones import layer_groups
 from finetune.reporting import finish
 from finetune.run_dir import read_metrics
-from finetune.stages import task_stage
 from finetune.training.techniques import Backbone, backbone_defaults, describe_backbone
 from tests.conftest import custom_task_section, one_error_line, write_task, write_yaml
 from tests.kinds.test_multilabel import task_section as multilabel_section
@@ -294,7 +294,7 @@ def test_a_kind_without_a_head_for_the_family_is_one_line_naming_what_it_can_do(
     }
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", recipe))]))
     assert message.startswith("error: model.checkpoint: ") and f"is a '{family}' model, which has no" in message
-    assert "it fine-tunes for task kinds classification, multilabel" in message
+    assert "it fine-tunes for task kinds classification, regression, multilabel" in message
     assert "finetune/" not in message and not (tmp_path / "run").exists()
 
 

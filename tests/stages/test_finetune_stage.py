@@ -15,7 +15,7 @@ from finetune.commands.evaluate import run_eval
 from finetune.data.corpus import read_documents
 from finetune.glue.specs import task_spec
 from finetune.models.heads import load_classifier
-from finetune.recipes import BackboneConfig, TaskConfig, load_recipe
+from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training.checkpoints import save_checkpoint
@@ -117,7 +117,7 @@ def test_warm_start_keeps_the_backbone_and_replaces_a_head_with_other_labels(pre
     # Three labels instead of two: the head's shape changes; the fine-tuned encoder is kept.
     section = custom_task_section(three_label_task(tmp_path / "three"))
     section.update({"labels": ["0", "1", "2"], "metrics": ["accuracy"]})
-    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**section)), 0.1)
+    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(task_config(**section)), 0.1)
     weights = model.state_dict()
     assert model.classifier.out_features == 3
     assert torch.equal(
@@ -126,12 +126,12 @@ def test_warm_start_keeps_the_backbone_and_replaces_a_head_with_other_labels(pre
     # Two labels with other names: same shape, but the old head would mean the wrong classes, so it is renewed.
     section = custom_task_section(task_dir)
     section["labels"] = ["1", "0"]
-    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**section)), 0.1)
+    model = load_classifier(BackboneConfig(checkpoint=str(first)), task_spec(task_config(**section)), 0.1)
     assert not torch.equal(model.classifier.weight, stored["classifier.weight"])
     assert torch.equal(model.bert.pooler.dense.weight, stored["bert.pooler.dense.weight"])
     # The same labels: the head carries on (continued fine-tuning).
     model = load_classifier(
-        BackboneConfig(checkpoint=str(first)), task_spec(TaskConfig(**custom_task_section(task_dir))), 0.1
+        BackboneConfig(checkpoint=str(first)), task_spec(task_config(**custom_task_section(task_dir))), 0.1
     )
     assert torch.equal(model.classifier.weight, stored["classifier.weight"])
 

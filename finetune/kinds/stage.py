@@ -3,7 +3,7 @@ techniques and run by the driver (training/driver.py).
 
 setup (the kind's data and head; layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch or
 every N optimizer steps, evaluate, keep the best, stop early) -> save (HF checkpoint, result.json, model card). A
-kind (stages/finetune.py: classification; tagging.py, choices.py, spans.py) supplies its `read_task`,
+kind (finetune/kinds/K/stage.py) supplies its `read_task`,
 `task_model`, `encoded_task`, `_loss` and `evaluate`.
 """
 
@@ -57,6 +57,10 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
+
+    def __init__(self, recipe, kind):
+        super().__init__(recipe)
+        self.kind = kind  # its TaskKind (kinds/base.py): what the model card says of the kind
 
     def create_accelerator(self):
         # Gradual unfreezing freezes parameters after DDP has wrapped the model.
@@ -284,12 +288,14 @@ class TaskStage(TrainingStage):
                 "last": best.last,
             }
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            model_type = accelerator.unwrap_model(self.model).config.model_type
             card = classifier_card(
                 recipe,
                 self.spec,
                 result,
                 read_metrics(run_dir / METRICS_FILE),
-                accelerator.unwrap_model(self.model).config.model_type,
+                model_type,
+                self.kind.card(recipe, self.spec, model_type, result),
             )
             write_card(card, checkpoint)  # README.md: the Hugging Face model card
             which = (

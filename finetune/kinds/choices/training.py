@@ -8,8 +8,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from finetune.console import phase_bar
-from finetune.data.choices import CHOICE_MASK, ChoiceQuestions, EncodedChoices, collate_choices
-from finetune.models.choices import reads_last_token
+from finetune.kinds.choices.data import CHOICE_MASK, ChoiceQuestions, EncodedChoices, collate_choices
+from finetune.kinds.choices.model import reads_last_token
 from finetune.models.heads import fitted_max_length
 
 

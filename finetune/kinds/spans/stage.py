@@ -8,14 +8,14 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorWithPadding
 
 from finetune.console import console
-from finetune.data.spans import EncodedSpans, SpanReading, read_squad
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.tasks import task_file
 from finetune.errors import recipe_key
-from finetune.glue.squad_metrics import squad_scores
-from finetune.models.question_answering import load_qa_model
-from finetune.stages.task_stage import TaskStage
-from finetune.training.spans import best_answers, gold_answers, span_max_length, window_logits
+from finetune.kinds.spans.data import EncodedSpans, SpanReading, read_squad
+from finetune.kinds.spans.metrics import squad_scores
+from finetune.kinds.spans.model import load_qa_model
+from finetune.kinds.spans.training import best_answers, gold_answers, span_max_length, window_logits
+from finetune.kinds.stage import TaskStage
 
 
 class SpansStage(TaskStage):

@@ -55,7 +55,7 @@ class GPT2ForMultipleChoice(GPT2PreTrainedModel):
 
 
 AutoModelForMultipleChoice.register(GPT2Config, GPT2ForMultipleChoice, exist_ok=True)
-REGISTERING_IMPORT = "import finetune.models.choices  # registers GPT-2's multiple-choice head\n"
+REGISTERING_IMPORT = "import finetune.kinds.choices.model  # registers GPT-2's multiple-choice head\n"
 
 
 def choice_registering_import(model_type: str) -> str:

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from finetune.console import phase_bar
-from finetune.data.spans import DEFAULT_MAX_LENGTH, EncodedSpans, SpanReading, SquadQuestions
+from finetune.kinds.spans.data import DEFAULT_MAX_LENGTH, EncodedSpans, SpanReading, SquadQuestions
 from finetune.models.heads import fitted_max_length
 from finetune.training.checkpoints import saved_recipe
 
@@ -116,7 +116,7 @@ def answer_questions(
     model, tokenizer, questions: SquadQuestions, reading: SpanReading, batch_size: int, device
 ) -> list[Answer]:
     """Every question's answer (eval and predict)."""
-    from finetune.models.question_answering import answers_no_answer
+    from finetune.kinds.spans.model import answers_no_answer
 
     model.to(device)
     encoded = EncodedSpans(questions, tokenizer, reading, with_labels=False)

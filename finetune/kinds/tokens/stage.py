@@ -11,15 +11,15 @@ from transformers import DataCollatorForTokenClassification
 
 from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tagging import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.data.tasks import task_file
 from finetune.errors import recipe_key
-from finetune.glue.metrics import tagging_metrics
+from finetune.kinds.stage import TaskStage
+from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
+from finetune.kinds.tokens.metrics import tagging_metrics
+from finetune.kinds.tokens.model import load_tagger
+from finetune.kinds.tokens.training import sentence_logits
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
-from finetune.models.taggers import load_tagger
-from finetune.stages.task_stage import TaskStage
-from finetune.training.tagging import sentence_logits
 
 
 class TaggingStage(TaskStage):

@@ -8,7 +8,7 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForTokenClassification
 
 from finetune.console import phase_bar
-from finetune.data.tagging import IGNORED, EncodedTagging, TaggedSentences
+from finetune.kinds.tokens.data import IGNORED, EncodedTagging, TaggedSentences
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
 

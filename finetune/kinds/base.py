@@ -1,0 +1,63 @@
+"""The task-kind contract: everything the toolkit does differently per kind of task, asked of one object per kind.
+
+A kind (kinds/K/kind.py) brings its recipe section (kinds/K/recipe.py: its keys, their checks, the TaskSpec it
+builds), its fine-tuning stage (reading and checking its files, encoding, the model head, loss and dev metrics),
+its `finetune eval`, its predictor and output columns for `finetune predict`, its model-card text and its figures
+for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`)
+instead of comparing kind names, so adding a kind is adding its package and one line to the registry's table.
+
+The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
+its pooling and the evaluation of stages/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from finetune.glue.specs import TaskSpec
+from finetune.kinds.stage import TaskStage
+from finetune.reporting.model_card import CardKind
+
+
+class TaskKind:
+    """One task kind; subclasses fill in what their kind does. Methods left to a subclass raise NotImplementedError,
+    which tests/kinds/test_registry.py checks no registered kind does."""
+
+    name: str  # the recipe's task.kind, the registry's key
+    section: type  # its recipe section (kinds/K/recipe.py): the keys of task, checked, and `.spec()`
+    stage_class: type[TaskStage]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
+    # Whether `finetune predict` reads tables (.tsv, .csv, .jsonl) for it; False: plain text, a sentence per line.
+    reads_tables: bool = True
+
+    def stage(self, recipe) -> TaskStage:
+        """The fine-tuning stage of a recipe of this kind."""
+        return self.stage_class(recipe, self)
+
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+        """`finetune eval` of a one-task recipe: the report written; None: the sequence classifiers' evaluation
+        (stages/evaluate.py: models and ensembles, one task or a GLUE map)."""
+        return None
+
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+        """The fine-tuned checkpoint in `folder` (its saved `recipe`), ready to predict (`finetune predict`)."""
+        raise NotImplementedError
+
+    def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
+        """Prediction rows for a TSV/CSV file, and its columns (probabilities: `probability_LABEL`)."""
+        raise NotImplementedError
+
+    def card(self, recipe, spec: TaskSpec, model_type: str, result: dict) -> CardKind:
+        """What the model card of a fine-tuned checkpoint says of the kind (`result`: the run's result.json)."""
+        raise NotImplementedError
+
+    def profile_model(self, recipe, config) -> Any:
+        """The model `finetune profile` sizes, built on the meta device from the backbone's `config`."""
+        raise NotImplementedError
+
+    def profile_window(self, recipe) -> int | None:
+        """The tokens per example `finetune profile` counts before the model fits them (task.max_length)."""
+        return recipe.task.max_length
+
+    def profile_description(self, recipe, num_labels: int) -> str:
+        """What `finetune profile` calls the model (`num_labels`: its head's outputs)."""
+        raise NotImplementedError

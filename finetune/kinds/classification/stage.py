@@ -1,0 +1,121 @@
+"""Classification's fine-tuning (and regression's, kinds/regression/): transformers' sequence classifier on the
+backbone, its examples read from the task's files with long documents read as task.long_documents says."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from finetune.console import console
+from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
+from finetune.data.reverse import reads_backwards, reads_both_directions
+from finetune.data.step_batches import REAL_EXAMPLES
+from finetune.data.tasks import EncodedTask, read_labelled_split, task_collator
+from finetune.errors import UserError
+from finetune.glue.metrics import compute_metrics
+from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.kinds.classifier_keys import classifier_keys
+from finetune.kinds.stage import TaskStage
+from finetune.models.families import reads_left_to_right
+from finetune.models.heads import fitted_max_length, load_classifier
+
+
+class ClassificationStage(TaskStage):
+    """Classification (or regression): a class per example, from its text or sentence pair (task kind
+    classification), with long documents read as task.long_documents says."""
+
+    def read_task(self) -> tuple[int, int]:
+        """Read the training and dev splits; returns their sizes."""
+        self.train_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "train")
+        self.dev_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "dev")
+        return len(self.train_examples.texts), len(self.dev_examples.texts)
+
+    def task_model(self):
+        """The backbone with its task head, and how it reads an example (max_length, long documents)."""
+        recipe = self.recipe
+        with classifier_keys():
+            model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
+        if recipe.task.both_orders and not adds_orders_exactly(model):
+            raise UserError(
+                f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
+                f"before a linear head; {recipe.model.checkpoint} is a '{model.config.model_type}' "
+                "classifier, whose head is not one (use a decoder backbone: gpt2, llama, qwen2, ...)"
+            )
+        self.reading = DocumentReading.of(
+            fitted_max_length(recipe.task.max_length, model), recipe.task.long_documents, recipe.task.both_orders
+        )
+        return model
+
+    def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
+        """The encoded training examples (with their `lengths`), how to collate them, and the dev batches."""
+        # A backward LM's classifier reads its text backwards too; a bidirectional one (two LMs) both ways.
+        directions = {
+            "backwards": reads_backwards(model.config),
+            "both_directions": reads_both_directions(model.config),
+        }
+        console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
+        train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
+        note = gradient_window_note(model.config, train_data.lengths, whole=self.reading.max_length is None)
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
+        self.dev_batches = LengthSortedPrediction(
+            EncodedTask(self.dev_examples, self.tokenizer, self.reading, **directions, name="dev"),
+            self.tokenizer,
+            self.recipe.training.batch_size * 2,
+        )
+        return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
+
+    def _loss(self, model, batch):
+        examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        if WINDOW_DOCUMENT in batch:  # chunks: the loss of each document's pooled logits, not of its windows
+            logits = windowed_logits(model, batch, self.reading.pool)
+            return classification_loss(logits, batch["labels"]), examples, examples
+        return model(**batch).loss, examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev scores, and the dev loss for metrics.jsonl (the loss plot) only."""
+        logits = self.dev_batches.in_file_order(
+            predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
+        )
+        predictions, labels = logits_to_predictions(self.spec, logits), self.dev_labels()
+        scores = {f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, labels).items()}
+        return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
+
+    def dev_labels(self) -> np.ndarray:
+        """The dev split's labels (read_labelled_split refuses a split without them)."""
+        assert self.dev_examples.labels is not None
+        return self.dev_examples.labels
+
+
+def adds_orders_exactly(model) -> bool:
+    """Whether adding a classifier's logits of the two orders of a pair is adding their representations before its
+    head, as GPT's similarity transformation does: a decoder (its state at the last token) under a linear head
+    without bias (GPT-2's and Llama's `score`)."""
+    head = getattr(model, "score", None)
+    return reads_left_to_right(model.config) and isinstance(head, torch.nn.Linear) and head.bias is None
+
+
+def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str | None:
+    """For a classifier that reads documents in chunks with a bounded gradient (the AWD-LSTM's BPT3C): how much of
+    the training documents it reads (`whole`: every token, no task.max_length), and how many are longer than the
+    tokens its gradients reach."""
+    window = getattr(config, "classifier_max_len", None)
+    if window is None or not lengths:
+        return None
+    sizes = np.asarray(lengths)
+    longer = int((sizes > window).sum())
+    reach = (
+        f"; gradients reach the encoder through the last {window:,} tokens of each ({longer:,} documents are "
+        "longer: their start is read, not trained through)"
+        if longer
+        else ""
+    )
+    median = np.median(sizes)
+    return (
+        f"the classifier reads {'every token of ' if whole else ''}the {len(sizes):,} training examples (median "
+        f"{median:,.0f}, longest {sizes.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
+        f"{config.classifier_bptt} at a time (BPT3C){reach}"
+    )

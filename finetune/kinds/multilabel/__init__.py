@@ -1,0 +1,3 @@
+"""Task kind multilabel: any number of labels per example, a sigmoid each.
+
+No imports: see finetune/kinds/__init__.py."""

@@ -1,0 +1,100 @@
+"""The task section of kind multilabel: a custom task whose label is a set (a list column, or a 0/1 column per
+label)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from finetune.glue.specs import GLUE_TASKS, MULTI_LABEL_PROBLEM, TaskSpec, template_columns
+from finetune.kinds.recipe import TextTaskSection, distinct, label_as_text
+
+DEFAULT_LABEL_SEPARATOR = "|"
+
+METRICS = ("micro_f1", "macro_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
+
+
+class MultilabelSection(TextTaskSection):
+    """Any number of labels per example (label_column holding a list, or label_columns of 0/1)."""
+
+    kind_name: ClassVar[str] = "multilabel"
+
+    kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
+    labels: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="kind multilabel: the label set, as label_column's lists write the labels (left out with "
+        "label_columns, which name them)",
+    )
+    label_columns: list[str] | None = Field(
+        None,
+        min_length=2,
+        description="kind multilabel: one 0/1 column per label, named by the label (instead of label_column)",
+    )
+    label_separator: Annotated[str, Field(min_length=1)] | None = Field(
+        None,
+        description="kind multilabel: what separates the labels of a label_column in TSV/CSV files (e.g. "
+        "PER|LOC); null: |. A JSON list (a JSON Lines value, or a field that starts with [) is read as one",
+    )
+    threshold: Annotated[float, Field(gt=0, lt=1)] | Literal["dev"] | None = Field(
+        None,
+        description="kind multilabel: a label is predicted when its probability is above this; dev: the "
+        "threshold that maximises micro F1 on dev, chosen at each evaluation and saved with the checkpoint; null: "
+        "0.5 (in an eval recipe: each checkpoint's own)",
+    )
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_written(cls, labels: Any) -> Any:
+        return [label_as_text(label) for label in labels] if isinstance(labels, list) else labels
+
+    @field_validator("labels", "label_columns")
+    @classmethod
+    def _distinct_names(cls, names: list[str] | None) -> list[str] | None:
+        return distinct(names)
+
+    @model_validator(mode="after")
+    def _a_label_set(self) -> MultilabelSection:
+        """A custom task whose label is a set: a list column, or a 0/1 column per label."""
+        if self.data_dir is None or self.source == "hub":
+            raise ValueError("kind multilabel reads the task's files: give data_dir")
+        if self.both_orders:
+            raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with kind multilabel")
+        if self.name in GLUE_TASKS:
+            kind = GLUE_TASKS[self.name].kind
+            raise ValueError(f"'{self.name}' is a GLUE task (kind {kind}); name the multi-label task otherwise")
+        if self.text_columns is None and self.text is None:
+            raise ValueError("kind multilabel needs text_columns (or text)")
+        if (self.label_column is None) == (self.label_columns is None):
+            both = ", not both" if self.label_column is not None else ""
+            raise ValueError(
+                "kind multilabel needs label_column (a list of labels per example) or label_columns "
+                f"(a 0/1 column per label){both}"
+            )
+        if self.label_column is not None and self.labels is None:
+            raise ValueError("labels: list the label set (label_column holds lists of them)")
+        if self.label_columns is not None:
+            if self.labels is not None:
+                raise ValueError("labels: with label_columns the columns name the labels; leave labels out")
+            if self.label_separator is not None:
+                raise ValueError("label_separator: for a label_column holding lists, not label_columns")
+        label_columns = self.label_columns or ([self.label_column] if self.label_column is not None else [])
+        text_columns = self.text_columns or (template_columns(self.text) if self.text is not None else [])
+        shared = set(label_columns) & set(text_columns)
+        if shared:
+            raise ValueError(f"'{sorted(shared)[0]}' is both a text column and a label column")
+        self.check_text()
+        return self
+
+    def spec(self) -> TaskSpec:
+        label_columns = self.label_columns
+        labels = tuple(label_columns) if label_columns else tuple(self.labels or ())
+        spec = self.text_spec(labels, METRICS, problem_type=MULTI_LABEL_PROBLEM)
+        return replace(
+            spec,
+            label_column=self.label_column or ", ".join(label_columns or ()),
+            label_columns=tuple(label_columns) if label_columns else None,
+            label_separator=self.label_separator or DEFAULT_LABEL_SEPARATOR,
+        )

@@ -1,0 +1,57 @@
+"""Multi-label fine-tuning: the classifier's data, model and machinery with a sigmoid per label."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from finetune.data.long_documents import WINDOW_DOCUMENT, windowed_logits
+from finetune.data.step_batches import REAL_EXAMPLES
+from finetune.inference.predict import predict_logits
+from finetune.kinds.classification.stage import ClassificationStage
+from finetune.kinds.multilabel.metrics import best_threshold, multilabel_metrics
+from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
+from finetune.kinds.multilabel.training import binary_cross_entropy, label_probabilities
+
+
+class MultilabelStage(ClassificationStage):
+    """`finetune finetune` for a task of kind multilabel: the classifier's data, model and machinery with a sigmoid
+    per label and binary cross-entropy (the head's problem_type), scored by micro F1 at a decision threshold that
+    is given (task.threshold) or chosen on dev at each evaluation, and saved with the checkpoint.
+
+    The loss is transformers' BCEWithLogitsLoss, the mean over example x label terms, and a batch counts its
+    examples as its loss terms: every example has the same number of labels, so weighing by examples weighs every
+    example x label term alike (accumulated steps and processes included).
+    """
+
+    def _loss(self, model, batch):
+        if WINDOW_DOCUMENT not in batch:
+            return super()._loss(model, batch)
+        examples = batch.pop(REAL_EXAMPLES)  # chunks: the loss of each document's pooled logits
+        logits = windowed_logits(model, batch, self.reading.pool)
+        return binary_cross_entropy(logits, batch["labels"]), examples, examples
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as
+        dev_threshold: the best evaluation's travels with the best-so-far record (and through a resume) to the
+        checkpoint and result.json. The dev loss goes to metrics.jsonl only."""
+        logits = self.dev_batches.in_file_order(
+            predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
+        )
+        references, probabilities = self.dev_labels(), label_probabilities(logits)
+        threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
+        if threshold == "dev":
+            threshold = best_threshold(references, probabilities)
+        scores = multilabel_metrics(references, probabilities > threshold)
+        loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
+        return (
+            {f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
+            {"validation_loss": loss},
+        )
+
+    def _save(self, directory: Path) -> None:
+        """The weights with the threshold of the evaluation they come from (the newest: a new best, or the last)."""
+        config = self.accelerator.unwrap_model(self.model).config
+        setattr(config, THRESHOLD_KEY, self.best.last["dev_threshold"])
+        super()._save(directory)

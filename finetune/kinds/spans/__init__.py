@@ -1,0 +1,3 @@
+"""Task kind spans: extractive question answering, an answer cut from a context (SQuAD JSON files).
+
+No imports: see finetune/kinds/__init__.py."""
