@@ -19,7 +19,7 @@ tokens that per-batch padding would (--peer-padding batch pads per batch instead
 Ours is `finetune finetune recipes/finetune/minilm-squad-v2-sample.yaml` with the settings above and its own
 length-grouped batches, then `finetune eval` of its last checkpoint with write_predictions. Both sides' dev
 answers are scored here by one function, the toolkit's official-normalisation exact match and F1
-(finetune/glue/squad_metrics.py), with the HasAns / NoAns split and the F1 the best no-answer threshold would give on
+(finetune/kinds/spans/metrics.py), with the HasAns / NoAns split and the F1 the best no-answer threshold would give on
 dev (optimistic: chosen on dev).
 
 Speed is training windows per second (a window is one training example; the bench checks that both sides cut as

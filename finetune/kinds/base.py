@@ -7,7 +7,7 @@ for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_o
 instead of comparing kind names, so adding a kind is adding its package and one line to the registry's table.
 
 The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
-its pooling and the evaluation of stages/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
+its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TaskKind:
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
         """`finetune eval` of a one-task recipe: the report written; None: the sequence classifiers' evaluation
-        (stages/evaluate.py: models and ensembles, one task or a GLUE map)."""
+        (commands/evaluate.py: models and ensembles, one task or a GLUE map)."""
         return None
 
     def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:

@@ -92,8 +92,8 @@ class TaskStage(TrainingStage):
         lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
         console.print(
-            f"task {self.spec.name}: {train_count:,} training and {dev_count:,} dev examples; backbone "
-            f"{recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}"
+            f"task {self.spec.name} ({self.spec.kind}): {train_count:,} training and {dev_count:,} dev examples; "
+            f"backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}"
         )
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
         with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples

@@ -35,7 +35,7 @@ from finetune.models.task_heads import no_head_refusal
 
 class ClassifierOptionError(InputError):
     """An option of the classifier (`option`: a backbone section field, or "pooling") that the checkpoint's family
-    has no use for: the stage names its recipe key (stages/classifier_keys.py)."""
+    has no use for: the stage names its recipe key (kinds/classifier_keys.py)."""
 
     def __init__(self, option: str, reason: str):
         super().__init__(reason)
@@ -226,7 +226,7 @@ def load_classifier(backbone_config, spec: TaskSpec, classifier_dropout: float |
     `pooling`: "model" keeps the checkpoint's own kind of head; "mean" puts a new mean-pooling head on its encoder;
     "scalar_mix" does too, reading a learned mix of every layer (the AWD-LSTM's own head reads such a mix instead).
     Refusals are CheckpointErrors (model.checkpoint's facts), BackwardEncoderErrors and ClassifierOptionErrors, which
-    the stage names by recipe key (stages/classifier_keys.py).
+    the stage names by recipe key (kinds/classifier_keys.py).
     """
     source, trusted = resolve_checkpoint(backbone_config.checkpoint), backbone_config.trust_remote_code
     stored = load_pretrained(AutoConfig.from_pretrained, source, trust_remote_code=trusted)

@@ -16,9 +16,10 @@ from finetune.models.families import reads_left_to_right
 def give_a_padding_token(tokenizer, checkpoint: str) -> None:
     """A tokenizer without a padding token pads with its end-of-text token (said in one line), on the right.
 
-    Right: spans and tagging cut each row's padding off its end (training/spans.py, training/tagging.py), and a
-    decoder with a learned position table (GPT-2) reads a left-padded row at other positions than it was pretrained
-    on. Llama's and Gemma's tokenizers pad on the left for generation, which fine-tuning does not do.
+    Right: spans and tagging cut each row's padding off its end (kinds/spans/training.py,
+    kinds/tokens/training.py), and a decoder with a learned position table (GPT-2) reads a left-padded row at other
+    positions than it was pretrained on. Llama's and Gemma's tokenizers pad on the left for generation, which
+    fine-tuning does not do.
     """
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is not None or tokenizer.eos_token is None:

@@ -9,7 +9,7 @@ or an answerKey not among its labels is one line naming file and line.
 
 A batch mixes questions of different choice counts: `collate_choices` pads them to the batch's largest count and
 marks the real choices in `choice_mask`; the scores of padding choices are set to -inf before the softmax
-(training/choices.py), so a question's probabilities are those it would get alone.
+(kinds/choices/training.py), so a question's probabilities are those it would get alone.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from finetune.kinds.stage import TaskStage
 class SpansStage(TaskStage):
     """`finetune finetune` for extractive question answering (task kind spans): SQuAD JSON files, each window of a
     question's context one training example (its answer's first and last token, or [CLS]); dev scores are SQuAD's
-    F1 (choosing the best checkpoint) and exact match over questions, after post-processing (training/spans.py).
+    F1 (choosing the best checkpoint) and exact match over questions, after post-processing (kinds/spans/training.py).
     A model trained on a file with unanswerable questions (SQuAD 2.0) may answer nothing."""
 
     def read_task(self) -> tuple[int, int]:
