@@ -330,7 +330,7 @@ def test_predict_gives_the_labels_above_the_threshold(multilabel_run, tmp_path):
 
 
 def test_an_awd_lstm_classifier_learns_several_labels(marker_task, tmp_path):
-    from tests.reporting.test_profile import save_tiny_awd_lstm
+    from tests.commands.test_profile import save_tiny_awd_lstm
 
     data = multilabel_recipe(save_tiny_awd_lstm(tmp_path / "lm"), marker_task, tmp_path / "run", threshold="dev")
     del data["pooling"]  # its own concat pooling

@@ -344,7 +344,7 @@ def test_pooling_is_not_for_a_multiple_choice_model(tiny_bert, choices_task, tmp
 
 
 def test_an_awd_lstm_is_refused_as_a_multiple_choice_model_in_one_line(choices_task, tmp_path):
-    from tests.reporting.test_profile import save_tiny_awd_lstm
+    from tests.commands.test_profile import save_tiny_awd_lstm
 
     checkpoint = save_tiny_awd_lstm(tmp_path / "lm")
     recipe = write_yaml(tmp_path / "recipe.yaml", choices_recipe(checkpoint, choices_task, tmp_path / "run"))

@@ -422,7 +422,7 @@ def test_span_keys_need_kind_spans_and_pooling_is_refused(tiny_bert, qa_task, tm
 
 
 def test_an_awd_lstm_is_refused_for_question_answering_in_one_line(qa_task, tmp_path):
-    from tests.reporting.test_profile import save_tiny_awd_lstm
+    from tests.commands.test_profile import save_tiny_awd_lstm
 
     checkpoint = save_tiny_awd_lstm(tmp_path / "lm")
     recipe = write_yaml(tmp_path / "recipe.yaml", qa_recipe(checkpoint, qa_task, tmp_path / "run"))

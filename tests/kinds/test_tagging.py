@@ -299,12 +299,12 @@ def test_format_conll_needs_kind_tokens(tiny_bert, tagging_task, tmp_path):
 
 def test_an_awd_lstm_tags_too(tagging_task, tmp_path):
     """ULMFiT's encoder under a linear layer per token (left to right: the tags here need no right context)."""
-    from tests.reporting.test_profile import save_tiny_awd_lstm
+    from tests.commands.test_profile import save_tiny_awd_lstm
 
     data = tagging_recipe(save_tiny_awd_lstm(tmp_path / "lm"), tagging_task, tmp_path / "run")
     # The encoder is random: no pretrained layers to protect, so every group trains at one constant LR.
     data.update({"unfreezing": {"mode": "none"}, "schedule": {"kind": "constant"}, "discriminative": {"factor": 1.0}})
-    data["training"].update({"epochs": 15, "lr": 3e-3})
+    data["training"].update({"epochs": 25, "lr": 3e-3})
     del data["task"]["max_length"]  # the AWD-LSTM reads every token
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output

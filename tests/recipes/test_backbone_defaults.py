@@ -15,8 +15,8 @@ from finetune.errors import UserError
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.training.techniques import Backbone, backbone_defaults, describe_backbone, resolve_techniques
+from tests.commands.test_profile import save_tiny_awd_lstm
 from tests.conftest import custom_task_section, save_tiny_masked_lm, write_yaml
-from tests.reporting.test_profile import save_tiny_awd_lstm
 
 runner = CliRunner()
 

@@ -69,6 +69,7 @@ def save_tiny_awd_lstm(folder: Path) -> Path:
     config = AWDLSTMConfig(
         vocab_size=len(tokenizer), embedding_size=16, hidden_size=24, num_layers=2, pad_token_id=tokenizer.pad_token_id
     )
+    torch.manual_seed(0)  # the same weights whichever tests ran before in this process (pytest-xdist deals them out)
     return save_checkpoint(AWDLSTMForCausalLM(config), tokenizer, folder / "checkpoint")
 
 
