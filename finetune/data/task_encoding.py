@@ -43,6 +43,54 @@ def truncation_note(
     )
 
 
+def check_reading(reading: DocumentReading, tokenizer, backwards: bool, both_directions: bool) -> None:
+    """Refuse a reading the model or its tokenizer cannot do: one line saying what it needs."""
+    if backwards and both_directions:
+        raise ValueError("a model reads backwards or in both directions, not both")
+    if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
+        raise ReadingError(
+            f"mode {reading.mode} needs task.max_length (without it the model reads every example whole)",
+            value=reading.mode,
+        )
+    if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
+        need = (
+            "a model that reads text backwards needs"
+            if reading.mode == "truncate"
+            else f"task.long_documents mode {reading.mode} needs"
+        )
+        raise InputError(
+            f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
+            "(to tell its texts from its special tokens)"
+        )
+
+
+def example_columns(examples: TaskExamples, reading: DocumentReading) -> tuple[Sequence[str], Sequence[str] | None]:
+    """The examples' first texts and their second ones (None: one text each; both orders needs a pair)."""
+    columns = list(zip(*examples.texts))
+    if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
+        raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
+    second = columns[1] if len(columns) > 1 else None
+    if reading.both_orders and second is None:
+        raise InputError(
+            "task.both_orders reads a sentence pair in both orders: this task's examples are one text each"
+        )
+    return columns[0], second
+
+
+def tokenized(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, reading: DocumentReading):
+    """The tokenizer's encoding of some examples: cut to max_length under truncate, whole under the other modes."""
+    truncate = reading.mode == "truncate" and reading.max_length is not None
+    # verbose=False: transformers' warning about texts longer than the model's positions, which head_tail and
+    # chunks read whole on purpose before they cut
+    return tokenizer(
+        list(texts),
+        list(pairs) if pairs is not None else None,
+        truncation=truncate,
+        max_length=reading.max_length if truncate else None,
+        verbose=False,
+    )
+
+
 class EncodedTask(Dataset):
     """Tokenized examples (unpadded), read as `reading` says; `task_collator` pads each batch to its longest.
 
@@ -66,58 +114,41 @@ class EncodedTask(Dataset):
         name: str | None = None,
     ):
         reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
-        if backwards and both_directions:
-            raise ValueError("a model reads backwards or in both directions, not both")
-        if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
-            raise ReadingError(
-                f"mode {reading.mode} needs task.max_length (without it the model reads every example whole)",
-                value=reading.mode,
-            )
-        if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
-            need = (
-                "a model that reads text backwards needs"
-                if reading.mode == "truncate"
-                else f"task.long_documents mode {reading.mode} needs"
-            )
-            raise InputError(
-                f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
-                "(to tell its texts from its special tokens)"
-            )
-        columns = list(zip(*examples.texts))
-        if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
-            raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
-        second = columns[1] if len(columns) > 1 else None
-        if reading.both_orders and second is None:
-            raise InputError(
-                "task.both_orders reads a sentence pair in both orders: this task's examples are one text each"
-            )
+        check_reading(reading, tokenizer, backwards, both_directions)
+        first, second = example_columns(examples, reading)
         self.reading, self.labels = reading, examples.labels
-        truncate = reading.mode == "truncate" and reading.max_length is not None
-        # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
         self.encodings: dict[str, list] = {}
         self.windows: list[range] | None = [] if reading.windowed else None  # rows of each document
         self.full_lengths: list[int] = []  # tokens of each whole example (head_tail, chunks: what the note reports)
         self.windows_before_cap: list[int] = []  # chunks: windows of each document before max_chunks
-        with phase_bar("tokenizing", len(columns[0]), enabled=len(columns[0]) > chunk) as advance:
-            for start in range(0, len(columns[0]), chunk):
-                # verbose=False: transformers' warning about texts longer than the model's positions, which
-                # head_tail and chunks read whole on purpose before they cut
-                part = tokenizer(
-                    list(columns[0][start : start + chunk]),
-                    list(second[start : start + chunk]) if second else None,
-                    truncation=truncate,
-                    max_length=reading.max_length if truncate else None,
-                    verbose=False,
+        self._encode(tokenizer, first, second, chunk, backwards, both_directions)
+        lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
+        self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
+        if name is not None:  # nobody should learn from the scores that most of the text was never read
+            note = self._note(tokenizer, first, second, name)
+            if note:
+                console.print(note, markup=False, highlight=False, soft_wrap=True)
+
+    def _encode(
+        self,
+        tokenizer,
+        first: Sequence[str],
+        second: Sequence[str] | None,
+        chunk: int,
+        backwards: bool,
+        both_directions: bool,
+    ) -> None:
+        """The rows of every example, tokenized `chunk` examples at a time."""
+        reading = self.reading
+        # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
+        with phase_bar("tokenizing", len(first), enabled=len(first) > chunk) as advance:
+            for start in range(0, len(first), chunk):
+                part = tokenized(
+                    tokenizer, first[start : start + chunk], second[start : start + chunk] if second else None, reading
                 )
                 swapped = (
-                    tokenizer(
-                        list(second[start : start + chunk]),
-                        list(columns[0][start : start + chunk]),
-                        truncation=truncate,
-                        max_length=reading.max_length if truncate else None,
-                        verbose=False,
-                    )
-                    if reading.both_orders and second is not None  # both orders: a pair, as checked above
+                    tokenized(tokenizer, second[start : start + chunk], first[start : start + chunk], reading)
+                    if reading.both_orders and second is not None  # both orders: a pair, as example_columns checked
                     else None
                 )
                 for index in range(len(part["input_ids"])):
@@ -126,12 +157,6 @@ class EncodedTask(Dataset):
                     else:
                         self._add(part, index, backwards, both_directions)
                 advance(len(part["input_ids"]))
-        lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
-        self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
-        if name is not None:  # nobody should learn from the scores that most of the text was never read
-            note = self._note(tokenizer, columns[0], second, name)
-            if note:
-                console.print(note, markup=False, highlight=False, soft_wrap=True)
 
     def _add(self, part, index: int, backwards: bool, both_directions: bool) -> None:
         """The rows of one encoded example: itself (truncate), its head and tail, or its windows."""
