@@ -216,7 +216,7 @@ def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
 
 def run_job(job: Job, checkpoint: str) -> dict:
     """Train one run in this process, score it once; returns its JSON record."""
-    from finetune.data.tasks import read_task_split
+    from finetune.data.task_files import read_task_split
     from finetune.glue.specs import GLUE_TASKS
     from finetune.stages.finetune import RESULT_FILE, run_finetune
 

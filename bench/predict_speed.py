@@ -175,7 +175,7 @@ def ours_once(task: str, checkpoint: str, data_dir: str, logits_file: str, batch
     sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
     from accelerate import Accelerator
 
-    from finetune.data.tasks import read_task_split
+    from finetune.data.task_files import read_task_split
     from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
     from finetune.inference.predict import example_logits, logits_to_predictions

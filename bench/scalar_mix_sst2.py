@@ -54,7 +54,7 @@ def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, wo
             *VARIANTS[variant],
             echo=True,
         )
-        from finetune.data.tasks import read_task_split
+        from finetune.data.task_files import read_task_split
         from finetune.glue.specs import GLUE_TASKS
 
         spec = GLUE_TASKS["sst2"]

@@ -73,7 +73,7 @@ def order_agreement(checkpoint: Path) -> dict:
     from scipy.stats import pearsonr
 
     from finetune.commands.predict import load_predictor
-    from finetune.data.tasks import read_task_split
+    from finetune.data.task_files import read_task_split
     from finetune.glue.specs import GLUE_TASKS
 
     dev = read_task_split(GLUE_TASKS["stsb"], STSB, "dev")  # the toolkit's reader: the pairs the run scored

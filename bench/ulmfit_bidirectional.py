@@ -77,7 +77,7 @@ def main() -> None:
     from accelerate import Accelerator
 
     from finetune.data.reverse import reads_backwards, reads_both_directions
-    from finetune.data.tasks import read_task_split
+    from finetune.data.task_files import read_task_split
     from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
     from finetune.inference.ensemble import ensemble_outputs

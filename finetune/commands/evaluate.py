@@ -18,7 +18,8 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
-from finetune.data.tasks import TaskExamples, read_labelled_split, read_task_split, split_source
+from finetune.data.examples import TaskExamples
+from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.report import glue_report_markdown

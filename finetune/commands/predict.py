@@ -32,7 +32,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from finetune.data.tasks import FORMAT_BY_EXTENSION, TaskExamples, first_undecodable_line, read_examples_file
+from finetune.data.examples import TaskExamples
+from finetune.data.task_files import FORMAT_BY_EXTENSION, first_undecodable_line, read_examples_file
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.choices.data import parse_choices, read_choices

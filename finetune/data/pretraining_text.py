@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from finetune.data.corpus import dataset_label, file_pieces, no_text, read_dataset_documents, split_indices
-from finetune.data.tasks import task_documents
+from finetune.data.task_files import task_documents
 from finetune.data.token_arrays import TokenizedDocuments
 from finetune.data.token_cache import tokenize_corpus, tokenize_files
 from finetune.errors import InputError

@@ -14,7 +14,7 @@ class ResumableSampler(Sampler[int]):
     The order never depends on the global random state, so a resumed run reads exactly the
     indices the interrupted run had not reached: `skip(n)` leaves out the epoch's first n.
     Under accelerate several processes share one sampler's order, each taking its own batches.
-    Another order (e.g. `data.tasks.LengthGroupedSampler`) only overrides `epoch_order`.
+    Another order (e.g. `data.task_batches.LengthGroupedSampler`) only overrides `epoch_order`.
     """
 
     def __init__(self, size: int, seed: int, shuffle: bool = True):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from finetune.data.tasks import read_task_split
+from finetune.data.task_files import read_task_split
 from finetune.errors import DataFileError, InputError
 from finetune.glue.specs import SUBMISSION_FILES, SUBMISSION_TASKS, TaskSpec
 

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from finetune.console import phase_bar
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import (
     WINDOW_DOCUMENT,
     DocumentReading,
@@ -17,7 +18,8 @@ from finetune.data.long_documents import (
     pool_windows,
 )
 from finetune.data.reverse import reads_backwards, reads_both_directions
-from finetune.data.tasks import EncodedTask, TaskExamples, task_collator
+from finetune.data.task_batches import task_collator
+from finetune.data.task_encoding import EncodedTask
 from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length

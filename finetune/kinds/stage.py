@@ -23,7 +23,7 @@ from finetune.console import console
 from finetune.data.long_documents import ReadingError
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
-from finetune.data.tasks import LengthGroupedSampler
+from finetune.data.task_batches import LengthGroupedSampler
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.models.adapters import attach_adapter, trainable_groups

@@ -23,7 +23,7 @@ def give_a_padding_token(tokenizer, checkpoint: str) -> None:
     """
     tokenizer.padding_side = "right"
     if tokenizer.pad_token is not None or tokenizer.eos_token is None:
-        return  # one with neither is refused by the collator, where batches are padded (data/tasks.py)
+        return  # one with neither is refused by the collator, where batches are padded (data/task_batches.py)
     tokenizer.pad_token = tokenizer.eos_token
     console.print(
         f"the tokenizer of {checkpoint} has no padding token: batches pad with its end-of-text token "

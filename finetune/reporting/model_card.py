@@ -174,6 +174,21 @@ def classifier_card(
         for name, value in saved.items()
         if name.startswith("dev_") and name != "dev_threshold"
     }
+    data = _classifier_card_data(recipe, spec, scores, model_type, kind)
+    body = f"""
+# {Path(recipe.run_dir).name}
+
+A {model_type} {kind.what} for {spec.display_name}, fine-tuned with the finetune toolkit from
+`{recipe.model.checkpoint}`. {recipe.description}
+"""
+    body += _classifier_results(spec, result, scores, records, kind)
+    body += _classifier_training(recipe, spec, result, kind)
+    body += _classifier_use(recipe, kind) + _classifier_limits(spec, kind)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _classifier_card_data(recipe, spec: TaskSpec, scores: dict, model_type: str, kind: CardKind) -> ModelCardData:
+    """A fine-tuned model's front matter: its dev scores as the hub's eval results, the dataset, the tags."""
     glue = spec.name in GLUE_TASKS
     dataset = "nyu-mll/glue" if glue else spec.name
     eval_results = [
@@ -190,7 +205,7 @@ def classifier_card(
         for name, value in scores.items()
     ]
     family = family_of_model_type(model_type)
-    data = ModelCardData(
+    return ModelCardData(
         base_model=hub_base_model(recipe.model.checkpoint),
         datasets=[dataset] if glue else None,
         eval_results=eval_results,
@@ -200,6 +215,10 @@ def classifier_card(
         model_name=Path(recipe.run_dir).name,
         tags=["finetune", kind.task_type, *kind.tags, *(family.classifier_card_tags if family else ())],
     )
+
+
+def _classifier_results(spec: TaskSpec, result: dict, scores: dict, records: list[dict], kind: CardKind) -> str:
+    """The card's Results: the saved weights' dev scores (which weights, honestly) and every evaluation."""
     which = (
         f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
         "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
@@ -207,12 +226,7 @@ def classifier_card(
         else f"the weights after the last step ({result['last_step']})"
     )
     names = [f"dev_{name}" for name in spec.metrics] + list(kind.logged) + ["validation_loss"]
-    body = f"""
-# {Path(recipe.run_dir).name}
-
-A {model_type} {kind.what} for {spec.display_name}, fine-tuned with the finetune toolkit from
-`{recipe.model.checkpoint}`. {recipe.description}
-
+    return f"""
 ## Results
 
 Dev scores of these weights ({which}):
@@ -222,13 +236,23 @@ Dev scores of these weights ({which}):
 Every evaluation of the run (dev set):
 
 {_evaluations(records, names)}
+"""
 
+
+def _classifier_training(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> str:
+    """The card's Training: the settings' table and the recipe that trains it again."""
+    return f"""
 ## Training
 
 {_table(["setting", "value"], training_settings(recipe, spec, result, kind))}
 
 The full recipe is `finetune_recipe.yaml` beside the weights: `finetune finetune finetune_recipe.yaml` trains it again.
+"""
 
+
+def _classifier_use(recipe, kind: CardKind) -> str:
+    """The card's How to use: `finetune predict`, then loading in Python."""
+    return f"""
 ## How to use
 
 ```bash
@@ -236,7 +260,12 @@ finetune predict PATH_TO_THIS_FOLDER --input {kind.example_input}
 ```
 
 {_loading(kind.architecture, kind.auto_class, "PATH_TO_THIS_FOLDER", _adapter_base(recipe))}{kind.use_note}
+"""
 
+
+def _classifier_limits(spec: TaskSpec, kind: CardKind) -> str:
+    """The card's Intended use and limits: what it reads, where it was scored."""
+    return f"""
 ## Intended use and limits
 
 For {spec.display_name}-like inputs ({kind.inputs}); the model {kind.reads}.
@@ -244,7 +273,6 @@ The scores above are from the task's dev set only; the model was not evaluated o
 biases of its base model and of its training data. Small training sets give unstable results from one seed to the
 next: compare seeds before relying on one run.
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
 def language_model_card(recipe, records: list[dict], config) -> ModelCard:
@@ -255,14 +283,35 @@ def language_model_card(recipe, records: list[dict], config) -> ModelCard:
     evaluations = [record for record in records if record.get("phase") == "eval"]
     last = evaluations[-1] if evaluations else {}
     base = getattr(recipe.model, "checkpoint", None)
-    corpus = recipe.corpus
-    if corpus.dataset:
-        source = f"the `{corpus.dataset}` dataset" + (f" ({corpus.dataset_config})" if corpus.dataset_config else "")
-    elif corpus.task is not None:
-        source = f"the text of task `{corpus.task.name}` ({', '.join(corpus.task_splits)})"
-    else:
-        source = ", ".join(f"`{Path(path).name}`" for path in corpus.train_files)
+    source = _corpus_source(recipe.corpus)
     accuracy = next((name for name in last if name.endswith("accuracy")), None)
+    data = _language_model_card_data(recipe, trained, family, last, accuracy, base)
+    purpose, next_step = _language_model_purpose(trained)
+    body = f"""
+# {Path(recipe.run_dir).name}
+
+A {family} language model {"further trained from `" + base + "`" if base else "trained from scratch"} with
+the finetune toolkit on {source}. {recipe.description}
+"""
+    body += _validation_curve(records, accuracy) + _language_model_use(recipe, trained, next_step)
+    body += _language_model_limits(purpose, source, last)
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _corpus_source(corpus) -> str:
+    """What a language model was trained on, as the card says it: a dataset, a task's text, or the files."""
+    if corpus.dataset:
+        return f"the `{corpus.dataset}` dataset" + (f" ({corpus.dataset_config})" if corpus.dataset_config else "")
+    if corpus.task is not None:
+        return f"the text of task `{corpus.task.name}` ({', '.join(corpus.task_splits)})"
+    return ", ".join(f"`{Path(path).name}`" for path in corpus.train_files)
+
+
+def _language_model_card_data(
+    recipe, trained, family: str, last: dict, accuracy: str | None, base: str | None
+) -> ModelCardData:
+    """A language model's front matter: its last validation scores as the hub's eval results, the tags."""
+    corpus = recipe.corpus
     eval_results = [
         EvalResult(
             task_type=trained.pipeline_tag,
@@ -276,7 +325,7 @@ def language_model_card(recipe, records: list[dict], config) -> ModelCard:
         for name in ("validation_loss", "validation_perplexity", accuracy)
         if name and name in last
     ]
-    data = ModelCardData(
+    return ModelCardData(
         base_model=hub_base_model(base),
         datasets=[corpus.dataset] if corpus.dataset else None,
         eval_results=eval_results or None,
@@ -285,42 +334,54 @@ def language_model_card(recipe, records: list[dict], config) -> ModelCard:
         model_name=Path(recipe.run_dir).name,
         tags=["finetune", family, *trained.card_tags],
     )
-    auto, architecture = trained.auto_class, trained.registering_import
+
+
+def _language_model_purpose(trained) -> tuple[str, str]:
+    """What the model is for, and the next step the card suggests."""
     if trained.counted:  # a baseline to compare with, not a backbone to fine-tune
-        purpose = "A baseline to compare language models with"
         next_step = (
             "Score text with `model.nats_per_token(ids)` (mean nats per next token); `model(ids).logits` are "
             "next-token log-probabilities"
         )
-    else:
-        purpose = "A starting point for fine-tuning"
-        next_step = "Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`)"
-    body = f"""
-# {Path(recipe.run_dir).name}
+        return "A baseline to compare language models with", next_step
+    return (
+        "A starting point for fine-tuning",
+        "Fine-tune it on a task with `finetune finetune` (`model.checkpoint: PATH_TO_THIS_FOLDER`)",
+    )
 
-A {family} language model {"further trained from `" + base + "`" if base else "trained from scratch"} with
-the finetune toolkit on {source}. {recipe.description}
 
+def _validation_curve(records: list[dict], accuracy: str | None) -> str:
+    """The card's Validation curve: every evaluation, and the n-gram floor where one was counted."""
+    return f"""
 ## Validation curve
 
 Loss in nats per token on held-out text:
 
 {_evaluations(records, ["validation_loss", "validation_perplexity"] + ([accuracy] if accuracy else []))}
-{_floor(records)}
+{_floor(records)}"""
+
+
+def _language_model_use(recipe, trained, next_step: str) -> str:
+    """The card's How to use: loading in Python, then the next step."""
+    return f"""
 ## How to use
 
-{_loading(architecture, auto, "PATH_TO_THIS_FOLDER", _adapter_base(recipe))}
+{_loading(trained.registering_import, trained.auto_class, "PATH_TO_THIS_FOLDER", _adapter_base(recipe))}
 
 {next_step}; the full pretraining recipe is `finetune_recipe.yaml`
 beside the weights.
+"""
 
+
+def _language_model_limits(purpose: str, source: str, last: dict) -> str:
+    """The card's Intended use and limits: what it was trained on, how far it got."""
+    return f"""
 ## Intended use and limits
 
 {purpose}, not a model to deploy as is: it was trained on {source} only
 ({"a small corpus: " if last.get("validation_perplexity", 0) > 50 else ""}validation perplexity
 {last.get("validation_perplexity", float("nan")):.1f}), and it reproduces that text's style, gaps and biases.
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
 def _floor(records: list[dict]) -> str:

@@ -25,7 +25,7 @@ from accelerate import PartialState
 from finetune import run_lock
 from finetune.console import console
 from finetune.data.pretraining_text import SingleDocumentError
-from finetune.data.tasks import read_labelled_split
+from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import task_spec
 from finetune.recipes import (

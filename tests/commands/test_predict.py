@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import finetune
 from finetune.cli import app
-from finetune.data.tasks import read_task_split
+from finetune.data.task_files import read_task_split
 from finetune.glue.specs import task_spec
 from finetune.models.heads import load_finetuned
 from finetune.recipes import load_recipe

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finetune.data.tasks import read_task_split, task_file
+from finetune.data.task_files import read_task_split, task_file
 from finetune.errors import InputError, UserError
 from finetune.glue.specs import GLUE_TASKS, SUBMISSION_TASKS, predicted_with, task_spec
 from finetune.recipes import TaskConfig, task_config

@@ -17,6 +17,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from finetune.commands.evaluate import run_eval
 from finetune.commands.predict import load_predictor
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import (
     WINDOW_DOCUMENT,
     DocumentReading,
@@ -28,7 +29,8 @@ from finetune.data.long_documents import (
     windowed_logits,
 )
 from finetune.data.reverse import reverse_segments
-from finetune.data.tasks import EncodedTask, TaskExamples, WindowCollator
+from finetune.data.task_batches import WindowCollator
+from finetune.data.task_encoding import EncodedTask
 from finetune.errors import UserError
 from finetune.inference.predict import example_logits
 from finetune.kinds.classification.stage import gradient_window_note

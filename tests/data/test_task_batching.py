@@ -12,7 +12,9 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorWithPadding
 
 from finetune.data.corpus import read_documents
-from finetune.data.tasks import EncodedTask, LengthGroupedSampler, PaddingCollator, TaskExamples
+from finetune.data.examples import TaskExamples
+from finetune.data.task_batches import LengthGroupedSampler, PaddingCollator
+from finetune.data.task_encoding import EncodedTask
 from finetune.data.tokenizers import train_wordpiece
 from tests.conftest import make_sentence, write_corpus
 
@@ -138,7 +140,7 @@ def test_padding_adds_the_attention_mask_the_model_takes(tokenizer):
 def test_a_note_says_how_many_examples_max_length_cuts(tmp_path):
     """Only examples that reached max_length are tokenised again; the note counts the cut ones and their lengths."""
     from finetune.data.examples import TaskExamples
-    from finetune.data.tasks import EncodedTask, truncation_note
+    from finetune.data.task_encoding import EncodedTask, truncation_note
     from finetune.models.hub import load_tokenizer
     from tests.conftest import save_tiny_masked_lm
 

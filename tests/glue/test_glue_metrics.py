@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finetune.data.tasks import read_task_split
+from finetune.data.task_files import read_task_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, task_spec

@@ -10,7 +10,8 @@ from accelerate import Accelerator
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from finetune.commands.evaluate import predict
-from finetune.data.tasks import EncodedTask, TaskExamples
+from finetune.data.examples import TaskExamples
+from finetune.data.task_encoding import EncodedTask
 from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import LengthSortedPrediction, predict_logits
 from tests.conftest import make_sentence, save_tiny_masked_lm

@@ -18,7 +18,8 @@ from finetune.commands.predict import predict
 from finetune.data.corpus import read_documents
 from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading, windowed_logits
-from finetune.data.tasks import EncodedTask, task_collator
+from finetune.data.task_batches import task_collator
+from finetune.data.task_encoding import EncodedTask
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import NEGATIVE, POSITIVE, one_error_line, save_tiny_masked_lm, write_corpus, write_yaml

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.predict import predict
-from finetune.data.tasks import read_examples_file, read_task_split
+from finetune.data.task_files import read_examples_file, read_task_split
 from finetune.errors import InputError
 from finetune.glue.specs import task_spec
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics

@@ -175,30 +175,15 @@ def function_lengths(paths) -> dict[str, int]:
     return lengths
 
 
-# Functions over 60 lines, each a debt in a file another branch is rewriting (the task kinds' packages): never a place
-# to add one. The integrator empties this after the merge, splitting whatever is still long.
-LONG_FUNCTIONS_ALLOWED = {
-    "finetune.data.tasks:EncodedTask.__init__",  # a task's examples encoded for every column layout
-    "finetune.reporting.model_card:classifier_card",  # the card of a fine-tuned model
-    "finetune.reporting.model_card:language_model_card",  # the card of a pretrained one
-}
-
-
 def test_no_function_is_longer_than_sixty_lines():
     """The run's life cycle is the driver's, the step the loop's, a command's work its module's: what any function
     adds stays short enough to read in one screen."""
     lengths = function_lengths(PACKAGE.rglob("*.py"))
     assert "finetune.training.loop:TrainingLoop.train_epoch" in lengths
     assert "finetune.kinds.stage:TaskStage.setup" in lengths and "finetune.cli:main" in lengths
-    long = {name: lines for name, lines in lengths.items() if lines > 60}
-    assert {name: lines for name, lines in long.items() if name not in LONG_FUNCTIONS_ALLOWED} == {}
-    # An allowed debt that has been paid leaves the list with it.
-    assert sorted(set(LONG_FUNCTIONS_ALLOWED) - set(long)) == []
+    assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
 
 
-# Files over 450 lines: the two the task kinds' branch is emptying into finetune/kinds/. The integrator empties this
-# after the merge; never a place to add a file.
-LONG_FILES_ALLOWED = {"finetune/data/tasks.py"}
 MAX_FILE_LINES = 450
 
 
@@ -210,9 +195,7 @@ def long_files(paths, root: Path = PACKAGE.parent) -> dict[str, int]:
 
 def test_no_file_is_longer_than_450_lines():
     """A module holds one role; past 450 lines it holds several, and splits by them (docs/architecture.md)."""
-    found = long_files(PACKAGE.rglob("*.py"))
-    assert {name: lines for name, lines in found.items() if name not in LONG_FILES_ALLOWED} == {}
-    assert sorted(LONG_FILES_ALLOWED - set(found)) == []  # a file back under the limit leaves the list
+    assert long_files(PACKAGE.rglob("*.py")) == {}
 
 
 def test_a_long_file_is_found(tmp_path):

@@ -26,7 +26,8 @@ from finetune.data.causal import BPTTBatches
 from finetune.data.corpus import read_documents
 from finetune.data.reverse import REVERSE_CONFIG_KEY, read_backwards
 from finetune.data.streaming import StreamedBatches
-from finetune.data.tasks import EncodedTask, read_task_split
+from finetune.data.task_encoding import EncodedTask
+from finetune.data.task_files import read_task_split
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments, pack_blocks
 from finetune.data.token_cache import encode, tokenize_files
 from finetune.data.tokenizers import train_wordpiece

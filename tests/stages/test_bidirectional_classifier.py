@@ -20,7 +20,7 @@ import finetune
 from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.reverse import REVERSE_CONFIG_KEY
-from finetune.data.tasks import read_task_split
+from finetune.data.task_files import read_task_split
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
 from finetune.glue.specs import task_spec

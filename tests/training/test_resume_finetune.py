@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.data.sampling import ResumableSampler
-from finetune.data.tasks import LengthGroupedSampler
+from finetune.data.task_batches import LengthGroupedSampler
 from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune

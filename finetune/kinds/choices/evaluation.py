@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.data.tasks import task_file
+from finetune.data.task_files import task_file
 from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import TaskSpec
 from finetune.kinds.choices.data import read_choices

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tasks import task_file
+from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.glue.metrics import compute_metrics
 from finetune.kinds.choices.data import collate_choices, read_choices

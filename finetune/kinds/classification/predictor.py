@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
-from finetune.data.tasks import TaskExamples
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import example_logits

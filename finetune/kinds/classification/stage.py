@@ -13,7 +13,9 @@ from finetune.console import console
 from finetune.data.long_documents import WINDOW_DOCUMENT, DocumentReading, classification_loss, windowed_logits
 from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tasks import EncodedTask, read_labelled_split, task_collator
+from finetune.data.task_batches import task_collator
+from finetune.data.task_encoding import EncodedTask
+from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
 from finetune.glue.metrics import compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits

@@ -1,5 +1,5 @@
 """Multi-label data (task kind multilabel): the label set of each example, read from a record of a TSV, CSV or JSON
-Lines file (data/tasks.py reads the records and the texts) as a 0/1 row over the task's labels.
+Lines file (data/task_files.py reads the records and the texts) as a 0/1 row over the task's labels.
 
 Two layouts: `label_column` holds a list (a JSON list in JSON Lines; in TSV/CSV the labels joined by
 `label_separator`, e.g. PER|LOC, or a JSON list text, e.g. ["PER", "LOC"]; an empty field is no label), or

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from finetune.console import console
-from finetune.data.tasks import read_task_split, split_source
+from finetune.data.task_files import read_task_split, split_source
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import example_logits

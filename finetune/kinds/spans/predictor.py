@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from finetune.data.tasks import TaskExamples
+from finetune.data.examples import TaskExamples
 from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec
 from finetune.kinds.spans.data import Question, SpanReading, SquadQuestions

@@ -9,7 +9,7 @@ from transformers import DataCollatorWithPadding
 
 from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tasks import task_file
+from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.kinds.spans.data import EncodedSpans, SpanReading, read_squad
 from finetune.kinds.spans.metrics import squad_scores

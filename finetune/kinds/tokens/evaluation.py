@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from finetune.data.tasks import task_file
+from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, task_folder, tokenizer_of

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from finetune.data.tasks import TaskExamples
+from finetune.data.examples import TaskExamples
 from finetune.glue.specs import TaskSpec
 from finetune.kinds.tokens.data import TaggedSentences
 from finetune.kinds.tokens.training import tag_sentences

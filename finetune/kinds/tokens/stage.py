@@ -11,7 +11,7 @@ from transformers import DataCollatorForTokenClassification
 
 from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.tasks import task_file
+from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.kinds.stage import TaskStage
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set

@@ -1,0 +1,114 @@
+"""A task's encoded examples in batches: padded (PaddingCollator), windowed documents (WindowCollator), and an order
+that groups examples of similar length (LengthGroupedSampler)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from finetune.data.long_documents import WINDOW_DOCUMENT
+from finetune.data.sampling import ResumableSampler
+from finetune.data.task_encoding import EncodedTask
+from finetune.errors import InputError
+
+
+class PaddingCollator:
+    """Pads a batch to its longest example with plain torch: the tensors `DataCollatorWithPadding` gives, faster.
+
+    Padding follows the tokenizer: its pad id and pad token type id, its padding side, an attention mask
+    when the model takes one; `labels` become int64 class indices or float32 scores.
+    """
+
+    def __init__(self, tokenizer):
+        if tokenizer.pad_token_id is None:
+            raise InputError(f"the tokenizer of {tokenizer.name_or_path} has no pad token to pad batches with")
+        input_name = tokenizer.model_input_names[0]
+        self.pad_values = {
+            input_name: tokenizer.pad_token_id,
+            "token_type_ids": tokenizer.pad_token_type_id,
+            "attention_mask": 0,
+            "special_tokens_mask": 1,
+            "backward_input_ids": tokenizer.pad_token_id,
+        }  # a bidirectional classifier's
+        self.input_name, self.pad_left = input_name, tokenizer.padding_side == "left"
+        self.needs_attention_mask = "attention_mask" in tokenizer.model_input_names
+
+    def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
+        lengths = [len(example[self.input_name]) for example in examples]
+        longest = max(lengths)
+        batch = {}
+        for key in examples[0]:
+            if key == "labels":
+                batch[key] = torch.tensor([example[key] for example in examples])
+            elif key in self.pad_values:
+                batch[key] = self._pad([example[key] for example in examples], self.pad_values[key], longest)
+            else:
+                raise ValueError(f"cannot pad the example field '{key}'")
+        if self.needs_attention_mask and "attention_mask" not in batch:
+            batch["attention_mask"] = self._pad([[1] * length for length in lengths], 0, longest)
+        return batch
+
+    def _pad(self, rows: list[list[int]], value: int, longest: int) -> torch.Tensor:
+        """One int64 tensor of the rows, each padded with `value` to `longest` on the tokenizer's side."""
+        if self.pad_left:
+            return torch.tensor([[value] * (longest - len(row)) + row for row in rows])
+        return torch.tensor([row + [value] * (longest - len(row)) for row in rows])
+
+
+class WindowCollator:
+    """Batches of windowed documents (chunks): their windows as padded rows, and which document each row belongs to
+    (WINDOW_DOCUMENT); `labels` stay one per document."""
+
+    def __init__(self, tokenizer):
+        self.pad = PaddingCollator(tokenizer)
+
+    def __call__(self, documents: list[dict]) -> dict[str, torch.Tensor]:
+        rows, owners = [], []
+        for number, document in enumerate(documents):
+            keys = [key for key in document if key != "labels"]
+            for window in range(len(document["input_ids"])):
+                rows.append({key: document[key][window] for key in keys})
+                owners.append(number)
+        batch = self.pad(rows)
+        if "labels" in documents[0]:
+            batch["labels"] = torch.tensor([document["labels"] for document in documents])
+        batch[WINDOW_DOCUMENT] = torch.tensor(owners)
+        return batch
+
+
+def task_collator(tokenizer, encoded: EncodedTask):
+    """The collator for batches of `encoded`: windowed documents or plain examples."""
+    return WindowCollator(tokenizer) if encoded.windows is not None else PaddingCollator(tokenizer)
+
+
+class LengthGroupedSampler(ResumableSampler):
+    """Shuffled indices in which each run of `batch_size` holds examples of similar length: batches need less padding.
+
+    Per (seed, epoch): shuffle; sort by length within chunks of `chunk_batches` batches; cut the chunks
+    into batches; shuffle the whole batches, the one short batch staying last. So a DataLoader with the
+    same batch size cuts exactly these batches, and the order never depends on the global random state.
+    Give it the examples of a whole optimizer step (batch x processes x accumulated micro-batches): under
+    accelerate every process computes the same order and takes its own slice of each group, so a step
+    holds the same examples however it is split. Resumable mid-epoch like its base class (`skip`).
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, chunk_batches: int = 50):
+        super().__init__(len(lengths), seed)
+        self.lengths, self.batch_size = np.asarray(lengths), batch_size
+        self.chunk_batches = chunk_batches  # bigger chunks: less padding, less randomness
+
+    def epoch_order(self) -> np.ndarray:
+        generator = np.random.default_rng((self.seed, self.epoch))
+        order = generator.permutation(len(self.lengths))
+        chunk = self.batch_size * self.chunk_batches
+        # Longest first within a chunk; the stable sort keeps equal lengths in their shuffled order.
+        order = np.concatenate(
+            [
+                part[np.argsort(-self.lengths[part], kind="stable")]
+                for part in np.split(order, range(chunk, len(order), chunk))
+            ]
+        )
+        batches = np.split(order, range(self.batch_size, len(order), self.batch_size))
+        full = len(batches) - (len(batches[-1]) < self.batch_size)  # only the very last batch can be short
+        shuffled = [batches[index] for index in generator.permutation(full)] + batches[full:]
+        return np.concatenate(shuffled)

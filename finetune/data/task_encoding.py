@@ -1,0 +1,256 @@
+"""A task's examples tokenized (EncodedTask): truncated, head and tail, in windows or in both orders, read backwards;
+the one line that says what the reading did to the examples longer than task.max_length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from finetune.console import console, phase_bar
+from finetune.data.examples import TaskExamples
+from finetune.data.long_documents import DocumentReading, ReadingError, head_tail_positions, window_positions
+from finetune.data.reverse import reverse_segments
+from finetune.errors import InputError
+
+
+def truncation_note(
+    tokenizer, first: Sequence[str], second: Sequence[str] | None, lengths: list[int], max_length: int, name: str
+) -> str | None:
+    """One line when task.max_length cut examples: how many, and the lengths they had (None when nothing was cut).
+
+    Only the examples that reached max_length can have been cut: they alone are tokenised again, whole.
+    """
+    reached = [index for index, length in enumerate(lengths) if length >= max_length]
+    if not reached:
+        return None
+    whole = tokenizer(
+        [first[index] for index in reached], [second[index] for index in reached] if second else None, truncation=False
+    )["input_ids"]
+    full_lengths = np.array(lengths)
+    full_lengths[reached] = [len(ids) for ids in whole]
+    cut = int((full_lengths > max_length).sum())
+    if not cut:
+        return None
+    median, ninetieth = np.percentile(full_lengths, [50, 90])
+    share = f"{cut / len(lengths):.0%}"
+    return (
+        f"task.max_length {max_length} cuts {cut:,} of the {len(lengths):,} {name} examples ({share}) to "
+        f"{max_length} tokens; their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, "
+        f"longest {full_lengths.max():,}"
+    )
+
+
+def check_reading(reading: DocumentReading, tokenizer, backwards: bool, both_directions: bool) -> None:
+    """Refuse a reading the model or its tokenizer cannot do: one line saying what it needs."""
+    if backwards and both_directions:
+        raise ValueError("a model reads backwards or in both directions, not both")
+    if reading.mode != "truncate" and reading.max_length is None:  # checked here: after the model's fitting
+        raise ReadingError(
+            f"mode {reading.mode} needs task.max_length (without it the model reads every example whole)",
+            value=reading.mode,
+        )
+    if (backwards or both_directions or reading.mode != "truncate") and not tokenizer.is_fast:
+        need = (
+            "a model that reads text backwards needs"
+            if reading.mode == "truncate"
+            else f"task.long_documents mode {reading.mode} needs"
+        )
+        raise InputError(
+            f"the tokenizer of {tokenizer.name_or_path} is not a fast tokenizer, which {need} "
+            "(to tell its texts from its special tokens)"
+        )
+
+
+def example_columns(examples: TaskExamples, reading: DocumentReading) -> tuple[Sequence[str], Sequence[str] | None]:
+    """The examples' first texts and their second ones (None: one text each; both orders needs a pair)."""
+    columns = list(zip(*examples.texts))
+    if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
+        raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
+    second = columns[1] if len(columns) > 1 else None
+    if reading.both_orders and second is None:
+        raise InputError(
+            "task.both_orders reads a sentence pair in both orders: this task's examples are one text each"
+        )
+    return columns[0], second
+
+
+def tokenized(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, reading: DocumentReading):
+    """The tokenizer's encoding of some examples: cut to max_length under truncate, whole under the other modes."""
+    truncate = reading.mode == "truncate" and reading.max_length is not None
+    # verbose=False: transformers' warning about texts longer than the model's positions, which head_tail and
+    # chunks read whole on purpose before they cut
+    return tokenizer(
+        list(texts),
+        list(pairs) if pairs is not None else None,
+        truncation=truncate,
+        max_length=reading.max_length if truncate else None,
+        verbose=False,
+    )
+
+
+class EncodedTask(Dataset):
+    """Tokenized examples (unpadded), read as `reading` says; `task_collator` pads each batch to its longest.
+
+    `reading`: a DocumentReading (data/long_documents.py), or just task.max_length (truncate; None: whole).
+    A windowed reading (chunks) makes each example a document of one or more windows: an item then holds a list of
+    rows per key, which `WindowCollator` flattens. `backwards` (a model that reads backwards, data/reverse.py): each
+    text's tokens reversed, special tokens kept where the tokenizer puts them. `both_directions` (a bidirectional
+    classifier): the forward ids as `input_ids` and the reversed ones as `backward_input_ids`. This is where every
+    task example becomes ids: training, dev, eval and predict. `name` (e.g. "dev"): say in one line what the reading
+    does to examples longer than max_length.
+    """
+
+    def __init__(
+        self,
+        examples: TaskExamples,
+        tokenizer,
+        reading: DocumentReading | int | None,
+        chunk: int = 20_000,
+        backwards: bool = False,
+        both_directions: bool = False,
+        name: str | None = None,
+    ):
+        reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
+        check_reading(reading, tokenizer, backwards, both_directions)
+        first, second = example_columns(examples, reading)
+        self.reading, self.labels = reading, examples.labels
+        self.encodings: dict[str, list] = {}
+        self.windows: list[range] | None = [] if reading.windowed else None  # rows of each document
+        self.full_lengths: list[int] = []  # tokens of each whole example (head_tail, chunks: what the note reports)
+        self.windows_before_cap: list[int] = []  # chunks: windows of each document before max_chunks
+        self._encode(tokenizer, first, second, chunk, backwards, both_directions)
+        lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
+        self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
+        if name is not None:  # nobody should learn from the scores that most of the text was never read
+            note = self._note(tokenizer, first, second, name)
+            if note:
+                console.print(note, markup=False, highlight=False, soft_wrap=True)
+
+    def _encode(
+        self,
+        tokenizer,
+        first: Sequence[str],
+        second: Sequence[str] | None,
+        chunk: int,
+        backwards: bool,
+        both_directions: bool,
+    ) -> None:
+        """The rows of every example, tokenized `chunk` examples at a time."""
+        reading = self.reading
+        # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
+        with phase_bar("tokenizing", len(first), enabled=len(first) > chunk) as advance:
+            for start in range(0, len(first), chunk):
+                part = tokenized(
+                    tokenizer, first[start : start + chunk], second[start : start + chunk] if second else None, reading
+                )
+                swapped = (
+                    tokenized(tokenizer, second[start : start + chunk], first[start : start + chunk], reading)
+                    if reading.both_orders and second is not None  # both orders: a pair, as example_columns checked
+                    else None
+                )
+                for index in range(len(part["input_ids"])):
+                    if swapped is not None:
+                        self._add_both_orders(part, swapped, index)
+                    else:
+                        self._add(part, index, backwards, both_directions)
+                advance(len(part["input_ids"]))
+
+    def _add(self, part, index: int, backwards: bool, both_directions: bool) -> None:
+        """The rows of one encoded example: itself (truncate), its head and tail, or its windows."""
+        reading, row = self.reading, {key: values[index] for key, values in part.items()}
+        needs_segments = reading.mode != "truncate" or backwards or both_directions
+        # The segment of each position (None: a special token); [] where nothing below reads it.
+        sequence_ids: list[int | None] = part.sequence_ids(index) if needs_segments else []
+        windows: list[list[int]] | None = None
+        if reading.mode != "truncate":
+            assert reading.max_length is not None  # __init__ refuses a mode other than truncate without one
+            self.full_lengths.append(len(row["input_ids"]))
+            if reading.mode == "head_tail":
+                windows = [head_tail_positions(sequence_ids, reading.max_length, reading.head_tokens)]
+            else:
+                windows, before_cap = window_positions(
+                    sequence_ids, reading.max_length, reading.overlap_tokens, reading.max_chunks
+                )
+                self.windows_before_cap.append(before_cap)
+        rows_positions: Sequence[list[int] | None] = windows or [None]  # None: the example as it is
+        for positions in rows_positions:
+            kept, kept_sequence_ids = row, sequence_ids
+            if positions is not None and len(positions) != len(sequence_ids):
+                kept = {key: [values[position] for position in positions] for key, values in row.items()}
+                kept_sequence_ids = [sequence_ids[position] for position in positions]
+            if backwards or both_directions:
+                reversed_ids = reverse_segments(kept["input_ids"], kept_sequence_ids)
+                kept = {**kept, ("backward_input_ids" if both_directions else "input_ids"): reversed_ids}
+            for key, values in kept.items():
+                self.encodings.setdefault(key, []).append(values)
+        if self.windows is not None:
+            assert windows is not None  # windowed here is chunks (both orders has _add_both_orders): windows were cut
+            rows = len(self.encodings["input_ids"])
+            self.windows.append(range(rows - len(windows), rows))
+
+    def _add_both_orders(self, part, swapped, index: int) -> None:
+        """A pair as one document of two rows, (a, b) then (b, a): their logits are added (DocumentReading)."""
+        for encoding in (part, swapped):
+            for key, values in encoding.items():
+                self.encodings.setdefault(key, []).append(values[index])
+        assert self.windows is not None  # both orders is a windowed reading: __init__ made the list
+        rows = len(self.encodings["input_ids"])
+        self.windows.append(range(rows - 2, rows))
+
+    def _note(self, tokenizer, first: Sequence[str], second: Sequence[str] | None, name: str) -> str | None:
+        """The line that says what reading did to the examples longer than max_length (None: none was)."""
+        reading = self.reading
+        if reading.max_length is None:
+            return None
+        if reading.mode == "truncate":
+            # Both orders: the (a, b) rows say what was cut (the (b, a) ones hold the same tokens).
+            lengths = [len(ids) for ids in self.encodings["input_ids"][::2]] if reading.both_orders else self.lengths
+            return truncation_note(tokenizer, first, second, lengths, reading.max_length, name)
+        return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]), name)
+
+    def __len__(self) -> int:
+        return len(self.windows) if self.windows is not None else len(self.encodings["input_ids"])
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if self.windows is not None:  # a document: each key holds the rows of its windows
+            rows = self.windows[index]
+            item = {key: values[rows.start : rows.stop] for key, values in self.encodings.items()}
+        else:
+            item = {key: values[index] for key, values in self.encodings.items()}
+        if self.labels is not None:
+            item["labels"] = self.labels[index].tolist()  # a class, a score, or a multi-label 0/1 row
+        return item
+
+
+def long_documents_note(
+    reading: DocumentReading, full_lengths: np.ndarray, windows: np.ndarray, name: str
+) -> str | None:
+    """One line on the examples longer than max_length under head_tail or chunks (None when there are none)."""
+    longer = int((full_lengths > reading.max_length).sum())
+    if not longer:
+        return None
+    median, ninetieth = np.percentile(full_lengths, [50, 90])
+    lengths = (
+        f"their lengths in tokens: median {median:,.0f}, 90th percentile {ninetieth:,.0f}, longest "
+        f"{full_lengths.max():,}"
+    )
+    share = f"{longer:,} of the {len(full_lengths):,} {name} examples ({longer / len(full_lengths):.0%})"
+    if reading.mode == "head_tail":
+        return (
+            f"task.long_documents head_tail: {share} are longer than task.max_length {reading.max_length}; each "
+            f"keeps its first {reading.head_tokens} and its last text tokens; {lengths}"
+        )
+    capped = int((windows > reading.max_chunks).sum())
+    cap = (
+        f"; the {capped:,} with more than max_chunks {reading.max_chunks} windows are read in "
+        f"{reading.max_chunks} spread over them"
+        if capped
+        else ""
+    )
+    return (
+        f"task.long_documents chunks: {share} are longer than task.max_length {reading.max_length} and are read in "
+        f"windows (median {np.median(windows[windows > 1]):,.0f}, most {windows.max():,}){cap}; {lengths}"
+    )
