@@ -176,14 +176,20 @@ def test_every_stage_brings_the_registration_with_it():
     import subprocess
     import sys
 
-    for stage in ("finetune.stages.finetune", "finetune.commands.evaluate", "finetune.stages.pretrain"):
-        code = (
-            f"import {stage}; from transformers import AutoConfig, AutoModelForSequenceClassification; "
-            "print(type(AutoModelForSequenceClassification.from_config("
-            "AutoConfig.for_model('awd_lstm', vocab_size=20, embedding_size=4, hidden_size=4, num_layers=1))).__name__)"
-        )
-        output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-        assert output.strip() == "AWDLSTMForSequenceClassification", stage
+    stages = ("finetune.stages.finetune", "finetune.commands.evaluate", "finetune.stages.pretrain")
+    code = (
+        "import {stage}; from transformers import AutoConfig, AutoModelForSequenceClassification; "
+        "print(type(AutoModelForSequenceClassification.from_config("
+        "AutoConfig.for_model('awd_lstm', vocab_size=20, embedding_size=4, hidden_size=4, num_layers=1))).__name__)"
+    )
+    # The three interpreters side by side: each spends its seconds importing torch and transformers.
+    running = {
+        stage: subprocess.Popen([sys.executable, "-c", code.format(stage=stage)], stdout=subprocess.PIPE, text=True)
+        for stage in stages
+    }
+    for stage, process in running.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0 and output.strip() == "AWDLSTMForSequenceClassification", stage
 
 
 def test_training_loss_carries_ar_and_tar_of_real_tokens_in_its_gradient_only():
