@@ -22,9 +22,10 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.installed
+$(VENV)/.dev-installed: $(BIN)/python pyproject.toml  # the package and the dev tools in one resolution
+	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	touch $@
+	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
 

@@ -196,7 +196,7 @@ def test_shipped_pretrain_recipe_runs_on_the_projects_own_data(path, tmp_path, m
             "corpus.cache_dir=null",
             "tokenizer.vocab_size=1000",
             "training.max_steps=2",
-            "training.batch_size=16",
+            "training.batch_size=4",  # two small steps: that the recipe runs, not what it learns
             "eval_every=null",
             "checkpoint_every=2",
         ],
