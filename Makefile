@@ -17,16 +17,14 @@ TORCH ?= torch==2.13.0
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# --no-compile: pip would byte-compile every module of torch, transformers and the rest (half the install's time);
-# Python compiles the few it imports on first use instead.
 $(VENV)/.installed: $(BIN)/python pyproject.toml
-	$(BIN)/python -m pip install -q --no-compile "$(TORCH)"
-	$(BIN)/python -m pip install -q --no-compile -e .
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e .
 	touch $@
 
 $(VENV)/.dev-installed: $(BIN)/python pyproject.toml  # the package and the dev tools in one resolution
-	$(BIN)/python -m pip install -q --no-compile "$(TORCH)"
-	$(BIN)/python -m pip install -q --no-compile -e ".[dev]"
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(VENV)/.installed $@
 
 install: $(VENV)/.installed
