@@ -193,7 +193,8 @@ def _say_when_the_kind_is_another(task: Any, path: Path) -> None:
     if written is not None and task_kind(task) != written:
         console.print(
             f"recipe {path}: task.kind: {written} without labels is read as kind {task_kind(task)}, a score per "
-            f"example (how recipes wrote it before kind {task_kind(task)}); write kind: {task_kind(task)}",
+            f"example (how recipes, and those saved with checkpoints, wrote it before kind {task_kind(task)}); "
+            f"a recipe of yours may say kind: {task_kind(task)}",
             markup=False,
             highlight=False,
             soft_wrap=True,
