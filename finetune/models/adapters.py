@@ -23,11 +23,11 @@ import transformers
 from torch import nn
 
 from finetune.errors import InputError
+from finetune.models.backbones import Groups
 from finetune.models.hub import _first_line
 from finetune.models.mean_pooling import backbone_config
 
 ALL_LINEAR = "all-linear"  # peft's every linear layer but the output layer
-Groups = list[list[nn.Parameter]]
 
 
 class Adapted(NamedTuple):

@@ -21,7 +21,7 @@ from finetune.models.auto_lm import (
     usable_positions,
 )
 from finetune.models.awd_lstm import AWD_LSTM_TYPE, AWDLSTMConfig, AWDLSTMForCausalLM
-from finetune.models.backbones import layer_groups
+from finetune.models.backbones import Groups, layer_groups
 from finetune.models.causal_lm import (
     MemoryNextTokenLM,
     NextTokenLM,
@@ -38,8 +38,6 @@ from finetune.models.hub import load_pretrained, refuse_other_model_type, resolv
 from finetune.models.loading import load_model
 from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, load_masked_lm
 from finetune.models.ngram import NGRAM_TYPE, NGramForCausalLM, NGramNextTokenLM
-
-Groups = list[list[nn.Parameter]]
 
 
 class LanguageModelFamily:
