@@ -121,6 +121,22 @@ def save_tiny_masked_lm(folder: Path, layers: int = 2, hidden: int = 32, dropout
     return save_checkpoint(model, tokenizer, folder / "checkpoint")
 
 
+def finetune_where_a_user_would(folder: Path, recipe_name: str, recipe_text: str) -> Path:
+    """`finetune finetune RECIPE` run in `folder` as a newcomer runs it there (relative paths, a tiny masked LM at
+    folder/lm/checkpoint, the recipe file written as given); the folder, once the run succeeded."""
+    from typer.testing import CliRunner
+
+    from finetune.cli import app
+
+    save_tiny_masked_lm(folder / "lm", layers=1, hidden=16)
+    (folder / recipe_name).write_text(recipe_text, encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        result = CliRunner().invoke(app, ["finetune", recipe_name])
+    assert result.exit_code == 0, result.output
+    return folder
+
+
 def pretrain_recipe(corpus: Path, run_dir: Path) -> dict[str, Any]:
     """A tiny, valid pretrain recipe (hidden 32, 2 layers, 2 heads, vocab ~200, blocks of 16, 10 steps)."""
     return {

@@ -17,7 +17,7 @@ from finetune.cli import app
 from finetune.glue.specs import task_spec
 from finetune.models.heads import load_finetuned
 from finetune.recipes import load_recipe
-from tests.conftest import save_tiny_masked_lm
+from tests.conftest import finetune_where_a_user_would
 
 runner = CliRunner()
 TOPICS = {
@@ -63,13 +63,7 @@ def news_run(tmp_path_factory) -> Path:
     """The working folder after `finetune finetune news.yaml` there."""
     folder = tmp_path_factory.mktemp("newcomer")
     write_news(folder / "data" / "news")
-    save_tiny_masked_lm(folder / "lm", layers=1, hidden=16)
-    (folder / "news.yaml").write_text(RECIPE, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        result = runner.invoke(app, ["finetune", "news.yaml"])
-    assert result.exit_code == 0, result.output
-    return folder
+    return finetune_where_a_user_would(folder, "news.yaml", RECIPE)
 
 
 def test_the_checkpoint_and_its_card_carry_the_label_names(news_run):

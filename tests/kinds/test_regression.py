@@ -19,7 +19,7 @@ from finetune.commands.predict import load_predictor
 from finetune.glue.specs import task_spec
 from finetune.kinds.registry import kind_of
 from finetune.recipes import load_recipe, task_config
-from tests.conftest import save_tiny_masked_lm
+from tests.conftest import finetune_where_a_user_would
 
 runner = CliRunner()
 WORDS = {0.0: ["awful", "dull"], 2.5: ["fine", "plain"], 5.0: ["superb", "moving"]}
@@ -82,13 +82,7 @@ def scores_run(tmp_path_factory) -> Path:
     """The working folder after `finetune finetune scores.yaml` there."""
     folder = tmp_path_factory.mktemp("regression")
     write_scores(folder / "data" / "scores")
-    save_tiny_masked_lm(folder / "lm", layers=1, hidden=16)
-    (folder / "scores.yaml").write_text(RECIPE, encoding="utf-8")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(folder)
-        result = runner.invoke(app, ["finetune", "scores.yaml"])
-    assert result.exit_code == 0, result.output
-    return folder
+    return finetune_where_a_user_would(folder, "scores.yaml", RECIPE)
 
 
 def test_a_custom_task_without_labels_trains_a_regressor(scores_run):
