@@ -377,9 +377,9 @@ class MatmulRates:
         if self.given is not None:
             return self.given
         if (device, dtype) not in self.measured:
-            # A few products: well under a second on a CPU; a GPU needs larger ones to be busy at all.
+            # A few products: well under a second on a CPU (a GPU's are larger: matmul_gflops sizes them)
             self.measured[device, dtype] = matmul_gflops(
-                size=1024 if device == "cpu" else 4096, repeats=5 if device == "cpu" else 20, device=device, dtype=dtype
+                repeats=5 if device == "cpu" else 20, device=device, dtype=dtype
             )
         return self.measured[device, dtype]
 
