@@ -57,6 +57,10 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
+    # The per-class report (glue/metrics.py's class_report) of the last dev evaluation and of the best one, for the
+    # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
+    last_classes: dict | None = None
+    best_classes: dict | None = None
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -101,7 +105,8 @@ class TaskStage(TrainingStage):
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
             model, optimizer, self._training_batches(train_data, collate), dev_loader
         )
-        self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
+        self.metric = recipe.selection_metric()  # what keep-best and early stopping compare (metric_for_best)
+        self.best = BestSoFar(f"dev_{self.metric}", recipe.early_stopping_patience)
         unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
         self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
@@ -243,6 +248,7 @@ class TaskStage(TrainingStage):
         self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
 
     def on_new_best(self) -> None:
+        self.best_classes = self.last_classes
         if self.recipe.keep_best:
             self._save(self.best_dir)
 
@@ -254,8 +260,7 @@ class TaskStage(TrainingStage):
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
         if self.best.patience_exhausted:
             console.print(
-                f"early stopping: no better dev {self.spec.main_metric} in "
-                f"{self.recipe.early_stopping_patience} evaluations"
+                f"early stopping: no better dev {self.metric} in {self.recipe.early_stopping_patience} evaluations"
             )
 
     def _save(self, directory: Path) -> None:
@@ -278,7 +283,7 @@ class TaskStage(TrainingStage):
         else:
             self._save(checkpoint)
         if accelerator.is_main_process:
-            metric = self.spec.main_metric
+            metric = self.metric
             result = {
                 "main_metric": metric,
                 "saved": "best" if recipe.keep_best else "last",
@@ -287,6 +292,9 @@ class TaskStage(TrainingStage):
                 "last_step": step,
                 "last": best.last,
             }
+            classes = self.best_classes if recipe.keep_best else self.last_classes
+            if classes is not None:  # per class, of the saved checkpoint's evaluation (None after a resume)
+                result["classes"] = classes
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             model_type = accelerator.unwrap_model(self.model).config.model_type
             card = classifier_card(
