@@ -70,3 +70,13 @@ def classes_markdown(model: str, classes: dict, png: bool) -> list[str]:
     if png:
         lines += ["", f"![{model}: confusion matrix]({confusion_png_name(model)})"]
     return lines
+
+
+def classes_of(table: dict[str, dict], count: str) -> dict:
+    """A kind's own table per label or entity type (its count column named `count`: examples, entities) in the
+    shape of class_report (labels, per_class with a support column), which result.json and the model card show."""
+    per_class = {
+        name: {**{key: value for key, value in row.items() if key != count}, "support": row[count]}
+        for name, row in table.items()
+    }
+    return {"labels": list(per_class), "per_class": per_class}
