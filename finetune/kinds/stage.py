@@ -49,6 +49,8 @@ from finetune.training.unfreezing import (
 
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
+# Beside the best weights until the end: their evaluation's per-class report, which a --resume reads back.
+CLASSES_FILE = "best_classes.json"
 
 
 class TaskStage(TrainingStage):
@@ -251,6 +253,8 @@ class TaskStage(TrainingStage):
         self.best_classes = self.last_classes
         if self.recipe.keep_best:
             self._save(self.best_dir)
+            if self.accelerator.is_main_process and self.last_classes is not None:
+                (self.best_dir / CLASSES_FILE).write_text(json.dumps(self.last_classes), encoding="utf-8")
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         groups = len(self.groups)
@@ -283,6 +287,10 @@ class TaskStage(TrainingStage):
         else:
             self._save(checkpoint)
         if accelerator.is_main_process:
+            saved_classes = checkpoint / CLASSES_FILE  # with keep_best, committed with the best weights
+            if saved_classes.is_file():
+                self.best_classes = json.loads(saved_classes.read_text(encoding="utf-8"))  # also after a resume
+                saved_classes.unlink()
             metric = self.metric
             result = {
                 "main_metric": metric,

@@ -13,7 +13,7 @@ from finetune.recipes import load_recipe
 from finetune.reporting.class_report import confusion_png_name
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from tests.conftest import eval_recipe, finetune_recipe, write_task, write_yaml
+from tests.conftest import eval_recipe, finetune_recipe, interrupted_at_step, write_task, write_yaml
 
 LABELS = ["0", "1", "2", "3"]
 
@@ -84,3 +84,19 @@ def test_four_classes_refuse_the_positive_class_f1(pretrained, tmp_path):
     data["task"]["metrics"] = ["f1"]
     with pytest.raises(Exception, match=r"needs 2 labels, not 4; f1_macro or f1_weighted"):
         load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+
+
+def test_a_resumed_run_keeps_the_per_class_scores_of_a_best_before_the_stop(pretrained, tmp_path):
+    data = four_class_recipe(pretrained, tmp_path)
+    data.update({"eval_every": 1, "checkpoint_every": 2, "unfreezing": {"mode": "none"}})
+    data["training"].update({"epochs": 2, "lr": 1e-9})  # no progress after step 1: the best is before the stop
+    full = run_finetune(load_recipe(write_yaml(tmp_path / "full.yaml", data)))
+    data["run_dir"] = str(tmp_path / "resumed")
+    stopped = load_recipe(write_yaml(tmp_path / "resumed.yaml", data))
+    with interrupted_at_step(4):
+        run_finetune(stopped)
+    resumed = run_finetune(stopped, resume=True)
+    expected = json.loads((full.parent / RESULT_FILE).read_text())
+    assert expected["best_step"] < 4
+    assert json.loads((resumed.parent / RESULT_FILE).read_text())["classes"] == expected["classes"]
+    assert not (resumed / "best_classes.json").exists()  # not left in the checkpoint
