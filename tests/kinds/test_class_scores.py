@@ -11,6 +11,7 @@ import pytest
 from finetune.commands.evaluate import run_eval
 from finetune.recipes import load_recipe
 from finetune.reporting.class_report import confusion_png_name
+from finetune.reporting.compare import load_run, markdown_table
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from tests.conftest import eval_recipe, finetune_recipe, interrupted_at_step, write_task, write_yaml
@@ -54,6 +55,8 @@ def test_four_classes_train_with_macro_f1_picking_the_best_and_report_per_class(
     mean_f1 = sum(row["f1"] for row in classes["per_class"].values()) / 4
     assert mean_f1 == pytest.approx(result["best"]["dev_f1_macro"])  # the saved checkpoint's evaluation
     assert "Per class (dev" in (checkpoint / "README.md").read_text()
+    run = load_run(tmp_path / "run")  # finetune runs compare: a macro-F1 column, and the curve of metric_for_best
+    assert run.main_metric == "dev_f1_macro" and "dev_f1_macro" in markdown_table([run]).splitlines()[0]
 
     run_dir = tmp_path / "eval"
     recipe = eval_recipe(tmp_path / "four", run_dir, {"tiny": str(checkpoint)})
