@@ -14,6 +14,7 @@ from finetune.reporting.class_report import confusion_png_name
 from finetune.reporting.compare import load_run, markdown_table
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.training.state import BestSoFar
 from tests.conftest import eval_recipe, finetune_recipe, interrupted_at_step, write_task, write_yaml
 
 LABELS = ["0", "1", "2", "3"]
@@ -103,3 +104,20 @@ def test_a_resumed_run_keeps_the_per_class_scores_of_a_best_before_the_stop(pret
     assert expected["best_step"] < 4
     assert json.loads((resumed.parent / RESULT_FILE).read_text())["classes"] == expected["classes"]
     assert not (resumed / "best_classes.json").exists()  # not left in the checkpoint
+
+
+def test_metric_for_best_picks_the_evaluation_of_its_metric_where_accuracy_disagrees(pretrained, tmp_path):
+    # Step 1 predicts the majority class everywhere (accuracy high, macro F1 low); step 2 finds every class.
+    evaluations = [
+        (1, {"dev_accuracy": 0.70, "dev_f1_macro": 0.21}),
+        (2, {"dev_accuracy": 0.65, "dev_f1_macro": 0.58}),
+        (3, {"dev_accuracy": 0.68, "dev_f1_macro": 0.40}),
+    ]
+    data = four_class_recipe(pretrained, tmp_path)
+    for metric_for_best, best_step in ((None, 1), ("f1_macro", 2)):
+        data["metric_for_best"] = metric_for_best
+        recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+        best = BestSoFar(f"dev_{recipe.selection_metric()}", patience=None)  # as the stage builds it
+        for step, scores in evaluations:
+            best.update(scores, step)
+        assert best.step == best_step
