@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 from finetune.reporting.plots import new_figure, save_figure
 
-CONFUSION_PNG = "confusion-{name}.png"  # beside report.md, one per model
+CONFUSION_DIR = "plots"  # beside report.md (a run directory's own folder of figures)
+CONFUSION_PNG = "confusion-{name}.png"  # in it, one per model
 
 
 def per_class_markdown(classes: dict) -> list[str]:
@@ -54,13 +55,16 @@ def confusion_figure(classes: dict, title: str) -> Figure:
 
 
 def confusion_png_name(model: str) -> str:
-    """The PNG file of a model's confusion matrix: its report name with anything but letters, digits, - and _ as _."""
-    return CONFUSION_PNG.format(name=re.sub(r"[^A-Za-z0-9_-]", "_", model))
+    """The PNG of a model's confusion matrix, relative to report.md: plots/confusion-NAME.png, NAME its report name
+    with anything but letters, digits, - and _ as _."""
+    return f"{CONFUSION_DIR}/" + CONFUSION_PNG.format(name=re.sub(r"[^A-Za-z0-9_-]", "_", model))
 
 
 def write_confusion_png(classes: dict, directory: Path, model: str) -> Path:
-    """Draw a model's confusion matrix into `directory`; returns the file."""
-    return save_figure(confusion_figure(classes, f"{model}: confusion matrix"), directory / confusion_png_name(model))
+    """Draw a model's confusion matrix beside report.md in `directory`; returns the file."""
+    path = directory / confusion_png_name(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return save_figure(confusion_figure(classes, f"{model}: confusion matrix"), path)
 
 
 def classes_markdown(model: str, classes: dict, png: bool) -> list[str]:

@@ -69,7 +69,7 @@ def test_four_classes_train_with_macro_f1_picking_the_best_and_report_per_class(
     png = run_dir / confusion_png_name("tiny")
     assert png.is_file()
     markdown = (run_dir / "report.md").read_text()
-    assert f"]({png.name})" in markdown and "| 3 |" in markdown
+    assert f"]({confusion_png_name('tiny')})" in markdown and "| 3 |" in markdown
 
 
 def test_metric_for_best_defaults_to_the_first_metric_and_refuses_an_unknown_one(pretrained, tmp_path):
