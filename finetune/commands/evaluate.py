@@ -21,7 +21,7 @@ from finetune.console import console
 from finetune.data.examples import TaskExamples
 from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
-from finetune.glue.metrics import compute_metrics
+from finetune.glue.metrics import class_report, compute_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
@@ -100,6 +100,8 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
         predictions = logits_to_predictions(spec, model_outputs)
         if examples.labels is not None:
             row.update(compute_metrics(spec, predictions, examples.labels))
+            if name is not None and spec.labels is not None:  # a model's (not an ensemble member's), of classes
+                row["classes"] = class_report(spec.labels, predictions, examples.labels)
         if name is not None and recipe.write_predictions and accelerator.is_main_process:
             write_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids, predictions)
         return row

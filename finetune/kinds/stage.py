@@ -49,6 +49,8 @@ from finetune.training.unfreezing import (
 
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
+# Beside the best weights until the end: their evaluation's per-class report, which a --resume reads back.
+CLASSES_FILE = "best_classes.json"
 
 
 class TaskStage(TrainingStage):
@@ -57,6 +59,10 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
+    # The per-class report (glue/metrics.py's class_report) of the last dev evaluation and of the best one, for the
+    # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
+    last_classes: dict | None = None
+    best_classes: dict | None = None
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -101,7 +107,8 @@ class TaskStage(TrainingStage):
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
             model, optimizer, self._training_batches(train_data, collate), dev_loader
         )
-        self.best = BestSoFar(f"dev_{self.spec.main_metric}", recipe.early_stopping_patience)
+        self.metric = recipe.selection_metric()  # what keep-best and early stopping compare (metric_for_best)
+        self.best = BestSoFar(f"dev_{self.metric}", recipe.early_stopping_patience)
         unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
         self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
@@ -243,8 +250,11 @@ class TaskStage(TrainingStage):
         self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
 
     def on_new_best(self) -> None:
+        self.best_classes = self.last_classes
         if self.recipe.keep_best:
             self._save(self.best_dir)
+            if self.accelerator.is_main_process and self.last_classes is not None:
+                (self.best_dir / CLASSES_FILE).write_text(json.dumps(self.last_classes), encoding="utf-8")
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         groups = len(self.groups)
@@ -254,8 +264,7 @@ class TaskStage(TrainingStage):
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
         if self.best.patience_exhausted:
             console.print(
-                f"early stopping: no better dev {self.spec.main_metric} in "
-                f"{self.recipe.early_stopping_patience} evaluations"
+                f"early stopping: no better dev {self.metric} in {self.recipe.early_stopping_patience} evaluations"
             )
 
     def _save(self, directory: Path) -> None:
@@ -278,7 +287,11 @@ class TaskStage(TrainingStage):
         else:
             self._save(checkpoint)
         if accelerator.is_main_process:
-            metric = self.spec.main_metric
+            saved_classes = checkpoint / CLASSES_FILE  # with keep_best, committed with the best weights
+            if saved_classes.is_file():
+                self.best_classes = json.loads(saved_classes.read_text(encoding="utf-8"))  # also after a resume
+                saved_classes.unlink()
+            metric = self.metric
             result = {
                 "main_metric": metric,
                 "saved": "best" if recipe.keep_best else "last",
@@ -287,6 +300,9 @@ class TaskStage(TrainingStage):
                 "last_step": step,
                 "last": best.last,
             }
+            classes = self.best_classes if recipe.keep_best else self.last_classes
+            if classes is not None:  # per class, of the saved checkpoint's evaluation (None after a resume)
+                result["classes"] = classes
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             model_type = accelerator.unwrap_model(self.model).config.model_type
             card = classifier_card(

@@ -216,8 +216,13 @@ class FinetuneRecipe(TrainingRunRecipe):
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
         True,
-        description="the saved checkpoint is the one with the best dev score (the task's first metric); "
+        description="the saved checkpoint is the one with the best dev score (metric_for_best); "
         "false: the one after the last step",
+    )
+    metric_for_best: str | None = Field(
+        None,
+        description="the dev metric that picks the best checkpoint (keep_best) and stops early: any metric the "
+        "task computes (task.metrics, e.g. f1_macro); null: the task's first metric",
     )
     # Where each technique left open came from (training/techniques.py); not a key: the run's summary reads it.
     _technique_sources: dict[str, str] = PrivateAttr(default_factory=dict)
@@ -230,6 +235,22 @@ class FinetuneRecipe(TrainingRunRecipe):
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeats a seed")
         return self
+
+    @model_validator(mode="after")
+    def _metric_the_task_computes(self) -> FinetuneRecipe:
+        if self.metric_for_best is not None:
+            metrics = self.task.spec().metrics
+            if self.metric_for_best not in metrics:
+                raise ValueError(
+                    f"metric_for_best: '{self.metric_for_best}' is not a metric of the task; "
+                    f"one of {', '.join(metrics)}"
+                )
+        return self
+
+    def selection_metric(self) -> str:
+        """The dev metric that picks the best checkpoint and decides early stopping: metric_for_best, else the
+        task's first metric."""
+        return self.metric_for_best or self.task.spec().main_metric
 
     @model_validator(mode="after")
     def _a_head_of_its_own(self) -> FinetuneRecipe:

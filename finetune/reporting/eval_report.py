@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from finetune.console import console
+from finetune.reporting.class_report import classes_markdown, write_confusion_png
 
 REPORT_JSON, REPORT_MARKDOWN = "report.json", "report.md"
 PREDICTIONS_DIR = "predictions"  # one file per model, with write_predictions
@@ -15,8 +16,11 @@ PREDICTIONS_DIR = "predictions"  # one file per model, with write_predictions
 def write_report(run_dir: Path, report: dict, markdown: str) -> None:
     """report.json and report.md in the run directory; the table is also printed."""
     (run_dir / REPORT_JSON).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    for name, result in report.get("results", {}).items():
+        if "classes" in result:  # the PNG that report.md links (classes_markdown)
+            write_confusion_png(result["classes"], run_dir, name)
     (run_dir / REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
-    console.print(markdown)
+    console.print(markdown, markup=False)  # [text](link) is Markdown, not console markup
     console.print(f"report written to {run_dir / REPORT_MARKDOWN}")
 
 
@@ -40,4 +44,7 @@ def report_markdown(report: dict) -> str:
             lines.append(row(f"{name} (ensemble of {len(result['members'])})", result))
         else:
             lines.append(row(name, result))
+    for name, result in report["results"].items():  # a classifier's: per class, and its confusion matrix
+        if "classes" in result:
+            lines += classes_markdown(name, result["classes"], png=True)
     return "\n".join(lines) + "\n"

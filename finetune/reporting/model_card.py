@@ -18,6 +18,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
+from finetune.reporting.class_report import per_class_markdown
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).
@@ -226,12 +227,14 @@ def _classifier_results(spec: TaskSpec, result: dict, scores: dict, records: lis
         else f"the weights after the last step ({result['last_step']})"
     )
     names = [f"dev_{name}" for name in spec.metrics] + list(kind.logged) + ["validation_loss"]
+    classes = result.get("classes")  # a classifier's per-class scores of the same evaluation
+    per_class = "\n\nPer class (dev, x 100):\n\n" + "\n".join(per_class_markdown(classes)) if classes else ""
     return f"""
 ## Results
 
 Dev scores of these weights ({which}):
 
-{_table(["metric", "value"], [[name, float(value)] for name, value in scores.items()])}
+{_table(["metric", "value"], [[name, float(value)] for name, value in scores.items()])}{per_class}
 
 Every evaluation of the run (dev set):
 

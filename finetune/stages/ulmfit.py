@@ -295,7 +295,7 @@ def last_validation(run_dir: Path) -> dict:
 
 def classifier_scores(stage: FinetuneRecipe) -> dict:
     """The saved checkpoint's dev scores (result.json), or with seeds the mean over the seeds (seeds.json)."""
-    main_metric = task_spec(stage.task).main_metric
+    main_metric = stage.selection_metric()
     run_dir = Path(stage.run_dir)
     if stage.seeds is not None:
         seeds = json.loads((run_dir / SUMMARY_JSON).read_text(encoding="utf-8"))

@@ -112,7 +112,8 @@ def test_a_list_column_is_read_in_each_format(tmp_path):
 
 def test_label_columns_of_zero_or_one_are_read_as_the_labels(tmp_path):
     spec = spec_of(label_columns=["PER", "ORG", "LOC"])
-    assert spec.labels == ("PER", "ORG", "LOC") and spec.metrics == ("micro_f1", "macro_f1", "subset_accuracy")
+    assert spec.labels == ("PER", "ORG", "LOC")
+    assert spec.metrics == ("micro_f1", "macro_f1", "weighted_f1", "subset_accuracy")
     (tmp_path / "train.tsv").write_text("text\tPER\tORG\tLOC\nx\t1\t0\t1\ny\t0\t0\t0\n")
     (tmp_path / "dev.jsonl").write_text('{"text": "x", "PER": 1, "ORG": true, "LOC": 0}\n')
     assert read_examples_file(spec, tmp_path / "train.tsv", "tsv").labels.tolist() == [[1, 0, 1], [0, 0, 0]]
@@ -192,8 +193,13 @@ def test_micro_macro_f1_and_subset_accuracy_by_hand():
     references = np.array([[1, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0]])
     predicted = np.array([[1, 0, 0], [0, 1, 1], [1, 0, 0], [0, 0, 0]])
     # TP 3, FP 1, FN 1: micro 6/8; per label F1 1, 1 and 0 (C: no TP, one FP, one FN); rows 1 (C missed) and 2
-    # (C extra) are wrong as sets, rows 3 and 4 right
-    assert multilabel_metrics(references, predicted) == {"micro_f1": 0.75, "macro_f1": 2 / 3, "subset_accuracy": 0.5}
+    # (C extra) are wrong as sets, rows 3 and 4 right; weighted by examples (A 2, B 1, C 1): (2 + 1 + 0) / 4
+    assert multilabel_metrics(references, predicted) == {
+        "micro_f1": 0.75,
+        "macro_f1": 2 / 3,
+        "weighted_f1": 0.75,
+        "subset_accuracy": 0.5,
+    }
     table = label_table(references, predicted, ["A", "B", "C"])
     assert table["C"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "examples": 1}
     assert table["A"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "examples": 2}
@@ -202,6 +208,7 @@ def test_micro_macro_f1_and_subset_accuracy_by_hand():
     assert multilabel_metrics(np.zeros((2, 2)), np.zeros((2, 2))) == {
         "micro_f1": 0.0,
         "macro_f1": 0.0,
+        "weighted_f1": 0.0,
         "subset_accuracy": 1.0,
     }
 
@@ -237,9 +244,18 @@ def multilabel_run(tmp_path_factory, tiny_bert, marker_task) -> Path:
 def test_a_multilabel_classifier_learns_and_saves_its_threshold(multilabel_run):
     result = json.loads((multilabel_run / "result.json").read_text())
     assert result["main_metric"] == "micro_f1"
-    assert set(result["best"]) == {"dev_micro_f1", "dev_macro_f1", "dev_subset_accuracy", "dev_threshold"}
+    assert set(result["best"]) == {
+        "dev_micro_f1",
+        "dev_macro_f1",
+        "dev_weighted_f1",
+        "dev_subset_accuracy",
+        "dev_threshold",
+    }
     # The labels are the marker words: a classifier that learns gets them; every label everywhere scores about 0.67.
     assert result["best"]["dev_micro_f1"] > 0.85
+    per_label = result["classes"]["per_class"]  # the saved evaluation's table per label
+    assert list(per_label) == result["classes"]["labels"] and len(per_label) >= 2
+    assert all(set(row) == {"precision", "recall", "f1", "support"} for row in per_label.values())
     evaluations = [json.loads(line) for line in (multilabel_run / "metrics.jsonl").read_text().splitlines()]
     evaluations = [record for record in evaluations if record["phase"] == "eval"]
     assert len(evaluations) == 6 and evaluations[0]["dev_micro_f1"] < result["best"]["dev_micro_f1"]

@@ -220,6 +220,9 @@ def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run)
         "dev_accuracy",
     }
     assert result["best"]["dev_f1"] > 0.9  # the tags follow the words: a tagger that learns gets them
+    per_type = result["classes"]["per_class"]  # seqeval's table per entity type, of the saved evaluation
+    assert per_type and all(set(row) == {"precision", "recall", "f1", "support"} for row in per_type.values())
+    assert "Per class (dev" in (tagger_run / "checkpoint" / "README.md").read_text()
     records = [json.loads(line) for line in (tagger_run / "metrics.jsonl").read_text().splitlines()]
     evaluations = [record for record in records if record["phase"] == "eval"]
     assert len(evaluations) == 6 and evaluations[0]["dev_f1"] < result["best"]["dev_f1"]

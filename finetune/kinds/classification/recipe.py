@@ -36,8 +36,13 @@ class ClassificationSection(GlueOrCustomSection):
         description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
         "and the model's id2label; a label without one keeps its text",
     )
-    metrics: list[Literal["accuracy", "f1", "mcc"]] | None = Field(
-        None, min_length=1, description="custom: metrics to report, the first one selects the best model"
+    metrics: (
+        list[Literal["accuracy", "f1", "mcc", "f1_macro", "f1_weighted", "precision_macro", "recall_macro"]] | None
+    ) = Field(
+        None,
+        min_length=1,
+        description="custom: metrics to report, the first one selects the best model (or metric_for_best); f1 is "
+        "the positive class's (2 labels), f1_macro / f1_weighted / precision_macro / recall_macro any number",
     )
 
     @field_validator("labels", mode="before")
@@ -74,7 +79,10 @@ class ClassificationSection(GlueOrCustomSection):
         self.check_label_names(self.labels)
         for metric in self.metrics or []:
             if metric == "f1" and len(self.labels) != 2:
-                raise ValueError(f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}")
+                raise ValueError(
+                    f"metric f1 (of the positive class) needs 2 labels, not {len(self.labels)}; "
+                    "f1_macro or f1_weighted score any number of classes"
+                )
         return self
 
     def check_label_names(self, labels: list[str]) -> None:

@@ -17,7 +17,7 @@ from finetune.data.task_batches import task_collator
 from finetune.data.task_encoding import EncodedTask
 from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
-from finetune.glue.metrics import compute_metrics
+from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage
@@ -84,6 +84,8 @@ class ClassificationStage(TaskStage):
         )
         predictions, labels = logits_to_predictions(self.spec, logits), self.dev_labels()
         scores = {f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, labels).items()}
+        if self.spec.labels is not None:  # classes, not a regression score
+            self.last_classes = class_report(self.spec.labels, predictions, labels)
         return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
 
     def dev_labels(self) -> np.ndarray:

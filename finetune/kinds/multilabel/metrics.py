@@ -4,6 +4,7 @@ threshold."""
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import f1_score
 
 # Multi-label tasks: `references` and `predicted` are 0/1 (or boolean) arrays of shape (examples, labels).
 
@@ -29,7 +30,8 @@ def _f1(true_positives, false_positives, false_negatives):
 
 def multilabel_metrics(references: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
     """Micro F1 (every example x label decision pooled), macro F1 (the mean of each label's F1, over the labels
-    that occur in the references or the predictions), subset accuracy (examples whose whole label set is right)."""
+    that occur in the references or the predictions), weighted F1 (each label's F1 weighted by its examples, with
+    scikit-learn), subset accuracy (examples whose whole label set is right)."""
     true_positives, false_positives, false_negatives = _label_counts(references, predicted)
     micro = _f1(true_positives.sum(), false_positives.sum(), false_negatives.sum())
     per_label = _f1(true_positives, false_positives, false_negatives)
@@ -37,8 +39,17 @@ def multilabel_metrics(references: np.ndarray, predicted: np.ndarray) -> dict[st
     return {
         "micro_f1": 0.0 if np.isnan(micro) else float(micro),
         "macro_f1": 0.0 if np.isnan(per_label).all() else float(np.nanmean(per_label)),
+        "weighted_f1": _weighted_f1(references, predicted),
         "subset_accuracy": float(exact.mean()),
     }
+
+
+def _weighted_f1(references: np.ndarray, predicted: np.ndarray) -> float:
+    """scikit-learn's F1 averaged over the labels weighted by their examples; 0.0 when no example has a label."""
+    references, predicted = np.asarray(references).astype(int), np.asarray(predicted).astype(int)
+    if not references.any():
+        return 0.0
+    return float(f1_score(references, predicted, average="weighted", zero_division=0.0))
 
 
 def label_table(references: np.ndarray, predicted: np.ndarray, labels) -> dict[str, dict[str, float]]:

@@ -13,7 +13,7 @@ from finetune.kinds.recipe import TextTaskSection, distinct, label_as_text
 
 DEFAULT_LABEL_SEPARATOR = "|"
 
-METRICS = ("micro_f1", "macro_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
+METRICS = ("micro_f1", "macro_f1", "weighted_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
 
 
 class MultilabelSection(TextTaskSection):

@@ -10,9 +10,10 @@ from finetune.data.long_documents import WINDOW_DOCUMENT, windowed_logits
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.inference.predict import predict_logits
 from finetune.kinds.classification.stage import ClassificationStage
-from finetune.kinds.multilabel.metrics import best_threshold, multilabel_metrics
+from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.kinds.multilabel.training import binary_cross_entropy, label_probabilities
+from finetune.reporting.class_report import classes_of
 
 
 class MultilabelStage(ClassificationStage):
@@ -44,6 +45,9 @@ class MultilabelStage(ClassificationStage):
         if threshold == "dev":
             threshold = best_threshold(references, probabilities)
         scores = multilabel_metrics(references, probabilities > threshold)
+        assert self.spec.labels is not None  # a multi-label task lists its labels (or label_columns)
+        table = label_table(references, probabilities > threshold, self.spec.labels)
+        self.last_classes = classes_of(table, "examples")
         loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
         return (
             {f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},

@@ -15,11 +15,12 @@ from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.kinds.stage import TaskStage
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
-from finetune.kinds.tokens.metrics import tagging_metrics
+from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_tagger
 from finetune.kinds.tokens.training import sentence_logits
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
+from finetune.reporting.class_report import classes_of
 
 
 class TaggingStage(TaskStage):
@@ -93,4 +94,6 @@ class TaggingStage(TaskStage):
         predicted = self.dev_data.word_tags(logits, self.tags)
         assert self.dev_sentences.tags is not None  # read_conll reads the tags (with_tags) or refuses the file
         scores = tagging_metrics(self.dev_sentences.tags, predicted)
+        table = entity_types_table(self.dev_sentences.tags, predicted)  # per entity type, seqeval's
+        self.last_classes = classes_of(table, "entities")
         return {f"dev_{name}": scores[name] for name in self.spec.metrics}, {"validation_loss": loss}
