@@ -18,6 +18,7 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
+from finetune.data.dev_split import split_to_score
 from finetune.data.examples import TaskExamples
 from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
@@ -71,7 +72,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     if own is not None:
         return own
     assert isinstance(task, TextTaskSection)  # the kinds without an evaluation of their own read text columns
-    examples = read_task_split(spec, task.data_dir, recipe.split)
+    examples = split_to_score(spec, task, recipe)  # task.dev_split: the rows the runs held out
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(
             f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
