@@ -157,3 +157,52 @@ def test_a_resumed_run_holds_out_the_same_rows(tmp_path, pretrained, monkeypatch
     assert files[0] == files[1]
     saved = yaml.safe_load((tmp_path / "resumed" / "checkpoint" / "finetune_recipe.yaml").read_text())
     assert saved["task"]["dev_split"] == 0.25
+
+
+def test_pos_weight_trains_a_multilabel_classifier_and_names_its_labels(tmp_path, pretrained):
+    from tests.kinds.test_multilabel import multilabel_recipe, write_marker_task
+
+    task = write_marker_task(tmp_path / "task", counts=(("train", 16), ("dev", 8)))
+    data = multilabel_recipe(pretrained, task, tmp_path / "run")
+    data["training"].update({"epochs": 1, "pos_weight": {"MUSIC": 2.5}})
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "r.yaml", data))])
+    assert result.exit_code == 0, result.output
+    assert "positive weights: MUSIC 2.5" in result.output
+    assert "binary cross-entropy: GREAT 1, AWFUL 1, MUSIC 2.5" in result.output
+    data["training"]["pos_weight"] = {"JAZZ": 2}
+    line = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "r.yaml", data))]))
+    assert "training.pos_weight: unknown label 'JAZZ' (labels: GREAT, AWFUL, MUSIC)" in line
+    data["training"]["pos_weight"], data["training"]["class_weights"] = None, "balanced"
+    line = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "r.yaml", data))]))
+    assert "training.class_weights: not for task kind multilabel (a key of kind classification)" in line
+
+
+def test_label_smoothing_over_each_questions_own_choices():
+    import torch
+
+    from finetune.kinds.choices.training import smoothed_choice_loss
+
+    torch.manual_seed(0)
+    logits, labels = torch.randn(3, 4), torch.tensor([0, 3, 1])
+    every_choice = torch.ones(3, 4, dtype=torch.bool)
+    expected = torch.nn.functional.cross_entropy(logits, labels, label_smoothing=0.2)
+    torch.testing.assert_close(smoothed_choice_loss(logits, labels, every_choice, 0.2), expected)
+    # A question of 3 choices (a padding choice at -inf) is smoothed over its 3, as torch's over 3 classes.
+    mask = every_choice.clone()
+    mask[:, 3] = False
+    labels = torch.tensor([0, 2, 1])
+    padded = logits.masked_fill(~mask, float("-inf"))
+    expected = torch.nn.functional.cross_entropy(logits[:, :3], labels, label_smoothing=0.2)
+    torch.testing.assert_close(smoothed_choice_loss(padded, labels, mask, 0.2), expected)
+
+
+def test_a_choices_task_without_dev_file_trains_with_label_smoothing_and_dev_split(tmp_path, pretrained):
+    from tests.kinds.test_multiple_choice import choices_recipe, write_questions
+
+    write_questions(tmp_path / "task" / "train.jsonl", 20, 1)
+    data = choices_recipe(pretrained, tmp_path / "task", tmp_path / "run", dev_split=0.2)
+    data["training"].update({"epochs": 1, "label_smoothing": 0.1})
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "r.yaml", data))])
+    assert result.exit_code == 0, result.output
+    assert "16 training and 4 dev examples" in result.output and "label smoothing 0.1" in result.output
+    assert len(json.loads((tmp_path / "run" / DEV_SPLIT_FILE).read_text())["dev"]) == 4
