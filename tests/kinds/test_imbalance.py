@@ -206,3 +206,16 @@ def test_a_choices_task_without_dev_file_trains_with_label_smoothing_and_dev_spl
     assert result.exit_code == 0, result.output
     assert "16 training and 4 dev examples" in result.output and "label smoothing 0.1" in result.output
     assert len(json.loads((tmp_path / "run" / DEV_SPLIT_FILE).read_text())["dev"]) == 4
+
+
+def test_documents_read_in_chunks_train_on_the_weighted_loss(tmp_path, pretrained):
+    """long_documents chunks: the loss of each document's pooled logits is the weighted one too."""
+    task = write_imbalanced_task(tmp_path / "task")
+    losses = {}
+    for name, training in (("plain", {}), ("weighted", {"class_weights": {"1": 9.0}})):
+        data = recipe_data(pretrained, task, tmp_path / name, **training)
+        data["task"].update({"max_length": 6, "long_documents": {"mode": "chunks", "overlap": 2}})
+        result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / f"{name}.yaml", data))])
+        assert result.exit_code == 0, result.output
+        losses[name] = first_loss(tmp_path / name)
+    assert losses["weighted"] != pytest.approx(losses["plain"], abs=1e-4)
