@@ -18,7 +18,6 @@ import torch
 from accelerate import Accelerator
 
 from finetune.console import console
-from finetune.data.dev_split import split_to_score
 from finetune.data.examples import TaskExamples
 from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
@@ -29,6 +28,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
+from finetune.kinds.dev_split import split_to_score
 from finetune.kinds.evaluation import one_task
 from finetune.kinds.recipe import TextTaskSection
 from finetune.kinds.registry import kind_of

@@ -22,13 +22,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from finetune.console import console
-from finetune.data.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
 from finetune.data.long_documents import ReadingError
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
 from finetune.data.task_batches import LengthGroupedSampler
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
+from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
@@ -60,7 +60,7 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
-    held_out: dict | None = None  # with task.dev_split: the rows held out as dev (data/dev_split.py's record)
+    held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -132,7 +132,7 @@ class TaskStage(TrainingStage):
 
     def train_and_dev(self, read: Callable[[str], Rows], strata: Callable[[Rows], Any] | None = None):
         """The kind's training and dev examples, `read` from their files, or with task.dev_split held out of the
-        training rows (data/dev_split.py: seeded, stratified by `strata`, written to the run folder)."""
+        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder)."""
         recipe = self.recipe
         train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, recipe.seed, recipe.run_dir, strata)
         return train, dev

@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.data.dev_split import DEV_SPLIT_FILE
+from finetune.kinds.dev_split import DEV_SPLIT_FILE
 from finetune.recipes import load_recipe
 from finetune.run_dir import METRICS_FILE, read_metrics
 from finetune.stages.finetune import run_finetune

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from finetune.console import console
-from finetune.data.dev_split import split_to_score
 from finetune.data.task_files import split_source
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import example_logits
+from finetune.kinds.dev_split import split_to_score
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, tokenizer_of
 from finetune.kinds.multilabel.metrics import label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold

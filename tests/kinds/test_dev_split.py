@@ -1,4 +1,4 @@
-"""data/dev_split.py: task.dev_split's held-out rows, stratified and seeded, recorded in the run folder."""
+"""kinds/dev_split.py: task.dev_split's held-out rows, stratified and seeded, recorded in the run folder."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finetune.data.dev_split import (
+from finetune.data.examples import TaskExamples
+from finetune.errors import UserError
+from finetune.kinds.dev_split import (
     DEV_SPLIT_FILE,
     drawn_split,
     held_out_rows,
@@ -16,8 +18,6 @@ from finetune.data.dev_split import (
     take_rows,
     write_split,
 )
-from finetune.data.examples import TaskExamples
-from finetune.errors import UserError
 
 LABELS = np.array([0] * 90 + [1] * 10)
 
