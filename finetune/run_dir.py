@@ -42,6 +42,7 @@ OWN_ENTRIES = frozenset(
         CHECKPOINT_DIR,
         "checkpoints",
         "result.json",
+        "dev_split.json",  # task.dev_split's held-out rows (kinds/dev_split.py)
         "seeds.json",
         "seeds.md",
         "report.json",

@@ -28,6 +28,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
+from finetune.kinds.dev_split import split_to_score
 from finetune.kinds.evaluation import one_task
 from finetune.kinds.recipe import TextTaskSection
 from finetune.kinds.registry import kind_of
@@ -71,7 +72,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     if own is not None:
         return own
     assert isinstance(task, TextTaskSection)  # the kinds without an evaluation of their own read text columns
-    examples = read_task_split(spec, task.data_dir, recipe.split)
+    examples = split_to_score(spec, task, recipe)  # task.dev_split: the rows the runs held out
     if examples.labels is None and not recipe.write_predictions:
         raise UserError(
             f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "

@@ -30,6 +30,8 @@ class TaskSection(Section):
 
     kind_name: ClassVar[str]  # the section's `kind`
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
+    # The training keys that change the kind's loss (recipes/finetune.py refuses the others on its tasks).
+    loss_keys: ClassVar[tuple[str, ...]] = ()
 
     name: str = Field(
         description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) or a custom name"
@@ -51,6 +53,26 @@ class TaskSection(Section):
         description="custom: split -> file name in data_dir; null: train, dev and test with the format's "
         "extension, or without format whichever of .tsv, .csv and .jsonl is there",
     )
+
+    dev_split: float | None = Field(
+        None,
+        description="for a task without a dev file: this share of the training rows (e.g. 0.1) is held out as "
+        "dev, stratified by label for classification, drawn with the recipe's seed; the rows taken are written to "
+        "RUN_DIR/dev_split.json, which --resume, a re-run and `finetune eval` of the run read",
+    )
+
+    @field_validator("dev_split", mode="before")
+    @classmethod
+    def _a_share(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1):
+            raise ValueError(f"dev_split: a share of the training rows, above 0 and below 1 (got {ECHO.repr(value)})")
+        return value
+
+    def weighed_labels(self) -> tuple[str, ...]:
+        """What training.class_weights or pos_weight may name: the labels as the files write them, and their
+        names."""
+        spec = self.spec()
+        return tuple(spec.labels or ()) + tuple(spec.file_labels or ())
 
     @model_validator(mode="before")
     @classmethod

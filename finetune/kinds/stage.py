@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import shutil
 from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -26,6 +28,7 @@ from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBa
 from finetune.data.task_batches import LengthGroupedSampler
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
+from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
@@ -63,6 +66,7 @@ class TaskStage(TrainingStage):
     # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
     last_classes: dict | None = None
     best_classes: dict | None = None
+    held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -133,6 +137,13 @@ class TaskStage(TrainingStage):
     def read_task(self) -> tuple[int, int]:
         """Read the training and dev splits; returns their sizes."""
 
+    def train_and_dev(self, read: Callable[[str], Rows], strata: Callable[[Rows], Any] | None = None):
+        """The kind's training and dev examples, `read` from their files, or with task.dev_split held out of the
+        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder)."""
+        recipe = self.recipe
+        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, recipe.seed, recipe.run_dir, strata)
+        return train, dev
+
     @abstractmethod
     def task_model(self):
         """The backbone with the kind's head."""
@@ -172,6 +183,8 @@ class TaskStage(TrainingStage):
 
     def start(self, context: RunContext) -> None:
         self.context = context
+        if self.held_out is not None and self.accelerator.is_main_process:  # the run folder is the run's now
+            write_split(context.run_dir, self.held_out)
         self.best_dir = context.run_dir / BEST_DIR
         unfreezing, groups = self.recipe.unfreezing, len(self.groups)
         if self.thaw_every is None and unfreezing.mode == "gradual" and not context.resumed:
@@ -314,6 +327,8 @@ class TaskStage(TrainingStage):
                 self.kind.card(recipe, self.spec, model_type, result),
             )
             write_card(card, checkpoint)  # README.md: the Hugging Face model card
+            if (run_dir / DEV_SPLIT_FILE).is_file():  # the held-out dev rows travel with the checkpoint
+                shutil.copyfile(run_dir / DEV_SPLIT_FILE, checkpoint / DEV_SPLIT_FILE)
             which = (
                 f"best dev {metric} {best.scores['dev_' + metric]:.4f} at step {best.step}"
                 if recipe.keep_best

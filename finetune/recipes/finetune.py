@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from finetune.recipes.adapters import ADAPTER_HELP, AdapterConfig
 from finetune.recipes.base import (
@@ -17,11 +17,13 @@ from finetune.recipes.base import (
     TrainingConfig,
     TrainingRunRecipe,
 )
-from finetune.recipes.task import TaskConfig
+from finetune.recipes.task import TASK_SECTIONS, TaskConfig
 
 # The techniques left open (null) are decided by the backbone when the run starts (training/techniques.py): what this
 # project measured best for an AWD-LSTM (ULMFiT's) differs from what it measured best for a pretrained transformer.
 BY_BACKBONE = "null: by the backbone at run start, "
+ClassWeight = Annotated[float, Field(gt=0)]
+LOSS_KEYS = ("class_weights", "pos_weight", "label_smoothing")  # training keys a task kind's loss may take
 
 
 class FinetuneTrainingConfig(TrainingConfig):
@@ -33,6 +35,34 @@ class FinetuneTrainingConfig(TrainingConfig):
         description="peak learning rate of the top layer group; " + BY_BACKBONE + "AWD-LSTM 1e-2 "
         "(ULMFiT's), transformers 1e-4, from hidden size 768 up 3e-5",
     )
+    class_weights: Literal["balanced"] | dict[str, ClassWeight] | None = Field(
+        None,
+        description="kind classification: each class's weight in the cross-entropy; balanced: scikit-learn's "
+        "compute_class_weight on the training labels (examples / (classes x the class's examples)); a mapping "
+        "{label: weight} (labels as the files write them, or their label_names) weighs those, the others 1; null: "
+        "every class 1",
+    )
+    pos_weight: Literal["balanced"] | dict[str, ClassWeight] | None = Field(
+        None,
+        description="kind multilabel: the weight of each label's positive examples in its binary cross-entropy "
+        "(BCEWithLogitsLoss's pos_weight); balanced: negatives / positives per label in the training data; a "
+        "mapping {label: weight} weighs those, the others 1; null: every label 1",
+    )
+    label_smoothing: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="kinds classification and choices: the cross-entropy's label smoothing (this share of each "
+        "target spread evenly over the classes, or a question's choices); 0: none",
+    )
+
+    @field_validator("class_weights", "pos_weight", mode="before")
+    @classmethod
+    def _labels_as_written(cls, weights: Any) -> Any:
+        """YAML gives unquoted numbers and booleans as such: each stands for its text in the files."""
+        if isinstance(weights, dict):
+            return {str(label).lower() if isinstance(label, bool) else str(label): w for label, w in weights.items()}
+        return weights
 
 
 class FinetuneScheduleConfig(ScheduleConfig):
@@ -262,4 +292,25 @@ class FinetuneRecipe(TrainingRunRecipe):
             raise ValueError(f"pooling: {self.pooling} {head.pooling_refused}: leave pooling out")
         if self.model.backward_checkpoint is not None:
             raise ValueError(f"model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not {head.called}")
+        return self
+
+    @model_validator(mode="after")
+    def _loss_keys_of_the_kind(self) -> FinetuneRecipe:
+        """class_weights, pos_weight and label_smoothing change the loss of the kinds that have it, and name labels
+        of the task; on any other kind they are refused, never ignored."""
+        for key in LOSS_KEYS:
+            value = getattr(self.training, key)
+            if not value or key in self.task.loss_keys:
+                continue
+            owners = ", ".join(kind for kind, section in TASK_SECTIONS.items() if key in section.loss_keys)
+            raise ValueError(f"training.{key}: not for task kind {self.task.kind} (a key of kind {owners})")
+        for key in ("class_weights", "pos_weight"):
+            weights = getattr(self.training, key)
+            if isinstance(weights, dict):
+                labels = self.task.weighed_labels()
+                unknown = [label for label in weights if label not in labels]
+                if unknown:
+                    raise ValueError(
+                        f"training.{key}: unknown label '{unknown[0]}' (labels: {', '.join(dict.fromkeys(labels))})"
+                    )
         return self

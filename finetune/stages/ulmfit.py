@@ -220,7 +220,7 @@ def check_inputs_early(plans: list[StagePlan]) -> None:
                 read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
         elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
             spec = task_spec(stage.task)
-            for split in ("train", "dev"):
+            for split in ("train",) if stage.task.dev_split is not None else ("train", "dev"):  # dev: held out
                 read_labelled_split(spec, stage.task.data_dir, split)
 
 

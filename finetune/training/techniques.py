@@ -124,9 +124,24 @@ def techniques_summary(recipe) -> str:
         ("schedule.kind", f"schedule: {shape}"),
         ("pooling", f"pooling: {recipe.pooling}"),
     ]
+    parts += loss_techniques(recipe.training)
     sources = getattr(recipe, "_technique_sources", None) or {}
     said = {key: "set in the recipe" if sources.get(key, "set") == "set" else sources[key] for key, _ in parts}
     return "techniques:\n" + "\n".join(f"  {text:<44} {said[key]}" for key, text in parts)
+
+
+def loss_techniques(training) -> list[tuple[str, str]]:
+    """(key, line) for the loss keys a recipe sets (class_weights, pos_weight, label_smoothing): always the
+    recipe's."""
+    parts = []
+    for key, what in (("class_weights", "class weights"), ("pos_weight", "positive weights")):
+        weights = getattr(training, key, None)
+        if weights is not None:
+            given = "balanced" if weights == "balanced" else ", ".join(f"{k} {v:g}" for k, v in weights.items())
+            parts.append((f"training.{key}", f"{what}: {given}"))
+    if getattr(training, "label_smoothing", 0):
+        parts.append(("training.label_smoothing", f"label smoothing {training.label_smoothing:g}"))
+    return parts
 
 
 def describe_backbone(checkpoint: str, trust_remote_code: bool = False) -> Backbone:

@@ -25,8 +25,9 @@ class ChoicesStage(TaskStage):
 
     def read_task(self) -> tuple[int, int]:
         data_dir = self.recipe.task.data_dir
-        self.train_questions = read_choices(task_file(self.spec, data_dir, "train"))
-        self.dev_questions = read_choices(task_file(self.spec, data_dir, "dev"))
+        self.train_questions, self.dev_questions = self.train_and_dev(
+            lambda split: read_choices(task_file(self.spec, data_dir, split))
+        )
         return len(self.train_questions.ids), len(self.dev_questions.ids)
 
     def task_model(self):
@@ -54,7 +55,7 @@ class ChoicesStage(TaskStage):
     def _loss(self, model, batch):
         """The mean cross-entropy over the batch's questions, each over its own choices: a term per question."""
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
-        return choice_loss(model, batch), examples, examples
+        return choice_loss(model, batch, self.recipe.training.label_smoothing), examples, examples
 
     def evaluate(self) -> tuple[dict[str, float], dict]:
         """Dev accuracy, and the dev loss (mean over questions) for metrics.jsonl only."""

@@ -21,9 +21,23 @@ def choice_logits(model, batch: dict) -> torch.Tensor:
     return logits.masked_fill(~batch[CHOICE_MASK], float("-inf"))
 
 
-def choice_loss(model, batch: dict) -> torch.Tensor:
-    """The mean cross-entropy over the batch's questions, each over its own choices."""
-    return torch.nn.functional.cross_entropy(choice_logits(model, batch), batch["labels"])
+def choice_loss(model, batch: dict, smoothing: float = 0.0) -> torch.Tensor:
+    """The mean cross-entropy over the batch's questions, each over its own choices; with label `smoothing`, that
+    share of each target spread evenly over the question's own choices (torch's label_smoothing, padding left out)."""
+    return smoothed_choice_loss(choice_logits(model, batch), batch["labels"], batch[CHOICE_MASK], smoothing)
+
+
+def smoothed_choice_loss(
+    logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, smoothing: float = 0.0
+) -> torch.Tensor:
+    """The mean over questions of (1 - smoothing) x the answer's cross-entropy + smoothing x the mean of its
+    choices' (padding choices, whose logits are -inf, left out)."""
+    if not smoothing:
+        return torch.nn.functional.cross_entropy(logits, labels)
+    log_probabilities = logits.log_softmax(dim=-1)
+    answer = -log_probabilities.gather(1, labels.unsqueeze(1)).squeeze(1)
+    spread = -log_probabilities.masked_fill(~mask, 0.0).sum(dim=-1) / mask.sum(dim=-1)
+    return ((1 - smoothing) * answer + smoothing * spread).mean()
 
 
 def question_probabilities(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], float | None]:

@@ -14,6 +14,7 @@ class ClassificationSection(GlueOrCustomSection):
     """A class per example, from its text or sentence pair: a GLUE task by name, or a custom one described here."""
 
     kind_name: ClassVar[str] = "classification"
+    loss_keys: ClassVar[tuple[str, ...]] = ("class_weights", "label_smoothing")
 
     kind: Literal["classification"] = Field(
         "classification",

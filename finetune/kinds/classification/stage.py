@@ -23,17 +23,40 @@ from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
 
 
 class ClassificationStage(TaskStage):
     """Classification (or regression): a class per example, from its text or sentence pair (task kind
     classification), with long documents read as task.long_documents says."""
 
+    plain_loss: Callable = staticmethod(classification_loss)  # the model's own loss, from its logits and labels
+    weighted_loss: Loss | None = None  # with class weights or label smoothing: the loss trained instead
+
     def read_task(self) -> tuple[int, int]:
-        """Read the training and dev splits; returns their sizes."""
-        self.train_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "train")
-        self.dev_examples = read_labelled_split(self.spec, self.recipe.task.data_dir, "dev")
+        """Read the training and dev splits (dev held out of train with task.dev_split, stratified by class);
+        returns their sizes."""
+        data_dir, spec = self.recipe.task.data_dir, self.spec
+        by_class = spec.labels is not None and not spec.label_sets and not spec.is_regression
+        self.train_examples, self.dev_examples = self.train_and_dev(
+            lambda split: read_labelled_split(spec, data_dir, split),
+            (lambda examples: examples.labels) if by_class else None,
+        )
+        self.weighted_loss = self.loss_of_the_recipe()
         return len(self.train_examples.texts), len(self.dev_examples.texts)
+
+    def loss_of_the_recipe(self) -> Loss | None:
+        """The cross-entropy with training.class_weights (balanced: from the training labels) and
+        training.label_smoothing; None when neither is set."""
+        training, spec = self.recipe.training, self.spec
+        weights = None
+        if training.class_weights is not None:
+            assert spec.labels is not None and self.train_examples.labels is not None  # kind classification
+            weights = class_weight_vector(
+                training.class_weights, spec.labels, self.train_examples.labels, spec.file_labels
+            )
+            say(f"class weights in the cross-entropy: {described_weights(spec.labels, weights)}")
+        return cross_entropy_loss(weights, training.label_smoothing)
 
     def task_model(self):
         """The backbone with its task head, and how it reads an example (max_length, long documents)."""
@@ -74,8 +97,13 @@ class ClassificationStage(TaskStage):
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
         if WINDOW_DOCUMENT in batch:  # chunks: the loss of each document's pooled logits, not of its windows
             logits = windowed_logits(model, batch, self.reading.pool)
-            return classification_loss(logits, batch["labels"]), examples, examples
-        return model(**batch).loss, examples, examples
+            return (self.weighted_loss or self.plain_loss)(logits, batch["labels"]), examples, examples
+        output = model(**batch)
+        if self.weighted_loss is None:
+            return output.loss, examples, examples
+        logits, labels = output.logits, batch["labels"]
+        loss = in_place_of(output.loss, self.plain_loss(logits, labels), self.weighted_loss(logits, labels))
+        return loss, examples, examples
 
     def evaluate(self) -> tuple[dict[str, float], dict]:
         """Dev scores, and the dev loss for metrics.jsonl (the loss plot) only."""
@@ -123,3 +151,7 @@ def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str 
         f"{median:,.0f}, longest {sizes.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
         f"{config.classifier_bptt} at a time (BPT3C){reach}"
     )
+
+
+def say(line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -20,6 +20,7 @@ class MultilabelSection(TextTaskSection):
     """Any number of labels per example (label_column holding a list, or label_columns of 0/1)."""
 
     kind_name: ClassVar[str] = "multilabel"
+    loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
 
     kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
     labels: list[str] | None = Field(

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import torch
 
-from finetune.data.long_documents import WINDOW_DOCUMENT, windowed_logits
-from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.inference.predict import predict_logits
-from finetune.kinds.classification.stage import ClassificationStage
+from finetune.kinds.classification.stage import ClassificationStage, say
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.kinds.multilabel.training import binary_cross_entropy, label_probabilities
 from finetune.reporting.class_report import classes_of
+from finetune.training.imbalance import Loss, binary_cross_entropy_loss, described_weights, pos_weight_vector
 
 
 class MultilabelStage(ClassificationStage):
@@ -26,12 +25,18 @@ class MultilabelStage(ClassificationStage):
     example x label term alike (accumulated steps and processes included).
     """
 
-    def _loss(self, model, batch):
-        if WINDOW_DOCUMENT not in batch:
-            return super()._loss(model, batch)
-        examples = batch.pop(REAL_EXAMPLES)  # chunks: the loss of each document's pooled logits
-        logits = windowed_logits(model, batch, self.reading.pool)
-        return binary_cross_entropy(logits, batch["labels"]), examples, examples
+    plain_loss = staticmethod(binary_cross_entropy)  # the head's own (chunks: of each document's pooled logits)
+
+    def loss_of_the_recipe(self) -> Loss | None:
+        """The binary cross-entropy with training.pos_weight (balanced: from the training labels); None when not
+        set."""
+        setting, spec, rows = self.recipe.training.pos_weight, self.spec, self.train_examples.labels
+        if setting is None:
+            return None
+        assert spec.labels is not None and rows is not None  # a multi-label task has its label set
+        weights = pos_weight_vector(setting, spec.labels, rows, spec.file_labels)
+        say(f"weights of each label's positives in its binary cross-entropy: {described_weights(spec.labels, weights)}")
+        return binary_cross_entropy_loss(weights)
 
     def evaluate(self) -> tuple[dict[str, float], dict]:
         """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as

@@ -26,8 +26,9 @@ class SpansStage(TaskStage):
 
     def read_task(self) -> tuple[int, int]:
         data_dir = self.recipe.task.data_dir
-        self.train_questions = read_squad(task_file(self.spec, data_dir, "train"))
-        self.dev_questions = read_squad(task_file(self.spec, data_dir, "dev"))
+        self.train_questions, self.dev_questions = self.train_and_dev(
+            lambda split: read_squad(task_file(self.spec, data_dir, split))
+        )
         # SQuAD 2.0-style data (unanswerable questions in training) makes a model that may answer nothing.
         self.no_answer = self.train_questions.has_unanswerable
         return len(self.train_questions.questions), len(self.dev_questions.questions)

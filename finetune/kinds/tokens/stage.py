@@ -28,8 +28,9 @@ class TaggingStage(TaskStage):
 
     def read_task(self) -> tuple[int, int]:
         data_dir, column = self.recipe.task.data_dir, self.spec.tag_column
-        self.train_sentences = read_conll(task_file(self.spec, data_dir, "train"), column)
-        self.dev_sentences = read_conll(task_file(self.spec, data_dir, "dev"), column)
+        self.train_sentences, self.dev_sentences = self.train_and_dev(
+            lambda split: read_conll(task_file(self.spec, data_dir, split), column)
+        )
         tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
         self.tags = tuple(tags)
         self.spec = replace(self.spec, labels=self.tags)
