@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from finetune.errors import InputError, UserError
+from finetune.errors import InputError
 from finetune.glue.specs import TaskSpec
 from finetune.run_dir import DATA_DIR, check_run_dir_free
 
@@ -43,7 +43,7 @@ def staged_task(recipe: Any, splits: Mapping[str, Any] | None = None, resume: bo
     if splits:
         unknown = sorted(set(splits) - set(SPLITS))
         if unknown:
-            raise UserError(f"data: '{unknown[0]}' is not a task split (train, dev, test)")
+            raise InputError(f"data: '{unknown[0]}' is not a task split (train, dev, test)")
         rows, source = dict(splits), {"from": "python"}
     else:
         from finetune.glue.hub import load_hub_dataset, split_rows  # late: `datasets` is slow to import
@@ -62,7 +62,9 @@ def write_rows(folder: Path, files: dict[str, tuple[str, str]], source: dict[str
         for split, (name, text) in files.items():
             path = folder / name
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                raise UserError(f"--resume: the {split} rows differ from those the run started with ({path})")
+                raise InputError(
+                    f"the {split} rows differ from those the run started with ({path}): a resumed run reads the same"
+                )
         return
     if folder.is_dir():
         shutil.rmtree(folder)
@@ -107,7 +109,7 @@ def as_records(data: Any, split: str) -> tuple[list[dict[str, Any]], list[str]]:
     if isinstance(data, list | tuple) and all(isinstance(row, Mapping) for row in data):
         columns = sorted(set.intersection(*(set(row) for row in data))) if data else []
         return [dict(row) for row in data], columns
-    raise UserError(f"{split}: expected a pandas DataFrame, a datasets.Dataset or a list of dicts, not {type(data)}")
+    raise InputError(f"{split}: expected a pandas DataFrame, a datasets.Dataset or a list of dicts, not {type(data)}")
 
 
 def _checked_row(record: dict[str, Any], kept: list[str], spec: TaskSpec, split: str, number: int) -> dict[str, Any]:

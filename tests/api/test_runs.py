@@ -77,7 +77,7 @@ def test_resuming_with_other_rows_is_refused(checkpoint, tmp_path):
     recipe = recipe_without_data(checkpoint, tmp_path / "run") | {"checkpoint_every": 2}
     with interrupted_at_step(2):
         finetune.finetune(recipe, train=rows(32, 3), dev=rows(12, 4))
-    with pytest.raises(UserError, match=r"^--resume: the train rows differ from those the run started with"):
+    with pytest.raises(UserError, match=r"^the train rows differ from those the run started with"):
         finetune.finetune(recipe, train=rows(32, 5), dev=rows(12, 4), resume=True)
 
 
