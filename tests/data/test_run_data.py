@@ -106,3 +106,19 @@ def test_a_finished_run_is_refused_before_any_row_is_written(tmp_path):
     with pytest.raises(UserError, match="already holds a finished run"):
         staged_task(recipe, {"train": [{"review": "a", "label": 1}]})
     assert not (run_dir / "data").exists()
+
+
+def test_the_run_folder_keeps_the_rows_its_run_reads_and_overwrite_drops_stale_ones(tmp_path):
+    from finetune import run_lock
+    from finetune.run_dir import check_run_dir_free, prepare_run_dir
+
+    staged = staged_task(files_recipe(tmp_path), {"train": [{"review": "a", "label": 1}]})
+    check_run_dir_free(staged)  # a folder holding only the rows written for it is free for its run
+    prepare_run_dir(staged)
+    assert (tmp_path / "run" / "data" / "train.jsonl").is_file()  # the run's own rows stay
+    run_lock.release(tmp_path / "run")
+
+    rerun = files_recipe(tmp_path).model_copy(update={"overwrite": True})  # the same run_dir, rows from data_dir
+    prepare_run_dir(rerun)
+    assert not (tmp_path / "run" / "data").exists()  # rows of an earlier run are not left for this one
+    run_lock.release(tmp_path / "run")
