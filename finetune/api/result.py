@@ -12,27 +12,30 @@ from finetune.run_dir import METRICS_FILE, read_metrics
 
 @dataclass
 class RunResult:
-    """One finished run: `metrics` are the saved checkpoint's dev scores (finetune), the report's scores (evaluate)
-    or the last logged values (pretrain); `history` holds metrics.jsonl's records, one per logged step."""
+    """One finished run: `metrics` are the saved checkpoint's dev scores (finetune; with seeds, seeds.json's summary
+    and `checkpoint` the run folder), the report's scores (evaluate) or the last logged values (pretrain); `history`
+    holds metrics.jsonl's records, one per logged step."""
 
     run_dir: Path
     checkpoint: Path | None
     metrics: dict[str, Any] = field(default_factory=dict)
     best_step: int | None = None
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    report: dict[str, Any] | None = field(default=None, repr=False)  # evaluate: the whole report (report.json)
+    # evaluate: the whole report (report.json); ulmfit: the flow's summary (every stage's scores)
+    report: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
     def of_run(cls, run_dir: Path | str, checkpoint: Path | None) -> RunResult:
         """The result of a finished training run, read from its folder."""
         from finetune.kinds.stage import RESULT_FILE  # late: the stages import torch
+        from finetune.stages.seeds import SUMMARY_JSON
 
         run_dir = Path(run_dir)
         history = read_metrics(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
-        summary = _json(run_dir / RESULT_FILE)
+        summary = _json(run_dir / RESULT_FILE) or _json(run_dir / SUMMARY_JSON)
         if summary is not None and isinstance(summary.get("best"), dict):
             return cls(run_dir, checkpoint, dict(summary["best"]), summary.get("best_step"), history)
-        if summary is not None:  # ulmfit's summary, or a run of several seeds
+        if summary is not None:  # a run of several seeds: each metric's mean, median, ... over the seeds
             return cls(run_dir, checkpoint, summary, None, history)
         last = {key: value for record in history for key, value in record.items() if isinstance(value, int | float)}
         return cls(run_dir, checkpoint, last, None, history)

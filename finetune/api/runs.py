@@ -9,11 +9,13 @@ stays cheap.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from finetune.api.result import RunResult
 from finetune.errors import UserError
+from finetune.run_dir import CHECKPOINT_DIR
 
 RecipeGiven = Path | str | Mapping[str, Any]
 OverridesGiven = list[str] | tuple[str, ...] | Mapping[str, Any] | None
@@ -63,12 +65,16 @@ def finetune(
 
 
 def ulmfit(recipe: RecipeGiven, overrides: OverridesGiven = None, resume: bool = False) -> RunResult:
-    """`finetune ulmfit RECIPE [overrides] [--resume]`: the three stages; the result's checkpoint is the
-    classifier's, its metrics the flow's summary (RUN_DIR/result.json)."""
+    """`finetune ulmfit RECIPE [overrides] [--resume]`: the three stages; the result is the classifier's (its
+    checkpoint, dev scores and history), with the flow's folder as run_dir and its summary (RUN_DIR/result.json,
+    every stage's scores) as report."""
     from finetune.stages.ulmfit import run_ulmfit
 
     loaded = _loaded(recipe, overrides, "ulmfit")
-    return RunResult.of_run(loaded.run_dir, run_ulmfit(loaded, resume=resume))
+    checkpoint = run_ulmfit(loaded, resume=resume)
+    classifier_dir = checkpoint.parent if checkpoint.name == CHECKPOINT_DIR else checkpoint  # seeds: the stage's
+    flow = RunResult.of_run(loaded.run_dir, None)
+    return replace(RunResult.of_run(classifier_dir, checkpoint), run_dir=Path(loaded.run_dir), report=flow.metrics)
 
 
 def evaluate(recipe: RecipeGiven | RunResult, overrides: OverridesGiven = None) -> RunResult:
@@ -87,7 +93,7 @@ def evaluate(recipe: RecipeGiven | RunResult, overrides: OverridesGiven = None) 
 def _run_eval_recipe(run_dir: Path) -> dict[str, Any]:
     """An eval recipe scoring a finetune run's checkpoint on its task (as saved in RUN_DIR/recipe.yaml)."""
     from finetune.recipes import load_recipe
-    from finetune.run_dir import CHECKPOINT_DIR, RECIPE_FILE
+    from finetune.run_dir import RECIPE_FILE
 
     if not (run_dir / RECIPE_FILE).is_file() or not (run_dir / CHECKPOINT_DIR).is_dir():
         raise UserError(f"{run_dir}: not a finished finetune run (no {RECIPE_FILE} and {CHECKPOINT_DIR}/)")

@@ -99,3 +99,28 @@ def test_a_recipe_mistake_is_the_clis_one_line_error_not_an_exit(checkpoint, tmp
         finetune.finetune(recipe, ["training.lr=-1"], train=rows(8, 1), dev=rows(4, 2))
     with pytest.raises(UserError, match="run it with `finetune finetune`"):
         finetune.pretrain(recipe)
+
+
+def test_ulmfit_runs_its_three_stages_and_returns_the_classifier(tmp_path):
+    from tests.conftest import write_corpus, write_task
+    from tests.stages.test_ulmfit_flow import ulmfit_recipe
+
+    run_dir = tmp_path / "flow"
+    recipe = ulmfit_recipe(write_corpus(tmp_path / "corpus"), write_task(tmp_path / "task"), run_dir)
+
+    result = finetune.ulmfit(recipe, ["classifier.training.epochs=1"])
+
+    assert result.run_dir == run_dir and result.checkpoint == run_dir / "3-classifier" / "checkpoint"
+    assert set(result.metrics) >= {"dev_accuracy", "dev_f1"} and result.best_step == 5  # the classifier's: 40 rows
+    assert any("loss" in record for record in result.history)
+    assert set(result.report) >= {"general_lm", "target_lm", "classifier"}  # the flow's summary
+
+
+def test_a_run_of_several_seeds_returns_their_summary(checkpoint, tmp_path):
+    run_dir = tmp_path / "run"
+    recipe = recipe_without_data(checkpoint, run_dir) | {"seeds": [0, 1]}
+
+    result = finetune.finetune(recipe, train=rows(16, 1), dev=rows(8, 2))
+
+    assert result.checkpoint == run_dir and (run_dir / "seed-1" / "checkpoint").is_dir()
+    assert result.metrics["seeds"] == [0, 1] and "dev_accuracy" in result.metrics["metrics"]
