@@ -38,3 +38,9 @@ def test_hub_mistakes_are_named(keys, message):
 def test_a_glue_task_reads_its_own_hub_dataset():
     with pytest.raises(ValueError, match="'sst2' is a GLUE task with its own columns; remove hub"):
         task_config(name="sst2", source="hub", hub={"name": "imdb"})
+
+
+def test_multilabel_reads_its_files_only():
+    multilabel = {"name": "topics", "kind": "multilabel", "text_columns": ["text"], "label_column": "topics"}
+    with pytest.raises(ValueError, match=r"kind multilabel reads the task's files: give data_dir \(not source hub"):
+        task_config(**multilabel, data_dir=".", hub={"name": "imdb"})
