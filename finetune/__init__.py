@@ -1,8 +1,30 @@
-"""finetune: transfer learning for NLP in the line of ULMFiT, GPT and BERT."""
+"""finetune: transfer learning for NLP in the line of ULMFiT, GPT and BERT.
+
+From Python (a notebook): `finetune.pretrain`, `finetune.finetune`, `finetune.ulmfit` and `finetune.evaluate` run the
+stages as the CLI does and return a `finetune.RunResult` (finetune/api/); `finetune.predict` labels texts. Importing
+the package imports none of the libraries they need: each is loaded when first used.
+"""
+
+from typing import Any
 
 from finetune._version import __version__
 
-__all__ = ["__version__", "predict"]
+_API = ("RunResult", "evaluate", "finetune", "pretrain", "ulmfit")  # finetune/api/, imported when first asked for
+
+__all__ = ["RunResult", "__version__", "evaluate", "finetune", "predict", "pretrain", "ulmfit"]
+
+
+def __getattr__(name: str) -> Any:
+    """The Python API's functions, imported on first use (docs/python.md)."""
+    if name in _API:
+        from finetune import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'finetune' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
 
 
 def predict(checkpoint: str, texts, batch_size: int = 64) -> list[dict]:

@@ -76,8 +76,10 @@ def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iter
         finally:
             host.remove_task(task)
         return
-    # Quiet: not the main process; not a terminal (a log file): a bar that vanishes leaves only a blank line.
-    with progress_bar(enabled and not console.quiet and console.is_terminal, transient=True) as progress:
+    # Quiet: not the main process; not a terminal (a log file): a bar that vanishes leaves only a blank line. A
+    # notebook is no terminal, but rich draws its bars there (as widgets).
+    shown = enabled and not console.quiet and (console.is_terminal or console.is_jupyter)
+    with progress_bar(shown, transient=True) as progress:
         task = progress.add_task(description, total=total, status="")
 
         def advance(count: int = 1) -> None:

@@ -28,6 +28,9 @@ RECIPE_FILE = "recipe.yaml"  # the resolved recipe, defaults filled in
 METRICS_FILE = "metrics.jsonl"  # one JSON object per logged step or evaluation
 CHECKPOINT_DIR = "checkpoint"  # the final model, written when the run ends (so it means "finished")
 MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this folder is a run of this toolkit
+# The task's rows written before the run starts (in-memory data of the Python API, a dataset of task.source hub),
+# read from here by the run as its task.data_dir: the one entry that may be there before the run's own.
+DATA_DIR = "data"
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
 OWN_ENTRIES = frozenset(
@@ -40,6 +43,7 @@ OWN_ENTRIES = frozenset(
         "plots",
         "trackers",
         CHECKPOINT_DIR,
+        DATA_DIR,
         "checkpoints",
         "result.json",
         "dev_split.json",  # task.dev_split's held-out rows (kinds/dev_split.py)
@@ -112,7 +116,7 @@ def check_run_dir_free(recipe, latest_checkpoint: Callable[[Path], Path | None] 
     if not path.is_dir():
         raise UserError(f"run_dir {path} is a file, not a folder")
     run_lock.check_not_locked(path)
-    entries = [entry for entry in path.iterdir() if entry.name != run_lock.LOCK_FILE]
+    entries = [entry for entry in path.iterdir() if entry.name not in (run_lock.LOCK_FILE, DATA_DIR)]
     if not entries:
         return
     if not is_run_dir(path):
@@ -161,7 +165,7 @@ def prepare_run_dir(recipe, is_main_process: bool = True) -> Path:
         if not existed:
             _remove_if_empty(path)
         raise
-    remove_own_entries(path)
+    remove_own_entries(path, keep=DATA_DIR if reads_its_data(recipe) else None)
     marker = {"tool": "finetune", "version": __version__, "stage": recipe.stage}
     (path / MARKER_FILE).write_text(json.dumps(marker) + "\n", encoding="utf-8")
     (path / RECIPE_FILE).write_text(recipe_to_yaml(recipe), encoding="utf-8")
@@ -177,10 +181,17 @@ def claim_run_dir(recipe, is_main_process: bool = True) -> Path:
     return path
 
 
-def remove_own_entries(path: Path) -> None:
-    """Delete what this toolkit wrote in a run directory (seed-N runs recursively), keep everything else."""
+def reads_its_data(recipe) -> bool:
+    """Whether the recipe's task reads the rows written into its run directory (RUN_DIR/data) for it."""
+    data_dir = getattr(getattr(recipe, "task", None), "data_dir", None)
+    return data_dir is not None and Path(data_dir).resolve() == (Path(recipe.run_dir) / DATA_DIR).resolve()
+
+
+def remove_own_entries(path: Path, keep: str | None = None) -> None:
+    """Delete what this toolkit wrote in a run directory (seed-N runs recursively), keep everything else (and the
+    entry named `keep`: the task's rows just written for the run starting there)."""
     for entry in Path(path).iterdir():
-        if entry.name == run_lock.LOCK_FILE or not is_own_entry(entry):
+        if entry.name in (run_lock.LOCK_FILE, keep) or not is_own_entry(entry):
             continue
         if _SEED_FOLDER.match(entry.name):
             remove_own_entries(entry)

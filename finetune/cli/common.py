@@ -64,18 +64,11 @@ def _run_stage(
     command other than a stage's own accepts (lr-find: pretrain and finetune).
     """
     from finetune.console import quiet_library_chatter
-    from finetune.recipes import load_recipe
-    from finetune.recipes.shipped import resolve_recipe
+    from finetune.recipes.given import load_given_recipe
 
     resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
-        expected_stage = None if recipe_stages else stage
-        recipe = load_recipe(resolve_recipe(recipe_path), overrides or [], expected_stage=expected_stage)
-        if recipe_stages and recipe.stage not in recipe_stages:
-            raise UserError(
-                f"{recipe_path}: `finetune {stage}` takes a {' or '.join(recipe_stages)} recipe; this "
-                f"one's stage is '{recipe.stage}'"
-            )
+        recipe = load_given_recipe(recipe_path, overrides, stage, recipe_stages)
         quiet_library_chatter()
         runner(recipe)
     except UserError as error:  # an InputError from data or model loading that no stage named a key for, too

@@ -19,6 +19,7 @@ from accelerate import Accelerator
 
 from finetune.console import console
 from finetune.data.examples import TaskExamples
+from finetune.data.run_data import staged_task
 from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
 from finetune.glue.metrics import class_report, compute_metrics
@@ -47,6 +48,7 @@ SUBMISSION_FILE = "submission.zip"  # with submission: the leaderboard archive
 @guarded_stage
 def run_eval(recipe: EvalRecipe) -> dict:
     """Score the recipe's checkpoints (one task, or a map of GLUE tasks); returns the report written."""
+    recipe = staged_task(recipe)  # a custom task of source hub: its dataset's rows written to RUN_DIR/data
     check_run_dir_free(recipe)
     accelerator = processes_ready(Accelerator(cpu=recipe.device == "cpu" or not torch.cuda.is_available()))
     return run_glue_eval(recipe, accelerator) if recipe.tasks is not None else run_task_eval(recipe, accelerator)

@@ -134,11 +134,44 @@ def distinct(names: list[str] | None) -> list[str] | None:
     return names
 
 
+class HubDatasetSection(Section):
+    """`task.hub`: the `datasets` dataset a custom task's rows come from (source hub), written into the run folder."""
+
+    name: str = Field(
+        min_length=1,
+        description="a dataset on the hub (e.g. imdb), a folder saved with save_to_disk, or a builder for local "
+        "files (csv, json, parquet) with data_files",
+    )
+    config: str | None = Field(None, description="the dataset's configuration (load_dataset's second argument)")
+    data_files: dict[str, str | list[str]] | None = Field(
+        None, description="builder csv, json or parquet: the dataset's split -> local file(s)"
+    )
+    splits: dict[str, str] = Field(
+        default_factory=lambda: {"train": "train", "dev": "validation", "test": "test"},
+        description="the task's split (train, dev, test) -> the dataset's split; a task split left out is not written",
+    )
+
+    @field_validator("splits")
+    @classmethod
+    def _task_splits(cls, splits: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(splits) - {"train", "dev", "test"})
+        if unknown:
+            raise ValueError(f"'{unknown[0]}' is not a task split (train, dev, test)")
+        return splits
+
+
 class TextTaskSection(TaskSection):
     """A task whose examples are rows of text columns (TSV, CSV, JSON Lines): the sequence-classification kinds."""
 
     source: Literal["files", "hub"] = Field(
-        "files", description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue (needs a network)"
+        "files",
+        description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue, or a custom task's rows "
+        "from the dataset of `hub` (written to RUN_DIR/data when the run starts)",
+    )
+    hub: HubDatasetSection | None = Field(
+        None,
+        description="source hub, a custom task: the dataset its rows come from; text_columns and label_column name "
+        "its columns (class ids are written as their names)",
     )
     long_documents: LongDocumentsConfig | None = Field(
         None,
@@ -271,13 +304,17 @@ class GlueOrCustomSection(TextTaskSection):
                 f"long_documents {self.long_documents.mode}"
             )
         given = [key for key in self.CUSTOM_KEYS + custom_keys if getattr(self, key) is not None]
+        if self.hub is not None and self.source != "hub":
+            raise ValueError("hub names the dataset of source hub: set source: hub, or remove hub")
+        if self.name in GLUE_TASKS and self.hub is not None:
+            given.append("hub")
         if self.name in GLUE_TASKS:
             if given:
                 raise ValueError(f"'{self.name}' is a GLUE task with its own columns; remove {', '.join(given)}")
             if GLUE_TASKS[self.name].kind != self.kind_name:
                 raise ValueError(f"'{self.name}' is a GLUE task of kind {GLUE_TASKS[self.name].kind}")
-        elif self.source == "hub":
-            raise ValueError(f"source hub reads GLUE tasks; '{self.name}' is a custom task: give data_dir")
+        elif self.source == "hub" and self.hub is None:
+            raise ValueError(f"source hub: '{self.name}' is a custom task: name its dataset in hub (hub.name)")
         elif (self.text_columns is None and self.text is None) or self.label_column is None:
             known = ", ".join(sorted(GLUE_TASKS))
             raise ValueError(

@@ -29,6 +29,7 @@ from finetune.recipes.loader import (
     load_recipe,
     path_problems,
     read_yaml,
+    recipe_from_data,
     recipe_to_yaml,
     run_dir_location_problem,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "load_recipe",
     "path_problems",
     "read_yaml",
+    "recipe_from_data",
     "recipe_to_yaml",
     "run_dir_location_problem",
     "task_config",

@@ -66,6 +66,11 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
             f"override '{_shortened(override)}': the value is not valid YAML ({problem.problem}); "
             f"quote it to mean the text itself: {key}='{_shortened(raw_value)}'"
         ) from None
+    set_key(data, key, value, source)
+
+
+def set_key(data: dict[str, Any], key: str, value: Any, source: Path) -> None:
+    """Set one dotted key of the raw recipe to `value` (sections made on the way), as an override does."""
     node = data
     parts = key.split(".")
     for depth, part in enumerate(parts[:-1]):
@@ -316,6 +321,13 @@ def load_recipe(
     data = read_yaml(path)
     for override in overrides:
         apply_override(data, override, path)
+    return recipe_from_data(data, path, expected_stage, check_paths)
+
+
+def recipe_from_data(
+    data: dict[str, Any], path: Path, expected_stage: str | None = None, check_paths: bool = True
+) -> Recipe:
+    """Validate a raw recipe (read from `path`, overrides applied); raise UserError naming the key and `path`."""
     stage = data.get("stage")
     if stage not in RECIPE_TYPES:
         raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {ECHO.repr(stage)})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from finetune.data.run_data import staged_task
 from finetune.kinds.registry import kind_named
 from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import FinetuneRecipe
@@ -25,9 +26,11 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds).
 
     `resume`: continue a stopped run from its newest periodic checkpoint; with seeds, finished seeds are kept.
+    A custom task of `source: hub` reads its dataset's rows, written to RUN_DIR/data first (kept by --resume).
     The techniques the recipe leaves open are decided by the backbone first (training/techniques.py), so the saved
     recipe, the model card and a resumed run's check all see the values in force.
     """
+    recipe = staged_task(recipe, resume=resume)  # source hub: the dataset's rows written to RUN_DIR/data, read there
     recipe = resolve_techniques(
         recipe, describe_backbone(recipe.model.checkpoint, recipe.model.trust_remote_code)
     ).recipe

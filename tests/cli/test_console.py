@@ -69,3 +69,21 @@ def test_phase_bar_advance_takes_an_optional_count():
     with phase_bar("counting", 3, enabled=False) as advance:
         advance()
         advance(2)
+
+
+def test_a_phase_bar_is_drawn_in_a_notebook_but_not_in_a_log_file(monkeypatch):
+    """A notebook is no terminal, but rich draws bars there: the evaluation bars show in Jupyter too."""
+    shown = []
+
+    def recording_bar(enabled: bool = True, transient: bool = False):
+        shown.append(enabled)
+        return progress_bar(False, transient)
+
+    monkeypatch.setattr(console_module, "progress_bar", recording_bar)
+    monkeypatch.setattr(console_module.console, "quiet", False)
+    monkeypatch.setattr(console_module.console, "_force_terminal", False)  # not a terminal: a log file, a pipe
+    for in_a_notebook in (False, True):
+        monkeypatch.setattr(console_module.console, "is_jupyter", in_a_notebook)
+        with phase_bar("evaluating", 2):
+            pass
+    assert shown == [False, True]

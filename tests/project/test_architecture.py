@@ -2,7 +2,7 @@
 over 60.
 
 The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
-    cli, __main__, the package itself      the command line: one thin wrapper per command
+    cli, __main__, api, the package itself the command line (one thin wrapper per command), the Python API
     stages, commands                       what trains (one module per stage); what runs without (never imported
                                            by a stage)
     kinds                                  the task kinds' objects, stages and evaluations (kinds/K/kind.py, ...);
@@ -88,7 +88,7 @@ def test_the_cycle_finder_finds_one():
 
 
 LAYERS = [
-    {"finetune", "finetune.cli", "finetune.__main__"},
+    {"finetune", "finetune.cli", "finetune.__main__", "finetune.api"},
     {"finetune.stages", "finetune.commands"},
     {"finetune.kinds"},
     {"finetune.training", "finetune.inference", "finetune.reporting"},

@@ -59,8 +59,8 @@ class MultilabelSection(TextTaskSection):
     @model_validator(mode="after")
     def _a_label_set(self) -> MultilabelSection:
         """A custom task whose label is a set: a list column, or a 0/1 column per label."""
-        if self.data_dir is None or self.source == "hub":
-            raise ValueError("kind multilabel reads the task's files: give data_dir")
+        if self.data_dir is None or self.source == "hub" or self.hub is not None:
+            raise ValueError("kind multilabel reads the task's files: give data_dir (not source hub, nor hub)")
         if self.both_orders:
             raise ValueError("both_orders reads a sentence pair twice, each order truncated: not with kind multilabel")
         if self.name in GLUE_TASKS:

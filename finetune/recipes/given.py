@@ -1,0 +1,58 @@
+"""A recipe as a command or a Python call gives it: a file, a shipped recipe's name or a dict, with overrides as
+`key=value` texts or a mapping of dotted keys; loaded, overridden and checked for the command's stage in one place."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from finetune.errors import UserError
+from finetune.recipes.loader import Recipe, apply_override, path_problems, read_yaml, recipe_from_data, set_key
+from finetune.recipes.shipped import resolve_recipe
+from finetune.run_dir import DATA_DIR
+
+Overrides = Sequence[str] | Mapping[str, Any] | None
+DICT_SOURCE = Path("<recipe dict>")  # what messages name for a recipe given as a dict
+
+
+def load_given_recipe(
+    recipe: Path | str | Mapping[str, Any],
+    overrides: Overrides = None,
+    command: str = "",
+    accepted_stages: tuple[str, ...] | None = None,
+    data_in_run_dir: bool = False,
+) -> Recipe:
+    """The recipe, overridden and validated, for `command` (`finetune COMMAND`): its own stage, or one of
+    `accepted_stages` where the command takes others (lr-find: pretrain and finetune).
+
+    `data_in_run_dir`: the task reads rows about to be written to RUN_DIR/data (data/run_data.py), whatever its
+    data_dir or source said; that folder need not exist yet.
+    """
+    if isinstance(recipe, Mapping):
+        source, data = DICT_SOURCE, copy.deepcopy(dict(recipe))
+    else:
+        source = resolve_recipe(recipe)
+        data = read_yaml(source)
+    if isinstance(overrides, Mapping):
+        for key, value in overrides.items():
+            set_key(data, str(key), value, source)
+    elif isinstance(overrides, str):
+        raise UserError(f"overrides: a list of key=value texts or a dict of keys, not one text ({overrides!r})")
+    else:
+        for override in overrides or ():
+            apply_override(data, override, source)
+    if data_in_run_dir and isinstance(data.get("task"), dict):
+        data["task"].update(data_dir=str(Path(str(data.get("run_dir", ""))) / DATA_DIR), source="files", hub=None)
+    expected_stage = None if accepted_stages or not command else command
+    loaded = recipe_from_data(data, source, expected_stage, check_paths=False)
+    for key, problem in path_problems(loaded):
+        if not (data_in_run_dir and key == "task.data_dir"):
+            raise UserError(f"recipe {source}: {key}: {problem}")
+    if accepted_stages and loaded.stage not in accepted_stages:
+        raise UserError(
+            f"{recipe if source is not DICT_SOURCE else source}: `finetune {command}` takes a "
+            f"{' or '.join(accepted_stages)} recipe; this one's stage is '{loaded.stage}'"
+        )
+    return loaded
