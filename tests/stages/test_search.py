@@ -193,3 +193,10 @@ def test_a_trial_stopped_with_its_search_continues_from_its_checkpoint_on_resume
     summary = json.loads((folder / "search.json").read_text(encoding="utf-8"))
     assert [(row["trial"], row["state"]) for row in summary["trials"]] == [(0, "complete")]  # the same trial, finished
     assert (folder / "trial-000" / "result.json").is_file() and not (folder / "trial-001").exists()
+
+
+def test_without_optuna_the_search_says_how_to_install_it(recipe_and_space, monkeypatch):
+    recipe, space = recipe_and_space
+    monkeypatch.setitem(__import__("sys").modules, "optuna", None)  # as if it were not installed
+    result = runner.invoke(app, ["search", str(recipe), "--space", str(space), "--trials", "1"])
+    assert result.exit_code == 2 and "needs optuna: pip install 'finetune[search]'" in one_error_line(result)
