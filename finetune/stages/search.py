@@ -4,9 +4,10 @@ Each trial is an ordinary run folder (SEARCH_DIR/trial-000, ...: the recipe with
 drawn by a seeded TPE sampler; a median pruner compares the dev metric at each evaluation with the earlier trials'
 at the same step and stops a trial that falls behind (the trial's folder keeps its metrics up to there; the trial
 is marked pruned). The study lives in SEARCH_DIR/study.db (sqlite), so `--resume` continues a stopped search to its
-number of trials (a trial that was running when it stopped runs again, under a new number). At the end:
-SEARCH_DIR/search.md (every trial's values and score, also printed), search.json, search.png (the score per trial
-and the best so far) and best.yaml (the best trial's complete recipe, to run with `finetune finetune`).
+number of trials (a trial that was running when it stopped continues from its newest periodic checkpoint, or
+starts again). After every trial: SEARCH_DIR/search.md (every trial's values and score; printed at the end),
+search.json and search.png (the score per trial and the best so far); at the end best.yaml (the best trial's complete
+recipe, to run with `finetune finetune`).
 
 The score is the dev metric of the task's first metric (or the recipe's `metric_for_best`), of the saved checkpoint
 (the best evaluation with keep_best); metrics read as losses (loss, mse, ...) are minimized, the others maximized.
@@ -117,7 +118,8 @@ def run_search(search: Search) -> Path:
     console.print(f"search: {metric} ({direction}) over {', '.join(d.key for d in search.dimensions)} into {folder}")
     while len(study.get_trials(deepcopy=False, states=counted)) < search.trials:
         _run_trial(study, study.ask(_distributions(search.dimensions)), search, folder, metric)
-    return _write_summary(study, search, folder, metric, direction)
+        _write_summary(study, search, folder, metric, direction)  # after each trial: the search so far
+    return _finish(study, search, folder, metric, direction)
 
 
 def _optuna():
@@ -214,8 +216,8 @@ def _run_trial(study, trial, search: Search, folder: Path, metric: str, resume: 
     console.print(f"trial {trial.number}: dev {metric} {score:.4f}")
 
 
-def _write_summary(study, search: Search, folder: Path, metric: str, direction: str) -> Path:
-    """search.md (printed too), search.json, search.png and best.yaml."""
+def _write_summary(study, search: Search, folder: Path, metric: str, direction: str) -> str:
+    """search.md, search.json and search.png of the trials so far; the Markdown."""
     optuna = _optuna()
     rows = [
         {
@@ -242,7 +244,16 @@ def _write_summary(study, search: Search, folder: Path, metric: str, direction: 
     markdown = search_markdown(summary)
     (folder / SUMMARY_MARKDOWN).write_text(markdown, encoding="utf-8")
     write_search_plot(summary, folder / PLOT_FILE)
-    console.print(markdown, markup=False, highlight=False, soft_wrap=True)
+    return markdown
+
+
+def _finish(study, search: Search, folder: Path, metric: str, direction: str) -> Path:
+    """The summary (printed) and best.yaml; RunFailed when no trial finished."""
+    console.print(
+        _write_summary(study, search, folder, metric, direction), markup=False, highlight=False, soft_wrap=True
+    )
+    completed = study.get_trials(deepcopy=False, states=(_optuna().trial.TrialState.COMPLETE,))
+    best = study.best_trial if completed else None
     if best is None:
         raise RunFailed(f"search {folder}: no trial finished (every one was pruned or failed); see {SUMMARY_MARKDOWN}")
     best_recipe = search.recipe([*overrides_for(best.params), f"run_dir={folder / 'best'}"])
