@@ -200,3 +200,20 @@ def test_without_optuna_the_search_says_how_to_install_it(recipe_and_space, monk
     monkeypatch.setitem(__import__("sys").modules, "optuna", None)  # as if it were not installed
     result = runner.invoke(app, ["search", str(recipe), "--space", str(space), "--trials", "1"])
     assert result.exit_code == 2 and "needs optuna: pip install 'finetune[search]'" in one_error_line(result)
+
+
+def test_ctrl_c_in_a_trial_prints_the_search_command_that_continues_it(recipe_and_space, monkeypatch):
+    from finetune.training.loop import TrainingLoop
+
+    recipe, space = recipe_and_space
+    arguments = ["search", str(recipe), "--space", str(space), "--trials", "1"]
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainingLoop, "_interrupt_agreed", lambda loop: loop.step == 3)  # Ctrl-C during step 3
+        stopped = runner.invoke(app, arguments)
+    assert stopped.exit_code == 130
+    assert f"continue with: finetune search {recipe} --space {space} --trials 1 --resume" in stopped.output
+    continued = runner.invoke(app, [*arguments, "--resume"])
+    assert continued.exit_code == 0, continued.output
+    assert "trial 0 was stopped: it continues" in continued.output
+    summary = json.loads((search_folder(recipe) / "search.json").read_text(encoding="utf-8"))
+    assert [(row["trial"], row["state"]) for row in summary["trials"]] == [(0, "complete")]
