@@ -33,7 +33,7 @@ def search(
             show_default=False,
         ),
     ] = None,
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Trials to finish (pruned ones count).")] = 10,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Trials to run (pruned and failed ones count).")] = 10,
     run_dir: RunDirOption = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the search in the folder to --trials trials (its study.db).")

@@ -109,17 +109,39 @@ def run_search(search: Search) -> Path:
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=search.pruner or optuna.pruners.MedianPruner(),
     )
+    _check_same_search(study, search, folder)
     if search.resume:  # a sampler seeded as at the start would draw the first trials' values again
         study.sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials))
         _continue_stopped_trials(study, search, folder, metric)
     if search.baseline and not study.trials:
         study.enqueue_trial(_recipe_values(recipe, search.dimensions))
-    counted = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    states = optuna.trial.TrialState
+    counted = (states.COMPLETE, states.PRUNED, states.FAIL)  # every trial that ended: a diverging space still ends
     console.print(f"search: {metric} ({direction}) over {', '.join(d.key for d in search.dimensions)} into {folder}")
     while len(study.get_trials(deepcopy=False, states=counted)) < search.trials:
         _run_trial(study, study.ask(_distributions(search.dimensions)), search, folder, metric)
         _write_summary(study, search, folder, metric, direction)  # after each trial: the search so far
     return _finish(study, search, folder, metric, direction)
+
+
+def _check_same_search(study, search: Search, folder: Path) -> None:
+    """A new study records its space and overrides; a resumed one must have the same (the trials' values and scores
+    would mean something else)."""
+    started = {
+        "space": {dimension.key: dimension.describe() for dimension in search.dimensions},
+        "overrides": search.overrides,
+    }
+    if not search.resume:
+        for name, value in started.items():
+            study.set_user_attr(name, value)
+        return
+    for name, value in started.items():
+        before = study.user_attrs.get(name)
+        if before is not None and before != value:
+            raise UserError(
+                f"--resume: the search in {folder} started with other {name} ({before}); "
+                "resume it with the same ones, or start a new search in another --run-dir"
+            )
 
 
 def _optuna():

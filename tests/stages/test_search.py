@@ -96,6 +96,9 @@ def test_resume_continues_the_study_to_more_trials_and_a_second_start_is_refused
     assert (search_folder(recipe) / "trial-001" / "result.json").is_file()
     first = summary["trials"][0]
     assert first["params"] != summary["trials"][1]["params"]  # the sampler drew anew, the first trial was kept
+    space.write_text(SPACE.replace("[4, 8]", "[4, 16]"), encoding="utf-8")
+    changed = runner.invoke(app, [*arguments, "--trials", "3", "--resume"])
+    assert changed.exit_code == 2 and "started with other space" in one_error_line(changed)
 
 
 class AlwaysPrune(optuna.pruners.BasePruner):
