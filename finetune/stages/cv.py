@@ -22,6 +22,7 @@ from finetune.glue.specs import task_spec
 from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
+from finetune.stages.search import refuse_several_processes
 from finetune.stages.search_report import cv_markdown
 from finetune.stages.seeds import summarise_values
 
@@ -50,6 +51,7 @@ def fold_indices(labels: np.ndarray, folds: int, seed: int, stratified: bool) ->
 
 def run_cv(recipe_path: Path, overrides: list[str], folds: int, run_dir: Path | None = None) -> Path:
     """Cross-validate the recipe over `folds` folds; returns the folder holding the folds and the summary."""
+    refuse_several_processes("cv")
     recipe: Any = load_recipe(recipe_path, overrides, expected_stage="finetune")  # a finetune recipe: a task section
     if recipe.seeds is not None:
         raise UserError(f"recipe {recipe_path}: seeds: a fold is one run; remove seeds")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,14 @@ def is_loss_like(metric: str) -> bool:
     return any(metric == word or metric.endswith("_" + word) for word in LOSS_LIKE)
 
 
+def refuse_several_processes(command: str) -> None:
+    """Search and cv run their trials one after another in one process (a trial may still use one GPU)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError(
+            f"`finetune {command}` runs in one process: start it with `finetune {command} ...`, not `accelerate launch`"
+        )
+
+
 def run_score(run_dir: Path, metric: str) -> float:
     """The dev `metric` of a finished run's saved checkpoint (result.json: the best evaluation with keep_best)."""
     result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
@@ -87,6 +96,7 @@ class Search:
 def run_search(search: Search) -> Path:
     """Run (or `resume`) the search; returns its folder."""
     optuna = _optuna()
+    refuse_several_processes("search")
     recipe = search.recipe([])
     if recipe.seeds is not None:
         raise UserError(f"recipe {search.recipe_path}: seeds: a search trial is one run; remove seeds (or use cv)")

@@ -69,3 +69,11 @@ def test_a_recipe_with_seeds_is_refused_in_one_line(tmp_path: Path):
     (tmp_path / "lm").mkdir()
     result = runner.invoke(app, ["cv", str(write_yaml(tmp_path / "recipe.yaml", data)), "--folds", "2"])
     assert result.exit_code == 2 and "seeds: a fold is one run" in one_error_line(result)
+
+
+def test_cv_under_several_processes_is_refused_in_one_line(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as under accelerate launch
+    data = finetune_recipe(tmp_path / "lm", write_task(tmp_path / "task"), tmp_path / "runs" / "ft")
+    (tmp_path / "lm").mkdir()
+    result = runner.invoke(app, ["cv", str(write_yaml(tmp_path / "recipe.yaml", data)), "--folds", "2"])
+    assert result.exit_code == 2 and "`finetune cv` runs in one process" in one_error_line(result)
