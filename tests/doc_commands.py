@@ -35,6 +35,8 @@ RECIPE_COMMANDS = {
     "eval": ("eval",),
     "lr-find": ("pretrain", "finetune"),
     "profile": ("pretrain", "finetune"),
+    "search": ("finetune",),
+    "cv": ("finetune",),
 }
 # A doc's YAML block that starts with this comment is the file a later command reads (README's news.yaml).
 RECIPE_BLOCK = re.compile(r"^#\s*finetune\s+\S+\s+(?P<name>[\w.-]+\.ya?ml)\s*$")

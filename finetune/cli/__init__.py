@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from finetune._version import __version__
-from finetune.cli import evaluation, model_tools, recipes, runs, training
+from finetune.cli import evaluation, model_tools, recipes, runs, search, training
 
 app = typer.Typer(
     help="Transfer learning for NLP: pretrain a language model, fine-tune it with ULMFiT's techniques, "
@@ -27,6 +27,8 @@ app.command()(training.finetune)
 app.command()(training.ulmfit)
 app.command(name="lr-find")(training.lr_find)
 app.command()(training.profile)
+app.command()(search.search)
+app.command()(search.cv)
 app.command(name="predict")(evaluation.predict_command)
 app.command()(model_tools.generate)
 app.command()(model_tools.score)

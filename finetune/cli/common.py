@@ -56,17 +56,19 @@ def _run_stage(
     overrides: list[str] | None,
     runner: Callable,
     recipe_stages: tuple[str, ...] | None = None,
+    resume_command: str | None = None,
 ) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
     Exit codes: 2 a mistake in the input, 1 a run that failed (diverged, out of memory, disk full),
     130 interrupted with Ctrl-C (the line printed says how to resume). `recipe_stages`: the recipe stages a
-    command other than a stage's own accepts (lr-find: pretrain and finetune).
+    command other than a stage's own accepts (lr-find: pretrain and finetune). `resume_command`: the command that
+    continues it, when the stage's name, recipe and overrides with --resume are not (a search's options).
     """
     from finetune.console import quiet_library_chatter
     from finetune.recipes.given import load_given_recipe
 
-    resume_command = shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
+    resume_command = resume_command or shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
         recipe = load_given_recipe(recipe_path, overrides, stage, recipe_stages)
         quiet_library_chatter()

@@ -31,6 +31,7 @@ from finetune.console import console, progress_bar
 from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
+from finetune.training.listeners import report_evaluation
 from finetune.training.optim import set_first_moment_decay, set_learning_rates
 from finetune.training.state import TrainingState
 
@@ -419,6 +420,7 @@ class TrainingLoop:
     def log_evaluation(self, metrics: dict[str, Any], epoch: int) -> None:
         """Write an evaluation record for the current step."""
         self.metrics_log.write({"phase": "eval", "step": self.step, "epoch": epoch, **metrics})
+        report_evaluation(self.step, metrics)  # a search's pruner may stop the run here
 
 
 def _optimizer_steps(loader, accumulation: int):
