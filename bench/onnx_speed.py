@@ -12,7 +12,8 @@ rows for one epoch (enough for a speed benchmark, not for quality), made once in
 graph into --work-dir too. The texts: the SST-2 dev sentences from ../shared/data/glue/SST-2 (872), every side
 the same, batches of --batch (64), cut at the recipe's task.max_length.
 
-Sides, in this one process, interleaved --repeats times (loading is outside every figure; the median is shown):
+Sides, in this one process, interleaved --repeats times after one untimed batch each (loading is outside every
+figure; the median is shown):
 - PyTorch: `finetune predict`'s path, `load_predictor(checkpoint).predict(texts)` (tokenising, sorting by length,
   padding per batch, the forward passes, softmax);
 - ONNX Runtime: the CPU execution provider with as many intra-op threads as torch has, fed as the predictor feeds
@@ -149,6 +150,9 @@ def main() -> None:
         return np.array([[result["probabilities"][label] for label in labels] for result in results])
 
     sides = {PYTORCH: ours, ONNX_RUNTIME: lambda: onnx_probabilities(session, tokenizer, texts, args.batch, max_length)}
+    # Warm-up, untimed: one batch through each side (first-call allocations, ONNX Runtime's memory arena).
+    predictor.predict(texts[: args.batch])
+    onnx_probabilities(session, tokenizer, texts[: args.batch], args.batch, max_length)
     seconds: dict[str, list[float]] = {name: [] for name in sides}
     probabilities = {}
     for repeat in range(args.repeats):

@@ -19,8 +19,12 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from finetune.errors import RunFailed, UserError
+from finetune.models.hub import is_classifier, load_model_folder, load_pretrained, load_tokenizer
+from finetune.models.loading import is_adapter_checkpoint
+from finetune.models.mean_pooling import backbone_config
 from finetune.run_dir import CHECKPOINT_DIR
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
@@ -69,9 +73,6 @@ def classifier_folder(checkpoint: Path) -> Path:
     if not checkpoint.is_dir():
         raise UserError(f"CHECKPOINT: no such folder: {checkpoint}")
     folder = checkpoint / CHECKPOINT_DIR if (checkpoint / CHECKPOINT_DIR / "config.json").is_file() else checkpoint
-    from finetune.models.hub import is_classifier
-    from finetune.models.loading import is_adapter_checkpoint
-
     if is_adapter_checkpoint(folder):
         raise UserError(f"CHECKPOINT: {folder} holds a LoRA adapter: merge it first (`finetune merge {folder} OUT`)")
     missing = [name for name in ("config.json", HYPERPARAMETERS_FILE) if not (folder / name).is_file()]
@@ -80,10 +81,6 @@ def classifier_folder(checkpoint: Path) -> Path:
             f"CHECKPOINT: {folder} is not a fine-tuned checkpoint (no {' or '.join(missing)}): export takes the "
             "checkpoint/ folder `finetune finetune` writes, or its run folder"
         )
-    from transformers import AutoConfig
-
-    from finetune.models.hub import load_pretrained
-
     config = load_pretrained(AutoConfig.from_pretrained, str(folder))
     if not is_classifier(config):
         raise UserError(
@@ -109,22 +106,22 @@ def run_export(checkpoint: Path, out: Path | None = None, opset: int = DEFAULT_O
         raise UserError(f"--opset: {opset} is older than {OLDEST_OPSET}, the oldest torch's ONNX exporter writes")
     folder = classifier_folder(checkpoint)
     target = output_folder(folder, out)
-    from transformers import AutoModelForSequenceClassification
-
-    from finetune.models.hub import load_model_folder, load_tokenizer
-    from finetune.models.mean_pooling import backbone_config
-
     model = load_model_folder(AutoModelForSequenceClassification, str(folder)).eval()
     tokenizer = load_tokenizer(str(folder))
     inputs = tuple(name for name in INPUT_NAMES if name in tokenizer.model_input_names)
     sample = tokenizer(SAMPLE_TEXTS, padding=True, truncation=True, max_length=SAMPLE_LENGTH, return_tensors="pt")
-    partial = target.with_name(target.name + ".partial")
+    longest = getattr(backbone_config(model.config), "max_position_embeddings", None)  # the position table's rows
+    partial = target.with_name(target.name + ".partial")  # renamed to `target` once complete
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    longest = getattr(backbone_config(model.config), "max_position_embeddings", None)  # the position table's rows
-    module = LogitsOnly(model, inputs).eval()
-    graph = export_graph(module, [sample[name] for name in inputs], inputs, partial, opset, longest)
-    difference = runtime_difference(graph, model, {name: sample[name] for name in inputs})
+    try:
+        module = LogitsOnly(model, inputs).eval()
+        graph = export_graph(module, [sample[name] for name in inputs], inputs, partial, opset, longest)
+        difference = runtime_difference(graph, model, {name: sample[name] for name in inputs})
+    except Exception as error:  # the exporter's own errors run to pages: their cause, in one line
+        shutil.rmtree(partial, ignore_errors=True)
+        cause = str(error.__cause__ or error).strip().splitlines() or [type(error).__name__]
+        raise RunFailed(f"torch.onnx.export could not export {folder}'s {type(model).__name__}: {cause[0]}") from None
     if difference > TOLERANCE:
         shutil.rmtree(partial, ignore_errors=True)
         raise RunFailed(f"ONNX Runtime's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}): not written")

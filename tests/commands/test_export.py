@@ -84,3 +84,16 @@ def test_missing_packages_say_how_to_install_them(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real(name))
     with pytest.raises(UserError, match=r"needs onnxscript: pip install 'finetune\[export\]'"):
         export_module.run_export(tmp_path)
+
+
+def test_an_exporter_failure_is_one_line_and_leaves_no_folder(runs, tmp_path, monkeypatch):
+    def exporter_that_fails(*arguments, **keywords):
+        raise RuntimeError("Failed to export the model with torch.export.\n(pages)") from ValueError("the cause\nmore")
+
+    monkeypatch.setattr(export_module, "export_graph", exporter_that_fails)
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(app, ["export", str(runs["model"]), "--onnx", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    model = f"{runs['model'] / 'checkpoint'}'s BertForSequenceClassification"
+    assert result.output.strip().splitlines() == [f"error: torch.onnx.export could not export {model}: the cause"]
+    assert not out.exists() and not (tmp_path / "onnx.partial").exists()
