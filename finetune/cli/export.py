@@ -36,7 +36,7 @@ def export(
     """Export a fine-tuned classifier to ONNX (dynamic batch and sequence length), its tokenizer beside it.
 
     ONNX Runtime's logits are checked against PyTorch's on a padded batch before the folder is written. Needs the
-    `export` extra: pip install 'finetune[export]'.
+    `export` extra (onnx, onnxruntime, onnxscript).
     """
     from finetune.commands.export import run_export
     from finetune.console import quiet_library_chatter
