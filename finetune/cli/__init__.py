@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from finetune._version import __version__
-from finetune.cli import evaluation, model_tools, recipes, runs, search, training
+from finetune.cli import evaluation, export, model_tools, recipes, runs, search, training
 
 app = typer.Typer(
     help="Transfer learning for NLP: pretrain a language model, fine-tune it with ULMFiT's techniques, "
@@ -34,6 +34,7 @@ app.command()(model_tools.generate)
 app.command()(model_tools.score)
 app.command(name="push")(model_tools.push)
 app.command()(model_tools.merge)
+app.command()(export.export)
 app.command(name="eval")(evaluation.evaluate)
 app.command(name="validate-submission")(evaluation.validate_submission_command)
 app.add_typer(recipes.recipes_app, name="recipes")

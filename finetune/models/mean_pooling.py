@@ -4,25 +4,41 @@ Sentence-embedding checkpoints (sentence-transformers models such as all-MiniLM-
 read this way; their [CLS] position and BERT pooler, which the family's own sequence-classification head
 reads, never were. The head is dropout and one linear layer, as in BERT's head without the pooler.
 
-Importing this module registers model type "mean_pooling_classifier" with AutoConfig and
-AutoModelForSequenceClassification, so a saved classifier loads with
-`AutoModelForSequenceClassification.from_pretrained(folder)` once `finetune` is imported. Without that import
-transformers refuses the folder (unknown model type) rather than loading a [CLS] head in its place.
+This file is self-contained (torch, transformers and scalar_mix.py beside it, imported relatively): `save_pretrained`
+copies it and scalar_mix.py into the checkpoint (transformers' remote code, `register_for_auto_class` below) and
+records them in config.json's "auto_map", so a plain transformers install loads the classifier with
+`AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True)`, no `import finetune`. Importing
+this module also registers model type "mean_pooling_classifier" with AutoConfig and
+AutoModelForSequenceClassification, so after `import finetune` every checkpoint, those saved before the auto_map
+too, loads without `trust_remote_code`. Keep it so: no import of finetune here or in scalar_mix.py
+(tests/models/test_mean_pooling_export.py runs the copy in a process without finetune).
+
+The checkpoint is also a sentence-transformers model: "AutoModel" in auto_map names `MeanPoolingEncoder` (the
+encoder, with the scalar mix if any: the states the head averages), and modules.json, sentence_bert_config.json
+and 1_Pooling/config.json (mean pooling) make `SentenceTransformer(folder, trust_remote_code=True).encode(texts)`
+the vectors the classifier's linear layer reads (before its dropout).
 
 With `scalar_mix` (`pooling: scalar_mix`) the average is taken over ELMo's learned mix of the embedding output and
 every layer's (scalar_mix.py) instead of over the last layer.
 
 Checkpoint format:
 
-- config.json: "model_type": "mean_pooling_classifier", "encoder" (the encoder's own config, model_type
-  included), "classifier_dropout" (null: the encoder's hidden dropout), "scalar_mix" (false when absent), the label
-  mapping and problem_type.
+- config.json: "model_type": "mean_pooling_classifier", "auto_map" (AutoConfig, AutoModel,
+  AutoModelForSequenceClassification; absent in checkpoints saved before it was added), "encoder" (the encoder's own
+  config, model_type included), "classifier_dropout" (null: the encoder's hidden dropout), "scalar_mix" (false when
+  absent), the label mapping and problem_type.
 - model.safetensors: encoder.* (the encoder's own parameter names, no pooler), classifier.weight
   (num_labels, hidden_size) and classifier.bias; with scalar_mix also scalar_mix.layer_weights
   (num_hidden_layers + 1,), embedding output first, and scalar_mix.gamma ().
+- mean_pooling.py and scalar_mix.py: this module and the one it imports, as they were when the checkpoint was saved.
+- modules.json, sentence_bert_config.json, 1_Pooling/config.json: the sentence-transformers pipeline.
 """
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import torch
 from huggingface_hub.dataclasses import strict
@@ -30,9 +46,9 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.configuration_utils import SubConfigSpec
-from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-from finetune.models.scalar_mix import ScalarMix
+from .scalar_mix import ScalarMix  # relative: save_pretrained copies the file beside this one
 
 
 @strict
@@ -83,8 +99,8 @@ def mean_over_real_tokens(hidden: Tensor, attention_mask: Tensor | None) -> Tens
     return hidden.masked_fill(~real, 0.0).sum(dim=1) / real.sum(dim=1).clamp(min=1)
 
 
-class MeanPoolingForSequenceClassification(PreTrainedModel):
-    """Any transformers encoder, its last layer averaged over the real tokens, then dropout and a linear layer."""
+class _MeanPoolingBase(PreTrainedModel):
+    """The encoder (its pooler dropped) and, with `scalar_mix`, the mix of its layers: what both models share."""
 
     config_class = MeanPoolingConfig
     config: MeanPoolingConfig
@@ -96,13 +112,51 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         self.encoder = AutoModel.from_config(config.encoder)
         if getattr(self.encoder, "pooler", None) is not None:
             self.encoder.pooler = None  # BERT-style [CLS] pooler: unused here, and it would never get a gradient
-        encoder_config = _encoder_of(config)
         # Every family's hidden_states hold the embedding output and one entry per layer: num_hidden_layers + 1.
-        self.scalar_mix = ScalarMix(encoder_config.num_hidden_layers + 1) if config.scalar_mix else None
+        layers = _encoder_of(config).num_hidden_layers + 1
+        self.scalar_mix = ScalarMix(layers) if config.scalar_mix else None
+
+    def token_states(self, input_ids: Tensor | None, attention_mask: Tensor | None, **encoder_inputs) -> Tensor:
+        """(batch, time, hidden): the last layer's states, or the scalar mix of every layer's."""
+        mixing = self.scalar_mix is not None
+        encoded = self.encoder(
+            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing, **encoder_inputs
+        )
+        return self.scalar_mix(encoded.hidden_states) if self.scalar_mix is not None else encoded.last_hidden_state
+
+
+class MeanPoolingEncoder(_MeanPoolingBase):
+    """The states a mean-pooling classifier averages, without its head: sentence-transformers' "AutoModel" (its
+    Pooling module then takes the mean over the real tokens, as the classifier does)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"^classifier\."]  # noqa: RUF012 (transformers reads it from the class)
+
+    def __init__(self, config: MeanPoolingConfig):
+        super().__init__(config)
+        self.post_init()
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """The scalar mix's starting weights; the encoder's modules get the encoder's own scheme."""
+        if isinstance(module, ScalarMix):
+            module.reset_parameters()
+
+    def forward(
+        self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None, **encoder_inputs
+    ) -> BaseModelOutput:
+        """last_hidden_state (batch, time, hidden): the states the classifier's head pools."""
+        return BaseModelOutput(last_hidden_state=self.token_states(input_ids, attention_mask, **encoder_inputs))
+
+
+class MeanPoolingForSequenceClassification(_MeanPoolingBase):
+    """Any transformers encoder, its last layer averaged over the real tokens, then dropout and a linear layer."""
+
+    def __init__(self, config: MeanPoolingConfig):
+        super().__init__(config)
         self.dropout = nn.Dropout(head_dropout(config))
         num_labels = config.num_labels
         assert num_labels is not None  # transformers gives every config a label count (2 by default)
-        self.classifier = nn.Linear(encoder_config.hidden_size, num_labels)
+        self.classifier = nn.Linear(_encoder_of(config).hidden_size, num_labels)
         self.post_init()
 
     @torch.no_grad()
@@ -122,16 +176,40 @@ class MeanPoolingForSequenceClassification(PreTrainedModel):
         **encoder_inputs,
     ) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules)."""
-        mixing = self.scalar_mix is not None
-        encoded = self.encoder(
-            input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=mixing, **encoder_inputs
-        )
-        hidden = self.scalar_mix(encoded.hidden_states) if self.scalar_mix is not None else encoded.last_hidden_state
+        hidden = self.token_states(input_ids, attention_mask, **encoder_inputs)
         logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits)
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """transformers' save (which copies this file and scalar_mix.py beside the weights), the encoder named for
+        AutoModel in auto_map, and the files that make the folder a sentence-transformers model."""
+        self.config.auto_map = {
+            **(getattr(self.config, "auto_map", None) or {}),
+            "AutoModel": _qualified(MeanPoolingEncoder),
+        }
+        super().save_pretrained(save_directory, *args, **kwargs)
+        write_sentence_transformers_files(Path(save_directory), _encoder_of(self.config).hidden_size)
+
+
+def _qualified(cls: type) -> str:
+    """auto_map's name for a class of this file: "mean_pooling.ClassName", as transformers writes its own entries."""
+    return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+
+def write_sentence_transformers_files(folder: Path, hidden_size: int) -> None:
+    """modules.json (the folder's encoder, then a mean Pooling), sentence_bert_config.json and 1_Pooling/config.json."""
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}, indent=2) + "\n")
+    pooling = {"word_embedding_dimension": hidden_size, "pooling_mode_mean_tokens": True}
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
 
 
 def mean_pooling_classifier(
@@ -166,3 +244,6 @@ def load_encoder_weights(
 
 AutoConfig.register(MeanPoolingConfig.model_type, MeanPoolingConfig, exist_ok=True)
 AutoModelForSequenceClassification.register(MeanPoolingConfig, MeanPoolingForSequenceClassification, exist_ok=True)
+# What save_pretrained records in auto_map and copies into the folder (transformers' remote code).
+MeanPoolingConfig.register_for_auto_class("AutoConfig")
+MeanPoolingForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

