@@ -132,9 +132,14 @@ def test_predict_and_eval_read_an_adapter_checkpoint_as_its_merged_model(adapted
     result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", data))])
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    scores = {name: {key: value for key, value in entry.items() if key != "checkpoint"} for name, entry in
-              report["results"].items()}  # fmt: skip
+    scores = {name: {key: value for key, value in entry.items() if key not in ("checkpoint", "classes")} for name,
+              entry in report["results"].items()}  # fmt: skip
     assert report["examples"] == 24 and scores["adapter"] == pytest.approx(scores["merged"])
+    # the per-class report: the same predictions, so the same confusion matrix
+    assert (
+        report["results"]["adapter"]["classes"]["confusion_matrix"]
+        == report["results"]["merged"]["classes"]["confusion_matrix"]
+    )
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "gpt2"])
