@@ -10,7 +10,6 @@ its logits are compared with PyTorch's: a graph that disagrees by more than 1e-4
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import shutil
 import warnings
@@ -28,7 +27,6 @@ from finetune.models.mean_pooling import backbone_config
 from finetune.run_dir import CHECKPOINT_DIR
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
-EXPORT_PACKAGES = ("onnx", "onnxruntime", "onnxscript")
 INSTALL_HINT = "pip install 'finetune[export]' (onnx, onnxruntime, onnxscript)"
 MODEL_FILE = "model.onnx"
 OLDEST_OPSET = 18  # the oldest opset the dynamo exporter writes
@@ -64,8 +62,30 @@ class LogitsOnly(nn.Module):
 
 
 def missing_packages() -> list[str]:
-    """The packages of the `export` extra that are not installed."""
-    return [name for name in EXPORT_PACKAGES if importlib.util.find_spec(name) is None]
+    """The packages of the `export` extra that are not installed (each imported by name: the export needs them all
+    next, and the project's safe-loading rule keeps importlib out of the package)."""
+    missing = []
+    for name, load in EXPORT_IMPORTS.items():
+        try:
+            load()
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
+def _import_onnx() -> None:
+    import onnx  # noqa: F401
+
+
+def _import_onnxruntime() -> None:
+    import onnxruntime  # noqa: F401
+
+
+def _import_onnxscript() -> None:
+    import onnxscript  # noqa: F401
+
+
+EXPORT_IMPORTS = {"onnx": _import_onnx, "onnxruntime": _import_onnxruntime, "onnxscript": _import_onnxscript}
 
 
 def classifier_folder(checkpoint: Path) -> Path:
