@@ -24,7 +24,6 @@ from typing import Any
 
 from finetune.console import console
 from finetune.errors import RunFailed, UserError
-from finetune.glue.specs import task_spec
 from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import load_recipe
 from finetune.recipes.loader import recipe_to_yaml
@@ -47,7 +46,7 @@ INSTALL_HINT = "`finetune search` needs optuna: pip install 'finetune[search]' (
 
 def optimized_metric(recipe) -> tuple[str, str]:
     """The dev metric a search (or cv) scores a run by, and its direction (maximize or minimize)."""
-    name = getattr(recipe, "metric_for_best", None) or task_spec(recipe.task).main_metric
+    name = recipe.selection_metric()  # metric_for_best, else the task's first metric: as keep_best picks
     name = str(name).removeprefix("dev_")
     return name, ("minimize" if is_loss_like(name) else "maximize")
 
