@@ -172,7 +172,8 @@ def test_loss_like_metrics_are_minimized(recipe_and_space):
     assert is_loss_like("mse") and is_loss_like("validation_loss") and not is_loss_like("accuracy")
     recipe = load_recipe(recipe_and_space[0])
     assert optimized_metric(recipe) == ("accuracy", "maximize")
-    chosen = SimpleNamespace(task=recipe.task, metric_for_best="dev_mse")  # the recipe key metric_for_best, when set
+    # the metric keep_best picks by (recipe.selection_metric(): metric_for_best when set), a loss-like one minimized
+    chosen = SimpleNamespace(selection_metric=lambda: "dev_mse")
     assert optimized_metric(chosen) == ("mse", "minimize")
 
 
