@@ -65,7 +65,7 @@ class TaskSection(Section):
     @classmethod
     def _a_share(cls, value: Any) -> Any:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1):
-            raise ValueError(f"dev_split: a share of the training rows, above 0 and below 1 (got {ECHO.repr(value)})")
+            raise ValueError("a share of the training rows, above 0 and below 1")  # the key and value: the formatter
         return value
 
     def weighed_labels(self) -> tuple[str, ...]:

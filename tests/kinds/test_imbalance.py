@@ -85,7 +85,7 @@ REGRESSION = {"labels": None, "metrics": None}  # a custom task without labels: 
             {"training": {"pos_weight": "balanced"}},
             "training.pos_weight: not for task kind classification (a key of kind multilabel)",
         ),
-        ({"task": {"dev_split": 1.5}}, "task.dev_split: dev_split: a share of the training rows, above 0 and below 1"),
+        ({"task": {"dev_split": 1.5}}, "task.dev_split: a share of the training rows, above 0 and below 1 (got 1.5)"),
         (
             {"task": REGRESSION, "training": {"class_weights": "balanced"}},
             "training.class_weights: not for task kind regression (a key of kind classification)",
