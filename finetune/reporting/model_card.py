@@ -116,7 +116,8 @@ def head_architecture(recipe, model_type: str) -> str:
     """The import that registers the classifier's (or tagger's, ...) class of ours, for the card's loading code."""
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
     return (family.classifier_registering_import if family else "") or (
-        "import finetune.models.mean_pooling  # registers the mean-pooling head\n"
+        "import finetune.models.mean_pooling  # registers the mean-pooling head; without finetune installed, pass\n"
+        "# trust_remote_code=True to from_pretrained: the head's code is in the folder (auto_map)\n"
         if recipe.pooling in ("mean", "scalar_mix")
         else ""
     )
