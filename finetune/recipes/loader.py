@@ -36,17 +36,25 @@ RECIPE_TYPES: dict[str, type[Recipe]] = {
 _OVERRIDE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_-]+)*)=(.*)$", re.DOTALL)
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a recipe file with the strict safe loader (finetune/safe_yaml.py); any problem is a one-line UserError."""
+def load_yaml_file(path: Path, what: str) -> Any:
+    """A YAML file of the user's (`what`: recipe, space, ...) through the strict safe loader; a missing file, a YAML
+    problem or text that is not UTF-8 is a one-line UserError naming `what`, the file and the line."""
     if not path.is_file():
-        raise UserError(f"recipe {path}: no such file" if not path.is_dir() else f"recipe {path}: a folder, not a file")
+        raise UserError(f"{what} {path}: no such file")
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        return load_yaml(path.read_text(encoding="utf-8"))
     except YAMLProblem as problem:
         where = f" line {problem.line}" if problem.line is not None else ""
-        raise UserError(f"recipe {path}{where}: {problem.problem}") from None
+        raise UserError(f"{what} {path}{where}: {problem.problem}") from None
     except UnicodeDecodeError:
-        raise UserError(f"recipe {path}: not UTF-8 text") from None
+        raise UserError(f"{what} {path}: not UTF-8 text") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a recipe file with the strict safe loader (finetune/safe_yaml.py); any problem is a one-line UserError."""
+    if path.is_dir():
+        raise UserError(f"recipe {path}: a folder, not a file")
+    data = load_yaml_file(path, "recipe")
     if not isinstance(data, dict):
         raise UserError(f"recipe {path}: expected a mapping of keys at the top level")
     return data

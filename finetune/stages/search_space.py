@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import UserError
-from finetune.recipes.loader import recipe_keys, suggested_key
-from finetune.safe_yaml import YAMLProblem, load_yaml
+from finetune.recipes.loader import load_yaml_file, recipe_keys, suggested_key
 
 RANGE_FIELDS, CHOICE_FIELDS = {"low", "high", "log", "step"}, {"choices"}
 
@@ -74,15 +73,7 @@ def overrides_for(params: dict[str, Any]) -> list[str]:
 def read_space(path: Path, stage: str, check_value: Callable[[str], None]) -> list[Dimension]:
     """Read and check the space file `path` for a recipe of `stage`; `check_value(override)` loads the recipe with
     one `key=value` override and raises UserError when the recipe refuses it."""
-    if not path.is_file():
-        raise UserError(f"space {path}: no such file")
-    try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
-    except YAMLProblem as problem:
-        where = f" line {problem.line}" if problem.line is not None else ""
-        raise UserError(f"space {path}{where}: {problem.problem}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"space {path}: not UTF-8 text") from None
+    data = load_yaml_file(path, "space")
     if not isinstance(data, dict) or not data:
         raise UserError(
             f"space {path}: expected a mapping of recipe keys to ranges, e.g. training.lr: {{low: 1.0e-5, "
