@@ -254,7 +254,8 @@ def _write_summary(study, search: Search, folder: Path, metric: str, direction: 
         {
             "trial": trial.number,
             "state": trial.state.name.lower(),
-            "value": trial.value,
+            "value": trial.value,  # a pruned trial's: its last reported dev score (optuna's rule)
+            "stopped_at_step": trial.last_step if trial.state == optuna.trial.TrialState.PRUNED else None,
             "params": trial.params,
             "run_dir": trial.user_attrs.get("run_dir"),
         }

@@ -26,9 +26,13 @@ def search_markdown(summary: dict[str, Any]) -> str:
     ]
     for row in summary["trials"]:
         value = "" if row["value"] is None else f"{row['value']:.4f}"
+        if value and row.get("stopped_at_step") is not None:  # not a finished run's score: say where it stopped
+            value += f" (step {row['stopped_at_step']})"
         mark = " (best)" if row["trial"] == best else ""
         params = " | ".join(_cell(row["params"].get(key)) for key in keys)
         lines.append(f"| {row['trial']}{mark} | {row['state']} | {value} | {params} | {row['run_dir'] or ''} |")
+    if any(row.get("stopped_at_step") is not None for row in summary["trials"]):
+        lines += ["", "A pruned trial's score is its dev score at the step where it was stopped, not a finished run's."]
     if best is not None:
         lines += ["", f"best: trial {best}, {metric} {summary['best_value']:.4f}"]
     return "\n".join(lines) + "\n"

@@ -116,6 +116,10 @@ def test_a_pruned_trial_stops_at_its_first_evaluation_and_is_marked_pruned(recip
     folder = search_folder(recipe)
     summary = json.loads((folder / "search.json").read_text(encoding="utf-8"))
     assert [row["state"] for row in summary["trials"]] == ["pruned"]
+    assert summary["trials"][0]["stopped_at_step"] == 2
+    markdown = (folder / "search.md").read_text(encoding="utf-8")
+    assert " (step 2) |" in markdown  # the score of a stopped trial says where it stopped
+    assert "not a finished run's" in markdown
     trial = folder / "trial-000"
     evaluations = [
         json.loads(line)
