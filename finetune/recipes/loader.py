@@ -159,7 +159,7 @@ def recipe_keys(stage: str) -> list[str]:
 def suggested_key(key: str, stage: str) -> str | None:
     """The known key an unknown `key` most likely meant: another tool's name for a key of the same section, a close
     spelling in the same section, or the same name in another section (the nearest one); None when nothing is near."""
-    if not isinstance(stage, str) or stage not in RECIPE_TYPES:  # a list or mapping cannot even be looked up
+    if stage not in RECIPE_TYPES:
         return None
     known = recipe_keys(stage)
     parent, _, name = key.rpartition(".")
