@@ -228,6 +228,8 @@ def _problem(item: Any, stage: str) -> tuple[str, str, str, bool]:
         message = "required key is missing"
     elif "input" in item and not isinstance(item["input"], (dict, list)):
         got = f" (got {ECHO.repr(item['input'])})" + _quote_hint(item)
+    if item["type"] == "path_type":  # pydantic's own words name a Python class: "not a valid path for <class ...>"
+        message = "Input should be a path (text)"
     return key, message, got, bool(members)
 
 

@@ -229,10 +229,13 @@ def test_the_issue_case_and_its_message():
         ("training.compile='false'", "training.compile: expected true or false (got 'false')"),
         ("training.adam_betas=[0.9, true]", "training.adam_betas: item 2: expected a number, not true or false"),
         ("description=7", "description: Input should be a valid string (got 7); quote a number meant as text"),
+        ("run_dir=[runs]", "run_dir: Input should be a path (text)"),
+        ("corpus.dataset_files=7", "corpus.dataset_files: Input should be a valid list or a valid dictionary (got 7)"),
     ],
 )
 def test_lax_conversions_are_refused(override, message):
-    # pydantic alone would read true as 1, 1 as true and "false" as false; a number for text is refused with a hint
+    # pydantic alone would read true as 1, 1 as true and "false" as false; a number for text is refused with a hint;
+    # a path and a key of alternative types say what they take in the words of a recipe
     data = copy.deepcopy(BASES["pretrain"])
     apply_override(data, override, SOURCE)
     with pytest.raises(UserError) as error:
