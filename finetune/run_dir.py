@@ -309,7 +309,16 @@ class MetricsLog:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """All records of a metrics.jsonl file; a line that is not one JSON object is a UserError naming it."""
-    records = []
+    return [record for _, record in read_numbered_metrics(path)[0]]
+
+
+def read_numbered_metrics(
+    path: Path, partial_end_ok: bool = False
+) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+    """(line number, record) for every record of a metrics.jsonl file, and the number of a last line left out (None
+    if none): with `partial_end_ok`, a last line without its line break that is not JSON yet is a record a running job
+    is writing, not a mistake. Any other line that is not one JSON object is a UserError naming it."""
+    records: list[tuple[int, dict[str, Any]]] = []
     with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is named too
         for number, raw in enumerate(handle, start=1):
             try:
@@ -317,11 +326,13 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
                 if not text.strip():
                     continue
                 record = json.loads(text)
-            except UnicodeDecodeError:
-                raise UserError(f"{path} line {number}: not valid UTF-8") from None
-            except json.JSONDecodeError as error:
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                if partial_end_ok and not raw.endswith(b"\n"):  # only the last line can lack one
+                    return records, number
+                if isinstance(error, UnicodeDecodeError):
+                    raise UserError(f"{path} line {number}: not valid UTF-8") from None
                 raise UserError(f"{path} line {number}: not JSON ({error.msg})") from None
             if not isinstance(record, dict):  # [1, 2] or 3 would fail later, in a plot, as a traceback
                 raise UserError(f"{path} line {number}: expected a JSON object, found {type(record).__name__}")
-            records.append(record)
-    return records
+            records.append((number, record))
+    return records, None

@@ -102,6 +102,9 @@ def validate_submission_command(
     for name in check.present:
         file_name = file_of[name]
         against = "test file" if name in test_ids else "official test-set size"
+        if file_name not in check.rows:  # too large or unreadable: its problem below says why
+            typer.echo(f"{file_name}: not read (see its problem below)")
+            continue
         typer.echo(f"{file_name}: {check.rows[file_name]} rows (checked against the {against})")
     if check.missing:
         typer.echo("missing: " + ", ".join(file_of[name] for name in check.missing))

@@ -94,6 +94,9 @@ def generate(
         int | None, typer.Option(help="Seed the sampling: the same seed gives the same samples.", show_default=False)
     ] = None,
     stop_at_eos: StopAtEosOption = True,
+    min_new_tokens: Annotated[
+        int, typer.Option(help="Tokens to generate per sample before <|endoftext|> may end it; 0: no minimum.")
+    ] = 0,
     output: SamplesOutputOption = None,
     document: DocumentOption = None,
 ) -> None:
@@ -120,6 +123,7 @@ def generate(
         top_k=top_k,
         top_p=top_p,
         stop_at_end_of_text=stop_at_eos,
+        min_new_tokens=min_new_tokens,
     )
     try:
         quiet_library_chatter()

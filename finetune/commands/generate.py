@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from transformers import TextStreamer
 
+from finetune.console import console
 from finetune.data.corpus import text_documents
 from finetune.data.reverse import reads_backwards
 from finetune.data.token_cache import encode
@@ -46,6 +47,7 @@ class Sampling:
     top_k: int = 0  # sample among the k most probable tokens only; 0: all
     top_p: float = 1.0  # sample among the fewest tokens whose probabilities add up to p (nucleus); 1: all
     stop_at_end_of_text: bool = True  # end a sample at <|endoftext|>, the end of the document it writes
+    min_new_tokens: int = 0  # <|endoftext|> is not drawn before this many new tokens (a document at least this long)
 
     def check(self) -> None:
         """Values `generate` would refuse with a traceback, or accept and ignore, as one line naming the option."""
@@ -57,6 +59,10 @@ class Sampling:
             raise UserError(f"--top-k: 0 (off) or more (got {self.top_k})")
         if not 0 < self.top_p <= 1:
             raise UserError(f"--top-p: in (0, 1] (got {self.top_p})")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise UserError(
+                f"--min-new-tokens: from 0 to --max-new-tokens ({self.max_new_tokens}) (got {self.min_new_tokens})"
+            )
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,8 @@ def generate_samples(
     }
     if not sampling.greedy:
         options.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    if sampling.stop_at_end_of_text and sampling.min_new_tokens:  # without a stop, <|endoftext|> is only a separator
+        options["min_new_tokens"] = sampling.min_new_tokens
     inputs = torch.tensor([ids], device=model.device)
 
     def draw() -> Iterator[Sample]:
@@ -141,6 +149,16 @@ def generate_samples(
             yield Sample(tokenizer.decode(new_ids, **decode_options), len(new_ids), ended)
 
     return draw()
+
+
+def end_of_document_note(sample: Sample, end_of_text: str) -> str:
+    """The line that says a sample stopped at the end-of-document token, after how many tokens, and how to go on."""
+    empty = "" if sample.text.strip() else ", before any text"
+    return (
+        f"generation stopped at the end-of-document token {end_of_text} after {sample.new_tokens} new token(s)"
+        f"{empty}: the model ended the document; --min-new-tokens N writes at least N tokens first, --no-stop-at-eos "
+        "writes on into new documents"
+    )
 
 
 def sample_rows(prompt: str, samples: list[Sample], seed: int | None) -> list[dict]:
@@ -199,7 +217,12 @@ def run_generate(
     for sample in drawn:
         samples.append(sample)
         if streaming:
-            write("\n" + ("\n" + prompt if len(samples) < count else ""))
+            write("\n")
+            if sample.ended_document:  # else a sample that ends at once shows the prompt alone, without a word why
+                console.print(
+                    end_of_document_note(sample, tokenizer.eos_token), markup=False, highlight=False, soft_wrap=True
+                )
+            write("\n" + prompt if len(samples) < count else "")
     rows = sample_rows(prompt, samples, seed)
     if output == "-":
         write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

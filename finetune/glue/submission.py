@@ -119,7 +119,11 @@ def validate_submission(path: Path, test_ids: dict[str, list[str]] | None = None
                 continue
             check.present.append(spec.name)
             expected = (test_ids or {}).get(spec.name)
-            data = read_member(archive, path, spec.submission_file)
+            try:
+                data = read_member(archive, path, spec.submission_file)
+            except DataFileError as error:  # this member only: the others are still checked and reported
+                check.problems.append(f"{spec.submission_file}: {error.reason}")
+                continue
             if len(data) > MAX_MEMBER_BYTES:  # not read further: a zip bomb would fill the memory
                 check.problems.append(
                     f"{spec.submission_file}: more than {MAX_MEMBER_BYTES // 2**20} MB of text; a "
@@ -156,7 +160,7 @@ def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple
     except UnicodeDecodeError:
         return 0, [f"{name}: not UTF-8 text"]
     if not lines or lines[0] != HEADER:
-        found = repr(lines[0]) if lines else "an empty file"
+        found = shown(lines[0]) if lines else "an empty file"
         return 0, [f"{name} line 1: header must be {HEADER!r}, found {found}"]
     problems, indices = [], []
     for line, text in enumerate(lines[1:], start=2):
@@ -177,28 +181,41 @@ def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple
         problems.append(f"{name}: {rows} prediction rows, {against} has {expected_rows}")
     repeated = [index for index, count in Counter(indices).items() if count > 1]
     if repeated:
-        problems.append(f"{name}: {len(repeated)} index value(s) repeated, e.g. {repeated[0]}")
+        problems.append(f"{name}: {len(repeated)} index value(s) repeated, e.g. {shown(repeated[0], quoted=False)}")
     if test_ids is not None:
         absent, unknown = set(test_ids) - set(indices), set(indices) - set(test_ids)
         if absent:
-            problems.append(f"{name}: {len(absent)} test index value(s) without a prediction, e.g. {min(absent)}")
+            example = shown(min(absent), quoted=False)
+            problems.append(f"{name}: {len(absent)} test index value(s) without a prediction, e.g. {example}")
         if unknown:
-            problems.append(f"{name}: {len(unknown)} index value(s) not in the test file, e.g. {min(unknown)}")
+            problems.append(
+                f"{name}: {len(unknown)} index value(s) not in the test file, e.g. {shown(min(unknown), quoted=False)}"
+            )
     return rows, problems
+
+
+SHOWN_CHARACTERS = 40  # of a file's text quoted in a problem: a line of a broken file may be megabytes long
+
+
+def shown(text: str, quoted: bool = True) -> str:
+    """`text` (quoted: as a repr) for a problem line, cut to SHOWN_CHARACTERS."""
+    cut = text[:SHOWN_CHARACTERS]
+    shown_text = repr(cut) if quoted else cut
+    return shown_text if len(text) <= SHOWN_CHARACTERS else f"{shown_text}... ({len(text):,} characters)"
 
 
 def value_problem(spec: TaskSpec, value: str) -> str | None:
     """Why one prediction is not what the leaderboard accepts for the task, or None."""
     if spec.labels is not None:  # classes (not regression)
         vocabulary = spec.submission_labels or spec.labels
-        return None if value in vocabulary else f"prediction {value!r} is not one of {', '.join(vocabulary)}"
+        return None if value in vocabulary else f"prediction {shown(value)} is not one of {', '.join(vocabulary)}"
     try:
         score = float(value)
     except ValueError:
-        return f"prediction {value!r} is not a number"
+        return f"prediction {shown(value)} is not a number"
     low, high = spec.submission_range or (-math.inf, math.inf)
     if not low <= score <= high:  # also refuses NaN
-        return f"prediction {value} is outside [{low:g}, {high:g}]"
+        return f"prediction {shown(value, quoted=False)} is outside [{low:g}, {high:g}]"
     return None
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import reprlib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class MustExist:
@@ -22,9 +23,63 @@ InputFolder = Annotated[Path, MustExist("folder")]
 
 
 class Section(BaseModel):
-    """Base of every recipe section: unknown keys are errors, never silently ignored; so are nan and inf."""
+    """Base of every recipe section: unknown keys are errors, never silently ignored; so are nan and inf, and true or
+    false for a number or a number or text for true or false (see `boolean_problem`)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    # Runs after a field's own before-validators (pydantic runs a subclass's first): mixed_precision's turns YAML's
+    # `no` (false) into "no" before this sees it.
+    @field_validator("*", mode="before")
+    @classmethod
+    def _booleans_are_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        problem = boolean_problem(value, cls.model_fields[str(info.field_name)].annotation)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
+# What a recipe key takes of the YAML types, beyond what its type says (pydantic's lax mode):
+# - an int for a float key (`lr: 1` means 1.0), and text that reads as a number for a number key: PyYAML reads `1e-3`
+#   (no dot) as text, and `training.lr=1e-3` is how users write it;
+# - never a number for a text key: `name: 1.10` would become "1.10"'s float 1.1; the error says to quote it;
+# - never true/false for a number (pydantic would read `epochs: yes` as 1), and never a number or text for a true/false
+#   key (pydantic would read `compile: 1` or `compile: "off"` as booleans): `boolean_problem` refuses them.
+_UNIONS = (Union, UnionType)
+_BOOLEAN_TAKERS = (bool, Any, object)  # members of a key's type that take true/false as it is
+
+
+def type_members(annotation: Any) -> list[Any]:
+    """The types a value of `annotation` may be: Annotated unwrapped, unions flattened."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return type_members(get_args(annotation)[0])
+    if origin in _UNIONS:
+        return [member for argument in get_args(annotation) for member in type_members(argument)]
+    return [annotation]
+
+
+def boolean_problem(value: Any, annotation: Any) -> str | None:
+    """Why `value` may not be given for a key of type `annotation` although pydantic's lax mode would convert it: true
+    or false for a number, a number or text for true or false (also as an item of a list or mapping); else None."""
+    members = type_members(annotation)
+    if isinstance(value, bool):
+        takes = any(member in _BOOLEAN_TAKERS or True in get_args(member) for member in members)
+        if not takes and any(member in (int, float) for member in members):
+            return "expected a number, not true or false"
+        return None
+    if isinstance(value, (int, float, str)) and members and all(member in (bool, NoneType) for member in members):
+        return "expected true or false"
+    for member in members:  # the items of a list or mapping against the item types of the first container member
+        origin, arguments = get_origin(member), get_args(member)
+        if isinstance(value, (list, tuple)) and origin in (list, tuple, set, frozenset) and arguments:
+            item_types = arguments if origin is tuple and arguments[-1] is not Ellipsis else [arguments[0]] * len(value)
+            found = [boolean_problem(item, item_type) for item, item_type in zip(value, item_types)]
+            return next((f"item {index + 1}: {problem}" for index, problem in enumerate(found) if problem), None)
+        if isinstance(value, dict) and origin is dict and len(arguments) == 2:
+            named = [(key, boolean_problem(item, arguments[1])) for key, item in value.items()]
+            return next((f"{key}: {problem}" for key, problem in named if problem), None)
+    return None
 
 
 SEED_RANGE = {"ge": 0, "lt": 2**32}  # what numpy's and torch's generators accept

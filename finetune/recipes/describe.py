@@ -3,35 +3,78 @@
 from __future__ import annotations
 
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NamedTuple, Union, get_args, get_origin
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 UNIONS = (Union, UnionType)  # Union[A, B] and Optional[A], and A | B (what the recipes write)
 
 
-def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, description) for every key of a recipe type, for `finetune recipes --keys`."""
-    rows = []
+class KeyField(NamedTuple):
+    """One dotted key of a recipe type, its pydantic field, and the section variants it belongs to: ((dotted tag key,
+    tag value), ...), e.g. (("model.family", "awd_lstm"),) for a key of the awd_lstm model section only."""
+
+    key: str
+    field: FieldInfo
+    variant: tuple[tuple[str, str], ...]
+
+
+def key_fields(model: type[BaseModel], prefix: str = "", variant: tuple[tuple[str, str], ...] = ()) -> list[KeyField]:
+    """Every leaf key of a recipe type with its field: sections are walked into, a section that is one of several
+    (model family, task kind) once per variant. `describe_keys` and the recipe tests read the keys from here."""
+    fields = []
     for name, field in model.model_fields.items():
-        annotation = field.annotation
-        section = annotation
+        section = field.annotation
         if get_origin(section) in UNIONS and len(get_args(section)) == 2 and type(None) in get_args(section):
             section = next(argument for argument in get_args(section) if argument is not type(None))
         if isinstance(section, type) and issubclass(section, BaseModel):
-            rows += describe_keys(section, f"{prefix}{name}.")
+            fields += key_fields(section, f"{prefix}{name}.", variant)
             continue
-        if _section_variants(section):
-            rows += _describe_variants(_section_variants(section), f"{prefix}{name}.")
+        variants = _section_variants(section)
+        if variants:
+            tag = next(name for name in ("family", "kind") if name in variants[0].model_fields)
+            for member in variants:
+                value = type_label(member.model_fields[tag].annotation)
+                fields += key_fields(member, f"{prefix}{name}.", (*variant, (f"{prefix}{name}.{tag}", value)))
             continue
-        if field.is_required():
-            default = "(required)"
-        elif field.default_factory is not None:
-            default = repr(field.get_default(call_default_factory=True))
+        fields.append(KeyField(f"{prefix}{name}", field, variant))
+    return fields
+
+
+def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, description) for every key of a recipe type, for `finetune recipes --keys`.
+
+    Keys of alternative sections (one per model family, or per task kind) are listed once with the families or
+    kinds they apply to; the same key with another meaning in other variants is listed again."""
+    rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}  # (key, meaning) -> row
+    families: dict[tuple[str, str], list[str]] = {}
+    tags: dict[tuple[str, str], bool] = {}  # whether the key is its section's family or kind
+    for key, field, variant in key_fields(model, prefix):
+        is_tag = bool(variant) and key == variant[-1][0]
+        identity = (key, "" if is_tag or not variant else field.description or "")
+        rows.setdefault(identity, (key, type_label(field.annotation), _default(field), field.description or ""))
+        tags[identity] = is_tag
+        if variant:
+            families.setdefault(identity, []).append(variant[-1][1])
+    described = []
+    for identity, (key, label, default, meaning) in rows.items():
+        if tags[identity]:
+            described.append((key, "|".join(families[identity]), default, meaning))
+        elif identity in families:
+            described.append((key, label, default, f"({', '.join(families[identity])}) {meaning}"))
         else:
-            default = repr(field.default)
-        rows.append((f"{prefix}{name}", type_label(annotation), default, field.description or ""))
-    return rows
+            described.append((key, label, default, meaning))
+    return described
+
+
+def _default(field: FieldInfo) -> str:
+    """A field's default as `recipes --keys` shows it."""
+    if field.is_required():
+        return "(required)"
+    if field.default_factory is not None:
+        return repr(field.get_default(call_default_factory=True))
+    return repr(field.default)
 
 
 def _section_variants(annotation: Any) -> list[type[BaseModel]]:
@@ -42,27 +85,6 @@ def _section_variants(annotation: Any) -> list[type[BaseModel]]:
         return []
     members = [get_args(member)[0] if get_origin(member) is Annotated else member for member in get_args(annotation)]
     return members if all(isinstance(member, type) and issubclass(member, BaseModel) for member in members) else []
-
-
-def _describe_variants(variants: list[type[BaseModel]], prefix: str) -> list[tuple[str, str, str, str]]:
-    """Keys of alternative sections (one per model family, or per task kind: their `family` or `kind` tells them
-    apart), each marked with the families or kinds it applies to."""
-    rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}  # (key, meaning) -> row: same key, other meaning
-    families: dict[tuple[str, str], list[str]] = {}
-    tag = next(name for name in ("family", "kind") if name in variants[0].model_fields)
-    for variant in variants:
-        family = type_label(variant.model_fields[tag].annotation)
-        for row in describe_keys(variant, prefix):
-            identity = (row[0], "" if row[0] == f"{prefix}{tag}" else row[3])
-            rows.setdefault(identity, row)
-            families.setdefault(identity, []).append(family)
-    described = []
-    for identity, (key, label, default, meaning) in rows.items():
-        if key == f"{prefix}{tag}":
-            described.append((key, "|".join(families[identity]), default, meaning))
-        else:
-            described.append((key, label, default, f"({', '.join(families[identity])}) {meaning}"))
-    return described
 
 
 def type_label(annotation: Any) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 from pydantic import Discriminator, Field, Tag, field_validator, model_serializer, model_validator
 
 from finetune.recipes.adapters import ADAPTER_HELP, AdapterConfig
-from finetune.recipes.base import Section
+from finetune.recipes.base import ECHO, Section
 
 ARCHITECTURE_KEYS = ("layers", "hidden", "heads", "intermediate", "max_positions")
 AWD_LSTM_ARCHITECTURE_KEYS = ("embedding_size", "hidden", "layers", "cell", "embedding_init_range")
@@ -242,10 +242,10 @@ MODEL_FAMILIES = tuple(MODEL_SECTIONS)
 
 
 def model_family(value: Any) -> str:
-    """The `family` key of a model section (bert when absent, the historical default)."""
-    if isinstance(value, dict):
-        return value.get("family", "bert")
-    return getattr(value, "family", "bert")
+    """The `family` key of a model section (bert when absent, the historical default); a family that is not a name (a
+    list, a mapping, a number) as its text, which names no family, so that the union reports it as unknown."""
+    family = value.get("family", "bert") if isinstance(value, dict) else getattr(value, "family", "bert")
+    return family if isinstance(family, str) else ECHO.repr(family)
 
 
 if TYPE_CHECKING:

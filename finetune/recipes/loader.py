@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from finetune.console import console
 from finetune.errors import UserError
 from finetune.recipes.base import ECHO, MustExist, RunRecipe
+from finetune.recipes.describe import KeyField, key_fields
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.language_models import MODEL_FAMILIES
@@ -127,22 +128,32 @@ OTHER_TOOLS_NAMES = {
 }
 
 
-def recipe_keys(stage: str) -> list[str]:
-    """Every dotted key a recipe of `stage` may hold (an ulmfit flow's sections: their stage's keys)."""
-    from finetune.recipes.describe import describe_keys
-    from finetune.recipes.ulmfit import FLOW_SET_KEYS, ULMFIT_STAGE_FOLDERS
+def recipe_key_fields(stage: str) -> list[KeyField]:
+    """Every dotted key a recipe of `stage` may hold with its field, once per model family or task kind it belongs to
+    (an ulmfit flow's sections: their stage's keys; what `finetune recipes --keys` lists)."""
+    from finetune.recipes.ulmfit import FLOW_SET_KEYS, ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel
 
     if stage != "ulmfit":
-        return [row[0] for row in describe_keys(RECIPE_TYPES[stage])]
-    keys = [name for name in UlmfitRecipe.model_fields if name not in ULMFIT_STAGE_FOLDERS] + ["general_lm.checkpoint"]
-    keys += [key for key in recipe_keys("finetune") if key.startswith("task.")]  # the flow's task is stage 3's
+        return key_fields(RECIPE_TYPES[stage])
+    fields = [
+        KeyField(name, field, ())
+        for name, field in UlmfitRecipe.model_fields.items()
+        if name not in ULMFIT_STAGE_FOLDERS
+    ]
+    fields += [field for field in recipe_key_fields("finetune") if field.key.startswith("task.")]  # stage 3's task
+    fields.append(KeyField("general_lm.checkpoint", PretrainedLanguageModel.model_fields["checkpoint"], ()))
     for section in ULMFIT_STAGE_FOLDERS:
-        keys += [
-            f"{section}.{key}"
-            for key in recipe_keys("finetune" if section == "classifier" else "pretrain")
+        fields += [
+            KeyField(f"{section}.{key}", field, tuple((f"{section}.{tag}", value) for tag, value in variant))
+            for key, field, variant in recipe_key_fields("finetune" if section == "classifier" else "pretrain")
             if key not in FLOW_SET_KEYS
         ]
-    return keys
+    return fields
+
+
+def recipe_keys(stage: str) -> list[str]:
+    """Every dotted key a recipe of `stage` may hold, each once."""
+    return list(dict.fromkeys(field.key for field in recipe_key_fields(stage)))
 
 
 def suggested_key(key: str, stage: str) -> str | None:
@@ -171,32 +182,64 @@ def suggested_key(key: str, stage: str) -> str | None:
 
 
 def _format_validation_error(error: ValidationError, source: Path, stage: str = "") -> str:
-    """All problems of a recipe on one line, each naming its dotted key."""
-    problems: list[str] = []
-    for item in error.errors():
-        # A model section is validated as its family's type, a task section as its kind's; pydantic puts that tag
-        # in the location.
-        loc = item["loc"]
-        tags = {index: loc[index] for index in range(1, len(loc)) if _is_union_tag(loc[index - 1], loc[index])}
-        location = [part for index, part in enumerate(loc) if index not in tags]
-        key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "union_tag_invalid":
-            key, message = _unknown_tag(key, item["ctx"]["tag"])
-        elif item["type"] == "extra_forbidden" and (kind := _owned_elsewhere(location, tags)) is not None:
-            message = kind
-        elif item["type"] == "extra_forbidden":
-            nearest = suggested_key(key, stage)
-            message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
-        elif item["type"] == "missing":
-            message = "required key is missing"
-        elif "input" in item and not isinstance(item["input"], (dict, list)):
-            message += f" (got {ECHO.repr(item['input'])})"
+    """All problems of a recipe on one line, each naming its dotted key; a value that none of a key's alternative
+    types takes (`list[str] | dict[...]`, `float | Literal['dev']`) is one problem listing them."""
+    problems: dict[object, tuple[str, list[str], str]] = {}  # -> (key, what each alternative wanted, what was got)
+    for number, item in enumerate(error.errors()):
+        key, message, got, alternative = _problem(item, stage)
         copied = next((key.removeprefix(prefix) for prefix in FLOW_TASK_COPIES if key.startswith(prefix)), None)
-        if copied is not None and any(problem.startswith(f"{copied}: ") for problem in problems):
+        if copied is not None and any(known == copied for known, _, _ in problems.values()):
             continue  # an ulmfit flow's top-level task, reported once rather than again in each section it fills
-        problems.append(f"{key}: {message}" if key else message)
-    return _shortened(f"recipe {source}: " + "; ".join(problems), MAX_ERROR_LENGTH)
+        if alternative and (key, "alternatives") in problems:
+            problems[key, "alternatives"][1].append(message.removeprefix("Input should be "))
+        else:
+            problems[(key, "alternatives") if alternative else number] = (key, [message], got)
+    lines = [
+        f"{key}: {' or '.join(wanted)}{got}" if key else " or ".join(wanted) for key, wanted, got in problems.values()
+    ]
+    return _shortened(f"recipe {source}: " + "; ".join(lines), MAX_ERROR_LENGTH)
+
+
+# How pydantic names the member of a union (`int | None`, `list[str] | dict[...]`) an error is about in its location:
+# never a recipe key (keys are names; a mapping's own keys, e.g. eval's model names, may hold "-" but no "[").
+_TYPE_TAG = re.compile(
+    r"^(str|int|float|bool|none|(constrained|function|lax-or-strict|json-or-python|is-instance)-.*|.*\[.*)$"
+)
+
+
+def _problem(item: Any, stage: str) -> tuple[str, str, str, bool]:
+    """One pydantic error as (dotted key, message, " (got VALUE)" or "", whether it is one alternative of a union)."""
+    # A model section is validated as its family's type, a task section as its kind's; pydantic puts that tag in
+    # the location, and the member type of any other union too.
+    loc = item["loc"]
+    tags = {index: loc[index] for index in range(1, len(loc)) if _is_union_tag(loc[index - 1], loc[index])}
+    members = {index for index, part in enumerate(loc) if isinstance(part, str) and _TYPE_TAG.match(part)}
+    location = [part for index, part in enumerate(loc) if index not in tags and index not in members]
+    key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
+    message, got = item["msg"].removeprefix("Value error, "), ""
+    if item["type"] == "union_tag_invalid":
+        key, message = _unknown_tag(key, item["ctx"]["tag"])
+    elif item["type"] == "extra_forbidden" and (kind := _owned_elsewhere(location, tags)) is not None:
+        message = kind
+    elif item["type"] == "extra_forbidden":
+        nearest = suggested_key(key, stage)
+        message = "unknown key" + (f"; did you mean {nearest}?" if nearest else "")
+    elif item["type"] == "missing":
+        message = "required key is missing"
+    elif "input" in item and not isinstance(item["input"], (dict, list)):
+        got = f" (got {ECHO.repr(item['input'])})" + _quote_hint(item)
+    if item["type"] == "path_type":  # pydantic's own words name a Python class: "not a valid path for <class ...>"
+        message = "Input should be a path (text)"
+    return key, message, got, bool(members)
+
+
+def _quote_hint(item: Any) -> str:
+    """For a number where text is read: how to give it as text (YAML reads `name: 1.10` as the number 1.1, so a number
+    is never taken for text silently)."""
+    value = item["input"]
+    if item["type"] == "string_type" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "; quote a number meant as text"
+    return ""
 
 
 def _say_when_the_kind_is_another(task: Any, path: Path) -> None:
@@ -337,7 +380,7 @@ def recipe_from_data(
 ) -> Recipe:
     """Validate a raw recipe (read from `path`, overrides applied); raise UserError naming the key and `path`."""
     stage = data.get("stage")
-    if stage not in RECIPE_TYPES:
+    if not isinstance(stage, str) or stage not in RECIPE_TYPES:  # a list or mapping cannot even be looked up
         raise UserError(f"recipe {path}: stage: expected one of {', '.join(RECIPE_TYPES)} (got {ECHO.repr(stage)})")
     if expected_stage is not None and stage != expected_stage:
         raise UserError(f"recipe {path}: stage: this is a '{stage}' recipe; run it with `finetune {stage}`")

@@ -19,6 +19,7 @@ from finetune.kinds.recipe import TaskSection
 from finetune.kinds.regression.recipe import RegressionSection
 from finetune.kinds.spans.recipe import SpansSection
 from finetune.kinds.tokens.recipe import TokensSection
+from finetune.recipes.base import ECHO
 
 TASK_SECTIONS: dict[str, type[TaskSection]] = {
     section.kind_name: section
@@ -44,6 +45,8 @@ def task_kind(value: Any) -> str:
     if not isinstance(value, dict):
         return getattr(value, "kind", DEFAULT_KIND)
     kind = value.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str):  # a list, a mapping, a number: its text names no kind, so the union reports it
+        return ECHO.repr(kind)
     if kind != DEFAULT_KIND:
         return kind
     name = value.get("name")

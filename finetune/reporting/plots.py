@@ -17,7 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from finetune.run_dir import METRICS_FILE, read_metrics
+from finetune.console import console
+from finetune.run_dir import METRICS_FILE, read_numbered_metrics
 
 PLOTS_DIR = "plots"  # inside the run directory
 FIGURE_SIZE = (8.0, 4.5)  # inches: 800 x 450 pixels at DPI
@@ -226,9 +227,26 @@ PLOTS: dict[str, Callable[[list[dict[str, Any]]], Figure | None]] = {
 }
 
 
+def plotted_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl that the plots read, saying in one line each what is left out: records
+    without a phase (named by their first line), and a last line a running job is still writing."""
+    numbered, partial = read_numbered_metrics(path, partial_end_ok=True)
+    without = [number for number, record in numbered if "phase" not in record]
+    if without:
+        more = f" (nor {len(without) - 1} more such lines)" if len(without) > 1 else ""
+        _note(f"{path} line {without[0]}: a record without 'phase' (train, eval, unfreeze) is not plotted{more}")
+    if partial is not None:
+        _note(f"{path} line {partial}: not complete yet (a running job is writing it); plotted without it")
+    return [record for _, record in numbered if "phase" in record]
+
+
+def _note(line: str) -> None:
+    console.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
 def write_plots(run_dir: Path) -> list[Path]:
     """Draw every plot the run's metrics.jsonl has data for into RUN_DIR/plots/; returns the files written."""
-    records = read_metrics(Path(run_dir) / METRICS_FILE)
+    records = plotted_records(Path(run_dir) / METRICS_FILE)
     folder = Path(run_dir) / PLOTS_DIR
     folder.mkdir(exist_ok=True)
     written = []

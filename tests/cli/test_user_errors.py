@@ -754,14 +754,18 @@ class CommandCase(NamedTuple):
     named: tuple[str, ...]  # fragments the error line must contain
 
 
-COMMAND_CASES = {
+# An archive's unreadable member is one of its problems: reported beside the others, exit code 1 (not valid).
+ARCHIVE_CASES = {
     "archive member with a bad CRC": CommandCase(
-        corrupt_member(zipfile.ZIP_STORED), ("submission.zip", "member CoLA.tsv", "corrupt", "Bad CRC-32")
+        corrupt_member(zipfile.ZIP_STORED), ("problem: CoLA.tsv: member CoLA.tsv", "corrupt", "Bad CRC-32")
     ),
     "archive member with corrupt compressed bytes": CommandCase(
-        corrupt_member(zipfile.ZIP_DEFLATED), ("submission.zip", "member CoLA.tsv", "corrupt")
+        corrupt_member(zipfile.ZIP_DEFLATED), ("problem: CoLA.tsv: member CoLA.tsv", "corrupt")
     ),
-    "encrypted archive member": CommandCase(encrypted_member, ("submission.zip", "member CoLA.tsv", "encrypted")),
+    "encrypted archive member": CommandCase(encrypted_member, ("problem: CoLA.tsv: member CoLA.tsv", "encrypted")),
+}
+
+COMMAND_CASES = {
     "metrics line a JSON list": CommandCase(
         metrics_line(b"[1, 2]"), ("metrics.jsonl line 2", "expected a JSON object, found list")
     ),
@@ -821,3 +825,19 @@ def test_run_dir_in_a_folder_that_cannot_be_written(tmp_path):
     assert error.startswith("error: ") and "\n" not in error and "Traceback" not in error, error
     assert "run_dir" in error and f"{locked} is not writable" in error, error
     assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", ARCHIVE_CASES.values(), ids=ARCHIVE_CASES.keys())
+def test_an_unreadable_archive_member_is_a_problem_and_exit_code_1(case: CommandCase, tmp_path: Path):
+    arguments = case.arguments(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+
+    result = CliRunner().invoke(app, arguments)
+
+    assert result.exit_code == 1, f"exit code {result.exit_code}: {result.output[-2000:]}"
+    assert "Traceback" not in result.output, result.output[-2000:]
+    assert "CoLA.tsv: not read (see its problem below)" in result.output
+    assert result.output.strip().endswith("submission.zip: not valid"), result.output
+    for fragment in case.named:
+        assert fragment in result.output, f"{fragment!r} not named in {result.output!r}"
+    assert sorted(tmp_path.rglob("*")) == before, "the command created or deleted files"

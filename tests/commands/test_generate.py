@@ -442,3 +442,59 @@ def test_prompt_and_score_follow_what_a_document_was_in_pretraining(checkpoints,
     assert by_file == score_text(checkpoint, [text], document="file") != by_line
     # Line by line: a separator after each of the 3 lines; whole: 3 line-break tokens inside, one separator at the end.
     assert by_file["tokens"] == by_line["tokens"] + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A sample that ends at once says why (issue 44)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ends_at_once(tmp_path_factory, tokenizer) -> Path:
+    """A gpt2 checkpoint whose most probable next token is always <|endoftext|>: its final norm outputs one vector
+    at every position, and <|endoftext|>'s (tied) embedding row is that vector, scaled up."""
+    model = tiny_model("gpt2", len(tokenizer))
+    with torch.no_grad():
+        direction = torch.zeros(model.config.n_embd)
+        direction[0] = 1.0
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.copy_(direction)
+        model.transformer.wte.weight[tokenizer.eos_token_id] = 50 * direction
+    folder = tmp_path_factory.mktemp("ends-at-once")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_a_sample_that_ends_at_once_says_so_and_how_to_go_on(ends_at_once):
+    result = runner.invoke(app, ["generate", str(ends_at_once), "-p", "ROMEO:", "--greedy", "--max-new-tokens", "20"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "ROMEO:\n"  # the prompt alone, as before: what the model wrote
+    note = result.stderr.strip()
+    assert note.startswith("generation stopped at the end-of-document token <|endoftext|> after 1 new token(s)")
+    assert "before any text" in note and "--min-new-tokens" in note and "--no-stop-at-eos" in note
+    assert len(note.splitlines()) == 1
+
+
+def test_min_new_tokens_writes_that_many_before_the_end_of_the_document(ends_at_once):
+    arguments = [
+        "generate",
+        str(ends_at_once),
+        "-p",
+        "ROMEO:",
+        "--greedy",
+        "--max-new-tokens",
+        "20",
+        "--min-new-tokens",
+        "5",
+    ]
+    [row] = [json.loads(line) for line in runner.invoke(app, [*arguments, "-o", "-"]).stdout.splitlines()]
+    assert row["new_tokens"] == 6 and row["stop"] == "end_of_text" and row["text"].strip()  # 5, then <|endoftext|>
+    streamed = runner.invoke(app, arguments)
+    assert streamed.stdout == "ROMEO:" + row["text"] + "\n"
+    assert "after 6 new token(s):" in streamed.stderr and "before any text" not in streamed.stderr
+
+
+def test_min_new_tokens_beyond_max_new_tokens_is_one_line(ends_at_once):
+    result = runner.invoke(app, ["generate", str(ends_at_once), "--max-new-tokens", "4", "--min-new-tokens", "5"])
+    assert result.exit_code == 2 and result.output.strip().startswith("error: --min-new-tokens: from 0 to")

@@ -240,3 +240,78 @@ def test_a_huge_member_is_refused_without_reading_it_whole(archive, tmp_path, mo
 def test_submission_files_name_every_submission_task():
     assert list(SUBMISSION_FILES) == [spec.submission_file for spec in SUBMISSION_TASKS]
     assert len(SUBMISSION_FILES) == 11
+
+
+# ---------------------------------------------------------------------------------------------
+# Malformed archives: every problem reported, none crashes the validator or the command (issue 44)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_reports_a_huge_member_and_still_checks_the_others(archive, tmp_path, monkeypatch):
+    # The issue's archive had a 200 MB CoLA.tsv of zeros; the bound is made 1 MB here so 2 MB exceed it.
+    monkeypatch.setattr(submission, "MAX_MEMBER_BYTES", 2**20)
+    bomb = rewrite(archive, tmp_path / "bomb.zip", {"CoLA.tsv": "\0" * (2 * 2**20)})
+    root = write_glue_root(tmp_path / "glue")
+    result = runner.invoke(app, ["validate-submission", str(bomb), "--glue-dir", str(root)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert "CoLA.tsv: not read (see its problem below)" in result.output
+    assert "problem: CoLA.tsv: more than 1 MB of text" in result.output
+    assert "SST-2.tsv: 4 rows (checked against the test file)" in result.output
+    assert result.output.strip().endswith("not valid")
+
+
+def test_cli_reports_every_problem_of_a_malformed_archive(archive, tmp_path):
+    broken = rewrite(
+        archive,
+        tmp_path / "broken.zip",
+        {
+            "RTE.tsv": None,  # missing
+            "CoLA.tsv": "\x7f\x01junk",  # no header
+            "QNLI.tsv": "x" * 100_000 + "\n0\tentailment\n",  # a wrong header, megabytes long in real junk
+            "SST-2.tsv": "index\tprediction\n0\t1\n",  # too few rows
+        },
+    )
+    root = write_glue_root(tmp_path / "glue")
+    result = runner.invoke(app, ["validate-submission", str(broken), "--glue-dir", str(root)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    output = result.output
+    assert "missing: RTE.tsv" in output
+    assert "problem: CoLA.tsv line 1: header must be" in output
+    assert "problem: QNLI.tsv line 1: header must be 'index\\tprediction', found 'xxxx" in output
+    assert "(100,000 characters)" in output and max(len(line) for line in output.splitlines()) < 300
+    assert "problem: SST-2.tsv: 1 prediction rows, the test file has 4" in output
+
+
+def test_binary_junk_is_not_utf8(archive, tmp_path):
+    with zipfile.ZipFile(archive) as old, zipfile.ZipFile(tmp_path / "junk.zip", "w") as new:
+        for name in old.namelist():
+            new.writestr(name, old.read(name) if name != "MRPC.tsv" else bytes(range(256)) * 4)
+    check = validate_submission(tmp_path / "junk.zip", generated_test_ids())
+    assert "MRPC.tsv: not UTF-8 text" in check.problems and "mrpc" in check.present
+
+
+def test_a_corrupt_member_is_one_problem_and_the_others_are_checked(archive, tmp_path):
+    # A stored (uncompressed) member with one byte changed fails its CRC check when read.
+    corrupt = tmp_path / "corrupt.zip"
+    with zipfile.ZipFile(archive) as old, zipfile.ZipFile(corrupt, "w", compression=zipfile.ZIP_STORED) as new:
+        for name in old.namelist():
+            new.writestr(name, old.read(name))
+        member = old.read("AX.tsv")
+    data = bytearray(corrupt.read_bytes())
+    assert new.namelist()[-1] == "AX.tsv"  # written last: the last copy of its bytes (MNLI's may be the same)
+    data[data.rindex(member) + len(member) - 2] ^= 0xFF  # a byte of AX.tsv's last row
+    corrupt.write_bytes(bytes(data))
+    check = validate_submission(corrupt, generated_test_ids())
+    ax_problems = [problem for problem in check.problems if problem.startswith("AX.tsv")]
+    assert len(ax_problems) == 1 and ax_problems[0].startswith("AX.tsv: member AX.tsv is corrupt"), check.problems
+    assert check.rows["CoLA.tsv"] == 3 and "AX.tsv" not in check.rows
+    result = runner.invoke(app, ["validate-submission", str(corrupt)])
+    assert result.exit_code == 1 and "AX.tsv: not read" in result.output and "Traceback" not in result.output
+
+
+def test_cli_on_a_file_that_is_not_a_zip(tmp_path):
+    path = tmp_path / "submission.zip"
+    path.write_bytes(bytes(1000))
+    result = runner.invoke(app, ["validate-submission", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "not a readable zip archive" in result.output and "missing: CoLA.tsv" in result.output

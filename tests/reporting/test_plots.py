@@ -222,3 +222,35 @@ def test_read_metrics_names_a_line_that_is_no_json_object(tmp_path, line, fragme
     assert str(info.value).startswith(f"{path} line 3: ") and fragment in str(info.value)
     path.write_bytes(b'{"step": 1}\n\n{"step": 2}\n')  # blank lines are skipped
     assert read_metrics(path) == [{"step": 1}, {"step": 2}]
+
+
+def test_a_record_without_phase_is_named_in_one_warning_line(tmp_path, capsys):
+    # issue 44: such records were skipped without a word; the plots still draw from the others
+    records = finetune_records()
+    records.insert(3, {"step": 3, "loss": 1.0})
+    records.insert(7, {"step": 6, "loss": 1.0})
+    run_dir = write_run(tmp_path / "run", records)
+    written = write_plots(run_dir)
+    assert [path.name for path in written] == [f"{name}.png" for name in PLOT_NAMES]
+    warning = capsys.readouterr().err.strip()
+    path = run_dir / "metrics.jsonl"
+    assert warning == (
+        f"warning: {path} line 4: a record without 'phase' (train, eval, unfreeze) is not plotted "
+        "(nor 1 more such lines)"
+    )
+
+
+def test_a_partly_written_last_line_is_left_out_with_a_note(tmp_path):
+    # a running job writes its metrics.jsonl as it goes: `finetune plot` on it meets a line without its line break
+    run_dir = write_run(tmp_path / "run", finetune_records())
+    path = run_dir / "metrics.jsonl"
+    lines = path.read_text(encoding="utf-8").count("\n")
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write('{"phase": "train", "step": 41, "lo')
+    result = invoke("plot", run_dir)
+    assert result.exit_code == 0, result.output
+    assert f"{path} line {lines + 1}: not complete yet" in result.output and "Traceback" not in result.output
+    assert (run_dir / PLOTS_DIR / "loss.png").is_file()
+    with open(path, "a", encoding="utf-8") as handle:  # a broken line in the middle is still refused
+        handle.write("ss\n" + json.dumps(finetune_records()[0]) + "\n")
+    assert_user_error(invoke("plot", run_dir), f"{path} line {lines + 1}", "not JSON")
