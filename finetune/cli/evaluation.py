@@ -60,9 +60,13 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
     GLUE score under each convention and the missing tasks; `submission: true` also writes
     RUN_DIR/submission.zip for the leaderboard (check it with `finetune validate-submission`).
     """
-    from finetune.commands.evaluate import run_eval
 
-    _run_stage("eval", recipe, overrides, run_eval)
+    def run(loaded) -> None:
+        from finetune.commands.evaluate import run_eval  # after the recipe is checked: a mistake needs no torch
+
+        run_eval(loaded)
+
+    _run_stage("eval", recipe, overrides, run)
 
 
 def validate_submission_command(
