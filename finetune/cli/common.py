@@ -65,9 +65,9 @@ def _run_stage(
     130 interrupted with Ctrl-C (the line printed says how to resume). `recipe_stages`: the recipe stages a
     command other than a stage's own accepts (lr-find: pretrain and finetune). `resume_command`: the command that
     continues it, when the stage's name, recipe and overrides with --resume are not (a search's options).
-    `check(recipe)`: the command's checks of its other inputs (search: the space file). Both run after the recipe is
-    checked and `check` before the libraries load (`runner` imports the stage's code itself), so that a mistake is
-    reported in a blink, not after the seconds torch and transformers take to import.
+    `check(recipe)`: the command's checks of its other inputs (the task's files, search's space file). Both run
+    after the recipe is checked, `check` before the libraries load (`runner` imports the stage's code itself): a
+    mistake is reported in about a second, not after the seconds torch and transformers take to import.
     """
     from finetune.console import quiet_library_chatter
     from finetune.recipes.given import load_given_recipe

@@ -49,6 +49,7 @@ def search(
     RUN_DIR/study.db: --resume continues a stopped search, or adds trials to a finished one.
     Needs optuna: pip install optuna (the package's search extra).
     """
+    from finetune.data.task_paths import check_task_files, training_splits
     from finetune.recipes.given import load_given_recipe
     from finetune.recipes.shipped import resolve_recipe
     from finetune.stages.search_space import read_space
@@ -65,6 +66,7 @@ def search(
     def check(loaded) -> None:
         if space is None:
             raise UserError("--space: name the search space file, e.g. --space space.yaml (see docs/search.md)")
+        check_task_files(loaded.task, training_splits(loaded.task))
         dimensions.extend(read_space(space, "finetune", check_value))
 
     def run(loaded) -> None:
@@ -90,6 +92,7 @@ def cv(
     seed. Fold i's task files go to RUN_DIR/fold-i/task, its run to RUN_DIR/fold-i/run; RUN_DIR/cv.md (printed)
     and cv.json hold each fold's dev scores with their mean and standard deviation.
     """
+    from finetune.data.task_paths import check_task_files
     from finetune.recipes.shipped import resolve_recipe
 
     def run(loaded) -> None:
@@ -97,4 +100,7 @@ def cv(
 
         run_cv(resolve_recipe(recipe), list(overrides or []), folds, run_dir)
 
-    _run_stage("cv", recipe, overrides, run, recipe_stages=("finetune",))
+    def check(loaded) -> None:  # the folds are cut from the training file alone: the task's dev file is not read
+        check_task_files(loaded.task, ("train",))
+
+    _run_stage("cv", recipe, overrides, run, recipe_stages=("finetune",), check=check)

@@ -36,12 +36,17 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
     With `seeds`, --resume keeps the seeds already finished and continues the one in progress.
     """
 
+    from finetune.data.task_paths import check_task_files, training_splits
+
     def run(loaded) -> None:
         from finetune.stages.finetune import run_finetune  # after the recipe is checked: a mistake needs no torch
 
         run_finetune(loaded, resume=resume)
 
-    _run_stage("finetune", recipe, overrides, run)
+    def check(loaded) -> None:  # the task's files, found before the libraries that read them load
+        check_task_files(loaded.task, training_splits(loaded.task))
+
+    _run_stage("finetune", recipe, overrides, run, check=check)
 
 
 def ulmfit(

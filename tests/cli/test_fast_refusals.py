@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from tests.conftest import finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
+from tests.conftest import eval_recipe, finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 
 HEAVY = (
     "torch",
@@ -66,6 +66,7 @@ class Workspace(NamedTuple):
     root: Path
     pretrain: Path
     finetune: Path
+    eval: Path
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +78,13 @@ def workspace(tmp_path_factory) -> Workspace:
     (root / "range.yaml").write_text("training.lr: {low: 1.0e-3, high: 1.0e-5}\n", encoding="utf-8")
     (root / "broken.yaml").write_text("stage: finetune\ntask: [a,\n  b: c\n", encoding="utf-8")
     (root / "empty-task").mkdir()
+    (root / "train-only").mkdir()
+    (root / "train-only" / "train.tsv").write_bytes((task / "train.tsv").read_bytes())
     return Workspace(
         root,
         write_yaml(root / "pretrain.yaml", pretrain_recipe(corpus, root / "runs" / "pretrain")),
         write_yaml(root / "finetune.yaml", finetune_recipe(root / "lm", task, root / "runs" / "finetune")),
+        write_yaml(root / "eval.yaml", eval_recipe(task, root / "runs" / "eval", {"model": str(root / "lm")})),
     )
 
 
@@ -106,6 +110,15 @@ CASES = {
         lambda w: ["finetune", str(w.finetune), f"model.checkpoint={w.root / 'no-lm'}"],
         ("model.checkpoint", "no such model folder"),
     ),
+    "missing training file": Case(
+        lambda w: ["finetune", str(w.finetune), f"task.data_dir={w.root / 'empty-task'}"], ("no train file", "empty")
+    ),
+    "missing dev file": Case(
+        lambda w: ["finetune", str(w.finetune), f"task.data_dir={w.root / 'train-only'}"], ("no dev file", "train-only")
+    ),
+    "eval: missing split file": Case(
+        lambda w: ["eval", str(w.eval), f"task.data_dir={w.root / 'empty-task'}", "split=test"], ("no test file",)
+    ),
     "unknown GLUE task": Case(lambda w: ["eval", "eval/glue", "tasks.rtee=runs/x"], ("tasks.rtee",)),
     "bad ulmfit stage key": Case(
         lambda w: ["ulmfit", "ulmfit/sst2", "classifier.trainin.epochs=2"], ("classifier.trainin",)
@@ -113,6 +126,9 @@ CASES = {
     "lr-find: unknown key": Case(lambda w: ["lr-find", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
     "profile: unknown key": Case(lambda w: ["profile", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
     "cv: unknown key": Case(lambda w: ["cv", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
+    "cv: missing training file": Case(
+        lambda w: ["cv", str(w.finetune), f"task.data_dir={w.root / 'empty-task'}"], ("no train file",)
+    ),
     "search: missing space file": Case(
         lambda w: ["search", str(w.finetune), "--space", str(w.root / "absent-space.yaml")], ("absent-space.yaml",)
     ),
