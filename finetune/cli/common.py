@@ -57,6 +57,7 @@ def _run_stage(
     runner: Callable,
     recipe_stages: tuple[str, ...] | None = None,
     resume_command: str | None = None,
+    check: Callable | None = None,
 ) -> None:
     """Validate the recipe completely, then run the stage; user mistakes and failed runs become one-line errors.
 
@@ -64,6 +65,9 @@ def _run_stage(
     130 interrupted with Ctrl-C (the line printed says how to resume). `recipe_stages`: the recipe stages a
     command other than a stage's own accepts (lr-find: pretrain and finetune). `resume_command`: the command that
     continues it, when the stage's name, recipe and overrides with --resume are not (a search's options).
+    `check(recipe)`: the command's checks of its other inputs (the task's files, search's space file). Both run
+    after the recipe is checked, `check` before the libraries load (`runner` imports the stage's code itself): a
+    mistake is reported in about a second, not after the seconds torch and transformers take to import.
     """
     from finetune.console import quiet_library_chatter
     from finetune.recipes.given import load_given_recipe
@@ -71,6 +75,8 @@ def _run_stage(
     resume_command = resume_command or shlex.join(["finetune", stage, str(recipe_path), *(overrides or []), "--resume"])
     try:
         recipe = load_given_recipe(recipe_path, overrides, stage, recipe_stages)
+        if check is not None:
+            check(recipe)
         quiet_library_chatter()
         runner(recipe)
     except UserError as error:  # an InputError from data or model loading that no stage named a key for, too

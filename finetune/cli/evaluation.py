@@ -60,9 +60,18 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
     GLUE score under each convention and the missing tasks; `submission: true` also writes
     RUN_DIR/submission.zip for the leaderboard (check it with `finetune validate-submission`).
     """
-    from finetune.commands.evaluate import run_eval
+    from finetune.data.task_paths import check_task_files
 
-    _run_stage("eval", recipe, overrides, run_eval)
+    def check(loaded) -> None:  # one task's split file; GLUE's tasks are found (or allowed missing) as they are read
+        if loaded.task is not None:
+            check_task_files(loaded.task, (loaded.split,))
+
+    def run(loaded) -> None:
+        from finetune.commands.evaluate import run_eval  # after the recipe is checked: a mistake needs no torch
+
+        run_eval(loaded)
+
+    _run_stage("eval", recipe, overrides, run, check=check)
 
 
 def validate_submission_command(

@@ -49,19 +49,35 @@ def search(
     RUN_DIR/study.db: --resume continues a stopped search, or adds trials to a finished one.
     Needs optuna: pip install optuna (the package's search extra).
     """
+    from finetune.data.task_paths import check_task_files, training_splits
+    from finetune.recipes.given import load_given_recipe
     from finetune.recipes.shipped import resolve_recipe
-    from finetune.stages.search import Search, run_search
+    from finetune.stages.search_space import read_space
 
     options = ["--space", str(space), "--trials", str(trials)] + (["--run-dir", str(run_dir)] if run_dir else [])
     options += ["--baseline"] if baseline else []
     again = shlex.join(["finetune", "search", str(recipe), *(overrides or []), *options, "--resume"])
 
-    def run(loaded) -> None:
+    extra, dimensions = list(overrides or []), []
+
+    def check_value(override: str) -> None:  # the recipe with one of the space's values
+        load_given_recipe(recipe, [*extra, override], "search", ("finetune",))
+
+    def check(loaded) -> None:
         if space is None:
             raise UserError("--space: name the search space file, e.g. --space space.yaml (see docs/search.md)")
-        run_search(Search(resolve_recipe(recipe), list(overrides or []), space, trials, run_dir, resume, baseline))
+        check_task_files(loaded.task, training_splits(loaded.task))
+        dimensions.extend(read_space(space, "finetune", check_value))
 
-    _run_stage("search", recipe, overrides, run, recipe_stages=("finetune",), resume_command=again)
+    def run(loaded) -> None:
+        from finetune.stages.search import Search, run_search  # after the space is checked: a mistake needs no torch
+
+        assert space is not None  # check refused a search without one
+        run_search(
+            Search(resolve_recipe(recipe), extra, space, trials, run_dir, resume, baseline, dimensions=dimensions)
+        )
+
+    _run_stage("search", recipe, overrides, run, recipe_stages=("finetune",), resume_command=again, check=check)
 
 
 def cv(
@@ -76,10 +92,15 @@ def cv(
     seed. Fold i's task files go to RUN_DIR/fold-i/task, its run to RUN_DIR/fold-i/run; RUN_DIR/cv.md (printed)
     and cv.json hold each fold's dev scores with their mean and standard deviation.
     """
+    from finetune.data.task_paths import check_task_files
     from finetune.recipes.shipped import resolve_recipe
-    from finetune.stages.cv import run_cv
 
     def run(loaded) -> None:
+        from finetune.stages.cv import run_cv  # after the recipe is checked: a mistake needs no torch
+
         run_cv(resolve_recipe(recipe), list(overrides or []), folds, run_dir)
 
-    _run_stage("cv", recipe, overrides, run, recipe_stages=("finetune",))
+    def check(loaded) -> None:  # the folds are cut from the training file alone: the task's dev file is not read
+        check_task_files(loaded.task, ("train",))
+
+    _run_stage("cv", recipe, overrides, run, recipe_stages=("finetune",), check=check)

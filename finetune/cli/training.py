@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from finetune.cli.common import OverridesArgument, RecipeArgument, ResumeOption, _run_stage
 from finetune.errors import UserError
@@ -17,9 +19,13 @@ def pretrain(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
     reuses one, packs the text into blocks (BPTT streams for awd_lstm), and writes a Hugging Face
     checkpoint to RUN_DIR/checkpoint.
     """
-    from finetune.stages.pretrain import run_pretrain
 
-    _run_stage("pretrain", recipe, overrides, lambda loaded: run_pretrain(loaded, resume=resume))
+    def run(loaded) -> None:
+        from finetune.stages.pretrain import run_pretrain  # after the recipe is checked: a mistake needs no torch
+
+        run_pretrain(loaded, resume=resume)
+
+    _run_stage("pretrain", recipe, overrides, run)
 
 
 def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
@@ -29,9 +35,18 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
     learning rates, each set in the recipe; writes a Hugging Face checkpoint to RUN_DIR/checkpoint.
     With `seeds`, --resume keeps the seeds already finished and continues the one in progress.
     """
-    from finetune.stages.finetune import run_finetune
 
-    _run_stage("finetune", recipe, overrides, lambda loaded: run_finetune(loaded, resume=resume))
+    from finetune.data.task_paths import check_task_files, training_splits
+
+    def run(loaded) -> None:
+        from finetune.stages.finetune import run_finetune  # after the recipe is checked: a mistake needs no torch
+
+        run_finetune(loaded, resume=resume)
+
+    def check(loaded) -> None:  # the task's files, found before the libraries that read them load
+        check_task_files(loaded.task, training_splits(loaded.task))
+
+    _run_stage("finetune", recipe, overrides, run, check=check)
 
 
 def ulmfit(
@@ -53,9 +68,13 @@ def ulmfit(
 
     Overrides reach into the stages (classifier.training.epochs=2); the summary goes to RUN_DIR/result.json.
     """
-    from finetune.stages.ulmfit import run_ulmfit
 
-    _run_stage("ulmfit", recipe, overrides, lambda loaded: run_ulmfit(loaded, resume=resume))
+    def run(loaded) -> None:
+        from finetune.stages.ulmfit import run_ulmfit  # after the recipe is checked: a mistake needs no torch
+
+        run_ulmfit(loaded, resume=resume)
+
+    _run_stage("ulmfit", recipe, overrides, run)
 
 
 def lr_find(
@@ -71,15 +90,13 @@ def lr_find(
     then prints and draws the smoothed loss against the LR with a suggested LR (the minimum's / 10). Writes to
     RUN_DIR-lr-find (lr_find.md, lr_find.json, lr_find.png); the recipe's run_dir stays free for the real run.
     """
-    from finetune.stages.lr_find import run_lr_find
 
-    _run_stage(
-        "lr-find",
-        recipe,
-        overrides,
-        lambda loaded: run_lr_find(loaded, steps, start_lr, end_lr),
-        recipe_stages=("pretrain", "finetune"),
-    )
+    def run(loaded) -> None:
+        from finetune.stages.lr_find import run_lr_find  # after the recipe is checked: a mistake needs no torch
+
+        run_lr_find(loaded, steps, start_lr, end_lr)
+
+    _run_stage("lr-find", recipe, overrides, run, recipe_stages=("pretrain", "finetune"))
 
 
 def profile(
@@ -107,12 +124,6 @@ def profile(
     and prints its parameters (total, trainable at the start, embeddings), training FLOPs per token and per step,
     fp32 memory for weights, gradients and AdamW with an activation estimate, and an estimated time per step.
     """
-    import json
-
-    from rich.console import Console
-
-    from finetune.commands.profile import profile_recipe
-    from finetune.reporting.profile_report import profile_tables
 
     def show(loaded) -> None:
         if loaded.stage == "eval":
@@ -120,6 +131,9 @@ def profile(
                 f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
                 "ulmfit); an eval recipe trains nothing"
             )
+        from finetune.commands.profile import profile_recipe  # after the recipe is checked: a mistake needs no torch
+        from finetune.reporting.profile_report import profile_tables
+
         report = profile_recipe(loaded, matmul_gflops, mfu)
         if as_json:
             typer.echo(json.dumps({"recipe": str(recipe), **report}, indent=2))

@@ -15,44 +15,10 @@ import numpy as np
 
 from finetune.data.corpus import document_text
 from finetune.data.examples import TaskExamples
-from finetune.errors import DataFileError, InputError
-from finetune.glue.specs import STANDARD_FILES, TaskSpec, label_text
+from finetune.data.task_paths import FORMAT_BY_EXTENSION, task_file
+from finetune.errors import DataFileError
+from finetune.glue.specs import TaskSpec, label_text
 from finetune.kinds.multilabel.data import has_label_set, label_set_row
-
-
-def task_file(spec: TaskSpec, data_dir: Path | None, split: str) -> Path:
-    """The file of `split`, or a one-line error naming what exists (or that no folder was given to look in)."""
-    splits = STANDARD_FILES if spec.files is None else spec.files
-    if split not in splits:
-        raise InputError(f"task '{spec.name}' has no split '{split}' (splits: {', '.join(splits)})", value=split)
-    if data_dir is None:  # the recipes require a data_dir for files; a caller without one gets this, not a TypeError
-        raise InputError(f"task '{spec.name}': no data folder to read its {split} file from", value=split)
-    if spec.files is None:
-        return found_task_file(spec, Path(data_dir), split)
-    path = Path(data_dir) / spec.files[split]
-    if not path.is_file():
-        raise DataFileError(f"task '{spec.name}': no {split} file {path}", value=path)
-    return path
-
-
-def found_task_file(spec: TaskSpec, data_dir: Path, split: str) -> Path:
-    """The one file of `split` in the folder, by what is there: SPLIT.tsv, SPLIT.csv or SPLIT.jsonl (any case)."""
-    entries = data_dir.iterdir() if data_dir.is_dir() else []
-    found = sorted(
-        path for path in entries if path.stem == split and path.suffix.lower() in FORMAT_BY_EXTENSION and path.is_file()
-    )
-    if not found:
-        looked_for = ", ".join(f"{split}{extension}" for extension in FORMAT_BY_EXTENSION)
-        raise DataFileError(
-            f"task '{spec.name}': no {split} file in {data_dir} (looked for {looked_for})", value=data_dir
-        )
-    if len(found) > 1:
-        raise DataFileError(
-            f"task '{spec.name}': {' and '.join(str(path) for path in found)} are both {split} "
-            "files: keep one, or name it in task.files",
-            value=found,
-        )
-    return found[0]
 
 
 def read_task_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaskExamples:
@@ -115,7 +81,6 @@ def first_undecodable_line(path: Path) -> int:
     return 0
 
 
-FORMAT_BY_EXTENSION = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
 FLOAT32_MAX = float(np.finfo(np.float32).max)  # regression labels are stored as float32
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerBase
 
 from finetune.errors import CheckpointError
+from finetune.recipes.loader import HUB_NAME, missing_model_folder
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -24,7 +24,6 @@ TOKENIZER_FILES = (
     "sentencepiece.bpe.model",
     "tokenizer.model",
 )
-HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 CONFIG_FILE = "config.json"
 WEIGHT_FILES = "model*.safetensors"  # model.safetensors, or the shards model-00001-of-00002.safetensors, ...
 
@@ -46,7 +45,7 @@ def resolve_checkpoint(name: str, *, marker_files: tuple[str, ...] = ("config.js
         if (path / CONFIG_FILE).is_file():  # tokenizers read it too
             check_config_file(path / CONFIG_FILE)
         return str(path)
-    if path.exists() or not HUB_NAME.match(name):
+    if missing_model_folder(name):
         raise CheckpointError(f"no such model folder: {name}", value=name)
     return name
 

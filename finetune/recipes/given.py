@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import UserError
-from finetune.recipes.loader import Recipe, apply_override, path_problems, read_yaml, recipe_from_data, set_key
+from finetune.recipes.loader import (
+    Recipe,
+    apply_override,
+    model_folder_problems,
+    path_problems,
+    read_yaml,
+    recipe_from_data,
+    set_key,
+)
 from finetune.recipes.shipped import resolve_recipe
 from finetune.run_dir import DATA_DIR
 
@@ -47,7 +55,7 @@ def load_given_recipe(
         data["task"].update(data_dir=str(Path(str(data.get("run_dir", ""))) / DATA_DIR), source="files", hub=None)
     expected_stage = None if accepted_stages or not command else command
     loaded = recipe_from_data(data, source, expected_stage, check_paths=False)
-    for key, problem in path_problems(loaded):
+    for key, problem in path_problems(loaded) + model_folder_problems(loaded):
         if not (data_in_run_dir and key == "task.data_dir"):
             raise UserError(f"recipe {source}: {key}: {problem}")
     if accepted_stages and loaded.stage not in accepted_stages:

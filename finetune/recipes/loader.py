@@ -349,6 +349,25 @@ def run_dir_location_problem(run_dir: Path) -> str | None:
     return None
 
 
+HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")  # a hub model's name: `model` or `org/model`
+MODEL_FOLDER_KEYS = ("checkpoint", "backward_checkpoint")  # the model section's keys that name a model to read
+
+
+def missing_model_folder(name: str) -> bool:
+    """Whether checkpoint `name` is no folder here and cannot be a hub name either (a path: `./lm`, `runs/a/b`)."""
+    path = Path(name)
+    return not path.is_dir() and (path.exists() or not HUB_NAME.match(name))
+
+
+def model_folder_problems(recipe: RunRecipe) -> list[tuple[str, str]]:
+    """(key, problem) for each model.checkpoint (or backward_checkpoint) that names a local folder that is not there:
+    known from the recipe alone, before the model libraries load. Not for the stages of a ulmfit flow, whose
+    checkpoints the flow writes (their recipes are checked with `path_problems` only)."""
+    model = getattr(recipe, "model", None)
+    names = [(f"model.{key}", getattr(model, key, None)) for key in MODEL_FOLDER_KEYS]
+    return [(key, f"no such model folder: {name}") for key, name in names if name and missing_model_folder(name)]
+
+
 def path_problems(recipe: RunRecipe) -> list[tuple[str, str]]:
     """(key, problem) for every path of a recipe that cannot be used: inputs missing or of the wrong kind, output
     folders that cannot be written, a run_dir that would mix a run into the user's own folders."""

@@ -86,7 +86,7 @@ class Search:
     baseline: bool = False  # trial 0: the recipe's own values of the space's keys
     seed: int | None = None  # the sampler's; default: the recipe's seed
     pruner: Any = None  # default: optuna's MedianPruner
-    dimensions: list[Dimension] = field(default_factory=list)
+    dimensions: list[Dimension] = field(default_factory=list)  # the space, read: empty reads space_path
 
     def recipe(self, extra: list[str]):
         return load_recipe(self.recipe_path, [*self.overrides, *extra], expected_stage="finetune")
@@ -99,7 +99,8 @@ def run_search(search: Search) -> Path:
     recipe = search.recipe([])
     if recipe.seeds is not None:
         raise UserError(f"recipe {search.recipe_path}: seeds: a search trial is one run; remove seeds (or use cv)")
-    search.dimensions = read_space(search.space_path, "finetune", lambda override: search.recipe([override]))
+    if not search.dimensions:  # the command line reads the space before it imports this module (and torch)
+        search.dimensions = read_space(search.space_path, "finetune", lambda override: search.recipe([override]))
     folder = Path(search.run_dir or f"{recipe.run_dir}-search")
     study_path = folder / STUDY_FILE
     if search.resume and not study_path.is_file():

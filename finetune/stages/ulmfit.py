@@ -26,6 +26,7 @@ from finetune import run_lock
 from finetune.console import console
 from finetune.data.pretraining_text import SingleDocumentError
 from finetune.data.task_files import read_labelled_split
+from finetune.data.task_paths import training_splits
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import task_spec
 from finetune.recipes import (
@@ -220,7 +221,7 @@ def check_inputs_early(plans: list[StagePlan]) -> None:
                 read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
         elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
             spec = task_spec(stage.task)
-            for split in ("train",) if stage.task.dev_split is not None else ("train", "dev"):  # dev: held out
+            for split in training_splits(stage.task):
                 read_labelled_split(spec, stage.task.data_dir, split)
 
 
