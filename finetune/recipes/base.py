@@ -102,6 +102,11 @@ ECHO = _bounded_repr()  # echoes a user's value in an error, cut to a readable l
 # ---------------------------------------------------------------------------------------------
 
 
+# Trackers every supported accelerate version has: a recipe naming only these is checked without importing accelerate
+# (and torch), so that its other mistakes are still answered at once. Any other name is looked up in accelerate itself.
+COMMON_TRACKERS = frozenset({"all", "tensorboard", "wandb", "mlflow", "comet_ml", "aim", "clearml", "dvclive"})
+
+
 def accelerate_tracker_names() -> list[str]:
     """The tracker names accelerate accepts for `training.log_with` ("all": every installed one)."""
     from accelerate.utils import LoggerType  # late import: recipe validation needs accelerate only for this key
@@ -162,7 +167,7 @@ class TrainingConfig(Section):
     def _known_trackers(cls, names: Any) -> Any:
         """One name is a list of one; every name must be a tracker accelerate knows."""
         names = [names] if isinstance(names, str) else names
-        if isinstance(names, list) and names:
+        if isinstance(names, list) and names and not COMMON_TRACKERS.issuperset(names):
             known = accelerate_tracker_names()
             unknown = [name for name in names if name not in known]
             if unknown:

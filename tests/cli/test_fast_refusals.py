@@ -95,6 +95,9 @@ class Case(NamedTuple):
 
 CASES = {
     "unknown key": Case(lambda w: ["finetune", str(w.finetune), "task.nme=rte"], ("task.nme", "task.name")),
+    "unknown key beside a tracker": Case(
+        lambda w: ["finetune", str(w.finetune), "training.log_with=[tensorboard]", "task.nme=rte"], ("task.nme",)
+    ),
     "wrong type": Case(lambda w: ["finetune", str(w.finetune), "training.epochs=three"], ("training.epochs",)),
     "malformed YAML": Case(lambda w: ["finetune", str(w.root / "broken.yaml")], ("broken.yaml", "line")),
     "missing recipe file": Case(lambda w: ["finetune", str(w.root / "absent.yaml")], ("absent.yaml",)),
