@@ -12,6 +12,16 @@ from typing import Annotated, NoReturn
 import typer
 
 from finetune.errors import RunFailed, RunInterrupted, UserError
+from finetune.recipes.loader import missing_model_folder
+
+
+def model_folder_or_hub_name(name: str) -> str:
+    """A CHECKPOINT argument's check, run by typer before the command: a local folder that is not there is refused
+    in one line before torch and transformers load (seconds); a hub name goes on to the hub."""
+    if missing_model_folder(name):
+        _fail(f"CHECKPOINT: no such model folder: {name}")
+    return name
+
 
 RecipeArgument = Annotated[
     Path,

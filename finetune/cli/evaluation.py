@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from finetune.cli.common import OverridesArgument, RecipeArgument, _fail, _run_stage
+from finetune.cli.common import OverridesArgument, RecipeArgument, _fail, _run_stage, model_folder_or_hub_name
 from finetune.errors import UserError
 
 
@@ -15,6 +15,7 @@ def predict_command(
     checkpoint: Annotated[
         str,
         typer.Argument(
+            callback=model_folder_or_hub_name,
             help="A checkpoint fine-tuned by `finetune finetune` (its checkpoint/ folder), or a hub name.",
             show_default=False,
         ),

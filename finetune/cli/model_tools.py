@@ -7,12 +7,13 @@ from typing import Annotated
 
 import typer
 
-from finetune.cli.common import _fail
+from finetune.cli.common import _fail, model_folder_or_hub_name
 from finetune.errors import UserError
 
 CausalCheckpointArgument = Annotated[
     str,
     typer.Argument(
+        callback=model_folder_or_hub_name,
         help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / "
         "QRNN / RNN, n-gram: its checkpoint/ folder), or a hub name.",
         show_default=False,
@@ -207,6 +208,7 @@ def merge(
     checkpoint: Annotated[
         str,
         typer.Argument(
+            callback=model_folder_or_hub_name,
             help="A checkpoint trained with a LoRA adapter (model.adapter): its folder, as finetune or pretrain saved "
             "it.",
             show_default=False,

@@ -126,6 +126,18 @@ CASES = {
     "bad ulmfit stage key": Case(
         lambda w: ["ulmfit", "ulmfit/sst2", "classifier.trainin.epochs=2"], ("classifier.trainin",)
     ),
+    **{
+        f"{command}: missing model folder": Case(
+            lambda w, command=command, rest=rest: [command, str(w.root / "no-lm"), *rest],
+            ("CHECKPOINT", "no such model folder", "no-lm"),
+        )
+        for command, rest in {
+            "predict": ["in.txt"],
+            "generate": ["--prompt", "hi"],
+            "score": ["text.txt"],
+            "merge": ["merged"],
+        }.items()
+    },
     "lr-find: unknown key": Case(lambda w: ["lr-find", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
     "profile: unknown key": Case(lambda w: ["profile", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
     "cv: unknown key": Case(lambda w: ["cv", str(w.finetune), "training.lrr=1"], ("training.lrr",)),
