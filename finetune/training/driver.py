@@ -188,6 +188,8 @@ class RunDriver:
             momentum=make_momentum_schedule(recipe.schedule, total_steps),
             stop_early=self._patience_exhausted,
         )
+        if recipe.schedule.kind == "range_test":  # lr-find raises the LR until the loss rises, on purpose
+            self.loop.validation_watch.factor = None
         stage.start(self.context)
         state = self._restore(resume_from) if resume_from is not None else TrainingState()
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
@@ -226,6 +228,7 @@ class RunDriver:
         step = self.loop.step
         self.last_evaluated_step = step
         record = {**scores, **extra}
+        self.loop.check_evaluation(record)  # a diverged model is never kept as the best, nor saved as the result
         if self.best is not None:
             if self.best.update(scores, step):
                 self.stage.on_new_best()
