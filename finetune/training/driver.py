@@ -34,6 +34,7 @@ from finetune.run_dir import (
     prepare_run_dir,
 )
 from finetune.training.checkpoints import (
+    latest_sound_checkpoint,
     latest_training_checkpoint,
     load_training_state,
     save_training_checkpoint,
@@ -160,7 +161,8 @@ class RunDriver:
         if resume and stage.result_file and (check_same_recipe(recipe) / stage.result_file).is_file():
             console.print(f"{recipe.run_dir} finished before: nothing to resume")
             return stage.finished_result(Path(recipe.run_dir))
-        resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
+        # the newest checkpoint whose files are whole: a broken newer one is skipped in one line
+        resume_from = check_resumable(recipe, latest_sound_checkpoint) if resume else None
         if not resume:
             check_run_dir_free(recipe, latest_training_checkpoint)
         stage.check()
