@@ -98,27 +98,34 @@ PROGRESS_BAR_EXAMPLES = 20_000  # tokenizing more examples than this shows a pro
 class RaggedColumn:
     """Rows of ints of different lengths (one key of an encoding: input ids, a mask) in one flat array and the rows'
     offsets into it: 4 bytes a token for ids and 1 for masks, where a Python list of lists of ints takes ~36 (a
-    pointer and an int object each). A row reads back as a list; a slice as a list of them."""
+    pointer and an int object each). A row reads back as a list; a slice as a list of them.
+
+    Chunks are appended to one growing buffer (a bytearray: large reallocations, outside Python's small-object
+    arenas) rather than kept as an array each: small objects that outlive their chunk would pin the arenas of the
+    chunk's freed int objects, and the process would keep that memory."""
 
     def __init__(self) -> None:
-        self._parts: list[np.ndarray] = []  # each chunk's flat values, until `finish`
-        self._lengths: list[np.ndarray] = []
-        self.flat = np.zeros(0, dtype=np.int32)
+        self.dtype = np.dtype(np.int8)  # widened when a chunk holds larger values
+        self._values, self._lengths = bytearray(), bytearray()  # until `finish`
+        self.flat = np.zeros(0, dtype=np.int8)
         self.offsets = np.zeros(1, dtype=np.int64)
 
     def extend(self, rows: list[list[int]]) -> None:
         """Add a chunk's rows (the chunk's lists can then be dropped)."""
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-        self._parts.append(flat.astype(_smallest_int_type(flat)))
-        self._lengths.append(lengths)
+        dtype = np.promote_types(self.dtype, _smallest_int_type(flat))
+        if dtype != self.dtype:  # e.g. ids past 127 after a first chunk of small ones
+            self._values = bytearray(np.frombuffer(self._values, self.dtype).astype(dtype).tobytes())
+            self.dtype = dtype
+        self._values += flat.astype(dtype).tobytes()
+        self._lengths += lengths.tobytes()
 
     def finish(self) -> None:
-        """Join the chunks: one flat array and the offsets of its rows."""
-        if self._parts:
-            self.flat = np.concatenate(self._parts)  # the widest chunk's type
-            self.offsets = np.concatenate(([0], np.cumsum(np.concatenate(self._lengths))))
-        self._parts, self._lengths = [], []
+        """One flat array (a view of the buffer) and the offsets of its rows."""
+        self.flat = np.frombuffer(self._values, self.dtype)
+        self.offsets = np.concatenate(([0], np.cumsum(np.frombuffer(self._lengths, np.int64))))
+        self._lengths = bytearray()
 
     @property
     def lengths(self) -> np.ndarray:
@@ -157,7 +164,7 @@ class EncodedTask(Dataset):
         examples: TaskExamples,
         tokenizer,
         reading: DocumentReading | int | None,
-        chunk: int = 4_000,  # examples per tokenizer call (large_csv_memory.py, 50 MB: peak 8.5x the file at 20,000)
+        chunk: int = 4_000,  # examples per tokenizer call: what encoding holds beyond the flat arrays (see _encode)
         backwards: bool = False,
         both_directions: bool = False,
         name: str | None = None,
