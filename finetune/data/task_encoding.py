@@ -3,6 +3,7 @@ the one line that says what the reading did to the examples longer than task.max
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,6 +92,61 @@ def tokenized(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, read
     )
 
 
+PROGRESS_BAR_EXAMPLES = 20_000  # tokenizing more examples than this shows a progress bar
+
+
+class RaggedColumn:
+    """Rows of ints of different lengths (one key of an encoding: input ids, a mask) in one flat array and the rows'
+    offsets into it: 4 bytes a token for ids and 1 for masks, where a Python list of lists of ints takes ~36 (a
+    pointer and an int object each). A row reads back as a list; a slice as a list of them.
+
+    Chunks are appended to one growing buffer (a bytearray: large reallocations, outside Python's small-object
+    arenas) rather than kept as an array each: small objects that outlive their chunk would pin the arenas of the
+    chunk's freed int objects, and the process would keep that memory."""
+
+    def __init__(self) -> None:
+        self.dtype = np.dtype(np.int8)  # widened when a chunk holds larger values
+        self._values, self._lengths = bytearray(), bytearray()  # until `finish`
+        self.flat = np.zeros(0, dtype=np.int8)
+        self.offsets = np.zeros(1, dtype=np.int64)
+
+    def extend(self, rows: list[list[int]]) -> None:
+        """Add a chunk's rows (the chunk's lists can then be dropped)."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        dtype = np.promote_types(self.dtype, _smallest_int_type(flat))
+        if dtype != self.dtype:  # e.g. ids past 127 after a first chunk of small ones
+            self._values = bytearray(np.frombuffer(self._values, self.dtype).astype(dtype).tobytes())
+            self.dtype = dtype
+        self._values += flat.astype(dtype).tobytes()
+        self._lengths += lengths.tobytes()
+
+    def finish(self) -> None:
+        """One flat array (a view of the buffer) and the offsets of its rows."""
+        self.flat = np.frombuffer(self._values, self.dtype)
+        self.offsets = np.concatenate(([0], np.cumsum(np.frombuffer(self._lengths, np.int64))))
+        self._lengths = bytearray()
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, index: int | slice) -> list:
+        if isinstance(index, slice):
+            return [self[row] for row in range(*index.indices(len(self)))]
+        return self.flat[self.offsets[index] : self.offsets[index + 1]].tolist()
+
+
+def _smallest_int_type(values: np.ndarray) -> type:
+    """int8 for masks and segment ids, int32 for token ids (int64 past that)."""
+    if not len(values) or (values.min() >= 0 and values.max() < 2**7):
+        return np.int8
+    return np.int32 if values.min() >= -(2**31) and values.max() < 2**31 else np.int64
+
+
 class EncodedTask(Dataset):
     """Tokenized examples (unpadded), read as `reading` says; `task_collator` pads each batch to its longest.
 
@@ -108,7 +164,7 @@ class EncodedTask(Dataset):
         examples: TaskExamples,
         tokenizer,
         reading: DocumentReading | int | None,
-        chunk: int = 20_000,
+        chunk: int = 4_000,  # examples per tokenizer call: what encoding holds beyond the flat arrays (see _encode)
         backwards: bool = False,
         both_directions: bool = False,
         name: str | None = None,
@@ -117,12 +173,14 @@ class EncodedTask(Dataset):
         check_reading(reading, tokenizer, backwards, both_directions)
         first, second = example_columns(examples, reading)
         self.reading, self.labels = reading, examples.labels
-        self.encodings: dict[str, list] = {}
+        self.encodings: dict[str, RaggedColumn] = {}  # key (input_ids, attention_mask, ...) -> every row's values
+        self._rows = 0  # rows encoded so far (an example has several under a windowed reading)
+        self._pending: dict[str, list] = {}  # the rows of the chunk being encoded, as the tokenizer gave them
         self.windows: list[range] | None = [] if reading.windowed else None  # rows of each document
         self.full_lengths: list[int] = []  # tokens of each whole example (head_tail, chunks: what the note reports)
         self.windows_before_cap: list[int] = []  # chunks: windows of each document before max_chunks
         self._encode(tokenizer, first, second, chunk, backwards, both_directions)
-        lengths = [len(ids) for ids in self.encodings["input_ids"]]  # tokens of each row
+        lengths = self.encodings["input_ids"].lengths.tolist()  # tokens of each row
         self.lengths = lengths if self.windows is None else [sum(lengths[row] for row in rows) for rows in self.windows]
         if name is not None:  # nobody should learn from the scores that most of the text was never read
             note = self._note(tokenizer, first, second, name)
@@ -140,8 +198,10 @@ class EncodedTask(Dataset):
     ) -> None:
         """The rows of every example, tokenized `chunk` examples at a time."""
         reading = self.reading
-        # In chunks, for a progress bar on large tasks (MNLI: 393k pairs); the result is the same as in one call.
-        with phase_bar("tokenizing", len(first), enabled=len(first) > chunk) as advance:
+        # In chunks, for a progress bar on large tasks (MNLI: 393k pairs) and for memory: the tokenizer's output of a
+        # chunk (its Encodings and lists of Python ints, ~200 bytes a token) lives until the chunk is in flat arrays.
+        # The result is the same as in one call.
+        with phase_bar("tokenizing", len(first), enabled=len(first) > PROGRESS_BAR_EXAMPLES) as advance:
             for start in range(0, len(first), chunk):
                 part = tokenized(
                     tokenizer, first[start : start + chunk], second[start : start + chunk] if second else None, reading
@@ -157,6 +217,14 @@ class EncodedTask(Dataset):
                     else:
                         self._add(part, index, backwards, both_directions)
                 advance(len(part["input_ids"]))
+                del part, swapped  # the tokenizer's objects of a chunk hold ~100 bytes a token: gone before the next
+                for key, rows in self._pending.items():  # into flat arrays, chunk by chunk (see RaggedColumn)
+                    self.encodings.setdefault(key, RaggedColumn()).extend(rows)
+                self._pending = {}
+        for column in self.encodings.values():
+            column.finish()
+        if not self.encodings:  # no examples: an empty column, so that lengths and len() read 0
+            self.encodings["input_ids"] = RaggedColumn()
 
     def _add(self, part, index: int, backwards: bool, both_directions: bool) -> None:
         """The rows of one encoded example: itself (truncate), its head and tail, or its windows."""
@@ -185,20 +253,20 @@ class EncodedTask(Dataset):
                 reversed_ids = reverse_segments(kept["input_ids"], kept_sequence_ids)
                 kept = {**kept, ("backward_input_ids" if both_directions else "input_ids"): reversed_ids}
             for key, values in kept.items():
-                self.encodings.setdefault(key, []).append(values)
+                self._pending.setdefault(key, []).append(values)
+            self._rows += 1
         if self.windows is not None:
             assert windows is not None  # windowed here is chunks (both orders has _add_both_orders): windows were cut
-            rows = len(self.encodings["input_ids"])
-            self.windows.append(range(rows - len(windows), rows))
+            self.windows.append(range(self._rows - len(windows), self._rows))
 
     def _add_both_orders(self, part, swapped, index: int) -> None:
         """A pair as one document of two rows, (a, b) then (b, a): their logits are added (DocumentReading)."""
         for encoding in (part, swapped):
             for key, values in encoding.items():
-                self.encodings.setdefault(key, []).append(values[index])
+                self._pending.setdefault(key, []).append(values[index])
+        self._rows += 2
         assert self.windows is not None  # both orders is a windowed reading: __init__ made the list
-        rows = len(self.encodings["input_ids"])
-        self.windows.append(range(rows - 2, rows))
+        self.windows.append(range(self._rows - 2, self._rows))
 
     def _note(self, tokenizer, first: Sequence[str], second: Sequence[str] | None, name: str) -> str | None:
         """The line that says what reading did to the examples longer than max_length (None: none was)."""
@@ -207,7 +275,7 @@ class EncodedTask(Dataset):
             return None
         if reading.mode == "truncate":
             # Both orders: the (a, b) rows say what was cut (the (b, a) ones hold the same tokens).
-            lengths = [len(ids) for ids in self.encodings["input_ids"][::2]] if reading.both_orders else self.lengths
+            lengths = self.encodings["input_ids"].lengths[::2].tolist() if reading.both_orders else self.lengths
             return truncation_note(tokenizer, first, second, lengths, reading.max_length, name)
         return long_documents_note(reading, np.array(self.full_lengths), np.array(self.windows_before_cap or [1]), name)
 

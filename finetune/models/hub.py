@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from huggingface_hub import try_to_load_from_cache
-from safetensors import SafetensorError, safe_open
 from transformers import CONFIG_MAPPING, AutoTokenizer, PreTrainedTokenizerBase
 
 from finetune.errors import CheckpointError
+from finetune.models.checkpoint_files import check_checkpoint_files, file_fault
 from finetune.recipes.loader import HUB_NAME, missing_model_folder
 
 TOKENIZER_FILES = (
@@ -44,6 +44,8 @@ def resolve_checkpoint(name: str, *, marker_files: tuple[str, ...] = ("config.js
             )
         if (path / CONFIG_FILE).is_file():  # tokenizers read it too
             check_config_file(path / CONFIG_FILE)
+        check_weight_files(path)
+        check_checkpoint_files(path)  # a cut tokenizer, adapter or other file: one line naming it too
         return str(path)
     if missing_model_folder(name):
         raise CheckpointError(f"no such model folder: {name}", value=name)
@@ -69,14 +71,9 @@ def check_config_file(path: Path) -> None:
 def check_weight_files(folder: Path) -> None:
     """Every weight file of a local checkpoint must be a whole safetensors file (a cut copy fails deep in torch)."""
     for path in sorted(folder.glob(WEIGHT_FILES)):
-        try:
-            with safe_open(str(path), framework="pt"):  # reads and checks the header against the file's size
-                pass
-        except SafetensorError as error:
-            reason = str(error).removeprefix("Error while deserializing header: ")
-            raise CheckpointError(
-                f"not a complete safetensors file ({reason}); copy or save it again", source=path
-            ) from None
+        fault = file_fault(path)
+        if fault is not None:
+            raise CheckpointError(f"{fault}; copy or save it again", source=path)
 
 
 def load_model_folder(

@@ -132,6 +132,13 @@ class TrainingConfig(Section):
         (0.9, 0.999), description="AdamW betas, each in [0, 1)"
     )
     max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient norm to this; null: no clipping")
+    divergence_factor: float | None = Field(
+        10.0,
+        gt=1,
+        description="stop the run as diverged (nothing saved as its result) once a validation loss exceeds this "
+        "many times the first evaluation's (and that one plus 1); null: never for a rising loss (a nan or inf "
+        "validation loss always stops it)",
+    )
     log_every: int = Field(10, gt=0, description="write a metrics.jsonl line every this many optimizer steps")
     log_with: list[str] = Field(
         default_factory=list,

@@ -27,10 +27,12 @@ import yaml
 from peft import PeftModel
 from pydantic import ValidationError
 
+from finetune.console import console
 from finetune.data.corpus import DOCUMENT_KINDS
 from finetune.data.long_documents import DocumentReading
-from finetune.errors import RunFailed, UserError
+from finetune.errors import CheckpointError, RunFailed, UserError
 from finetune.models.adapters import save_adapter
+from finetune.models.checkpoint_files import check_checkpoint_files
 from finetune.models.loading import ADAPTER_WEIGHTS_FILE
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
@@ -289,6 +291,38 @@ def latest_training_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete periodic checkpoint of a run, or None."""
     checkpoints = training_checkpoints(Path(run_dir) / "checkpoints")
     return checkpoints[-1] if checkpoints else None
+
+
+def latest_sound_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint `--resume` continues from: the newest complete periodic checkpoint whose files are whole.
+
+    A newer one with a broken file (cut short, or not parsing: models/checkpoint_files.py) is skipped with one line
+    naming the file and the checkpoint used instead; when every one is broken, a UserError names the newest's file.
+    None when there is no complete checkpoint at all (the caller says why).
+    """
+    checkpoints = training_checkpoints(Path(run_dir) / "checkpoints")
+    skipped: list[CheckpointError] = []
+    for checkpoint in reversed(checkpoints):
+        try:
+            check_checkpoint_files(checkpoint, recursive=True)
+        except CheckpointError as error:
+            skipped.append(error)
+            continue
+        if skipped:
+            more = f" (and {len(skipped) - 1} newer broken one(s))" if len(skipped) > 1 else ""
+            console.print(
+                f"--resume: skipping a broken checkpoint, {skipped[0]}{more}; resuming from the older {checkpoint}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        return checkpoint
+    if skipped:
+        raise UserError(
+            f"--resume: {skipped[0]}; no older complete checkpoint to resume from: start the run again with "
+            "overwrite=true"
+        )
+    return None
 
 
 def sweep_incomplete_checkpoints(run_dir: Path) -> None:

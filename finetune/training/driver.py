@@ -34,6 +34,7 @@ from finetune.run_dir import (
     prepare_run_dir,
 )
 from finetune.training.checkpoints import (
+    latest_sound_checkpoint,
     latest_training_checkpoint,
     load_training_state,
     save_training_checkpoint,
@@ -160,7 +161,8 @@ class RunDriver:
         if resume and stage.result_file and (check_same_recipe(recipe) / stage.result_file).is_file():
             console.print(f"{recipe.run_dir} finished before: nothing to resume")
             return stage.finished_result(Path(recipe.run_dir))
-        resume_from = check_resumable(recipe, latest_training_checkpoint) if resume else None
+        # the newest checkpoint whose files are whole: a broken newer one is skipped in one line
+        resume_from = check_resumable(recipe, latest_sound_checkpoint) if resume else None
         if not resume:
             check_run_dir_free(recipe, latest_training_checkpoint)
         stage.check()
@@ -188,6 +190,8 @@ class RunDriver:
             momentum=make_momentum_schedule(recipe.schedule, total_steps),
             stop_early=self._patience_exhausted,
         )
+        if recipe.schedule.kind == "range_test":  # lr-find raises the LR until the loss rises, on purpose
+            self.loop.validation_watch.factor = None
         stage.start(self.context)
         state = self._restore(resume_from) if resume_from is not None else TrainingState()
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
@@ -226,6 +230,7 @@ class RunDriver:
         step = self.loop.step
         self.last_evaluated_step = step
         record = {**scores, **extra}
+        self.loop.check_evaluation(record)  # a diverged model is never kept as the best, nor saved as the result
         if self.best is not None:
             if self.best.update(scores, step):
                 self.stage.on_new_best()

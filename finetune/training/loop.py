@@ -31,6 +31,8 @@ from finetune.console import console, progress_bar
 from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
+from finetune.training.checkpoints import remove_checkpoint, training_checkpoints
+from finetune.training.divergence import ValidationWatch, diverged
 from finetune.training.listeners import report_evaluation
 from finetune.training.optim import set_first_moment_decay, set_learning_rates
 from finetune.training.state import TrainingState
@@ -143,6 +145,8 @@ class TrainingLoop:
         self._interrupt_requested = False  # set by the Ctrl-C handler of `watching`
         # First step (1-based; 0: none) with a non-finite loss / gradient norm, kept on the device: no sync per step.
         self._nonfinite = torch.zeros(2, dtype=torch.long, device=accelerator.device)
+        # The validation losses, checked by the driver before an evaluation counts (`check_evaluation`).
+        self.validation_watch = ValidationWatch(getattr(training_config, "divergence_factor", None))
         self.started = time.perf_counter()  # for the run's wall time (reporting.finish); moved back on a resume
         # Loop state rather than locals of train_epoch, so that a checkpoint keeps them and a resumed run logs what
         # an uninterrupted one would. Summed on the device and read once per log window (no sync at every step):
@@ -308,6 +312,7 @@ class TrainingLoop:
             window_seconds=self._window_seconds,
             training_seconds=time.perf_counter() - self.started,
             running_sums=self._sums,
+            first_evaluation=self.validation_watch.record(),
         )
 
     def restore(self, state: TrainingState, checkpoint: Path) -> None:
@@ -320,6 +325,7 @@ class TrainingLoop:
         self.last_checkpoint = Path(checkpoint)
         self.metrics_log.truncate(state.metrics_lines)  # drop what the interrupted run logged after it
         self.started -= state.training_seconds
+        self.validation_watch.continue_from(state.first_evaluation)
         if state.running_sums is not None:
             self._sums.copy_(state.running_sums)
             self._window_items, self._window_seconds = state.window_items, state.window_seconds
@@ -391,17 +397,23 @@ class TrainingLoop:
         if not bad:
             return
         step, kind = min(bad)
-        kept = (
-            f"the last good checkpoint is {self.last_checkpoint}"
-            if self.last_checkpoint is not None
-            else "no checkpoint was saved before it"
-        )
-        raise RunFailed(
-            f"training diverged: the {'loss' if kind == 0 else 'gradient norm'} was not finite (nan or inf) at step "
-            f"{step}; the run stopped without saving these weights ({kept}) - lower training.lr, keep gradient "
-            "clipping on (training.max_grad_norm), check the data, or train without mixed precision "
-            "(training.mixed_precision=no)"
-        )
+        what = f"the {'loss' if kind == 0 else 'gradient norm'} was not finite (nan or inf) at step {step}"
+        raise diverged(what, self.last_checkpoint, self.config.lr)
+
+    def check_evaluation(self, record: dict[str, Any]) -> None:
+        """Raise RunFailed (on every process: they share the validation loss) if this step's evaluation shows a
+        diverged run. A periodic checkpoint of this very step holds the diverged weights: it is removed, so that
+        neither the message nor `--resume` offers it as a good one."""
+        problem = self.validation_watch.problem(record, self.step)
+        if problem is None:
+            return
+        what, rising = problem
+        if self.last_checkpoint is not None and self._saved_step == self.step:
+            if self.accelerator.is_main_process:
+                remove_checkpoint(self.last_checkpoint)
+            older = [path for path in training_checkpoints(self.last_checkpoint.parent) if path != self.last_checkpoint]
+            self.last_checkpoint = older[-1] if older else None
+        raise diverged(what, self.last_checkpoint, self.config.lr, factor_hint=rising)
 
     def _average_gradients(self, step_terms: torch.Tensor) -> None:
         """Turn the summed-loss gradients of this step into the gradient of the mean over all its loss terms.

@@ -92,6 +92,7 @@ class TrainingState:
     training_seconds: float = 0.0  # training time of the run so far (timing.json)
     last_evaluated_step: int | None = None  # a run resumed at an epoch's end owes its evaluation unless equal
     best: dict[str, Any] | None = None  # BestSoFar.record() of a stage that keeps the best evaluation
+    first_evaluation: list[float] | None = None  # [step, validation loss] of the first one: divergence is past it
     running_sums: torch.Tensor | None = None  # this process's loss sums: log window's, then epoch's
     carried: dict[str, torch.Tensor] = field(default_factory=dict)  # this process's tensors carried between batches
 

@@ -4,6 +4,7 @@ backbone, its examples read from the task's files with long documents read as ta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -83,6 +84,9 @@ class ClassificationStage(TaskStage):
         }
         console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
         train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
+        # The token ids are all that training reads from here on: the texts (~1.8x the file's size) go now, not at
+        # the end of the run. The labels stay (the class weights read them).
+        self.train_examples = replace(self.train_examples, texts=[], ids=[])
         note = gradient_window_note(model.config, train_data.lengths, whole=self.reading.max_length is None)
         if note:
             console.print(note, markup=False, highlight=False, soft_wrap=True)
