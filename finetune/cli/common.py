@@ -15,12 +15,12 @@ from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.recipes.loader import missing_model_folder
 
 
-def model_folder_or_hub_name(name: str) -> str:
-    """A CHECKPOINT argument's check, run by typer before the command: a local folder that is not there is refused
-    in one line before torch and transformers load (seconds); a hub name goes on to the hub."""
+def refuse_missing_model_folder(name: str) -> None:
+    """A command's first step with a CHECKPOINT argument: a local folder that is not there is refused in one line
+    before torch and transformers load (seconds); a hub name goes on to the hub. (Not a typer callback: parsing a
+    command line, as the docs' checks do, must not look at the disk.)"""
     if missing_model_folder(name):
         _fail(f"CHECKPOINT: no such model folder: {name}")
-    return name
 
 
 RecipeArgument = Annotated[

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from finetune.cli.common import OverridesArgument, RecipeArgument, _fail, _run_stage, model_folder_or_hub_name
+from finetune.cli.common import OverridesArgument, RecipeArgument, _fail, _run_stage, refuse_missing_model_folder
 from finetune.errors import UserError
 
 
@@ -15,7 +15,6 @@ def predict_command(
     checkpoint: Annotated[
         str,
         typer.Argument(
-            callback=model_folder_or_hub_name,
             help="A checkpoint fine-tuned by `finetune finetune` (its checkpoint/ folder), or a hub name.",
             show_default=False,
         ),
@@ -39,6 +38,7 @@ def predict_command(
     ] = None,
 ) -> None:
     """Predict labels and probabilities (scores for regression) for raw text with a fine-tuned checkpoint."""
+    refuse_missing_model_folder(checkpoint)
     from finetune.commands.predict import run_predict
     from finetune.console import console, quiet_library_chatter
 

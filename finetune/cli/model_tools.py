@@ -7,13 +7,12 @@ from typing import Annotated
 
 import typer
 
-from finetune.cli.common import _fail, model_folder_or_hub_name
+from finetune.cli.common import _fail, refuse_missing_model_folder
 from finetune.errors import UserError
 
 CausalCheckpointArgument = Annotated[
     str,
     typer.Argument(
-        callback=model_folder_or_hub_name,
         help="A causal language model written by `finetune pretrain` (gpt2, Transformer-XL or sparse, AWD-LSTM / "
         "QRNN / RNN, n-gram: its checkpoint/ folder), or a hub name.",
         show_default=False,
@@ -106,6 +105,7 @@ def generate(
     The prompt is encoded as pretraining read text (after <|endoftext|>), and every family generates through
     transformers' `generate`: the same tokens as `model.generate(...)` from Python.
     """
+    refuse_missing_model_folder(checkpoint)
     import sys
 
     from finetune.commands.generate import Sampling, run_generate
@@ -161,6 +161,7 @@ def score(
     Every token and every document's end is predicted from the text before it, read in order as pretraining's
     validation reads it: the AWD-LSTM's state and Transformer-XL's memory carried from segment to segment.
     """
+    refuse_missing_model_folder(checkpoint)
     import json
 
     from finetune.console import quiet_library_chatter
@@ -208,7 +209,6 @@ def merge(
     checkpoint: Annotated[
         str,
         typer.Argument(
-            callback=model_folder_or_hub_name,
             help="A checkpoint trained with a LoRA adapter (model.adapter): its folder, as finetune or pretrain saved "
             "it.",
             show_default=False,
@@ -218,6 +218,7 @@ def merge(
 ) -> None:
     """Merge a LoRA adapter into its base: a plain Hugging Face model folder that `AutoModelFor*.from_pretrained`
     loads without peft (predict, eval and later stages take the adapter's folder as it is too)."""
+    refuse_missing_model_folder(checkpoint)
     from finetune.commands.merge import run_merge
     from finetune.console import quiet_library_chatter
 

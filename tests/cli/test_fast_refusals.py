@@ -132,7 +132,7 @@ CASES = {
             ("CHECKPOINT", "no such model folder", "no-lm"),
         )
         for command, rest in {
-            "predict": ["in.txt"],
+            "predict": ["--input", "in.txt"],
             "generate": ["--prompt", "hi"],
             "score": ["text.txt"],
             "merge": ["merged"],
