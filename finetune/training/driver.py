@@ -154,13 +154,13 @@ def _leave_process_group_at_exit() -> None:
 def leave_process_group() -> None:
     """Destroy the process group while Python is still whole (at exit, before it shuts down).
 
-    gloo's worker threads free the tensors of the last collective they ran after the waiting process has moved
-    on, and freeing a tensor that Python let go of takes the GIL: once Python has begun to shut down, that
-    thread is ended inside a C++ destructor and the process aborts ("terminate called without an active
-    exception", about 1 run in 3 of a 2-process launch). The group's destructor releases the GIL and joins those
-    threads. torch.distributed.nn.functional, imported by DDP once the group exists, holds the group in its
-    functions' defaults (group=group.WORLD, read at import), which would keep it, and its threads, alive:
-    those defaults become None, the value they have when it is imported first (the default group).
+    A gloo worker thread frees the tensors of the collective it ran after the waiting process has moved on, and
+    freeing a tensor that Python let go of takes the GIL: once Python has begun to shut down, the thread is ended
+    there, inside a C++ destructor, and the process aborts ("terminate called without an active exception", exit
+    code -6, after every output was written). Destroyed here, the group's destructor joins its threads with the
+    GIL released. torch.distributed.nn.functional, imported by DDP once the group exists, holds the group in
+    its functions' defaults (group=group.WORLD, read at import), which would keep it and its threads alive:
+    those defaults become None, what they are when it is imported first (the default group).
     """
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
