@@ -21,8 +21,9 @@ def finish_run(accelerator, run_dir: Path, loop) -> None:
         timing = {"training_wall_time_s": round(time.perf_counter() - loop.started, 1), "steps": loop.step}
         (Path(run_dir) / TIMING_FILE).write_text(json.dumps(timing) + "\n", encoding="utf-8")
         write_plots_or_warn(Path(run_dir))
-    # Every process leaves together: one that exits while the main process still writes plots and the model card
-    # tears its side of the process group down under the other (a rare abort, "terminate called", in CI).
+    # Every process leaves together, so that none starts the next command (or its exit) while the main process still
+    # writes plots and the model card. (The teardown abort once blamed on this was gloo's worker threads outliving
+    # Python's shutdown: training/driver.py's leave_process_group.)
     accelerator.wait_for_everyone()
 
 

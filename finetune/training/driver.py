@@ -11,6 +11,10 @@ and the run's timing and plots at the end. So the bit-exact resume guarantee liv
 
 from __future__ import annotations
 
+import atexit
+import functools
+import gc
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,8 +141,39 @@ def processes_ready(accelerator: Accelerator) -> Accelerator:
     main process's), and no process goes on to create the folder before all have checked it (a later run in the
     same process, e.g. the next command or seed, meets no rendezvous that would order them otherwise)."""
     console.quiet = not accelerator.is_main_process
+    if accelerator.num_processes > 1:
+        _leave_process_group_at_exit()
     accelerator.wait_for_everyone()
     return accelerator
+
+
+@functools.cache  # once per process, however many stages it runs
+def _leave_process_group_at_exit() -> None:
+    atexit.register(leave_process_group)
+
+
+def leave_process_group() -> None:
+    """Destroy the process group while Python is still whole (at exit, before it shuts down).
+
+    A gloo worker thread frees the tensors of the collective it ran after the waiting process has moved on, and
+    freeing a tensor that Python let go of takes the GIL: once Python has begun to shut down, the thread is ended
+    there, inside a C++ destructor, and the process aborts ("terminate called without an active exception", exit
+    code -6, after every output was written). Destroyed here, the group's destructor joins its threads with the
+    GIL released. torch.distributed.nn.functional, imported by DDP once the group exists, holds the group in
+    its functions' defaults (group=group.WORLD, read at import), which would keep it and its threads alive:
+    those defaults become None, what they are when it is imported first (the default group).
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    group = torch.distributed.group.WORLD
+    torch.distributed.destroy_process_group()
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    for function in vars(functional).values() if functional else ():
+        defaults = getattr(function, "__defaults__", None) or ()
+        if any(value is group for value in defaults):
+            function.__defaults__ = tuple(None if value is group else value for value in defaults)
+    del group
+    gc.collect()  # the DDP wrappers of the finished stages, if a reference cycle still holds one
 
 
 def run_training(stage: TrainingStage, resume: bool = False) -> Path:

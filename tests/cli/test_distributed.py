@@ -81,16 +81,6 @@ def torchrun(tmp_path: Path, *arguments: str, launcher_source: str = LAUNCHER) -
     )
 
 
-# A known fault, not ours to hide elsewhere (docs/limitations.md): after the last command has finished and Python has
-# shut down, a worker is sometimes aborted in C++ teardown (about 1 run in 3 of the finetune + eval launch below, since
-# at least fee60eb). Only that, after the final line of output, is let through; what the run wrote is still compared.
-TEARDOWN_ABORT = "terminate called without an active exception"
-
-
-def aborted_after_its_work(output: str) -> bool:
-    return TEARDOWN_ABORT in output and "(SIGABRT)" in output and "report written to" in output
-
-
 def check_two_processes(result: subprocess.CompletedProcess) -> None:
     output = result.stdout + result.stderr
     assert re.findall(r"NUM_PROCESSES (\d+) \S*MULTI_CPU", output) == ["2", "2"], output[-3000:]
@@ -210,8 +200,9 @@ def torchrun_tracking_writes(tmp_path: Path, *arguments: str) -> tuple[subproces
     """Run `finetune ARGUMENTS` (commands separated by "+") on 2 processes; the result and process 1's writes."""
     result = torchrun(tmp_path, *arguments, launcher_source=TRACKING_LAUNCHER)
     check_two_processes(result)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0 or aborted_after_its_work(output), output[-30000:]
+    # Exit code 0, not only every output written: a worker aborted at teardown (finetune.training.driver's
+    # leave_process_group) fails the launch.
+    assert result.returncode == 0, (result.stdout + result.stderr)[-30000:]
     return result, re.findall(r"^WRITE 1 (.+)$", result.stdout, flags=re.MULTILINE)
 
 
