@@ -17,8 +17,9 @@ label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an int
 where it stopped. Draws WORK_DIR/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's points from
 bench/few_labels.py's results when --minilm-results names them); --update-results draws the committed
 bench/results/ulmfit_sst2.png instead and appends the work dir's runs (each with its work_dir) to
-bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean. Prints the table, then one JSON line with
-every figure.
+bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean (--results-name names another benchmark
+there, e.g. ulmfit_sst2-scratch for a work dir of one side alone, whose plot would otherwise replace the committed
+two-sided one). Prints the table, then one JSON line with every figure.
 """
 
 from __future__ import annotations
@@ -245,7 +246,12 @@ def main() -> None:
         "--update-results",
         action="store_true",
         help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append the "
-        "work dir's runs to bench/results/ulmfit_sst2.jsonl",
+        "work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)",
+    )
+    parser.add_argument(
+        "--results-name",
+        default="ulmfit_sst2",
+        help="--update-results' benchmark name in bench/results (ulmfit_sst2-scratch: the scratch side alone)",
     )
     args = parser.parse_args()
     machine = describe_machine()  # the figures below belong to this machine
@@ -284,12 +290,12 @@ def main() -> None:
                 f"{100 * run['dev_accuracy']:.1f}"
             )
     if args.update_results:
-        append_result("ulmfit_sst2", [{"work_dir": str(work), **run} for run in runs], machine=machine)
+        append_result(args.results_name, [{"work_dir": str(work), **run} for run in runs], machine=machine)
     runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
     cells = medians(runs)
     minilm = minilm_points(args.minilm_results)
     # The committed plot changes only when asked: a partial or experimental run draws into its work dir.
-    plot = PLOT if args.update_results else work / "ulmfit_sst2-curve.png"
+    plot = result_path(args.results_name, ".png") if args.update_results else work / "ulmfit_sst2-curve.png"
     draw_curve(cells, minilm, plot)
     if summary:
         print(
