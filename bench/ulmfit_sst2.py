@@ -7,8 +7,9 @@ Stage 1 pretrains an AWD-LSTM language model on WikiText-2 and stage 2 fine-tune
 text (its training and test sentences, never dev), both once, with the recipes `finetune ulmfit
 recipes/ulmfit/sst2.yaml` runs (its sections as stage recipes) at the sizes given by the overrides; stage 3
 trains the classifier on N labelled training rows drawn at random (seeded) for each seed. The baseline is the same
-classifier (same vocabulary and architecture) from random weights with every group trainable and one learning rate, on
-the same rows and budget. Each cell is the median over seeds of the dev accuracy (all 872 sentences) after the last
+classifier (same vocabulary and architecture) from random weights with its own recipe,
+recipes/ulmfit/sst2-scratch-classifier.yaml (every group trainable, one learning rate of 1e-3), on the same rows and
+budget. Each cell is the median over seeds of the dev accuracy (all 872 sentences) after the last
 step: no checkpoint is picked on dev.
 
 Budget: the same optimizer steps for both sides of a cell, growing with the labels (--epochs, one value per
@@ -16,8 +17,9 @@ label count). Runs are recorded in WORK_DIR/runs.jsonl as they finish, so an int
 where it stopped. Draws WORK_DIR/ulmfit_sst2-curve.png (accuracy against labels, log scale; MiniLM's points from
 bench/few_labels.py's results when --minilm-results names them); --update-results draws the committed
 bench/results/ulmfit_sst2.png instead and appends the work dir's runs (each with its work_dir) to
-bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean. Prints the table, then one JSON line with
-every figure.
+bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean (--results-name names another benchmark
+there, e.g. ulmfit_sst2-scratch for a work dir of one side alone, whose plot would otherwise replace the committed
+two-sided one). Prints the table, then one JSON line with every figure.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ SST2 = GLUE / "SST-2"
 GENERAL_LM = ROOT / "recipes" / "pretrain" / "awd-lstm-wikitext2.yaml"
 TARGET_LM = ROOT / "recipes" / "ulmfit" / "sst2-2-language-model.yaml"
 CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-3-classifier.yaml"
+# The scratch side's own recipe: stage 3's classifier from random weights, every group trainable, one LR of 1e-3.
+SCRATCH_CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-scratch-classifier.yaml"
 PLOT = result_path("ulmfit_sst2", ".png")  # the committed plot; a work dir gets ulmfit_sst2-curve.png
 ALL = 67349  # SST-2's training rows
 
@@ -102,7 +106,8 @@ def language_models(args, work: Path) -> tuple[Path, dict]:
 
 
 def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, seed: int, epochs: int) -> dict:
-    """One stage-3 run (ulmfit: the recipe's classifier; scratch: random weights, all groups, one LR)."""
+    """One stage-3 run (ulmfit: the recipe's classifier; scratch: its own recipe, random weights, all groups, one
+    LR)."""
     mode = "held-out" if args.held_out else "dev"
     name = f"{side}-{rows}-seed{seed}" + (f"-{args.variant}" if args.variant else "") + f"-{mode}"
     run_dir = work / f"3-{name}"
@@ -117,14 +122,8 @@ def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, see
         f"run_dir={run_dir}",
         "overwrite=true",
     ]
-    if side == "scratch":
-        overrides += [
-            "model.init=random",
-            "unfreezing.mode=none",
-            "unfreezing.every_fraction=null",
-            "discriminative.factor=1.0",
-        ]
-    seconds = finetune_cli("finetune", CLASSIFIER, *overrides, *args.classifier_overrides, echo=True)
+    recipe = SCRATCH_CLASSIFIER if side == "scratch" else CLASSIFIER  # scratch: the checkpoint's sizes, not weights
+    seconds = finetune_cli("finetune", recipe, *overrides, *args.classifier_overrides, echo=True)
     dev = last_record(run_dir, "eval")
     return {
         "side": side,
@@ -134,6 +133,7 @@ def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, see
         "variant": args.variant,
         "mode": mode,
         "overrides": args.classifier_overrides,
+        "recipe": str(recipe.relative_to(ROOT)),
         "dev_accuracy": dev["dev_accuracy"],
         "seconds": round(seconds, 1),
     }
@@ -246,7 +246,12 @@ def main() -> None:
         "--update-results",
         action="store_true",
         help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append the "
-        "work dir's runs to bench/results/ulmfit_sst2.jsonl",
+        "work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)",
+    )
+    parser.add_argument(
+        "--results-name",
+        default="ulmfit_sst2",
+        help="--update-results' benchmark name in bench/results (ulmfit_sst2-scratch: the scratch side alone)",
     )
     args = parser.parse_args()
     machine = describe_machine()  # the figures below belong to this machine
@@ -285,12 +290,12 @@ def main() -> None:
                 f"{100 * run['dev_accuracy']:.1f}"
             )
     if args.update_results:
-        append_result("ulmfit_sst2", [{"work_dir": str(work), **run} for run in runs], machine=machine)
+        append_result(args.results_name, [{"work_dir": str(work), **run} for run in runs], machine=machine)
     runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
     cells = medians(runs)
     minilm = minilm_points(args.minilm_results)
     # The committed plot changes only when asked: a partial or experimental run draws into its work dir.
-    plot = PLOT if args.update_results else work / "ulmfit_sst2-curve.png"
+    plot = result_path(args.results_name, ".png") if args.update_results else work / "ulmfit_sst2-curve.png"
     draw_curve(cells, minilm, plot)
     if summary:
         print(
