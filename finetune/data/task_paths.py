@@ -57,9 +57,11 @@ def training_splits(task: Any) -> tuple[str, ...]:
 
 
 def check_task_files(task: Any, splits: Sequence[str]) -> None:
-    """The error reading the recipe's `task` would end in, raised now: the first of `splits` without its file (a
-    task read from the hub has none to find)."""
+    """The error reading the recipe's `task` would end in, raised now: the first of `splits` without its file. A
+    task read with `datasets` (task.source: hub) has none to find; with task.dev_split, dev is read out of train."""
+    if getattr(task, "source", "files") == "hub":
+        return
     spec = task_spec(task)
-    if spec.source != "hub":
-        for split in splits:
-            task_file(spec, task.data_dir, split)
+    for split in splits:
+        held_out_of_train = split == "dev" and getattr(task, "dev_split", None) is not None
+        task_file(spec, task.data_dir, "train" if held_out_of_train else split)

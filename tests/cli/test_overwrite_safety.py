@@ -250,18 +250,33 @@ def start_cli(arguments: list[str], cwd: Path) -> subprocess.Popen:
     )
 
 
+def lock_content(run: Path) -> str:
+    """The lock file's text once it is complete JSON, else ''."""
+    try:
+        text = (run / LOCK_FILE).read_text()
+        json.loads(text)
+        return text
+    except (FileNotFoundError, ValueError):
+        return ""
+
+
 def test_a_second_run_into_a_busy_run_dir_fails_before_touching_it(workspace):
     """The second run (overwrite on) must not wipe the first, which must finish with its own metrics only."""
+    # The CLI imports a stage's code only after its recipe is read: loaded here first, so that the second run reaches
+    # the lock at once instead of after seconds of imports, by which time the short first run may have finished.
+    import finetune.stages.pretrain  # noqa: F401
+
     run = workspace / "runs" / "pretrain"
     first = start_cli(
         ["pretrain", "pretrain.yaml", "training.epochs=30", "training.max_steps=300", "training.log_every=50"],
         workspace,
     )
     deadline = time.monotonic() + 120
-    while not (run / LOCK_FILE).exists() and first.poll() is None and time.monotonic() < deadline:
+    # The lock is created empty (O_EXCL) and then filled: wait for its content, which a loaded machine can delay.
+    while not lock_content(run) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert (run / LOCK_FILE).exists(), first.communicate()[1][-2000:]
-    owner = json.loads((run / LOCK_FILE).read_text())
+    assert lock_content(run), first.communicate()[1][-2000:]
+    owner = json.loads(lock_content(run))
     assert owner["pid"] == first.pid
     before = snapshot(run)
 
