@@ -43,8 +43,16 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
     if not 0 < start_lr < end_lr:
         raise UserError(f"--start-lr {start_lr:g} and --end-lr {end_lr:g}: need 0 < start < end")
     # Epochs enough to reach max_steps on any data size; the stage stops at max_steps.
+    # No divergence stop: the test raises the LR until the loss rises, on purpose (nan/inf still stops it).
     training = recipe.training.model_copy(
-        update={"lr": end_lr, "max_steps": steps, "epochs": steps, "log_every": 1, "log_with": []}
+        update={
+            "lr": end_lr,
+            "max_steps": steps,
+            "epochs": steps,
+            "log_every": 1,
+            "log_with": [],
+            "divergence_factor": None,
+        }
     )
     schedule = recipe.schedule.model_copy(update={"kind": "range_test", "range_ratio": end_lr / start_lr})
     update = {

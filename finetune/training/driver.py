@@ -225,8 +225,6 @@ class RunDriver:
             momentum=make_momentum_schedule(recipe.schedule, total_steps),
             stop_early=self._patience_exhausted,
         )
-        if recipe.schedule.kind == "range_test":  # lr-find raises the LR until the loss rises, on purpose
-            self.loop.validation_watch.factor = None
         stage.start(self.context)
         state = self._restore(resume_from) if resume_from is not None else TrainingState()
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
