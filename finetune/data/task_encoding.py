@@ -14,6 +14,7 @@ from finetune.console import console, phase_bar
 from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading, ReadingError, head_tail_positions, window_positions
 from finetune.data.reverse import reverse_segments
+from finetune.data.token_arrays import offsets_of
 from finetune.errors import InputError
 
 
@@ -124,7 +125,7 @@ class RaggedColumn:
     def finish(self) -> None:
         """One flat array (a view of the buffer) and the offsets of its rows."""
         self.flat = np.frombuffer(self._values, self.dtype)
-        self.offsets = np.concatenate(([0], np.cumsum(np.frombuffer(self._lengths, np.int64))))
+        self.offsets = offsets_of(np.frombuffer(self._lengths, np.int64))
         self._lengths = bytearray()
 
     @property
