@@ -10,6 +10,7 @@ run directory is written only once everything has worked.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -126,7 +127,7 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     return report
 
 
-def write_predictions(path: Path, spec, ids: list[str], predictions) -> None:
+def write_predictions(path: Path, spec, ids: Sequence[str], predictions) -> None:
     """`index<TAB>prediction` per example: the label name for classes, the score for regression."""
     path.parent.mkdir(parents=True, exist_ok=True)
     values = (

@@ -11,7 +11,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from finetune.console import console, phase_bar
-from finetune.data.examples import TaskExamples
+from finetune.data.examples import PackedRows, TaskExamples
 from finetune.data.long_documents import DocumentReading, ReadingError, head_tail_positions, window_positions
 from finetune.data.reverse import reverse_segments
 from finetune.data.token_arrays import offsets_of
@@ -68,7 +68,9 @@ def check_reading(reading: DocumentReading, tokenizer, backwards: bool, both_dir
 
 def example_columns(examples: TaskExamples, reading: DocumentReading) -> tuple[Sequence[str], Sequence[str] | None]:
     """The examples' first texts and their second ones (None: one text each; both orders needs a pair)."""
-    columns = list(zip(*examples.texts))
+    # Packed texts give each position's texts as they are held; a list of rows is turned into columns.
+    texts = examples.texts
+    columns: Sequence[Sequence[str]] = texts.columns if isinstance(texts, PackedRows) else list(zip(*texts))
     if len(columns) > 2:  # the readers make one text (or a pair) of more columns: TaskSpec.model_texts
         raise ValueError(f"a model reads one text or a pair, not {len(columns)} texts")
     second = columns[1] if len(columns) > 1 else None
@@ -98,35 +100,72 @@ PROGRESS_BAR_EXAMPLES = 20_000  # tokenizing more examples than this shows a pro
 
 class RaggedColumn:
     """Rows of ints of different lengths (one key of an encoding: input ids, a mask) in one flat array and the rows'
-    offsets into it: 4 bytes a token for ids and 1 for masks, where a Python list of lists of ints takes ~36 (a
-    pointer and an int object each). A row reads back as a list; a slice as a list of them.
+    offsets into it, in the smallest type that holds them: 2 bytes a token for the ids of a vocabulary under 65,536,
+    where a Python list of lists of ints takes ~36 (a pointer and an int object each). A column whose values are all
+    one value (the attention mask's 1s, the segment ids of one text) stores none: it reads them from that value. A
+    row reads back as a list; a slice as a list of them.
 
     Chunks are appended to one growing buffer (a bytearray: large reallocations, outside Python's small-object
     arenas) rather than kept as an array each: small objects that outlive their chunk would pin the arenas of the
     chunk's freed int objects, and the process would keep that memory."""
 
     def __init__(self) -> None:
-        self.dtype = np.dtype(np.int8)  # widened when a chunk holds larger values
+        self.dtype: np.dtype = np.dtype(np.uint8)  # widened when a chunk holds larger (or negative) values
+        self.constant: int | None = None  # while every value so far is this one, no value is stored
+        self._storing = False  # whether the values are in the buffer (from the first chunk of two values on)
         self._values, self._lengths = bytearray(), bytearray()  # until `finish`
-        self.flat = np.zeros(0, dtype=np.int8)
+        self.flat: np.ndarray = np.zeros(0, dtype=np.uint8)
         self.offsets = np.zeros(1, dtype=np.int64)
 
     def extend(self, rows: list[list[int]]) -> None:
         """Add a chunk's rows (the chunk's lists can then be dropped)."""
         lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-        dtype = np.promote_types(self.dtype, _smallest_int_type(flat))
-        if dtype != self.dtype:  # e.g. ids past 127 after a first chunk of small ones
-            self._values = bytearray(np.frombuffer(self._values, self.dtype).astype(dtype).tobytes())
-            self.dtype = dtype
-        self._values += flat.astype(dtype).tobytes()
+        if not self._storing and len(flat):
+            value = int(flat[0]) if self.constant is None else self.constant
+            if (flat == value).all():
+                self.constant = value  # still one value: nothing to store but the lengths
+            else:  # the first other value: the earlier ones are written out now
+                self._storing = True
+                if self.constant is not None:
+                    self._write(np.full(int(np.frombuffer(self._lengths, np.int64).sum()), self.constant))
+                    self.constant = None
+        if self._storing:
+            self._write(flat)
         self._lengths += lengths.tobytes()
 
+    def _write(self, values: np.ndarray) -> None:
+        dtype = np.promote_types(self.dtype, _smallest_int_type(values))
+        if dtype != self.dtype:  # e.g. ids past 255 after a first chunk of small ones
+            self._values = bytearray(np.frombuffer(self._values, self.dtype).astype(dtype).tobytes())
+            self.dtype = dtype
+        self._values += values.astype(dtype).tobytes()
+
     def finish(self) -> None:
-        """One flat array (a view of the buffer) and the offsets of its rows."""
-        self.flat = np.frombuffer(self._values, self.dtype)
+        """One flat array (a view of the buffer, or of the one value) and the offsets of its rows."""
         self.offsets = offsets_of(np.frombuffer(self._lengths, np.int64))
         self._lengths = bytearray()
+        if self.constant is not None:
+            self.dtype = np.dtype(_smallest_int_type(np.array([self.constant])))
+        self.flat = self._flat()
+
+    def _flat(self) -> np.ndarray:
+        if self.constant is None:
+            return np.frombuffer(self._values, self.dtype)
+        # every position reads the one value: a read-only view that takes no memory a value
+        return np.broadcast_to(np.array(self.constant, dtype=self.dtype), (int(self.offsets[-1]),))
+
+    def __getstate__(self) -> dict:  # a data-loader worker gets the one value, not the view copied out in full
+        return {**self.__dict__, "flat": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.flat = self._flat()
+
+    @property
+    def nbytes(self) -> int:
+        """What the column holds: its stored values and its offsets."""
+        return len(self._values) + self.offsets.nbytes
 
     @property
     def lengths(self) -> np.ndarray:
@@ -142,10 +181,16 @@ class RaggedColumn:
 
 
 def _smallest_int_type(values: np.ndarray) -> type:
-    """int8 for masks and segment ids, int32 for token ids (int64 past that)."""
-    if not len(values) or (values.min() >= 0 and values.max() < 2**7):
-        return np.int8
-    return np.int32 if values.min() >= -(2**31) and values.max() < 2**31 else np.int64
+    """uint8 for masks and segment ids, uint16 for the ids of a vocabulary under 65,536 (BERT's, GPT-2's), int32
+    past that; signed types for negative values."""
+    if not len(values):
+        return np.uint8
+    low, high = int(values.min()), int(values.max())
+    for dtype in (np.uint8, np.uint16, np.int8, np.int16, np.int32):
+        limits = np.iinfo(dtype)
+        if limits.min <= low and high <= limits.max:
+            return dtype
+    return np.int64
 
 
 class EncodedTask(Dataset):
@@ -165,7 +210,9 @@ class EncodedTask(Dataset):
         examples: TaskExamples,
         tokenizer,
         reading: DocumentReading | int | None,
-        chunk: int = 4_000,  # examples per tokenizer call: what encoding holds beyond the flat arrays (see _encode)
+        # Examples per tokenizer call: what encoding holds beyond the flat arrays (see _encode). 1,000 rows of ~50
+        # tokens: ~17 MB of the tokenizer's objects (4,000: ~68 MB, measured), and no slower.
+        chunk: int = 1_000,
         backwards: bool = False,
         both_directions: bool = False,
         name: str | None = None,

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from finetune.data.corpus import document_text
-from finetune.data.examples import TaskExamples
+from finetune.data.examples import PackedRows, PackedStrings, TaskExamples
 from finetune.data.task_paths import FORMAT_BY_EXTENSION, task_file
 from finetune.errors import DataFileError
 from finetune.glue.specs import TaskSpec, label_text
@@ -158,10 +158,12 @@ def json_records(handle, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def examples_from_records(spec: TaskSpec, path: Path, records: Iterator[tuple[int, dict]]) -> TaskExamples:
-    """Texts, labels and ids from checked records; a file is labelled when its first record has the label."""
-    texts: list[tuple[str, ...]] = []
+    """Texts, labels and ids from checked records; a file is labelled when its first record has the label.
+
+    The texts and ids are packed (PackedRows, PackedStrings): a large file's examples take about its size."""
+    texts = PackedRows()
     labels: list[list[float] | float | int] = []  # a 0/1 row (multilabel), a score or a class index per example
-    ids: list[str] = []
+    ids = PackedStrings()
     labelled = None
     for line, record in records:
         missing = [name for name in spec.text_columns if name not in record]

@@ -90,7 +90,7 @@ class SubmissionCheck:
 MAX_MEMBER_BYTES = 16 * 2**20  # 4x the largest submission file (QQP); more is not read
 
 
-def validate_submission(path: Path, test_ids: dict[str, list[str]] | None = None) -> SubmissionCheck:
+def validate_submission(path: Path, test_ids: dict[str, Sequence[str]] | None = None) -> SubmissionCheck:
     """Check names, headers, labels, row counts and index coverage of an archive.
 
     Rows are checked against the test files' ids in `test_ids` ({task: ids}) where given, else
@@ -152,7 +152,7 @@ def read_member(archive: zipfile.ZipFile, path: Path, name: str) -> bytes:
         ) from None
 
 
-def check_file(spec: TaskSpec, data: bytes, test_ids: list[str] | None) -> tuple[int, list[str]]:
+def check_file(spec: TaskSpec, data: bytes, test_ids: Sequence[str] | None) -> tuple[int, list[str]]:
     """(rows, problems) of one submission file."""
     name = spec.submission_file
     try:
@@ -219,7 +219,7 @@ def value_problem(spec: TaskSpec, value: str) -> str | None:
     return None
 
 
-def glue_test_ids(glue_dir: Path) -> dict[str, list[str]]:
+def glue_test_ids(glue_dir: Path) -> dict[str, Sequence[str]]:
     """{task: ids} from every test file present in a GLUE folder (download_glue_data.py's layout)."""
     test_ids = {}
     for spec in SUBMISSION_TASKS:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from finetune.data.examples import TaskExamples
+from finetune.data.examples import PackedRows, PackedStrings, TaskExamples
 from finetune.data.task_files import read_task_split, task_file
 from finetune.errors import DataFileError, InputError, UserError
 from finetune.glue.specs import TaskSpec
@@ -71,6 +71,8 @@ def take_rows(examples: Rows, rows: Sequence[int]) -> Rows:
             changes[field.name] = value[np.asarray(rows, dtype=np.int64)]
         elif isinstance(value, list) and len(value) == count:
             changes[field.name] = [value[row] for row in rows]
+        elif isinstance(value, (PackedRows, PackedStrings)) and len(value) == count:
+            changes[field.name] = value.take(rows)
     return replace(examples, **changes)  # type: ignore[type-var]
 
 
@@ -78,7 +80,7 @@ def _columns(examples: Any) -> list:
     return [
         getattr(examples, field.name)
         for field in fields(examples)
-        if isinstance(getattr(examples, field.name), (list, np.ndarray))
+        if isinstance(getattr(examples, field.name), (list, np.ndarray, PackedRows, PackedStrings))
     ]
 
 

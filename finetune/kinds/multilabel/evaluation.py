@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from finetune.console import console
@@ -81,7 +82,7 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
     return report
 
 
-def write_label_sets(path: Path, spec: TaskSpec, ids: list[str], predicted: list[list[str]]) -> None:
+def write_label_sets(path: Path, spec: TaskSpec, ids: Sequence[str], predicted: list[list[str]]) -> None:
     """`index<TAB>labels` per example: its predicted labels joined by the task's label separator (empty: none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = ["index\tlabels"] + [
