@@ -393,7 +393,9 @@ def configuration(args) -> dict:
     }
 
 
-def main() -> None:
+def arguments_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring); its defaults are the benchmark's configuration (which
+    bench/step_profile.py profiles too)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
@@ -438,7 +440,11 @@ def main() -> None:
     parser.add_argument(
         "--update-results", action="store_true", help="also append the result to bench/results/clm_pretrain.jsonl"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments_parser().parse_args()
     args.machine = describe_machine()  # the figures below belong to this machine (and to --update-results)
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
