@@ -1,8 +1,8 @@
 """Where a training step's time goes, by kind of operation: our real training code under torch.profiler.
 
-    .venv/bin/python bench/step_profile.py                                  # all four, ~6 minutes on 2 CPU cores
+    .venv/bin/python bench/step_profile.py                                  # all four, ~2 minutes on 2 CPU cores
     .venv/bin/python bench/step_profile.py --workloads clm mlm --steps 3    # the two transformer LMs only
-    OMP_NUM_THREADS=1 .venv/bin/python bench/step_profile.py                # one thread (steadier on a busy machine)
+    OMP_NUM_THREADS=1 .venv/bin/python bench/step_profile.py                # one thread: on a busy machine
 
 Four workloads, each at the configuration of the benchmark that compares its speed with a peer:
 - clm: bench/clm_pretrain.py's GPT-2 (4 layers, hidden 256, 4 heads, block 128, batch 32, byte-level BPE of 16,000
@@ -31,9 +31,14 @@ the --top ops by self time, and for clm and mlm the step's matrix products alone
 spends outside the products is one number. Printed, and written to WORK_DIR/<workload>.md; then one JSON line with
 every figure (also WORK_DIR/result.json); --trace also writes each profile as a Chrome trace.
 
-The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps). On a
-shared machine, read the shares between categories, not the milliseconds. Setup dominates the run time: the BPE
-tokenizers are trained once (cached in the work folder), each stage tokenises its lines and saves its model.
+The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps; the
+fine-tuning's batches differ in length, so its steps differ anyway). On a shared machine, read the shares between
+categories, not the milliseconds, and run one thread: with two, whenever the other core is taken, every parallel op
+waits at its barrier for a descheduled thread (on 2026-11-28, with another job on both cores, the causal LM's step
+took 5.8 s at two threads and 1.7 s at one, the inflation landing on the small parallel ops: layer norm, copies,
+the optimizer). The run time is mostly setup (with 2 quiet cores or 1 thread: ~2 minutes, ~2 more the first time,
+when the two BPE tokenizers are trained and cached in the work folder): each stage tokenises its lines, validates
+once and saves its model.
 """
 
 from __future__ import annotations
@@ -125,11 +130,14 @@ class StepWindow:
         self.profiling = False
         self.loss_terms: list = []  # of each micro-batch of the profiled steps (mlm: its masked rows)
         self.items = 0  # tokens or examples of the profiled steps
+        self.epochs: set[int] = set()  # the epochs the profiled steps (and the stop) fell in: one, or an evaluation ran
 
     def hook(self, inner: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
         """A before_step that moves the window, then runs the stage's own (`inner`, if any) inside the step."""
 
         def before_step(step: int, epoch: int) -> None:
+            if self.warmup <= step <= self.warmup + self.steps:
+                self.epochs.add(epoch)
             self.at_step(step)
             if inner is not None:
                 inner(step, epoch)
@@ -286,6 +294,8 @@ def profile_workload(workload: Workload, warmup: int, steps: int, trace: Path | 
     window = StepWindow(warmup, steps)
     stage = profiled(workload.stage_class, window)(*workload.stage_arguments)
     guarded_stage(run_training)(stage)  # as the CLI runs a stage: its run folder unlocked however it ends
+    if len(window.epochs) > 1:
+        sys.exit("bench: an epoch ended inside the profile (its evaluation with it): give more --lines or fewer steps")
     if trace is not None:
         window.profiler.export_chrome_trace(str(trace))
     floor = None
@@ -367,8 +377,13 @@ def arguments_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--warmup", type=int, default=3, help="optimizer steps run before the profile starts")
-    parser.add_argument("--steps", type=int, default=5, help="optimizer steps profiled")
-    parser.add_argument("--lines", type=int, default=3000, help="non-empty lines of train.txt the LMs read")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps profiled")
+    parser.add_argument(
+        "--lines",
+        type=int,
+        default=3000,
+        help="non-empty lines of train.txt the LMs read (3,000: an epoch of ~70 steps; the profile stays in one)",
+    )
     parser.add_argument("--top", type=int, default=15, help="ops listed by self CPU time")
     parser.add_argument(
         "--work-dir",

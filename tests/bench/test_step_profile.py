@@ -20,8 +20,8 @@ from _products import masked_lm_products
 WARMUP, STEPS = 1, 2
 
 
-def tiny_recipe(tmp_path, recipe: str, family_overrides: list[str]):
-    corpus = write_corpus(tmp_path / "corpus", lines=120)
+def tiny_recipe(tmp_path, recipe: str, family_overrides: list[str], lines: int = 120):
+    corpus = write_corpus(tmp_path / "corpus", lines=lines)
     validation = write_corpus(tmp_path / "validation", lines=20)
     return load_recipe(
         REPO_ROOT / "recipes" / recipe,
@@ -85,3 +85,11 @@ def test_the_awd_lstms_dropouts_and_recurrence_are_found(tmp_path):
     assert record["categories_ms"][RECURRENCE] > 0
     assert record["categories_ms"][DROPOUT] > 0  # RNNDropout's mask multiplied in by hand, labelled while profiled
     assert "products_floor_ms" not in record  # no floor for the LSTM
+
+
+def test_a_profile_that_would_hold_an_epochs_end_stops_the_benchmark(tmp_path):
+    # 20 short lines give fewer batches than the 4 steps: the end-of-epoch evaluation would fall inside the profile.
+    recipe = tiny_recipe(tmp_path, "quickstart/pretrain.yaml", ["model.layers=1", "model.hidden=16"], lines=20)
+    workload = step_profile.Workload("tiny BERT", "tokens", PretrainStage, (recipe,))
+    with pytest.raises(SystemExit, match="an epoch ended inside the profile"):
+        step_profile.profile_workload(workload, WARMUP, STEPS)
