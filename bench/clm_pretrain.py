@@ -24,7 +24,7 @@ timer starts after its collator has run. MFU: useful training FLOPs per second (
 QKV, output and feed-forward products, attention scores and mixing over the whole block, the vocabulary
 projection at every position; `finetune.models.flops.training_flops_per_token`) over the fp32 matmul rate measured here.
 Then the ceiling of the ratio on this machine: the step's matrix products alone, each timed at its own shape
-(`products_seconds`), as tokens/s, a ratio to the peer and an MFU: no implementation of this model runs faster.
+(bench/_products.py), as tokens/s, a ratio to the peer and an MFU: no implementation of this model runs faster.
 
 Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
@@ -51,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +70,7 @@ from _common import (
     run_json,
     text_lines,
 )
+from _products import bound_line, causal_lm_products, products_bound, products_seconds
 from awd_lstm_vs_fastai import shared_tokenizer
 from finetune.models.flops import matmul_gflops, training_flops_per_token
 from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
@@ -226,23 +226,16 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
     if len(pairs) > 1:
         print(f"\nmedian ratio: {statistics.median(ratios):.2f}x")
     # The ceiling of the ratio on this machine: a step that did nothing but its matrix products.
-    products = products_seconds(args)
-    step_tokens = args.batch * args.seq_len
-    ours_step = step_tokens / statistics.median(ours["tokens_per_s"] for _, ours in pairs)
-    peer_rate = statistics.median(peer["tokens_per_s"] for peer, _ in pairs)
-    bound = {
-        "products_ms_per_step": round(1000 * products, 1),
-        "our_ms_per_step": round(1000 * ours_step, 1),
-        "products_only_tokens_per_s": round(step_tokens / products, 1),
-        "products_only_vs_peer": round(step_tokens / products / peer_rate, 3),
-        "products_only_mfu": round(useful * step_tokens / products / (peak * 1e9), 4),
-    }
-    print(
-        f"\nmatrix products alone, each timed at its shape: {bound['products_ms_per_step']:.0f} ms of our "
-        f"{bound['our_ms_per_step']:.0f} ms step; a step of nothing else would run "
-        f"{bound['products_only_tokens_per_s']:,.0f} tokens/s = {bound['products_only_vs_peer']:.2f}x the peer "
-        f"(MFU {100 * bound['products_only_mfu']:.1f}%)"
+    products = causal_lm_products(args.layers, args.hidden, args.heads, args.seq_len, args.batch, args.vocab)
+    bound = products_bound(
+        products_seconds(products),
+        args.batch * args.seq_len,
+        statistics.median(ours["tokens_per_s"] for _, ours in pairs),
+        statistics.median(peer["tokens_per_s"] for peer, _ in pairs),
+        useful,
+        peak,
     )
+    print("\n" + bound_line(bound))
     result = {
         "benchmark": "clm_pretrain",
         "mode": "speed",
@@ -256,46 +249,6 @@ def speed(args, corpus: Path, tokenizer_dir: Path, validation: Path, workdir: Pa
     print(json.dumps(result))
     if args.update_results:
         append_result("clm_pretrain", result, machine={**args.machine, "matmul_gflops": result["matmul_gflops"]})
-
-
-def step_products(args) -> list[tuple[int, int, int, int, int]]:
-    """The matrix products of one training step at their natural shapes: (times per step, batch, m, k, n).
-
-    Each forward product (m x k) @ (k x n) comes with its two backward ones, the input's gradient (m x n) @ (n x k)
-    and the weight's (k x m) @ (m x n). Per layer: QKV, output, the two feed-forward products, and per head the
-    attention scores and value mixing over the whole block (as the FLOP count); then the vocabulary projection.
-    """
-    tokens, hidden, head = args.batch * args.seq_len, args.hidden, args.hidden // args.heads
-    forward = [(args.layers, 1, tokens, hidden, width) for width in (3 * hidden, hidden, 4 * hidden)]
-    forward.append((args.layers, 1, tokens, 4 * hidden, hidden))
-    heads = args.batch * args.heads
-    forward += [
-        (args.layers, heads, args.seq_len, head, args.seq_len),
-        (args.layers, heads, args.seq_len, args.seq_len, head),
-    ]
-    forward.append((1, 1, tokens, hidden, args.vocab))
-    return [
-        product
-        for times, batch, m, k, n in forward
-        for product in ((times, batch, m, k, n), (times, batch, m, n, k), (times, batch, k, m, n))
-    ]
-
-
-def products_seconds(args, repeats: int = 5) -> float:
-    """Seconds one training step spends in its matrix products alone, each timed at its shape (torch's threads).
-
-    The floor of any implementation's step that computes these products: what is left of a measured step above it
-    is softmax, normalisation, activations, dropout, the optimizer and the loop.
-    """
-    total = 0.0
-    for times, batch, m, k, n in step_products(args):
-        a, b = torch.randn(batch, m, k), torch.randn(batch, k, n)
-        torch.matmul(a, b)  # warm-up
-        start = time.perf_counter()
-        for _ in range(repeats):
-            torch.matmul(a, b)
-        total += times * (time.perf_counter() - start) / repeats
-    return total
 
 
 def planned_steps(args, budget_seconds: float, tokens_per_s: float) -> int:
@@ -440,7 +393,9 @@ def configuration(args) -> dict:
     }
 
 
-def main() -> None:
+def arguments_parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring); its defaults are the benchmark's configuration (which
+    bench/step_profile.py profiles too)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
@@ -485,7 +440,11 @@ def main() -> None:
     parser.add_argument(
         "--update-results", action="store_true", help="also append the result to bench/results/clm_pretrain.jsonl"
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments_parser().parse_args()
     args.machine = describe_machine()  # the figures below belong to this machine (and to --update-results)
     sys.path.insert(0, str(ROOT))  # this repository's finetune, as `finetune_cli` runs it (not another checkout's)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):

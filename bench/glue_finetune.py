@@ -80,34 +80,34 @@ def run_peer(checkpoint: str, data_dir: Path, epochs: int, pad_to_max: bool, env
     }
 
 
+def our_recipe(checkpoint: str, data_dir: Path, epochs: int, run_dir: Path) -> dict:
+    """Our like-for-like recipe: the peer's (every group trainable, one LR, linear schedule), one throughput record
+    per whole epoch (bench/step_profile.py profiles the same run)."""
+    return {
+        "stage": "finetune",
+        "run_dir": str(run_dir),
+        "seed": 0,
+        "keep_best": False,
+        "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
+        "model": {"checkpoint": checkpoint},
+        "task": {"name": "sst2", "data_dir": str(data_dir), "max_length": MAX_LENGTH},
+        "training": {
+            "epochs": epochs,
+            "batch_size": BATCH_SIZE,
+            "lr": LR,
+            "device": "cpu",
+            "log_every": math.ceil(TRAIN_ROWS / BATCH_SIZE),  # the batches of an epoch
+        },
+    }
+
+
 def run_ours(
     checkpoint: str, data_dir: Path, epochs: int, variant: list[str], run_dir: Path, environment: dict
 ) -> dict:
     """`finetune finetune` with the variant's overrides: examples/s over the epochs' training time, dev accuracy."""
-    batches_per_epoch = math.ceil(TRAIN_ROWS / BATCH_SIZE)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
-    recipe.write_text(
-        json.dumps(
-            {
-                "stage": "finetune",
-                "run_dir": str(run_dir),
-                "seed": 0,
-                "keep_best": False,
-                "pooling": "model",  # the peer's head ([CLS] through the pooler), not the backbone's default
-                "model": {"checkpoint": checkpoint},
-                "task": {"name": "sst2", "data_dir": str(data_dir), "max_length": MAX_LENGTH},
-                "training": {
-                    "epochs": epochs,
-                    "batch_size": BATCH_SIZE,
-                    "lr": LR,
-                    "device": "cpu",
-                    "log_every": batches_per_epoch,
-                },  # one throughput record per whole epoch
-            }
-        ),
-        encoding="utf-8",
-    )  # JSON is YAML
+    recipe.write_text(json.dumps(our_recipe(checkpoint, data_dir, epochs, run_dir)), encoding="utf-8")  # JSON is YAML
     finetune_cli("finetune", recipe, *variant, env=environment)
     records = read_jsonl(run_dir / "metrics.jsonl")
     epoch_rates = [record["examples_per_s"] for record in records if record["phase"] == "train"]

@@ -8,7 +8,10 @@ Both sides train BERT-mini (4 layers, hidden 256, 4 heads, vocab 30522 from gt-a
 on the same first 20,000 non-empty lines of WikiText-2 from ../shared/data, with sequence
 length 128 and batch 32, in this one process tree, on this machine. Prints a Markdown table with
 tokens/s, the ratio to the peer, and model FLOP utilisation: useful training FLOPs per second
-over the machine's measured fp32 matmul rate.
+over the machine's measured fp32 matmul rate. Then, per size, the ceiling of the ratio on this machine: the step's
+matrix products alone, each timed at its own shape (bench/_products.py; ours decodes the ~15% masked rows only, the
+peer every position), as tokens/s, a ratio to the peer and an MFU (the JSON's `products_bound`), as
+bench/clm_pretrain.py prints it: no implementation of our step runs faster.
 
 --sizes runs the same comparison at several of BERT's sizes (SIZES: mini 4/256, small 4/512, base 12/768; heads
 of 64 dimensions, feed-forward 4 x hidden), each with its own step counts (STEPS: a step of BERT-base costs ~15x
@@ -55,6 +58,7 @@ from _common import (
     run_json,
     text_lines,
 )
+from _products import bound_line, expected_masked_rows, masked_lm_products, products_bound, products_seconds
 
 sys.path.insert(0, str(ROOT))
 # The FLOP count (the numerator of MFU) and the machine's matmul rate (its denominator): the package's, which
@@ -64,7 +68,9 @@ from finetune.models.flops import matmul_gflops, training_flops_per_token
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds
 PEER = PEERS / "hf_mlm_pretrain.py"
-TOKENS_PER_STEP = 32 * 128  # the recipe's batch and block size, which both sides keep
+SEQ_LEN, BATCH = 128, 32  # the recipe's block size and batch, which both sides keep
+TOKENS_PER_STEP = BATCH * SEQ_LEN
+MASKED_FRACTION = 0.15  # the recipe's masking.probability (BERT's), which the peer's collator uses too
 RECIPE = ROOT / "recipes" / "pretrain" / "bert-mini-wikitext2.yaml"
 
 # name: (layers, hidden, heads), as Turc et al.'s BERT miniatures and BERT-base.
@@ -111,6 +117,30 @@ def model_overrides(tokenizer_dir: str, size: str, checkpoint: Path | None) -> l
     ]
 
 
+def our_overrides(
+    corpus: Path,
+    tokenizer_dir: str,
+    run_dir: Path,
+    steps: int,
+    size: str = "mini",
+    extra: list[str] | None = None,
+    checkpoint: Path | None = None,
+) -> list[str]:
+    """RECIPE's overrides for our side (bench/step_profile.py profiles the same run)."""
+    log_every = max(1, min(5, steps // 8))  # the first window is warm-up: keep it short when steps are few
+    return [
+        f"corpus.train_files=[{corpus}]",
+        f"corpus.validation_files=[{VALID}]",
+        f"run_dir={run_dir}",
+        f"training.max_steps={steps}",
+        f"training.log_every={log_every}",
+        "eval_every=null",
+        "training.device=cpu",
+        *model_overrides(tokenizer_dir, size, checkpoint),
+        *(extra or []),  # --set
+    ]
+
+
 def run_ours(
     corpus: Path,
     tokenizer_dir: str,
@@ -123,20 +153,7 @@ def run_ours(
     """`finetune pretrain` on the same data (continuing `checkpoint` when given); steady-state tokens/s from
     metrics.jsonl (first window skipped)."""
     run_dir = Path(tempfile.mkdtemp(prefix="ours-", dir=workdir)) / "run"  # a fresh one for every repeat
-    log_every = max(1, min(5, steps // 8))  # the first window is warm-up: keep it short when steps are few
-    finetune_cli(
-        "pretrain",
-        RECIPE,
-        f"corpus.train_files=[{corpus}]",
-        f"corpus.validation_files=[{VALID}]",
-        f"run_dir={run_dir}",
-        f"training.max_steps={steps}",
-        f"training.log_every={log_every}",
-        "eval_every=null",
-        "training.device=cpu",
-        *model_overrides(tokenizer_dir, size, checkpoint),
-        *(extra or []),  # --set
-    )
+    finetune_cli("pretrain", RECIPE, *our_overrides(corpus, tokenizer_dir, run_dir, steps, size, extra, checkpoint))
     records = read_jsonl(run_dir / "metrics.jsonl")
     windows = [record for record in records if record["phase"] == "train"]
     # All tokens over all time, as the peer counts (not a mean of window rates, which favours fast windows).
@@ -272,6 +289,22 @@ def measure(arguments, workdir: Path, reference_vocabulary: str | None) -> dict:
     return measured
 
 
+def size_bound(size: str, vocabulary: int, runs: list, useful: float, peak: float) -> dict:
+    """`products_bound` of one size: its step's matrix products (bench/_products.py, the masked rows expected at
+    MASKED_FRACTION) timed now, against the median of our and of the peer's tokens/s over `runs`."""
+    layers, hidden, heads = SIZES[size]
+    decoded = expected_masked_rows(TOKENS_PER_STEP, MASKED_FRACTION)
+    products = masked_lm_products(layers, hidden, heads, SEQ_LEN, BATCH, vocabulary, decoded)
+    return products_bound(
+        products_seconds(products),
+        TOKENS_PER_STEP,
+        statistics.median(ours["tokens_per_s"] for _, ours in runs),
+        statistics.median(peer["tokens_per_s"] for peer, _ in runs),
+        useful,
+        peak,
+    )
+
+
 def report(arguments, measured: dict, peak: float) -> dict:
     """The Markdown table (tokens/s, ratio to the peer, MFU) and the result record it is printed from."""
     print(
@@ -287,7 +320,7 @@ def report(arguments, measured: dict, peak: float) -> dict:
     sizes = {}
     for size, (vocabulary, runs) in measured.items():
         layers, hidden, _ = SIZES[size]
-        useful = training_flops_per_token(layers, hidden, 128, vocabulary, 0.15, sparse_decoder=True)
+        useful = training_flops_per_token(layers, hidden, SEQ_LEN, vocabulary, MASKED_FRACTION, sparse_decoder=True)
         for run, (peer, ours) in enumerate(runs, start=1):
             label = f", run {run}" if len(runs) > 1 else ""
             for side_name, side in zip(sides, (peer, ours), strict=True):
@@ -306,7 +339,12 @@ def report(arguments, measured: dict, peak: float) -> dict:
             "vocabulary": vocabulary,
             "useful_flops_per_token": useful,
             "runs": [{"peer": peer, "ours": ours} for peer, ours in runs],
+            "products_bound": size_bound(size, vocabulary, runs, useful, peak),
         }
+    # The ceiling of the ratio on this machine, per size: a step that did nothing but its matrix products.
+    for size, record in sizes.items():
+        layers, hidden, _ = SIZES[size]
+        print(f"\n{name}-{size} {layers}/{hidden}: " + bound_line(record["products_bound"]))
     return {
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),

@@ -56,6 +56,10 @@ CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-3-classifier.yaml"
 SCRATCH_CLASSIFIER = ROOT / "recipes" / "ulmfit" / "sst2-scratch-classifier.yaml"
 PLOT = result_path("ulmfit_sst2", ".png")  # the committed plot; a work dir gets ulmfit_sst2-curve.png
 ALL = 67349  # SST-2's training rows
+# Stage 1 at CPU scale (about an hour in all on 2 cores): ULMFiT's sizes (400, 3 x 1,152, 60k words) train at a few
+# hundred tokens/s here; 200, 3 x 400 and 8k pieces at ~6,500 (bench/awd_lstm_vs_fastai.py). bench/step_profile.py
+# profiles this model.
+GENERAL_LM_CPU_SIZES = ["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000"]
 
 
 def labelled_subset(rows: int, seed: int, folder: Path, held_out: int = 0) -> Path:
@@ -209,13 +213,11 @@ def main() -> None:
         help="classifier epochs for each --labels value (the same for both sides)",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    # CPU scale (about an hour in all on 2 cores): ULMFiT's sizes (400, 3 x 1,152, 60k words) train at a few
-    # hundred tokens/s here; 200, 3 x 400 and 8k pieces at ~6,500 (bench/awd_lstm_vs_fastai.py).
     parser.add_argument(
         "--general-lm-overrides",
         nargs="*",
         metavar="KEY=VALUE",
-        default=["model.embedding_size=200", "model.hidden=400", "tokenizer.vocab_size=8000", "training.max_steps=700"],
+        default=[*GENERAL_LM_CPU_SIZES, "training.max_steps=700"],
         help="overrides of stage 1 (sizes, steps)",
     )
     parser.add_argument(
