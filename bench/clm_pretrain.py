@@ -72,8 +72,10 @@ from _common import (
 )
 from _products import bound_line, causal_lm_products, products_bound, products_seconds
 from awd_lstm_vs_fastai import shared_tokenizer
+from mlm_pretrain import training_corpus
+
+sys.path.insert(0, str(ROOT))  # this checkout's finetune, not an installed one
 from finetune.models.flops import matmul_gflops, training_flops_per_token
-from mlm_pretrain import training_corpus  # also puts the repository first on sys.path
 
 TRAIN, VALID = WIKITEXT / "train.txt", WIKITEXT / "valid.txt"
 PEER = PEERS / "hf_clm_pretrain.py"
