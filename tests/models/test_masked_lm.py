@@ -83,10 +83,14 @@ def test_training_route_is_deterministic_given_the_seed():
 
 def test_cpu_dropout_keeps_one_minus_p_and_scales():
     torch.manual_seed(0)
-    inputs = torch.ones(1_000_001, requires_grad=True)  # odd: the last int64 draw is half used
+    inputs = torch.ones(1_000_003, requires_grad=True)  # not a multiple of 4: the last int64 draw is partly used
     outputs = CpuDropout.apply(inputs, 0.1)
     kept = outputs != 0
     assert kept.float().mean().item() == pytest.approx(0.9, abs=0.002)
+    # The four 16-bit lanes of one draw are independent: neighbours are both kept 0.9^2 of the time.
+    pairs = kept[:1_000_000].view(-1, 4)
+    for left, right in ((0, 1), (1, 2), (2, 3), (3, 0)):
+        assert (pairs[:, left] & pairs[:, right]).float().mean().item() == pytest.approx(0.81, abs=0.003)
     torch.testing.assert_close(outputs[kept].detach(), torch.full((int(kept.sum()),), 1 / 0.9))
     outputs.sum().backward()  # the gradient flows through the same mask, with the same scale
     torch.testing.assert_close(inputs.grad, outputs.detach())
