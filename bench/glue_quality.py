@@ -111,10 +111,8 @@ def run_peer(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int,
     return run_json(command)["dev"][TASKS[task].metric]
 
 
-def run_ours(
-    checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str], run_dir: Path
-) -> float:
-    """Our main dev metric after the last step, with the variant's overrides."""
+def write_recipe(checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, run_dir: Path) -> Path:
+    """Our recipe for the task at the shared budget, beside `run_dir` (also bench/grouped_batches.py's)."""
     recipe = run_dir.parent / f"{run_dir.name}.yaml"
     recipe.write_text(
         json.dumps(
@@ -131,6 +129,14 @@ def run_ours(
         ),
         encoding="utf-8",
     )  # JSON is YAML
+    return recipe
+
+
+def run_ours(
+    checkpoint: str, task: str, data_dir: Path, epochs: int, seed: int, variant: list[str], run_dir: Path
+) -> float:
+    """Our main dev metric after the last step, with the variant's overrides."""
+    recipe = write_recipe(checkpoint, task, data_dir, epochs, seed, run_dir)
     finetune_cli("finetune", recipe, *variant)
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     return result["last"][f"dev_{TASKS[task].metric}"]

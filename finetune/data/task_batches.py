@@ -1,7 +1,9 @@
-"""A task's encoded examples in batches: padded (PaddingCollator), windowed documents (WindowCollator), and an order
-that groups examples of similar length (LengthGroupedSampler)."""
+"""A task's encoded examples in batches: padded (PaddingCollator), windowed documents (WindowCollator), an order
+that groups examples of similar length (LengthGroupedSampler), and what an order costs in padding (batch_padding)."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -93,9 +95,11 @@ class LengthGroupedSampler(ResumableSampler):
     """
 
     def __init__(self, lengths: list[int], batch_size: int, seed: int, chunk_batches: int = 50):
+        if chunk_batches < 1:
+            raise ValueError(f"chunk_batches must be at least 1 (got {chunk_batches})")
         super().__init__(len(lengths), seed)
         self.lengths, self.batch_size = np.asarray(lengths), batch_size
-        self.chunk_batches = chunk_batches  # bigger chunks: less padding, less randomness
+        self.chunk_batches = chunk_batches  # training.group_chunk_batches; bigger: less padding, less randomness
 
     def epoch_order(self) -> np.ndarray:
         generator = np.random.default_rng((self.seed, self.epoch))
@@ -112,3 +116,24 @@ class LengthGroupedSampler(ResumableSampler):
         full = len(batches) - (len(batches[-1]) < self.batch_size)  # only the very last batch can be short
         shuffled = [batches[index] for index in generator.permutation(full)] + batches[full:]
         return np.concatenate(shuffled)
+
+
+class BatchPadding(NamedTuple):
+    """What one epoch's batches cost in padding."""
+
+    padding_share: float  # padded positions / all positions of the padded batches
+    cost: int  # sum over batches of examples x longest: the positions computed, a proxy of the time
+
+
+def batch_padding(lengths: list[int], batch_size: int, seed: int, chunk_batches: int | None) -> BatchPadding:
+    """The padding of epoch 0's batches of `batch_size` (the last one short) as training reads them: grouped by
+    LengthGroupedSampler with `chunk_batches`, or shuffled (ResumableSampler) when it is None. Trains nothing."""
+    sampler = (
+        ResumableSampler(len(lengths), seed)
+        if chunk_batches is None
+        else LengthGroupedSampler(lengths, batch_size, seed, chunk_batches)
+    )
+    ordered = np.asarray(lengths, dtype=np.int64)[sampler.epoch_order()]
+    batches = np.split(ordered, range(batch_size, len(ordered), batch_size)) if len(ordered) else []
+    cost = sum(len(batch) * int(batch.max()) for batch in batches)
+    return BatchPadding(1 - int(ordered.sum()) / cost if cost else 0.0, cost)

@@ -163,7 +163,7 @@ class TaskStage(TrainingStage):
         # nothing.
         step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
         self.order = (
-            LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed)
+            LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed, training.group_chunk_batches)
             if training.group_by_length
             else ResumableSampler(len(train_data), recipe.seed)
         )

@@ -159,8 +159,15 @@ class TrainingConfig(Section):
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
     group_by_length: bool = Field(
         True,
-        description="finetune: batches of examples of similar length (sorted within chunks of 50 shuffled "
-        "batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: plain shuffle",
+        description="finetune: batches of examples of similar length (sorted within chunks of group_chunk_batches "
+        "shuffled batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: "
+        "plain shuffle",
+    )
+    group_chunk_batches: int = Field(
+        50,
+        ge=1,
+        description="finetune, with group_by_length: how many shuffled batches are sorted by length together; "
+        "fewer: batches less alike in length (more padding, slower) and in content (bench/grouped_batches.py)",
     )
 
     @field_validator("mixed_precision", mode="before")

@@ -1,4 +1,5 @@
-"""Task batching: length-grouped order (also sharded by accelerate) and padding like `DataCollatorWithPadding`."""
+"""Task batching: length-grouped order (also sharded by accelerate), what an order costs in padding, and padding like
+`DataCollatorWithPadding`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from transformers import DataCollatorWithPadding
 
 from finetune.data.corpus import read_documents
 from finetune.data.examples import TaskExamples
-from finetune.data.task_batches import LengthGroupedSampler, PaddingCollator
+from finetune.data.task_batches import BatchPadding, LengthGroupedSampler, PaddingCollator, batch_padding
 from finetune.data.task_encoding import EncodedTask
 from finetune.data.tokenizers import train_wordpiece
 from tests.conftest import make_sentence, write_corpus
@@ -30,9 +31,10 @@ def batches_of(sampler: LengthGroupedSampler, batch_size: int = BATCH) -> list[l
     return [batch.tolist() for batch in DataLoader(range(len(sampler)), batch_size=batch_size, sampler=sampler)]
 
 
+@pytest.mark.parametrize("chunk_batches", [1, 2, 4, 50])
 @pytest.mark.parametrize("count", [1, 7, 8, 100, 403, 1000])
-def test_every_index_once_per_epoch(count):
-    sampler = LengthGroupedSampler(random_lengths(count), BATCH, seed=0, chunk_batches=4)
+def test_every_index_once_per_epoch(count, chunk_batches):
+    sampler = LengthGroupedSampler(random_lengths(count), BATCH, seed=0, chunk_batches=chunk_batches)
     for epoch in range(3):
         sampler.set_epoch(epoch)
         assert sorted(sampler) == list(range(count)) and len(sampler) == count
@@ -67,10 +69,11 @@ def test_batches_hold_similar_lengths_and_only_the_last_is_short():
     assert longest != sorted(longest, reverse=True) and longest != sorted(longest)
 
 
-def test_two_processes_share_out_the_batches_of_one():
+@pytest.mark.parametrize("chunk_batches", [1, 2, 50])
+def test_two_processes_share_out_the_batches_of_one(chunk_batches):
     """Grouped by the global batch, accelerate's shards of 2 x 4 make up the batches of 1 x 8, step by step."""
     lengths = random_lengths(203)
-    sampler = LengthGroupedSampler(lengths, BATCH, seed=0)
+    sampler = LengthGroupedSampler(lengths, BATCH, seed=0, chunk_batches=chunk_batches)
     sampler.set_epoch(2)
     single = batches_of(sampler)
     shards = []
@@ -89,6 +92,50 @@ def test_two_processes_share_out_the_batches_of_one():
         assert shards[0][step] + shards[1][step] == batch
     # 203 = 25 x 8 + 3: the short tail goes to process 0, which accelerate tops up from the start of the epoch.
     assert shards[0][-1][:3] == single[-1] and len(single[-1]) == 3
+
+
+@pytest.mark.parametrize("chunk_batches", [1, 2])
+def test_small_chunks_sort_only_within_themselves(chunk_batches):
+    """Each batch lies inside one chunk of the epoch's shuffle (chunks of 1: it is exactly that shuffle's batch),
+    longest first."""
+    lengths = random_lengths(400)
+    shuffled = np.random.default_rng((0, 0)).permutation(len(lengths))  # the order the sampler starts from
+    chunk = chunk_batches * BATCH
+    chunks = [set(shuffled[start : start + chunk].tolist()) for start in range(0, len(lengths), chunk)]
+    grouped = batches_of(LengthGroupedSampler(lengths, BATCH, seed=0, chunk_batches=chunk_batches))
+    assert all(sum(set(batch) <= part for part in chunks) == 1 for batch in grouped)
+    assert all([lengths[i] for i in batch] == sorted((lengths[i] for i in batch), reverse=True) for batch in grouped)
+    if chunk_batches == 1:
+        assert {frozenset(batch) for batch in grouped} == {frozenset(part) for part in chunks}
+
+
+def test_fewer_batches_to_a_chunk_pad_more():
+    lengths = random_lengths(400)
+    costs = [batch_padding(lengths, BATCH, 0, chunk).cost for chunk in (1, 2, 8, 50)]
+    assert costs == sorted(costs, reverse=True) and costs[0] > 1.3 * costs[-1]
+    # Chunks of one batch pad exactly as much as the plain shuffle they sort inside.
+    assert costs[0] == batch_padding(lengths, BATCH, 0, None).cost
+
+
+def test_a_chunk_of_no_batches_is_refused():
+    with pytest.raises(ValueError, match="chunk_batches must be at least 1"):
+        LengthGroupedSampler(random_lengths(10), BATCH, seed=0, chunk_batches=0)
+
+
+def test_batch_padding_counts_padded_positions_and_the_positions_computed():
+    """Hand-made: two batches of 2 in the order a sort by length gives them, whatever the seed."""
+    # One chunk of both batches sorted longest first: [10, 9] and [2, 1], 20 + 4 = 24 positions, 22 real.
+    assert batch_padding([1, 10, 2, 9], 2, seed=0, chunk_batches=2) == BatchPadding(pytest.approx(2 / 24), 24)
+    # Equal lengths never pad, however they are batched; a short last batch counts its own examples only.
+    assert batch_padding([5] * 5, 2, seed=3, chunk_batches=None) == BatchPadding(0.0, 25)
+    # Shuffled: the cost of the order ResumableSampler reads, batch by batch.
+    lengths = random_lengths(50)
+    order = np.random.default_rng((7, 0)).permutation(50)
+    cost = sum(len(order[s : s + BATCH]) * max(lengths[i] for i in order[s : s + BATCH]) for s in range(0, 50, BATCH))
+    assert batch_padding(lengths, BATCH, seed=7, chunk_batches=None) == BatchPadding(
+        pytest.approx(1 - sum(lengths) / cost), cost
+    )
+    assert batch_padding([], BATCH, seed=0, chunk_batches=4) == BatchPadding(0.0, 0)
 
 
 @pytest.fixture(scope="module")

@@ -130,6 +130,8 @@ def test_unknown_key_through_override(pretrain_recipe_data, write_recipe):
         ("masking", "probability", 1.5, "masking.probability"),
         ("corpus", "block_size", 4, "corpus.block_size"),
         ("training", "device", "tpu", "training.device"),
+        ("training", "group_chunk_batches", 0, "training.group_chunk_batches"),
+        ("training", "group_chunk_batches", 2.5, "training.group_chunk_batches"),
     ],
 )
 def test_bad_values_name_the_key(pretrain_recipe_data, write_recipe, section, key, value, named):
@@ -389,6 +391,18 @@ def test_corpus_needs_exactly_one_source(pretrain_recipe_data, write_recipe):
 def test_describe_keys_for_finetune():
     keys = {row[0] for row in describe_keys(FinetuneRecipe)}
     assert {"discriminative.factor", "unfreezing.mode", "schedule.cut_frac", "model.checkpoint"} <= keys
+
+
+def test_group_chunk_batches_defaults_to_todays_50_and_takes_any_count_from_1(finetune_recipe_data, write_recipe):
+    recipe = load_recipe(write_recipe(finetune_recipe_data))
+    assert recipe.training.group_by_length and recipe.training.group_chunk_batches == 50
+    assert (
+        load_recipe(write_recipe(finetune_recipe_data), ["training.group_chunk_batches=1"]).training.group_chunk_batches
+        == 1
+    )
+    keys = {row[0]: row for row in describe_keys(FinetuneRecipe)}
+    assert keys["training.group_chunk_batches"][1:3] == ("int", "50")
+    assert "group_by_length" in keys["training.group_chunk_batches"][3]
 
 
 def test_awd_lstm_embedding_init_range_reaches_the_built_model(pretrain_recipe_data, write_recipe):

@@ -169,8 +169,13 @@ def test_resume_refuses_a_changed_recipe_and_keeps_a_finished_run(pretrained, ta
 
 @pytest.mark.parametrize(
     "sampler",
-    [ResumableSampler(23, seed=1), LengthGroupedSampler(list(range(23)), 4, seed=1)],
-    ids=["shuffled", "length-grouped"],
+    [
+        ResumableSampler(23, seed=1),
+        LengthGroupedSampler(list(range(23)), 4, seed=1),
+        LengthGroupedSampler(list(range(23)), 4, seed=1, chunk_batches=1),
+        LengthGroupedSampler(list(range(23)), 4, seed=1, chunk_batches=2),
+    ],
+    ids=["shuffled", "length-grouped", "grouped-in-chunks-of-1", "grouped-in-chunks-of-2"],
 )
 def test_samplers_skip_what_a_stopped_run_read(sampler):
     """After skip(n) an epoch yields the rest of the same order; the next epoch starts from its beginning."""
