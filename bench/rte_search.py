@@ -17,7 +17,10 @@ is scored on the whole RTE dev set (277 rows) by its best evaluation (keep_best)
 
 RTE comes from ../shared/data/glue/RTE (the project's data beside the repository): without it the script stops
 with one line saying so. The search, its trials and the table go to --work-dir (default runs/bench-rte-search,
-ignored by git); run again, the script continues the search there (`--resume`) instead of starting over.
+ignored by git); run again, the script continues the search there (`--resume`) instead of starting over, and a
+trial stopped midway continues from its newest periodic checkpoint (every --checkpoint-every steps). So the search
+may run over several sittings: each appends its own wall time to sessions.jsonl, and the wall time reported is
+their sum, not the hours between them.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def search_command(arguments, checkpoint: str, data_dir: Path, resume: bool) -> 
         f"task.max_length={arguments.max_length}",
         f"classifier_dropout={BASELINE_DROPOUT}",
         f"run_dir={work / 'runs' / 'rte'}",
+        # a periodic checkpoint, so that a search stopped mid-trial continues that trial from there on --resume
+        f"checkpoint_every={arguments.checkpoint_every}",
         "--space",
         str(work / "space.yaml"),
         "--trials",
@@ -61,14 +66,27 @@ def search_command(arguments, checkpoint: str, data_dir: Path, resume: bool) -> 
     return [*command, "--resume"] if resume else command
 
 
-def search_seconds(folder: Path) -> float:
-    """From the first trial's start to the newest trial's end (or the newest file written), from the study."""
-    import optuna
+def search_seconds(work: Path) -> float:
+    """The search's wall time: the sum of its invocations' own (sessions.jsonl), so that a search run over several
+    sittings does not count the hours between them."""
+    log = work / "sessions.jsonl"
+    if not log.is_file():
+        return 0.0
+    return sum(json.loads(line)["seconds"] for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
 
-    study = optuna.load_study(study_name="search", storage=f"sqlite:///{folder / 'study.db'}")
-    starts = [trial.datetime_start for trial in study.trials if trial.datetime_start]
-    ends = [trial.datetime_complete or trial.datetime_start for trial in study.trials if trial.datetime_start]
-    return (max(ends) - min(starts)).total_seconds() if starts else 0.0
+
+def log_session(work: Path, start: float, trials: int) -> None:
+    """One line per invocation that trained: when it started, how long it ran, how many trials had ended after it."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start))
+    record = {"started": started, "seconds": round(time.time() - start, 1), "trials_ended": trials}
+    with (work / "sessions.jsonl").open("a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+def ended_trials(folder: Path) -> int:
+    """Trials the search's table holds (rewritten after each one ends)."""
+    table = folder / "search.json"
+    return len(json.loads(table.read_text(encoding="utf-8"))["trials"]) if table.is_file() else 0
 
 
 def summary_lines(search: dict, seconds: float, arguments) -> list[str]:
@@ -93,6 +111,9 @@ def main() -> None:
     parser.add_argument("--max-train", type=int, default=1000, help="first N training rows (0: all)")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-rte-search")
+    parser.add_argument(
+        "--checkpoint-every", type=int, default=50, help="steps between a trial's periodic checkpoints (resume point)"
+    )
     parser.add_argument("--update-results", action="store_true", help="append to bench/results/rte_search.jsonl")
     parser.add_argument(
         "--report-only", action="store_true", help="summarise the search in --work-dir as it stands (no training)"
@@ -113,10 +134,13 @@ def main() -> None:
         data_dir = GLUE / "RTE"
     resume = (work / "search" / "study.db").is_file()
     start = time.time()
-    if not arguments.report_only:
-        finetune_cli(*search_command(arguments, checkpoint, data_dir, resume), echo=True)
-    # the search's wall time: from its study's first trial to the newest (the trials' own clocks, also when resumed)
-    seconds = search_seconds(work / "search") if arguments.report_only else time.time() - start
+    try:
+        if not arguments.report_only:
+            finetune_cli(*search_command(arguments, checkpoint, data_dir, resume), echo=True)
+    finally:  # also when stopped (Ctrl-C, the end of a sitting): the time it ran still counts
+        if not arguments.report_only:
+            log_session(work, start, ended_trials(work / "search"))
+    seconds = search_seconds(work)
     search = json.loads((work / "search" / "search.json").read_text(encoding="utf-8"))
     lines = summary_lines(search, seconds, arguments)
     (work / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
