@@ -66,13 +66,18 @@ def search_command(arguments, checkpoint: str, data_dir: Path, resume: bool) -> 
     return [*command, "--resume"] if resume else command
 
 
-def search_seconds(work: Path) -> float:
-    """The search's wall time: the sum of its invocations' own (sessions.jsonl), so that a search run over several
-    sittings does not count the hours between them."""
+def sittings(work: Path) -> list[dict]:
+    """The invocations that trained (sessions.jsonl), oldest first."""
     log = work / "sessions.jsonl"
     if not log.is_file():
-        return 0.0
-    return sum(json.loads(line)["seconds"] for line in log.read_text(encoding="utf-8").splitlines() if line.strip())
+        return []
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def search_seconds(work: Path) -> float:
+    """The search's wall time: the sum of its invocations' own, so that a search run over several sittings does not
+    count the hours between them."""
+    return sum(sitting["seconds"] for sitting in sittings(work))
 
 
 def log_session(work: Path, start: float, trials: int) -> None:
@@ -158,7 +163,7 @@ def main() -> None:
                 "best_dev_accuracy": search["best_value"],
                 "best_params": search["best_params"],
                 "seconds": round(seconds, 1),
-                "resumed": resume,
+                "sittings": len(sittings(work)),
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             },
             machine,
