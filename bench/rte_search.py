@@ -30,7 +30,7 @@ import json
 import time
 from pathlib import Path
 
-from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require_glue
 from glue_quality import truncated_task
 
 SPACE = """\
@@ -69,9 +69,7 @@ def search_command(arguments, checkpoint: str, data_dir: Path, resume: bool) -> 
 def sittings(work: Path) -> list[dict]:
     """The invocations that trained (sessions.jsonl), oldest first."""
     log = work / "sessions.jsonl"
-    if not log.is_file():
-        return []
-    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return read_jsonl(log) if log.is_file() else []
 
 
 def search_seconds(work: Path) -> float:
