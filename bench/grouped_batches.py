@@ -31,8 +31,10 @@ Batchings: shuffled (`training.group_by_length=false`), and grouped in chunks of
 (2.12x; 2.51x at 50) and SST-2 (2.35x), where the measured speed-up runs a little under it (2.05x at 8 and 2.3x at
 50 on the entity types, docs/benchmarks.md). Shuffled batches of MRPC and RTE pad too little (33% and 48% of their
 positions) for any grouping to reach 2x (1.47x and 1.88x at chunks of 50): there the speed half of the target cannot
-hold, and they speak to the quality half. Each
-run's dev score after its last step (keep_best is off in every recipe) and its training examples/s (one metrics
+hold, and they speak to the quality half. Last, shuffled-split: shuffled batches with `training.split_by_length=true`
+(each batch cut into pieces of similar length, a pass each: the batches' examples and gradients stay the shuffled
+ones, only padding goes; --no-split leaves it out).
+Each run's dev score after its last step (keep_best is off in every recipe) and its training examples/s (one metrics
 window per epoch, evaluation left out: the harmonic mean over epochs, the first included) go to WORK/runs.jsonl as
 it finishes (--work, default runs/bench-grouped-batches); a run already there (the same task, batching, seed,
 training rows and epochs) is skipped, so an interrupted run resumes. Then a table per task and batching: the mean
@@ -110,19 +112,23 @@ SMOKE = {"train_rows": 48, "dev_rows": 32, "epochs": 1, "seeds": [0, 1]}
 class Batching(NamedTuple):
     name: str
     chunk_batches: int | None  # None: shuffled
+    split: bool = False  # training.split_by_length: each batch cut into pieces of similar length
 
     def overrides(self) -> list[str]:
+        split = ["training.split_by_length=true"] if self.split else []
         if self.chunk_batches is None:
-            return ["training.group_by_length=false"]
-        return ["training.group_by_length=true", f"training.group_chunk_batches={self.chunk_batches}"]
+            return ["training.group_by_length=false", *split]
+        return ["training.group_by_length=true", f"training.group_chunk_batches={self.chunk_batches}", *split]
 
 
 SHUFFLED = Batching("shuffled", None)
+SPLIT = Batching("shuffled-split", None, split=True)
 
 
-def batchings(chunks: list[int]) -> list[Batching]:
-    """Shuffled first (what the others are compared with), then grouped in chunks of each of `chunks`."""
-    return [SHUFFLED] + [Batching(f"grouped-{chunk}", chunk) for chunk in chunks]
+def batchings(chunks: list[int], split: bool = True) -> list[Batching]:
+    """Shuffled first (what the others are compared with), then grouped in chunks of each of `chunks`, then
+    shuffled batches split by length (`split`)."""
+    return [SHUFFLED] + [Batching(f"grouped-{chunk}", chunk) for chunk in chunks] + ([SPLIT] if split else [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,7 +146,7 @@ def padding_table(
     table = {}
     for name, sizes in lengths.items():
         rows = {}
-        for batching in batchings(list(chunks)):
+        for batching in batchings(list(chunks), split=False):  # the padding of orders; a split is no order
             figures = [batch_padding(sizes, batch_size, seed, batching.chunk_batches) for seed in seeds]
             rows[batching.name] = (
                 statistics.mean(figure.padding_share for figure in figures),
@@ -273,7 +279,7 @@ def run_all(args, setups: dict[str, Setup], checkpoint: str, machine: dict, log:
     for task, setup in setups.items():
         prepared = prepare(task, setup, args.work, checkpoint)
         for seed in args.seeds:
-            for batching in batchings(args.chunks):
+            for batching in batchings(args.chunks, args.split):
                 key = (task, batching.name, seed, prepared.train_rows, setup.epochs)
                 done = [record for record in records if run_key(record) == key]
                 if not done:
@@ -376,6 +382,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of WORK/runs.jsonl")
     parser.add_argument("--tasks", nargs="+", choices=list(SETUPS), default=["ner", "multilabel", "sst2", "mrpc"])
     parser.add_argument("--chunks", nargs="+", type=int, default=[50, 8], help="group_chunk_batches to compare")
+    parser.add_argument("--no-split", dest="split", action="store_false", help="leave out shuffled-split")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(5)))
     parser.add_argument("--train-rows", type=int, help="every task's first N training rows (default: its own)")
     parser.add_argument("--padding-rows", type=int, default=ALL, help="--padding: the first N rows of each set")

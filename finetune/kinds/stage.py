@@ -25,7 +25,7 @@ from finetune.console import console
 from finetune.data.long_documents import ReadingError
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
-from finetune.data.task_batches import LengthGroupedSampler
+from finetune.data.task_batches import LengthGroupedSampler, length_pieces
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
@@ -54,6 +54,16 @@ RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 # Beside the best weights until the end: their evaluation's per-class report, which a --resume reads back.
 CLASSES_FILE = "best_classes.json"
+
+
+def batching_summary(training, split: bool) -> str:
+    """One line on how the training examples are batched."""
+    order = (
+        f"grouped by length (chunks of {training.group_chunk_batches} batches)"
+        if training.group_by_length
+        else "shuffled"
+    )
+    return f"batches of {training.batch_size}, {order}" + (", each cut into pieces of similar length" if split else "")
 
 
 class TaskStage(TrainingStage):
@@ -152,6 +162,10 @@ class TaskStage(TrainingStage):
     def encoded_task(self, model) -> tuple[Dataset, Callable, DataLoader]:
         """The encoded training examples (with their `lengths`), how to collate them, and the dev batches."""
 
+    def splits_by_length(self, train_data) -> bool:
+        """Whether training.split_by_length can cut this kind's batches into pieces: batches of flat token rows."""
+        return False
+
     @abstractmethod
     def _loss(self, model, batch):
         """(mean loss of the batch, its number of loss terms, its examples), as the loop takes it."""
@@ -171,12 +185,21 @@ class TaskStage(TrainingStage):
         batches = StepBatches(
             self.order, training.batch_size, accelerator.num_processes, training.gradient_accumulation_steps
         )
+        split = training.split_by_length and self.splits_by_length(train_data)
+        if training.split_by_length and not split:
+            console.print(
+                f"training.split_by_length: {self.spec.kind} batches stay whole (only classification without "
+                "long_documents windows and tagging split)"
+            )
+        console.print(batching_summary(training, split), markup=False, highlight=False)
+        input_name = self.tokenizer.model_input_names[0]
+        collator = CountingCollator(collate, length_pieces if split else None, lambda item: len(item[input_name]))
         # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
         # untouched, so a resumed run draws the same dropout masks as one that never stopped.
         return DataLoader(
             PaddableDataset(train_data),
             batch_sampler=batches,
-            collate_fn=CountingCollator(collate),
+            collate_fn=collator,
             num_workers=training.num_workers,
             generator=torch.Generator().manual_seed(recipe.seed),
         )

@@ -169,6 +169,13 @@ class TrainingConfig(Section):
         description="finetune, with group_by_length: how many shuffled batches are sorted by length together; "
         "fewer: batches less alike in length (more padding, slower) and in content (bench/grouped_batches.py)",
     )
+    split_by_length: bool = Field(
+        False,
+        description="finetune (classification without long_documents windows, tagging): cut each batch into pieces "
+        "of similar length, each padded to its own longest, a forward and backward pass each: the batch's examples "
+        "and gradient stay those of the batch, less padding is computed; pays on CPUs (on GPUs a pass's fixed cost "
+        "outweighs the padding it saves); with group_by_length=false: shuffled batches' quality, faster",
+    )
 
     @field_validator("mixed_precision", mode="before")
     @classmethod

@@ -168,6 +168,10 @@ class MaskingConfig(Section):
         return self
 
 
+# training keys of how a task's examples are batched: pretraining's blocks are all corpus.block_size long.
+FINETUNE_BATCHING = ("group_by_length", "group_chunk_batches", "split_by_length")
+
+
 class PretrainRecipe(TrainingRunRecipe):
     """`finetune pretrain`: train a masked (bert) or causal (gpt2, awd_lstm) language model on raw text, or count
     the n-gram baseline (ngram)."""
@@ -233,6 +237,14 @@ class PretrainRecipe(TrainingRunRecipe):
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
         if self.corpus.streaming:
             self._check_streaming()
+        # A value other than the default (a saved recipe holds every key, so being present says nothing).
+        defaults = TrainingConfig()
+        batching = [key for key in FINETUNE_BATCHING if getattr(self.training, key) != getattr(defaults, key)]
+        if batching:
+            raise ValueError(
+                f"training.{batching[0]}: for finetune recipes; pretraining reads the corpus in blocks of "
+                "corpus.block_size tokens, which need no padding"
+            )
         stride = getattr(self.model, "attention_stride", None)
         if stride is not None and self.corpus.block_size % stride:
             raise ValueError(

@@ -221,9 +221,11 @@ class TrainingLoop:
         """
         accelerator, model = self.accelerator, self.model
         step_terms = torch.zeros((), device=accelerator.device)
-        for index, batch in enumerate(micro_batches):
+        # A micro-batch split by length (training.split_by_length) comes as a list of pieces, a backward each.
+        pieces = [piece for batch in micro_batches for piece in (batch if isinstance(batch, list) else [batch])]
+        for index, batch in enumerate(pieces):
             # Under DDP only the step's last backward all-reduces the gradients (forward included, as DDP needs).
-            last = index == len(micro_batches) - 1
+            last = index == len(pieces) - 1
             with contextlib.nullcontext() if last else accelerator.no_sync(model):
                 loss, terms, items = compute_loss(model, batch)
                 self._mark_nonfinite(0, loss)

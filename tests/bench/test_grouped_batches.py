@@ -20,10 +20,17 @@ import grouped_batches as bench  # noqa: E402  (bench/ scripts are top-level mod
 
 
 def test_shuffled_comes_first_and_each_batching_sets_its_keys():
-    shuffled, default, small = bench.batchings([50, 8])
-    assert [shuffled.name, default.name, small.name] == ["shuffled", "grouped-50", "grouped-8"]
+    shuffled, default, small, split = bench.batchings([50, 8])
+    assert [shuffled.name, default.name, small.name, split.name] == [
+        "shuffled",
+        "grouped-50",
+        "grouped-8",
+        "shuffled-split",
+    ]
     assert shuffled.overrides() == ["training.group_by_length=false"]
     assert small.overrides() == ["training.group_by_length=true", "training.group_chunk_batches=8"]
+    assert split.overrides() == ["training.group_by_length=false", "training.split_by_length=true"]
+    assert bench.batchings([8], split=False) == [shuffled, small]
 
 
 def test_padding_table_of_hand_made_lengths():
@@ -124,7 +131,7 @@ def test_the_training_mode_skips_runs_already_recorded(tmp_path, monkeypatch):
         return record(task, batching.name, seed, 0.81, 100.0)
 
     monkeypatch.setattr(bench, "run_one", run_one)
-    args = argparse.Namespace(work=tmp_path, seeds=[0], chunks=[8])
+    args = argparse.Namespace(work=tmp_path, seeds=[0], chunks=[8], split=False)
     logged = []
     setups = {"sst2": bench.Setup("dev_accuracy", 100, bench.ALL, 3)}
     records = bench.run_all(args, setups, "checkpoint", {}, logged.append)

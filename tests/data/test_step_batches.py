@@ -74,3 +74,14 @@ def test_a_tail_shorter_than_the_processes_gets_a_padding_batch():
 def test_the_padding_item_is_the_first_example_marked_unreal():
     dataset = PaddableDataset(["first", "second"])
     assert dataset[PADDING] == ("first", False) and dataset[1] == ("second", True) and len(dataset) == 2
+
+
+def test_a_split_batch_is_its_pieces_each_counted():
+    """With `pieces`, a batch comes as one collated batch per piece, each with its own count of real examples."""
+    collator = CountingCollator(
+        lambda items: {"items": items}, pieces=lambda lengths: [[2, 0], [1]], length=lambda item: item
+    )
+    pieces = collator([(5, True), (3, True), (7, True)])
+    assert pieces == [{"items": [7, 5], REAL_EXAMPLES: 2}, {"items": [3], REAL_EXAMPLES: 1}]
+    padding = CountingCollator(lambda items: {"items": items}, pieces=lambda lengths: [[0]], length=lambda item: 1)
+    assert padding([(5, False)]) == [{"items": [5], REAL_EXAMPLES: 0}]  # a padding batch still counts 0 times

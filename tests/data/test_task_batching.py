@@ -14,7 +14,7 @@ from transformers import DataCollatorWithPadding
 
 from finetune.data.corpus import read_documents
 from finetune.data.examples import TaskExamples
-from finetune.data.task_batches import BatchPadding, LengthGroupedSampler, PaddingCollator, batch_padding
+from finetune.data.task_batches import BatchPadding, LengthGroupedSampler, PaddingCollator, batch_padding, length_pieces
 from finetune.data.task_encoding import EncodedTask
 from finetune.data.tokenizers import train_wordpiece
 from tests.conftest import make_sentence, write_corpus
@@ -136,6 +136,50 @@ def test_batch_padding_counts_padded_positions_and_the_positions_computed():
         pytest.approx(1 - sum(lengths) / cost), cost
     )
     assert batch_padding([], BATCH, seed=0, chunk_batches=4) == BatchPadding(0.0, 0)
+
+
+def cut_cost(lengths: list[int], pieces: list, overhead: int) -> int:
+    """Positions computed by `pieces` of a batch of `lengths`: each piece's size x its longest, plus `overhead`."""
+    return sum(len(piece) * max(lengths[index] for index in piece) + overhead for piece in pieces)
+
+
+def every_cut(lengths: list[int]) -> list[list[list[int]]]:
+    """Every cut of the length-sorted batch into runs (2^(n-1) of them)."""
+    order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+    cuts = []
+    for mask in range(2 ** (len(order) - 1)):
+        pieces, piece = [], [order[0]]
+        for position, index in enumerate(order[1:]):
+            if mask >> position & 1:
+                pieces.append(piece)
+                piece = []
+            piece.append(index)
+        cuts.append([*pieces, piece])
+    return cuts
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("overhead", [0, 5, 30, 1000])
+def test_length_pieces_is_the_cheapest_cut(seed, overhead):
+    lengths = random_lengths(9, seed)
+    pieces = length_pieces(lengths, overhead)
+    assert sorted(index for piece in pieces for index in piece) == list(range(9))  # each example once
+    longest = [max(lengths[index] for index in piece) for piece in pieces]
+    assert longest == sorted(longest, reverse=True)  # longest pieces first, each a run of the sorted batch
+    assert all(
+        min(lengths[index] for index in piece) >= max(lengths[index] for index in later)
+        for number, piece in enumerate(pieces)
+        for later in pieces[number + 1 :]
+    )
+    best = min(cut_cost(lengths, cut, overhead) for cut in every_cut(lengths))
+    assert cut_cost(lengths, pieces, overhead) == best
+
+
+def test_length_pieces_cuts_only_where_padding_outweighs_a_pass():
+    assert [len(piece) for piece in length_pieces([3, 3, 3, 3], 0)] == [4]  # nothing to save: one piece
+    assert len(length_pieces([90, 5, 5, 5, 5, 5], 1000)) == 1  # a pass costs more than all the padding
+    pieces = length_pieces([90, 5, 5, 5, 5, 5], 64)  # one long example padding five short ones to 90: 425 positions
+    assert [sorted(piece.tolist()) for piece in pieces] == [[0], [1, 2, 3, 4, 5]]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.stage import TaggingStage
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
+from tests.stages.test_finetune_stage import weights_with_and_without_split
 
 runner = CliRunner()
 
@@ -209,6 +210,28 @@ def test_every_word_weighs_alike_whatever_the_length_of_its_batch(tmp_path, tiny
     # What a per-batch mean over each step's own words would have given: not the same, so the check above can fail.
     per_batch_mean = short_step * 12 / short_words + long_step * 12 / long_words
     assert not torch.allclose(per_batch_mean, alike, rtol=1e-2, atol=1e-5)
+
+
+def test_tagging_batches_split_by_length_train_like_whole_ones(pretrained_without_dropout, tmp_path, monkeypatch):
+    """Pieces weigh their words as the whole batch does (over expected words): the same weights."""
+    rng = random.Random(0)
+    lines = []
+    for _ in range(40):  # sentences of 6 to 14 words, so that batches have lengths to cut at
+        sentence = tagged_sentence(rng)
+        sentence[3:3] = [(rng.choice(FILLERS), "O") for _ in range(rng.randint(0, 8))]
+        lines += [f"{word} X X {tag}" for word, tag in sentence] + [""]
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "train.txt").write_text("\n".join(lines), encoding="utf-8")
+    (tmp_path / "task" / "dev.txt").write_text("\n".join(lines[:40]), encoding="utf-8")
+
+    def recipe(run_dir: Path) -> dict:
+        data = tagging_recipe(pretrained_without_dropout, tmp_path / "task", run_dir)
+        data["training"].update({"epochs": 1, "batch_size": 16})
+        return data
+
+    whole, split = weights_with_and_without_split(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
+    for name, weight in whole.items():
+        assert torch.allclose(weight, split[name], atol=1e-6, rtol=1e-5), name
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):

@@ -132,6 +132,7 @@ def test_unknown_key_through_override(pretrain_recipe_data, write_recipe):
         ("training", "device", "tpu", "training.device"),
         ("training", "group_chunk_batches", 0, "training.group_chunk_batches"),
         ("training", "group_chunk_batches", 2.5, "training.group_chunk_batches"),
+        ("training", "split_by_length", "sometimes", "training.split_by_length"),
     ],
 )
 def test_bad_values_name_the_key(pretrain_recipe_data, write_recipe, section, key, value, named):
@@ -403,6 +404,24 @@ def test_group_chunk_batches_defaults_to_todays_50_and_takes_any_count_from_1(fi
     keys = {row[0]: row for row in describe_keys(FinetuneRecipe)}
     assert keys["training.group_chunk_batches"][1:3] == ("int", "50")
     assert "group_by_length" in keys["training.group_chunk_batches"][3]
+
+
+def test_split_by_length_is_off_unless_asked(finetune_recipe_data, write_recipe):
+    assert not load_recipe(write_recipe(finetune_recipe_data)).training.split_by_length
+    recipe = load_recipe(write_recipe(finetune_recipe_data), ["training.split_by_length=true"])
+    assert recipe.training.split_by_length
+    keys = {row[0]: row for row in describe_keys(FinetuneRecipe)}
+    assert keys["training.split_by_length"][1:3] == ("bool", "False")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("group_by_length", False), ("group_chunk_batches", 8), ("split_by_length", True)]
+)
+def test_batching_keys_of_a_pretrain_recipe_are_refused_not_ignored(pretrain_recipe_data, write_recipe, key, value):
+    """Set to anything but their defaults (which a saved recipe holds, and which change nothing)."""
+    pretrain_recipe_data["training"][key] = value
+    message, _ = _error_for(pretrain_recipe_data, write_recipe)
+    assert f"training.{key}: for finetune recipes" in message
 
 
 def test_awd_lstm_embedding_init_range_reaches_the_built_model(pretrain_recipe_data, write_recipe):

@@ -97,6 +97,9 @@ class ClassificationStage(TaskStage):
         )
         return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
 
+    def splits_by_length(self, train_data) -> bool:
+        return train_data.windows is None  # a document's windows stay together (WindowCollator)
+
     def _loss(self, model, batch):
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
         if WINDOW_DOCUMENT in batch:  # chunks: the loss of each document's pooled logits, not of its windows

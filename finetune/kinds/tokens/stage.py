@@ -69,6 +69,9 @@ class TaggingStage(TaskStage):
         )
         return train_data, collate, self.tagging_dev_loader
 
+    def splits_by_length(self, train_data) -> bool:
+        return True
+
     def _loss(self, model, batch):
         """The summed cross-entropy of the batch's tagged words (first sub-tokens) over its sentences' expected
         word count (sentences x the training set's mean tagged words a sentence), counted as that many terms.
