@@ -331,3 +331,69 @@ def test_masked_lm_pretraining_on_two_processes_matches_one_process(tmp_path):
     double_weights = load_file(tmp_path / "double" / "checkpoint" / "model.safetensors")
     for name, weight in single_weights.items():
         assert torch.allclose(weight, double_weights[name], rtol=LOSS_TOLERANCE, atol=1e-6), name
+
+
+# LAUNCHER, printing how many pieces each split batch was cut into.
+COUNTING_PIECES = LAUNCHER.replace(
+    "app(sys.argv[1:]",
+    textwrap.dedent("""
+        length_pieces = finetune_stage.length_pieces
+
+        def counting_pieces(lengths):
+            pieces = length_pieces(lengths)
+            print(f"PIECES {len(pieces)}", flush=True)
+            return pieces
+
+        finetune_stage.length_pieces = counting_pieces
+    """)
+    + "app(sys.argv[1:]",
+)
+
+
+def test_batches_split_by_length_on_two_processes_train_like_whole_ones_on_one(tmp_path):
+    """Batches of 2 x 8 cut into pieces on 2 processes: the weights of whole batches of 16 on one (dropout off)."""
+    from safetensors.torch import load_file
+
+    from finetune.recipes import load_recipe
+    from finetune.stages.finetune import run_finetune
+
+    documents = read_documents([write_corpus(tmp_path / "corpus")])
+    tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
+    torch.manual_seed(0)
+    model = build_masked_lm(
+        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
+        len(tokenizer),
+        max_positions=64,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    pretrained = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
+    task = tmp_path / "task"
+    task.mkdir()
+    rows = ["sentence\tlabel"]
+    for index in range(32):  # short and long sentences: a batch of both pads the short ones far
+        positive = index % 2 == 0
+        adjective = "great" if positive else "dull"
+        middle = " very really quite truly so" * (8 if index % 3 == 0 else 0)
+        rows.append(f"the film was{middle} {adjective} .\t{int(positive)}")
+    for split in ("train", "dev"):
+        (task / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    def finetune_data(name: str, batch_size: int, split: bool) -> Path:
+        data = finetune_recipe(pretrained, task, tmp_path / name)
+        data["task"]["max_length"] = 64
+        data["classifier_dropout"] = 0.0
+        data["training"].update(
+            {"batch_size": batch_size, "group_by_length": False, "split_by_length": split, "max_grad_norm": None}
+        )
+        return write_yaml(tmp_path / f"{name}.yaml", data)
+
+    run_finetune(load_recipe(finetune_data("single", 16, split=False)))
+    result = torchrun(
+        tmp_path, "finetune", str(finetune_data("double", 8, split=True)), launcher_source=COUNTING_PIECES
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    check_two_processes(result)
+    assert "PIECES 2" in result.stdout, "no batch was cut: the comparison would prove nothing"
+    single, double = (load_file(tmp_path / name / "checkpoint" / "model.safetensors") for name in ("single", "double"))
+    for name, weight in single.items():
+        assert torch.allclose(weight, double[name], rtol=LOSS_TOLERANCE, atol=1e-6), name
