@@ -417,12 +417,12 @@ def task_setups(args) -> dict[str, Setup]:
 
 def main() -> None:
     args = parse_arguments()
-    machine = describe_machine()  # the figures below belong to this machine
-    args.work.mkdir(parents=True, exist_ok=True)
-    if args.table_only:
+    if args.table_only:  # figures measured earlier: this machine's matmul rate now would say nothing of them
         require(args.work / "runs.jsonl", "the runs of earlier invocations", "run the training mode first")
         print(format_summary(summarize(read_jsonl(args.work / "runs.jsonl"))))
         return
+    machine = describe_machine()  # the figures below belong to this machine
+    args.work.mkdir(parents=True, exist_ok=True)
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     require_glue(["sst2", "mrpc", "rte"] if args.padding else [t for t in args.tasks if t in TASKS])
     checkpoint = minilm_checkpoint()
