@@ -166,6 +166,10 @@ class TaskStage(TrainingStage):
         """Whether training.split_by_length can cut this kind's batches into pieces: batches of flat token rows."""
         return False
 
+    def batching_note(self, training) -> str | None:
+        """What the run should know about how its batches are made for this kind, if anything."""
+        return None
+
     @abstractmethod
     def _loss(self, model, batch):
         """(mean loss of the batch, its number of loss terms, its examples), as the loop takes it."""
@@ -192,6 +196,8 @@ class TaskStage(TrainingStage):
                 "long_documents windows and tagging split)"
             )
         console.print(batching_summary(training, split), markup=False, highlight=False)
+        if note := self.batching_note(training):
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
         input_name = self.tokenizer.model_input_names[0]
         collator = CountingCollator(collate, length_pieces if split else None, lambda item: len(item[input_name]))
         # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)

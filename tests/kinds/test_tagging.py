@@ -22,6 +22,7 @@ from finetune.errors import InputError
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.stage import TaggingStage
+from finetune.recipes.base import TrainingConfig
 from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
 from tests.stages.test_finetune_stage import weights_with_and_without_split
 
@@ -232,6 +233,12 @@ def test_tagging_batches_split_by_length_train_like_whole_ones(pretrained_withou
     whole, split = weights_with_and_without_split(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
     for name, weight in whole.items():
         assert torch.allclose(weight, split[name], atol=1e-6, rtol=1e-5), name
+
+
+def test_a_tagger_on_grouped_batches_is_told_what_they_cost_and_what_does_not():
+    note = TaggingStage.batching_note(None, TrainingConfig())  # grouped: the default
+    assert note is not None and "training.group_by_length=false training.split_by_length=true" in note
+    assert TaggingStage.batching_note(None, TrainingConfig(group_by_length=False)) is None
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):

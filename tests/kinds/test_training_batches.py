@@ -23,7 +23,7 @@ class Examples(list):
         return [len(example["input_ids"]) for example in self]
 
 
-def training_loader(splits: bool = True, **training):
+def training_loader(splits: bool = True, note: str | None = None, **training):
     """The stage and loader `_training_batches` gives a stage whose recipe has these training keys (batch 4,
     2 processes), over 100 examples of random length whose kind can (`splits`) or cannot be split."""
     stage = SimpleNamespace(
@@ -32,6 +32,7 @@ def training_loader(splits: bool = True, **training):
         tokenizer=SimpleNamespace(model_input_names=["input_ids"]),
         spec=SimpleNamespace(kind="choices"),
         splits_by_length=lambda train_data: splits,
+        batching_note=lambda training: note,
     )
     lengths = np.random.default_rng(0).integers(1, 400, size=100).tolist()
     examples = Examples({"input_ids": [7] * length} for length in lengths)
@@ -97,3 +98,8 @@ def test_the_run_says_how_it_batches(capsys, training, line):
     training_loader(**training)
     printed = capsys.readouterr().err
     assert line in printed and ("cut into pieces" in printed) == training.get("split_by_length", False)
+
+
+def test_the_kinds_note_on_batching_is_printed(capsys):
+    training_loader(note="grouped batches: what they cost this kind")
+    assert "grouped batches: what they cost this kind" in capsys.readouterr().err
