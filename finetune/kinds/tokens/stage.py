@@ -79,8 +79,8 @@ class TaggingStage(TaskStage):
             return None
         return (
             "grouped batches: taggers on CoNLL-2003 scored below shuffled batches with them (dev F1 -3.9 at 2,000 "
-            "sentences, test F1 -0.7 at all 14,041; one seed each); training.group_by_length=false "
-            "training.split_by_length=true trains on shuffled batches at 1.7x their speed (docs/finetuning.md)"
+            "sentences over 5 seeds, test F1 -0.7 at all 14,041 in one); training.group_by_length=false "
+            "training.split_by_length=true trains on shuffled batches at 1.65x their speed (docs/finetuning.md)"
         )
 
     def _loss(self, model, batch):
