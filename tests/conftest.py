@@ -103,7 +103,9 @@ def custom_task_section(data_dir: Path, max_length: int = 16) -> dict[str, Any]:
     }
 
 
-def save_tiny_masked_lm(folder: Path, layers: int = 2, hidden: int = 32, dropout: float = 0.1) -> Path:
+def save_tiny_masked_lm(
+    folder: Path, layers: int = 2, hidden: int = 32, dropout: float = 0.1, max_positions: int = 32
+) -> Path:
     """A tiny randomly initialised BERT masked LM with a WordPiece tokenizer trained on generated text, saved as a
     checkpoint in `folder/checkpoint` (seeded: the same arguments give the same weights)."""
     import torch
@@ -117,8 +119,41 @@ def save_tiny_masked_lm(folder: Path, layers: int = 2, hidden: int = 32, dropout
     tokenizer = train_wordpiece(read_documents([write_corpus(folder / "corpus")]), vocab_size=200, min_frequency=1)
     torch.manual_seed(0)
     config = MaskedLMModelConfig(layers=layers, hidden=hidden, heads=2, intermediate=2 * hidden, dropout=dropout)
-    model = build_masked_lm(config, len(tokenizer), max_positions=32, pad_token_id=tokenizer.pad_token_id)
+    model = build_masked_lm(config, len(tokenizer), max_positions=max_positions, pad_token_id=tokenizer.pad_token_id)
     return save_checkpoint(model, tokenizer, folder / "checkpoint")
+
+
+def assert_split_trains_like_whole(checkpoint: Path, tmp_path: Path, monkeypatch, recipe) -> None:
+    """Two runs of `recipe(run_dir)`, without and with training.split_by_length (shuffled batches), save the same
+    weights; every batch is cut wherever lengths differ (no fixed cost a pass), and some batch is cut."""
+    import torch
+    from safetensors.torch import load_file
+
+    from finetune.data.task_batches import length_pieces
+    from finetune.recipes import load_recipe
+    from finetune.stages.finetune import run_finetune
+
+    cuts = []
+
+    def every_length_apart(lengths: list[int]) -> list:
+        cuts.append(len(pieces := length_pieces(lengths, 0)))
+        return pieces
+
+    monkeypatch.setattr("finetune.kinds.stage.length_pieces", every_length_apart)
+    weights = []
+    for split in (False, True):
+        data = recipe(tmp_path / f"run-{split}")
+        data["training"].update({"group_by_length": False, "split_by_length": split, "max_grad_norm": None})
+        checkpoint_dir = run_finetune(load_recipe(write_yaml(tmp_path / f"split-{split}.yaml", data)))
+        weights.append(load_file(checkpoint_dir / "model.safetensors"))
+    assert max(cuts) > 1, "no batch was cut: the comparison would prove nothing"
+    assert any(
+        not torch.equal(weight, load_file(checkpoint / "model.safetensors").get(name, weight + 1))
+        for name, weight in weights[0].items()
+    ), "training changed nothing: the comparison would prove nothing"
+    whole, in_pieces = weights
+    for name, weight in whole.items():
+        assert torch.allclose(weight, in_pieces[name], atol=1e-6, rtol=1e-5), name
 
 
 def finetune_where_a_user_would(folder: Path, recipe_name: str, recipe_text: str) -> Path:

@@ -89,22 +89,21 @@ class PaddableDataset(Dataset):
 class CountingCollator:
     """Collates the items of (item, real) pairs with `collate` and adds REAL_EXAMPLES, the count of real ones.
 
-    With `pieces` (a batch's item lengths -> groups of positions in it, e.g. task_batches.length_pieces), a batch
-    is collated as a list of such batches, one per group: each padded to its own longest item.
+    With `pieces` (a batch's items -> groups of positions in it, e.g. by task_batches.length_pieces), a batch is
+    collated as a list of such batches, one per group: each padded to its own longest item.
     """
 
     def __init__(
         self,
         collate: Callable[[list[Any]], dict[str, Any]],
-        pieces: Callable[[list[int]], list[np.ndarray]] | None = None,
-        length: Callable[[Any], int] = len,
+        pieces: Callable[[list[Any]], list[np.ndarray]] | None = None,
     ):
-        self.collate, self.pieces, self.length = collate, pieces, length
+        self.collate, self.pieces = collate, pieces
 
     def __call__(self, pairs: list[tuple[Any, bool]]) -> dict[str, Any] | list[dict[str, Any]]:
         if self.pieces is None:
             return self._counted(pairs)
-        groups = self.pieces([self.length(item) for item, _ in pairs])
+        groups = self.pieces([item for item, _ in pairs])
         return [self._counted([pairs[index] for index in group]) for group in groups]
 
     def _counted(self, pairs: list[tuple[Any, bool]]) -> dict[str, Any]:

@@ -199,7 +199,10 @@ class TaskStage(TrainingStage):
         if note := self.batching_note(training):
             console.print(note, markup=False, highlight=False, soft_wrap=True)
         input_name = self.tokenizer.model_input_names[0]
-        collator = CountingCollator(collate, length_pieces if split else None, lambda item: len(item[input_name]))
+        # length_pieces is looked up at each call (tests replace it).
+        collator = CountingCollator(
+            collate, (lambda items: length_pieces([len(item[input_name]) for item in items])) if split else None
+        )
         # A private generator for the workers' seed: starting an epoch then leaves the global random state (dropout)
         # untouched, so a resumed run draws the same dropout masks as one that never stopped.
         return DataLoader(

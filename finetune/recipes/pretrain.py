@@ -238,8 +238,8 @@ class PretrainRecipe(TrainingRunRecipe):
         if self.corpus.streaming:
             self._check_streaming()
         # A value other than the default (a saved recipe holds every key, so being present says nothing).
-        defaults = TrainingConfig()
-        batching = [key for key in FINETUNE_BATCHING if getattr(self.training, key) != getattr(defaults, key)]
+        fields = TrainingConfig.model_fields
+        batching = [key for key in FINETUNE_BATCHING if getattr(self.training, key) != fields[key].default]
         if batching:
             raise ValueError(
                 f"training.{batching[0]}: for finetune recipes; pretraining reads the corpus in blocks of "

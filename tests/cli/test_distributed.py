@@ -16,11 +16,16 @@ import torch.distributed
 
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_wordpiece
-from finetune.models.masked_lm import build_masked_lm
-from finetune.recipes import MaskedLMModelConfig
 from finetune.run_dir import read_metrics
-from finetune.training.checkpoints import save_checkpoint
-from tests.conftest import REPO_ROOT, finetune_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
+from tests.conftest import (
+    REPO_ROOT,
+    finetune_recipe,
+    pretrain_recipe,
+    save_tiny_masked_lm,
+    write_corpus,
+    write_task,
+    write_yaml,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
@@ -104,16 +109,7 @@ def test_pretrain_on_two_processes(tmp_path):
 
 
 def test_finetune_with_gradual_unfreezing_on_two_processes(tmp_path):
-    documents = read_documents([write_corpus(tmp_path / "corpus")])
-    tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    model = build_masked_lm(
-        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64),
-        len(tokenizer),
-        max_positions=32,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    checkpoint = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
+    checkpoint = save_tiny_masked_lm(tmp_path / "pretrained")
     data = finetune_recipe(checkpoint, write_task(tmp_path / "task"), tmp_path / "run")
     result = torchrun(tmp_path, "finetune", str(write_yaml(tmp_path / "finetune.yaml", data)))
     output = result.stdout + result.stderr
@@ -225,16 +221,7 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
     from finetune.stages.finetune import run_finetune
     from tests.conftest import eval_recipe
 
-    documents = read_documents([write_corpus(tmp_path / "corpus")])
-    tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    model = build_masked_lm(
-        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
-        len(tokenizer),
-        max_positions=32,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    pretrained = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
+    pretrained = save_tiny_masked_lm(tmp_path / "pretrained", dropout=0.0)
     task = write_task(tmp_path / "task", train_rows=33, dev_rows=23)
 
     def finetune_data(name: str, batch_size: int) -> dict:
@@ -357,16 +344,7 @@ def test_batches_split_by_length_on_two_processes_train_like_whole_ones_on_one(t
     from finetune.recipes import load_recipe
     from finetune.stages.finetune import run_finetune
 
-    documents = read_documents([write_corpus(tmp_path / "corpus")])
-    tokenizer = train_wordpiece(documents, vocab_size=200, min_frequency=1)
-    torch.manual_seed(0)
-    model = build_masked_lm(
-        MaskedLMModelConfig(layers=2, hidden=32, heads=2, intermediate=64, dropout=0.0),
-        len(tokenizer),
-        max_positions=64,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    pretrained = save_checkpoint(model, tokenizer, tmp_path / "pretrained")
+    pretrained = save_tiny_masked_lm(tmp_path / "pretrained", dropout=0.0, max_positions=64)
     task = tmp_path / "task"
     task.mkdir()
     rows = ["sentence\tlabel"]

@@ -78,10 +78,15 @@ def test_the_padding_item_is_the_first_example_marked_unreal():
 
 def test_a_split_batch_is_its_pieces_each_counted():
     """With `pieces`, a batch comes as one collated batch per piece, each with its own count of real examples."""
-    collator = CountingCollator(
-        lambda items: {"items": items}, pieces=lambda lengths: [[2, 0], [1]], length=lambda item: item
-    )
+    seen = []
+
+    def two_pieces(items: list) -> list[list[int]]:
+        seen.append(items)
+        return [[2, 0], [1]]
+
+    collator = CountingCollator(lambda items: {"items": items}, pieces=two_pieces)
     pieces = collator([(5, True), (3, True), (7, True)])
+    assert seen == [[5, 3, 7]]  # the batch's items, in order
     assert pieces == [{"items": [7, 5], REAL_EXAMPLES: 2}, {"items": [3], REAL_EXAMPLES: 1}]
-    padding = CountingCollator(lambda items: {"items": items}, pieces=lambda lengths: [[0]], length=lambda item: 1)
+    padding = CountingCollator(lambda items: {"items": items}, pieces=lambda items: [[0]])
     assert padding([(5, False)]) == [{"items": [5], REAL_EXAMPLES: 0}]  # a padding batch still counts 0 times

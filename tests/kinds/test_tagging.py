@@ -23,8 +23,16 @@ from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.stage import TaggingStage
 from finetune.recipes.base import TrainingConfig
-from tests.conftest import FILLERS, NEGATIVE, POSITIVE, SUBJECTS, one_error_line, save_tiny_masked_lm, write_yaml
-from tests.stages.test_finetune_stage import weights_with_and_without_split
+from tests.conftest import (
+    FILLERS,
+    NEGATIVE,
+    POSITIVE,
+    SUBJECTS,
+    assert_split_trains_like_whole,
+    one_error_line,
+    save_tiny_masked_lm,
+    write_yaml,
+)
 
 runner = CliRunner()
 
@@ -230,9 +238,7 @@ def test_tagging_batches_split_by_length_train_like_whole_ones(pretrained_withou
         data["training"].update({"epochs": 1, "batch_size": 16})
         return data
 
-    whole, split = weights_with_and_without_split(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
-    for name, weight in whole.items():
-        assert torch.allclose(weight, split[name], atol=1e-6, rtol=1e-5), name
+    assert_split_trains_like_whole(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
 
 
 def test_a_tagger_on_grouped_batches_is_told_what_they_cost_and_what_does_not():

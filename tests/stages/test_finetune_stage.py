@@ -14,7 +14,6 @@ from transformers import AutoModelForSequenceClassification
 
 from finetune.commands.evaluate import run_eval
 from finetune.data.corpus import read_documents
-from finetune.data.task_batches import length_pieces
 from finetune.glue.specs import task_spec
 from finetune.models.heads import load_classifier
 from finetune.recipes import BackboneConfig, load_recipe, task_config
@@ -24,6 +23,7 @@ from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import trainable_group_count
 from tests.conftest import (
     FILLERS,
+    assert_split_trains_like_whole,
     custom_task_section,
     eval_recipe,
     finetune_recipe,
@@ -227,30 +227,6 @@ def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropou
         assert torch.allclose(weight, weights[2][name], atol=1e-6, rtol=1e-5), name
 
 
-def weights_with_and_without_split(checkpoint: Path, tmp_path: Path, monkeypatch, recipe) -> list[dict]:
-    """The weights two runs of `recipe(run_dir)` save, without and with training.split_by_length (shuffled batches);
-    every batch is cut wherever lengths differ (no fixed cost a pass), and some batch is cut."""
-    cuts = []
-
-    def every_length_apart(lengths: list[int]) -> list:
-        cuts.append(len(pieces := length_pieces(lengths, 0)))
-        return pieces
-
-    monkeypatch.setattr("finetune.kinds.stage.length_pieces", every_length_apart)
-    weights = []
-    for split in (False, True):
-        data = recipe(tmp_path / f"run-{split}")
-        data["training"].update({"group_by_length": False, "split_by_length": split, "max_grad_norm": None})
-        checkpoint_dir = run_finetune(load_recipe(write_yaml(tmp_path / f"split-{split}.yaml", data)))
-        weights.append(load_file(checkpoint_dir / "model.safetensors"))
-    assert max(cuts) > 1, "no batch was cut: the comparison would prove nothing"
-    assert any(
-        not torch.equal(weight, load_file(checkpoint / "model.safetensors").get(name, weight + 1))
-        for name, weight in weights[0].items()
-    ), "training changed nothing: the comparison would prove nothing"
-    return weights
-
-
 def test_batches_split_by_length_train_like_whole_ones(pretrained_without_dropout, tmp_path, monkeypatch):
     """Pieces of a batch, a backward each, weighed by their examples: the gradient and the weights of whole batches."""
 
@@ -269,9 +245,7 @@ def test_batches_split_by_length_train_like_whole_ones(pretrained_without_dropou
         data["training"].update({"batch_size": 16, "epochs": 2})
         return data
 
-    whole, split = weights_with_and_without_split(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
-    for name, weight in whole.items():
-        assert torch.allclose(weight, split[name], atol=1e-6, rtol=1e-5), name
+    assert_split_trains_like_whole(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
 
 
 def test_gpt2_checkpoint_without_a_pad_token_fine_tunes(tmp_path, task_dir):
