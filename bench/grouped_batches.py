@@ -113,22 +113,31 @@ class Batching(NamedTuple):
     name: str
     chunk_batches: int | None  # None: shuffled
     split: bool = False  # training.split_by_length: each batch cut into pieces of similar length
+    skip_padding: bool = False  # training.skip_padding: the model computes the real tokens only
 
     def overrides(self) -> list[str]:
         split = ["training.split_by_length=true"] if self.split else []
+        padding = [f"training.skip_padding={str(self.skip_padding).lower()}"]
         if self.chunk_batches is None:
-            return ["training.group_by_length=false", *split]
-        return ["training.group_by_length=true", f"training.group_chunk_batches={self.chunk_batches}", *split]
+            return ["training.group_by_length=false", *split, *padding]
+        return ["training.group_by_length=true", f"training.group_chunk_batches={self.chunk_batches}", *split, *padding]
 
 
 SHUFFLED = Batching("shuffled", None)
 SPLIT = Batching("shuffled-split", None, split=True)
+UNPADDED = Batching("shuffled-unpadded", None, skip_padding=True)
 
 
-def batchings(chunks: list[int], split: bool = True) -> list[Batching]:
+def batchings(chunks: list[int], split: bool = True, unpadded: bool = True) -> list[Batching]:
     """Shuffled first (what the others are compared with), then grouped in chunks of each of `chunks`, then
-    shuffled batches split by length (`split`)."""
-    return [SHUFFLED] + [Batching(f"grouped-{chunk}", chunk) for chunk in chunks] + ([SPLIT] if split else [])
+    shuffled batches split by length (`split`), then shuffled batches of which the model computes the real tokens
+    only (`unpadded`). All but the last run the model's own forward on padded batches."""
+    return (
+        [SHUFFLED]
+        + [Batching(f"grouped-{chunk}", chunk) for chunk in chunks]
+        + ([SPLIT] if split else [])
+        + ([UNPADDED] if unpadded else [])
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,7 +155,7 @@ def padding_table(
     table = {}
     for name, sizes in lengths.items():
         rows = {}
-        for batching in batchings(list(chunks), split=False):  # the padding of orders; a split is no order
+        for batching in batchings(list(chunks), split=False, unpadded=False):  # orders only: a split is no order
             figures = [batch_padding(sizes, batch_size, seed, batching.chunk_batches) for seed in seeds]
             rows[batching.name] = (
                 statistics.mean(figure.padding_share for figure in figures),
@@ -279,7 +288,7 @@ def run_all(args, setups: dict[str, Setup], checkpoint: str, machine: dict, log:
     for task, setup in setups.items():
         prepared = prepare(task, setup, args.work, checkpoint)
         for seed in args.seeds:
-            for batching in batchings(args.chunks, args.split):
+            for batching in batchings(args.chunks, args.split, args.unpadded):
                 key = (task, batching.name, seed, prepared.train_rows, setup.epochs)
                 done = [record for record in records if run_key(record) == key]
                 if not done:
@@ -381,8 +390,11 @@ def parse_arguments() -> argparse.Namespace:
     mode.add_argument("--smoke", action="store_true", help="48 training and 32 dev rows, 1 epoch, seeds 0 and 1")
     parser.add_argument("--table-only", action="store_true", help="run nothing: the table of WORK/runs.jsonl")
     parser.add_argument("--tasks", nargs="+", choices=list(SETUPS), default=["ner", "multilabel", "sst2", "mrpc"])
-    parser.add_argument("--chunks", nargs="+", type=int, default=[50, 8], help="group_chunk_batches to compare")
+    parser.add_argument(
+        "--chunks", nargs="*", type=int, default=[50, 8], help="group_chunk_batches to compare (none: no grouped arm)"
+    )
     parser.add_argument("--no-split", dest="split", action="store_false", help="leave out shuffled-split")
+    parser.add_argument("--no-unpadded", dest="unpadded", action="store_false", help="leave out shuffled-unpadded")
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(5)))
     parser.add_argument("--train-rows", type=int, help="every task's first N training rows (default: its own)")
     parser.add_argument("--padding-rows", type=int, default=ALL, help="--padding: the first N rows of each set")
@@ -396,7 +408,7 @@ def parse_arguments() -> argparse.Namespace:
         sys.exit("bench: --table-only prints the training mode's table; --padding trains nothing to tabulate")
     if args.smoke and args.update_results:
         sys.exit("bench: --smoke checks the script; its figures are no result (leave out --update-results)")
-    if min(args.chunks) < 1:
+    if args.chunks and min(args.chunks) < 1:
         sys.exit("bench: --chunks are numbers of batches, 1 or more")
     args.work = (args.work or ROOT / "runs" / ("bench-grouped-batches" + ("-smoke" if args.smoke else ""))).resolve()
     return args

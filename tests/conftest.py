@@ -124,14 +124,10 @@ def save_tiny_masked_lm(
 
 
 def assert_split_trains_like_whole(checkpoint: Path, tmp_path: Path, monkeypatch, recipe) -> None:
-    """Two runs of `recipe(run_dir)`, without and with training.split_by_length (shuffled batches), save the same
-    weights; every batch is cut wherever lengths differ (no fixed cost a pass), and some batch is cut."""
-    import torch
-    from safetensors.torch import load_file
-
+    """Two runs of `recipe(run_dir)`, without and with training.split_by_length (shuffled batches, the model's own
+    forward), save the same weights; every batch is cut wherever lengths differ (no fixed cost a pass), and some
+    batch is cut."""
     from finetune.data.task_batches import length_pieces
-    from finetune.recipes import load_recipe
-    from finetune.stages.finetune import run_finetune
 
     cuts = []
 
@@ -140,20 +136,53 @@ def assert_split_trains_like_whole(checkpoint: Path, tmp_path: Path, monkeypatch
         return pieces
 
     monkeypatch.setattr("finetune.kinds.stage.length_pieces", every_length_apart)
-    weights = []
-    for split in (False, True):
-        data = recipe(tmp_path / f"run-{split}")
-        data["training"].update({"group_by_length": False, "split_by_length": split, "max_grad_norm": None})
-        checkpoint_dir = run_finetune(load_recipe(write_yaml(tmp_path / f"split-{split}.yaml", data)))
-        weights.append(load_file(checkpoint_dir / "model.safetensors"))
+    # skip_padding off: a model that computes its real tokens only keeps its batches whole.
+    whole, in_pieces = ({"split_by_length": split, "skip_padding": False} for split in (False, True))
+    assert_runs_save_the_same_weights(checkpoint, tmp_path, recipe, {"whole": whole, "split": in_pieces})
     assert max(cuts) > 1, "no batch was cut: the comparison would prove nothing"
+
+
+def assert_unpadded_trains_like_padded(checkpoint: Path, tmp_path: Path, monkeypatch, recipe) -> None:
+    """Two runs of `recipe(run_dir)` on shuffled batches, with the model's own forward and with the route that
+    computes the real tokens only (training.skip_padding), save the same weights; the route is taken in training."""
+    import finetune.models.packed_bert as packed_bert
+
+    trained = []
+
+    def counting(bert, *args):
+        trained.append(bert.training)
+        return encoder(bert, *args)
+
+    encoder = packed_bert.packed_encoder
+    monkeypatch.setattr(packed_bert, "packed_encoder", counting)
+    variants = {"padded": {"skip_padding": False}, "unpadded": {"skip_padding": True}}
+    assert_runs_save_the_same_weights(checkpoint, tmp_path, recipe, variants)
+    assert any(trained), "the route was never taken in training: the comparison would prove nothing"
+
+
+def assert_runs_save_the_same_weights(checkpoint: Path, tmp_path: Path, recipe, variants: dict[str, dict]) -> None:
+    """Runs of `recipe(run_dir)` on shuffled batches without gradient clipping, one per variant (its training keys),
+    save the same weights (atol 1e-6), which training changed from `checkpoint`'s."""
+    import torch
+    from safetensors.torch import load_file
+
+    from finetune.recipes import load_recipe
+    from finetune.stages.finetune import run_finetune
+
+    weights = []
+    for name, keys in variants.items():
+        data = recipe(tmp_path / f"run-{name}")
+        data["training"].update({"group_by_length": False, "max_grad_norm": None, **keys})
+        checkpoint_dir = run_finetune(load_recipe(write_yaml(tmp_path / f"{name}.yaml", data)))
+        weights.append(load_file(checkpoint_dir / "model.safetensors"))
     assert any(
         not torch.equal(weight, load_file(checkpoint / "model.safetensors").get(name, weight + 1))
         for name, weight in weights[0].items()
     ), "training changed nothing: the comparison would prove nothing"
-    whole, in_pieces = weights
-    for name, weight in whole.items():
-        assert torch.allclose(weight, in_pieces[name], atol=1e-6, rtol=1e-5), name
+    first, *others = weights
+    for other in others:
+        for name, weight in first.items():
+            assert torch.allclose(weight, other[name], atol=1e-6, rtol=1e-5), name
 
 
 def finetune_where_a_user_would(folder: Path, recipe_name: str, recipe_text: str) -> Path:

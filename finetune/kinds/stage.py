@@ -34,6 +34,7 @@ from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
 from finetune.models.hub import load_tokenizer
 from finetune.models.mean_pooling import backbone_config
+from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
@@ -56,14 +57,14 @@ BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best ev
 CLASSES_FILE = "best_classes.json"
 
 
-def batching_summary(training, split: bool) -> str:
+def batching_summary(training, grouped: bool, split: bool, skips_padding: bool) -> str:
     """One line on how the training examples are batched."""
-    order = (
-        f"grouped by length (chunks of {training.group_chunk_batches} batches)"
-        if training.group_by_length
-        else "shuffled"
+    order = f"grouped by length (chunks of {training.group_chunk_batches} batches)" if grouped else "shuffled"
+    return (
+        f"batches of {training.batch_size}, {order}"
+        + (", each cut into pieces of similar length" if split else "")
+        + ("; the model computes their real tokens only (training.skip_padding)" if skips_padding else "")
     )
-    return f"batches of {training.batch_size}, {order}" + (", each cut into pieces of similar length" if split else "")
 
 
 class TaskStage(TrainingStage):
@@ -98,6 +99,7 @@ class TaskStage(TrainingStage):
         train_count, dev_count = self.read_task()
         model = self.task_model()
         name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
+        self.skips_padding = self._skip_padding(model)
         # Layer groups -> discriminative learning rates -> optimizer; with an adapter, what it trains of each group.
         with recipe_key("model.checkpoint"):  # a family whose layers cannot be grouped is refused
             self.groups = layer_groups(model)
@@ -137,6 +139,14 @@ class TaskStage(TrainingStage):
             before_step=None if self.thaw_every is None else self._thaw_by_steps,
         )
 
+    def _skip_padding(self, model) -> bool:
+        """Whether the model computes its batches' real tokens only (models/packed_bert.py): with
+        training.skip_padding, on a BERT-family classifier or tagger trained in fp32 without an adapter or compile."""
+        training = self.recipe.training
+        if not training.skip_padding or training.compile or self.recipe.model.adapter is not None:
+            return False
+        return self.accelerator.mixed_precision == "no" and train_without_padding(model)
+
     def _saved_model(self):
         """What a checkpoint holds: the model, or with an adapter the PeftModel (the adapter and the head)."""
         return self.adapter if self.adapter is not None else self.accelerator.unwrap_model(self.model)
@@ -166,8 +176,9 @@ class TaskStage(TrainingStage):
         """Whether training.split_by_length can cut this kind's batches into pieces: batches of flat token rows."""
         return False
 
-    def batching_note(self, training) -> str | None:
-        """What the run should know about how its batches are made for this kind, if anything."""
+    def batching_note(self, grouped: bool) -> str | None:
+        """What the run should know about how its batches are made for this kind (`grouped`: by length), if
+        anything."""
         return None
 
     @abstractmethod
@@ -180,24 +191,29 @@ class TaskStage(TrainingStage):
         # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes
         # nothing.
         step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
+        # By default grouped only where padding costs: a model that skips it gains little from grouping (attention
+        # alone reads the padded layout) and would pay grouping's quality cost (bench/grouped_batches.py).
+        self.grouped = not self.skips_padding if training.group_by_length is None else training.group_by_length
         self.order = (
             LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed, training.group_chunk_batches)
-            if training.group_by_length
+            if self.grouped
             else ResumableSampler(len(train_data), recipe.seed)
         )
         # Each step holds the same examples on any number of processes, and no example comes twice an epoch.
         batches = StepBatches(
             self.order, training.batch_size, accelerator.num_processes, training.gradient_accumulation_steps
         )
-        split = training.split_by_length and self.splits_by_length(train_data)
+        split = training.split_by_length and self.splits_by_length(train_data) and not self.skips_padding
         if training.split_by_length and not split:
-            console.print(
-                f"training.split_by_length: {self.spec.kind} batches stay whole (only classification without "
-                "long_documents windows and tagging split)"
+            why = (
+                "the model computes their real tokens only (training.skip_padding), so pieces would save nothing"
+                if self.skips_padding
+                else "only classification without long_documents windows and tagging split"
             )
-        console.print(batching_summary(training, split), markup=False, highlight=False)
-        if note := self.batching_note(training):
-            console.print(note, markup=False, highlight=False, soft_wrap=True)
+            say(f"training.split_by_length: {self.spec.kind} batches stay whole ({why})")
+        say(batching_summary(training, self.grouped, split, self.skips_padding))
+        if note := self.batching_note(self.grouped):
+            say(note)
         input_name = self.tokenizer.model_input_names[0]
         # length_pieces is looked up at each call (tests replace it).
         collator = CountingCollator(
@@ -371,3 +387,7 @@ class TaskStage(TrainingStage):
 
     def finished_result(self, run_dir: Path) -> Path:
         return run_dir / CHECKPOINT_DIR
+
+
+def say(line: str) -> None:
+    console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -157,11 +157,19 @@ class TrainingConfig(Section):
         "and after each change of trainable groups",
     )
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes")
-    group_by_length: bool = Field(
+    skip_padding: bool = Field(
         True,
+        description="finetune: BERT-family classifiers and taggers (bert and its checkpoints such as MiniLM; fp32, "
+        "no adapter, not compiled) compute their batches' real tokens only, attention alone reading the padded "
+        "layout: Hugging Face's model and gradients, ~2.2x faster on shuffled SST-2 batches on a CPU; false: the "
+        "model's own forward on padded batches",
+    )
+    group_by_length: bool | None = Field(
+        None,
         description="finetune: batches of examples of similar length (sorted within chunks of group_chunk_batches "
-        "shuffled batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE; false: "
-        "plain shuffle",
+        "shuffled batches, then the batches shuffled; fastai's SortishSampler): ~3x less padding on GLUE, at a "
+        "quality cost on some tasks (bench/grouped_batches.py); false: plain shuffle; null: shuffled when the model "
+        "skips padding (skip_padding), grouped otherwise",
     )
     group_chunk_batches: int = Field(
         50,

@@ -169,7 +169,7 @@ class MaskingConfig(Section):
 
 
 # training keys of how a task's examples are batched: pretraining's blocks are all corpus.block_size long.
-FINETUNE_BATCHING = ("group_by_length", "group_chunk_batches", "split_by_length")
+FINETUNE_BATCHING = ("group_by_length", "group_chunk_batches", "split_by_length", "skip_padding")
 
 
 class PretrainRecipe(TrainingRunRecipe):

@@ -20,17 +20,29 @@ import grouped_batches as bench  # noqa: E402  (bench/ scripts are top-level mod
 
 
 def test_shuffled_comes_first_and_each_batching_sets_its_keys():
-    shuffled, default, small, split = bench.batchings([50, 8])
-    assert [shuffled.name, default.name, small.name, split.name] == [
+    shuffled, default, small, split, unpadded = bench.batchings([50, 8])
+    assert [shuffled.name, default.name, small.name, split.name, unpadded.name] == [
         "shuffled",
         "grouped-50",
         "grouped-8",
         "shuffled-split",
+        "shuffled-unpadded",
     ]
-    assert shuffled.overrides() == ["training.group_by_length=false"]
-    assert small.overrides() == ["training.group_by_length=true", "training.group_chunk_batches=8"]
-    assert split.overrides() == ["training.group_by_length=false", "training.split_by_length=true"]
-    assert bench.batchings([8], split=False) == [shuffled, small]
+    # Every arm but the last runs the model's own forward on padded batches, as the earlier rows of the shelf did.
+    assert shuffled.overrides() == ["training.group_by_length=false", "training.skip_padding=false"]
+    assert small.overrides() == [
+        "training.group_by_length=true",
+        "training.group_chunk_batches=8",
+        "training.skip_padding=false",
+    ]
+    assert split.overrides() == [
+        "training.group_by_length=false",
+        "training.split_by_length=true",
+        "training.skip_padding=false",
+    ]
+    assert unpadded.overrides() == ["training.group_by_length=false", "training.skip_padding=true"]
+    assert bench.batchings([8], split=False, unpadded=False) == [shuffled, small]
+    assert bench.batchings([], split=False) == [shuffled, unpadded]
 
 
 def test_padding_table_of_hand_made_lengths():
@@ -131,7 +143,7 @@ def test_the_training_mode_skips_runs_already_recorded(tmp_path, monkeypatch):
         return record(task, batching.name, seed, 0.81, 100.0)
 
     monkeypatch.setattr(bench, "run_one", run_one)
-    args = argparse.Namespace(work=tmp_path, seeds=[0], chunks=[8], split=False)
+    args = argparse.Namespace(work=tmp_path, seeds=[0], chunks=[8], split=False, unpadded=False)
     logged = []
     setups = {"sst2": bench.Setup("dev_accuracy", 100, bench.ALL, 3)}
     records = bench.run_all(args, setups, "checkpoint", {}, logged.append)

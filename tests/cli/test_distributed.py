@@ -361,7 +361,13 @@ def test_batches_split_by_length_on_two_processes_train_like_whole_ones_on_one(t
         data["task"]["max_length"] = 64
         data["classifier_dropout"] = 0.0
         data["training"].update(
-            {"batch_size": batch_size, "group_by_length": False, "split_by_length": split, "max_grad_norm": None}
+            {
+                "batch_size": batch_size,
+                "group_by_length": False,
+                "split_by_length": split,
+                "max_grad_norm": None,
+                "skip_padding": False,  # a model that computes its real tokens only keeps its batches whole
+            }
         )
         return write_yaml(tmp_path / f"{name}.yaml", data)
 

@@ -22,13 +22,13 @@ from finetune.errors import InputError
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.stage import TaggingStage
-from finetune.recipes.base import TrainingConfig
 from tests.conftest import (
     FILLERS,
     NEGATIVE,
     POSITIVE,
     SUBJECTS,
     assert_split_trains_like_whole,
+    assert_unpadded_trains_like_padded,
     one_error_line,
     save_tiny_masked_lm,
     write_yaml,
@@ -221,7 +221,10 @@ def test_every_word_weighs_alike_whatever_the_length_of_its_batch(tmp_path, tiny
     assert not torch.allclose(per_batch_mean, alike, rtol=1e-2, atol=1e-5)
 
 
-def test_tagging_batches_split_by_length_train_like_whole_ones(pretrained_without_dropout, tmp_path, monkeypatch):
+@pytest.mark.parametrize("compare", [assert_split_trains_like_whole, assert_unpadded_trains_like_padded])
+def test_tagging_batches_split_or_unpadded_train_like_padded_whole_ones(
+    pretrained_without_dropout, tmp_path, monkeypatch, compare
+):
     """Pieces weigh their words as the whole batch does (over expected words): the same weights."""
     rng = random.Random(0)
     lines = []
@@ -238,13 +241,13 @@ def test_tagging_batches_split_by_length_train_like_whole_ones(pretrained_withou
         data["training"].update({"epochs": 1, "batch_size": 16})
         return data
 
-    assert_split_trains_like_whole(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
+    compare(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
 
 
 def test_a_tagger_on_grouped_batches_is_told_what_they_cost_and_what_does_not():
-    note = TaggingStage.batching_note(None, TrainingConfig())  # grouped: the default
-    assert note is not None and "training.group_by_length=false training.split_by_length=true" in note
-    assert TaggingStage.batching_note(None, TrainingConfig(group_by_length=False)) is None
+    note = TaggingStage.batching_note(None, grouped=True)
+    assert note is not None and "training.group_by_length=false" in note and "training.skip_padding" in note
+    assert TaggingStage.batching_note(None, grouped=False) is None
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):

@@ -23,16 +23,18 @@ class Examples(list):
         return [len(example["input_ids"]) for example in self]
 
 
-def training_loader(splits: bool = True, note: str | None = None, **training):
+def training_loader(splits: bool = True, note: str | None = None, skips_padding: bool = False, **training):
     """The stage and loader `_training_batches` gives a stage whose recipe has these training keys (batch 4,
-    2 processes), over 100 examples of random length whose kind can (`splits`) or cannot be split."""
+    2 processes), over 100 examples of random length whose kind can (`splits`) or cannot be split, on a model that
+    computes its real tokens only (`skips_padding`) or pads."""
     stage = SimpleNamespace(
+        skips_padding=skips_padding,
         recipe=SimpleNamespace(seed=3, training=TrainingConfig(batch_size=4, **training)),
         accelerator=SimpleNamespace(num_processes=2),
         tokenizer=SimpleNamespace(model_input_names=["input_ids"]),
         spec=SimpleNamespace(kind="choices"),
         splits_by_length=lambda train_data: splits,
-        batching_note=lambda training: note,
+        batching_note=lambda grouped: note if grouped else None,
     )
     lengths = np.random.default_rng(0).integers(1, 400, size=100).tolist()
     examples = Examples({"input_ids": [7] * length} for length in lengths)
@@ -47,10 +49,15 @@ def training_order(**training):
     return stage.order, lengths
 
 
-def test_the_default_is_todays_grouping_in_chunks_of_50_batches_of_the_whole_step():
+def test_by_default_a_model_that_pads_gets_grouping_in_chunks_of_50_batches_of_the_whole_step():
     order, lengths = training_order()
     assert isinstance(order, LengthGroupedSampler) and order.chunk_batches == 50 and order.batch_size == 8
     assert list(order) == list(LengthGroupedSampler(lengths, 8, 3))  # the order before the key existed
+
+
+def test_by_default_a_model_that_skips_padding_gets_shuffled_batches_unless_grouping_is_asked():
+    assert type(training_order(skips_padding=True)[0]) is ResumableSampler
+    assert isinstance(training_order(skips_padding=True, group_by_length=True)[0], LengthGroupedSampler)
 
 
 @pytest.mark.parametrize("chunk_batches", [1, 2, 8])
@@ -83,6 +90,14 @@ def test_a_kind_that_cannot_split_says_so_and_keeps_whole_batches(capsys):
     assert "training.split_by_length: choices batches stay whole" in capsys.readouterr().err
 
 
+def test_a_model_that_skips_padding_keeps_whole_batches_and_says_why(capsys):
+    _, loader, _ = training_loader(skips_padding=True, group_by_length=False, split_by_length=True)
+    assert all(isinstance(batch, dict) for batch in loader)
+    printed = capsys.readouterr().err
+    assert "batches stay whole (the model computes their real tokens only" in printed
+    assert "batches of 4, shuffled; the model computes their real tokens only (training.skip_padding)" in printed
+
+
 @pytest.mark.parametrize(
     ("training", "line"),
     [
@@ -100,6 +115,8 @@ def test_the_run_says_how_it_batches(capsys, training, line):
     assert line in printed and ("cut into pieces" in printed) == training.get("split_by_length", False)
 
 
-def test_the_kinds_note_on_batching_is_printed(capsys):
+def test_the_kinds_note_on_batching_is_printed_for_the_batching_it_gets(capsys):
     training_loader(note="grouped batches: what they cost this kind")
     assert "grouped batches: what they cost this kind" in capsys.readouterr().err
+    training_loader(note="grouped batches: what they cost this kind", skips_padding=True)  # shuffled by default
+    assert "grouped batches" not in capsys.readouterr().err

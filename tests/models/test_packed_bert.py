@@ -1,13 +1,20 @@
-"""BERT classifiers predict without padding (models/packed_bert.py): the same logits as Hugging Face's forward."""
+"""BERT classifiers and taggers train and predict without padding (models/packed_bert.py): the same logits, losses
+and gradients as Hugging Face's forward, and the same dropout sites."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2ForSequenceClassification
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    GPT2Config,
+    GPT2ForSequenceClassification,
+)
 
 from finetune.models.mean_pooling import mean_pooling_classifier
-from finetune.models.packed_bert import packed_logits
+from finetune.models.packed_bert import packed_logits, train_without_padding
 
 CONFIG = dict(
     vocab_size=60,
@@ -71,10 +78,13 @@ def test_the_mean_pooling_classifier_averages_the_real_tokens_as_its_forward_doe
         torch.testing.assert_close(packed, model(**batch).logits, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["training", "left padding", "scalar mix", "other family", "no mask", "extra input"])
+@pytest.mark.parametrize(
+    "case", ["activation checkpointing", "left padding", "scalar mix", "other family", "no mask", "extra input"]
+)
 def test_what_it_does_not_compute_exactly_is_left_to_the_models_own_forward(case):
     model, batch = bert_classifier(), padded_pairs()
-    if case == "training":
+    if case == "activation checkpointing":  # trains to save memory: the route would keep every activation
+        model.activation_checkpointing_enable()
         model.train()
     elif case == "left padding":
         batch = {name: value.flip(1) for name, value in batch.items()}
@@ -111,3 +121,93 @@ def test_prediction_takes_the_packed_route_and_keeps_the_logits(monkeypatch):
         expected = torch.cat([model(**batch).logits for batch in batches]).numpy()
     assert logits.shape == (8, 3)
     assert abs(logits - expected).max() < 1e-5
+
+
+WITHOUT_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "classifier_dropout": 0.0}
+
+
+def twin_models(head: str, **config) -> tuple:
+    """Two copies of one model in training mode, the second given the forward without padding; its labels for
+    `padded_pairs`."""
+    torch.manual_seed(0)
+    settings = {**CONFIG, **config}
+    if head == "tokens":
+        model = BertForTokenClassification(BertConfig(**settings))
+        labels = torch.randint(0, 3, (4, 12)).masked_fill(padded_pairs()["attention_mask"] == 0, -100)
+    elif head == "mean":
+        labels_config = {"id2label": {0: "a", 1: "b", 2: "c"}, "label2id": {"a": 0, "b": 1, "c": 2}}
+        model = mean_pooling_classifier(BertConfig(**settings), None, settings["classifier_dropout"], **labels_config)
+        labels = torch.tensor([0, 2, 1, 1])
+    else:
+        problem = {"regression": (1, torch.randn(4)), "multilabel": (3, torch.randint(0, 2, (4, 3)).float())}
+        labels_count, labels = problem.get(head, (3, torch.tensor([0, 2, 1, 1])))
+        settings["num_labels"] = labels_count
+        if head == "multilabel":
+            settings["problem_type"] = "multi_label_classification"
+        model = BertForSequenceClassification(BertConfig(**settings))
+    twin = type(model)(model.config)
+    twin.load_state_dict(model.state_dict())
+    assert train_without_padding(twin)
+    return model.train(), twin.train(), labels
+
+
+@pytest.mark.parametrize("head", ["cls", "mean", "tokens", "regression", "multilabel"])
+def test_training_without_padding_gives_hugging_faces_loss_and_gradients(head):
+    model, twin, labels = twin_models(head, **WITHOUT_DROPOUT)
+    taken = []
+    batch = padded_pairs()
+    for each in (model, twin):
+        output = each(**batch, labels=labels)
+        output.loss.backward()
+        taken.append(output)
+    real = batch["attention_mask"].bool()
+    logits = [output.logits[real] if head == "tokens" else output.logits for output in taken]  # tags: real tokens
+    torch.testing.assert_close(logits[1], logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(taken[1].loss, taken[0].loss, atol=1e-6, rtol=1e-5)
+    gradients = [{name: weight.grad for name, weight in each.named_parameters()} for each in (model, twin)]
+    assert sum(grad is not None for grad in gradients[0].values()) > 10
+    for name, grad in gradients[0].items():
+        if grad is None:  # a weight the forward never reads (the pooler of a tagger)
+            assert gradients[1][name] is None, name
+        else:
+            torch.testing.assert_close(gradients[1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize(
+    "site",
+    [
+        {"hidden_dropout_prob": 0.5},
+        {"hidden_dropout_prob": 0.5, "num_hidden_layers": 0},  # the embeddings' alone
+        {"attention_probs_dropout_prob": 0.5},
+        {"classifier_dropout": 0.5},
+    ],
+)
+def test_each_of_the_models_dropout_sites_drops_in_training_and_none_in_evaluation(site):
+    """One site's dropout on, the others off: two training forwards differ, two evaluation ones give Hugging Face's."""
+    _, twin, _ = twin_models("cls", **{**WITHOUT_DROPOUT, **site})
+    batch = padded_pairs()
+    first, second = twin(**batch).logits, twin(**batch).logits
+    assert not torch.allclose(first, second), f"{site}: nothing was dropped"
+    with torch.inference_mode():
+        evaluated = twin.eval()(**batch).logits
+        torch.testing.assert_close(evaluated, type(twin).forward(twin, **batch).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_what_the_route_does_not_cover_takes_the_models_own_forward_in_training():
+    model, twin, labels = twin_models("cls", **WITHOUT_DROPOUT)
+    batch = {name: value.flip(1) for name, value in padded_pairs().items()}  # left padding
+    torch.testing.assert_close(twin(**batch, labels=labels).loss, model(**batch, labels=labels).loss)
+    gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=60, n_embd=16, n_layer=1, n_head=2))
+    assert not train_without_padding(gpt2) and "forward" not in vars(gpt2)
+
+
+def test_a_copy_of_a_model_without_padding_computes_with_its_own_weights():
+    import copy
+
+    _, twin, _ = twin_models("cls", **WITHOUT_DROPOUT)
+    copied = copy.deepcopy(twin)
+    with torch.no_grad():
+        copied.classifier.bias.add_(1.0)
+    batch = padded_pairs()
+    difference = copied(**batch).logits - twin(**batch).logits
+    torch.testing.assert_close(difference, torch.ones_like(difference))

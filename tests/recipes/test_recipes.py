@@ -396,7 +396,9 @@ def test_describe_keys_for_finetune():
 
 def test_group_chunk_batches_defaults_to_todays_50_and_takes_any_count_from_1(finetune_recipe_data, write_recipe):
     recipe = load_recipe(write_recipe(finetune_recipe_data))
-    assert recipe.training.group_by_length and recipe.training.group_chunk_batches == 50
+    # group_by_length null: grouped where the model pads, shuffled where it skips padding (tests/kinds).
+    assert recipe.training.group_by_length is None and recipe.training.group_chunk_batches == 50
+    assert recipe.training.skip_padding
     assert (
         load_recipe(write_recipe(finetune_recipe_data), ["training.group_chunk_batches=1"]).training.group_chunk_batches
         == 1
@@ -415,7 +417,8 @@ def test_split_by_length_is_off_unless_asked(finetune_recipe_data, write_recipe)
 
 
 @pytest.mark.parametrize(
-    ("key", "value"), [("group_by_length", False), ("group_chunk_batches", 8), ("split_by_length", True)]
+    ("key", "value"),
+    [("group_by_length", False), ("group_chunk_batches", 8), ("split_by_length", True), ("skip_padding", False)],
 )
 def test_batching_keys_of_a_pretrain_recipe_are_refused_not_ignored(pretrain_recipe_data, write_recipe, key, value):
     """Set to anything but their defaults (which a saved recipe holds, and which change nothing)."""

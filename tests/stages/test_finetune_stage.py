@@ -24,6 +24,7 @@ from finetune.training.unfreezing import trainable_group_count
 from tests.conftest import (
     FILLERS,
     assert_split_trains_like_whole,
+    assert_unpadded_trains_like_padded,
     custom_task_section,
     eval_recipe,
     finetune_recipe,
@@ -227,8 +228,12 @@ def test_gradient_accumulation_equals_the_larger_batch(pretrained_without_dropou
         assert torch.allclose(weight, weights[2][name], atol=1e-6, rtol=1e-5), name
 
 
-def test_batches_split_by_length_train_like_whole_ones(pretrained_without_dropout, tmp_path, monkeypatch):
-    """Pieces of a batch, a backward each, weighed by their examples: the gradient and the weights of whole batches."""
+@pytest.mark.parametrize("compare", [assert_split_trains_like_whole, assert_unpadded_trains_like_padded])
+def test_batches_split_or_unpadded_train_like_padded_whole_ones(
+    pretrained_without_dropout, tmp_path, monkeypatch, compare
+):
+    """Pieces of a batch, a backward each, weighed by their examples, or the real tokens of whole batches only: the
+    gradient and the weights of padded whole batches."""
 
     rng = random.Random(0)
     rows = ["sentence\tlabel"]
@@ -245,7 +250,7 @@ def test_batches_split_by_length_train_like_whole_ones(pretrained_without_dropou
         data["training"].update({"batch_size": 16, "epochs": 2})
         return data
 
-    assert_split_trains_like_whole(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
+    compare(pretrained_without_dropout, tmp_path, monkeypatch, recipe)
 
 
 def test_gpt2_checkpoint_without_a_pad_token_fine_tunes(tmp_path, task_dir):

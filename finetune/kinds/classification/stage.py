@@ -21,7 +21,7 @@ from finetune.errors import UserError
 from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.kinds.classifier_keys import classifier_keys
-from finetune.kinds.stage import TaskStage
+from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
@@ -158,7 +158,3 @@ def gradient_window_note(config, lengths: list[int], whole: bool = True) -> str 
         f"{median:,.0f}, longest {sizes.max():,} tokens{'' if whole else ' as task.max_length leaves them'}), "
         f"{config.classifier_bptt} at a time (BPT3C){reach}"
     )
-
-
-def say(line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -72,15 +72,16 @@ class TaggingStage(TaskStage):
     def splits_by_length(self, train_data) -> bool:
         return True
 
-    def batching_note(self, training) -> str | None:
+    def batching_note(self, grouped: bool) -> str | None:
         """Grouped batches cost taggers quality on CoNLL-2003 (its short lines, headlines and datelines, differ in
         content from its long ones): said at the start of the run, with the batching that does not."""
-        if not training.group_by_length:
+        if not grouped:
             return None
         return (
             "grouped batches: taggers on CoNLL-2003 scored below shuffled batches with them (dev F1 -3.9 at 2,000 "
-            "sentences over 5 seeds, test F1 -0.7 at all 14,041 in one); training.group_by_length=false "
-            "training.split_by_length=true trains on shuffled batches at 1.65x their speed (docs/finetuning.md)"
+            "sentences over 5 seeds, test F1 -0.7 at all 14,041 in one); training.group_by_length=false trains on "
+            "shuffled batches, at nearly grouped speed where the model skips padding (training.skip_padding: BERT "
+            "family), else with training.split_by_length=true at 1.65x their speed (docs/finetuning.md)"
         )
 
     def _loss(self, model, batch):
