@@ -31,9 +31,12 @@ Batchings: shuffled (`training.group_by_length=false`), and grouped in chunks of
 (2.12x; 2.51x at 50) and SST-2 (2.35x), where the measured speed-up runs a little under it (2.05x at 8 and 2.3x at
 50 on the entity types, docs/benchmarks.md). Shuffled batches of MRPC and RTE pad too little (33% and 48% of their
 positions) for any grouping to reach 2x (1.47x and 1.88x at chunks of 50): there the speed half of the target cannot
-hold, and they speak to the quality half. Last, shuffled-split: shuffled batches with `training.split_by_length=true`
+hold, and they speak to the quality half. Then shuffled-split: shuffled batches with `training.split_by_length=true`
 (each batch cut into pieces of similar length, a pass each: the batches' examples and gradients stay the shuffled
-ones, only padding goes; --no-split leaves it out).
+ones, only padding goes; --no-split leaves it out). Every arm so far runs the model's own forward on padded batches
+(`training.skip_padding=false`). Last, shuffled-unpadded: shuffled batches with `training.skip_padding=true` (the
+model computes the real tokens only, models/packed_bert.py; --no-unpadded leaves it out). `--chunks` with no number
+leaves out the grouped arms.
 Each run's dev score after its last step (keep_best is off in every recipe) and its training examples/s (one metrics
 window per epoch, evaluation left out: the harmonic mean over epochs, the first included) go to WORK/runs.jsonl as
 it finishes (--work, default runs/bench-grouped-batches); a run already there (the same task, batching, seed,

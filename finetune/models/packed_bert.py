@@ -55,7 +55,7 @@ def packed_logits(
     hidden = packed_encoder(model.bert, input_ids, real, token_type_ids)
     if isinstance(model, BertForTokenClassification):
         logits = model.classifier(dropout(hidden, head_dropout))
-        return _padded(logits, real).view(*real.shape, -1)
+        return _padded(logits, real_places(real), real.numel()).view(*real.shape, -1)
     starts = F.pad(real.sum(dim=1).cumsum(dim=0)[:-1], (1, 0))  # each row's first token: its [CLS]
     pooler = model.bert.pooler
     assert pooler is not None  # _covered checked it
@@ -91,7 +91,7 @@ def packed_encoder(bert: BertModel, input_ids: Tensor, real: Tensor, token_type_
     hidden_dropout = config.hidden_dropout_prob if bert.training else 0.0
     attention_dropout = config.attention_probs_dropout_prob if bert.training else 0.0
     embeddings = bert.embeddings
-    places = real.flatten().nonzero().squeeze(1)  # each real token's place in the flattened (batch x length) layout
+    places = real_places(real)
     positions = torch.arange(input_ids.shape[1], device=input_ids.device).repeat(len(input_ids))[places]
     types = torch.zeros_like(positions) if token_type_ids is None else token_type_ids.flatten()[places]
     hidden = embeddings.LayerNorm(
@@ -102,17 +102,18 @@ def packed_encoder(bert: BertModel, input_ids: Tensor, real: Tensor, token_type_
     hidden = dropout(hidden, hidden_dropout)
     keys = real[:, None, None, :]  # (batch, 1, 1, length): every query may attend to the real keys of its row
     for layer in bert.encoder.layer:
-        context = _attention(layer.attention.self, hidden, real, keys, attention_dropout)  # type: ignore[union-attr]
+        context = _attention(layer.attention.self, hidden, places, keys, attention_dropout)  # type: ignore[union-attr]
         hidden = after_attention(layer, context, hidden, hidden_dropout)
     return hidden
 
 
-def _attention(attention, hidden: Tensor, real: Tensor, keys: Tensor, attention_dropout: float) -> Tensor:
-    """A `BertSelfAttention` on packed tokens, in the padded layout: the mixed values, packed again (real, width)."""
-    batch, length = real.shape
+def _attention(attention, hidden: Tensor, places: Tensor, keys: Tensor, attention_dropout: float) -> Tensor:
+    """A `BertSelfAttention` on packed tokens, in the padded layout (`keys`: (batch, 1, 1, length), the real ones):
+    the mixed values, packed again (real tokens, width)."""
+    batch, length = keys.shape[0], keys.shape[-1]
     width = hidden.shape[-1]
     # Zeros at the padded rows: masked keys get no weight, yet a NaN in their values would still reach the mixing.
-    padded = _padded(F.linear(hidden, *stacked_qkv(attention)), real)
+    padded = _padded(F.linear(hidden, *stacked_qkv(attention)), places, batch * length)
     query, key, value = padded.view(batch, length, 3, attention.num_attention_heads, -1).permute(2, 0, 3, 1, 4)
     if attention_dropout:  # SDPA would take its unfused path anyway: written out, with the cheaper CPU dropout
         scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling)
@@ -120,13 +121,17 @@ def _attention(attention, hidden: Tensor, real: Tensor, keys: Tensor, attention_
         context = torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
     else:
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=keys, scale=attention.scaling)
-    return context.transpose(1, 2).reshape(-1, width)[real.flatten()]
+    return context.transpose(1, 2).reshape(-1, width).index_select(0, places)
 
 
-def _padded(packed: Tensor, real: Tensor) -> Tensor:
-    """(real tokens, size) -> (batch x length, size), zeros at the padded places."""
-    flat = real.flatten()
-    return packed.new_zeros(len(flat), packed.shape[-1]).index_copy(0, flat.nonzero().squeeze(1), packed)
+def real_places(real: Tensor) -> Tensor:
+    """Each real token's place in the flattened (batch x length) layout, in row order."""
+    return real.flatten().nonzero().squeeze(1)
+
+
+def _padded(packed: Tensor, places: Tensor, size: int) -> Tensor:
+    """(real tokens, width) -> (size = batch x length, width), zeros at the padded places."""
+    return packed.new_zeros(size, packed.shape[-1]).index_copy(0, places, packed)
 
 
 def train_without_padding(model) -> bool:

@@ -11,6 +11,7 @@ from finetune.console import phase_bar
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, TaggedSentences
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
+from finetune.models.packed_bert import packed_logits
 
 
 def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[list[np.ndarray], float | None]:
@@ -22,7 +23,8 @@ def sentence_logits(model, loader, device, with_loss: bool = False) -> tuple[lis
         for batch in loader:
             batch = {key: value.to(device) for key, value in batch.items()}
             labels = batch.pop("labels", None)
-            logits = model(**batch).logits.float()
+            logits = packed_logits(model, **batch)  # BERT taggers skip the padding (models/packed_bert.py)
+            logits = (model(**batch).logits if logits is None else logits).float()
             if with_loss and labels is not None:
                 loss_sum += torch.nn.functional.cross_entropy(
                     logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORED, reduction="sum"
