@@ -240,7 +240,7 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
 
     run_finetune(load_recipe(write_yaml(tmp_path / "single.yaml", finetune_data("single", 16))))
     run_eval(load_recipe(write_yaml(tmp_path / "eval-single.yaml", eval_data("eval-single"))))
-    _, written = torchrun_tracking_writes(
+    result, written = torchrun_tracking_writes(
         tmp_path,
         "finetune",
         str(write_yaml(tmp_path / "double.yaml", finetune_data("double", 8))),
@@ -248,6 +248,8 @@ def test_finetune_and_eval_on_two_processes_match_one_process(tmp_path):
         "eval",
         str(write_yaml(tmp_path / "eval-double.yaml", eval_data("eval-double"))),
     )
+    # The model computes its real tokens only (training.skip_padding), its forward called by DDP's.
+    assert "the model computes their real tokens only" in result.stdout + result.stderr
     run_dirs = (str(tmp_path / "double"), str(tmp_path / "eval-double"))
     assert not [path for path in written if path.startswith(run_dirs)], f"process 1 wrote into a run_dir: {written}"
 
