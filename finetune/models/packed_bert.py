@@ -32,8 +32,6 @@ from finetune.models.cpu_dropout import dropout
 from finetune.models.masked_lm import after_attention, stacked_qkv
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification
 
-COVERED_CLASSES = (BertForSequenceClassification, BertForTokenClassification, MeanPoolingForSequenceClassification)
-
 
 def packed_logits(
     model, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None, **others
@@ -63,7 +61,19 @@ def packed_logits(
 
 
 def _covered(model, input_ids: Tensor) -> bool:
-    """A BERT classifier or tagger this module computes exactly: fp32, no autocast, BERT's absolute positions."""
+    """A model `covers` names, in a state this module computes exactly: fp32, no autocast, no adapter."""
+    return (
+        covers(model)
+        and not carries_adapter(model)  # LoRA adds to the projections this route reads as plain weights
+        and not (model.training and model.base_model.is_activation_checkpointing)  # its memory saving is the point
+        and model.dtype == torch.float32
+        and not torch.is_autocast_enabled(input_ids.device.type)
+    )
+
+
+def covers(model) -> bool:
+    """Whether this module computes the model: a BERT classifier ([CLS] pooler, or mean pooling without a scalar mix)
+    or tagger, with BERT's absolute positions."""
     if isinstance(model, (BertForSequenceClassification, BertForTokenClassification)):
         encoder = model.bert
         if isinstance(model, BertForSequenceClassification) and encoder.pooler is None:
@@ -75,10 +85,6 @@ def _covered(model, input_ids: Tensor) -> bool:
     config = encoder.config
     return (
         isinstance(encoder, BertModel)
-        and not carries_adapter(model)  # LoRA adds to the projections this route reads as plain weights
-        and not (model.training and encoder.is_activation_checkpointing)  # its memory saving is the point
-        and model.dtype == torch.float32
-        and not torch.is_autocast_enabled(input_ids.device.type)
         and not config.is_decoder
         and getattr(config, "position_embedding_type", "absolute") == "absolute"
     )
@@ -135,15 +141,15 @@ def _padded(packed: Tensor, places: Tensor, size: int) -> Tensor:
 
 
 def train_without_padding(model) -> bool:
-    """Give a covered classifier or tagger (COVERED_CLASSES) a forward that computes its real tokens only whenever it
-    can, and its own forward otherwise; returns whether it got one.
+    """Give a classifier or tagger this module `covers` a forward that computes its real tokens only whenever it can
+    (fp32, no autocast, no adapter, right padding), and its own forward otherwise; returns whether it got one.
 
     Set on the instance, not by a subclass: a checkpoint keeps naming Hugging Face's class, and DDP (which wraps the
     module and syncs gradients around its forward) calls this one. Bound as a method, so a copy of the model
     computes with its own weights."""
-    if not isinstance(model, COVERED_CLASSES):
+    if not covers(model):
         return False
-    model.forward = types.MethodType(_forward_without_padding, model)  # type: ignore[method-assign]
+    model.forward = types.MethodType(_forward_without_padding, model)
     return True
 
 

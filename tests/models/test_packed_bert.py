@@ -11,6 +11,7 @@ from transformers import (
     BertForTokenClassification,
     GPT2Config,
     GPT2ForSequenceClassification,
+    RobertaConfig,
 )
 
 from finetune.models.mean_pooling import mean_pooling_classifier
@@ -204,7 +205,15 @@ def test_what_the_route_does_not_cover_takes_the_models_own_forward_in_training(
     batch = {name: value.flip(1) for name, value in padded_pairs().items()}  # left padding
     torch.testing.assert_close(twin(**batch, labels=labels).loss, model(**batch, labels=labels).loss)
     gpt2 = GPT2ForSequenceClassification(GPT2Config(vocab_size=60, n_embd=16, n_layer=1, n_head=2))
-    assert not train_without_padding(gpt2) and "forward" not in vars(gpt2)
+    # Models it never computes get no forward of its own, so the run does not claim to skip their padding.
+    roberta = RobertaConfig(**{**CONFIG, "max_position_embeddings": 40})
+    never = [
+        gpt2,
+        mean_pooling_classifier(BertConfig(**CONFIG), None, None, scalar_mix=True),
+        mean_pooling_classifier(roberta, None, None),  # other position ids
+    ]
+    for other in never:
+        assert not train_without_padding(other) and "forward" not in vars(other), type(other).__name__
 
 
 def test_a_copy_of_a_model_without_padding_computes_with_its_own_weights():
