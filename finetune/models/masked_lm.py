@@ -80,9 +80,24 @@ def encoder_layer(layer, hidden: torch.Tensor, hidden_dropout: float, attention_
     batch, seq_len, width = hidden.shape
     qkv = F.linear(hidden, *stacked_qkv(attention)).view(batch, seq_len, 3, attention.num_attention_heads, -1)
     query, key, value = qkv.permute(2, 0, 3, 1, 4)  # each (batch, heads, seq_len, head size)
-    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling)
-    context = torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
+    context = mixed_values(query, key, value, attention.scaling, attention_dropout)
     return after_attention(layer, context.transpose(1, 2).reshape(batch, seq_len, width), hidden, hidden_dropout)
+
+
+def mixed_values(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scaling: float,
+    attention_dropout: float,
+    keys: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention's mix of the values, written out with the cheaper CPU dropout on its probabilities (under dropout
+    SDPA takes its unfused path anyway); `keys` (broadcast over the scores): the keys each query may attend to."""
+    scores = torch.matmul(query, key.transpose(-1, -2)).mul_(scaling)
+    if keys is not None:
+        scores = scores.masked_fill_(~keys, torch.finfo(scores.dtype).min)
+    return torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
 
 
 def stacked_qkv(attention) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 
 from finetune.models.adapters import carries_adapter
 from finetune.models.cpu_dropout import dropout
-from finetune.models.masked_lm import after_attention, stacked_qkv
+from finetune.models.masked_lm import after_attention, mixed_values, stacked_qkv
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification
 
 
@@ -121,10 +121,8 @@ def _attention(attention, hidden: Tensor, places: Tensor, keys: Tensor, attentio
     # Zeros at the padded rows: masked keys get no weight, yet a NaN in their values would still reach the mixing.
     padded = _padded(F.linear(hidden, *stacked_qkv(attention)), places, batch * length)
     query, key, value = padded.view(batch, length, 3, attention.num_attention_heads, -1).permute(2, 0, 3, 1, 4)
-    if attention_dropout:  # SDPA would take its unfused path anyway: written out, with the cheaper CPU dropout
-        scores = torch.matmul(query, key.transpose(-1, -2)).mul_(attention.scaling)
-        scores = scores.masked_fill_(~keys, torch.finfo(scores.dtype).min)
-        context = torch.matmul(dropout(scores.softmax(dim=-1), attention_dropout), value)
+    if attention_dropout:
+        context = mixed_values(query, key, value, attention.scaling, attention_dropout, keys)
     else:
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=keys, scale=attention.scaling)
     return context.transpose(1, 2).reshape(-1, width).index_select(0, places)
