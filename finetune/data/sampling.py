@@ -14,11 +14,15 @@ class ResumableSampler(Sampler[int]):
     The order never depends on the global random state, so a resumed run reads exactly the
     indices the interrupted run had not reached: `skip(n)` leaves out the epoch's first n.
     Under accelerate several processes share one sampler's order, each taking its own batches.
-    Another order (e.g. `data.task_batches.LengthGroupedSampler`) only overrides `epoch_order`.
+    Another order (e.g. `data.task_batches.LengthGroupedSampler`) only overrides `pass_order`.
+
+    `passes`: an epoch reads every index that many times, each pass in its own order (a few labelled rows then make
+    enough optimizer steps between two evaluations: training/budget.py). Pass p of epoch e is ordered as epoch
+    e x passes + p would be with one pass, so one pass per epoch is the order it always was.
     """
 
-    def __init__(self, size: int, seed: int, shuffle: bool = True):
-        self.size, self.seed, self.shuffle = size, seed, shuffle
+    def __init__(self, size: int, seed: int, shuffle: bool = True, passes: int = 1):
+        self.size, self.seed, self.shuffle, self.passes = size, seed, shuffle, passes
         self.epoch, self.start = 0, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -40,13 +44,19 @@ class ResumableSampler(Sampler[int]):
         self.skip(batches * batch_size * num_processes)
 
     def epoch_order(self) -> np.ndarray:
-        """Every index of the current epoch, in the order it is read."""
+        """Every index of the current epoch (each `passes` times), in the order it is read."""
+        if self.passes == 1:
+            return self.pass_order(self.epoch)
+        return np.concatenate([self.pass_order(self.epoch * self.passes + done) for done in range(self.passes)])
+
+    def pass_order(self, index: int) -> np.ndarray:
+        """Every index once, in the order of pass `index` (the epoch's, with one pass an epoch)."""
         if not self.shuffle:
             return np.arange(self.size)
-        return np.random.default_rng((self.seed, self.epoch)).permutation(self.size)
+        return np.random.default_rng((self.seed, index)).permutation(self.size)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.epoch_order()[self.start :].tolist())
 
     def __len__(self) -> int:
-        return max(0, self.size - self.start)
+        return max(0, self.size * self.passes - self.start)

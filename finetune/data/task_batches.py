@@ -95,15 +95,15 @@ class LengthGroupedSampler(ResumableSampler):
     holds the same examples however it is split. Resumable mid-epoch like its base class (`skip`).
     """
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int, chunk_batches: int = 50):
+    def __init__(self, lengths: list[int], batch_size: int, seed: int, chunk_batches: int = 50, passes: int = 1):
         if chunk_batches < 1:
             raise ValueError(f"chunk_batches must be at least 1 (got {chunk_batches})")
-        super().__init__(len(lengths), seed)
+        super().__init__(len(lengths), seed, passes=passes)
         self.lengths, self.batch_size = np.asarray(lengths), batch_size
         self.chunk_batches = chunk_batches  # training.group_chunk_batches; bigger: less padding, less randomness
 
-    def epoch_order(self) -> np.ndarray:
-        generator = np.random.default_rng((self.seed, self.epoch))
+    def pass_order(self, index: int) -> np.ndarray:
+        generator = np.random.default_rng((self.seed, index))
         order = generator.permutation(len(self.lengths))
         chunk = self.batch_size * self.chunk_batches
         # Longest first within a chunk; the stable sort keeps equal lengths in their shuffled order.

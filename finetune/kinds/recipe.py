@@ -32,6 +32,7 @@ class TaskSection(Section):
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
     # The training keys that change the kind's loss (recipes/finetune.py refuses the others on its tasks).
     loss_keys: ClassVar[tuple[str, ...]] = ()
+    trains_on_pairs: ClassVar[bool] = False  # method contrastive (SetFit's pairs of rows of the same class or not)
 
     name: str = Field(
         description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) or a custom name"

@@ -38,6 +38,7 @@ from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
+from finetune.training.budget import few_steps_note, plan_steps, steps_summary
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
 from finetune.training.loop import make_accelerator, total_optimizer_steps
@@ -78,6 +79,7 @@ class TaskStage(TrainingStage):
     last_classes: dict | None = None
     best_classes: dict | None = None
     held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
+    method_records: tuple[dict, ...] = ()  # what before_training logs (method contrastive: its pair losses)
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -97,6 +99,7 @@ class TaskStage(TrainingStage):
             self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
         give_a_padding_token(self.tokenizer, recipe.model.checkpoint)  # GPT-2's and Llama's have none
         train_count, dev_count = self.read_task()
+        self.recipe = recipe = self.training_method()  # method auto decided on the rows read; its techniques
         model = self.task_model()
         name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
         self.skips_padding = self._skip_padding(model)
@@ -120,12 +123,26 @@ class TaskStage(TrainingStage):
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
         with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
             train_data, collate, dev_loader = self.encoded_task(model)
+        if resume_from is None:  # a resumed run's checkpoint holds what this gave the model
+            self.before_training(model, train_data, collate)
+        step_examples = recipe.training.batch_size * accelerator.num_processes
+        self.plan = plan_steps(
+            len(train_data.lengths),  # type: ignore[attr-defined]  # every kind's encoded examples have them
+            step_examples * recipe.training.gradient_accumulation_steps,
+            recipe.training.epochs,
+            recipe.training.max_steps,
+            recipe.training.min_steps,
+        )
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
             model, optimizer, self._training_batches(train_data, collate), dev_loader
         )
         self.metric = recipe.selection_metric()  # what keep-best and early stopping compare (metric_for_best)
         self.best = BestSoFar(f"dev_{self.metric}", recipe.early_stopping_patience)
-        unfreezing, total_steps = recipe.unfreezing, total_optimizer_steps(len(self.train_loader), recipe.training)
+        unfreezing = recipe.unfreezing
+        total_steps = total_optimizer_steps(len(self.train_loader), recipe.training, self.plan.epochs)
+        say(steps_summary(total_steps, self.plan))
+        if note := few_steps_note(total_steps):
+            say(note)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
         self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
         return TrainingSetup(
@@ -137,6 +154,7 @@ class TaskStage(TrainingStage):
             self.tokenizer,
             saved_model=self._saved_model,
             before_step=None if self.thaw_every is None else self._thaw_by_steps,
+            epochs=self.plan.epochs,
         )
 
     def _skip_padding(self, model) -> bool:
@@ -176,6 +194,14 @@ class TaskStage(TrainingStage):
         """Whether training.split_by_length can cut this kind's batches into pieces: batches of flat token rows."""
         return False
 
+    def training_method(self):
+        """The recipe the run trains with once the task is read: method auto decided (plain for kinds without
+        another), and the techniques the method changes."""
+        return self.recipe
+
+    def before_training(self, model, train_data, collate) -> None:
+        """What the method does to the model before the training loop (not on --resume: the checkpoint holds it)."""
+
     def batching_note(self, grouped: bool) -> str | None:
         """What the run should know about how its batches are made for this kind (`grouped`: by length), if
         anything."""
@@ -195,9 +221,11 @@ class TaskStage(TrainingStage):
         # alone reads the padded layout) and would pay grouping's quality cost (bench/grouped_batches.py).
         self.grouped = not self.skips_padding if training.group_by_length is None else training.group_by_length
         self.order = (
-            LengthGroupedSampler(train_data.lengths, step_examples, recipe.seed, training.group_chunk_batches)
+            LengthGroupedSampler(
+                train_data.lengths, step_examples, recipe.seed, training.group_chunk_batches, self.plan.passes
+            )
             if self.grouped
-            else ResumableSampler(len(train_data), recipe.seed)
+            else ResumableSampler(len(train_data), recipe.seed, passes=self.plan.passes)
         )
         # Each step holds the same examples on any number of processes, and no example comes twice an epoch.
         batches = StepBatches(
@@ -231,11 +259,15 @@ class TaskStage(TrainingStage):
 
     def start(self, context: RunContext) -> None:
         self.context = context
+        for record in self.method_records:  # the pair training's losses, before the loop's first record
+            context.log.write(record)
         if self.held_out is not None and self.accelerator.is_main_process:  # the run folder is the run's now
             write_split(context.run_dir, self.held_out)
         self.best_dir = context.run_dir / BEST_DIR
         unfreezing, groups = self.recipe.unfreezing, len(self.groups)
-        if self.thaw_every is None and unfreezing.mode == "gradual" and not context.resumed:
+        # A schedule says per epoch how many groups train: a frozen rest is what it asks (method contrastive's [1]).
+        said = unfreezing.schedule is not None
+        if self.thaw_every is None and unfreezing.mode == "gradual" and not said and not context.resumed:
             steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
             epochs = math.ceil(context.total_steps / steps_per_epoch)
             thawed = trainable_group_count(

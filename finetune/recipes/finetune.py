@@ -26,8 +26,24 @@ ClassWeight = Annotated[float, Field(gt=0)]
 LOSS_KEYS = ("class_weights", "pos_weight", "label_smoothing")  # training keys a task kind's loss may take
 
 
+MIN_STEPS = 200  # training.min_steps' default: see its description and training/budget.py
+
+
 class FinetuneTrainingConfig(TrainingConfig):
-    """`training` of a fine-tuning run: the peak LR's default depends on the backbone."""
+    """`training` of a fine-tuning run: the peak LR's default depends on the backbone, the length on the data."""
+
+    epochs: int | None = Field(  # type: ignore[assignment]  # null until the stage plans it (training/budget.py)
+        None,
+        gt=0,
+        description="passes over the training data; null: by the data size: one epoch, or with rows too few "
+        "for training.min_steps optimizer steps up to 5 epochs, each passing over the rows several times",
+    )
+    min_steps: int | None = Field(
+        MIN_STEPS,
+        gt=0,
+        description="with training.epochs and max_steps left out: the fewest optimizer steps a run takes (few "
+        "labelled rows are read several times an epoch to make them); null: one epoch whatever the data size",
+    )
 
     lr: float | None = Field(  # type: ignore[assignment]  # null until training/techniques.py resolves it
         None,
@@ -205,6 +221,28 @@ class UnfreezingConfig(Section):
         return self
 
 
+METHODS = Literal["auto", "plain", "contrastive"]
+
+
+class ContrastiveConfig(Section):
+    """`contrastive`: SetFit's sentence-embedding training of the encoder on pairs of labelled rows, before the head."""
+
+    iterations: int = Field(
+        20,
+        gt=0,
+        description="pairs drawn per training row and kind (similar, dissimilar): 2 x iterations x rows pairs in "
+        "all (SetFit's num_iterations, 20 in its paper)",
+    )
+    batch_size: int = Field(16, gt=0, description="pairs per optimizer step (SetFit's 16)")
+    lr: float = Field(2e-5, gt=0, description="peak learning rate of the encoder's top group (SetFit's body 2e-5)")
+    loss: Literal["cosine", "contrastive", "online_contrastive"] = Field(
+        "cosine",
+        description="sentence-transformers' pair loss: cosine (CosineSimilarityLoss, SetFit's: the cosine of a "
+        "similar pair pulled to 1, of a dissimilar one to 0), contrastive (ContrastiveLoss, margin 0.5) or "
+        "online_contrastive (OnlineContrastiveLoss: the hard pairs of each batch only)",
+    )
+
+
 class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
@@ -242,6 +280,17 @@ class FinetuneRecipe(TrainingRunRecipe):
         "layer, times a learned scale, in place of the last layer (transformers: then mean; AWD-LSTM: then "
         "concat pooling); the mix trains with the head, so unfreezing.schedule [1] gives ELMo's frozen "
         "backbone",
+    )
+    method: METHODS = Field(
+        "auto",
+        description="contrastive: SetFit's method: the encoder first learns sentence embeddings from pairs of "
+        "labelled rows (the contrastive section), then a logistic regression on them starts the head, which trains "
+        "on (kind classification, mean pooling); plain: the head on the pretrained encoder, trained as the other "
+        "keys say; auto: decided at the start from the checkpoint and the labelled rows per class "
+        "(finetune/kinds/method.py says the rule and the measurements behind it)",
+    )
+    contrastive: ContrastiveConfig = Field(
+        default_factory=ContrastiveConfig, description="method contrastive: the pair training of the encoder"
     )
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
@@ -292,6 +341,24 @@ class FinetuneRecipe(TrainingRunRecipe):
             raise ValueError(f"pooling: {self.pooling} {head.pooling_refused}: leave pooling out")
         if self.model.backward_checkpoint is not None:
             raise ValueError(f"model.backward_checkpoint: a bidirectional AWD-LSTM classifier, not {head.called}")
+        return self
+
+    @model_validator(mode="after")
+    def _pairs_where_they_can_train(self) -> FinetuneRecipe:
+        """method contrastive needs a kind with classes and a pooled sentence embedding; its section is read only
+        by the methods that may train on pairs."""
+        if self.method == "contrastive":
+            if not self.task.trains_on_pairs:
+                owners = ", ".join(kind for kind, section in TASK_SECTIONS.items() if section.trains_on_pairs)
+                raise ValueError(f"method: contrastive is for task kind {owners}, not {self.task.kind}")
+            if self.pooling == "model":
+                raise ValueError(
+                    "method: contrastive trains mean-pooled sentence embeddings: pooling mean or scalar_mix "
+                    "(or leave pooling out)"
+                )
+        changed = sorted(self.contrastive.model_fields_set)
+        if self.method == "plain" and changed:
+            raise ValueError(f"contrastive.{changed[0]} is read with method contrastive (or auto), not plain")
         return self
 
     @model_validator(mode="after")

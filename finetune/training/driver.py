@@ -63,6 +63,7 @@ class TrainingSetup:
     tokenizer: Any  # saved with every checkpoint
     saved_model: Callable[[], torch.nn.Module]  # the Hugging Face model a checkpoint holds
     before_step: StepHook | None = None  # a change between optimizer steps (step-wise unfreezing)
+    epochs: int | None = None  # the stage's planned epochs where the recipe leaves training.epochs open
 
 
 @dataclass
@@ -208,7 +209,7 @@ class RunDriver:
         main = accelerator.is_main_process
         run_dir = claim_run_dir(recipe, main) if resume_from else prepare_run_dir(recipe, main)
         log = MetricsLog(run_dir / METRICS_FILE, main, start_trackers(accelerator, recipe, run_dir))
-        total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training)
+        total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training, setup.epochs)
         self.context = RunContext(accelerator, run_dir, log, total_steps, resumed=resume_from is not None)
         self.best = stage.best_so_far()
         self.loop = TrainingLoop(

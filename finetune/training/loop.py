@@ -105,12 +105,14 @@ def make_accelerator(
     return accelerator
 
 
-def total_optimizer_steps(batches_per_epoch: int, training_config) -> int:
+def total_optimizer_steps(batches_per_epoch: int, training_config, epochs: int | None = None) -> int:
     """Optimizer steps of the whole run: max_steps when given (whatever the epochs, as in the Trainer: the data
-    repeats and the epoch counter goes on), else epochs x steps per epoch."""
+    repeats and the epoch counter goes on), else epochs x steps per epoch (`epochs`: the stage's plan where the
+    recipe leaves training.epochs open, training/budget.py)."""
     if training_config.max_steps:
         return training_config.max_steps
-    return math.ceil(batches_per_epoch / training_config.gradient_accumulation_steps) * training_config.epochs
+    epochs = epochs or training_config.epochs
+    return math.ceil(batches_per_epoch / training_config.gradient_accumulation_steps) * epochs
 
 
 class TrainingLoop:

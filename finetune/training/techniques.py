@@ -236,6 +236,8 @@ def resolve_techniques(recipe, backbone: Backbone) -> ResolvedTechniques:
     defaults = backbone_defaults(backbone)
     if recipe.model.adapter is not None:
         defaults["training.lr"] = (ADAPTER_LR, "default for a LoRA adapter (the LoRA paper's GLUE rates)")
+    if recipe.method == "contrastive":
+        defaults["pooling"] = ("mean", "method contrastive: it trains mean-pooled sentence embeddings")
     if recipe.task.own_head is not None:  # its family's own head per token or choice: nothing to pool
         defaults["pooling"] = ("model", recipe.task.own_head.default_why)
     decided = {"schedule.kind": _kind_from_keys(recipe.schedule), "unfreezing.mode": _mode_from_keys(recipe.unfreezing)}

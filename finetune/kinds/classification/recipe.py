@@ -15,6 +15,7 @@ class ClassificationSection(GlueOrCustomSection):
 
     kind_name: ClassVar[str] = "classification"
     loss_keys: ClassVar[tuple[str, ...]] = ("class_weights", "label_smoothing")
+    trains_on_pairs: ClassVar[bool] = True
 
     kind: Literal["classification"] = Field(
         "classification",

@@ -20,6 +20,7 @@ from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
 from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.kinds.classification.contrastive import decided_method, train_contrastively
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
@@ -45,6 +46,27 @@ class ClassificationStage(TaskStage):
         )
         self.weighted_loss = self.loss_of_the_recipe()
         return len(self.train_examples.texts), len(self.dev_examples.texts)
+
+    def training_method(self):
+        """method auto decided on the training labels (kinds/method.py), and the recipe the method trains with."""
+        recipe, self.method = decided_method(self.recipe, self.spec, self.train_examples.labels)
+        return recipe
+
+    def before_training(self, model, train_data, collate) -> None:
+        """Method contrastive: the encoder trained on pairs of the training rows, the head by logistic regression."""
+        if self.method.method == "contrastive":
+            assert self.train_examples.labels is not None  # kind classification: decided_method checked
+            self.method_records = tuple(
+                train_contrastively(
+                    self.recipe,
+                    model,
+                    self.groups,
+                    train_data,
+                    collate,
+                    self.train_examples.labels,
+                    self.accelerator.device,
+                )
+            )
 
     def loss_of_the_recipe(self) -> Loss | None:
         """The cross-entropy with training.class_weights (balanced: from the training labels) and

@@ -1,0 +1,90 @@
+"""`method: auto`: how a classifier is trained, decided at the start of a run from what it has to learn from.
+
+| method | when auto picks it |
+|---|---|
+| contrastive (SetFit's) | kind classification, a sentence-embedding checkpoint read by mean pooling, at most |
+| | CONTRASTIVE_UP_TO labelled rows per class (the median over classes), 2 rows or more in every class |
+| plain | everything else |
+
+Why: with a handful of labels a head trained by gradient steps on a few rows starts from an embedding space that
+was not made for the task; SetFit's pairs (rows x rows) give the encoder far more to learn from, and its authors
+measured the gain to fade past a few hundred labels (Tunstall et al. 2022, Table 2 and Figure 3).
+bench/few_labels_setfit.py measures the rule on SST-2, CB and ATIS against the setfit library and plain
+fine-tuning (docs/benchmarks.md); the threshold is a provisional figure until that table is in.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+CONTRASTIVE_UP_TO = 64  # labelled rows per class (median over classes) up to which auto trains contrastively
+# After the pair training the head starts from the logistic regression; the encoder keeps what the pairs taught it
+# and the head alone goes on training, at a linear layer's rate.
+CONTRASTIVE_HEAD_LR = 1e-3
+SMALLEST_CLASS = 2  # a similar pair of two different rows needs two rows of the class
+
+
+@dataclass(frozen=True)
+class MethodChoice:
+    """The method a run trains with, and why (printed at the start, with the techniques)."""
+
+    method: str
+    reason: str
+
+
+def contrastive_problem(rows_per_class: dict[str, int], sentence_model: bool, pooling: str | None) -> str | None:
+    """Why contrastive training cannot run here, or None."""
+    if pooling not in ("mean", "scalar_mix"):
+        return f"it trains the mean-pooled sentence embeddings, and pooling is {pooling}"
+    short = {label: count for label, count in rows_per_class.items() if count < SMALLEST_CLASS}
+    if short:
+        label, count = next(iter(short.items()))
+        return f"class '{label}' has {count} training row(s); similar pairs need {SMALLEST_CLASS} rows of every class"
+    return None
+
+
+def choose_method(
+    requested: str, rows_per_class: dict[str, int] | None, sentence_model: bool, pooling: str | None
+) -> MethodChoice:
+    """The method of a run: `requested` (method), or for auto the rule of the module docstring.
+
+    `rows_per_class`: None for a kind that cannot train contrastively (regression, tagging, ...).
+    """
+    if requested != "auto":
+        return MethodChoice(requested, "set in the recipe")
+    if rows_per_class is None:
+        return MethodChoice("plain", "auto: the task's kind trains a head on the encoder")
+    median = statistics.median(rows_per_class.values()) if rows_per_class else 0
+    if not sentence_model:
+        return MethodChoice("plain", "auto: the checkpoint is not a sentence-embedding model (no mean Pooling module)")
+    if median > CONTRASTIVE_UP_TO:
+        return MethodChoice(
+            "plain", f"auto: {median:g} labelled rows per class (median), more than {CONTRASTIVE_UP_TO} for pairs"
+        )
+    problem = contrastive_problem(rows_per_class, sentence_model, pooling)
+    if problem is not None:
+        return MethodChoice("plain", f"auto: not contrastive, since {problem}")
+    return MethodChoice(
+        "contrastive",
+        f"auto: a sentence-embedding checkpoint and {median:g} labelled rows per class (median), at most "
+        f"{CONTRASTIVE_UP_TO} (finetune/kinds/method.py)",
+    )
+
+
+def contrastive_techniques(recipe):
+    """The recipe of the head's training after the pair training: the head alone trains (unfreezing schedule [1]) at
+    CONTRASTIVE_HEAD_LR, where the recipe left those keys to their defaults."""
+    sources = dict(getattr(recipe, "_technique_sources", None) or {})
+    updates = {}
+    if sources.get("unfreezing.mode", "set") != "set":
+        updates["unfreezing"] = recipe.unfreezing.model_copy(
+            update={"mode": "gradual", "schedule": [1], "groups_per_epoch": None}
+        )
+        sources["unfreezing.mode"] = "method contrastive: the encoder keeps what the pairs taught it"
+    if sources.get("training.lr", "set") != "set":
+        updates["training"] = recipe.training.model_copy(update={"lr": CONTRASTIVE_HEAD_LR})
+        sources["training.lr"] = "method contrastive: the head alone trains, from the logistic regression"
+    changed = recipe.model_copy(update=updates)
+    changed._technique_sources = sources
+    return changed
