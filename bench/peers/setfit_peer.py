@@ -38,7 +38,7 @@ test file's order) for the caller to score with its own code.
 transformers 5.x: setfit 1.2.0 was installed with --no-deps beside transformers 5.25 and sentence-transformers 6.3;
 its own compatibility code covers them (setfit/compat.py: the moved sentence-transformers modules and
 default_logdir; trainer.py: warmup_ratio, which transformers 5 dropped, given as a fractional warmup_steps), and
-this script needed no workaround of its own (checked with setfit 1.2.0, 2026-12-01).
+this script needed no workaround of its own (checked with setfit 1.2.0, 2026-12-04).
 """
 
 import argparse
