@@ -79,7 +79,7 @@ def train_encoder_on_pairs(
             window.append(loss.item())
             progress.advance(bar)
             if (step + 1) % LOG_EVERY == 0 or step + 1 == total:
-                records.append({"phase": "contrastive", "step": step + 1, "loss": float(np.mean(window)), **lr})
+                records.append({"phase": "contrastive", "step": step + 1, "loss": float(np.mean(window)), "lr": lr})
                 progress.update(bar, status=f"loss {records[-1]['loss']:.4f}")
                 window = []
     optimizer.zero_grad(set_to_none=True)
