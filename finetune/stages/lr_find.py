@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
         }
     )
     schedule = recipe.schedule.model_copy(update={"kind": "range_test", "range_ratio": end_lr / start_lr})
-    update = {
+    update: dict[str, Any] = {
         "training": training,
         "schedule": schedule,
         "overwrite": True,
@@ -64,7 +65,12 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
         "run_dir": lr_find_dir(recipe),
     }
     if isinstance(recipe, FinetuneRecipe):
-        update.update(seeds=None, keep_best=False, early_stopping_patience=None)
+        # The range test is of gradient steps on the task: no pair training first (method contrastive's LR is its own).
+        contrastive = recipe.contrastive.model_copy()  # the section as given: method plain reads none of it
+        contrastive.__pydantic_fields_set__.clear()
+        update.update(
+            seeds=None, keep_best=False, early_stopping_patience=None, method="plain", contrastive=contrastive
+        )
     return recipe.model_copy(update=update)
 
 

@@ -38,7 +38,8 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
             raise UserError(f"method: contrastive: {problem} (or method: plain)")
         recipe = contrastive_techniques(recipe)
     console.print(f"method: {choice.method} ({choice.reason})", markup=False, highlight=False, soft_wrap=True)
-    return recipe, choice
+    decided = recipe.model_copy(update={"method": choice.method})  # the checkpoint's recipe and card say which
+    return decided, choice
 
 
 def train_contrastively(recipe, model, groups, train_data, collate, labels: np.ndarray, device) -> list[dict]:
