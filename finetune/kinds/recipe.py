@@ -32,6 +32,8 @@ class TaskSection(Section):
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
     # The training keys that change the kind's loss (recipes/finetune.py refuses the others on its tasks).
     loss_keys: ClassVar[tuple[str, ...]] = ()
+    # The calibration methods (recipes/finetune.py's `calibration`, besides none) that fit the kind's outputs.
+    calibrations: ClassVar[tuple[str, ...]] = ()
 
     name: str = Field(
         description="a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, mnli-mm, qnli, rte, wnli, ax) or a custom name"

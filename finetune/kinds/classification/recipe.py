@@ -15,6 +15,7 @@ class ClassificationSection(GlueOrCustomSection):
 
     kind_name: ClassVar[str] = "classification"
     loss_keys: ClassVar[tuple[str, ...]] = ("class_weights", "label_smoothing")
+    calibrations: ClassVar[tuple[str, ...]] = ("temperature",)  # one softmax over the classes: one scalar fits it
 
     kind: Literal["classification"] = Field(
         "classification",
