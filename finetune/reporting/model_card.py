@@ -18,6 +18,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
+from finetune.reporting.calibration_report import calibration_markdown
 from finetune.reporting.class_report import per_class_markdown
 
 CARD_FILE = "README.md"
@@ -240,7 +241,7 @@ Dev scores of these weights ({which}):
 Every evaluation of the run (dev set):
 
 {_evaluations(records, names)}
-"""
+""" + (calibration_markdown(result["calibration"]) if "calibration" in result else "")
 
 
 def _classifier_training(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> str:
