@@ -5,6 +5,7 @@ predict` dividing by it; calibration none measuring only; kinds that cannot take
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,7 @@ from finetune.kinds.calibration import BEST_LOGITS_FILE
 from finetune.recipes import load_recipe
 from finetune.reporting.plots import PLOTS_DIR, RELIABILITY_PLOT
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from tests.conftest import finetune_recipe, one_error_line, write_yaml
+from tests.conftest import eval_recipe, finetune_recipe, one_error_line, write_task, write_yaml
 from tests.reporting.test_plots import EXPECTED_SIZE, png_size
 from tests.training.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 
@@ -56,17 +57,24 @@ def transformers_logits(checkpoint: Path, texts: list[str]) -> np.ndarray:
     return torch.stack(rows).double().numpy()
 
 
-def test_temperature_is_fitted_on_the_saved_weights_and_predict_divides_by_it(tmp_path, pretrained, task_dir):
-    recipe = write_yaml(tmp_path / "r.yaml", calibrated_recipe(pretrained, task_dir, tmp_path / "run"))
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory, pretrained) -> dict:
+    """A run with calibration: temperature through the CLI: its folder and output."""
+    root = tmp_path_factory.mktemp("calibrated")
+    recipe = write_yaml(root / "r.yaml", calibrated_recipe(pretrained, write_task(root / "task"), root / "run"))
     result = runner.invoke(app, ["finetune", str(recipe)])
     assert result.exit_code == 0, result.output
-    run, checkpoint = tmp_path / "run", tmp_path / "run" / "checkpoint"
+    return {"run": root / "run", "output": result.output}
+
+
+def test_temperature_is_fitted_on_the_saved_weights_and_predict_divides_by_it(calibrated):
+    run, checkpoint = calibrated["run"], calibrated["run"] / "checkpoint"
     calibration = json.loads((run / RESULT_FILE).read_text())["calibration"]
     temperature = calibration["temperature"]
     assert calibration["method"] == "temperature" and temperature > 0
     assert calibration["bins"] == BINS and calibration["rows"] == 24 and set(calibration["dev"]) == MEASURES
     assert calibration["dev"]["nll_after"] <= calibration["dev"]["nll_before"] + 1e-12  # T = 1 was a candidate
-    assert f"calibration: temperature {temperature:.4f} fitted on dev (24 rows): ECE" in result.output
+    assert f"calibration: temperature {temperature:.4f} fitted on dev (24 rows): ECE" in calibrated["output"]
     # The checkpoint keeps T in config.json (what transformers carries), and none of the run's working files.
     assert json.loads((checkpoint / "config.json").read_text())[TEMPERATURE_KEY] == temperature
     assert not (checkpoint / BEST_LOGITS_FILE).exists()
@@ -88,6 +96,33 @@ def test_temperature_is_fitted_on_the_saved_weights_and_predict_divides_by_it(tm
     assert [row["probabilities"] for row in rows] == [
         row["probabilities"] for row in finetune.predict(str(checkpoint), texts[:3])
     ]
+
+
+def test_an_ensemble_averages_its_members_calibrated_probabilities(calibrated, tmp_path, monkeypatch):
+    """eval divides each member's logits by its own temperature before the ensemble's mean of probabilities."""
+    import finetune.commands.evaluate as evaluate_module
+
+    checkpoint = calibrated["run"] / "checkpoint"
+    plain = tmp_path / "plain"
+    shutil.copytree(checkpoint, plain)
+    config = json.loads((plain / "config.json").read_text())
+    temperature = config.pop(TEMPERATURE_KEY)
+    (plain / "config.json").write_text(json.dumps(config))
+    members = []
+    ensemble_outputs = evaluate_module.ensemble_outputs
+    monkeypatch.setattr(
+        evaluate_module,
+        "ensemble_outputs",
+        lambda spec, outputs: members.extend(outputs) or ensemble_outputs(spec, outputs),
+    )
+    task = load_recipe(checkpoint / "finetune_recipe.yaml", check_paths=False).task.data_dir
+    data = eval_recipe(task, tmp_path / "eval", {})
+    data["ensembles"] = {"pair": [str(checkpoint), str(plain)]}
+    data.pop("models")
+    result = runner.invoke(app, ["eval", str(write_yaml(tmp_path / "eval.yaml", data))])
+    assert result.exit_code == 0, result.output
+    calibrated_member, plain_member = members
+    np.testing.assert_array_equal(calibrated_member, plain_member / np.float32(temperature))
 
 
 def test_calibration_none_measures_the_model_own_probabilities(tmp_path, pretrained, task_dir):
