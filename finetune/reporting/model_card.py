@@ -221,7 +221,8 @@ def _classifier_card_data(recipe, spec: TaskSpec, scores: dict, model_type: str,
 
 
 def _classifier_results(spec: TaskSpec, result: dict, scores: dict, records: list[dict], kind: CardKind) -> str:
-    """The card's Results: the saved weights' dev scores (which weights, honestly) and every evaluation."""
+    """The card's Results: the saved weights' dev scores (which weights, honestly) and every evaluation; a
+    classifier's calibration (reporting/calibration_report.py)."""
     which = (
         f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
         "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
