@@ -44,10 +44,13 @@ def calibrate_checkpoint(method: str, checkpoint: Path, logits: np.ndarray, labe
     if method != "none":
         set_config_entry(checkpoint, TEMPERATURE_KEY, record["temperature"])
     say(calibration_summary(record))
-    if method != "none" and at_a_bound(record["temperature"]):
+    temperature = record["temperature"]
+    if method != "none" and at_a_bound(temperature):
         low, high = TEMPERATURE_BOUNDS
-        say(
-            f"note: the temperature stopped at the end of its range ({low:g} to {high:g}): with "
-            f"{record['rows']} dev examples (all right, or all wrong, at the saved weights) the fit has little to go on"
+        why = (
+            "sharper probabilities keep gaining on dev, as when the model gets every dev example right"
+            if temperature < 1
+            else "flatter probabilities keep gaining on dev, as when the model does no better than chance there"
         )
+        say(f"note: the temperature stopped at the end of its range ({low:g} to {high:g}): {why}; more dev rows help")
     return record

@@ -243,10 +243,11 @@ def reliability_figure(calibration: dict[str, Any]) -> Figure:
         diagram.plot(confidence, accuracy, marker=marker, label=label)
         lowers = [index / bins + offset * width for index in range(bins)]
         counts.bar(lowers, table["rows"], width=width, align="edge", label=moment)
-    diagram.set(xlabel="confidence (top probability)", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1))
+    edges = (-0.02, 1.02)  # a bin all right (or all wrong) is drawn whole, not cut at the frame
+    diagram.set(xlabel="confidence (top probability)", ylabel="accuracy", xlim=edges, ylim=edges)
     diagram.set_title(f"reliability ({calibration['rows']} dev examples)")
     diagram.grid(alpha=0.3)
-    diagram.legend(fontsize=8, loc="upper left")
+    diagram.legend(fontsize=8, loc="best")  # where the points leave room: above or below the diagonal
     counts.set(xlabel="confidence (top probability)", ylabel="dev examples", xlim=(0, 1))
     counts.set_title(f"examples per bin ({bins} bins)")
     counts.grid(alpha=0.3)

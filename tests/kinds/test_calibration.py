@@ -61,7 +61,12 @@ def transformers_logits(checkpoint: Path, texts: list[str]) -> np.ndarray:
 def calibrated(tmp_path_factory, pretrained) -> dict:
     """A run with calibration: temperature through the CLI: its folder and output."""
     root = tmp_path_factory.mktemp("calibrated")
-    recipe = write_yaml(root / "r.yaml", calibrated_recipe(pretrained, write_task(root / "task"), root / "run"))
+    data = calibrated_recipe(pretrained, write_task(root / "task"), root / "run")
+    # Enough to learn the task (a temperature inside its range), with later evaluations than the best one: the fit
+    # must read the best weights' logits, not the last ones' that the run ends with in memory.
+    data.update(pooling="mean", unfreezing={"mode": "none"}, discriminative={"factor": 1.0})
+    data["training"].update(epochs=4, lr=1e-2)
+    recipe = write_yaml(root / "r.yaml", data)
     result = runner.invoke(app, ["finetune", str(recipe)])
     assert result.exit_code == 0, result.output
     return {"run": root / "run", "output": result.output}
@@ -74,6 +79,7 @@ def test_temperature_is_fitted_on_the_saved_weights_and_predict_divides_by_it(ca
     assert calibration["method"] == "temperature" and temperature > 0
     assert calibration["bins"] == BINS and calibration["rows"] == 24 and set(calibration["dev"]) == MEASURES
     assert calibration["dev"]["nll_after"] <= calibration["dev"]["nll_before"] + 1e-12  # T = 1 was a candidate
+    assert calibration["dev"]["brier_after"] >= 0 and 0 <= calibration["dev"]["ece_after"] <= 1
     assert f"calibration: temperature {temperature:.4f} fitted on dev (24 rows): ECE" in calibrated["output"]
     # The checkpoint keeps T in config.json (what transformers carries), and none of the run's working files.
     assert json.loads((checkpoint / "config.json").read_text())[TEMPERATURE_KEY] == temperature
