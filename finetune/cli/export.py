@@ -50,8 +50,14 @@ def export(
         _fail(str(error))
     except RunFailed as error:
         _fail(str(error), code=1)
+    calibrated = (
+        f"; calibrated probabilities are softmax(logits / {exported.temperature:.4f}), config.json's "
+        "calibration_temperature"
+        if exported.temperature != 1.0
+        else ""
+    )
     typer.echo(
         f"wrote {exported.model_file} (opset {exported.opset}; inputs {', '.join(exported.inputs)}, batch and "
         f"sequence length dynamic; output logits) with its tokenizer; ONNX Runtime matches PyTorch within "
-        f"{exported.difference:.1e}"
+        f"{exported.difference:.1e}{calibrated}"
     )

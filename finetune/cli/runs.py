@@ -16,7 +16,8 @@ def plot(
         Path, typer.Argument(help="A pretrain or finetune run directory (it holds metrics.jsonl).", show_default=False)
     ],
 ) -> None:
-    """Draw a run's plots again from its metrics.jsonl into RUN_DIR/plots/: loss, LRs, evaluations, throughput.
+    """Draw a run's plots again from its metrics.jsonl into RUN_DIR/plots/: loss, LRs, evaluations, throughput (and
+    a classifier's reliability diagram, from its result.json).
 
     Every run draws them when it ends; a multi-seed run directory gets the plots of each seed-N folder.
     """

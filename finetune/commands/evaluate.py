@@ -28,6 +28,7 @@ from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
 from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
+from finetune.inference.calibration import temperature_of
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
 from finetune.kinds.dev_split import split_to_score
@@ -90,14 +91,15 @@ def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
     loaded = {path: named_finetuned(path, spec, key, recipe.trust_remote_code) for path, key in keys.items()}
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
 
-    outputs = {}  # checkpoint -> logits (or scores) of every example
+    # checkpoint -> logits (or scores) of every example, over the checkpoint's calibration temperature: an ensemble
+    # averages its members' probabilities as each predicts them (the labels of one model are the same either way)
+    outputs = {}
     for path, model in loaded.items():
         with recipe_key(keys[path]):
             tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
         reading = checkpoint_reading(path, task.max_length, task.long_documents)
-        outputs[path] = example_logits(
-            accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split
-        )
+        logits = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split)
+        outputs[path] = logits / temperature_of(model.config)
 
     def scored(row: dict, model_outputs: np.ndarray, name: str | None = None) -> dict:
         """`row` with the scores of these outputs; with `name`, their predictions are also written."""
@@ -345,7 +347,8 @@ def predict_task(
 def task_outputs(
     recipe: EvalRecipe, accelerator, task: GlueTask, checkpoint: str, splits: dict[tuple[str, str], TaskExamples]
 ) -> dict[tuple[str, str], np.ndarray]:
-    """One checkpoint's logits (regression: scores) for the examples of each (task, split) in `splits`."""
+    """One checkpoint's logits (regression: scores) for the examples of each (task, split) in `splits`, over its
+    calibration temperature (an ensemble averages its members' probabilities as each predicts them)."""
     key = f"tasks.{task.name}"
     console.print(f"{task.name}: predicting {', '.join(f'{name} {split}' for name, split in splits)} with {checkpoint}")
     # The stored label mapping is checked against the task; the tasks it also predicts share its labels.
@@ -357,6 +360,7 @@ def task_outputs(
         (spec_name, split): example_logits(
             accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=f"{spec_name} {split}"
         )
+        / temperature_of(model.config)
         for (spec_name, split), examples in splits.items()
     }
 

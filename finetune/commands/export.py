@@ -6,6 +6,10 @@ onnxscript writes the operators; docs/export.md says why this one): inputs the t
 dynamic. The folder it writes holds model.onnx, the tokenizer's files, config.json (the label mapping) and
 finetune_recipe.yaml, so it is self-contained. Before it returns, ONNX Runtime runs the graph on a padded batch and
 its logits are compared with PyTorch's: a graph that disagrees by more than 1e-4 is reported, not written silently.
+
+A calibrated classifier (recipe key calibration) is exported as its checkpoint is saved: the graph gives the model's
+logits, and config.json keeps the temperature (calibration_temperature) that its probabilities divide them by, so
+that the graph and transformers' model agree and one rule (softmax(logits / T)) serves both.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from finetune.errors import RunFailed, UserError
+from finetune.inference.calibration import temperature_of
 from finetune.models.hub import is_classifier, load_model_folder, load_pretrained, load_tokenizer
 from finetune.models.loading import is_adapter_checkpoint
 from finetune.models.mean_pooling import backbone_config
@@ -45,6 +50,7 @@ class Exported:
     inputs: tuple[str, ...]
     opset: int
     difference: float
+    temperature: float = 1.0  # the checkpoint's calibration temperature (config.json): probabilities divide by it
 
 
 class LogitsOnly(nn.Module):
@@ -151,7 +157,7 @@ def run_export(checkpoint: Path, out: Path | None = None, opset: int = DEFAULT_O
     if target.exists():
         target.rmdir()  # empty (output_folder): the complete folder takes its name
     partial.rename(target)
-    return Exported(target / MODEL_FILE, inputs, opset, difference)
+    return Exported(target / MODEL_FILE, inputs, opset, difference, temperature_of(model.config))
 
 
 def export_graph(

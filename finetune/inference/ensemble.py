@@ -1,9 +1,10 @@
 """Ensembles of fine-tuned classifiers: ULMFiT's bidirectional model, a forward and a backward classifier whose
 predictions are averaged (Howard & Ruder 2018, section 3.3), or any other set of classifiers of one task.
 
-Classes: the mean of the members' class probabilities (softmax of each member's logits), so a confident member
-weighs more than an unsure one, and no member's logit scale dominates; the ensemble predicts the most probable
-class. Regression (STS-B): the mean of the members' scores. `finetune eval` scores the ensemble and each member.
+Classes: the mean of the members' class probabilities (softmax of each member's logits, which `finetune eval` divides
+by the member's calibration temperature when it has one), so a confident member weighs more than an unsure one, and
+no member's logit scale dominates; the ensemble predicts the most probable class. Regression (STS-B): the mean of the
+members' scores. `finetune eval` scores the ensemble and each member.
 """
 
 from __future__ import annotations

@@ -379,6 +379,7 @@ class TaskStage(TrainingStage):
                     self.best_dir.parent.rmdir()
         else:
             self._save(checkpoint)
+        calibration = self.calibration(checkpoint)  # every process: it may predict the dev set again
         if accelerator.is_main_process:
             saved_classes = checkpoint / CLASSES_FILE  # with keep_best, committed with the best weights
             if saved_classes.is_file():
@@ -396,6 +397,8 @@ class TaskStage(TrainingStage):
             classes = self.best_classes if recipe.keep_best else self.last_classes
             if classes is not None:  # per class, of the saved checkpoint's evaluation (None after a resume)
                 result["classes"] = classes
+            if calibration is not None:
+                result["calibration"] = calibration
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
             model_type = accelerator.unwrap_model(self.model).config.model_type
             card = classifier_card(
@@ -416,6 +419,11 @@ class TaskStage(TrainingStage):
             )
             console.print(f"checkpoint ({which}) saved to {checkpoint}")
         return checkpoint
+
+    def calibration(self, checkpoint: Path) -> dict | None:
+        """result.json's `calibration` of the saved weights, on the main process (kinds/calibration.py), for the
+        kinds that calibrate their probabilities; None for the others."""
+        return None
 
     def finished_result(self, run_dir: Path) -> Path:
         return run_dir / CHECKPOINT_DIR

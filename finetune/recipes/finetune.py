@@ -308,6 +308,15 @@ class FinetuneRecipe(TrainingRunRecipe):
     early_stopping_patience: int | None = Field(
         None, gt=0, description="stop after this many dev evaluations without a new best score; null: never"
     )
+    calibration: Literal["temperature", "none"] = Field(
+        "none",
+        description="kind classification: temperature fits one scalar T on dev after training (the T that minimises "
+        "the dev negative log-likelihood of softmax(logits / T); Guo et al. 2017), saved in the checkpoint's "
+        "config.json as calibration_temperature, so that predict returns probabilities that match how often the "
+        "model is right (labels unchanged); none: the model's own softmax. Either way result.json and the model "
+        "card hold the dev expected calibration error, Brier score and NLL before and after, and "
+        "RUN_DIR/plots/reliability.png the reliability diagram",
+    )
 
     @model_validator(mode="after")
     def _seeds_are_distinct(self) -> FinetuneRecipe:
@@ -360,6 +369,17 @@ class FinetuneRecipe(TrainingRunRecipe):
         if self.method == "plain" and changed:
             raise ValueError(f"contrastive.{changed[0]} is read with method contrastive (or auto), not plain")
         return self
+
+    @model_validator(mode="after")
+    def _calibration_of_the_kind(self) -> FinetuneRecipe:
+        """A calibration method fits the outputs of the kinds that declare it; any other kind refuses it."""
+        if self.calibration == "none" or self.calibration in self.task.calibrations:
+            return self
+        owners = ", ".join(kind for kind, section in TASK_SECTIONS.items() if self.calibration in section.calibrations)
+        raise ValueError(
+            f"calibration: {self.calibration} is not for task kind {self.task.kind} (it calibrates kind {owners}); "
+            "remove it or set calibration: none"
+        )
 
     @model_validator(mode="after")
     def _loss_keys_of_the_kind(self) -> FinetuneRecipe:

@@ -17,11 +17,10 @@ from matplotlib.figure import Figure
 
 from finetune.errors import UserError
 from finetune.reporting.finish import read_timing
-from finetune.reporting.plots import evaluation_metrics, is_number, new_figure, records_of, save_figure
+from finetune.reporting.plots import RESULT_FILE, evaluation_metrics, is_number, new_figure, records_of, save_figure
 from finetune.run_dir import METRICS_FILE, RECIPE_FILE, flatten_keys, read_metrics
 
 IGNORED_KEYS = ("run_dir", "overwrite", "description")  # where a run went and how it is described, not what it did
-RESULT_FILE = "result.json"  # a finetune run's dev scores; its main_metric picks the curve to overlay
 MISSING = object()  # a key one run's recipe does not have
 
 

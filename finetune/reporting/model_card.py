@@ -18,6 +18,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
+from finetune.reporting.calibration_report import calibration_markdown
 from finetune.reporting.class_report import per_class_markdown
 
 CARD_FILE = "README.md"
@@ -221,7 +222,8 @@ def _classifier_card_data(recipe, spec: TaskSpec, scores: dict, model_type: str,
 
 
 def _classifier_results(spec: TaskSpec, result: dict, scores: dict, records: list[dict], kind: CardKind) -> str:
-    """The card's Results: the saved weights' dev scores (which weights, honestly) and every evaluation."""
+    """The card's Results: the saved weights' dev scores (which weights, honestly) and every evaluation; a
+    classifier's calibration (reporting/calibration_report.py)."""
     which = (
         f"the best dev {result['main_metric']} of the run's evaluations (step {result['best_step']}): the dev "
         "set chose this checkpoint, so its dev score is optimistic; report a test or held-out score"
@@ -241,7 +243,7 @@ Dev scores of these weights ({which}):
 Every evaluation of the run (dev set):
 
 {_evaluations(records, names)}
-"""
+""" + (calibration_markdown(result["calibration"]) if "calibration" in result else "")
 
 
 def _classifier_training(recipe, spec: TaskSpec, result: dict, kind: CardKind) -> str:

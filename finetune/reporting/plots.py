@@ -1,4 +1,5 @@
-"""PNG plots of a run, drawn from its metrics.jsonl alone: loss, learning rates, evaluations, throughput.
+"""PNG plots of a run, drawn from its metrics.jsonl: loss, learning rates, evaluations, throughput; and from a finetune
+run's result.json, the reliability diagram of its classifier's probabilities (calibration).
 
 Figures use matplotlib's object API on the Agg canvas: no pyplot, no display, no global state, so a
 run on a headless machine and a call from a notebook draw the same files. `finetune plot RUN_DIR`
@@ -7,6 +8,7 @@ redraws them at any time.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Callable
@@ -21,6 +23,8 @@ from finetune.console import console
 from finetune.run_dir import METRICS_FILE, read_numbered_metrics
 
 PLOTS_DIR = "plots"  # inside the run directory
+RESULT_FILE = "result.json"  # a finetune run's result: its calibration is drawn as RELIABILITY_PLOT
+RELIABILITY_PLOT = "reliability"
 FIGURE_SIZE = (8.0, 4.5)  # inches: 800 x 450 pixels at DPI
 DPI = 100
 UNFREEZE_MARK = "unfreeze"  # gid of the vertical lines drawn at the unfreezing steps
@@ -219,6 +223,39 @@ def throughput_figure(records: list[dict[str, Any]]) -> Figure | None:
     return figure
 
 
+def reliability_figure(calibration: dict[str, Any]) -> Figure:
+    """A finetune run's reliability diagram (result.json's `calibration`): per confidence bin of the dev set, the
+    accuracy against the mean confidence, before and after the temperature, beside the diagonal a calibrated model
+    follows; and how many dev examples each bin holds."""
+    figure, (diagram, counts) = new_figure(2)
+    diagram.plot([0, 1], [0, 1], color="gray", linestyle="--", label="calibrated (accuracy = confidence)")
+    bins, dev = calibration["bins"], calibration["dev"]
+    calibrated = calibration["method"] != "none"
+    curves = [("before", f"{'before: ' if calibrated else ''}softmax(logits), ECE {dev['ece_before']:.3f}", "o")]
+    if calibrated:
+        label = f"after: softmax(logits / {calibration['temperature']:.2f}), ECE {dev['ece_after']:.3f}"
+        curves.append(("after", label, "s"))
+    width = 1 / bins / len(curves)
+    for offset, (moment, label, marker) in enumerate(curves):
+        table = calibration["reliability"][moment]
+        filled = [index for index, rows in enumerate(table["rows"]) if rows]  # an empty bin has no point
+        confidence, accuracy = ([table[key][index] for index in filled] for key in ("confidence", "accuracy"))
+        diagram.plot(confidence, accuracy, marker=marker, label=label)
+        lowers = [index / bins + offset * width for index in range(bins)]
+        counts.bar(lowers, table["rows"], width=width, align="edge", label=moment)
+    edges = (-0.02, 1.02)  # a bin all right (or all wrong) is drawn whole, not cut at the frame
+    diagram.set(xlabel="confidence (top probability)", ylabel="accuracy", xlim=edges, ylim=edges)
+    diagram.set_title(f"reliability ({calibration['rows']} dev examples)")
+    diagram.grid(alpha=0.3)
+    diagram.legend(fontsize=8, loc="best")  # where the points leave room: above or below the diagonal
+    counts.set(xlabel="confidence (top probability)", ylabel="dev examples", xlim=(0, 1))
+    counts.set_title(f"examples per bin ({bins} bins)")
+    counts.grid(alpha=0.3)
+    if calibrated:
+        counts.legend(fontsize=8, loc="upper left")
+    return figure
+
+
 PLOTS: dict[str, Callable[[list[dict[str, Any]]], Figure | None]] = {
     "loss": loss_figure,
     "learning_rates": learning_rate_figure,
@@ -254,7 +291,18 @@ def write_plots(run_dir: Path) -> list[Path]:
         figure = draw(records)
         if figure is not None:
             written.append(save_figure(figure, folder / f"{name}.png"))
+    calibration = run_calibration(Path(run_dir))
+    if calibration is not None:
+        written.append(save_figure(reliability_figure(calibration), folder / f"{RELIABILITY_PLOT}.png"))
     return written
+
+
+def run_calibration(run_dir: Path) -> dict[str, Any] | None:
+    """The calibration a finetune run recorded in its result.json (None: another stage, or another kind)."""
+    path = run_dir / RESULT_FILE
+    result = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    calibration = result.get("calibration") if isinstance(result, dict) else None
+    return calibration if isinstance(calibration, dict) and "reliability" in calibration else None
 
 
 def write_plots_or_warn(run_dir: Path) -> list[Path]:

@@ -2,8 +2,8 @@
 
 Small GLUE tasks move by several points from seed to seed; a single run says little. Each seed
 runs into RUN_DIR/seed-N; RUN_DIR/seeds.json and seeds.md hold the mean, median, standard
-deviation, minimum and maximum of every dev metric. `--resume` keeps the seeds already finished and
-continues the one in progress.
+deviation, minimum and maximum of every dev metric (and of a classifier's calibration: temperature,
+ECE, Brier score). `--resume` keeps the seeds already finished and continues the one in progress.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from finetune.run_dir import check_run_dir_free, check_same_recipe, claim_run_di
 from finetune.training.checkpoints import latest_training_checkpoint
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "seeds.json", "seeds.md"
+CALIBRATION_MEASURES = ("ece_before", "ece_after", "brier_before", "brier_after")  # of result.json's calibration
 
 
 def run_each_seed(recipe, run_one: Callable, result_file: str, resume: bool = False) -> Path:
@@ -79,6 +80,17 @@ def summarise_seeds(results: dict[int, dict]) -> dict:
         # The saved checkpoint's scores: the best evaluation's with keep_best, else the last one's.
         values = [result["best" if result["saved"] == "best" else "last"][name] for result in results.values()]
         summary["metrics"][name] = summarise_values(values)
+    calibrations = [result["calibration"] for result in results.values() if "calibration" in result]
+    # A classifier's seeds: the calibration of each one's saved checkpoint, on its dev set.
+    if calibrations and len(calibrations) == len(results):
+        summary["calibration"] = {
+            "method": calibrations[0]["method"],
+            "temperature": summarise_values([calibration["temperature"] for calibration in calibrations]),
+            **{
+                key: summarise_values([calibration["dev"][key] for calibration in calibrations])
+                for key in CALIBRATION_MEASURES
+            },
+        }
     return summary
 
 
@@ -105,4 +117,11 @@ def seeds_markdown(summary: dict) -> str:
     for name, values in summary["metrics"].items():
         cells = " | ".join(f"{100 * values[key]:.1f}" for key in ("mean", "median", "std", "min", "max"))
         lines.append(f"| {name.removeprefix('dev_')} | {cells} |")
+    calibration = summary.get("calibration")
+    if calibration is not None:
+        lines += ["", f"calibration ({calibration['method']}; dev):", ""]
+        lines += ["| measure | mean | median | std | min | max |", "|---|---:|---:|---:|---:|---:|"]
+        for name in ("temperature", *CALIBRATION_MEASURES):
+            cells = " | ".join(f"{calibration[name][key]:.4f}" for key in ("mean", "median", "std", "min", "max"))
+            lines.append(f"| {name} | {cells} |")
     return "\n".join(lines) + "\n"

@@ -91,6 +91,17 @@ def commit_checkpoint(partial: Path, directory: Path) -> Path:
     return directory
 
 
+def set_config_entry(folder: Path, key: str, value) -> None:
+    """Set one entry of a saved checkpoint's config.json, written anew and renamed into place: the folder's files
+    may be hard links shared with the periodic checkpoints' copies (save_training_checkpoint), which keep theirs."""
+    path = Path(folder) / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config[key] = value
+    partial = path.with_name(path.name + PARTIAL)
+    partial.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")  # transformers' layout
+    os.replace(partial, path)
+
+
 def save_checkpoint(model, tokenizer, directory: Path, recipe=None) -> Path:
     """Save a Hugging Face checkpoint atomically (see `commit_checkpoint`); a failed write is a one-line RunFailed."""
     directory = Path(directory)

@@ -1,18 +1,23 @@
-"""`finetune export CHECKPOINT --onnx`: ONNX Runtime gives our logits; bad input is one line."""
+"""`finetune export CHECKPOINT --onnx`: ONNX Runtime gives our logits (a calibrated classifier's temperature beside
+them); bad input is one line."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from typer.testing import CliRunner
 
+import finetune
 from finetune.cli import app
 from finetune.commands import export as export_module
 from finetune.errors import UserError
+from finetune.inference.calibration import TEMPERATURE_KEY
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
 from tests.conftest import finetune_recipe, save_tiny_masked_lm, write_task, write_yaml
@@ -27,13 +32,14 @@ TEXTS = ["good", "a bad film", "the best film of the year by far", "not good at 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    """A run folder per pooling (model: BERT's own [CLS] head; mean), fine-tuned one epoch on the tiny task."""
+    """A run folder per pooling (model: BERT's own [CLS] head; mean, calibrated), fine-tuned one epoch on the tiny
+    task."""
     root = tmp_path_factory.mktemp("export")
     pretrained, task = save_tiny_masked_lm(root / "lm"), write_task(root / "task")
-    folders = {}
+    folders, calibrations = {}, {"model": "none", "mean": "temperature"}
     for pooling in ("model", "mean"):
         data = finetune_recipe(pretrained, task, root / pooling)
-        data.update({"pooling": pooling, "unfreezing": {"mode": "none"}})
+        data.update({"pooling": pooling, "unfreezing": {"mode": "none"}, "calibration": calibrations[pooling]})
         data["training"]["epochs"] = 1
         run_finetune(load_recipe(write_yaml(root / f"{pooling}.yaml", data)))
         folders[pooling] = root / pooling
@@ -61,6 +67,16 @@ def test_onnx_runtime_gives_our_logits_on_a_padded_batch(runs, pooling, tmp_path
         expected = model(**{name: torch.from_numpy(batch[name]) for name in names}).logits
     assert logits.shape == (len(TEXTS), 2)
     torch.testing.assert_close(torch.from_numpy(logits), expected, rtol=0, atol=1e-4)
+    # A calibrated classifier's graph gives the same logits; config.json beside it keeps the temperature that
+    # predict divides them by, and the command says so.
+    temperature = json.loads((out / "config.json").read_text()).get(TEMPERATURE_KEY, 1.0)
+    assert (temperature != 1.0) == (pooling == "mean")
+    assert (f"softmax(logits / {temperature:.4f})" in result.output) == (pooling == "mean")
+    predicted = finetune.predict(str(runs[pooling] / "checkpoint"), TEXTS)  # reads 16 tokens, task.max_length
+    read = tokenizer(TEXTS, padding=True, truncation=True, max_length=16, return_tensors="np")
+    (logits,) = session.run(["logits"], {name: read[name] for name in names})
+    probabilities = torch.softmax(torch.from_numpy(logits).double() / temperature, dim=-1).numpy()
+    np.testing.assert_allclose([list(row["probabilities"].values()) for row in predicted], probabilities, atol=1e-4)
 
 
 def test_a_folder_that_is_not_a_fine_tuned_checkpoint_is_one_line(runs, tmp_path):

@@ -101,6 +101,15 @@ def test_multi_seed_runs_each_seed_and_summarises(pretrained, task_dir, tmp_path
         assert (tmp_path / "run" / f"seed-{seed}" / "checkpoint" / "model.safetensors").is_file()
         assert load_recipe(tmp_path / "run" / f"seed-{seed}" / "recipe.yaml", check_paths=False).seed == seed
     assert "| accuracy |" in (tmp_path / "run" / "seeds.md").read_text()
+    # Each seed's folder has its own calibration record (calibration: none measures it), summarised across seeds.
+    eces = [
+        json.loads((tmp_path / "run" / f"seed-{seed}" / RESULT_FILE).read_text())["calibration"]["dev"]["ece_before"]
+        for seed in (3, 4, 5)
+    ]
+    assert summary["calibration"]["method"] == "none" and summary["calibration"]["ece_before"]["values"] == eces
+    assert summary["calibration"]["temperature"]["values"] == [1.0, 1.0, 1.0]
+    assert "calibration (none; dev):" in (tmp_path / "run" / "seeds.md").read_text()
+    assert (tmp_path / "run" / "seed-3" / "plots" / "reliability.png").is_file()
 
 
 def test_repeated_seeds_are_refused(pretrained, task_dir, tmp_path):

@@ -1,5 +1,6 @@
 """A fine-tuned classifier ready to predict (`finetune predict`, `finetune.predict`): a label and a probability per
-class of each example (regression's, kinds/regression/predictor.py, a score)."""
+class of each example, calibrated when the checkpoint keeps a temperature (regression's, kinds/regression/predictor.py,
+a score)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec
+from finetune.inference.calibration import calibrated_probabilities, temperature_of
 from finetune.inference.predict import example_logits
 
 
@@ -51,10 +53,11 @@ class Predictor:
         )
 
     def results(self, logits: np.ndarray) -> list[dict]:
-        """One result per row of logits: the label of the highest and every class's probability."""
+        """One result per row of logits: the label of the highest and every class's probability, softmax(logits /
+        T) with the temperature the checkpoint was calibrated with (recipe key calibration; T = 1 without)."""
         labels = self.spec.labels
         assert labels is not None  # a classification spec has its classes (kinds/classification/recipe.py)
-        probabilities = torch.softmax(torch.from_numpy(logits).double(), dim=-1).numpy()
+        probabilities = calibrated_probabilities(logits, temperature_of(self.model.config))
         return [
             {"label": labels[int(row.argmax())], "probabilities": {label: float(p) for label, p in zip(labels, row)}}
             for row in probabilities

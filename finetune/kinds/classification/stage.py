@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
 from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
+from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
 from finetune.kinds.classification.contrastive import decided_method, train_contrastively
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage, say
@@ -34,6 +36,7 @@ class ClassificationStage(TaskStage):
 
     plain_loss: Callable = staticmethod(classification_loss)  # the model's own loss, from its logits and labels
     weighted_loss: Loss | None = None  # with class weights or label smoothing: the loss trained instead
+    last_dev_logits: np.ndarray | None = None  # of the last dev evaluation, for a kind that calibrates
 
     def read_task(self) -> tuple[int, int]:
         """Read the training and dev splits (dev held out of train with task.dev_split, stratified by class);
@@ -134,16 +137,42 @@ class ClassificationStage(TaskStage):
         loss = in_place_of(output.loss, self.plain_loss(logits, labels), self.weighted_loss(logits, labels))
         return loss, examples, examples
 
-    def evaluate(self) -> tuple[dict[str, float], dict]:
-        """Dev scores, and the dev loss for metrics.jsonl (the loss plot) only."""
-        logits = self.dev_batches.in_file_order(
+    def dev_logits(self) -> np.ndarray:
+        """The model's logits (or scores) for the dev examples, in file order."""
+        return self.dev_batches.in_file_order(
             predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
         )
+
+    def evaluate(self) -> tuple[dict[str, float], dict]:
+        """Dev scores, and the dev loss for metrics.jsonl (the loss plot) only."""
+        logits = self.dev_logits()
+        if self.recipe.task.calibrations:  # the saved weights' are what calibration fits (kinds/calibration.py)
+            self.last_dev_logits = logits
         predictions, labels = logits_to_predictions(self.spec, logits), self.dev_labels()
         scores = {f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, labels).items()}
         if self.spec.labels is not None:  # classes, not a regression score
             self.last_classes = class_report(self.spec.labels, predictions, labels)
         return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
+
+    def on_new_best(self) -> None:
+        super().on_new_best()
+        if self.recipe.keep_best and self.accelerator.is_main_process and self.last_dev_logits is not None:
+            keep_best_logits(self.best_dir, self.last_dev_logits)
+
+    def calibration(self, checkpoint: Path) -> dict | None:
+        """The calibration of the saved weights' dev probabilities (the recipe's method, or none: measured only)."""
+        if not self.recipe.task.calibrations:
+            return None
+        main = self.accelerator.is_main_process
+        if self.recipe.keep_best:
+            logits = take_best_logits(checkpoint) if main else None
+            if logits is None and main:
+                say("calibration: skipped (the best weights were saved without their dev logits, by an older version)")
+        else:  # the last weights; a run resumed after its last evaluation has not computed their logits yet
+            logits = self.last_dev_logits if self.last_dev_logits is not None else self.dev_logits()
+        if logits is None or not main:
+            return None
+        return calibrate_checkpoint(self.recipe.calibration, checkpoint, logits, self.dev_labels())
 
     def dev_labels(self) -> np.ndarray:
         """The dev split's labels (read_labelled_split refuses a split without them)."""

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import torch
 
-from finetune.inference.predict import predict_logits
 from finetune.kinds.classification.stage import ClassificationStage, say
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
@@ -42,9 +41,7 @@ class MultilabelStage(ClassificationStage):
         """Dev scores at the threshold (the one chosen on dev, with threshold: dev) and the threshold itself, as
         dev_threshold: the best evaluation's travels with the best-so-far record (and through a resume) to the
         checkpoint and result.json. The dev loss goes to metrics.jsonl only."""
-        logits = self.dev_batches.in_file_order(
-            predict_logits(self.accelerator, self.model, self.dev_loader, self.reading.pool)
-        )
+        logits = self.dev_logits()
         references, probabilities = self.dev_labels(), label_probabilities(logits)
         threshold = self.recipe.task.threshold or DEFAULT_THRESHOLD
         if threshold == "dev":
