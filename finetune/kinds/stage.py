@@ -38,7 +38,7 @@ from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
-from finetune.training.budget import few_steps_note, plan_steps, steps_summary
+from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
 from finetune.training.loop import make_accelerator, total_optimizer_steps
@@ -125,14 +125,7 @@ class TaskStage(TrainingStage):
             train_data, collate, dev_loader = self.encoded_task(model)
         if resume_from is None:  # a resumed run's checkpoint holds what this gave the model
             self.before_training(model, train_data, collate)
-        step_examples = recipe.training.batch_size * accelerator.num_processes
-        self.plan = plan_steps(
-            len(train_data.lengths),  # type: ignore[attr-defined]  # every kind's encoded examples have them
-            step_examples * recipe.training.gradient_accumulation_steps,
-            recipe.training.epochs,
-            recipe.training.max_steps,
-            recipe.training.min_steps,
-        )
+        self.plan = self._step_plan(len(train_data.lengths))  # type: ignore[attr-defined]  # every kind's have them
         self.model, optimizer, self.train_loader, self.dev_loader = accelerator.prepare(
             model, optimizer, self._training_batches(train_data, collate), dev_loader
         )
@@ -193,6 +186,12 @@ class TaskStage(TrainingStage):
     def splits_by_length(self, train_data) -> bool:
         """Whether training.split_by_length can cut this kind's batches into pieces: batches of flat token rows."""
         return False
+
+    def _step_plan(self, rows: int) -> StepPlan:
+        """The run's epochs and passes over its `rows` training rows (training/budget.py)."""
+        training = self.recipe.training
+        step_examples = training.batch_size * self.accelerator.num_processes * training.gradient_accumulation_steps
+        return plan_steps(rows, step_examples, training.epochs, training.max_steps, training.min_steps)
 
     def training_method(self):
         """The recipe the run trains with once the task is read: method auto decided (plain for kinds without

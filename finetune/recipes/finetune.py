@@ -365,7 +365,11 @@ class FinetuneRecipe(TrainingRunRecipe):
                     "method: contrastive trains mean-pooled sentence embeddings: pooling mean or scalar_mix "
                     "(or leave pooling out)"
                 )
-        changed = sorted(self.contrastive.model_fields_set)
+        # Values other than the defaults: a saved recipe spells every key out (a run's checkpoint says method plain).
+        defaults = ContrastiveConfig()
+        changed = [
+            key for key in type(defaults).model_fields if getattr(self.contrastive, key) != getattr(defaults, key)
+        ]
         if self.method == "plain" and changed:
             raise ValueError(f"contrastive.{changed[0]} is read with method contrastive (or auto), not plain")
         return self
