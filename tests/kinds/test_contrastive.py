@@ -79,6 +79,10 @@ def test_the_checkpoint_loads_in_transformers_and_sentence_transformers(sentence
         ["a good film", "a bad film"], convert_to_tensor=True
     )
     assert torch.allclose(embedded, mean, atol=1e-5)
+    # Its saved recipe (method plain from then on, every contrastive key spelled out) loads for predict.
+    predicted = runner.invoke(app, ["predict", str(folder)], input="a good film\na bad film\n\n")
+    assert predicted.exit_code == 0, predicted.output
+    assert "| method | contrastive |" in (folder / "README.md").read_text()  # the model card
 
 
 def test_auto_trains_plainly_where_pairs_do_not_fit(sentence_model, pretrained, task_dir, tmp_path):
