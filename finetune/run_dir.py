@@ -31,6 +31,7 @@ MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this 
 # The task's rows written before the run starts (in-memory data of the Python API, a dataset of task.source hub),
 # read from here by the run as its task.data_dir: the one entry that may be there before the run's own.
 DATA_DIR = "data"
+DEV_PREDICTIONS_FILE = "dev_predictions.jsonl"  # the saved checkpoint's prediction of each dev row (runs compare)
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
 OWN_ENTRIES = frozenset(
@@ -47,6 +48,7 @@ OWN_ENTRIES = frozenset(
         "checkpoints",
         "result.json",
         "dev_split.json",  # task.dev_split's held-out rows (kinds/dev_split.py)
+        DEV_PREDICTIONS_FILE,
         "seeds.json",
         "seeds.md",
         "report.json",

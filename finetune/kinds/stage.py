@@ -36,8 +36,9 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
+from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import classifier_card, write_card
-from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
+from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
 from finetune.training.loop import make_accelerator, total_optimizer_steps
@@ -77,6 +78,10 @@ class TaskStage(TrainingStage):
     # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
     last_classes: dict | None = None
     best_classes: dict | None = None
+    # The last dev evaluation's prediction of each row (reporting/dev_predictions.py), for the kinds whose evaluate()
+    # sets it: the saved checkpoint's go to RUN_DIR/dev_predictions.jsonl, which `finetune runs compare` pairs runs by.
+    last_predictions: list[dict] | None = None
+    predicts_rows = False  # whether evaluate() sets last_predictions
     held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
 
     def __init__(self, recipe, kind):
@@ -316,6 +321,8 @@ class TaskStage(TrainingStage):
             self._save(self.best_dir)
             if self.accelerator.is_main_process and self.last_classes is not None:
                 (self.best_dir / CLASSES_FILE).write_text(json.dumps(self.last_classes), encoding="utf-8")
+            if self.accelerator.is_main_process and self.last_predictions is not None:  # travels with the weights
+                write_rows(self.best_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         groups = len(self.groups)
@@ -347,6 +354,7 @@ class TaskStage(TrainingStage):
                     self.best_dir.parent.rmdir()
         else:
             self._save(checkpoint)
+        self.write_dev_predictions(run_dir, checkpoint)
         if accelerator.is_main_process:
             saved_classes = checkpoint / CLASSES_FILE  # with keep_best, committed with the best weights
             if saved_classes.is_file():
@@ -384,6 +392,20 @@ class TaskStage(TrainingStage):
             )
             console.print(f"checkpoint ({which}) saved to {checkpoint}")
         return checkpoint
+
+    def write_dev_predictions(self, run_dir: Path, checkpoint: Path) -> None:
+        """RUN_DIR/dev_predictions.jsonl: the saved checkpoint's dev predictions; with keep_best those kept beside the
+        best weights (through a resume too), else the last evaluation's, made again when a resumed run's last
+        evaluation came before its checkpoint (the weights are the last ones either way)."""
+        kept = checkpoint / DEV_PREDICTIONS_FILE  # committed with the best weights
+        if self.predicts_rows and not self.recipe.keep_best and self.last_predictions is None:
+            self.evaluate()  # every process: the evaluation gathers the dev rows from all of them
+        if not self.accelerator.is_main_process:
+            return
+        if kept.is_file():
+            kept.replace(run_dir / DEV_PREDICTIONS_FILE)
+        elif not self.recipe.keep_best and self.last_predictions is not None:
+            write_rows(run_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
 
     def finished_result(self, run_dir: Path) -> Path:
         return run_dir / CHECKPOINT_DIR
