@@ -29,6 +29,7 @@ from finetune.data.task_batches import LengthGroupedSampler, length_pieces
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
+from finetune.kinds.labelled_rows import drawn_training_rows, write_record
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
@@ -83,6 +84,8 @@ class TaskStage(TrainingStage):
     last_predictions: list[dict] | None = None
     predicts_rows = False  # whether evaluate() sets last_predictions
     held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
+    drawn: dict | None = None  # with task.labels_per_class: the training rows drawn (kinds/labelled_rows.py's record)
+    resuming = False  # whether setup() continues a stopped run
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -98,6 +101,7 @@ class TaskStage(TrainingStage):
     def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
+        self.resuming = resume_from is not None
         with recipe_key("model.checkpoint"):
             self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
         give_a_padding_token(self.tokenizer, recipe.model.checkpoint)  # GPT-2's and Llama's have none
@@ -164,9 +168,14 @@ class TaskStage(TrainingStage):
 
     def train_and_dev(self, read: Callable[[str], Rows], strata: Callable[[Rows], Any] | None = None):
         """The kind's training and dev examples, `read` from their files, or with task.dev_split held out of the
-        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder)."""
+        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder); with
+        task.labels_per_class, the training rows drawn class by class (kinds/labelled_rows.py)."""
         recipe = self.recipe
-        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, recipe.seed, recipe.run_dir, strata)
+        per_class = getattr(recipe.task, "labels_per_class", None)  # a key of the kinds that draw rows
+        data_seed = recipe.seed if per_class is None else recipe.draw  # with labels_per_class, the draw picks the data
+        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, data_seed, recipe.run_dir, strata)
+        if per_class is not None:
+            train, self.drawn = drawn_training_rows(train, self.spec, recipe, self.held_out, self.resuming)
         return train, dev
 
     @abstractmethod
@@ -238,6 +247,8 @@ class TaskStage(TrainingStage):
         self.context = context
         if self.held_out is not None and self.accelerator.is_main_process:  # the run folder is the run's now
             write_split(context.run_dir, self.held_out)
+        if self.drawn is not None and self.accelerator.is_main_process:
+            write_record(context.run_dir, self.drawn)
         self.best_dir = context.run_dir / BEST_DIR
         unfreezing, groups = self.recipe.unfreezing, len(self.groups)
         if self.thaw_every is None and unfreezing.mode == "gradual" and not context.resumed:

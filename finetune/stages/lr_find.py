@@ -64,7 +64,7 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
         "run_dir": lr_find_dir(recipe),
     }
     if isinstance(recipe, FinetuneRecipe):
-        update.update(seeds=None, keep_best=False, early_stopping_patience=None)
+        update.update(seeds=None, draws=None, keep_best=False, early_stopping_patience=None)
     return recipe.model_copy(update=update)
 
 

@@ -234,6 +234,28 @@ def encoder_decoder_checkpoint(data: dict[str, Any], paths: Paths) -> None:
 GOOD_ROW = b"the film was great .\t1\n"
 
 
+def both(*changes: Change) -> Change:
+    """Every one of `changes`, in turn."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        for each in changes:
+            each(data, paths)
+
+    return change
+
+
+def one_row_of_class(label: str) -> Change:
+    """train.tsv with a single row of class `label` (its other rows dropped)."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        header, *rows = (paths.task / "train.tsv").read_text(encoding="utf-8").splitlines()
+        ours = [row for row in rows if row.endswith(f"\t{label}")]
+        kept = [row for row in rows if not row.endswith(f"\t{label}")] + ours[:1]
+        (paths.task / "train.tsv").write_text("\n".join([header, *kept]) + "\n", encoding="utf-8")
+
+    return change
+
+
 class Case(NamedTuple):
     stage: str
     change: Change
@@ -659,6 +681,40 @@ CASES = {
     ),
     "empty corpus of the ulmfit general LM": Case(
         "ulmfit", writing("corpus/train.txt", b"\n\n"), ("train.txt", "no text")
+    ),
+    # Few labels (issue 57): task.labels_per_class, draw and draws
+    "draws without labels_per_class": Case("finetune", setting("draws", 2), ("draws", "set task.labels_per_class")),
+    "draw without labels_per_class": Case("finetune", setting("draw", 1), ("draw", "set labels_per_class")),
+    "labels_per_class 0": Case(
+        "finetune", setting("task.labels_per_class", 0), ("task.labels_per_class", "1 or more", "got 0")
+    ),
+    "labels_per_class on a kind without classes": Case(
+        "finetune",
+        both(regression_task_scoring("2.5"), setting("task.labels_per_class", 4)),
+        ("task.labels_per_class", "not for kind regression", "a key of kind classification, multilabel"),
+    ),
+    "a class of one training row when labels_per_class asks for more": Case(
+        "finetune",
+        both(one_row_of_class("1"), setting("task.labels_per_class", 4)),
+        ("task.labels_per_class", "class '1' has 1 training row", "labels_per_class: 1"),
+    ),
+    "a class of one training row before draws": Case(
+        "finetune",
+        both(one_row_of_class("1"), setting("task.labels_per_class", 4), setting("draws", 3)),
+        ("task.labels_per_class", "class '1' has 1 training row"),
+    ),
+    "draws that would all take every training row": Case(
+        "finetune",
+        both(setting("task.labels_per_class", 20), setting("draws", 2)),
+        ("draws", "every draw would take all 40 training rows", "lower labels_per_class, or set draws: 1"),
+    ),
+    "a label not in the recipe with labels_per_class": Case(
+        "finetune",
+        both(
+            writing("task/train.tsv", b"sentence\tlabel\n" + GOOD_ROW + b"meh .\tmaybe\n"),
+            setting("task.labels_per_class", 1),
+        ),
+        ("train.tsv line 3", "maybe"),
     ),
 }
 
