@@ -821,7 +821,29 @@ ARCHIVE_CASES = {
     "encrypted archive member": CommandCase(encrypted_member, ("problem: CoLA.tsv: member CoLA.tsv", "encrypted")),
 }
 
+
+def runs_of_other_dev_rows(tmp: Path) -> list[str]:
+    """`runs compare` of two finished finetune runs (their files written here) whose dev rows differ at row 1."""
+    for name, keys in (("a", ["k0", "k1", "k2"]), ("b", ["k0", "kX", "k2"])):
+        run_dir = tmp / name
+        run_dir.mkdir()
+        (run_dir / "recipe.yaml").write_text(f"stage: finetune\nrun_dir: {run_dir}\n", encoding="utf-8")
+        (run_dir / "metrics.jsonl").write_text('{"phase": "eval", "step": 1, "dev_accuracy": 1.0}\n', encoding="utf-8")
+        scores = {"dev_accuracy": 1.0}
+        result = {"main_metric": "accuracy", "saved": "best", "best": scores, "last": scores}
+        (run_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
+        rows = [
+            {"row": index, "key": key, "label": "1", "predicted": "1", "probabilities": {"0": 0.2, "1": 0.8}}
+            for index, key in enumerate(keys)
+        ]
+        (run_dir / "dev_predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return ["runs", "compare", str(tmp / "a"), str(tmp / "b")]
+
+
 COMMAND_CASES = {
+    "runs compare of runs on different dev rows": CommandCase(
+        runs_of_other_dev_rows, ("runs compare", "different dev rows", "dev row 1 differs", "task.dev_split")
+    ),
     "metrics line a JSON list": CommandCase(
         metrics_line(b"[1, 2]"), ("metrics.jsonl line 2", "expected a JSON object, found list")
     ),
