@@ -79,7 +79,8 @@ def _rows_section(labels: list[str], folders: list[Path]) -> str:
         "rows one run gets right and the other wrong; the other metrics' is a paired bootstrap of the dev rows "
         f"({RESAMPLES:,} resamples, seed 0), whose 2.5th and 97.5th percentiles give every interval."
     )
-    return header + _table(labels, differences, lambda value: f"{value:.4f}") + f"\n\n{note}\n"
+    scored = [(difference, [f"{difference.first:.4f}", f"{difference.second:.4f}"]) for difference in differences]
+    return header + _table(labels, scored) + f"\n\n{note}\n"
 
 
 def _runs_section(labels: list[str], first: dict, second: dict) -> str:
@@ -90,26 +91,19 @@ def _runs_section(labels: list[str], first: dict, second: dict) -> str:
             f"\nNo paired test: the folders hold {len(shared)} run(s) of the same draw and seed; the paired t-test "
             "needs 2 or more.\n"
         )
-    differences = []
-    for name, values in first["metrics"].items():
-        if name not in second["metrics"]:
-            continue
-        other = second["metrics"][name]["values"]
-        first_values = [values["values"][first["runs"].index(run)] for run in shared]
-        second_values = [other[second["runs"].index(run)] for run in shared]
-        differences.append(paired_runs(name.removeprefix("dev_"), first_values, second_values))
-    means = {
-        name: [_mean_cell(summary["metrics"][name]) for summary in (first, second)]
-        for name in first["metrics"]
-        if name in second["metrics"]
-    }
+    rows = []
+    for name in (name for name in first["metrics"] if name in second["metrics"]):
+        first_values = [first["metrics"][name]["values"][first["runs"].index(run)] for run in shared]
+        second_values = [second["metrics"][name]["values"][second["runs"].index(run)] for run in shared]
+        difference = paired_runs(name.removeprefix("dev_"), first_values, second_values)
+        rows.append((difference, [_mean_cell(summary["metrics"][name]) for summary in (first, second)]))
     header = f"\n## Paired test over the {len(shared)} runs both folders hold ({', '.join(shared)})\n\n"
     note = (
         "Differences are the second folder's mean minus the first's over those runs, paired by draw and seed; their "
         "interval is Student t over the pairs and their p-value the paired t-test. Each folder's own mean and 95% "
         "interval (over all its runs) are in its column."
     )
-    return header + _table(labels, differences, None, means) + f"\n\n{note}\n"
+    return header + _table(labels, rows) + f"\n\n{note}\n"
 
 
 def _mean_cell(values: dict) -> str:
@@ -117,21 +111,12 @@ def _mean_cell(values: dict) -> str:
     return f"{values['mean']:.4f}" + (f" ({interval[0]:.4f} to {interval[1]:.4f})" if interval else "")
 
 
-def _table(
-    labels: list[str],
-    differences: list[Difference],
-    score_cell: Callable[[float], str] | None,
-    means: dict[str, list[str]] | None = None,
-) -> str:
-    """One row per metric: both scores, the difference, its interval, the p-value, the test and the verdict."""
+def _table(labels: list[str], rows: list[tuple[Difference, list[str]]]) -> str:
+    """One row per metric: both runs' scores (as given), the difference, its interval, the p-value, the test and the
+    verdict."""
     header = ["metric", *labels, "difference (second - first)", "95% interval", "p", "test", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * 5 + "---|---|"]
-    for difference in differences:
-        scores = (
-            [score_cell(difference.first), score_cell(difference.second)]
-            if score_cell is not None
-            else (means or {})[f"dev_{difference.metric}"]
-        )
+    for difference, scores in rows:
         interval = difference.interval
         cells = [
             difference.metric,
