@@ -2,9 +2,9 @@
 
 Every run directory carries a marker file (.finetune-run) written when the run starts. `overwrite`
 replaces only a folder that has it (or, from versions before the marker, the recipe.yaml of a run in that
-very folder), and removes only the entries this toolkit writes (the names in
-OWN_ENTRIES, seed-N folders that are runs themselves): a user's own files inside or beside the folder
-stay. While a run writes into its folder it holds the folder's lock (run_lock.py).
+very folder), and removes only the entries this toolkit writes (the names in OWN_ENTRIES, seed-N folders that are
+runs themselves, what is ours in draw-D folders of them): a user's own files inside or beside the folder stay.
+While a run writes into its folder it holds the folder's lock (run_lock.py).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this 
 # The task's rows written before the run starts (in-memory data of the Python API, a dataset of task.source hub),
 # read from here by the run as its task.data_dir: the one entry that may be there before the run's own.
 DATA_DIR = "data"
+DEV_PREDICTIONS_FILE = "dev_predictions.jsonl"  # the saved checkpoint's prediction of each dev row (runs compare)
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
 OWN_ENTRIES = frozenset(
@@ -47,6 +48,8 @@ OWN_ENTRIES = frozenset(
         "checkpoints",
         "result.json",
         "dev_split.json",  # task.dev_split's held-out rows (kinds/dev_split.py)
+        "labelled_rows.json",  # task.labels_per_class's drawn rows (kinds/labelled_rows.py)
+        DEV_PREDICTIONS_FILE,
         "seeds.json",
         "seeds.md",
         "report.json",
@@ -58,9 +61,11 @@ OWN_ENTRIES = frozenset(
         "lr_find.png",
     }
 )
-# A stage's own temporary names for an entry being replaced (training/checkpoints.py), and a multi-seed run's seeds.
+# A stage's own temporary names for an entry being replaced (training/checkpoints.py), a multi-seed run's seeds, and
+# a run of draws' folders (draw-D, holding its seed-N runs; stages/seeds.py).
 _OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")
 _SEED_FOLDER = re.compile(r"^seed-\d+$")
+_DRAW_FOLDER = re.compile(r"^draw-\d+$")
 FINISHED_ENTRIES = ("checkpoint", "result.json", "seeds.json", "report.json")  # written only when a stage has ended
 
 _created: list[Path] = []  # run directories this process created (or emptied) and has not finished yet
@@ -98,6 +103,7 @@ def is_own_entry(entry: Path) -> bool:
         entry.name in OWN_ENTRIES
         or bool(_OWN_VARIANT.match(entry.name))
         or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink())
+        or (bool(_DRAW_FOLDER.match(entry.name)) and entry.is_dir() and not entry.is_symlink())
     )
 
 
@@ -193,7 +199,7 @@ def remove_own_entries(path: Path, keep: str | None = None) -> None:
     for entry in Path(path).iterdir():
         if entry.name in (run_lock.LOCK_FILE, keep) or not is_own_entry(entry):
             continue
-        if _SEED_FOLDER.match(entry.name):
+        if _SEED_FOLDER.match(entry.name) or _DRAW_FOLDER.match(entry.name):  # only what is ours inside them
             remove_own_entries(entry)
             _remove_if_empty(entry)
         elif entry.is_dir() and not entry.is_symlink():

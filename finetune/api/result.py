@@ -12,9 +12,9 @@ from finetune.run_dir import METRICS_FILE, read_metrics
 
 @dataclass
 class RunResult:
-    """One finished run: `metrics` are the saved checkpoint's dev scores (finetune; with seeds, seeds.json's summary
-    and `checkpoint` the run folder), the report's scores (evaluate) or the last logged values (pretrain); `history`
-    holds metrics.jsonl's records, one per logged step."""
+    """One finished run: `metrics` are the saved checkpoint's dev scores (finetune; of several runs, seeds.json's
+    summary and `checkpoint` the run folder), the report's scores (evaluate) or the last logged values (pretrain);
+    `history` holds metrics.jsonl's records, one per logged step."""
 
     run_dir: Path
     checkpoint: Path | None
@@ -32,10 +32,10 @@ class RunResult:
 
         run_dir = Path(run_dir)
         history = read_metrics(run_dir / METRICS_FILE) if (run_dir / METRICS_FILE).is_file() else []
-        summary = _json(run_dir / RESULT_FILE) or _json(run_dir / SUMMARY_JSON)
+        summary = _json(run_dir / SUMMARY_JSON) or _json(run_dir / RESULT_FILE)  # several runs: the whole summary
         if summary is not None and isinstance(summary.get("best"), dict):
             return cls(run_dir, checkpoint, dict(summary["best"]), summary.get("best_step"), history)
-        if summary is not None:  # a run of several seeds: each metric's mean, median, ... over the seeds
+        if summary is not None:  # several runs (seeds, draws): each metric's mean, median, interval, ... over them
             return cls(run_dir, checkpoint, summary, None, history)
         last = {key: value for record in history for key, value in record.items() if isinstance(value, int | float)}
         return cls(run_dir, checkpoint, last, None, history)

@@ -19,18 +19,16 @@ def plot(
     """Draw a run's plots again from its metrics.jsonl into RUN_DIR/plots/: loss, LRs, evaluations, throughput (and
     a classifier's reliability diagram, from its result.json).
 
-    Every run draws them when it ends; a multi-seed run directory gets the plots of each seed-N folder.
+    Every run draws them when it ends; a run directory of several runs gets the plots of each seed-N (draw-D/seed-S)
+    folder.
     """
     from finetune.reporting.plots import write_plots
     from finetune.run_dir import METRICS_FILE
 
     if not run_dir.is_dir():
         _fail(f"{run_dir}: no such folder")
-    targets = (
-        [run_dir]
-        if (run_dir / METRICS_FILE).is_file()
-        else sorted(path.parent for path in run_dir.glob(f"seed-*/{METRICS_FILE}"))
-    )
+    runs = [*run_dir.glob(f"seed-*/{METRICS_FILE}"), *run_dir.glob(f"draw-*/seed-*/{METRICS_FILE}")]
+    targets = [run_dir] if (run_dir / METRICS_FILE).is_file() else sorted(path.parent for path in runs)
     if not targets:
         _fail(f"{run_dir}: not a run directory (no {METRICS_FILE})")
     for target in targets:

@@ -255,7 +255,8 @@ def compute_summary(recipe, flops: tuple[float, float], seq_len: int) -> dict:
     orders = 2 if getattr(getattr(recipe, "task", None), "both_orders", False) else 1
     tokens_per_step = examples_per_step * seq_len * orders
     per_token, at_start = flops
-    runs = len(getattr(recipe, "seeds", None) or [None])  # finetune's seeds: one run each
+    # finetune's seeds: one run each; with draws, one per draw and seed
+    runs = len(getattr(recipe, "seeds", None) or [None]) * (getattr(recipe, "draws", None) or 1)
     steps = training.max_steps
     return {
         "sequence_length": seq_len,

@@ -172,3 +172,13 @@ def batch_padding(lengths: list[int], batch_size: int, seed: int, chunk_batches:
     batches = np.split(ordered, range(batch_size, len(ordered), batch_size)) if len(ordered) else []
     cost = sum(len(batch) * int(batch.max()) for batch in batches)
     return BatchPadding(1 - int(ordered.sum()) / cost if cost else 0.0, cost)
+
+
+def batching_summary(training, grouped: bool, split: bool, skips_padding: bool) -> str:
+    """One line on how the training examples are batched."""
+    order = f"grouped by length (chunks of {training.group_chunk_batches} batches)" if grouped else "shuffled"
+    return (
+        f"batches of {training.batch_size}, {order}"
+        + (", each cut into pieces of similar length" if split else "")
+        + ("; the model computes their real tokens only (training.skip_padding)" if skips_padding else "")
+    )

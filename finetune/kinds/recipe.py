@@ -91,6 +91,26 @@ class TaskSection(Section):
         raise NotImplementedError
 
 
+class DrawnRowsKeys(Section):
+    """`task.labels_per_class`, the key of the kinds whose training rows can be drawn class by class (classification,
+    multilabel): few labels, drawn again and again (the finetune recipe's draw and draws)."""
+
+    labels_per_class: int | None = Field(
+        None,
+        description="few labels: the training rows become this many rows of each class, drawn at random after "
+        "dev_split's hold-out with the recipe's draw as seed (draws runs several draws); a class with fewer rows "
+        "gives all of them, said in one line; kind multilabel: at least this many rows of each label and of rows "
+        "without one, rarest label first; the rows taken go to RUN_DIR/labelled_rows.json; null: every training row",
+    )
+
+    @field_validator("labels_per_class", mode="before")
+    @classmethod
+    def _a_row_count(cls, value: Any) -> Any:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError("a number of training rows per class, 1 or more (null: every training row)")
+        return value
+
+
 class OwnFilesSection(TaskSection):
     """A task read from files of its kind's own layout (CoNLL, ARC's JSON Lines, SQuAD JSON) in data_dir."""
 

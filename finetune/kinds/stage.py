@@ -25,10 +25,11 @@ from finetune.console import console
 from finetune.data.long_documents import ReadingError
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
-from finetune.data.task_batches import LengthGroupedSampler, length_pieces
+from finetune.data.task_batches import LengthGroupedSampler, batching_summary, length_pieces
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
+from finetune.kinds.labelled_rows import drawn_training_rows, write_record
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
@@ -36,8 +37,9 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
+from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import classifier_card, write_card
-from finetune.run_dir import CHECKPOINT_DIR, METRICS_FILE, read_metrics
+from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
 from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
@@ -47,6 +49,7 @@ from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
 from finetune.training.unfreezing import (
     freeze_below,
+    frozen_groups_note,
     thaw_interval,
     trainable_group_count,
     trainable_group_count_at_step,
@@ -56,16 +59,6 @@ RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 # Beside the best weights until the end: their evaluation's per-class report, which a --resume reads back.
 CLASSES_FILE = "best_classes.json"
-
-
-def batching_summary(training, grouped: bool, split: bool, skips_padding: bool) -> str:
-    """One line on how the training examples are batched."""
-    order = f"grouped by length (chunks of {training.group_chunk_batches} batches)" if grouped else "shuffled"
-    return (
-        f"batches of {training.batch_size}, {order}"
-        + (", each cut into pieces of similar length" if split else "")
-        + ("; the model computes their real tokens only (training.skip_padding)" if skips_padding else "")
-    )
 
 
 class TaskStage(TrainingStage):
@@ -78,8 +71,14 @@ class TaskStage(TrainingStage):
     # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
     last_classes: dict | None = None
     best_classes: dict | None = None
+    # The last dev evaluation's prediction of each row (reporting/dev_predictions.py), for the kinds whose evaluate()
+    # sets it: the saved checkpoint's go to RUN_DIR/dev_predictions.jsonl, which `finetune runs compare` pairs runs by.
+    last_predictions: list[dict] | None = None
+    predicts_rows = False  # whether evaluate() sets last_predictions
     held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
     method_records: tuple[dict, ...] = ()  # what before_training logs (method contrastive: its pair losses)
+    drawn: dict | None = None  # with task.labels_per_class: the training rows drawn (kinds/labelled_rows.py's record)
+    resuming = False  # whether setup() continues a stopped run
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -95,6 +94,7 @@ class TaskStage(TrainingStage):
     def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
         self.accelerator, self.spec = accelerator, task_spec(recipe.task)
+        self.resuming = resume_from is not None
         with recipe_key("model.checkpoint"):
             self.tokenizer = load_tokenizer(recipe.model.checkpoint, trust_remote_code=recipe.model.trust_remote_code)
         give_a_padding_token(self.tokenizer, recipe.model.checkpoint)  # GPT-2's and Llama's have none
@@ -170,9 +170,14 @@ class TaskStage(TrainingStage):
 
     def train_and_dev(self, read: Callable[[str], Rows], strata: Callable[[Rows], Any] | None = None):
         """The kind's training and dev examples, `read` from their files, or with task.dev_split held out of the
-        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder)."""
+        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder); with
+        task.labels_per_class, the training rows drawn class by class (kinds/labelled_rows.py)."""
         recipe = self.recipe
-        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, recipe.seed, recipe.run_dir, strata)
+        per_class = getattr(recipe.task, "labels_per_class", None)  # a key of the kinds that draw rows
+        data_seed = recipe.seed if per_class is None else recipe.draw  # with labels_per_class, the draw picks the data
+        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, data_seed, recipe.run_dir, strata)
+        if per_class is not None:
+            train, self.drawn = drawn_training_rows(train, self.spec, recipe, self.held_out, self.resuming)
         return train, dev
 
     @abstractmethod
@@ -262,28 +267,14 @@ class TaskStage(TrainingStage):
             context.log.write(record)
         if self.held_out is not None and self.accelerator.is_main_process:  # the run folder is the run's now
             write_split(context.run_dir, self.held_out)
+        if self.drawn is not None and self.accelerator.is_main_process:
+            write_record(context.run_dir, self.drawn)
         self.best_dir = context.run_dir / BEST_DIR
-        unfreezing, groups = self.recipe.unfreezing, len(self.groups)
-        # A schedule says per epoch how many groups train: a frozen rest is what it asks (method contrastive's [1]).
-        said = unfreezing.schedule is not None
-        if self.thaw_every is None and unfreezing.mode == "gradual" and not said and not context.resumed:
-            steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
-            epochs = math.ceil(context.total_steps / steps_per_epoch)
-            thawed = trainable_group_count(
-                epochs - 1,
-                groups,
-                "gradual",
-                unfreezing.initial_groups,
-                unfreezing.groups_per_epoch,
-                unfreezing.schedule,
-            )
-            if thawed < groups:  # said, not silently left: the lower groups keep their pretrained weights
-                console.print(
-                    f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) "
-                    f"{thawed} of the {groups} layer groups train and the lowest {groups - thawed} never do "
-                    "(more epochs, or unfreezing.every_fraction to thaw by steps)",
-                    markup=False,
-                )
+        steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
+        epochs = math.ceil(context.total_steps / steps_per_epoch)
+        by_epoch = self.thaw_every is None and not context.resumed
+        if by_epoch and (note := frozen_groups_note(self.recipe.unfreezing, len(self.groups), epochs)):
+            say(note)  # said, not silently left: the lower groups keep their pretrained weights
 
     def best_so_far(self) -> BestSoFar:
         return self.best
@@ -347,6 +338,8 @@ class TaskStage(TrainingStage):
             self._save(self.best_dir)
             if self.accelerator.is_main_process and self.last_classes is not None:
                 (self.best_dir / CLASSES_FILE).write_text(json.dumps(self.last_classes), encoding="utf-8")
+            if self.accelerator.is_main_process and self.last_predictions is not None:  # travels with the weights
+                write_rows(self.best_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
 
     def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
         groups = len(self.groups)
@@ -379,6 +372,7 @@ class TaskStage(TrainingStage):
         else:
             self._save(checkpoint)
         calibration = self.calibration(checkpoint)  # every process: it may predict the dev set again
+        self.write_dev_predictions(run_dir, checkpoint)
         if accelerator.is_main_process:
             saved_classes = checkpoint / CLASSES_FILE  # with keep_best, committed with the best weights
             if saved_classes.is_file():
@@ -423,6 +417,20 @@ class TaskStage(TrainingStage):
         """result.json's `calibration` of the saved weights, on the main process (kinds/calibration.py), for the
         kinds that calibrate their probabilities; None for the others."""
         return None
+
+    def write_dev_predictions(self, run_dir: Path, checkpoint: Path) -> None:
+        """RUN_DIR/dev_predictions.jsonl: the saved checkpoint's dev predictions; with keep_best those kept beside the
+        best weights (through a resume too), else the last evaluation's, made again when a resumed run's last
+        evaluation came before its checkpoint (the weights are the last ones either way)."""
+        kept = checkpoint / DEV_PREDICTIONS_FILE  # committed with the best weights
+        if self.predicts_rows and not self.recipe.keep_best and self.last_predictions is None:
+            self.evaluate()  # every process: the evaluation gathers the dev rows from all of them
+        if not self.accelerator.is_main_process:
+            return
+        if kept.is_file():
+            kept.replace(run_dir / DEV_PREDICTIONS_FILE)
+        elif not self.recipe.keep_best and self.last_predictions is not None:
+            write_rows(run_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
 
     def finished_result(self, run_dir: Path) -> Path:
         return run_dir / CHECKPOINT_DIR

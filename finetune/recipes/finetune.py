@@ -251,8 +251,20 @@ class FinetuneRecipe(TrainingRunRecipe):
     seeds: list[Seed] | None = Field(
         None,
         min_length=1,
-        description="run once per seed (into run_dir/seed-N) and report mean, median and "
-        "spread of the dev metrics; replaces seed",
+        description="run once per seed (into run_dir/seed-N) and report mean, median, spread and 95% interval "
+        "of the dev metrics; replaces seed",
+    )
+    draw: Seed = Field(
+        0,
+        description="with task.labels_per_class: the draw of the labelled rows, its random seed (the data's: "
+        "dev_split's hold-out and the rows drawn; seed stays the training's); draws sets it for each run",
+    )
+    draws: int | None = Field(
+        None,
+        ge=1,
+        description="with task.labels_per_class: run draws 0 to N-1 of the labelled rows x each seed (seeds, or "
+        "seed) into run_dir/draw-D/seed-S, every seed of a draw on its rows, and report mean, spread and 95% "
+        "interval of the dev metrics over all the runs, and per draw",
     )
     model: BackboneConfig
     task: TaskConfig
@@ -322,6 +334,21 @@ class FinetuneRecipe(TrainingRunRecipe):
     def _seeds_are_distinct(self) -> FinetuneRecipe:
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds {self.seeds} repeats a seed")
+        return self
+
+    @model_validator(mode="after")
+    def _draws_of_labelled_rows(self) -> FinetuneRecipe:
+        """draw and draws choose task.labels_per_class's rows: without it they would change nothing."""
+        drawn = getattr(self.task, "labels_per_class", None) is not None  # the kinds that draw rows have the key
+        if self.draws is not None and not drawn:
+            raise ValueError(
+                "draws: each draw takes task.labels_per_class rows of each class; set task.labels_per_class (kinds "
+                "classification, multilabel), or use seeds to repeat runs on every training row"
+            )
+        if self.draw != 0 and not drawn:
+            raise ValueError("draw: picks the rows task.labels_per_class draws; set labels_per_class or remove draw")
+        if self.draw != 0 and self.draws is not None:
+            raise ValueError(f"draw: draws runs draws 0 to {self.draws - 1}, each its own; remove draw")
         return self
 
     @model_validator(mode="after")

@@ -1,7 +1,9 @@
-"""`finetune runs compare`: runs side by side: the recipe keys that differ, final metrics, wall time, throughput.
+"""`finetune runs compare`: runs side by side: the recipe keys that differ, final metrics, wall time, throughput;
+for two runs, whether they differ beyond noise (reporting/paired_tests.py).
 
-Reads only what every run directory holds (recipe.yaml, metrics.jsonl, and result.json / timing.json
-when present) and draws the runs' loss and evaluation curves over each other.
+Reads only what every run directory holds (recipe.yaml, metrics.jsonl, and result.json / timing.json /
+dev_predictions.jsonl when present; a folder of several runs, seeds or draws: recipe.yaml and seeds.json, its
+metrics the means and 95% intervals over the runs) and draws the runs' loss and evaluation curves over each other.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from matplotlib.figure import Figure
 
 from finetune.errors import UserError
 from finetune.reporting.finish import read_timing
-from finetune.reporting.plots import RESULT_FILE, evaluation_metrics, is_number, new_figure, records_of, save_figure
+from finetune.reporting.paired_tests import paired_section
+from finetune.reporting.plots import evaluation_metrics, is_number, new_figure, records_of, save_figure
 from finetune.run_dir import METRICS_FILE, RECIPE_FILE, flatten_keys, read_metrics
 
 IGNORED_KEYS = ("run_dir", "overwrite", "description")  # where a run went and how it is described, not what it did
+RESULT_FILE = "result.json"  # a finetune run's dev scores; its main_metric picks the curve to overlay
+SEVERAL_RUNS_FILE = "seeds.json"  # a folder of several runs (seeds, draws): each dev metric over them
 MISSING = object()  # a key one run's recipe does not have
 
 
@@ -33,6 +38,7 @@ class Run:
     records: list[dict[str, Any]]
     timing: dict[str, Any] | None
     main_metric: str | None  # the evaluation key to overlay: dev_<main metric> or validation_loss
+    summary: dict[str, Any] | None = None  # a folder of several runs: its seeds.json (no records of its own)
 
     @property
     def train(self) -> list[dict[str, Any]]:
@@ -40,21 +46,30 @@ class Run:
 
     @property
     def last_evaluation(self) -> dict[str, Any]:
+        if self.summary is not None:  # the means over the runs
+            return {name: values["mean"] for name, values in self.summary["metrics"].items()}
         evaluations = records_of(self.records, "eval")
         return evaluations[-1] if evaluations else {}
+
+    @property
+    def shown_label(self) -> str:
+        return self.label if self.summary is None else f"{self.label} ({len(self.summary['runs'])} runs)"
 
 
 def load_run(path: Path) -> Run:
     """Read a run directory; a missing folder or one that holds no run is a UserError naming the path."""
     if not path.is_dir():
         raise UserError(f"{path}: no such folder")
-    missing = [name for name in (RECIPE_FILE, METRICS_FILE) if not (path / name).is_file()]
+    several = (path / SEVERAL_RUNS_FILE).is_file() and not (path / METRICS_FILE).is_file()
+    needed = (RECIPE_FILE, SEVERAL_RUNS_FILE if several else METRICS_FILE)
+    missing = [name for name in needed if not (path / name).is_file()]
     if missing:
         raise UserError(f"{path}: not a run directory (no {' and no '.join(missing)})")
     try:
         recipe = yaml.safe_load((path / RECIPE_FILE).read_text(encoding="utf-8"))
-        records = read_metrics(path / METRICS_FILE)  # names a bad line itself
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        records = [] if several else read_metrics(path / METRICS_FILE)  # names a bad line itself
+        summary = json.loads((path / SEVERAL_RUNS_FILE).read_text(encoding="utf-8")) if several else None
+    except (yaml.YAMLError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UserError(f"{path}: unreadable run files ({type(error).__name__})") from None
     if not isinstance(recipe, dict):
         raise UserError(f"{path / RECIPE_FILE}: not a recipe")
@@ -66,7 +81,7 @@ def load_run(path: Path) -> Run:
         main_metric = "validation_loss"
     elif evaluation_metrics(evaluations):
         main_metric = evaluation_metrics(evaluations)[0]
-    return Run(str(path), flatten_keys(recipe), records, read_timing(path), main_metric)
+    return Run(str(path), flatten_keys(recipe), records, read_timing(path), main_metric, summary)
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
@@ -122,14 +137,11 @@ def markdown_table(runs: list[Run]) -> str:
         loss = run.train[-1]["loss"] if run.train else None
         wall = duration(run.timing["training_wall_time_s"]) if run.timing else "-"
         cells = [
-            run.label,
+            run.shown_label,
             *(recipe_cell(run.recipe.get(key, MISSING)) for key in keys),
-            str(steps),
+            str(steps) if run.summary is None else "-",
             f"{loss:.4f}" if is_number(loss) else "-",
-            *(
-                f"{run.last_evaluation[name]:.4f}" if is_number(run.last_evaluation.get(name)) else "-"
-                for name in metrics
-            ),
+            *(metric_cell(run, name) for name in metrics),
             wall,
             throughput(run),
         ]
@@ -137,6 +149,15 @@ def markdown_table(runs: list[Run]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def metric_cell(run: Run, name: str) -> str:
+    """A run's last evaluation of a metric; of several runs, their mean and its 95% interval."""
+    value = run.last_evaluation.get(name)
+    if not is_number(value):
+        return "-"
+    interval = run.summary["metrics"][name].get("interval") if run.summary is not None else None
+    return f"{value:.4f}" + (f" ({interval[0]:.4f} to {interval[1]:.4f})" if interval else "")
 
 
 def overlay_figure(runs: list[Run]) -> Figure:
@@ -169,7 +190,8 @@ def overlay_figure(runs: list[Run]) -> Figure:
     evaluation_axes.set(xlabel="optimizer step", title=", ".join(names) or "no evaluations")
     for axes in (loss_axes, evaluation_axes):
         axes.grid(alpha=0.3)
-    loss_axes.legend(fontsize=8)
+    if any(run.train for run in runs):  # folders of several runs draw no curves of their own
+        loss_axes.legend(fontsize=8)
     return figure
 
 
@@ -184,6 +206,8 @@ def curves_path(output: Path | None) -> Path:
 def compare_runs(paths: list[Path], output: Path | None = None) -> tuple[str, Path]:
     """The Markdown report of the runs and the overlay PNG it links (written); the report is written to `output`."""
     runs = [load_run(Path(path)) for path in paths]
+    # Before anything is written: two runs of different dev rows are refused.
+    paired = paired_section([run.label for run in runs], [Path(path) for path in paths], [run.summary for run in runs])
     curves = curves_path(output)
     curves.parent.mkdir(parents=True, exist_ok=True)  # the report's folder, or runs/
     save_figure(overlay_figure(runs), curves)
@@ -191,9 +215,12 @@ def compare_runs(paths: list[Path], output: Path | None = None) -> tuple[str, Pa
     note = (
         ("Recipe keys not shown are the same in every run" if differing_keys(runs) else "The recipes are the same")
         + f" ({', '.join(IGNORED_KEYS)} left out). Metrics: the last training "
-        "window's loss and the last evaluation; wall time from the start of training to the saved checkpoint."
+        "window's loss and the last evaluation (of several runs: the mean of their saved checkpoints' scores and its "
+        "95% interval); wall time from the start of training to the saved checkpoint."
     )
-    markdown = f"# Runs compared\n\n{markdown_table(runs)}\n\n{note}\n\n![training loss and evaluations]({link})\n"
+    markdown = (
+        f"# Runs compared\n\n{markdown_table(runs)}\n\n{note}\n{paired}\n![training loss and evaluations]({link})\n"
+    )
     if output is not None:
         output.write_text(markdown, encoding="utf-8")
     return markdown, curves

@@ -408,3 +408,17 @@ def write_card(card: ModelCard, checkpoint: Path) -> Path:
     path = Path(checkpoint) / CARD_FILE
     card.save(path)
     return path
+
+
+def add_card_section(checkpoint: Path, heading: str, text: str) -> None:
+    """Add a section to the end of a checkpoint's card, in place of an earlier one of that heading (a run written
+    again, e.g. by --resume), if the checkpoint has a card."""
+    path = checkpoint / CARD_FILE
+    if not path.is_file():
+        return
+    card, marker = path.read_text(encoding="utf-8"), f"\n## {heading}\n"
+    start = card.find(marker)
+    if start >= 0:
+        end = card.find("\n## ", start + len(marker))
+        card = card[:start] + (card[end:] if end >= 0 else "")
+    path.write_text(f"{card.rstrip()}\n{marker}\n{text.strip()}\n", encoding="utf-8")

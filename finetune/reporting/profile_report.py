@@ -118,7 +118,7 @@ def compute_rows(compute: dict, frozen_at_start: bool, adapter: bool) -> list[Ro
         )
     )
     if compute["total_flops"] is not None:
-        runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
+        runs = f" x {compute['runs']} runs" if compute["runs"] > 1 else ""
         bound = ", an upper bound: every group trainable" if frozen_at_start else ""
         rows.append(
             (
@@ -177,6 +177,6 @@ def time_row(time: dict, compute: dict, frozen_at_start: bool) -> Row:
     if frozen_at_start:
         step += f" (~{duration(time['seconds_per_step_at_start'])} at start)"
     if time["seconds_total"] is not None:
-        runs = f" x {compute['runs']} seeds" if compute["runs"] > 1 else ""
+        runs = f" x {compute['runs']} runs" if compute["runs"] > 1 else ""
         step += f", ~{duration(time['seconds_total'])} for {compute['steps']:,} steps{runs}"
     return ("time", f"{step} (estimate: {rate}, {time['mfu_assumed']:.0%} MFU assumed)")

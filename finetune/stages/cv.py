@@ -55,6 +55,8 @@ def run_cv(recipe_path: Path, overrides: list[str], folds: int, run_dir: Path | 
     recipe: Any = load_recipe(recipe_path, overrides, expected_stage="finetune")  # a finetune recipe: a task section
     if recipe.seeds is not None:
         raise UserError(f"recipe {recipe_path}: seeds: a fold is one run; remove seeds")
+    if recipe.draws is not None:
+        raise UserError(f"recipe {recipe_path}: draws: a fold is one run; remove draws")
     if folds < 2:
         raise UserError(f"--folds {folds}: expected at least 2")
     spec = task_spec(recipe.task)

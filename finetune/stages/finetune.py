@@ -2,7 +2,8 @@
 
 The run of every task kind is kinds/stage.py's (setup -> train -> save), with its kind's parts (kinds/K/stage.py);
 this module holds the command, which asks the task's kind for its stage (kinds/registry.py).
-With `seeds`, the whole stage runs once per seed and the dev scores are summarised across seeds. `resume=True`
+With `seeds`, the whole stage runs once per seed, with `draws` once per draw of the labelled rows and seed, and the
+dev scores are summarised across the runs (stages/seeds.py). `resume=True`
 continues from the newest periodic checkpoint (`checkpoint_every`) bit for bit: weights, optimizer,
 random states, unfreezing stage, data position, best score so far (and its weights), patience.
 """
@@ -12,20 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from finetune.data.run_data import staged_task
+from finetune.kinds.labelled_rows import check_draws
 from finetune.kinds.registry import kind_named
 from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import FinetuneRecipe
 from finetune.run_dir import guarded_stage
-from finetune.stages.seeds import run_each_seed
+from finetune.stages.seeds import run_each, several_runs
 from finetune.training.driver import run_training
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
 
 @guarded_stage
 def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
-    """Run the stage (once, or once per seed); returns the checkpoint folder (the run directory for seeds).
+    """Run the stage (once, or once per seed or draw x seed); returns the checkpoint folder (the run directory of
+    several runs).
 
-    `resume`: continue a stopped run from its newest periodic checkpoint; with seeds, finished seeds are kept.
+    `resume`: continue a stopped run from its newest periodic checkpoint; of several runs, finished runs are kept.
     A custom task of `source: hub` reads its dataset's rows, written to RUN_DIR/data first (kept by --resume).
     The techniques the recipe leaves open are decided by the backbone first (training/techniques.py), so the saved
     recipe, the model card and a resumed run's check all see the values in force.
@@ -34,8 +37,10 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
     recipe = resolve_techniques(
         recipe, describe_backbone(recipe.model.checkpoint, recipe.model.trust_remote_code)
     ).recipe
-    if recipe.seeds is not None:
-        return run_each_seed(recipe, run_single_seed, RESULT_FILE, resume)
+    if recipe.draws is not None:
+        check_draws(recipe)  # every draw's rows, before the first run trains
+    if several_runs(recipe):
+        return run_each(recipe, run_single_seed, RESULT_FILE, resume)
     return run_single_seed(recipe, resume)
 
 

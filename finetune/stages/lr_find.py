@@ -66,11 +66,7 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
     }
     if isinstance(recipe, FinetuneRecipe):
         # The range test is of gradient steps on the task: no pair training first (method contrastive's LR is its own).
-        contrastive = recipe.contrastive.model_copy()  # the section as given: method plain reads none of it
-        contrastive.__pydantic_fields_set__.clear()
-        update.update(
-            seeds=None, keep_best=False, early_stopping_patience=None, method="plain", contrastive=contrastive
-        )
+        update.update(seeds=None, draws=None, keep_best=False, early_stopping_patience=None, method="plain")
     return recipe.model_copy(update=update)
 
 

@@ -99,6 +99,8 @@ def run_search(search: Search) -> Path:
     recipe = search.recipe([])
     if recipe.seeds is not None:
         raise UserError(f"recipe {search.recipe_path}: seeds: a search trial is one run; remove seeds (or use cv)")
+    if recipe.draws is not None:
+        raise UserError(f"recipe {search.recipe_path}: draws: a search trial is one run; remove draws")
     if not search.dimensions:  # the command line reads the space before it imports this module (and torch)
         search.dimensions = read_space(search.space_path, "finetune", lambda override: search.recipe([override]))
     folder = Path(search.run_dir or f"{recipe.run_dir}-search")

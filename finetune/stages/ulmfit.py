@@ -55,7 +55,7 @@ from finetune.run_dir import (
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, run_pretrain
 from finetune.stages.pretrain_data import read_corpus
-from finetune.stages.seeds import SUMMARY_JSON
+from finetune.stages.seeds import SUMMARY_JSON, several_runs
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.techniques import describe_backbone, resolve_techniques
 
@@ -185,8 +185,9 @@ def check_unchanged(section: str, stage: TrainingRunRecipe) -> None:
 
 
 def stage_resumable(stage: TrainingRunRecipe) -> bool:
-    """True when the stage's own `--resume` can continue it: a periodic checkpoint, or (seeds) a started run."""
-    if getattr(stage, "seeds", None):  # run_each_seed keeps finished seeds and continues or restarts the others
+    """True when the stage's own `--resume` can continue it: a periodic checkpoint, or (seeds, draws) a started
+    run."""
+    if several_runs(stage):  # run_each keeps finished runs and continues or restarts the others
         return (Path(stage.run_dir) / RECIPE_FILE).is_file()
     return latest_training_checkpoint(stage.run_dir) is not None
 
@@ -196,7 +197,8 @@ def latest_stage_checkpoint(run_dir: Path) -> Path | None:
     finished checkpoint (a seed's too), for the message that refuses a rerun into a used run_dir."""
     for folder in reversed(ULMFIT_STAGE_FOLDERS.values()):
         stage_dir = Path(run_dir) / folder
-        for candidate in (stage_dir, *sorted(stage_dir.glob("seed-*"), reverse=True)):
+        runs = [*stage_dir.glob("seed-*"), *stage_dir.glob("draw-*/seed-*")]
+        for candidate in (stage_dir, *sorted(runs, reverse=True)):
             checkpoint = latest_training_checkpoint(candidate)
             if checkpoint is None and (candidate / CHECKPOINT_DIR).is_dir():
                 checkpoint = candidate / CHECKPOINT_DIR
@@ -237,9 +239,10 @@ def open_flow_dir(recipe: UlmfitRecipe, resume: bool, main: bool) -> Path:
 
 
 def classifier_output(classifier: FinetuneRecipe) -> Path:
-    """What stage 3 leaves: its checkpoint folder, or with seeds its run directory (a checkpoint per seed-N)."""
+    """What stage 3 leaves: its checkpoint folder, or with seeds (draws) its run directory (a checkpoint per seed-N,
+    or draw-D/seed-S)."""
     run_dir = Path(classifier.run_dir)
-    return run_dir if classifier.seeds is not None else run_dir / CHECKPOINT_DIR
+    return run_dir if several_runs(classifier) else run_dir / CHECKPOINT_DIR
 
 
 def run_stage(plan: StagePlan) -> Path:
@@ -295,14 +298,14 @@ def last_validation(run_dir: Path) -> dict:
 
 
 def classifier_scores(stage: FinetuneRecipe) -> dict:
-    """The saved checkpoint's dev scores (result.json), or with seeds the mean over the seeds (seeds.json)."""
+    """The saved checkpoint's dev scores (result.json), or with seeds (draws) the mean over the runs (seeds.json)."""
     main_metric = stage.selection_metric()
     run_dir = Path(stage.run_dir)
-    if stage.seeds is not None:
+    if several_runs(stage):
         seeds = json.loads((run_dir / SUMMARY_JSON).read_text(encoding="utf-8"))
         return {
             "checkpoint": None,
-            "checkpoints": [str(run_dir / f"seed-{seed}" / CHECKPOINT_DIR) for seed in stage.seeds],
+            "checkpoints": [str(run_dir / run / CHECKPOINT_DIR) for run in seeds["runs"]],
             "main_metric": main_metric,
             "dev": {name: values["mean"] for name, values in seeds["metrics"].items()},
             "dev_over": "mean of the seeds",

@@ -27,6 +27,23 @@ def trainable_group_count(
     return min(num_groups, initial_groups + epoch * groups_per_epoch)
 
 
+def frozen_groups_note(unfreezing, groups: int, epochs: int) -> str | None:
+    """What a run with per-epoch gradual unfreezing should know when its `epochs` leave lower groups frozen; None when
+    every group thaws or a schedule says per epoch how many train (method contrastive's [1] means to freeze)."""
+    if unfreezing.mode != "gradual" or unfreezing.schedule is not None:
+        return None
+    thawed = trainable_group_count(
+        epochs - 1, groups, "gradual", unfreezing.initial_groups, unfreezing.groups_per_epoch, unfreezing.schedule
+    )
+    if thawed >= groups:
+        return None
+    return (
+        f"note: gradual unfreezing thaws one more group per epoch; in {epochs} epoch(s) {thawed} of the {groups} "
+        f"layer groups train and the lowest {groups - thawed} never do (more epochs, or unfreezing.every_fraction "
+        "to thaw by steps)"
+    )
+
+
 def thaw_interval(total_steps: int, every_steps: int | None = None, every_fraction: float | None = None) -> int | None:
     """Optimizer steps between two thaws of step-wise unfreezing; None when unfreezing goes by epochs.
 

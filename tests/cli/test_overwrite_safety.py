@@ -228,6 +228,26 @@ def test_every_entry_a_run_writes_is_finetunes_own(tmp_path, monkeypatch):
     assert {"checkpoint", "metrics.jsonl", "seeds.json", "report.json"} <= OWN_ENTRIES
 
 
+def test_a_run_of_draws_writes_only_its_own_entries_and_overwrite_spares_the_users(pretrained, tmp_path):
+    task = write_task(tmp_path / "task")
+    (task / "dev.tsv").unlink()  # dev_split holds the dev rows out of train.tsv
+    data = finetune_recipe(pretrained, task, tmp_path / "runs" / "draws")
+    data["task"].update(labels_per_class=4, dev_split=0.25)
+    data["training"]["epochs"] = 1
+    data.update(draws=2, seeds=[1])
+    recipe = write_yaml(tmp_path / "draws.yaml", data)
+    result = runner.invoke(app, ["finetune", str(recipe)])
+    assert result.exit_code == 0, result.output
+    for run in ("draws", "draws/draw-0", "draws/draw-1/seed-1"):
+        folder = tmp_path / "runs" / run
+        foreign = [entry.name for entry in folder.iterdir() if not is_own_entry(entry)]
+        assert foreign == [], f"{run} holds entries overwrite would not remove: {foreign}"
+    (tmp_path / "runs" / "draws" / "draw-0" / "notes.txt").write_text("mine")
+    assert runner.invoke(app, ["finetune", str(recipe), "overwrite=true", "draws=1"]).exit_code == 0
+    assert (tmp_path / "runs" / "draws" / "draw-0" / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "runs" / "draws" / "draw-1").exists()  # the earlier run's second draw: removed
+
+
 # ---------------------------------------------------------------------------------------------
 # Two runs, one folder
 # ---------------------------------------------------------------------------------------------

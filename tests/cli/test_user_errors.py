@@ -234,6 +234,28 @@ def encoder_decoder_checkpoint(data: dict[str, Any], paths: Paths) -> None:
 GOOD_ROW = b"the film was great .\t1\n"
 
 
+def both(*changes: Change) -> Change:
+    """Every one of `changes`, in turn."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        for each in changes:
+            each(data, paths)
+
+    return change
+
+
+def one_row_of_class(label: str) -> Change:
+    """train.tsv with a single row of class `label` (its other rows dropped)."""
+
+    def change(data: dict[str, Any], paths: Paths) -> None:
+        header, *rows = (paths.task / "train.tsv").read_text(encoding="utf-8").splitlines()
+        ours = [row for row in rows if row.endswith(f"\t{label}")]
+        kept = [row for row in rows if not row.endswith(f"\t{label}")] + ours[:1]
+        (paths.task / "train.tsv").write_text("\n".join([header, *kept]) + "\n", encoding="utf-8")
+
+    return change
+
+
 class Case(NamedTuple):
     stage: str
     change: Change
@@ -660,6 +682,40 @@ CASES = {
     "empty corpus of the ulmfit general LM": Case(
         "ulmfit", writing("corpus/train.txt", b"\n\n"), ("train.txt", "no text")
     ),
+    # Few labels (issue 57): task.labels_per_class, draw and draws
+    "draws without labels_per_class": Case("finetune", setting("draws", 2), ("draws", "set task.labels_per_class")),
+    "draw without labels_per_class": Case("finetune", setting("draw", 1), ("draw", "set labels_per_class")),
+    "labels_per_class 0": Case(
+        "finetune", setting("task.labels_per_class", 0), ("task.labels_per_class", "1 or more", "got 0")
+    ),
+    "labels_per_class on a kind without classes": Case(
+        "finetune",
+        both(regression_task_scoring("2.5"), setting("task.labels_per_class", 4)),
+        ("task.labels_per_class", "not for kind regression", "a key of kind classification, multilabel"),
+    ),
+    "a class of one training row when labels_per_class asks for more": Case(
+        "finetune",
+        both(one_row_of_class("1"), setting("task.labels_per_class", 4)),
+        ("task.labels_per_class", "class '1' has 1 training row", "labels_per_class: 1"),
+    ),
+    "a class of one training row before draws": Case(
+        "finetune",
+        both(one_row_of_class("1"), setting("task.labels_per_class", 4), setting("draws", 3)),
+        ("task.labels_per_class", "class '1' has 1 training row"),
+    ),
+    "draws that would all take every training row": Case(
+        "finetune",
+        both(setting("task.labels_per_class", 20), setting("draws", 2)),
+        ("draws", "every draw would take all 40 training rows", "lower labels_per_class, or set draws: 1"),
+    ),
+    "a label not in the recipe with labels_per_class": Case(
+        "finetune",
+        both(
+            writing("task/train.tsv", b"sentence\tlabel\n" + GOOD_ROW + b"meh .\tmaybe\n"),
+            setting("task.labels_per_class", 1),
+        ),
+        ("train.tsv line 3", "maybe"),
+    ),
 }
 
 
@@ -765,7 +821,29 @@ ARCHIVE_CASES = {
     "encrypted archive member": CommandCase(encrypted_member, ("problem: CoLA.tsv: member CoLA.tsv", "encrypted")),
 }
 
+
+def runs_of_other_dev_rows(tmp: Path) -> list[str]:
+    """`runs compare` of two finished finetune runs (their files written here) whose dev rows differ at row 1."""
+    for name, keys in (("a", ["k0", "k1", "k2"]), ("b", ["k0", "kX", "k2"])):
+        run_dir = tmp / name
+        run_dir.mkdir()
+        (run_dir / "recipe.yaml").write_text(f"stage: finetune\nrun_dir: {run_dir}\n", encoding="utf-8")
+        (run_dir / "metrics.jsonl").write_text('{"phase": "eval", "step": 1, "dev_accuracy": 1.0}\n', encoding="utf-8")
+        scores = {"dev_accuracy": 1.0}
+        result = {"main_metric": "accuracy", "saved": "best", "best": scores, "last": scores}
+        (run_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
+        rows = [
+            {"row": index, "key": key, "label": "1", "predicted": "1", "probabilities": {"0": 0.2, "1": 0.8}}
+            for index, key in enumerate(keys)
+        ]
+        (run_dir / "dev_predictions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return ["runs", "compare", str(tmp / "a"), str(tmp / "b")]
+
+
 COMMAND_CASES = {
+    "runs compare of runs on different dev rows": CommandCase(
+        runs_of_other_dev_rows, ("runs compare", "different dev rows", "dev row 1 differs", "task.dev_split")
+    ),
     "metrics line a JSON list": CommandCase(
         metrics_line(b"[1, 2]"), ("metrics.jsonl line 2", "expected a JSON object, found list")
     ),

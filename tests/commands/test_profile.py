@@ -231,6 +231,16 @@ def test_frozen_groups_cost_only_their_forward(tmp_path, finetune_recipe_data, w
     assert compute["decoded_fraction"] is None and compute["sequence_length"] == 16
 
 
+def test_draws_x_seeds_count_every_run(tmp_path, finetune_recipe_data, write_recipe):
+    finetune_recipe_data["model"]["checkpoint"] = str(save_tiny_masked_lm(tmp_path / "lm"))
+    finetune_recipe_data["task"]["labels_per_class"] = 4
+    finetune_recipe_data.update({"draws": 3, "seeds": [0, 1]})
+    path = write_recipe(finetune_recipe_data)
+    assert profile_json(path, "training.max_steps=5")["compute"]["runs"] == 6
+    words = [word for word in invoke(path, "training.max_steps=5", *RATE).output.split() if word != "│"]
+    assert "5 steps (training.max_steps, whatever the epochs) x 6 runs:" in " ".join(words)  # the table's text
+
+
 # ---------------------------------------------------------------------------------------------
 # The command: table, JSON, time, errors, nothing written
 # ---------------------------------------------------------------------------------------------

@@ -470,3 +470,27 @@ def test_eval_refuses_dev_thresholds_ensembles_and_single_label_checkpoints(mult
     message = one_error_line(runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"one": str(single)}))]))
     assert message.startswith(f"error: models.one: {single}: a single-label classifier (one label per example)")
     assert not (tmp_path / "eval").exists()
+
+
+def test_the_dev_predictions_are_label_sets_at_the_saved_threshold(multilabel_run):
+    best = json.loads((multilabel_run / "result.json").read_text())["best"]
+    rows = [json.loads(line) for line in (multilabel_run / "dev_predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 32 and all(list(row["probabilities"]) == LABELS for row in rows)
+    references = np.array([[label in row["label"] for label in LABELS] for row in rows])
+    predicted = np.array([[label in row["predicted"] for label in LABELS] for row in rows])
+    probabilities = np.array([list(row["probabilities"].values()) for row in rows])
+    assert ((probabilities > best["dev_threshold"]) == predicted).mean() > 0.99  # the probabilities are rounded
+    scores = multilabel_metrics(references, predicted)
+    assert scores["micro_f1"] == pytest.approx(best["dev_micro_f1"])  # the saved checkpoint's evaluation
+    assert scores["subset_accuracy"] == pytest.approx(best["dev_subset_accuracy"])
+
+
+def test_labels_per_class_draws_rows_of_every_label_and_of_none(tiny_bert, marker_task, tmp_path):
+    data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run", labels_per_class=10)
+    data["training"]["epochs"] = 1
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "run" / "labelled_rows.json").read_text())
+    assert set(record["counts"]) == {*LABELS, "(no label)"} and min(record["counts"].values()) >= 10
+    assert len(record["rows"]) < 96 and record["pool_rows"] == 96
+    assert f"task.labels_per_class 10, draw 0: {len(record['rows'])} of the 96 training rows" in result.output

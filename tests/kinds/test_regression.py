@@ -9,6 +9,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from transformers import AutoConfig
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.predict import load_predictor
+from finetune.glue.metrics import METRICS
 from finetune.glue.specs import task_spec
 from finetune.kinds.registry import kind_of
 from finetune.recipes import load_recipe, task_config
@@ -152,3 +154,13 @@ def test_a_glue_task_of_another_kind_is_refused_in_one_line(tmp_path):
         task_config(name="sst2", kind="regression", source="hub")
     with pytest.raises(ValueError, match="metric accuracy is for classification"):
         task_config(name="mine", data_dir=tmp_path, text_columns=["a"], label_column="y", metrics=["accuracy"])
+
+
+def test_the_dev_predictions_are_scores(scores_run):
+    run_dir = scores_run / "runs" / "scores"
+    rows = [json.loads(line) for line in (run_dir / "dev_predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+    best = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))["best"]
+    assert len(rows) == 8 and all(set(row) == {"row", "key", "label", "predicted"} for row in rows)
+    gold, predicted = [row["label"] for row in rows], [row["predicted"] for row in rows]
+    assert all(isinstance(value, float) for value in gold + predicted)
+    assert METRICS["pearson"](np.array(predicted), np.array(gold)) == pytest.approx(best["dev_pearson"], abs=1e-6)

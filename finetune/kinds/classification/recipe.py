@@ -7,10 +7,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
-from finetune.kinds.recipe import GlueOrCustomSection, LabelName, distinct, label_as_text
+from finetune.kinds.recipe import DrawnRowsKeys, GlueOrCustomSection, LabelName, distinct, label_as_text
 
 
-class ClassificationSection(GlueOrCustomSection):
+class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
     """A class per example, from its text or sentence pair: a GLUE task by name, or a custom one described here."""
 
     kind_name: ClassVar[str] = "classification"

@@ -27,6 +27,7 @@ from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
+from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
 
 
@@ -37,6 +38,7 @@ class ClassificationStage(TaskStage):
     plain_loss: Callable = staticmethod(classification_loss)  # the model's own loss, from its logits and labels
     weighted_loss: Loss | None = None  # with class weights or label smoothing: the loss trained instead
     last_dev_logits: np.ndarray | None = None  # of the last dev evaluation, for a kind that calibrates
+    predicts_rows = True
 
     def read_task(self) -> tuple[int, int]:
         """Read the training and dev splits (dev held out of train with task.dev_split, stratified by class);
@@ -48,6 +50,7 @@ class ClassificationStage(TaskStage):
             (lambda examples: examples.labels) if by_class else None,
         )
         self.weighted_loss = self.loss_of_the_recipe()
+        self.dev_keys = row_keys(self.dev_examples.texts)  # what pairs two runs' predictions of a dev row
         return len(self.train_examples.texts), len(self.dev_examples.texts)
 
     def training_method(self):
@@ -152,6 +155,10 @@ class ClassificationStage(TaskStage):
         scores = {f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, labels).items()}
         if self.spec.labels is not None:  # classes, not a regression score
             self.last_classes = class_report(self.spec.labels, predictions, labels)
+            probabilities = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+            self.last_predictions = classifier_rows(self.dev_keys, self.spec.labels, labels, predictions, probabilities)
+        else:
+            self.last_predictions = score_rows(self.dev_keys, labels, predictions)
         return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
 
     def on_new_best(self) -> None:

@@ -9,14 +9,14 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS, MULTI_LABEL_PROBLEM, TaskSpec, template_columns
-from finetune.kinds.recipe import TextTaskSection, distinct, label_as_text
+from finetune.kinds.recipe import DrawnRowsKeys, TextTaskSection, distinct, label_as_text
 
 DEFAULT_LABEL_SEPARATOR = "|"
 
 METRICS = ("micro_f1", "macro_f1", "weighted_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
 
 
-class MultilabelSection(TextTaskSection):
+class MultilabelSection(TextTaskSection, DrawnRowsKeys):
     """Any number of labels per example (label_column holding a list, or label_columns of 0/1)."""
 
     kind_name: ClassVar[str] = "multilabel"

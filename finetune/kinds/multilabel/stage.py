@@ -11,6 +11,7 @@ from finetune.kinds.multilabel.metrics import best_threshold, label_table, multi
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.kinds.multilabel.training import binary_cross_entropy, label_probabilities
 from finetune.reporting.class_report import classes_of
+from finetune.reporting.dev_predictions import label_set_rows
 from finetune.training.imbalance import Loss, binary_cross_entropy_loss, described_weights, pos_weight_vector
 
 
@@ -50,6 +51,8 @@ class MultilabelStage(ClassificationStage):
         assert self.spec.labels is not None  # a multi-label task lists its labels (or label_columns)
         table = label_table(references, probabilities > threshold, self.spec.labels)
         self.last_classes = classes_of(table, "examples")
+        chosen = probabilities > threshold
+        self.last_predictions = label_set_rows(self.dev_keys, self.spec.labels, references, chosen, probabilities)
         loss = binary_cross_entropy(torch.from_numpy(logits), torch.from_numpy(references)).item()
         return (
             {f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
