@@ -30,6 +30,7 @@ from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
 from finetune.kinds.labelled_rows import drawn_training_rows, write_record
+from finetune.kinds.method import MethodChoice
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
 from finetune.models.families import is_recurrent
@@ -76,6 +77,7 @@ class TaskStage(TrainingStage):
     last_predictions: list[dict] | None = None
     predicts_rows = False  # whether evaluate() sets last_predictions
     held_out: dict | None = None  # with task.dev_split: the rows held out as dev (kinds/dev_split.py's record)
+    method: MethodChoice | None = None  # how the kind trains, where it chooses (kinds/method.py)
     method_records: tuple[dict, ...] = ()  # what before_training logs (method contrastive: its pair losses)
     drawn: dict | None = None  # with task.labels_per_class: the training rows drawn (kinds/labelled_rows.py's record)
     resuming = False  # whether setup() continues a stopped run
@@ -120,6 +122,8 @@ class TaskStage(TrainingStage):
             f"task {self.spec.name} ({self.spec.kind}): {train_count:,} training and {dev_count:,} dev examples; "
             f"backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}"
         )
+        if self.method is not None:  # the kinds that choose one (method auto decided on the rows read)
+            say(f"method: {self.method.method} ({self.method.reason})")
         console.print(techniques_summary(recipe), markup=False, highlight=False, soft_wrap=True)
         with recipe_key("task.long_documents", ReadingError):  # a head or overlap too long for the examples
             train_data, collate, dev_loader = self.encoded_task(model)

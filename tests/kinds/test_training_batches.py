@@ -13,6 +13,7 @@ from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_batches import LengthGroupedSampler
 from finetune.kinds.stage import TaskStage
 from finetune.recipes.base import TrainingConfig
+from finetune.training.budget import StepPlan
 
 
 class Examples(list):
@@ -29,6 +30,7 @@ def training_loader(splits: bool = True, note: str | None = None, skips_padding:
     computes its real tokens only (`skips_padding`) or pads."""
     stage = SimpleNamespace(
         skips_padding=skips_padding,
+        plan=StepPlan(epochs=1, passes=1, reason="one epoch"),  # each row once an epoch
         recipe=SimpleNamespace(seed=3, training=TrainingConfig(batch_size=4, **training)),
         accelerator=SimpleNamespace(num_processes=2),
         tokenizer=SimpleNamespace(model_input_names=["input_ids"]),

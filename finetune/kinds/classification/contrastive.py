@@ -37,7 +37,6 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
         if problem is not None:
             raise UserError(f"method: contrastive: {problem} (or method: plain)")
         recipe = contrastive_techniques(recipe)
-    console.print(f"method: {choice.method} ({choice.reason})", markup=False, highlight=False, soft_wrap=True)
     decided = recipe.model_copy(update={"method": choice.method})  # the checkpoint's recipe and card say which
     return decided, choice
 

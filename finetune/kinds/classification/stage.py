@@ -60,7 +60,7 @@ class ClassificationStage(TaskStage):
 
     def before_training(self, model, train_data, collate) -> None:
         """Method contrastive: the encoder trained on pairs of the training rows, the head by logistic regression."""
-        if self.method.method == "contrastive":
+        if self.method is not None and self.method.method == "contrastive":
             assert self.train_examples.labels is not None  # kind classification: decided_method checked
             self.method_records = tuple(
                 train_contrastively(
