@@ -29,7 +29,11 @@ class StepPlan:
 def plan_steps(
     rows: int, step_examples: int, epochs: int | None, max_steps: int | None, min_steps: int | None
 ) -> StepPlan:
-    """The plan for `rows` training rows read `step_examples` an optimizer step (batch x processes x accumulation)."""
+    """The plan for `rows` training rows read `step_examples` an optimizer step (batch x processes x accumulation).
+
+    An epoch's passes follow each other in one order, so its batches are full across them: an epoch of `passes`
+    passes takes ceil(rows x passes / step_examples) steps.
+    """
     per_pass = max(1, math.ceil(rows / step_examples))
     if max_steps:
         return StepPlan(epochs or 1, 1, f"training.max_steps {max_steps}")
@@ -38,14 +42,14 @@ def plan_steps(
     if not min_steps or per_pass >= min_steps:
         floor = f", at least training.min_steps {min_steps}" if min_steps else ""
         return StepPlan(1, 1, f"one epoch of {rows:,} rows in {per_pass} step(s){floor}")
-    passes_needed = math.ceil(min_steps / per_pass)
+    passes_needed = math.ceil(min_steps * step_examples / max(1, rows))
     run_epochs = min(FEW_ROWS_EPOCHS, passes_needed)
     passes = math.ceil(passes_needed / run_epochs)
     return StepPlan(
         run_epochs,
         passes,
-        f"{rows:,} rows make {per_pass} step(s) a pass, fewer than training.min_steps {min_steps}: "
-        f"{run_epochs} epoch(s) of {passes} pass(es) over them",
+        f"{rows:,} rows make {rows / step_examples:.3g} step(s) of {step_examples} a pass, fewer than "
+        f"training.min_steps {min_steps}: {run_epochs} epoch(s) of {passes} pass(es) over them",
     )
 
 
