@@ -64,6 +64,9 @@ class MeanPoolingConfig(PretrainedConfig):
     classifier_dropout: float | None = None  # None: the encoder's hidden dropout (BERT's head does the same)
     pad_token_id: int | None = None  # the stage records the tokenizer's here, as for any classifier
     scalar_mix: bool = False  # pool ELMo's learned mix of every layer (embedding output included), not the last one
+    # The mean divided by its length, as a sentence-transformers Normalize module does (all-MiniLM-L6-v2's last
+    # module): what method contrastive's head reads when the checkpoint's sentence embeddings are normalised.
+    normalize: bool = False
 
 
 def backbone_config(config: PretrainedConfig) -> PretrainedConfig:
@@ -115,6 +118,10 @@ class _MeanPoolingBase(PreTrainedModel):
         # Every family's hidden_states hold the embedding output and one entry per layer: num_hidden_layers + 1.
         layers = _encoder_of(config).num_hidden_layers + 1
         self.scalar_mix = ScalarMix(layers) if config.scalar_mix else None
+
+    def normalized(self, pooled: Tensor) -> Tensor:
+        """(batch, hidden) pooled vectors, each divided by its length when the config says `normalize`."""
+        return nn.functional.normalize(pooled, dim=-1) if getattr(self.config, "normalize", False) else pooled
 
     def token_states(self, input_ids: Tensor | None, attention_mask: Tensor | None, **encoder_inputs) -> Tensor:
         """(batch, time, hidden): the last layer's states, or the scalar mix of every layer's."""
@@ -177,7 +184,7 @@ class MeanPoolingForSequenceClassification(_MeanPoolingBase):
     ) -> SequenceClassifierOutput:
         """Logits (batch, num_labels); with `labels`, cross-entropy, or MSE for regression (transformers' rules)."""
         hidden = self.token_states(input_ids, attention_mask, **encoder_inputs)
-        logits = self.classifier(self.dropout(mean_over_real_tokens(hidden, attention_mask)))
+        logits = self.classifier(self.dropout(self.normalized(mean_over_real_tokens(hidden, attention_mask))))
         loss = None
         if labels is not None:
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
@@ -191,7 +198,9 @@ class MeanPoolingForSequenceClassification(_MeanPoolingBase):
             "AutoModel": _qualified(MeanPoolingEncoder),
         }
         super().save_pretrained(save_directory, *args, **kwargs)
-        write_sentence_transformers_files(Path(save_directory), _encoder_of(self.config).hidden_size)
+        write_sentence_transformers_files(
+            Path(save_directory), _encoder_of(self.config).hidden_size, getattr(self.config, "normalize", False)
+        )
 
 
 def _qualified(cls: type) -> str:
@@ -199,12 +208,15 @@ def _qualified(cls: type) -> str:
     return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
 
 
-def write_sentence_transformers_files(folder: Path, hidden_size: int) -> None:
-    """modules.json (the folder's encoder, then a mean Pooling), sentence_bert_config.json and 1_Pooling/config.json."""
+def write_sentence_transformers_files(folder: Path, hidden_size: int, normalize: bool = False) -> None:
+    """modules.json (the folder's encoder, then a mean Pooling, then with `normalize` a Normalize),
+    sentence_bert_config.json and 1_Pooling/config.json."""
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
     (folder / "modules.json").write_text(json.dumps(modules, indent=2) + "\n")
     (folder / "sentence_bert_config.json").write_text(json.dumps({"do_lower_case": False}, indent=2) + "\n")
     pooling = {"word_embedding_dimension": hidden_size, "pooling_mode_mean_tokens": True}

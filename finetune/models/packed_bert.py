@@ -49,7 +49,7 @@ def packed_logits(
         lengths = real.sum(dim=1)  # real tokens per row; the packed rows follow each other in this order
         rows = torch.arange(len(input_ids), device=input_ids.device).repeat_interleave(lengths)
         sums = hidden.new_zeros(len(input_ids), hidden.shape[-1]).index_add(0, rows, hidden)
-        return model.classifier(dropout(sums / lengths.unsqueeze(-1).to(hidden.dtype), head_dropout))
+        return model.classifier(dropout(model.normalized(sums / lengths.unsqueeze(-1).to(hidden.dtype)), head_dropout))
     hidden = packed_encoder(model.bert, input_ids, real, token_type_ids)
     if isinstance(model, BertForTokenClassification):
         logits = model.classifier(dropout(hidden, head_dropout))

@@ -45,9 +45,10 @@ def pair_loss(name: str) -> nn.Module:
 
 
 def sentence_embeddings(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(batch, hidden): the mean over the real tokens the classifier's head reads (before its dropout)."""
+    """(batch, hidden): the mean over the real tokens the classifier's head reads (before its dropout), normalised
+    where the model normalises it."""
     inputs = {key: value for key, value in batch.items() if key in MODEL_INPUTS}
-    return mean_over_real_tokens(model.token_states(**inputs), inputs.get("attention_mask"))
+    return model.normalized(mean_over_real_tokens(model.token_states(**inputs), inputs.get("attention_mask")))
 
 
 def train_encoder_on_pairs(

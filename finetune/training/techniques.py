@@ -198,6 +198,13 @@ def sentence_pooling(source: str, local_files_only: bool = False) -> str | None:
     return modes[0] if len(modes) == 1 else None
 
 
+def sentence_normalizes(source: str, local_files_only: bool = False) -> bool:
+    """Whether a sentence-transformers checkpoint divides its embeddings by their length (a Normalize module)."""
+    modules = _checkpoint_json(source, "modules.json", local_files_only)
+    normalize = "sentence_transformers.models.Normalize"
+    return isinstance(modules, list) and any(isinstance(m, dict) and m.get("type") == normalize for m in modules)
+
+
 def _checkpoint_json(source: str, name: str, local_files_only: bool) -> Any:
     """A JSON file of a local checkpoint folder or a hub repository; None when it is missing or unreadable."""
     path = Path(source) / name

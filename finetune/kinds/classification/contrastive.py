@@ -10,7 +10,7 @@ from finetune.data.pairs import contrastive_pairs, rows_per_class
 from finetune.errors import UserError
 from finetune.kinds.method import MethodChoice, choose_method, contrastive_problem, contrastive_techniques
 from finetune.training.contrastive import embed_rows, fit_head_by_logistic_regression, train_encoder_on_pairs
-from finetune.training.techniques import sentence_pooling
+from finetune.training.techniques import sentence_normalizes, sentence_pooling
 
 
 class PairTraining:
@@ -39,6 +39,14 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
         recipe = contrastive_techniques(recipe)
     decided = recipe.model_copy(update={"method": choice.method})  # the checkpoint's recipe and card say which
     return decided, choice
+
+
+def read_as_the_sentence_model(model, checkpoint: str) -> None:
+    """Method contrastive's head reads the embeddings as the checkpoint gives them: normalised where its
+    sentence-transformers pipeline ends with a Normalize module (as SetFit's logistic regression reads them)."""
+    if hasattr(model, "normalized") and sentence_normalizes(checkpoint, local_files_only=True):
+        model.config.normalize = True
+        console.print("the head reads the mean divided by its length, as the checkpoint's Normalize module does")
 
 
 def train_contrastively(recipe, model, groups, train_data, collate, labels: np.ndarray, device) -> list[dict]:

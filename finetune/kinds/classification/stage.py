@@ -22,7 +22,7 @@ from finetune.errors import UserError
 from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
-from finetune.kinds.classification.contrastive import decided_method, train_contrastively
+from finetune.kinds.classification.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
@@ -92,6 +92,8 @@ class ClassificationStage(TaskStage):
         recipe = self.recipe
         with classifier_keys():
             model = load_classifier(recipe.model, self.spec, recipe.classifier_dropout, recipe.pooling)
+        if self.method is not None and self.method.method == "contrastive":
+            read_as_the_sentence_model(model, recipe.model.checkpoint)
         if recipe.task.both_orders and not adds_orders_exactly(model):
             raise UserError(
                 f"task.both_orders: GPT's similarity transformation adds the two orders' representations "
