@@ -31,8 +31,7 @@ SetFit's defaults use none. Ours trains on every drawn row and its dev file is t
 labelled row the others do not, and keep_best then picks among the epochs by the training rows (the first epoch
 that fits them best). The scoring file is never a dev set (that would choose checkpoints on the test rows). An
 earlier design held a quarter of each class's rows out as dev (at 8 per class ours trained on 6 and chose on 2);
-at 8 SST-2 rows per class that cost ours about 10 points against SetFit on 16 (2026-12-04, two draws), so the
-comparison now gives both the same training rows.
+that compared ours on fewer labels than the peer, so the comparison now gives both the same training rows.
 
 Scoring: every arm's predicted labels are scored here by one function (`score`): accuracy, and macro-F1 averaged
 over the scoring file's classes that are training classes. ATIS's test file has 5 rows of 4 intents that no

@@ -85,6 +85,35 @@ def test_the_checkpoint_loads_in_transformers_and_sentence_transformers(sentence
     assert "| method | contrastive |" in (folder / "README.md").read_text()  # the model card
 
 
+def test_a_normalising_sentence_model_gives_its_head_normalised_embeddings(sentence_model, task_dir, tmp_path):
+    import json
+
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    normalising = tmp_path / "normalising"
+    shutil.copytree(sentence_model, normalising)
+    modules = json.loads((normalising / "modules.json").read_text())
+    modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (normalising / "modules.json").write_text(json.dumps(modules))
+    result = finetune(contrastive_recipe(normalising, task_dir, tmp_path / "run"), tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "the head reads the mean divided by its length" in " ".join(result.output.split())
+    folder = tmp_path / "run" / "checkpoint"
+    assert json.loads((folder / "config.json").read_text())["normalize"] is True
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    batch = AutoTokenizer.from_pretrained(folder)(["a good film", "a bad film ok"], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        logits, states = model(**batch).logits, model.encoder(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        normalised = torch.nn.functional.normalize((states * mask).sum(1) / mask.sum(1), dim=-1)
+        assert torch.allclose(logits, model.classifier(normalised), atol=1e-5)
+    embedded = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu").encode(
+        ["a good film", "a bad film ok"], convert_to_tensor=True
+    )
+    assert torch.allclose(embedded, normalised, atol=1e-5)
+
+
 def test_auto_trains_plainly_where_pairs_do_not_fit(sentence_model, pretrained, task_dir, tmp_path):
     plain_model = finetune(contrastive_recipe(pretrained, task_dir, tmp_path / "bert"), tmp_path, "bert")
     assert plain_model.exit_code == 0, plain_model.output
