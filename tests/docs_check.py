@@ -50,6 +50,7 @@ LOCAL_MINILM_HUB_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 STEPS = ["training.max_steps=2"]
 BUDGET = {
     "recipes/finetune/minilm-glue.yaml": STEPS,
+    "recipes/finetune/minilm-sst2-lora.yaml": STEPS,  # its hub checkpoint becomes the local MiniLM (budget below)
     "recipes/eval/glue.yaml": ["max_length=32", "batch_size=128"],
     "recipes/pretrain/awd-lstm-wikitext2.yaml": STEPS,
     "recipes/ulmfit/sst2-2-language-model.yaml": STEPS,
