@@ -33,7 +33,7 @@ class MethodChoice:
     reason: str
 
 
-def contrastive_problem(rows_per_class: dict[str, int], sentence_model: bool, pooling: str | None) -> str | None:
+def contrastive_problem(rows_per_class: dict[str, int], pooling: str | None) -> str | None:
     """Why contrastive training cannot run here, or None."""
     if pooling not in ("mean", "scalar_mix"):
         return f"it trains the mean-pooled sentence embeddings, and pooling is {pooling}"
@@ -62,7 +62,7 @@ def choose_method(
         return MethodChoice(
             "plain", f"auto: {median:g} labelled rows per class (median), more than {CONTRASTIVE_UP_TO} for pairs"
         )
-    problem = contrastive_problem(rows_per_class, sentence_model, pooling)
+    problem = contrastive_problem(rows_per_class, pooling)
     if problem is not None:
         return MethodChoice("plain", f"auto: not contrastive, since {problem}")
     return MethodChoice(

@@ -33,7 +33,7 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
     if choice.method == "contrastive":
         if counts is None:
             raise UserError(f"method: contrastive is for kind classification, not {spec.kind}")
-        problem = contrastive_problem(counts, sentence_model, recipe.pooling)
+        problem = contrastive_problem(counts, recipe.pooling)
         if problem is not None:
             raise UserError(f"method: contrastive: {problem} (or method: plain)")
         recipe = contrastive_techniques(recipe)
