@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.run_dir import read_metrics
-from tests.conftest import custom_task_section, one_error_line, save_tiny_masked_lm, write_task, write_yaml
-from tests.recipes.test_backbone_defaults import with_sentence_transformers_pooling
+from tests.conftest import one_error_line, save_tiny_masked_lm, write_task, write_yaml
+from tests.recipes.test_backbone_defaults import minimal_recipe, with_sentence_transformers_pooling
 
 runner = CliRunner()
 
@@ -27,16 +27,11 @@ def sentence_model(tmp_path_factory) -> Path:
 
 
 def contrastive_recipe(checkpoint: Path, task: Path, run_dir: Path, **extra) -> dict:
-    """20 rows per class, 2 pairs of each kind per row (160 pairs: 10 steps of 16), then 4 steps of the head."""
-    return {
-        "stage": "finetune",
-        "run_dir": str(run_dir),
-        "model": {"checkpoint": str(checkpoint)},
-        "task": custom_task_section(task),
-        "training": {"max_steps": 4, "batch_size": 8, "device": "cpu"},
-        "contrastive": {"iterations": 2},
-        **extra,
-    }
+    """A newcomer's recipe (20 rows per class) with 2 pairs of each kind per row (160 pairs: 10 steps of 16), then 4
+    steps of the head."""
+    data = minimal_recipe(checkpoint, task, run_dir, contrastive={"iterations": 2}, **extra)
+    data["training"] = {"max_steps": 4, "batch_size": 8, "device": "cpu"}
+    return data
 
 
 def finetune(data: dict, tmp_path: Path, name: str = "recipe"):
