@@ -46,9 +46,3 @@ def contrastive_pairs(labels: np.ndarray, iterations: int, seed: int) -> Pairs:
         np.concatenate(second).astype(np.int64)[order],
         np.concatenate(kinds)[order],
     )
-
-
-def rows_per_class(labels: np.ndarray, names: tuple[str, ...]) -> dict[str, int]:
-    """Training rows of each class (or each label of a multi-label task), in the order of `names`."""
-    counts = np.bincount(labels, minlength=len(names)) if labels.ndim == 1 else (labels > 0.5).sum(axis=0)
-    return {name: int(count) for name, count in zip(names, counts)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.data.pairs import contrastive_pairs, rows_per_class
+from finetune.data.pairs import contrastive_pairs
 
 
 def test_every_row_gets_its_similar_and_dissimilar_partners():
@@ -36,9 +36,3 @@ def test_a_row_that_shares_a_label_with_every_row_has_no_dissimilar_partner():
     labels = np.array([[1, 1], [1, 0], [0, 1]], dtype=np.float32)  # row 0 shares with both others
     pairs = contrastive_pairs(labels, iterations=2, seed=0)
     assert pairs.similar[pairs.first == 0].tolist() == [1.0, 1.0]
-
-
-def test_rows_per_class_counts_classes_and_labels():
-    assert rows_per_class(np.array([0, 2, 2]), ("a", "b", "c")) == {"a": 1, "b": 0, "c": 2}
-    rows = np.array([[1, 0], [1, 1]], dtype=np.float32)
-    assert rows_per_class(rows, ("x", "y")) == {"x": 2, "y": 1}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from finetune.console import console
-from finetune.data.pairs import contrastive_pairs, rows_per_class
+from finetune.data.pairs import contrastive_pairs
 from finetune.errors import UserError
+from finetune.kinds.labelled_rows import class_rows
 from finetune.kinds.method import MethodChoice, choose_method, contrastive_problem, contrastive_techniques
 from finetune.training.contrastive import embed_rows, fit_head_by_logistic_regression, train_encoder_on_pairs
 from finetune.training.techniques import sentence_normalizes, sentence_pooling
@@ -27,7 +28,9 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
     """(the recipe the run trains with, the method and why) for a classification task's training `labels`."""
     # One class per row: multi-label pairs and heads are not built yet (their rows share some labels, not all).
     takes_pairs = spec.labels is not None and not spec.is_regression and labels is not None and labels.ndim == 1
-    counts = rows_per_class(labels, spec.labels) if takes_pairs and labels is not None else None
+    counts = None
+    if takes_pairs and labels is not None:  # the training rows of each class, as labels_per_class draws them
+        counts = {name: len(rows) for name, rows in class_rows(labels, spec.labels).items()}
     sentence_model = sentence_pooling(recipe.model.checkpoint, local_files_only=True) == "mean"
     choice = choose_method(recipe.method, counts, sentence_model, recipe.pooling)
     if choice.method == "contrastive":
