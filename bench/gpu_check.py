@@ -97,7 +97,9 @@ def launcher(args, ours: bool) -> list[str]:
 
 
 def environment(args) -> dict:
-    return {**os.environ, **({} if args.smoke else {"ACCELERATE_MIXED_PRECISION": "bf16"})}
+    """bf16 for both sides; both run their checkpoint's own layers: transformers >= 5.2x otherwise fetches Hub kernels
+    on model.eval() (ours turns them off in from_pretrained; the Trainer's scripts, as shipped, stop offline)."""
+    return {**os.environ, "USE_HUB_KERNELS": "0", **({} if args.smoke else {"ACCELERATE_MIXED_PRECISION": "bf16"})}
 
 
 def timed(args, command: list, memory: dict, side: str) -> str:

@@ -95,6 +95,9 @@ def load_model_folder(
             trust_remote_code=trust_remote_code,
             ignore_mismatched_sizes=True,
             output_loading_info=True,
+            # transformers >= 5.2x swaps layers for kernels fetched from the Hub on model.train()/eval() unless told
+            # not to: code downloaded mid-run, and a failure on a GPU machine without network (seen on an H200)
+            use_kernels=False,
             **kwargs,
         )
         position = {tensor: index for index, tensor in enumerate(model.state_dict())}
