@@ -22,8 +22,8 @@ from finetune.errors import UserError
 from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
-from finetune.kinds.classification.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
 from finetune.kinds.classifier_keys import classifier_keys
+from finetune.kinds.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
 from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
