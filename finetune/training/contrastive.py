@@ -5,7 +5,8 @@ regression: SetFit's method (Tunstall et al. 2022), run on the toolkit's model, 
    have cosine 1 and of dissimilar rows 0: sentence-transformers' pair losses (`compute_loss_from_embeddings`),
    AdamW with discriminative LRs over the encoder's layer groups, linear warmup (10%) then decay, dropout on.
 2. A logistic regression (scikit-learn's, SetFit's default head) on the training rows' embeddings becomes the
-   classifier's linear layer, so the fine-tuning that follows starts from SetFit's model.
+   classifier's linear layer, so the fine-tuning that follows starts from SetFit's model; multi-label rows get one
+   regression per label (one-vs-rest, SetFit's multi-label default), each the row of its label's sigmoid.
 
 The well-kept library does the losses (sentence-transformers: tested, several to choose from); the pairs are
 drawn here, since `setfit` itself pins versions of transformers this toolkit has moved past.
@@ -99,12 +100,19 @@ def embed_rows(model, items, collate: Callable, device, batch_size: int = 64) ->
     return torch.cat(parts).numpy()
 
 
+def head_layer(classifier) -> nn.Linear:
+    """The linear layer that predicts: with a LoRA adapter (peft's ModulesToSaveWrapper), the head's copy that trains
+    and is saved."""
+    copies = getattr(classifier, "modules_to_save", None)  # a ModuleDict by adapter name
+    return classifier if copies is None else copies[classifier.active_adapters[0]]  # the run's one adapter
+
+
 def fit_head_by_logistic_regression(classifier: nn.Linear, embeddings: np.ndarray, labels: np.ndarray, seed: int):
     """The classifier's weights and bias from scikit-learn's logistic regression on the embeddings (SetFit's head):
     the softmax of the layer's logits is the regression's probabilities. Returns the training accuracy."""
     from sklearn.linear_model import LogisticRegression
 
-    classifier = getattr(classifier, "modules_to_save", {}).get("default", classifier)  # LoRA: the head's copy
+    classifier = head_layer(classifier)
     regression = LogisticRegression(max_iter=1000, random_state=seed).fit(embeddings, labels)
     weight = torch.zeros_like(classifier.weight)
     bias = torch.zeros_like(classifier.bias)
@@ -120,3 +128,35 @@ def fit_head_by_logistic_regression(classifier: nn.Linear, embeddings: np.ndarra
         classifier.weight.copy_(weight)
         classifier.bias.copy_(bias)
     return float(regression.score(embeddings, labels))
+
+
+def fit_head_label_by_label(
+    classifier: nn.Linear, embeddings: np.ndarray, labels: np.ndarray, seed: int
+) -> tuple[float, list[int]]:
+    """Each label's row of the classifier from a logistic regression of that label (0/1 `labels` columns) on the
+    embeddings, one-vs-rest (SetFit's multi-label head): the sigmoid of a label's logit is its regression's
+    probability. A label on no training row, or on every one, has no regression to fit: its row is a bias alone, the
+    log-odds of its rate smoothed by half a row each way, (positives + 1/2) / (rows + 1), finite and on the side of
+    the rows. Returns the training subset accuracy (rows whose every label is right) and those labels' indices."""
+    from sklearn.linear_model import LogisticRegression
+
+    classifier = head_layer(classifier)
+    present = np.asarray(labels) > 0.5
+    weight = torch.zeros_like(classifier.weight)
+    bias = torch.zeros_like(classifier.bias)
+    constant = []
+    for label in range(present.shape[1]):
+        column = present[:, label]
+        if column.all() or not column.any():
+            rate = (column.sum() + 0.5) / (len(column) + 1)
+            bias[label] = float(np.log(rate / (1 - rate)))
+            constant.append(label)
+            continue
+        regression = LogisticRegression(max_iter=1000, random_state=seed).fit(embeddings, column)
+        weight[label] = torch.as_tensor(regression.coef_[0], dtype=weight.dtype)
+        bias[label] = float(regression.intercept_[0])
+    with torch.no_grad():
+        classifier.weight.copy_(weight)
+        classifier.bias.copy_(bias)
+    decided = embeddings @ weight.double().numpy().T + bias.double().numpy() > 0
+    return float((decided == present).all(axis=1).mean()), constant
