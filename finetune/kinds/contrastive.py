@@ -1,16 +1,26 @@
-"""Method contrastive for a classifier (SetFit's; training/contrastive.py): the method decided, the encoder trained
-on pairs of the training rows, the head started from a logistic regression on their embeddings."""
+"""Method contrastive for the kinds with classes (SetFit's; training/contrastive.py): the method decided, the encoder
+trained on pairs of the training rows, the head started from a logistic regression on their embeddings.
+
+Classification's rows hold a class each (class indices), multilabel's a 0/1 row over the labels: rows pair by a shared
+class or label (data/pairs.py), a class counts its rows and a label its positive rows, and the head is one softmax
+regression, or one regression per label (one-vs-rest).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from finetune.console import console
-from finetune.data.pairs import contrastive_pairs
+from finetune.data.pairs import contrastive_pairs, unpaired
 from finetune.errors import UserError
-from finetune.kinds.labelled_rows import class_rows
+from finetune.kinds.labelled_rows import NO_LABEL, class_rows
 from finetune.kinds.method import MethodChoice, choose_method, contrastive_problem, contrastive_techniques
-from finetune.training.contrastive import embed_rows, fit_head_by_logistic_regression, train_encoder_on_pairs
+from finetune.training.contrastive import (
+    embed_rows,
+    fit_head_by_logistic_regression,
+    fit_head_label_by_label,
+    train_encoder_on_pairs,
+)
 from finetune.training.techniques import sentence_normalizes, sentence_pooling
 
 
@@ -25,18 +35,20 @@ class PairTraining:
 
 
 def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, MethodChoice]:
-    """(the recipe the run trains with, the method and why) for a classification task's training `labels`."""
-    # One class per row: multi-label pairs and heads are not built yet (their rows share some labels, not all).
-    takes_pairs = spec.labels is not None and not spec.is_regression and labels is not None and labels.ndim == 1
-    counts = None
-    if takes_pairs and labels is not None:  # the training rows of each class, as labels_per_class draws them
-        counts = {name: len(rows) for name, rows in class_rows(labels, spec.labels).items()}
+    """(the recipe the run trains with, the method and why) for a classification or multi-label task's training
+    `labels`."""
+    counts, problem, per_label = None, None, labels is not None and labels.ndim == 2
+    if spec.labels is not None and not spec.is_regression and labels is not None:
+        # The training rows of each class (multi-label: of each label), as labels_per_class draws them.
+        groups = class_rows(labels, spec.labels)
+        counts = {name: len(rows) for name, rows in groups.items() if name != NO_LABEL}
+        problem = unpaired(labels)
     sentence_model = sentence_pooling(recipe.model.checkpoint, local_files_only=True) == "mean"
-    choice = choose_method(recipe.method, counts, sentence_model, recipe.pooling)
+    choice = choose_method(recipe.method, counts, sentence_model, recipe.pooling, problem, per_label)
     if choice.method == "contrastive":
         if counts is None:
-            raise UserError(f"method: contrastive is for kind classification, not {spec.kind}")
-        problem = contrastive_problem(counts, recipe.pooling)
+            raise UserError(f"method: contrastive is for kinds classification and multilabel, not {spec.kind}")
+        problem = contrastive_problem(counts, recipe.pooling, problem, per_label)
         if problem is not None:
             raise UserError(f"method: contrastive: {problem} (or method: plain)")
         recipe = contrastive_techniques(recipe)
@@ -52,9 +64,11 @@ def read_as_the_sentence_model(model, checkpoint: str) -> None:
         console.print("the head reads the mean divided by its length, as the checkpoint's Normalize module does")
 
 
-def train_contrastively(recipe, model, groups, train_data, collate, labels: np.ndarray, device) -> list[dict]:
-    """The pair training of the encoder (every group but the head's), then the head by logistic regression;
-    returns the pair losses' records for metrics.jsonl."""
+def train_contrastively(
+    recipe, model, groups, train_data, collate, labels: np.ndarray, names: tuple[str, ...], device
+) -> list[dict]:
+    """The pair training of the encoder (every group but the head's), then the head by logistic regression (of the
+    classes `names`, or of each label); returns the pair losses' records for metrics.jsonl."""
     pairs = contrastive_pairs(labels, recipe.contrastive.iterations, recipe.seed)
     steps = -(-len(pairs.similar) // recipe.contrastive.batch_size)
     console.print(
@@ -66,6 +80,21 @@ def train_contrastively(recipe, model, groups, train_data, collate, labels: np.n
     )
     records = train_encoder_on_pairs(model, groups[:-1], train_data, collate, pairs, PairTraining(recipe), device)
     embeddings = embed_rows(model, train_data, collate, device)
-    accuracy = fit_head_by_logistic_regression(model.classifier, embeddings, labels, recipe.seed)
-    console.print(f"head: logistic regression on the embeddings, training accuracy {accuracy:.4f}", markup=False)
+    console.print(start_head(model.classifier, embeddings, labels, names, recipe.seed), markup=False, highlight=False)
     return records
+
+
+def start_head(classifier, embeddings: np.ndarray, labels: np.ndarray, names: tuple[str, ...], seed: int) -> str:
+    """The head's layer from a logistic regression on the embeddings (multi-label: one per label); says how."""
+    if labels.ndim == 1:
+        accuracy = fit_head_by_logistic_regression(classifier, embeddings, labels, seed)
+        return f"head: logistic regression on the embeddings, training accuracy {accuracy:.4f}"
+    accuracy, constant = fit_head_label_by_label(classifier, embeddings, labels, seed)
+    rates = "".join(
+        f"; label '{names[label]}' is on {'every' if labels[:, label].all() else 'no'} training row: its bias alone"
+        for label in constant
+    )
+    return (
+        f"head: a logistic regression per label on the embeddings (one-vs-rest), training subset accuracy "
+        f"{accuracy:.4f}{rates}"
+    )

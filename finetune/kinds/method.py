@@ -4,6 +4,8 @@
 |---|---|
 | contrastive (SetFit's) | kind classification, a sentence-embedding checkpoint read by mean pooling, at most |
 | | CONTRASTIVE_UP_TO labelled rows per class (the median over classes), 2 rows or more in every class |
+| contrastive | kind multilabel, the same checkpoint and pooling, at most CONTRASTIVE_UP_TO positive rows per label |
+| | (a label's rows, the median over labels), rows that give a similar and a dissimilar pair (data/pairs.py) |
 | plain | everything else |
 
 Why: with a handful of labels a head trained by gradient steps on a few rows starts from an embedding space that
@@ -23,6 +25,9 @@ CONTRASTIVE_UP_TO = 64  # labelled rows per class (median over classes) up to wh
 # and the head alone goes on training, at a linear layer's rate.
 CONTRASTIVE_HEAD_LR = 1e-3
 SMALLEST_CLASS = 2  # a similar pair of two different rows needs two rows of the class
+# Multi-label rows pair through any label they share, so a label of one positive row (or none) leaves its rows other
+# partners: no label needs rows of its own, the rows need a similar and a dissimilar pair between them (`unpaired`),
+# and a label with no regression to fit (on no row, or every row) starts its head row from its rate alone.
 
 
 @dataclass(frozen=True)
@@ -33,41 +38,51 @@ class MethodChoice:
     reason: str
 
 
-def contrastive_problem(rows_per_class: dict[str, int], pooling: str | None) -> str | None:
-    """Why contrastive training cannot run here, or None."""
+def contrastive_problem(
+    rows_per_class: dict[str, int], pooling: str | None, unpaired: str | None = None, per_label: bool = False
+) -> str | None:
+    """Why contrastive training cannot run here, or None. `unpaired`: why the rows give no pairs of one kind
+    (data/pairs.py); `per_label`: the counts are a multi-label task's positive rows per label, which need no minimum."""
     if pooling not in ("mean", "scalar_mix"):
         return f"it trains the mean-pooled sentence embeddings, and pooling is {pooling}"
+    if per_label:
+        return unpaired
     short = {label: count for label, count in rows_per_class.items() if count < SMALLEST_CLASS}
     if short:
         label, count = next(iter(short.items()))
         return f"class '{label}' has {count} training row(s); similar pairs need {SMALLEST_CLASS} rows of every class"
-    return None
+    return unpaired
 
 
 def choose_method(
-    requested: str, rows_per_class: dict[str, int] | None, sentence_model: bool, pooling: str | None
+    requested: str,
+    rows_per_class: dict[str, int] | None,
+    sentence_model: bool,
+    pooling: str | None,
+    unpaired: str | None = None,
+    per_label: bool = False,
 ) -> MethodChoice:
     """The method of a run: `requested` (method), or for auto the rule of the module docstring.
 
-    `rows_per_class`: None for a kind that cannot train contrastively (regression, tagging, ...).
+    `rows_per_class`: None for a kind that cannot train contrastively (regression, tagging, ...); with `per_label`,
+    each label's positive rows (multi-label). `unpaired`: why the rows give no pairs of one kind (data/pairs.py).
     """
     if requested != "auto":
         return MethodChoice(requested, "set in the recipe")
     if rows_per_class is None:
         return MethodChoice("plain", "auto: the task's kind trains a head on the encoder")
     median = statistics.median(rows_per_class.values()) if rows_per_class else 0
+    counted = "positive rows per label" if per_label else "labelled rows per class"
     if not sentence_model:
         return MethodChoice("plain", "auto: the checkpoint is not a sentence-embedding model (no mean Pooling module)")
     if median > CONTRASTIVE_UP_TO:
-        return MethodChoice(
-            "plain", f"auto: {median:g} labelled rows per class (median), more than {CONTRASTIVE_UP_TO} for pairs"
-        )
-    problem = contrastive_problem(rows_per_class, pooling)
+        return MethodChoice("plain", f"auto: {median:g} {counted} (median), more than {CONTRASTIVE_UP_TO} for pairs")
+    problem = contrastive_problem(rows_per_class, pooling, unpaired, per_label)
     if problem is not None:
         return MethodChoice("plain", f"auto: not contrastive, since {problem}")
     return MethodChoice(
         "contrastive",
-        f"auto: a sentence-embedding checkpoint and {median:g} labelled rows per class (median), at most "
+        f"auto: a sentence-embedding checkpoint and {median:g} {counted} (median), at most "
         f"{CONTRASTIVE_UP_TO} (finetune/kinds/method.py)",
     )
 

@@ -297,8 +297,8 @@ class FinetuneRecipe(TrainingRunRecipe):
         "auto",
         description="contrastive: SetFit's method: the encoder first learns sentence embeddings from pairs of "
         "labelled rows (the contrastive section), then a logistic regression on them starts the head, which trains "
-        "on (kind classification, mean pooling); plain: the head on the pretrained encoder, trained as the other "
-        "keys say; auto: decided at the start from the checkpoint and the labelled rows per class "
+        "on (kinds classification and multilabel, mean pooling); plain: the head on the pretrained encoder, trained "
+        "as the other keys say; auto: decided at the start from the checkpoint and the labelled rows per class "
         "(finetune/kinds/method.py says the rule and the measurements behind it)",
     )
     contrastive: ContrastiveConfig = Field(

@@ -183,3 +183,181 @@ def test_contrastive_refuses_a_class_with_one_row(sentence_model, tmp_path):
     assert "class '1' has 1 training row(s); similar pairs need 2 rows of every class" in one_error_line(result)
     assert not (tmp_path / "run").exists()
     shutil.rmtree(task)
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-label: rows pair by a shared label, the head starts from one regression per label
+# ---------------------------------------------------------------------------------------------
+
+MARKER_ROWS = (("train", 32), ("dev", 16), ("test", 8))
+
+
+@pytest.fixture(scope="module")
+def marker_task(tmp_path_factory) -> Path:
+    from tests.kinds.test_multilabel import write_marker_task
+
+    return write_marker_task(tmp_path_factory.mktemp("multilabel-pairs") / "task", MARKER_ROWS)
+
+
+def multilabel_recipe(checkpoint: Path, task: Path, run_dir: Path, **extra) -> dict:
+    """The marker words' labels (32 training rows, about 16 per label) with a threshold chosen on dev; 2 pairs of each
+    kind per row, then 4 steps of the head."""
+    from tests.kinds.test_multilabel import task_section
+
+    data = minimal_recipe(checkpoint, task, run_dir, contrastive={"iterations": 2}, **extra)
+    data["task"] = task_section(task, threshold="dev")
+    data["training"] = {"max_steps": 4, "batch_size": 8, "device": "cpu"}
+    return data
+
+
+def training_labels(task: Path):
+    from finetune.data.task_files import read_task_split
+    from finetune.glue.specs import task_spec
+    from finetune.recipes import task_config
+    from tests.kinds.test_multilabel import task_section
+
+    return read_task_split(task_spec(task_config(**task_section(task))), task, "train").labels
+
+
+@pytest.fixture(scope="module")
+def multilabel_run(sentence_model, marker_task, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("multilabel-contrastive")
+    result = finetune(multilabel_recipe(sentence_model, marker_task, folder / "run"), folder)
+    assert result.exit_code == 0, result.output
+    return folder / "run", " ".join(result.output.split())
+
+
+def test_auto_trains_a_multilabel_encoder_on_pairs_then_a_regression_per_label(multilabel_run, marker_task):
+    import numpy as np
+
+    from finetune.data.pairs import contrastive_pairs
+
+    run, output = multilabel_run
+    labels = training_labels(marker_task)
+    median = int(np.median(labels.sum(axis=0)))
+    assert f"method: contrastive (auto: a sentence-embedding checkpoint and {median} positive rows per label" in output
+    pairs = contrastive_pairs(labels, 2, seed=0)  # the recipe's seed
+    steps = -(-len(pairs.similar) // 16)
+    said = f"{len(pairs.similar)} pairs of the 32 training rows ({int(pairs.similar.sum())} similar), {steps} steps"
+    assert said in output
+    assert "head: a logistic regression per label on the embeddings (one-vs-rest), training subset accuracy" in output
+    records = read_metrics(run / "metrics.jsonl")
+    assert [record["step"] for record in records if record.get("phase") == "contrastive"] == [
+        *range(10, steps, 10),
+        steps,
+    ]
+    assert "unfreezing: gradual (groups per epoch [1]) method contrastive" in output
+
+
+def test_a_multilabel_contrastive_checkpoint_loads_predicts_and_evaluates(multilabel_run, marker_task, tmp_path):
+    import json
+
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from finetune.commands.predict import predict
+    from tests.kinds.test_multilabel import LABELS, eval_yaml
+
+    run, _ = multilabel_run
+    folder, saved = run / "checkpoint", json.loads((run / "result.json").read_text())["best"]["dev_threshold"]
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert model.config.problem_type == "multi_label_classification" and model.config.multilabel_threshold == saved
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    texts = ["really great music so", "very quite truly awful"]
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        logits, states = model(**batch).logits, model.encoder(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    mean = (states * mask).sum(1) / mask.sum(1)
+    embedded = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu").encode(
+        texts, convert_to_tensor=True
+    )
+    assert torch.allclose(embedded, mean, atol=1e-5)
+    for row, label_logits in zip(predict(str(folder), texts), logits):  # the labels above the saved threshold
+        assert list(row["probabilities"]) == LABELS
+        assert row["labels"] == [label for label, logit in zip(LABELS, label_logits) if torch.sigmoid(logit) > saved]
+    card = (folder / "README.md").read_text()
+    assert "| method | contrastive |" in card and f"| decision threshold | {saved:g}" in card
+    result = runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(folder)}))])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "eval" / "report.json").read_text())["results"]["ml"]["threshold"] == saved
+
+
+def test_a_stopped_multilabel_contrastive_run_resumes_bit_for_bit(sentence_model, marker_task, tmp_path):
+    from finetune.recipes import load_recipe
+    from finetune.stages.finetune import run_finetune
+    from tests.conftest import interrupted_at_step
+
+    data = multilabel_recipe(sentence_model, marker_task, tmp_path / "run", method="contrastive", checkpoint_every=2)
+    data["training"].update(log_every=1)
+    full = finetune(dict(data, run_dir=str(tmp_path / "full")), tmp_path, "full")
+    assert full.exit_code == 0, full.output
+    with interrupted_at_step(2):
+        run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
+    resumed = runner.invoke(app, ["finetune", str(tmp_path / "recipe.yaml"), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "pairs of the 32 training rows" not in resumed.output  # the checkpoint holds the encoder they trained
+    full_weights = load_file(tmp_path / "full" / "checkpoint" / "model.safetensors")
+    resumed_weights = load_file(tmp_path / "run" / "checkpoint" / "model.safetensors")
+    for name, weight in full_weights.items():
+        assert torch.equal(weight, resumed_weights[name]), name
+
+
+@pytest.mark.parametrize("kind", ["classification", "multilabel"])
+def test_a_lora_adapter_learns_the_pairs_and_its_heads_copy_the_regression(
+    sentence_model, task_dir, marker_task, tmp_path, kind
+):
+    from finetune.commands.predict import predict
+
+    if kind == "classification":
+        data = contrastive_recipe(sentence_model, task_dir, tmp_path / "run", method="contrastive")
+    else:
+        data = multilabel_recipe(sentence_model, marker_task, tmp_path / "run", method="contrastive")
+    data["model"]["adapter"] = {"rank": 4, "target_modules": ["query", "value"]}
+    result = finetune(data, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "head: " in result.output and (tmp_path / "run" / "checkpoint" / "adapter_config.json").is_file()
+    records = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [record for record in records if record.get("phase") == "contrastive"]
+    assert predict(str(tmp_path / "run" / "checkpoint"), ["great music"])[0]["probabilities"]
+
+
+def write_labelled_rows(task: Path, rows: list[list[str]]) -> Path:
+    """The marker task with its training rows' labels replaced by `rows`, one after another."""
+    import json
+
+    lines = (task / "train.jsonl").read_text().splitlines()
+    relabelled = [json.dumps(dict(json.loads(line), labels=labels)) for line, labels in zip(lines, rows)]
+    (task / "train.jsonl").write_text("\n".join(relabelled) + "\n")
+    return task
+
+
+NO_SIMILAR = [["GREAT"], ["AWFUL"], ["MUSIC"]] + [[]] * 29  # no label on two rows; a row of none is similar to none
+
+
+@pytest.mark.parametrize(
+    ("rows", "said"),
+    [
+        ([["GREAT", "AWFUL"]] * 32, "every two of the 32 training rows share a label: no dissimilar pair"),
+        (NO_SIMILAR, "no two of the 32 training rows share a label: no similar pair"),
+    ],
+)
+def test_multilabel_rows_without_pairs_of_both_kinds_are_refused_in_one_line_or_trained_plainly(
+    sentence_model, marker_task, tmp_path, rows, said
+):
+    task = write_labelled_rows(shutil.copytree(marker_task, tmp_path / "task"), rows)
+    data = multilabel_recipe(sentence_model, task, tmp_path / "run", method="contrastive")
+    result = finetune(data, tmp_path)
+    assert result.exit_code != 0 and f"method: contrastive: {said} (or method: plain)" in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+    auto = finetune(dict(data, method="auto"), tmp_path)
+    assert auto.exit_code == 0, auto.output
+    assert f"method: plain (auto: not contrastive, since {said})" in " ".join(auto.output.split())
+
+
+def test_multilabel_contrastive_refuses_pooling_model(sentence_model, marker_task, tmp_path):
+    data = multilabel_recipe(sentence_model, marker_task, tmp_path / "run", method="contrastive", pooling="model")
+    result = finetune(data, tmp_path)
+    said = "method: contrastive trains mean-pooled sentence embeddings: pooling mean or scalar_mix"
+    assert result.exit_code != 0 and said in one_error_line(result)
+    assert not (tmp_path / "run").exists()

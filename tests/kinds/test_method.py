@@ -3,7 +3,13 @@ otherwise; and the techniques method contrastive changes where the recipe left t
 
 from __future__ import annotations
 
-from finetune.kinds.method import CONTRASTIVE_HEAD_LR, CONTRASTIVE_UP_TO, choose_method, contrastive_techniques
+from finetune.kinds.method import (
+    CONTRASTIVE_HEAD_LR,
+    CONTRASTIVE_UP_TO,
+    choose_method,
+    contrastive_problem,
+    contrastive_techniques,
+)
 
 FEW = {"negative": 8, "positive": 8}
 
@@ -43,3 +49,27 @@ def test_contrastive_trains_the_head_alone_where_the_recipe_left_it_open(finetun
     recipe._technique_sources = {"unfreezing.mode": "set", "training.lr": "set"}
     kept = contrastive_techniques(recipe)
     assert (kept.unfreezing, kept.training.lr) == (recipe.unfreezing, recipe.training.lr)
+
+
+def test_auto_counts_a_multilabel_tasks_positive_rows_per_label():
+    labels = {"a": 3, "b": 1, "c": 0}  # rare labels pair through the others' rows: no minimum per label
+    choice = choose_method("auto", labels, True, "mean", per_label=True)
+    assert choice.method == "contrastive" and "1 positive rows per label (median)" in choice.reason
+    many = {"a": CONTRASTIVE_UP_TO + 1, "b": CONTRASTIVE_UP_TO + 3}
+    cases = {
+        f"{CONTRASTIVE_UP_TO + 2} positive rows per label (median), more than": choose_method(
+            "auto", many, True, "mean", per_label=True
+        ),
+        "no dissimilar pair": choose_method(
+            "auto", labels, True, "mean", "every two rows ... no dissimilar pair", True
+        ),
+        "pooling is model": choose_method("auto", labels, True, "model", per_label=True),
+    }
+    for said, choice in cases.items():
+        assert choice.method == "plain" and said in choice.reason, (said, choice)
+
+
+def test_a_label_of_few_rows_is_no_problem_unpaired_rows_are():
+    assert contrastive_problem({"a": 0, "b": 1}, "mean", per_label=True) is None
+    assert contrastive_problem({"a": 0, "b": 1}, "mean", "no similar pair", per_label=True) == "no similar pair"
+    assert "class 'a' has 0 training row(s)" in str(contrastive_problem({"a": 0, "b": 1}, "mean"))

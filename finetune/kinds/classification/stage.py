@@ -61,7 +61,8 @@ class ClassificationStage(TaskStage):
     def before_training(self, model, train_data, collate) -> None:
         """Method contrastive: the encoder trained on pairs of the training rows, the head by logistic regression."""
         if self.method is not None and self.method.method == "contrastive":
-            assert self.train_examples.labels is not None  # kind classification: decided_method checked
+            # Classes or labels: decided_method checked.
+            assert self.train_examples.labels is not None and self.spec.labels is not None
             self.method_records = tuple(
                 train_contrastively(
                     self.recipe,
@@ -70,6 +71,7 @@ class ClassificationStage(TaskStage):
                     train_data,
                     collate,
                     self.train_examples.labels,
+                    self.spec.labels,
                     self.accelerator.device,
                 )
             )

@@ -21,6 +21,7 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
 
     kind_name: ClassVar[str] = "multilabel"
     loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
+    trains_on_pairs: ClassVar[bool] = True  # rows pair by a shared label (SetFit's rule); a regression per label
 
     kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
     labels: list[str] | None = Field(
