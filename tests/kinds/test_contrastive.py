@@ -1,6 +1,7 @@
-"""method contrastive (SetFit's) end to end on a tiny sentence-embedding checkpoint: the encoder trains on pairs,
-the head starts from a logistic regression, the checkpoint loads in transformers and sentence-transformers; method
-auto picks it for few rows per class; the refusals are one line each."""
+"""method contrastive (SetFit's) end to end on a tiny sentence-embedding checkpoint, for kinds classification and
+multilabel: the encoder trains on pairs, the head starts from a logistic regression (multi-label: one per label), the
+checkpoint loads in transformers and sentence-transformers; method auto picks it for few rows per class (per label);
+the refusals are one line each."""
 
 from __future__ import annotations
 
@@ -281,6 +282,45 @@ def test_a_multilabel_contrastive_checkpoint_loads_predicts_and_evaluates(multil
     result = runner.invoke(app, ["eval", str(eval_yaml(tmp_path, marker_task, {"ml": str(folder)}))])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "eval" / "report.json").read_text())["results"]["ml"]["threshold"] == saved
+
+
+def test_a_multilabel_contrastive_checkpoint_loads_without_finetune_and_exports(multilabel_run, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from tests.models.test_mean_pooling_export import LOAD_WITHOUT_FINETUNE, TEXTS
+
+    folder = multilabel_run[0] / "checkpoint"
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    batch = AutoTokenizer.from_pretrained(folder)(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits
+    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    finished = subprocess.run(
+        [sys.executable, "-c", LOAD_WITHOUT_FINETUNE, str(folder), json.dumps(TEXTS)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,  # not the checkout: transformers alone, with the folder's own mean_pooling.py
+        env=environment,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    loaded = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert loaded["imported"] == [] and loaded["embeddings"] is not None
+    torch.testing.assert_close(torch.tensor(loaded["logits"]), logits, rtol=1e-5, atol=1e-5)
+    pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
+    import onnxruntime
+
+    exported = runner.invoke(app, ["export", str(multilabel_run[0]), "--onnx", "--out", str(tmp_path / "onnx")])
+    assert exported.exit_code == 0, exported.output
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = {item.name: batch[item.name].numpy() for item in session.get_inputs()}
+    (onnx_logits,) = session.run(["logits"], inputs)
+    torch.testing.assert_close(torch.from_numpy(onnx_logits), logits, rtol=0, atol=1e-4)
 
 
 def test_a_stopped_multilabel_contrastive_run_resumes_bit_for_bit(sentence_model, marker_task, tmp_path):
