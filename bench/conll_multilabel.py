@@ -86,6 +86,7 @@ stage: finetune
 description: MiniLM, CoNLL-2003 entity types as multi-label classification (the Trainer's budget)
 run_dir: {work / "ours"}
 keep_best: false                 # the weights after the last step, as the Trainer's
+method: plain                    # the Trainer's fine-tuning (auto would train on pairs first for few rows, --smoke's)
 model:
   checkpoint: {checkpoint}
 task:
