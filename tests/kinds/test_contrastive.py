@@ -401,3 +401,17 @@ def test_multilabel_contrastive_refuses_pooling_model(sentence_model, marker_tas
     said = "method: contrastive trains mean-pooled sentence embeddings: pooling mean or scalar_mix"
     assert result.exit_code != 0 and said in one_error_line(result)
     assert not (tmp_path / "run").exists()
+
+
+def test_the_run_names_a_label_whose_head_row_is_its_rate_alone():
+    import numpy as np
+
+    from finetune.kinds.contrastive import start_head
+
+    generator = np.random.default_rng(0)
+    embeddings = generator.normal(size=(12, 4)).astype(np.float32)
+    labels = np.zeros((12, 3), dtype=np.float32)
+    labels[::2, 0], labels[1::3, 2] = 1.0, 1.0  # GREAT on half the rows, MUSIC on a third, AWFUL on none
+    said = start_head(torch.nn.Linear(4, 3), embeddings, labels, ("GREAT", "AWFUL", "MUSIC"), seed=0)
+    assert said.startswith("head: a logistic regression per label on the embeddings (one-vs-rest)")
+    assert said.endswith("; label 'AWFUL' is on no training row: its bias alone")
