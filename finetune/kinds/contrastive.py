@@ -42,7 +42,7 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
         # The training rows of each class (multi-label: of each label), as labels_per_class draws them.
         groups = class_rows(labels, spec.labels)
         counts = {name: len(rows) for name, rows in groups.items() if name != NO_LABEL}
-        problem = unpaired(labels)
+        problem = unpaired(labels) or read_in_chunks(recipe.task)
     sentence_model = sentence_pooling(recipe.model.checkpoint, local_files_only=True) == "mean"
     choice = choose_method(recipe.method, counts, sentence_model, recipe.pooling, problem, per_label)
     if choice.method == "contrastive":
@@ -54,6 +54,15 @@ def decided_method(recipe, spec, labels: np.ndarray | None) -> tuple[object, Met
         recipe = contrastive_techniques(recipe)
     decided = recipe.model_copy(update={"method": choice.method})  # the checkpoint's recipe and card say which
     return decided, choice
+
+
+def read_in_chunks(task) -> str | None:
+    """Why rows read in windows make no pairs: the pairs and the regression read one sequence (one embedding) per
+    row; or None."""
+    long_documents = getattr(task, "long_documents", None)
+    if long_documents is not None and long_documents.mode == "chunks":
+        return "task.long_documents reads a row in chunks, and the pairs read one sequence per row (head_tail does)"
+    return None
 
 
 def read_as_the_sentence_model(model, checkpoint: str) -> None:

@@ -26,7 +26,7 @@ CONTRASTIVE_UP_TO = 64  # labelled rows per class (median over classes) up to wh
 CONTRASTIVE_HEAD_LR = 1e-3
 SMALLEST_CLASS = 2  # a similar pair of two different rows needs two rows of the class
 # Multi-label rows pair through any label they share, so a label of one positive row (or none) leaves its rows other
-# partners: no label needs rows of its own, the rows need a similar and a dissimilar pair between them (`unpaired`),
+# partners: no label needs rows of its own, the rows need a similar and a dissimilar pair between them (data/pairs.py),
 # and a label with no regression to fit (on no row, or every row) starts its head row from its rate alone.
 
 
@@ -39,19 +39,20 @@ class MethodChoice:
 
 
 def contrastive_problem(
-    rows_per_class: dict[str, int], pooling: str | None, unpaired: str | None = None, per_label: bool = False
+    rows_per_class: dict[str, int], pooling: str | None, rows_problem: str | None = None, per_label: bool = False
 ) -> str | None:
-    """Why contrastive training cannot run here, or None. `unpaired`: why the rows give no pairs of one kind
-    (data/pairs.py); `per_label`: the counts are a multi-label task's positive rows per label, which need no minimum."""
+    """Why contrastive training cannot run here, or None. `rows_problem`: why the task's rows make no pairs to train on
+    (kinds/contrastive.py); `per_label`: the counts are a multi-label task's positive rows per label, which need no
+    minimum."""
     if pooling not in ("mean", "scalar_mix"):
         return f"it trains the mean-pooled sentence embeddings, and pooling is {pooling}"
     if per_label:
-        return unpaired
+        return rows_problem
     short = {label: count for label, count in rows_per_class.items() if count < SMALLEST_CLASS}
     if short:
         label, count = next(iter(short.items()))
         return f"class '{label}' has {count} training row(s); similar pairs need {SMALLEST_CLASS} rows of every class"
-    return unpaired
+    return rows_problem
 
 
 def choose_method(
@@ -59,13 +60,13 @@ def choose_method(
     rows_per_class: dict[str, int] | None,
     sentence_model: bool,
     pooling: str | None,
-    unpaired: str | None = None,
+    rows_problem: str | None = None,
     per_label: bool = False,
 ) -> MethodChoice:
     """The method of a run: `requested` (method), or for auto the rule of the module docstring.
 
     `rows_per_class`: None for a kind that cannot train contrastively (regression, tagging, ...); with `per_label`,
-    each label's positive rows (multi-label). `unpaired`: why the rows give no pairs of one kind (data/pairs.py).
+    each label's positive rows (multi-label). `rows_problem`: why the rows make no pairs to train on, or None.
     """
     if requested != "auto":
         return MethodChoice(requested, "set in the recipe")
@@ -77,7 +78,7 @@ def choose_method(
         return MethodChoice("plain", "auto: the checkpoint is not a sentence-embedding model (no mean Pooling module)")
     if median > CONTRASTIVE_UP_TO:
         return MethodChoice("plain", f"auto: {median:g} {counted} (median), more than {CONTRASTIVE_UP_TO} for pairs")
-    problem = contrastive_problem(rows_per_class, pooling, unpaired, per_label)
+    problem = contrastive_problem(rows_per_class, pooling, rows_problem, per_label)
     if problem is not None:
         return MethodChoice("plain", f"auto: not contrastive, since {problem}")
     return MethodChoice(

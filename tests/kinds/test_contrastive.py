@@ -415,3 +415,21 @@ def test_the_run_names_a_label_whose_head_row_is_its_rate_alone():
     said = start_head(torch.nn.Linear(4, 3), embeddings, labels, ("GREAT", "AWFUL", "MUSIC"), seed=0)
     assert said.startswith("head: a logistic regression per label on the embeddings (one-vs-rest)")
     assert said.endswith("; label 'AWFUL' is on no training row: its bias alone")
+
+
+@pytest.mark.parametrize("kind", ["classification", "multilabel"])
+def test_rows_read_in_chunks_are_refused_in_one_line_or_trained_plainly(
+    sentence_model, task_dir, marker_task, tmp_path, kind
+):
+    if kind == "classification":
+        data = contrastive_recipe(sentence_model, task_dir, tmp_path / "run", method="contrastive")
+    else:
+        data = multilabel_recipe(sentence_model, marker_task, tmp_path / "run", method="contrastive")
+    data["task"].update(max_length=8, long_documents="chunks")
+    said = "task.long_documents reads a row in chunks, and the pairs read one sequence per row (head_tail does)"
+    result = finetune(data, tmp_path)
+    assert result.exit_code != 0 and f"method: contrastive: {said} (or method: plain)" in one_error_line(result)
+    assert not (tmp_path / "run").exists()
+    auto = finetune(dict(data, method="auto"), tmp_path)
+    assert auto.exit_code == 0, auto.output
+    assert f"method: plain (auto: not contrastive, since {said})" in " ".join(auto.output.split())
