@@ -64,3 +64,21 @@ def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples
     if not texts:
         raise DataFileError("no text (every line is empty)", source=name)
     return TaskExamples(texts, None, ids)
+
+
+def read_unlabelled_text(paths: list[Path], spec: TaskSpec, limit: int | None = None) -> TaskExamples:
+    """Self-training's text: the examples of every file in turn, the first `limit` of them (None: all). Plain text
+    is one text a line, so a task of several text columns needs a table that names them."""
+    texts: list[tuple[str, ...]] = []
+    for path in paths:
+        if limit is not None and len(texts) >= limit:
+            break
+        if not is_table(path) and len(spec.text_columns) > 1:
+            raise DataFileError(
+                f"plain text holds one text a line, and task '{spec.name}' reads {len(spec.text_columns)} text "
+                f"columns ({', '.join(spec.text_columns)}): give a .tsv, .csv or .jsonl file with those columns",
+                source=path,
+            )
+        texts += [tuple(row) for row in read_unlabelled_file(path, spec).texts]
+    texts = texts[:limit]
+    return TaskExamples(texts, None, [str(row) for row in range(len(texts))])
