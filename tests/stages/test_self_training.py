@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.kinds import method
 from finetune.recipes import load_recipe
+from finetune.reporting.compare import compare_runs
 from finetune.run_dir import is_own_entry, read_metrics, remove_own_entries
 from finetune.stages import self_training
 from finetune.stages.finetune import run_finetune
@@ -111,6 +112,10 @@ def test_one_round_joins_the_confident_rows_and_its_model_is_the_runs(pretrained
     card = (run / "checkpoint" / "README.md").read_text()
     assert "## Self-training" in card and f"| 1 | {selection['added']['0']} |" in card
     assert "## Self-training" not in (run / "round-1" / "checkpoint" / "README.md").read_text()  # its own copy
+    # runs compare reads a self-training run as its last round's training, and pairs its dev rows with another run's.
+    report, _ = compare_runs([run / "round-0", run], tmp_path / "compare.md")
+    assert next(line for line in report.splitlines() if line.startswith(f"| {run} |")).split(" | ")[1] == "2"
+    assert "## Paired test on the same 24 dev rows" in report
     remove_own_entries(run)
     assert list(run.iterdir()) == []
 
