@@ -51,14 +51,7 @@ from finetune.run_dir import (
 )
 from finetune.training.checkpoints import copy_checkpoint, latest_run_checkpoint, latest_training_checkpoint
 from finetune.training.driver import run_training
-from finetune.training.self_training import (
-    PHASE,
-    PSEUDO_LABELLED_FILE,
-    PseudoLabelled,
-    pseudo_labelled,
-    select_confident,
-    text_key,
-)
+from finetune.training.self_training import PHASE, PseudoLabelled, pseudo_labelled, select_confident, text_key
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "self_training.json", "self_training.md"
 
@@ -129,13 +122,17 @@ def run_self_training(recipe, plan: SelfTrainingPlan, resume: bool = False) -> P
     stopped = None
     for number in range(plan.choice.rounds + 1):
         console.print(f"[bold]self-training round {number}[/bold] (of rounds 0 to {plan.choice.rounds})")
-        rows = None if number == 0 else round_rows(recipe, plan, number)
-        stopped = None if rows is None else stop_reason(recipe, plan, number, rows)
-        if stopped is not None:
-            say(f"self-training stops before round {number}: {stopped}; the model is round {number - 1}'s")
-            break
-        finished = train_round(recipe, number, rows, resume)
-        rounds.append(round_summary(plan, number, finished))
+        folder = round_folder(run_dir, number)
+        if resume and (folder / RESULT_FILE).is_file():  # its rows were chosen, and it trained on them, before
+            say(f"round {number} finished before: kept")
+        else:
+            rows = None if number == 0 else round_rows(recipe, plan, number)
+            stopped = None if rows is None else stop_reason(recipe, plan, number, rows)
+            if stopped is not None:
+                say(f"self-training stops before round {number}: {stopped}; the model is round {number - 1}'s")
+                break
+            train_round(recipe, number, rows, resume)
+        rounds.append(round_summary(plan, number, folder))
         log.write({"phase": PHASE, **rounds[-1]})
         say(round_line(rounds))
     summary = summarise(recipe, plan, rounds, stopped)
@@ -182,34 +179,21 @@ def stop_reason(recipe, plan: SelfTrainingPlan, number: int, rows: PseudoLabelle
     labels) the round before trained on."""
     if len(rows.texts) < recipe.self_training.min_rows:
         return f"{len(rows.texts)} row(s) would join, fewer than self_training.min_rows {recipe.self_training.min_rows}"
-    previous = round_folder(recipe.run_dir, number - 1) / PSEUDO_LABELLED_FILE
-    if number > 1 and previous.is_file():
-        assert plan.spec.labels is not None
-        recorded = [json.loads(line) for line in previous.read_text(encoding="utf-8").splitlines() if line.strip()]
-        now = rows.file_rows(plan.spec.text_columns, plan.spec.labels)
-        if [_unscored(row) for row in recorded] == [_unscored(row) for row in now]:
-            return f"the rows round {number - 1} trained on would join again, with the same labels"
+    assert plan.spec.labels is not None  # kind classification
+    if rows.recorded_in(round_folder(recipe.run_dir, number - 1), plan.spec.text_columns, plan.spec.labels):
+        return f"the rows round {number - 1} trained on would join again, with the same labels"
     return None
 
 
-def _unscored(row: dict) -> dict:
-    return {key: value for key, value in row.items() if key != "probability"}
-
-
-def train_round(recipe, number: int, rows: PseudoLabelled | None, resume: bool) -> Path:
-    """Round `number`'s run folder, finished: kept as it is when it finished before (`resume`), continued from its
-    periodic checkpoint, or trained from the start."""
+def train_round(recipe, number: int, rows: PseudoLabelled | None, resume: bool) -> None:
+    """Round `number`, trained into its run folder: continued from its periodic checkpoint (`resume`), or from the
+    start (over what a round stopped before its first periodic checkpoint left)."""
     folder = round_folder(recipe.run_dir, number)
-    if resume and (folder / RESULT_FILE).is_file():
-        say(f"round {number} finished before: kept")
-        return folder
     from_checkpoint = resume and latest_training_checkpoint(folder) is not None
-    # Not started, or stopped before its first periodic checkpoint: from the beginning, over what it left.
     single = recipe.model_copy(update={"run_dir": folder, "overwrite": resume and not from_checkpoint})
     stage = kind_named(recipe.task.kind).stage(single)
     stage.pseudo_labelled = rows
     run_training(stage, from_checkpoint)
-    return folder
 
 
 def round_summary(plan: SelfTrainingPlan, number: int, folder: Path) -> dict:

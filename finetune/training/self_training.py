@@ -11,7 +11,7 @@ depends on the probabilities alone: the same model on the same text chooses the 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,6 @@ class Selection:
     confidence: np.ndarray
     confident: dict[str, int]
     added: dict[str, int]
-
-    def same_rows(self, other: Selection) -> bool:
-        """Whether two selections take the same rows with the same labels."""
-        return np.array_equal(self.rows, other.rows) and np.array_equal(self.labels, other.labels)
 
 
 def select_confident(
@@ -109,14 +105,20 @@ class PseudoLabelled:
         lines = (json.dumps(row, ensure_ascii=False) + "\n" for row in self.file_rows(text_columns, names))
         (Path(run_dir) / PSEUDO_LABELLED_FILE).write_text("".join(lines), encoding="utf-8")
 
-    def check_recorded(self, run_dir: Path, text_columns: Sequence[str], names: Sequence[str]) -> None:
-        """For --resume of a round: the rows chosen now are those the round started with (its pseudo_labelled.jsonl),
-        probabilities aside (a model's last digits may differ from one machine to another)."""
+    def recorded_in(self, run_dir: Path, text_columns: Sequence[str], names: Sequence[str]) -> bool | None:
+        """Whether RUN_DIR/pseudo_labelled.jsonl records these rows (texts and labels; not the probabilities, whose
+        last digits may differ from one machine to another); None where there is no such file."""
         path = Path(run_dir) / PSEUDO_LABELLED_FILE
         if not path.is_file():
-            return
-        recorded = [_without_probability(json.loads(line)) for line in _lines(path)]
-        if recorded != [_without_probability(row) for row in self.file_rows(text_columns, names)]:
+            return None
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        recorded = [_without_probability(json.loads(line)) for line in lines]
+        return recorded == [_without_probability(row) for row in self.file_rows(text_columns, names)]
+
+    def check_recorded(self, run_dir: Path, text_columns: Sequence[str], names: Sequence[str]) -> None:
+        """For --resume of a round: the rows chosen now are those the round started with."""
+        if self.recorded_in(run_dir, text_columns, names) is False:
+            path = Path(run_dir) / PSEUDO_LABELLED_FILE
             raise UserError(
                 f"unlabelled_text: the previous round's model now labels other rows than {path} recorded (the text "
                 "or the model changed since the round started); restore them, or start again with overwrite=true"
@@ -125,10 +127,6 @@ class PseudoLabelled:
 
 def _without_probability(row: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key != "probability"}
-
-
-def _lines(path: Path) -> Iterable[str]:
-    return (line for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
 
 
 def pseudo_labelled(

@@ -272,3 +272,30 @@ def test_each_refusal_is_one_line_and_leaves_no_run_folder(pretrained, task_dir,
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert expected in one_error_line(result)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_round_that_would_teach_nothing_new_is_not_trained(tmp_path):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from finetune.training.self_training import PseudoLabelled
+
+    spec = SimpleNamespace(text_columns=("sentence",), labels=("0", "1"))
+    recipe = SimpleNamespace(run_dir=tmp_path, self_training=SimpleNamespace(min_rows=2))
+    plan = SimpleNamespace(spec=spec)
+    rows = PseudoLabelled([("a film",)], [("a film",)], np.array([1]), np.array([0.95]))
+    assert self_training.stop_reason(recipe, plan, 2, rows) == (
+        "1 row(s) would join, fewer than self_training.min_rows 2"
+    )
+    recipe.self_training.min_rows = 1
+    assert self_training.stop_reason(recipe, plan, 2, rows) is None  # round 1 took no rows of its own
+    (tmp_path / "round-1").mkdir()
+    PseudoLabelled([("a film",)], [("a film",)], np.array([1]), np.array([0.91])).write(
+        tmp_path / "round-1", spec.text_columns, spec.labels
+    )
+    assert self_training.stop_reason(recipe, plan, 2, rows) == (
+        "the rows round 1 trained on would join again, with the same labels"
+    )
+    relabelled = PseudoLabelled([("a film",)], [("a film",)], np.array([0]), np.array([0.95]))
+    assert self_training.stop_reason(recipe, plan, 2, relabelled) is None

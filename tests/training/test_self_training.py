@@ -49,8 +49,8 @@ def test_the_same_probabilities_choose_the_same_rows_ties_by_the_texts_order():
     keys = rows(*"abcdef")
     first = select_confident(probabilities, keys, set(), 0.9, 4, NAMES)
     again = select_confident(probabilities.copy(), list(keys), set(), 0.9, 4, NAMES)
-    assert first.rows.tolist() == [0, 1, 2, 3] and first.same_rows(again)
-    assert not first.same_rows(select_confident(probabilities, keys, set(), 0.9, 3, NAMES))
+    assert first.rows.tolist() == again.rows.tolist() == [0, 1, 2, 3]
+    assert first.labels.tolist() == again.labels.tolist() and first.added == again.added
 
 
 def test_a_round_keeps_its_rows_and_a_resume_must_choose_them_again(tmp_path):
@@ -72,6 +72,7 @@ def test_a_round_keeps_its_rows_and_a_resume_must_choose_them_again(tmp_path):
         {"sentence": "bad film", "label": "negative", "probability": 0.95},
     ]
     joined.check_recorded(tmp_path, ("sentence",), NAMES)  # the same rows: fine
+    assert joined.recorded_in(tmp_path, ("sentence",), NAMES) and joined.recorded_in(tmp_path / "x", (), ()) is None
     other = select_confident(probabilities, rows("good film", "bad film", "dull"), set(), 0.92, 5, NAMES)
     with pytest.raises(UserError, match=r"now labels other rows than .*pseudo_labelled\.jsonl"):
         pseudo_labelled(other, unlabelled, tuple, record).check_recorded(tmp_path, ("sentence",), NAMES)
