@@ -52,6 +52,9 @@ OWN_ENTRIES = frozenset(
         DEV_PREDICTIONS_FILE,
         "seeds.json",
         "seeds.md",
+        "self_training.json",  # a self-training run's rounds (stages/self_training.py)
+        "self_training.md",
+        "pseudo_labelled.jsonl",  # a self-training round's pseudo-labelled rows (training/self_training.py)
         "report.json",
         "report.md",
         "predictions",
@@ -61,11 +64,13 @@ OWN_ENTRIES = frozenset(
         "lr_find.png",
     }
 )
-# A stage's own temporary names for an entry being replaced (training/checkpoints.py), a multi-seed run's seeds, and
-# a run of draws' folders (draw-D, holding its seed-N runs; stages/seeds.py).
+# A stage's own temporary names for an entry being replaced (training/checkpoints.py), a multi-seed run's seeds, a
+# run of draws' folders (draw-D, holding its seed-N runs; stages/seeds.py) and a self-training run's rounds (round-R,
+# each a run; stages/self_training.py).
 _OWN_VARIANT = re.compile(r"^(checkpoint|checkpoints)\.(partial|previous|deleting)$")
 _SEED_FOLDER = re.compile(r"^seed-\d+$")
 _DRAW_FOLDER = re.compile(r"^draw-\d+$")
+_ROUND_FOLDER = re.compile(r"^round-(\d+)$")
 FINISHED_ENTRIES = ("checkpoint", "result.json", "seeds.json", "report.json")  # written only when a stage has ended
 
 _created: list[Path] = []  # run directories this process created (or emptied) and has not finished yet
@@ -102,9 +107,25 @@ def is_own_entry(entry: Path) -> bool:
     return (
         entry.name in OWN_ENTRIES
         or bool(_OWN_VARIANT.match(entry.name))
-        or (bool(_SEED_FOLDER.match(entry.name)) and is_run_dir(entry) and not entry.is_symlink())
+        or (_is_run_folder_name(entry.name) and is_run_dir(entry) and not entry.is_symlink())
         or (bool(_DRAW_FOLDER.match(entry.name)) and entry.is_dir() and not entry.is_symlink())
     )
+
+
+def _is_run_folder_name(name: str) -> bool:
+    """A seed's or a round's folder: a run of its own inside the run directory."""
+    return bool(_SEED_FOLDER.match(name) or _ROUND_FOLDER.match(name))
+
+
+def round_folder(run_dir: Path, number: int) -> Path:
+    """The run folder of a self-training run's round `number`."""
+    return Path(run_dir) / f"round-{number}"
+
+
+def round_folders(run_dir: Path) -> list[Path]:
+    """A self-training run's round folders, in round order."""
+    found = [entry for entry in Path(run_dir).glob("round-*") if _ROUND_FOLDER.match(entry.name) and entry.is_dir()]
+    return sorted(found, key=lambda entry: int(entry.name.removeprefix("round-")))
 
 
 def check_run_dir_free(recipe, latest_checkpoint: Callable[[Path], Path | None] | None = None) -> None:
@@ -199,7 +220,7 @@ def remove_own_entries(path: Path, keep: str | None = None) -> None:
     for entry in Path(path).iterdir():
         if entry.name in (run_lock.LOCK_FILE, keep) or not is_own_entry(entry):
             continue
-        if _SEED_FOLDER.match(entry.name) or _DRAW_FOLDER.match(entry.name):  # only what is ours inside them
+        if any(folder.match(entry.name) for folder in (_SEED_FOLDER, _DRAW_FOLDER, _ROUND_FOLDER)):  # only ours inside
             remove_own_entries(entry)
             _remove_if_empty(entry)
         elif entry.is_dir() and not entry.is_symlink():

@@ -27,13 +27,13 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from finetune.data.examples import TaskExamples
-from finetune.data.task_files import FORMAT_BY_EXTENSION, first_undecodable_line, read_examples_file
+from finetune.data.task_files import FORMAT_BY_EXTENSION
+from finetune.data.unlabelled_text import is_table, plain_lines, read_unlabelled_file
 from finetune.errors import UserError, recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.choices.data import parse_choices, read_choices
@@ -45,7 +45,6 @@ from finetune.kinds.tokens.predictor import TaggingPredictor
 from finetune.models.hub import resolve_checkpoint
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
-NO_LABEL_COLUMN = "\0"  # a column no file has: predict ignores labels in its input
 STDIO = "-"
 
 
@@ -93,47 +92,17 @@ def _hub_file(repository: str) -> Path | None:
 
 
 def read_input(source: str, spec: TaskSpec, stdin: TextIO | None = None) -> TaskExamples:
-    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line.
-    Their texts are the text columns as they are (output rows show them), not yet what the model reads."""
-    unlabelled = replace(
-        spec, label_column=NO_LABEL_COLUMN, index_column=NO_LABEL_COLUMN, text_template=None, label_columns=None
-    )
+    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line
+    (data/unlabelled_text.py). Their texts are the text columns as they are (output rows show them), not yet what
+    the model reads."""
     if source == STDIO:
         return plain_lines(stdin or sys.stdin, "<stdin>", spec)
     path = Path(source)
     if not path.is_file():
         raise UserError(f"--input: no such file: {path}")
-    file_format = FORMAT_BY_EXTENSION.get(path.suffix.lower())
-    if file_format is not None and not kind_of(spec).reads_tables:
+    if is_table(path) and not kind_of(spec).reads_tables:
         raise UserError(f"--input: {path}: a tagger reads plain text, a sentence per line (words split at spaces)")
-    if file_format is not None:
-        return read_examples_file(unlabelled, path, file_format)
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            return plain_lines(handle, str(path), spec)
-    except UnicodeDecodeError:
-        raise UserError(f"{path} line {first_undecodable_line(path)}: not valid UTF-8") from None
-
-
-def plain_lines(lines: Iterable[str], name: str, spec: TaskSpec) -> TaskExamples:
-    """One example per non-empty line; the texts of several text columns separated by tabs."""
-    texts, ids = [], []
-    width = len(spec.text_columns)
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        parts = tuple(line.split("\t")) if width > 1 else (line,)
-        if len(parts) != width:
-            raise UserError(
-                f"{name} line {number}: task '{spec.name}' reads {width} tab-separated texts "
-                f"({', '.join(spec.text_columns)}), found {len(parts)}"
-            )
-        texts.append(parts)
-        ids.append(str(number))
-    if not texts:
-        raise UserError(f"{name}: no text to predict")
-    return TaskExamples(texts, None, ids)
+    return read_unlabelled_file(path, spec)
 
 
 def output_rows(spec: TaskSpec, examples: TaskExamples, results: list[dict]) -> list[dict]:

@@ -14,16 +14,18 @@ go to RUN_DIR/labelled_rows.json with their count per class, and a resumed run c
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from finetune.console import console
+from finetune.data.examples import TaskExamples
 from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
 from finetune.glue.specs import TaskSpec, task_spec
-from finetune.kinds.dev_split import Rows, drawn_split, row_count, take_rows
+from finetune.kinds.dev_split import Rows, drawn_split, row_count, take_rows, train_and_dev
 
 LABELLED_ROWS_FILE = "labelled_rows.json"
 NO_LABEL = "(no label)"  # a multi-label task's rows without any label, drawn as one more class
@@ -120,17 +122,47 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     (Path(run_dir) / LABELLED_ROWS_FILE).write_text(json.dumps(kept) + "\n", encoding="utf-8")
 
 
-def drawn_training_rows(train: Rows, spec: TaskSpec, recipe, held_out: dict | None, resuming: bool):
-    """A run's training examples cut to the draw's rows, and the draw's record (said in one line; `resuming`: checked
-    against the one the run started with)."""
+def drawn_training_rows(train: Rows, spec: TaskSpec, recipe, held_out: dict | None, resuming: bool, say: bool = True):
+    """A run's training examples cut to the draw's rows, and the draw's record (said in one line, where `say`;
+    `resuming`: checked against the one the run started with)."""
     file_rows = held_out["train"] if held_out is not None else list(range(row_count(train)))
     labels, names = getattr(train, "labels", None), spec.labels
     assert labels is not None and names is not None  # the kinds with labels_per_class read labelled classes
     record = labelled_subset(labels, names, recipe.task.labels_per_class, recipe.draw, file_rows)
     if resuming:
         check_same_rows(recipe.run_dir, record)
-    console.print(describe(record), markup=False, highlight=False, soft_wrap=True)
+    if say:
+        console.print(describe(record), markup=False, highlight=False, soft_wrap=True)
     return take_rows(train, record["positions"]), record
+
+
+def training_and_dev_rows(
+    spec: TaskSpec, recipe, read: Callable[[str], Rows], strata=None, resuming: bool = False, say: bool = True
+) -> tuple[Rows, Rows, dict | None, dict | None]:
+    """A run's training and dev examples, `read` from their files, or with task.dev_split held out of the training
+    rows (kinds/dev_split.py: seeded, stratified by `strata`); with task.labels_per_class, the training rows drawn
+    class by class. Returns them with dev_split's record and the draw's (None where the recipe has neither)."""
+    per_class = getattr(recipe.task, "labels_per_class", None)  # a key of the kinds that draw rows
+    data_seed = recipe.seed if per_class is None else recipe.draw  # with labels_per_class, the draw picks the data
+    train, dev, held_out = train_and_dev(spec, recipe.task, read, data_seed, recipe.run_dir, strata)
+    drawn = None
+    if per_class is not None:
+        train, drawn = drawn_training_rows(train, spec, recipe, held_out, resuming, say)
+    return train, dev, held_out, drawn
+
+
+def labelled_rows(recipe) -> tuple[TaskExamples, TaskExamples]:
+    """The training and dev rows a classification run of `recipe` reads (read again, without a word): what
+    self-training counts per class and leaves out of the text it labels."""
+    spec = task_spec(recipe.task)
+    train, dev, _, _ = training_and_dev_rows(
+        spec,
+        recipe,
+        lambda split: read_labelled_split(spec, recipe.task.data_dir, split),
+        lambda examples: examples.labels,
+        say=False,
+    )
+    return train, dev
 
 
 def check_draws(recipe) -> None:

@@ -13,6 +13,20 @@ was not made for the task; SetFit's pairs (rows x rows) give the encoder far mor
 measured the gain to fade past a few hundred labels (Tunstall et al. 2022, Table 2 and Figure 3).
 bench/few_labels_setfit.py measures the rule on SST-2, CB and ATIS against the setfit library and plain
 fine-tuning (docs/benchmarks.md); the threshold is a provisional figure until that table is in.
+
+`self_training.rounds: auto` (stages/self_training.py runs the rounds):
+
+| self-training | when auto runs it |
+|---|---|
+| SELF_TRAINING_ROUNDS rounds | unlabelled_text given (kind classification), at most SELF_TRAINING_UP_TO labelled rows |
+| | per class (the median over classes) |
+| off | everything else (said in one line where unlabelled_text is given; nothing without it) |
+
+Why: a classifier's own confident labels on unlabelled text add rows where labelled ones are few (Yarowsky 1995;
+Cascante-Bonilla et al. 2021's curriculum labelling: every round relabels all the text and restarts from the
+pretrained weights); with hundreds of labels per class the rows it adds are those it already gets right, and a round
+costs a whole training and a pass over the text. SELF_TRAINING_UP_TO, SELF_TRAINING_ROUNDS and
+PSEUDO_LABELS_PER_CLASS are provisional until bench measures them (as CONTRASTIVE_UP_TO was).
 """
 
 from __future__ import annotations
@@ -28,6 +42,11 @@ SMALLEST_CLASS = 2  # a similar pair of two different rows needs two rows of the
 # Multi-label rows pair through any label they share, so a label of one positive row (or none) leaves its rows other
 # partners: no label needs rows of its own, the rows need a similar and a dissimilar pair between them (data/pairs.py),
 # and a label with no regression to fit (on no row, or every row) starts its head row from its rate alone.
+SELF_TRAINING_UP_TO = 100  # labelled rows per class (median over classes) up to which auto self-trains
+SELF_TRAINING_ROUNDS = 2  # the rounds auto runs
+# self_training.per_class's default: each round adds up to this many times the smallest class's labelled rows per
+# class, so the pseudo-labelled rows outnumber the labelled ones without swamping them in the first round.
+PSEUDO_LABELS_PER_CLASS = 4
 
 
 @dataclass(frozen=True)
@@ -104,3 +123,47 @@ def contrastive_techniques(recipe):
     changed = recipe.model_copy(update=updates)
     changed._technique_sources = sources
     return changed
+
+
+@dataclass(frozen=True)
+class SelfTrainingChoice:
+    """The rounds of self-training a run trains, and why (printed at the start)."""
+
+    rounds: int
+    reason: str
+
+    def line(self) -> str:
+        """The run's line: `self-training: 2 rounds (...)` or `self-training: off (...)`."""
+        rounds = "off" if self.rounds == 0 else f"{self.rounds} round{'s' if self.rounds > 1 else ''}"
+        return f"self-training: {rounds} ({self.reason})"
+
+
+def choose_self_training(
+    requested: int | str, unlabelled_rows: int, rows_per_class: dict[str, int]
+) -> SelfTrainingChoice | None:
+    """The rounds of a run: `requested` (self_training.rounds), or for auto the rule of the module docstring; None
+    where there is nothing to say (no unlabelled_text, the common case: off without a word)."""
+    if not unlabelled_rows:
+        return None
+    if requested != "auto":
+        return SelfTrainingChoice(int(requested), "set in the recipe")
+    median = statistics.median(rows_per_class.values()) if rows_per_class else 0
+    if median > SELF_TRAINING_UP_TO:
+        return SelfTrainingChoice(
+            0,
+            f"auto: {median:g} labelled rows per class (median), more than {SELF_TRAINING_UP_TO}, where the rows "
+            "the model labels itself add little",
+        )
+    return SelfTrainingChoice(
+        SELF_TRAINING_ROUNDS,
+        f"auto: {unlabelled_rows:,} unlabelled rows and {median:g} labelled rows per class (median), at most "
+        f"{SELF_TRAINING_UP_TO} (finetune/kinds/method.py)",
+    )
+
+
+def pseudo_labels_per_class(per_class: int | None, rows_per_class: dict[str, int]) -> int:
+    """The rows a round adds per predicted class: self_training.per_class, or PSEUDO_LABELS_PER_CLASS times the
+    labelled rows of the smallest class (at least 1)."""
+    if per_class is not None:
+        return per_class
+    return max(PSEUDO_LABELS_PER_CLASS * min(rows_per_class.values(), default=0), 1)

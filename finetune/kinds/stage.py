@@ -28,8 +28,8 @@ from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBa
 from finetune.data.task_batches import LengthGroupedSampler, batching_summary, length_pieces
 from finetune.errors import recipe_key
 from finetune.glue.specs import task_spec
-from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, train_and_dev, write_split
-from finetune.kinds.labelled_rows import drawn_training_rows, write_record
+from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, write_split
+from finetune.kinds.labelled_rows import training_and_dev_rows, write_record
 from finetune.kinds.method import MethodChoice
 from finetune.models.adapters import attach_adapter, trainable_groups
 from finetune.models.backbones import layer_groups
@@ -46,6 +46,7 @@ from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
 from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import build_optimizer, discriminative_lrs
+from finetune.training.self_training import PseudoLabelled
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
 from finetune.training.unfreezing import (
@@ -80,6 +81,8 @@ class TaskStage(TrainingStage):
     method: MethodChoice | None = None  # how the kind trains, where it chooses (kinds/method.py)
     method_records: tuple[dict, ...] = ()  # what before_training logs (method contrastive: its pair losses)
     drawn: dict | None = None  # with task.labels_per_class: the training rows drawn (kinds/labelled_rows.py's record)
+    # Self-training's rows for the round (stages/self_training.py), in the kinds that self-train (classification).
+    pseudo_labelled: PseudoLabelled | None = None
     resuming = False  # whether setup() continues a stopped run
 
     def __init__(self, recipe, kind):
@@ -173,15 +176,12 @@ class TaskStage(TrainingStage):
         """Read the training and dev splits; returns their sizes."""
 
     def train_and_dev(self, read: Callable[[str], Rows], strata: Callable[[Rows], Any] | None = None):
-        """The kind's training and dev examples, `read` from their files, or with task.dev_split held out of the
-        training rows (kinds/dev_split.py: seeded, stratified by `strata`, written to the run folder); with
-        task.labels_per_class, the training rows drawn class by class (kinds/labelled_rows.py)."""
-        recipe = self.recipe
-        per_class = getattr(recipe.task, "labels_per_class", None)  # a key of the kinds that draw rows
-        data_seed = recipe.seed if per_class is None else recipe.draw  # with labels_per_class, the draw picks the data
-        train, dev, self.held_out = train_and_dev(self.spec, recipe.task, read, data_seed, recipe.run_dir, strata)
-        if per_class is not None:
-            train, self.drawn = drawn_training_rows(train, self.spec, recipe, self.held_out, self.resuming)
+        """The kind's training and dev examples, `read` from their files (kinds/labelled_rows.py's
+        training_and_dev_rows: task.dev_split's hold-out, written to the run folder at the start, and
+        task.labels_per_class's draw)."""
+        train, dev, self.held_out, self.drawn = training_and_dev_rows(
+            self.spec, self.recipe, read, strata, self.resuming
+        )
         return train, dev
 
     @abstractmethod

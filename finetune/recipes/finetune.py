@@ -11,11 +11,20 @@ from finetune.recipes.base import (
     SCHEDULE_KIND_HELP,
     SCHEDULE_KINDS,
     DiscriminativeConfig,
+    InputFile,
     ScheduleConfig,
     Section,
     Seed,
     TrainingConfig,
     TrainingRunRecipe,
+)
+from finetune.recipes.few_labels import (
+    METHODS,
+    UNLABELLED_ROWS_HELP,
+    UNLABELLED_TEXT_HELP,
+    ContrastiveConfig,
+    SelfTrainingConfig,
+    self_training_problem,
 )
 from finetune.recipes.task import TASK_SECTIONS, TaskConfig
 
@@ -221,28 +230,6 @@ class UnfreezingConfig(Section):
         return self
 
 
-METHODS = Literal["auto", "plain", "contrastive"]
-
-
-class ContrastiveConfig(Section):
-    """`contrastive`: SetFit's sentence-embedding training of the encoder on pairs of labelled rows, before the head."""
-
-    iterations: int = Field(
-        20,
-        gt=0,
-        description="pairs drawn per training row and kind (similar, dissimilar): 2 x iterations x rows pairs in "
-        "all (SetFit's num_iterations, 20 in its paper)",
-    )
-    batch_size: int = Field(16, gt=0, description="pairs per optimizer step (SetFit's 16)")
-    lr: float = Field(2e-5, gt=0, description="peak learning rate of the encoder's top group (SetFit's body 2e-5)")
-    loss: Literal["cosine", "contrastive", "online_contrastive"] = Field(
-        "cosine",
-        description="sentence-transformers' pair loss: cosine (CosineSimilarityLoss, SetFit's: the cosine of a "
-        "similar pair pulled to 1, of a dissimilar one to 0), contrastive (ContrastiveLoss, margin 0.5) or "
-        "online_contrastive (OnlineContrastiveLoss: the hard pairs of each batch only)",
-    )
-
-
 class FinetuneRecipe(TrainingRunRecipe):
     """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's techniques."""
 
@@ -303,6 +290,11 @@ class FinetuneRecipe(TrainingRunRecipe):
     )
     contrastive: ContrastiveConfig = Field(
         default_factory=ContrastiveConfig, description="method contrastive: the pair training of the encoder"
+    )
+    unlabelled_text: list[InputFile] = Field(default_factory=list, description=UNLABELLED_TEXT_HELP)
+    unlabelled_rows: int | None = Field(None, gt=0, description=UNLABELLED_ROWS_HELP)
+    self_training: SelfTrainingConfig = Field(
+        default_factory=SelfTrainingConfig, description="with unlabelled_text: the rounds of self-training"
     )
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
@@ -399,6 +391,18 @@ class FinetuneRecipe(TrainingRunRecipe):
         ]
         if self.method == "plain" and changed:
             raise ValueError(f"contrastive.{changed[0]} is read with method contrastive (or auto), not plain")
+        return self
+
+    @field_validator("unlabelled_text", mode="before")
+    @classmethod
+    def _one_file_or_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _self_training_where_it_can_run(self) -> FinetuneRecipe:
+        problem = self_training_problem(self.unlabelled_text, self.unlabelled_rows, self.self_training, self.task)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")

@@ -3,7 +3,8 @@ for two runs, whether they differ beyond noise (reporting/paired_tests.py).
 
 Reads only what every run directory holds (recipe.yaml, metrics.jsonl, and result.json / timing.json /
 dev_predictions.jsonl when present; a folder of several runs, seeds or draws: recipe.yaml and seeds.json, its
-metrics the means and 95% intervals over the runs) and draws the runs' loss and evaluation curves over each other.
+metrics the means and 95% intervals over the runs; a self-training run: its last round's metrics and timing, the
+training of the model it saved) and draws the runs' loss and evaluation curves over each other.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from finetune.errors import UserError
 from finetune.reporting.finish import read_timing
 from finetune.reporting.paired_tests import paired_section
 from finetune.reporting.plots import evaluation_metrics, is_number, new_figure, records_of, save_figure
-from finetune.run_dir import METRICS_FILE, RECIPE_FILE, flatten_keys, read_metrics
+from finetune.run_dir import METRICS_FILE, RECIPE_FILE, flatten_keys, read_metrics, round_folder
 
 IGNORED_KEYS = ("run_dir", "overwrite", "description")  # where a run went and how it is described, not what it did
 RESULT_FILE = "result.json"  # a finetune run's dev scores; its main_metric picks the curve to overlay
 SEVERAL_RUNS_FILE = "seeds.json"  # a folder of several runs (seeds, draws): each dev metric over them
+SELF_TRAINING_FILE = "self_training.json"  # a self-training run (stages/self_training.py): its final round
 MISSING = object()  # a key one run's recipe does not have
 
 
@@ -67,7 +69,8 @@ def load_run(path: Path) -> Run:
         raise UserError(f"{path}: not a run directory (no {' and no '.join(missing)})")
     try:
         recipe = yaml.safe_load((path / RECIPE_FILE).read_text(encoding="utf-8"))
-        records = [] if several else read_metrics(path / METRICS_FILE)  # names a bad line itself
+        trained = trained_folder(path)
+        records = [] if several else read_metrics(trained / METRICS_FILE)  # names a bad line itself
         summary = json.loads((path / SEVERAL_RUNS_FILE).read_text(encoding="utf-8")) if several else None
     except (yaml.YAMLError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UserError(f"{path}: unreadable run files ({type(error).__name__})") from None
@@ -81,7 +84,15 @@ def load_run(path: Path) -> Run:
         main_metric = "validation_loss"
     elif evaluation_metrics(evaluations):
         main_metric = evaluation_metrics(evaluations)[0]
-    return Run(str(path), flatten_keys(recipe), records, read_timing(path), main_metric, summary)
+    return Run(str(path), flatten_keys(recipe), records, read_timing(trained), main_metric, summary)
+
+
+def trained_folder(path: Path) -> Path:
+    """The folder of the training a run's saved model came from: the run itself, or a self-training run's last
+    round."""
+    if not (path / SELF_TRAINING_FILE).is_file():
+        return path
+    return round_folder(path, json.loads((path / SELF_TRAINING_FILE).read_text(encoding="utf-8"))["final_round"])
 
 
 def differing_keys(runs: list[Run]) -> list[str]:

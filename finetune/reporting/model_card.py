@@ -8,6 +8,7 @@ hub shows the metrics and `ModelCard.load` reads the card back.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -421,4 +422,8 @@ def add_card_section(checkpoint: Path, heading: str, text: str) -> None:
     if start >= 0:
         end = card.find("\n## ", start + len(marker))
         card = card[:start] + (card[end:] if end >= 0 else "")
-    path.write_text(f"{card.rstrip()}\n{marker}\n{text.strip()}\n", encoding="utf-8")
+    # Written anew and renamed into place: a checkpoint's files may be hard links shared with another copy of it
+    # (a self-training run's checkpoint is its last round's), which keeps its own card.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{card.rstrip()}\n{marker}\n{text.strip()}\n", encoding="utf-8")
+    os.replace(partial, path)

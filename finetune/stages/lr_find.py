@@ -67,6 +67,8 @@ def range_test_recipe(recipe: PretrainRecipe | FinetuneRecipe, steps: int, start
     if isinstance(recipe, FinetuneRecipe):
         # The range test is of gradient steps on the task: no pair training first (method contrastive's LR is its own).
         update.update(seeds=None, draws=None, keep_best=False, early_stopping_patience=None, method="plain")
+        # Of the first round's gradient steps: no self-training (its saved recipe, without the text, has none either).
+        update.update(unlabelled_text=[], unlabelled_rows=None, self_training=type(recipe.self_training)())
     return recipe.model_copy(update=update)
 
 

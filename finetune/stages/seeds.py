@@ -28,7 +28,7 @@ from finetune.console import console
 from finetune.reporting.model_card import add_card_section
 from finetune.reporting.significance import mean_interval
 from finetune.run_dir import CHECKPOINT_DIR, check_run_dir_free, check_same_recipe, claim_run_dir, prepare_run_dir
-from finetune.training.checkpoints import latest_training_checkpoint
+from finetune.training.checkpoints import latest_run_checkpoint
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "seeds.json", "seeds.md"
 CALIBRATION_MEASURES = ("ece_before", "ece_after", "brier_before", "brier_after")  # of result.json's calibration
@@ -68,7 +68,8 @@ def run_each(recipe, run_one: Callable, result_file: str, resume: bool = False) 
     """Run `run_one` on a copy of the recipe per run (runs_of), then write the summary; returns the run directory.
 
     `resume`: the recipe must be the one the run started with; a run whose `result_file` exists is kept as it is,
-    one with a periodic checkpoint continues from it (`run_one(recipe, resume=True)`), any other runs anew.
+    one with a periodic checkpoint (or a self-training run with a round done) continues from it
+    (`run_one(recipe, resume=True)`), any other runs anew.
     """
     # Under several processes only the main one creates (or locks) the folder, after every process has checked it.
     state = PartialState(cpu=recipe.training.device == "cpu" or not torch.cuda.is_available())
@@ -88,7 +89,7 @@ def run_each(recipe, run_one: Callable, result_file: str, resume: bool = False) 
         single = recipe.model_copy(update=update)
         if resume and (single.run_dir / result_file).is_file():
             console.print(f"{key.name} finished before: kept")
-        elif resume and latest_training_checkpoint(single.run_dir) is not None:
+        elif resume and latest_run_checkpoint(single.run_dir) is not None:
             run_one(single, resume=True)
         else:  # not started yet, or stopped before its first periodic checkpoint: from the beginning
             run_one(single.model_copy(update={"overwrite": resume}))
@@ -105,7 +106,7 @@ def _latest_run_checkpoint(run_dir: Path) -> Path | None:
     run's periodic checkpoint (None: nothing)."""
     folders = [*Path(run_dir).glob("seed-*"), *Path(run_dir).glob("draw-*/seed-*")]
     for folder in sorted(folders, reverse=True):
-        checkpoint = latest_training_checkpoint(folder)
+        checkpoint = latest_run_checkpoint(folder)
         if checkpoint is None and (folder / CHECKPOINT_DIR).is_dir():
             checkpoint = folder / CHECKPOINT_DIR
         if checkpoint is not None:

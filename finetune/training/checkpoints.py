@@ -36,6 +36,7 @@ from finetune.models.checkpoint_files import check_checkpoint_files
 from finetune.models.loading import ADAPTER_WEIGHTS_FILE
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
+from finetune.run_dir import CHECKPOINT_DIR, round_folders
 from finetune.training.state import PROGRESS_FILE, TrainingState, read_training_state
 
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
@@ -302,6 +303,28 @@ def latest_training_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete periodic checkpoint of a run, or None."""
     checkpoints = training_checkpoints(Path(run_dir) / "checkpoints")
     return checkpoints[-1] if checkpoints else None
+
+
+def latest_run_checkpoint(run_dir: Path) -> Path | None:
+    """What `--resume` of a stopped run folder goes on from: its newest periodic checkpoint, or of a self-training
+    run the last round's (a finished round's checkpoint too: the next round starts from it); None: nothing."""
+    found = latest_training_checkpoint(run_dir)
+    for folder in reversed(round_folders(run_dir)):
+        if found is not None:
+            break
+        found = latest_training_checkpoint(folder)
+        if found is None and (folder / CHECKPOINT_DIR).is_dir():
+            found = folder / CHECKPOINT_DIR
+    return found
+
+
+def copy_checkpoint(source: Path, directory: Path) -> Path:
+    """A finished checkpoint folder copied to `directory` (hard links where the file system allows: checkpoint files
+    are only ever replaced, never changed in place), put in place as every checkpoint is."""
+    partial = partial_path(directory)
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial, copy_function=_link_or_copy)
+    return commit_checkpoint(partial, directory)
 
 
 def latest_sound_checkpoint(run_dir: Path) -> Path | None:

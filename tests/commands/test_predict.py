@@ -156,7 +156,7 @@ def test_pair_regression_gives_scores(pair_regressor, tmp_path):
         ([], "one text only\n", "<stdin> line 1: task 'pairs' reads 2 tab-separated texts (first, second), found 1"),
         (["--output", "out.txt"], "a\tb\n", "--output: out.txt must end in .jsonl, .tsv or .csv"),
         (["--input", "absent.tsv"], "", "--input: no such file: absent.tsv"),
-        ([], "\n\n", "<stdin>: no text to predict"),
+        ([], "\n\n", "<stdin>: no text (every line is empty)"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(pair_regressor, tmp_path, monkeypatch, arguments, stdin, expected):

@@ -80,3 +80,26 @@ def test_a_multi_label_draw_tops_every_label_up_from_the_rarest():
         assert chosen[:, index].sum() >= min(4, len(groups[name]))  # at least 4 rows carry each label
     assert (~chosen.any(axis=1)).sum() >= 4  # and at least 4 rows carry none
     assert draw_rows(labels, names, 4, draw=0) == rows and draw_rows(labels, names, 4, draw=1) != rows
+
+
+def test_self_training_reads_the_rows_a_run_trains_on_quietly(finetune_recipe_data, write_recipe, task_dir, capsys):
+    """What self-training leaves out of the text it labels: the drawn rows (not the training file's others, which the
+    model may label) and the dev rows, as the run's stage reads them (dev_split and the draw seeded by the draw), and
+    without the stage's line."""
+    from finetune.kinds.dev_split import drawn_split
+    from finetune.kinds.labelled_rows import labelled_rows
+    from finetune.recipes import load_recipe
+
+    (task_dir / "dev.tsv").unlink()  # dev_split holds the dev rows out of train.tsv
+    finetune_recipe_data["task"].update(labels_per_class=4, dev_split=0.25)
+    recipe = load_recipe(write_recipe(dict(finetune_recipe_data, draw=2)), check_paths=False)
+    capsys.readouterr()
+    train, dev = labelled_rows(recipe)
+    assert capsys.readouterr().out == ""
+    lines = [line.split("\t") for line in (task_dir / "train.tsv").read_text().splitlines()[1:]]
+    file_labels = np.array([int(label) for _, label in lines])
+    kept, dev_rows = drawn_split(len(lines), 0.25, 2, file_labels)
+    drawn = labelled_subset(file_labels[kept], ("0", "1"), 4, 2, kept)["rows"]
+    assert [texts[0] for texts in train.texts] == [lines[row][0] for row in drawn]
+    assert [texts[0] for texts in dev.texts] == [lines[row][0] for row in dev_rows]
+    assert np.bincount(train.labels).tolist() == [4, 4] and len(dev_rows) == 10

@@ -73,3 +73,34 @@ def test_a_label_of_few_rows_is_no_problem_unpaired_rows_are():
     assert contrastive_problem({"a": 0, "b": 1}, "mean", per_label=True) is None
     assert contrastive_problem({"a": 0, "b": 1}, "mean", "no similar pair", per_label=True) == "no similar pair"
     assert "class 'a' has 0 training row(s)" in str(contrastive_problem({"a": 0, "b": 1}, "mean"))
+
+
+def test_self_training_auto_runs_rounds_with_unlabelled_text_and_few_labels_per_class():
+    from finetune.kinds.method import SELF_TRAINING_ROUNDS, SELF_TRAINING_UP_TO, choose_self_training
+
+    choice = choose_self_training("auto", 500, FEW)
+    assert choice is not None and choice.rounds == SELF_TRAINING_ROUNDS
+    assert choice.line() == (
+        f"self-training: {SELF_TRAINING_ROUNDS} rounds (auto: 500 unlabelled rows and 8 labelled rows per class "
+        f"(median), at most {SELF_TRAINING_UP_TO} (finetune/kinds/method.py))"
+    )
+    many = {"a": SELF_TRAINING_UP_TO + 1, "b": SELF_TRAINING_UP_TO + 1}
+    off = choose_self_training("auto", 500, many)
+    assert off is not None and off.rounds == 0
+    assert off.line().startswith(f"self-training: off (auto: {SELF_TRAINING_UP_TO + 1} labelled rows per class")
+
+
+def test_self_training_says_nothing_without_unlabelled_text_and_keeps_rounds_set_in_the_recipe():
+    from finetune.kinds.method import choose_self_training
+
+    assert choose_self_training("auto", 0, FEW) is None and choose_self_training(3, 0, FEW) is None
+    assert choose_self_training(1, 10, {"a": 500}).line() == "self-training: 1 round (set in the recipe)"
+    assert choose_self_training(0, 10, FEW).line() == "self-training: off (set in the recipe)"
+
+
+def test_a_round_adds_four_times_the_smallest_class_by_default():
+    from finetune.kinds.method import PSEUDO_LABELS_PER_CLASS, pseudo_labels_per_class
+
+    assert pseudo_labels_per_class(None, {"a": 8, "b": 3}) == PSEUDO_LABELS_PER_CLASS * 3
+    assert pseudo_labels_per_class(7, {"a": 8, "b": 3}) == 7
+    assert pseudo_labels_per_class(None, {"a": 0}) == 1

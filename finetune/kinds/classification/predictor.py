@@ -42,15 +42,21 @@ class Predictor:
         """Results for examples already read (the texts of the task's columns, in its column order)."""
         if not examples.texts:
             return []
+        return self.results(self.logits(examples))
+
+    def logits(self, examples: TaskExamples, name: str = "input") -> np.ndarray:
+        """The model's logits of examples already read, in their order (`name`: what the line on examples longer
+        than max_length calls them)."""
         from accelerate import Accelerator
 
         accelerator = Accelerator(cpu=not torch.cuda.is_available())
         examples = replace(examples, texts=[self.spec.model_texts(texts) for texts in examples.texts])
-        return self.results(
-            example_logits(
-                accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name="input"
-            )
-        )
+        return example_logits(accelerator, self.model, self.tokenizer, examples, self.reading, self.batch_size, name)
+
+    def class_probabilities(self, examples: TaskExamples, name: str = "input") -> np.ndarray:
+        """Each example's probability of each class (rows in the examples' order, columns in label order), calibrated
+        as `results` gives them."""
+        return calibrated_probabilities(self.logits(examples, name), temperature_of(self.model.config))
 
     def results(self, logits: np.ndarray) -> list[dict]:
         """One result per row of logits: the label of the highest and every class's probability, softmax(logits /

@@ -29,6 +29,7 @@ from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
+from finetune.training.self_training import PseudoLabelled
 
 
 class ClassificationStage(TaskStage):
@@ -115,6 +116,8 @@ class ClassificationStage(TaskStage):
             "both_directions": reads_both_directions(model.config),
         }
         console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
+        if self.pseudo_labelled is not None:  # after the method and class weights were decided on the labelled rows
+            self.join_pseudo_labelled(self.pseudo_labelled)
         train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
         # The token ids are all that training reads from here on: the texts (~1.8x the file's size) go now, not at
         # the end of the run. The labels stay (the class weights read them).
@@ -128,6 +131,23 @@ class ClassificationStage(TaskStage):
             self.recipe.training.batch_size * 2,
         )
         return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
+
+    def join_pseudo_labelled(self, rows: PseudoLabelled) -> None:
+        """The pseudo-labelled rows after the labelled ones; resumed, they must be those the round started with."""
+        assert self.spec.labels is not None  # kind classification: its classes
+        if self.resuming:
+            rows.check_recorded(self.recipe.run_dir, self.spec.text_columns, self.spec.labels)
+        labelled = len(self.train_examples.texts)
+        self.train_examples = rows.joined(self.train_examples)
+        say(f"self-training: {len(rows.texts):,} pseudo-labelled rows join the {labelled:,} labelled ones")
+
+    def start(self, context) -> None:
+        super().start(context)
+        rows = self.pseudo_labelled
+        if rows is not None and not context.resumed and self.accelerator.is_main_process:
+            assert self.spec.labels is not None
+            rows.write(context.run_dir, self.spec.text_columns, self.spec.labels)
+            context.log.write(rows.record)
 
     def splits_by_length(self, train_data) -> bool:
         return train_data.windows is None  # a document's windows stay together (WindowCollator)
