@@ -22,6 +22,9 @@ Every arm gets the same labelled rows, and no arm any other labelled row:
 - plain:   the same recipe plus `method: plain` (plain fine-tuning); ARMS below holds each toolkit arm's keys
            (`contrastive`: `method: contrastive`, not in the default grid). A key this checkout's recipes do not
            know stops the benchmark before any run, naming the arm.
+- unlabelled: ours plus `unlabelled_text`, a file of up to UNLABELLED_ROWS (4,000) of the task's other training rows
+           (none of the draw's, labels removed, seeded by the draw): what the defaults do with ULMFiT's setting
+           (`self_training.rounds: auto`). Not in the default grid: `--arms unlabelled`.
 - setfit:  bench/peers/setfit_peer.py: the setfit library with its defaults (num_iterations 20, the setting the
            issue's measurement used) on the same rows and checkpoint; CB's pairs as one text, "premise [SEP]
            hypothesis" (SetFit reads one text; the toolkit reads them as a sentence pair).
@@ -107,12 +110,19 @@ from _common import (
 )
 
 BENCHMARK = "few_labels_vs_setfit"  # bench/results/<this>.jsonl
+UNLABELLED_FILE = "unlabelled.jsonl"  # the unlabelled arm's text, written beside each run's labelled rows
+UNLABELLED_ROWS = 4000  # at most this many of the task's other training rows, labels removed
 DATA = SHARED / "data"
 PEER = Path(__file__).resolve().parent / "peers" / "setfit_peer.py"
 SIZES = [8, 16, 64, 256]  # labelled rows per class
 DRAWS = 5
 # Toolkit arms: the recipe keys each adds to the newcomer's recipe (one line to change when `method` lands).
-ARMS = {"ours": {}, "plain": {"method": "plain"}, "contrastive": {"method": "contrastive"}}
+ARMS = {
+    "ours": {},
+    "plain": {"method": "plain"},
+    "contrastive": {"method": "contrastive"},
+    "unlabelled": {"unlabelled_text": UNLABELLED_FILE},  # its path is the run's data folder's (toolkit_recipe)
+}
 PEER_ARMS = ("setfit",)
 DEFAULT_ARMS = ["ours", "plain", "setfit"]
 COMPARISONS = [("ours", "setfit"), ("ours", "plain")]  # the table's paired differences
@@ -204,6 +214,15 @@ def ours_rows(drawn: dict[str, list[int]]) -> tuple[list[int], list[int]]:
     return rows, rows
 
 
+def unlabelled_rows(rows: list[dict], drawn: dict[str, list[int]], draw: int) -> list[dict]:
+    """The unlabelled arm's text: up to UNLABELLED_ROWS of the training rows not drawn, in an order seeded by the
+    draw, their labels removed (text columns only): ULMFiT's setting, more text than labels from the same source."""
+    taken = {index for class_rows in drawn.values() for index in class_rows}
+    others = [index for index in range(len(rows)) if index not in taken]
+    random.Random(f"unlabelled {draw}").shuffle(others)
+    return [{key: value for key, value in rows[index].items() if key != "label"} for index in others[:UNLABELLED_ROWS]]
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -251,7 +270,7 @@ def toolkit_recipe(arm: str, checkpoint: str, task: str, data_dir: Path, run_dir
             "label_column": "label",
             "labels": list(classes),
         },
-        **ARMS[arm],
+        **{key: str(data_dir / value) if key == "unlabelled_text" else value for key, value in ARMS[arm].items()},
     }
 
 
@@ -299,6 +318,9 @@ def run_toolkit(job: Job, data_dir: Path, test_path: Path, work: Path, checkpoin
             "lr": used["training"]["lr"],
             "pooling": used.get("pooling"),
             "keep_best": used.get("keep_best"),
+            "mixed_precision": used["training"].get("mixed_precision"),
+            "self_training_rounds": (used.get("self_training") or {}).get("rounds"),
+            "self_training_threshold": (used.get("self_training") or {}).get("threshold"),
         },
     }
 
@@ -329,6 +351,8 @@ def run_job(job: Job, rows: list[dict], test: list[dict], test_path: Path, work:
     data_dir = work / "data" / job.name
     write_jsonl(data_dir / "train.jsonl", [rows[index] for index in train])
     write_jsonl(data_dir / "dev.jsonl", [rows[index] for index in dev])
+    if "unlabelled_text" in ARMS.get(job.arm, {}):
+        write_jsonl(data_dir / UNLABELLED_FILE, unlabelled_rows(rows, drawn, job.draw))
     started = time.perf_counter()
     if job.arm in ARMS:
         overrides = SMOKE_OVERRIDES if job.smoke else []
@@ -520,6 +544,7 @@ def main() -> None:
     for job in pending:
         record = run_job(job, rows[job.task], tests[job.task], work / "test" / f"{job.task}.jsonl", work, checkpoint)
         record.update(machine_fields(machine), cores=machine["cores"], torch_threads=machine["torch_threads"])
+        record.update({"gpus": machine["gpus"]} if "gpus" in machine else {})  # a GPU's runs are told apart
         with open(log, "a", encoding="utf-8") as out:
             out.write(json.dumps(record) + "\n")
         records.append(record)

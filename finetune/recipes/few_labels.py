@@ -52,12 +52,13 @@ class SelfTrainingConfig(Section):
         "previous round's model labels confidently; 0: off; auto: 2 rounds with unlabelled_text and few labelled "
         "rows per class, else off (finetune/kinds/method.py says the rule)",
     )
-    threshold: float = Field(
-        0.9,
+    threshold: float | None = Field(
+        None,
         gt=0,
         le=1,
         description="the least probability of its top class (calibrated, with calibration: temperature) for a row "
-        "to join",
+        "to join; null: no floor, each class's most confident rows join up to the round's cap (a fixed floor of 0.9 "
+        "let no row of SST-2 join after method contrastive, whose probabilities stay lower: docs/benchmarks.md)",
     )
     per_class: int | None = Field(
         None,

@@ -21,6 +21,12 @@ def _rounds_table(summary: dict) -> list[str]:
     return lines
 
 
+def _confidence_rule(threshold: float | None) -> str:
+    if threshold is None:
+        return "most confidently (the highest probabilities, no floor)"
+    return f"most confidently, with probability >= {threshold:g}"
+
+
 def _settings(summary: dict) -> str:
     labelled = ", ".join(f"{name} {count:,}" for name, count in summary["labelled_rows"].items())
     planned, final = summary["rounds_planned"], summary["final_round"]
@@ -28,7 +34,7 @@ def _settings(summary: dict) -> str:
     return (
         f"{summary['unlabelled_rows']:,} unlabelled rows; labelled rows per class: {labelled}. Round r trains from the "
         f"base model on the labelled rows and at most r x {summary['per_class']:,} rows of each class that round "
-        f"r - 1's model labels with probability >= {summary['threshold']:g}. Self-training ended {ended}; the model "
+        f"r - 1's model labels {_confidence_rule(summary['threshold'])}. Self-training ended {ended}; the model "
         f"is round {final}'s (rounds: {summary['reason']})."
     )
 

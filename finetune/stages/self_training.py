@@ -3,7 +3,8 @@
 Round 0 is the run the recipe describes (any method). Each later round r loads round r-1's saved checkpoint (its
 best weights, its probabilities calibrated where calibration: temperature fitted a T), predicts every unlabelled
 row, and trains a new model from model.checkpoint on the labelled rows and at most r x per_class rows of each
-predicted class whose top probability reaches the threshold (training/self_training.py chooses them): every round
+predicted class, the most confident (above self_training.threshold where one is set; training/self_training.py
+chooses them): every round
 relabels all the text with its better teacher and takes more of it (Cascante-Bonilla et al. 2021's curriculum
 labelling), and starts again from the pretrained weights, so no round inherits the last one's mistakes in its
 weights. Rounds end early when fewer than min_rows rows would join, or the very rows the round before trained on
@@ -161,10 +162,10 @@ def round_rows(recipe, plan: SelfTrainingPlan, number: int) -> PseudoLabelled:
         "confident": selection.confident,
         "added": selection.added,
     }
+    floor = "" if section.threshold is None else f" at probability >= {section.threshold:g}"
     say(
-        f"{sum(selection.confident.values()):,} rows at probability >= "
-        f"{section.threshold:g} (not labelled, not dev, each text once); {len(selection.rows):,} join, at most {cap:,} "
-        f"per class ({described(selection.added)})"
+        f"{sum(selection.confident.values()):,} rows{floor} (not labelled, not dev, each text once); "
+        f"{len(selection.rows):,} join, the most confident {cap:,} per class ({described(selection.added)})"
     )
     return pseudo_labelled(selection, plan.unlabelled, spec.model_texts, {"phase": PHASE, **record})
 

@@ -107,6 +107,15 @@ def head_layer(classifier) -> nn.Linear:
     return classifier if copies is None else copies[classifier.active_adapters[0]]  # the run's one adapter
 
 
+def cpu_zeros(classifier: nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zeros shaped as the layer's weight and bias, on the CPU beside scikit-learn's arrays whatever device the layer
+    is on (a GPU's: indexing its tensor by CPU class indices fails); `copy_` moves them to the layer at the end."""
+    return (
+        torch.zeros(classifier.weight.shape, dtype=classifier.weight.dtype),
+        torch.zeros(classifier.bias.shape, dtype=classifier.bias.dtype),
+    )
+
+
 def fit_head_by_logistic_regression(classifier: nn.Linear, embeddings: np.ndarray, labels: np.ndarray, seed: int):
     """The classifier's weights and bias from scikit-learn's logistic regression on the embeddings (SetFit's head):
     the softmax of the layer's logits is the regression's probabilities. Returns the training accuracy."""
@@ -114,8 +123,7 @@ def fit_head_by_logistic_regression(classifier: nn.Linear, embeddings: np.ndarra
 
     classifier = head_layer(classifier)
     regression = LogisticRegression(max_iter=1000, random_state=seed).fit(embeddings, labels)
-    weight = torch.zeros_like(classifier.weight)
-    bias = torch.zeros_like(classifier.bias)
+    weight, bias = cpu_zeros(classifier)
     coefficients = torch.as_tensor(regression.coef_, dtype=weight.dtype)
     intercepts = torch.as_tensor(regression.intercept_, dtype=weight.dtype)
     classes = torch.as_tensor(regression.classes_, dtype=torch.long)
@@ -142,8 +150,7 @@ def fit_head_label_by_label(
 
     classifier = head_layer(classifier)
     present = np.asarray(labels) > 0.5
-    weight = torch.zeros_like(classifier.weight)
-    bias = torch.zeros_like(classifier.bias)
+    weight, bias = cpu_zeros(classifier)
     constant = []
     for label in range(present.shape[1]):
         column = present[:, label]

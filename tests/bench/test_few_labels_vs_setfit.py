@@ -162,3 +162,20 @@ def test_the_newcomers_recipe_names_no_technique_and_every_arm_here_is_a_valid_r
     assert set(recipe) == {"stage", "run_dir", "seed", "model", "task"}
     assert recipe["task"]["text_columns"] == ["premise", "hypothesis"] and recipe["seed"] == 3
     bench.check_arms(["ours", "setfit"], "CHECKPOINT", bench.SMOKE_OVERRIDES)  # stops the benchmark if not valid
+
+
+def test_the_unlabelled_arms_text_is_no_drawn_row_and_carries_no_label(monkeypatch):
+    rows = [{"sentence": f"row {index}", "label": label} for index, label in enumerate(LABELS)]
+    drawn = bench.draw_rows(LABELS, 8, draw=1)
+    monkeypatch.setattr(bench, "UNLABELLED_ROWS", 20)
+    text = bench.unlabelled_rows(rows, drawn, draw=1)
+    assert len(text) == 20 and all(set(row) == {"sentence"} for row in text)  # the label column is gone
+    taken = {f"row {index}" for class_rows in drawn.values() for index in class_rows}
+    assert not taken & {row["sentence"] for row in text}  # no labelled row comes back as unlabelled text
+    assert text == bench.unlabelled_rows(rows, drawn, draw=1) != bench.unlabelled_rows(rows, drawn, draw=2)
+
+
+def test_the_unlabelled_arms_recipe_names_the_file_beside_the_runs_rows(tmp_path):
+    recipe = bench.toolkit_recipe("unlabelled", "m", "sst2", tmp_path, tmp_path / "run", 0, ["0", "1"])
+    assert recipe["unlabelled_text"] == str(tmp_path / bench.UNLABELLED_FILE)
+    assert "unlabelled_text" not in bench.toolkit_recipe("ours", "m", "sst2", tmp_path, tmp_path / "run", 0, ["0"])

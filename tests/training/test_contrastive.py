@@ -9,7 +9,7 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.multiclass import OneVsRestClassifier
 
-from finetune.training.contrastive import fit_head_label_by_label
+from finetune.training.contrastive import fit_head_by_logistic_regression, fit_head_label_by_label
 
 ROWS, WIDTH = 24, 6
 
@@ -67,3 +67,14 @@ def test_under_a_lora_adapter_the_heads_trained_copy_gets_the_regressions():
     with torch.no_grad():
         assert torch.equal(wrapped(torch.from_numpy(embeddings)), plain(torch.from_numpy(embeddings)))
     assert torch.equal(wrapped.original_module.weight, original)  # the frozen original stays as it was
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_a_head_on_another_device_than_the_cpu_gets_the_regressions(classes):
+    """On a GPU the head's weights were indexed by the regression's CPU class indices: "Expected all tensors to be on
+    the same device" (3 classes and more; multi-label too). The meta device stands in for a GPU here: another device
+    than scikit-learn's arrays, and the same error before the fix."""
+    embeddings, labels = embeddings_and_labels()
+    classes_of_rows = (np.arange(ROWS) % classes).astype(np.int64)
+    fit_head_by_logistic_regression(torch.nn.Linear(WIDTH, classes, device="meta"), embeddings, classes_of_rows, 0)
+    fit_head_label_by_label(torch.nn.Linear(WIDTH, 4, device="meta"), embeddings, labels, seed=0)

@@ -76,3 +76,13 @@ def test_a_round_keeps_its_rows_and_a_resume_must_choose_them_again(tmp_path):
     other = select_confident(probabilities, rows("good film", "bad film", "dull"), set(), 0.92, 5, NAMES)
     with pytest.raises(UserError, match=r"now labels other rows than .*pseudo_labelled\.jsonl"):
         pseudo_labelled(other, unlabelled, tuple, record).check_recorded(tmp_path, ("sentence",), NAMES)
+
+
+def test_without_a_threshold_each_class_takes_its_most_confident_rows_however_low():
+    # Probabilities as a contrastive head gives them: none near 0.9, yet the ranking says which rows to trust.
+    probabilities = np.array([[0.62, 0.38], [0.55, 0.45], [0.30, 0.70], [0.45, 0.55], [0.58, 0.42]])
+    chosen = select_confident(probabilities, rows("a", "b", "c", "d", "e"), set(), None, 2, NAMES)
+    assert chosen.rows.tolist() == [0, 2, 3, 4]  # negative: a (0.62), e (0.58); positive: c (0.70), d (0.55)
+    assert chosen.added == {"negative": 2, "positive": 2}
+    assert chosen.confident == {"negative": 3, "positive": 2}  # every row left in is eligible
+    assert select_confident(probabilities, rows("a", "b", "c", "d", "e"), set(), 0.9, 2, NAMES).rows.tolist() == []
