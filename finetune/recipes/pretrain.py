@@ -168,6 +168,9 @@ class MaskingConfig(Section):
         return self
 
 
+HEAD_WARMUP_PHASE = "head_warmup"  # the phase of its records in metrics.jsonl and of its checkpoints: the key's name
+
+
 class HeadWarmupConfig(Section):
     """`head_warmup`: the language-model head trains alone first (the rest of the model frozen, an optimizer and a
     linear schedule of its own), then the run trains every weight from step 0 as it would have without it."""

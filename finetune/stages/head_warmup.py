@@ -24,11 +24,11 @@ from finetune.console import console
 from finetune.errors import UserError
 from finetune.models.language_models import own_head_parameters
 from finetune.models.loading import starts_head_fresh
+from finetune.recipes.pretrain import HEAD_WARMUP_PHASE
 from finetune.training.driver import WarmupPhase
 from finetune.training.optim import build_optimizer
 from finetune.training.schedules import linear_warmup_decay
 
-PHASE = "head_warmup"  # its records' phase in metrics.jsonl, its checkpoints' name (head_warmup-step-N)
 AUTO_STEPS = 100  # bench/stage2_drift.py's --head-first 100
 
 
@@ -59,8 +59,9 @@ def head_warmup_phase(recipe, language_model, groups: list[list[nn.Parameter]], 
     lrs = [section.lr] * len(groups)
     training = recipe.training
     optimizer = build_optimizer(language_model, [*below, head], lrs, training.weight_decay, training.adam_betas)
-    warmup_fraction = recipe.schedule.warmup_fraction
-    return WarmupPhase(PHASE, steps, head, optimizer, lambda step: linear_warmup_decay(step, steps, warmup_fraction))
+    fraction = recipe.schedule.warmup_fraction
+    schedule = lambda step: linear_warmup_decay(step, steps, fraction)  # the phase's LR multiplier, a pure function
+    return WarmupPhase(HEAD_WARMUP_PHASE, steps, head, optimizer, schedule)
 
 
 def planned_steps(recipe, head: list[nn.Parameter]) -> tuple[int, str]:
