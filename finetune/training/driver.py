@@ -6,7 +6,8 @@ the model, optimizer, data and loss; hooks position the data and change what tra
 the run folder (checked, then created or locked once every input is read), the barriers between processes,
 the metrics log and trackers, `--resume` (sweep the leftovers of a killed save, restore the TrainingState),
 Ctrl-C and out-of-memory handling, the evaluation cadence, keep-best and early stopping, periodic checkpoints,
-and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place.
+and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place, for a phase before
+the training too (`WarmupPhase`: pretrain's head_warmup, whose checkpoints a resumed run continues inside it).
 """
 
 from __future__ import annotations
