@@ -290,13 +290,15 @@ class RunDriver:
         for parameter in frozen:
             parameter.requires_grad_(False)
         epoch, batches_done = state.epoch, state.batches_in_epoch
-        with loop.watching():
-            while not loop.finished:
-                self.stage.before_epoch(epoch, loop.step, batches_done)
-                loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, batches_done=batches_done)
-                epoch, batches_done = epoch + 1, 0
-        for parameter in frozen:
-            parameter.requires_grad_(True)
+        try:
+            with loop.watching():
+                while not loop.finished:
+                    self.stage.before_epoch(epoch, loop.step, batches_done)
+                    loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, batches_done=batches_done)
+                    epoch, batches_done = epoch + 1, 0
+        finally:
+            for parameter in frozen:
+                parameter.requires_grad_(True)
         self.stage.restore_carried({})
         self.loop.started = loop.started
 
@@ -369,7 +371,7 @@ class RunDriver:
             sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
         load_training_state(self.accelerator, checkpoint, self.stage.attachments(run_dir))
         self.stage.restore_carried(state.carried)
-        loop = self.loop if warmup is None or state.phase == TRAIN_PHASE else warmup
+        loop = warmup if warmup is not None else self.loop  # a resumed run has the phase's loop only to continue it
         loop.restore(state, checkpoint)
         self.last_evaluated_step = state.last_evaluated_step
         if self.best is not None and state.best is not None:
