@@ -291,3 +291,15 @@ def stored_model_type(name: str) -> str | None:
         return None
     model_type = (_stored_json(name, CONFIG_FILE) or {}).get("model_type")
     return model_type if isinstance(model_type, str) else None
+
+
+def stored_architectures(name: str) -> list[str] | None:
+    """The model classes a checkpoint's config.json names (`architectures`) as stored on this machine (its folder, or
+    the hub cache), read without loading anything; None when it is not stored here."""
+    if not Path(name).is_dir() and not HUB_NAME.match(name):
+        return None
+    config = _stored_json(name, CONFIG_FILE)
+    if config is None:
+        return None
+    architectures = config.get("architectures")
+    return [str(architecture) for architecture in architectures] if isinstance(architectures, list) else []

@@ -87,6 +87,14 @@ def loss_module(model_config, model: nn.Module) -> nn.Module:
     return family_of(model_config).loss_module(model_config, model)
 
 
+def own_head_parameters(language_model: PreTrainedModel) -> list[nn.Parameter]:
+    """The trainable parameters of a language model's head that are its own: those outside its base model (a masked
+    LM's transform and output bias; an untied decoder's output layer), not a tied output layer, which is the input
+    embedding; with a LoRA adapter, the head's copy that trains (peft's modules_to_save), not the frozen original."""
+    base = {id(parameter) for parameter in language_model.base_model.parameters()}
+    return [p for p in language_model.parameters() if id(p) not in base and p.requires_grad]
+
+
 def language_model_layer_groups(family_name: str, model: PreTrainedModel) -> list[list[nn.Parameter]]:
     """The layer groups that discriminative learning rates of language-model training step down from the top
     (the AWD-LSTM's embedding on top with its decoder, as ULMFiT; transformers in the backbone order)."""

@@ -29,6 +29,7 @@ from finetune.models.hub import (
     load_model_folder,
     load_pretrained,
     resolve_checkpoint,
+    stored_architectures,
 )
 from finetune.models.mean_pooling import MeanPoolingConfig, load_encoder_weights
 
@@ -163,7 +164,7 @@ def load_for_continued_pretraining(
         for field in dropout_fields(config):
             setattr(config, field, dropout)
     stored = [str(architecture) for architecture in config.architectures or []]
-    if stored and not any(architecture.endswith(LANGUAGE_MODEL_HEADS) for architecture in stored):
+    if lacks_language_model_head(stored):
         # A bare encoder or decoder (a sentence-embedding checkpoint): transformers calls the tie of the head it
         # lacks "corrupted"; what happens is that the head starts fresh, which one line says instead.
         console.print(
@@ -177,6 +178,20 @@ def load_for_continued_pretraining(
             report.records[:] = [record for record in report.records if _TIE_WARNING not in record.getMessage()]
         return model
     return load_model(model_class, source, config=config, dtype=torch.float32, **options)
+
+
+def lacks_language_model_head(architectures: list[str]) -> bool:
+    """Whether a checkpoint whose config.json names these model classes holds no language-model head (a bare encoder
+    or decoder: a sentence-embedding checkpoint), so that continuing it starts the head fresh; False when it names
+    none (nothing known)."""
+    return bool(architectures) and not any(name.endswith(LANGUAGE_MODEL_HEADS) for name in architectures)
+
+
+def starts_head_fresh(name: str) -> bool | None:
+    """Whether continuing checkpoint `name` starts its language-model head fresh (`lacks_language_model_head` of its
+    stored config.json); None when its config is not stored on this machine yet (a hub name not fetched)."""
+    architectures = stored_architectures(name)
+    return None if architectures is None else lacks_language_model_head(architectures)
 
 
 # Class-name endings of checkpoints that hold a language-model head (masked or causal; BERT's pretraining heads too).

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -168,6 +168,22 @@ class MaskingConfig(Section):
         return self
 
 
+HEAD_WARMUP_PHASE = "head_warmup"  # the phase of its records in metrics.jsonl and of its checkpoints: the key's name
+
+
+class HeadWarmupConfig(Section):
+    """`head_warmup`: the language-model head trains alone first (the rest of the model frozen, an optimizer and a
+    linear schedule of its own), then the run trains every weight from step 0 as it would have without it."""
+
+    steps: Annotated[int, Field(ge=0)] | Literal["auto"] = Field(
+        "auto",
+        description="optimizer steps of the head alone before the rest of the model trains; auto: 100 when "
+        "model.checkpoint holds no language-model head (a sentence-embedding checkpoint: the head starts fresh, and "
+        "a random head's first gradients move the encoder's embeddings, bench/stage2_drift.py), else 0; 0: off",
+    )
+    lr: float = Field(1e-3, gt=0, description="the head's peak learning rate in its warm-up (a linear layer's rate)")
+
+
 # training keys of how a task's examples are batched: pretraining's blocks are all corpus.block_size long.
 FINETUNE_BATCHING = ("group_by_length", "group_chunk_batches", "split_by_length", "skip_padding")
 
@@ -197,6 +213,11 @@ class PretrainRecipe(TrainingRunRecipe):
         description="gpt2, awd_lstm: before training, count an n-gram model of this order "
         "(Kneser-Ney) on the same tokens and score it on the same validation text; the report shows its loss as the "
         "floor the network has to go below; null: none",
+    )
+    head_warmup: HeadWarmupConfig = Field(
+        default_factory=HeadWarmupConfig,
+        description="continuing a checkpoint: train its language-model head alone first (LP-FT for the head a "
+        "checkpoint lacks)",
     )
 
     @model_validator(mode="before")
@@ -235,6 +256,12 @@ class PretrainRecipe(TrainingRunRecipe):
             raise ValueError("tokenizer.new_vocabulary needs model.family awd_lstm and a model.checkpoint")
         if checkpoint is not None and self.tokenizer.path is not None:
             raise ValueError("model.checkpoint brings its own tokenizer; remove tokenizer.path")
+        if checkpoint is None and self.head_warmup.steps not in ("auto", 0):
+            raise ValueError(
+                f"head_warmup.steps: {self.head_warmup.steps} steps of the head alone protect a pretrained model "
+                "from its random head; a model trained from scratch starts fresh everywhere: set 0 or auto, or "
+                "continue a model.checkpoint"
+            )
         if self.corpus.streaming:
             self._check_streaming()
         # A value other than the default (a saved recipe holds every key, so being present says nothing).

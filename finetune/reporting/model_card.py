@@ -19,6 +19,7 @@ from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
+from finetune.recipes.pretrain import HEAD_WARMUP_PHASE
 from finetune.reporting.calibration_report import calibration_markdown
 from finetune.reporting.class_report import per_class_markdown
 
@@ -299,11 +300,23 @@ def language_model_card(recipe, records: list[dict], config) -> ModelCard:
 # {Path(recipe.run_dir).name}
 
 A {family} language model {"further trained from `" + base + "`" if base else "trained from scratch"} with
-the finetune toolkit on {source}. {recipe.description}
+the finetune toolkit on {source}. {recipe.description}{_head_warmup(recipe, records)}
 """
     body += _validation_curve(records, accuracy) + _language_model_use(recipe, trained, next_step)
     body += _language_model_limits(purpose, source, last)
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def _head_warmup(recipe, records: list[dict]) -> str:
+    """The card's sentence about the head's warm-up, where the run had one (its records in metrics.jsonl)."""
+    steps = max((record["step"] for record in records if record.get("phase") == HEAD_WARMUP_PHASE), default=0)
+    if not steps:
+        return ""
+    return (
+        f"\n\nIts language-model head first trained alone for {steps} steps at lr {recipe.head_warmup.lr:g} "
+        "(`head_warmup`), the rest of the model frozen, so that a random head's first gradients did not move the "
+        "pretrained weights; then every weight trained."
+    )
 
 
 def _corpus_source(corpus) -> str:

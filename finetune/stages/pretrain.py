@@ -46,6 +46,7 @@ from finetune.run_dir import (
     prepare_run_dir,
     read_metrics,
 )
+from finetune.stages.head_warmup import head_warmup_phase, may_warm_up
 from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
 from finetune.stages.pretrain_data import data_loaders, read_language_model_data
 from finetune.training.checkpoints import latest_training_checkpoint, save_checkpoint
@@ -72,7 +73,10 @@ class PretrainStage(TrainingStage):
         check_model_fits_in_memory(self.recipe)
 
     def create_accelerator(self):
-        return make_accelerator(self.recipe.training, run_dir=self.recipe.run_dir)
+        # The head's warm-up freezes the rest of the model after DDP has wrapped it.
+        return make_accelerator(
+            self.recipe.training, parameters_change_trainability=may_warm_up(self.recipe), run_dir=self.recipe.run_dir
+        )
 
     def setup(self, accelerator, resume_from: Path | None) -> TrainingSetup:
         recipe = self.recipe
@@ -99,6 +103,7 @@ class PretrainStage(TrainingStage):
         model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
         lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
         optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+        warmup = head_warmup_phase(recipe, language_model, groups, self.family.masked)  # a fresh head first alone
         # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
         # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
         self.order = (
@@ -120,7 +125,14 @@ class PretrainStage(TrainingStage):
             )
         self.train_loader, self.validation_loader = train_loader, validation_loader
         return TrainingSetup(
-            self.model, optimizer, train_loader, self._loss, "tokens", self.tokenizer, saved_model=self._saved_model
+            self.model,
+            optimizer,
+            train_loader,
+            self._loss,
+            "tokens",
+            self.tokenizer,
+            saved_model=self._saved_model,
+            warmup=warmup,
         )
 
     def _attach_adapter(self, language_model, groups):

@@ -37,13 +37,14 @@ from finetune.models.loading import ADAPTER_WEIGHTS_FILE
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
 from finetune.run_dir import CHECKPOINT_DIR, round_folders
-from finetune.training.state import PROGRESS_FILE, TrainingState, read_training_state
+from finetune.training.state import PROGRESS_FILE, TRAIN_PHASE, TrainingState, read_training_state
 
 HYPERPARAMETERS_FILE = "finetune_recipe.yaml"  # the recipe that produced the weights, beside them
 TRAINING_STATE_DIR = "training_state"  # inside a periodic checkpoint
 WEIGHTS_FILE = "model.safetensors"  # or, for a model too large for one file, shards named by WEIGHTS_INDEX_FILE
 WEIGHTS_INDEX_FILE = "model.safetensors.index.json"
-_STEP_FOLDER = re.compile(r"^step-(\d+)$")
+# step-N of the run's own training; PHASE-step-N of a phase before it (head_warmup-step-N), older than any step-N.
+_STEP_FOLDER = re.compile(r"^(?:([a-z_]+)-)?step-(\d+)$")
 # Folders being written, replaced or deleted: nothing takes them for a checkpoint; a resumed run sweeps them.
 PARTIAL, PREVIOUS, DELETING = ".partial", ".previous", ".deleting"
 
@@ -158,9 +159,11 @@ def checkpoint_reading(
     return DocumentReading.of(max_length, long_documents, task.get("both_orders") is True)
 
 
-def step_checkpoint_dir(run_dir: Path, step: int) -> Path:
-    """The folder of the periodic checkpoint taken after `step` optimizer steps."""
-    return Path(run_dir) / "checkpoints" / f"step-{step:08d}"
+def step_checkpoint_dir(run_dir: Path, step: int, phase: str = TRAIN_PHASE) -> Path:
+    """The folder of the periodic checkpoint taken after `step` optimizer steps of `phase` (the run's own training,
+    or a phase before it, whose name the folder's starts with)."""
+    prefix = "" if phase == TRAIN_PHASE else f"{phase}-"
+    return Path(run_dir) / "checkpoints" / f"{prefix}step-{step:08d}"
 
 
 def save_training_checkpoint(
@@ -275,7 +278,8 @@ def _link_or_copy(source: str, destination: str) -> None:
 
 
 def training_checkpoints(folder: Path) -> list[Path]:
-    """Complete periodic checkpoints in `folder`, oldest first: progress.json and all the weights are there."""
+    """Complete periodic checkpoints in `folder`, oldest first (a phase before the training's, then the training's):
+    progress.json and all the weights are there."""
     if not Path(folder).is_dir():
         return []
     found = []
@@ -283,8 +287,8 @@ def training_checkpoints(folder: Path) -> list[Path]:
         match = _STEP_FOLDER.match(path.name)
         # The weights too: older versions deleted checkpoints in place, and a kill could leave progress.json alone.
         if match and (path / TRAINING_STATE_DIR / PROGRESS_FILE).is_file() and _has_weights(path):
-            found.append((int(match.group(1)), path))
-    return [path for _, path in sorted(found)]
+            found.append((match.group(1) is None, int(match.group(2)), path))
+    return [path for *_, path in sorted(found)]
 
 
 def _has_weights(folder: Path) -> bool:
@@ -385,14 +389,19 @@ def sweep_incomplete_checkpoints(run_dir: Path) -> None:
             remove_checkpoint(path)
 
 
-def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Path] | None = None) -> TrainingState:
-    """Restore model, optimizer and random states saved by `save_training_checkpoint`; returns this process's
-    TrainingState.
+def read_checkpoint_state(accelerator, checkpoint: Path) -> TrainingState:
+    """This process's TrainingState of a periodic checkpoint (one of a newer format refused); nothing is restored:
+    the caller learns the phase and position first, then `load_training_state` restores the rest."""
+    return read_training_state(Path(checkpoint) / TRAINING_STATE_DIR, accelerator.process_index, accelerator.device)
+
+
+def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Path] | None = None) -> None:
+    """Restore model, optimizer and random states saved by `save_training_checkpoint` (its TrainingState read first,
+    `read_checkpoint_state`): every optimizer prepared so far, in the order they were when it was saved.
 
     `attachments`: name -> folder to put back as it was at the checkpoint (removed if it did not exist then).
     """
     state_dir = Path(checkpoint) / TRAINING_STATE_DIR
-    state = read_training_state(state_dir, accelerator.process_index, accelerator.device)  # refuses newer formats
     accelerator.load_state(str(state_dir))
     if accelerator.is_main_process:
         for name, folder in (attachments or {}).items():
@@ -405,4 +414,3 @@ def load_training_state(accelerator, checkpoint: Path, attachments: dict[str, Pa
             else:
                 remove_checkpoint(folder)
     accelerator.wait_for_everyone()
-    return state

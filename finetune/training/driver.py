@@ -6,7 +6,8 @@ the model, optimizer, data and loss; hooks position the data and change what tra
 the run folder (checked, then created or locked once every input is read), the barriers between processes,
 the metrics log and trackers, `--resume` (sweep the leftovers of a killed save, restore the TrainingState),
 Ctrl-C and out-of-memory handling, the evaluation cadence, keep-best and early stopping, periodic checkpoints,
-and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place.
+and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place, for a phase before
+the training too (`WarmupPhase`: pretrain's head_warmup, whose checkpoints a resumed run continues inside it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 
 from finetune.console import console
+from finetune.errors import UserError
 from finetune.reporting.finish import finish_run
 from finetune.reporting.trackers import start_trackers
 from finetune.run_dir import (
@@ -41,13 +43,29 @@ from finetune.training.checkpoints import (
     latest_sound_checkpoint,
     latest_training_checkpoint,
     load_training_state,
+    read_checkpoint_state,
     save_training_checkpoint,
     step_checkpoint_dir,
     sweep_incomplete_checkpoints,
 )
 from finetune.training.loop import LossFunction, StepHook, TrainingLoop, compile_model, total_optimizer_steps
 from finetune.training.schedules import make_momentum_schedule, make_schedule
-from finetune.training.state import BestSoFar, TrainingState
+from finetune.training.state import TRAIN_PHASE, BestSoFar, TrainingState
+
+
+@dataclass
+class WarmupPhase:
+    """A short phase before a stage's own training (head_warmup): only `trains` learn, every other parameter frozen
+    (requires_grad off, so no backward runs below them), with an optimizer and LR schedule of their own, for `steps`
+    optimizer steps over the training batches from the start; then the stage's training runs from step 0 on every
+    parameter it trains, with its own optimizer and schedule, as without the phase. Its metrics.jsonl records, its
+    progress bar and its periodic checkpoints (PHASE-step-N, older than any step-N) carry its name."""
+
+    name: str
+    steps: int
+    trains: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer  # over `trains` alone; the driver prepares it when the phase runs
+    schedule: Callable[[int], float]  # the phase's LR multiplier at a step of it
 
 
 @dataclass
@@ -64,6 +82,7 @@ class TrainingSetup:
     saved_model: Callable[[], torch.nn.Module]  # the Hugging Face model a checkpoint holds
     before_step: StepHook | None = None  # a change between optimizer steps (step-wise unfreezing)
     epochs: int | None = None  # the stage's planned epochs where the recipe leaves training.epochs open
+    warmup: WarmupPhase | None = None  # a phase before the training (head_warmup)
 
 
 @dataclass
@@ -212,29 +231,76 @@ class RunDriver:
         total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training, setup.epochs)
         self.context = RunContext(accelerator, run_dir, log, total_steps, resumed=resume_from is not None)
         self.best = stage.best_so_far()
-        self.loop = TrainingLoop(
-            accelerator,
-            setup.model,
+        self.loop = self._new_loop(
             setup.optimizer,
             make_schedule(recipe.schedule, total_steps),
             total_steps,
-            recipe.training,
-            log,
-            setup.throughput_unit,
-            recipe.checkpoint_every,
-            self._save_state,
             momentum=make_momentum_schedule(recipe.schedule, total_steps),
             stop_early=self._patience_exhausted,
         )
         stage.start(self.context)
-        state = self._restore(resume_from) if resume_from is not None else TrainingState()
+        state = read_checkpoint_state(accelerator, resume_from) if resume_from is not None else TrainingState()
+        # The phase before training runs in a new run, and in one resumed from a checkpoint taken during it.
+        warmup = self._warmup_loop() if setup.warmup and (not resume_from or state.phase != TRAIN_PHASE) else None
+        if resume_from is not None:
+            self._restore(resume_from, state, warmup)
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
+            if warmup is not None:
+                self._warm_up(warmup, state)
+                state = TrainingState()  # the training starts at its step 0, at the start of the data
             self._train(state.epoch, state.batches_in_epoch)
         # lr-find's range test trains at every LR in turn: no model worth saving, and no "saved to" line.
         keeps_model = recipe.schedule.kind != "range_test"
         checkpoint = stage.finish(self.context, self.loop.step) if keeps_model else run_dir
         finish_run(accelerator, run_dir, self.loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
         return checkpoint
+
+    def _new_loop(self, optimizer, schedule: Callable[[int], float], steps: int, **options) -> TrainingLoop:
+        """A training loop of `steps` steps over the stage's model (the run's own, or a phase's: `options`)."""
+        recipe, setup = self.recipe, self.setup
+        return TrainingLoop(
+            self.accelerator,
+            setup.model,
+            optimizer,
+            schedule,
+            steps,
+            recipe.training,
+            self.context.log,
+            setup.throughput_unit,
+            recipe.checkpoint_every,
+            self._save_state,
+            **options,
+        )
+
+    def _warmup_loop(self) -> TrainingLoop:
+        """The loop of the stage's WarmupPhase, its optimizer prepared after the training's (a checkpoint saves both,
+        in that order; a run resumed after the phase prepares, and restores, the training's alone)."""
+        phase = self.setup.warmup
+        assert phase is not None  # called only for a stage that has one
+        return self._new_loop(self.accelerator.prepare(phase.optimizer), phase.schedule, phase.steps, phase=phase.name)
+
+    def _warm_up(self, loop: TrainingLoop, state: TrainingState) -> None:
+        """The WarmupPhase's steps from where `state` stands, every parameter but the phase's frozen; then whatever
+        trained before trains again, and the training's first batch starts from no carried state (an LSTM's), as
+        it would without the phase. Its time counts in the run's training time."""
+        setup = self.setup
+        assert setup.warmup is not None  # `loop` is its loop
+        trains = {id(parameter) for parameter in setup.warmup.trains}
+        frozen = [p for p in setup.model.parameters() if p.requires_grad and id(p) not in trains]
+        for parameter in frozen:
+            parameter.requires_grad_(False)
+        epoch, batches_done = state.epoch, state.batches_in_epoch
+        try:
+            with loop.watching():
+                while not loop.finished:
+                    self.stage.before_epoch(epoch, loop.step, batches_done)
+                    loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, batches_done=batches_done)
+                    epoch, batches_done = epoch + 1, 0
+        finally:
+            for parameter in frozen:
+                parameter.requires_grad_(True)
+        self.stage.restore_carried({})
+        self.loop.started = loop.started
 
     def _train(self, epoch: int, batches_done: int) -> None:
         """Epochs until the step budget is spent (training.max_steps may ask for more than training.epochs) or
@@ -285,23 +351,30 @@ class RunDriver:
             self.accelerator,
             self.setup.saved_model(),
             self.setup.tokenizer,
-            step_checkpoint_dir(run_dir, state.step),
+            step_checkpoint_dir(run_dir, state.step, state.phase),
             self.recipe,
             state,
             self.recipe.keep_checkpoints,
             self.stage.attachments(run_dir),
         )
 
-    def _restore(self, checkpoint: Path) -> TrainingState:
-        """Continue from `checkpoint`: what a killed save left is swept, then every part of the state restored."""
+    def _restore(self, checkpoint: Path, state: TrainingState, warmup: TrainingLoop | None) -> None:
+        """Continue from `checkpoint`, whose TrainingState is `state`: what a killed save left is swept, then every
+        part of the state restored, into the training's loop or (a checkpoint taken during it) the phase's."""
         run_dir = self.context.run_dir
+        if state.phase != TRAIN_PHASE and warmup is None:  # the phase is decided from the inputs alone: they changed
+            raise UserError(
+                f"--resume: {checkpoint} was saved during {state.phase}, which this run does not do (its inputs, "
+                "e.g. the model.checkpoint folder, changed): start it again with overwrite=true"
+            )
         if self.accelerator.is_main_process:
             sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
-        state = load_training_state(self.accelerator, checkpoint, self.stage.attachments(run_dir))
+        load_training_state(self.accelerator, checkpoint, self.stage.attachments(run_dir))
         self.stage.restore_carried(state.carried)
-        self.loop.restore(state, checkpoint)
+        loop = warmup if warmup is not None else self.loop  # a resumed run has the phase's loop only to continue it
+        loop.restore(state, checkpoint)
         self.last_evaluated_step = state.last_evaluated_step
         if self.best is not None and state.best is not None:
             self.best.continue_from(state.best)
-        console.print(f"resuming from {checkpoint} (step {self.loop.step}, epoch {state.epoch + 1})")
-        return state
+        phase = "" if loop is self.loop else f"{state.phase} "
+        console.print(f"resuming from {checkpoint} ({phase}step {loop.step}, epoch {state.epoch + 1})")

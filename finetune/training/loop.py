@@ -1,11 +1,11 @@
 """The one training loop, on accelerate, shared by pretrain and finetune.
 
-The run driver (training/driver.py) builds it and calls `train_epoch` once per epoch inside
-`with loop.watching():`; a stage's per-step change (step-wise unfreezing) comes through the `before_step`
-callable of `train_epoch`. An optimizer step is explicit (`_optimizer_step`): its micro-batches, one backward
-each, then the gradient averaged, clipped and applied. The loop also owns what can go wrong while training: a
-non-finite loss stops the run before anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step
-boundary, and running out of GPU memory becomes one line of advice.
+The run driver (training/driver.py) builds it and calls `train_epoch` once per epoch inside `with loop.watching():`;
+a stage's per-step change (step-wise unfreezing) comes through the `before_step` callable of `train_epoch`; a phase
+before the training (head_warmup) is a loop of its own, named by `phase`. An optimizer step is explicit
+(`_optimizer_step`): its micro-batches, one backward each, then the gradient averaged, clipped and applied. The loop
+also owns what can go wrong while training: a non-finite loss stops the run before anything poisoned is saved,
+Ctrl-C saves a resumable checkpoint at a step boundary, and running out of GPU memory becomes one line of advice.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from finetune.training.checkpoints import remove_checkpoint, training_checkpoint
 from finetune.training.divergence import ValidationWatch, diverged
 from finetune.training.listeners import report_evaluation
 from finetune.training.optim import set_first_moment_decay, set_learning_rates
-from finetune.training.state import TrainingState
+from finetune.training.state import TRAIN_PHASE, TrainingState
 
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
@@ -132,8 +132,10 @@ class TrainingLoop:
         save_checkpoint: Callable[[TrainingState], Path | None] | None = None,
         momentum: Callable[[int], float] | None = None,
         stop_early: Callable[[], bool] | None = None,
+        phase: str = TRAIN_PHASE,
     ):
         self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
+        self.phase = phase  # the run's own training, or a phase before it (head_warmup): names records and checkpoints
         self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
         self.momentum = momentum  # beta1 per step (one-cycle); None: the optimizer's betas stay
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
@@ -190,7 +192,8 @@ class TrainingLoop:
         accumulation = self.config.gradient_accumulation_steps
         steps_this_epoch = min(math.ceil(len(loader) / accumulation), self.total_steps - self.step)
         with progress_bar(self.accelerator.is_main_process) as progress:
-            bar = progress.add_task(f"epoch {epoch + 1}", total=steps_this_epoch, status="")
+            named = f"epoch {epoch + 1}" if self.phase == TRAIN_PHASE else f"{self.phase}, epoch {epoch + 1}"
+            bar = progress.add_task(named, total=steps_this_epoch, status="")
             for micro_batches in _optimizer_steps(loader, accumulation):
                 if before_step is not None:
                     before_step(self.step, epoch)
@@ -260,7 +263,7 @@ class TrainingLoop:
         # The mean over every process's loss terms, not over the main process's share alone.
         loss_sum, loss_terms = self._summed_over_processes(*self._sums[:2])
         record = {
-            "phase": "train",
+            "phase": self.phase,
             "step": self.step,
             "epoch": epoch,
             "loss": (loss_sum / loss_terms.clamp(min=1)).item(),
@@ -308,6 +311,7 @@ class TrainingLoop:
         """The loop's share of the TrainingState at this step boundary (the window's items and seconds are the main
         process's, the one that logs; the running sums are this process's)."""
         return TrainingState(
+            phase=self.phase,
             step=self.step,
             epoch=epoch,
             batches_in_epoch=batches_done,

@@ -2,8 +2,9 @@
 
 A periodic checkpoint's `training_state/` folder holds:
 - accelerate's saved state: model, optimizer, and every process's random number generators (`save_state`);
-- `progress.json`: the `TrainingState` fields that are the same on every process (step, epoch, position in the
-  data, the metrics log's length, the log window, training time, the best evaluation so far), with `format`;
+- `progress.json`: the `TrainingState` fields that are the same on every process (the phase and its step, epoch,
+  position in the data, the metrics log's length, the log window, training time, the best evaluation so far), with
+  `format` (a checkpoint without `phase`, older ones, is of the run's own training);
 - `process_tensors_<rank>.safetensors`: what differs by process, the loop's running loss sums (`loop.sums`) and
   the tensors the model carries from batch to batch under their own names (the LSTM state, Transformer-XL's
   memory; a model's names never hold a dot, so they cannot meet `loop.sums`).
@@ -27,6 +28,7 @@ from finetune.errors import UserError
 
 PROGRESS_FILE = "progress.json"  # inside training_state/
 STATE_FORMAT = 2  # 1: progress.json without "format" and one flat tensor namespace (finetune <= 0.x of 2026-11)
+TRAIN_PHASE = "train"  # the run's own training; a phase before it (head_warmup) has its own name and step count
 _SUMS = "loop.sums"  # the loop's name in a process's tensors file; every other name is a carried tensor
 _FORMAT_1_SUMS = "training_loop_sums"
 
@@ -83,7 +85,8 @@ class TrainingState:
     (`training.checkpoints.save_training_checkpoint` / `load_training_state`).
     """
 
-    step: int = 0  # optimizer steps taken
+    phase: str = TRAIN_PHASE  # the run's own training, or a phase before it (head_warmup) that `step` counts in
+    step: int = 0  # optimizer steps taken (of `phase`)
     epoch: int = 0  # the epoch in progress (0-based)
     batches_in_epoch: int = 0  # the position in the data: batches of `epoch` already trained on, per process
     metrics_lines: int = 0  # records in metrics.jsonl at this step (a resumed run cuts what came after)

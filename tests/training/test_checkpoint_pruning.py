@@ -25,6 +25,7 @@ from finetune.training.checkpoints import (
     WEIGHTS_FILE,
     WEIGHTS_INDEX_FILE,
     latest_training_checkpoint,
+    step_checkpoint_dir,
     sweep_incomplete_checkpoints,
     training_checkpoints,
 )
@@ -144,3 +145,19 @@ def test_a_checkpoint_with_sharded_weights_counts_only_with_all_its_shards(tmp_p
     assert training_checkpoints(tmp_path) == []
     (folder / shards[1]).write_text("weights")
     assert training_checkpoints(tmp_path) == [folder]
+
+
+def test_a_phase_before_the_training_checkpoints_before_any_of_its_steps(tmp_path):
+    """head_warmup-step-N folders (the driver's WarmupPhase) are older than every step-N, whatever N: the newest is a
+    step of the training once there is one, pruning drops the phase's first, a sweep keeps them."""
+    assert step_checkpoint_dir(tmp_path, 40, "head_warmup").name == "head_warmup-step-00000040"
+    assert step_checkpoint_dir(tmp_path, 40).name == "step-00000040"
+    checkpoints = tmp_path / "checkpoints"
+    names = ["step-00000004", "head_warmup-step-00000100", "head_warmup-step-00000050", "step-00000002"]
+    for name in names:
+        fake_checkpoint(checkpoints / name)
+    order = ["head_warmup-step-00000050", "head_warmup-step-00000100", "step-00000002", "step-00000004"]
+    assert [path.name for path in training_checkpoints(checkpoints)] == order
+    assert latest_training_checkpoint(tmp_path) == checkpoints / "step-00000004"
+    sweep_incomplete_checkpoints(tmp_path)
+    assert sorted(path.name for path in checkpoints.iterdir()) == sorted(names)
