@@ -167,3 +167,28 @@ def pseudo_labels_per_class(per_class: int | None, rows_per_class: dict[str, int
     if per_class is not None:
         return per_class
     return max(PSEUDO_LABELS_PER_CLASS * min(rows_per_class.values(), default=0), 1)
+
+
+# Where ULMFiT's stage 2 stands for a classifier with unlabelled text (printed beside self-training's line): a
+# finetune run does not run it; what it would do for the checkpoint is measured for a sentence-embedding model only.
+STAGE_TWO_MEASURED = (
+    "on all-MiniLM-L6-v2 it cost 2.5 points at 100 IMDb labels and gained nothing at 1,000 (bench/ulmfit_imdb.py), "
+    "its random masked-LM head moving the embeddings within 25 steps (bench/stage2_drift.py); pretrain's head_warmup "
+    "now keeps them, with no gain measured yet"
+)
+
+
+def stage_two_line(sentence_model: bool, starts_head_fresh: bool | None) -> str:
+    """The run's line on ULMFiT's stage 2 (a language-model pass over unlabelled_text before fine-tuning): not run
+    by a finetune run; for a sentence-embedding checkpoint, or one without a language-model head, why it is not
+    advised; for any other, how to run it (the ulmfit flow)."""
+    if sentence_model or starts_head_fresh:
+        kind = "a sentence-embedding model" if sentence_model else "a checkpoint without a language-model head"
+        return f"stage 2 (a language-model pass over unlabelled_text): not run, nor advised for {kind}: " + (
+            STAGE_TWO_MEASURED
+        )
+    return (
+        "stage 2 (a language-model pass over unlabelled_text): not run by a finetune run; ULMFiT's stage 2 on this "
+        "text is `finetune pretrain` continuing model.checkpoint on it, then this recipe from its checkpoint (or "
+        "`finetune ulmfit`: docs/ulmfit.md)"
+    )

@@ -33,9 +33,10 @@ from finetune.data.unlabelled_text import read_unlabelled_text
 from finetune.errors import recipe_key
 from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.labelled_rows import class_rows, labelled_rows
-from finetune.kinds.method import SelfTrainingChoice, choose_self_training, pseudo_labels_per_class
+from finetune.kinds.method import SelfTrainingChoice, choose_self_training, pseudo_labels_per_class, stage_two_line
 from finetune.kinds.registry import kind_named, kind_of
 from finetune.kinds.stage import RESULT_FILE, say
+from finetune.models.loading import starts_head_fresh
 from finetune.reporting.model_card import add_card_section
 from finetune.reporting.self_training import CARD_SECTION, card_text, rounds_markdown
 from finetune.run_dir import (
@@ -53,6 +54,7 @@ from finetune.run_dir import (
 from finetune.training.checkpoints import copy_checkpoint, latest_run_checkpoint, latest_training_checkpoint
 from finetune.training.driver import run_training
 from finetune.training.self_training import PHASE, PseudoLabelled, pseudo_labelled, select_confident, text_key
+from finetune.training.techniques import sentence_pooling
 
 SUMMARY_JSON, SUMMARY_MARKDOWN = "self_training.json", "self_training.md"
 
@@ -92,6 +94,8 @@ def self_training_plan(recipe, unlabelled: TaskExamples | None) -> SelfTrainingP
     choice = choose_self_training(recipe.self_training.rounds, len(unlabelled.texts), labelled)
     assert choice is not None  # there is unlabelled text
     say(choice.line())
+    sentence_model = sentence_pooling(recipe.model.checkpoint, local_files_only=True) is not None
+    say(stage_two_line(sentence_model, starts_head_fresh(recipe.model.checkpoint)))
     return SelfTrainingPlan(
         choice,
         spec,

@@ -9,6 +9,7 @@ from finetune.kinds.method import (
     choose_method,
     contrastive_problem,
     contrastive_techniques,
+    stage_two_line,
 )
 
 FEW = {"negative": 8, "positive": 8}
@@ -104,3 +105,14 @@ def test_a_round_adds_four_times_the_smallest_class_by_default():
     assert pseudo_labels_per_class(None, {"a": 8, "b": 3}) == PSEUDO_LABELS_PER_CLASS * 3
     assert pseudo_labels_per_class(7, {"a": 8, "b": 3}) == 7
     assert pseudo_labels_per_class(None, {"a": 0}) == 1
+
+
+def test_the_stage_two_line_advises_against_it_for_sentence_models_and_says_how_for_the_others():
+    for sentence_model, fresh in ((True, True), (True, None), (False, True)):
+        line = stage_two_line(sentence_model, fresh)
+        assert "not run, nor advised" in line and "bench/stage2_drift.py" in line
+    assert "a sentence-embedding model" in stage_two_line(True, True)
+    assert "without a language-model head" in stage_two_line(False, True)
+    for fresh in (False, None):  # a masked LM with its head, or a hub name not fetched yet
+        line = stage_two_line(False, fresh)
+        assert "not run by a finetune run" in line and "finetune pretrain" in line and "docs/ulmfit.md" in line

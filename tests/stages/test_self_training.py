@@ -69,6 +69,8 @@ def test_one_round_joins_the_confident_rows_and_its_model_is_the_runs(pretrained
         "self-training: 1 round (auto: 33 unlabelled rows and 20 labelled rows per class (median), at most 100 "
         "(finetune/kinds/method.py))" in output
     )
+    # The tiny checkpoint is a masked LM with its head: stage 2 is not run here, and the line says how to run it.
+    assert "stage 2 (a language-model pass over unlabelled_text): not run by a finetune run; ULMFiT's" in output
     assert sorted(entry.name for entry in run.iterdir()) == [
         ".finetune-run", "checkpoint", "dev_predictions.jsonl", "metrics.jsonl", "recipe.yaml", "result.json",
         "round-0", "round-1", "self_training.json", "self_training.md",
