@@ -3,7 +3,8 @@
 | method | when auto picks it |
 |---|---|
 | contrastive (SetFit's) | kind classification, a sentence-embedding checkpoint read by mean pooling, at most |
-| | CONTRASTIVE_UP_TO labelled rows per class (the median over classes), 2 rows or more in every class |
+| | CONTRASTIVE_UP_TO labelled rows per class (the median over classes), rows that give a similar pair of two |
+| | rows and a dissimilar pair (data/pairs.py; a class of one row pairs with itself, as in SetFit) |
 | contrastive | kind multilabel, the same checkpoint and pooling, at most CONTRASTIVE_UP_TO positive rows per label |
 | | (a label's rows, the median over labels), rows that give a similar and a dissimilar pair (data/pairs.py) |
 | plain | everything else |
@@ -40,7 +41,6 @@ CONTRASTIVE_UP_TO = 64  # labelled rows per class (median over classes) up to wh
 # After the pair training the head starts from the logistic regression; the encoder keeps what the pairs taught it
 # and the head alone goes on training, at a linear layer's rate.
 CONTRASTIVE_HEAD_LR = 1e-3
-SMALLEST_CLASS = 2  # a similar pair of two different rows needs two rows of the class
 # Multi-label rows pair through any label they share, so a label of one positive row (or none) leaves its rows other
 # partners: no label needs rows of its own, the rows need a similar and a dissimilar pair between them (data/pairs.py),
 # and a label with no regression to fit (on no row, or every row) starts its head row from its rate alone.
@@ -63,16 +63,17 @@ def contrastive_problem(
     rows_per_class: dict[str, int], pooling: str | None, rows_problem: str | None = None, per_label: bool = False
 ) -> str | None:
     """Why contrastive training cannot run here, or None. `rows_problem`: why the task's rows make no pairs to train on
-    (kinds/contrastive.py); `per_label`: the counts are a multi-label task's positive rows per label, which need no
-    minimum."""
+    (data/pairs.py `unpaired`, through kinds/contrastive.py); `per_label`: the counts are a multi-label task's positive
+    rows per label, which need no minimum. A class needs one row: a class of one row pairs with itself as its similar
+    partner and with the other classes' rows as dissimilar ones (SetFit's pairs, drawn with replacement), as ATIS's
+    intents of one training row do; a class of none would get no row of the logistic regression the head starts from."""
     if pooling not in ("mean", "scalar_mix"):
         return f"it trains the mean-pooled sentence embeddings, and pooling is {pooling}"
     if per_label:
         return rows_problem
-    short = {label: count for label, count in rows_per_class.items() if count < SMALLEST_CLASS}
-    if short:
-        label, count = next(iter(short.items()))
-        return f"class '{label}' has {count} training row(s); similar pairs need {SMALLEST_CLASS} rows of every class"
+    empty = [label for label, count in rows_per_class.items() if count == 0]
+    if empty:
+        return f"class '{empty[0]}' has no training row: the head's start (a logistic regression) has none to fit"
     return rows_problem
 
 

@@ -173,16 +173,18 @@ def test_contrastive_refuses_a_kind_without_classes(sentence_model, tmp_path):
     assert result.exit_code != 0 and "method: contrastive is for task kind classification" in one_error_line(result)
 
 
-def test_contrastive_refuses_a_class_with_one_row(sentence_model, tmp_path):
+def test_a_class_of_one_row_trains_contrastively_paired_with_itself(sentence_model, tmp_path):
+    """ATIS has intents of one training row; SetFit pairs such a row with itself, and so does the toolkit now (a rule
+    that wanted 2 rows of every class sent ATIS to plain fine-tuning, 1.4 to 2.2 points behind SetFit)."""
     task = write_task(tmp_path / "task")
     rows = (task / "train.tsv").read_text().splitlines()
     one_positive = [rows[0]] + [row for row in rows[1:] if row.endswith("\t0")] + [rows[1]]
     (task / "train.tsv").write_text("\n".join(one_positive) + "\n")
-    data = contrastive_recipe(sentence_model, task, tmp_path / "run", method="contrastive")
+    assert sum(row.endswith("\t1") for row in one_positive) == 1
+    data = contrastive_recipe(sentence_model, task, tmp_path / "run", method="auto")
     result = finetune(data, tmp_path)
-    assert result.exit_code != 0
-    assert "class '1' has 1 training row(s); similar pairs need 2 rows of every class" in one_error_line(result)
-    assert not (tmp_path / "run").exists()
+    assert result.exit_code == 0, result.output
+    assert "method: contrastive (auto: a sentence-embedding checkpoint" in " ".join(result.output.split())
     shutil.rmtree(task)
 
 

@@ -27,10 +27,14 @@ def test_auto_trains_plainly_otherwise_and_says_why():
         "not a sentence-embedding model": choose_method("auto", FEW, False, "model"),
         "trains a head": choose_method("auto", None, True, "mean"),
         "pooling is model": choose_method("auto", FEW, True, "model"),
-        "class 'b' has 1 training row": choose_method("auto", {"a": 5, "b": 1}, True, "mean"),
+        "class 'b' has no training row": choose_method("auto", {"a": 5, "b": 0}, True, "mean"),
     }
     for said, choice in cases.items():
         assert choice.method == "plain" and said in choice.reason, (said, choice)
+
+
+def test_a_class_of_one_row_still_trains_contrastively():
+    assert choose_method("auto", {"a": 5, "b": 1}, True, "mean").method == "contrastive"
 
 
 def test_a_method_in_the_recipe_is_kept():
@@ -73,7 +77,8 @@ def test_auto_counts_a_multilabel_tasks_positive_rows_per_label():
 def test_a_label_of_few_rows_is_no_problem_unpaired_rows_are():
     assert contrastive_problem({"a": 0, "b": 1}, "mean", per_label=True) is None
     assert contrastive_problem({"a": 0, "b": 1}, "mean", "no similar pair", per_label=True) == "no similar pair"
-    assert "class 'a' has 0 training row(s)" in str(contrastive_problem({"a": 0, "b": 1}, "mean"))
+    assert "class 'a' has no training row" in str(contrastive_problem({"a": 0, "b": 1}, "mean"))
+    assert contrastive_problem({"a": 1, "b": 8}, "mean") is None  # a class of one row pairs with itself (ATIS)
 
 
 def test_self_training_auto_runs_rounds_with_unlabelled_text_and_few_labels_per_class():
