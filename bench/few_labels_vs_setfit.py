@@ -23,8 +23,8 @@ Every arm gets the same labelled rows, and no arm any other labelled row:
            (`contrastive`: `method: contrastive`, not in the default grid). A key this checkout's recipes do not
            know stops the benchmark before any run, naming the arm.
 - unlabelled: ours plus `unlabelled_text`, a file of up to UNLABELLED_ROWS (4,000) of the task's other training rows
-           (none of the draw's, labels removed, seeded by the draw): what the defaults do with ULMFiT's setting
-           (`self_training.rounds: auto`). Not in the default grid: `--arms unlabelled`.
+           (none of the draw's, labels removed, seeded by the draw), and `self_training.rounds: 2` (auto is off:
+           kinds/method.py says why). Not in the default grid: `--arms unlabelled`.
 - setfit:  bench/peers/setfit_peer.py: the setfit library with its defaults (num_iterations 20, the setting the
            issue's measurement used) on the same rows and checkpoint; CB's pairs as one text, "premise [SEP]
            hypothesis" (SetFit reads one text; the toolkit reads them as a sentence pair).
@@ -121,7 +121,8 @@ ARMS = {
     "ours": {},
     "plain": {"method": "plain"},
     "contrastive": {"method": "contrastive"},
-    "unlabelled": {"unlabelled_text": UNLABELLED_FILE},  # its path is the run's data folder's (toolkit_recipe)
+    # Its path is the run's data folder's (toolkit_recipe); 2 rounds set, since auto leaves self-training off.
+    "unlabelled": {"unlabelled_text": UNLABELLED_FILE, "self_training": {"rounds": 2}},
 }
 PEER_ARMS = ("setfit",)
 DEFAULT_ARMS = ["ours", "plain", "setfit"]

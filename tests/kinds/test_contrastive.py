@@ -174,17 +174,18 @@ def test_contrastive_refuses_a_kind_without_classes(sentence_model, tmp_path):
 
 
 def test_a_class_of_one_row_trains_contrastively_paired_with_itself(sentence_model, tmp_path):
-    """ATIS has intents of one training row; SetFit pairs such a row with itself, and so does the toolkit now (a rule
-    that wanted 2 rows of every class sent ATIS to plain fine-tuning, 1.4 to 2.2 points behind SetFit)."""
+    """ATIS has intents of one training row; SetFit pairs such a row with itself, and so does method contrastive now
+    (it refused them before); auto still trains such a task plainly (tests/kinds/test_method.py)."""
     task = write_task(tmp_path / "task")
     rows = (task / "train.tsv").read_text().splitlines()
     one_positive = [rows[0]] + [row for row in rows[1:] if row.endswith("\t0")] + [rows[1]]
     (task / "train.tsv").write_text("\n".join(one_positive) + "\n")
     assert sum(row.endswith("\t1") for row in one_positive) == 1
-    data = contrastive_recipe(sentence_model, task, tmp_path / "run", method="auto")
+    data = contrastive_recipe(sentence_model, task, tmp_path / "run", method="contrastive")
     result = finetune(data, tmp_path)
     assert result.exit_code == 0, result.output
-    assert "method: contrastive (auto: a sentence-embedding checkpoint" in " ".join(result.output.split())
+    assert "method: contrastive (set in the recipe)" in " ".join(result.output.split())
+    assert "pairs of the 21 training rows" in " ".join(result.output.split())
     shutil.rmtree(task)
 
 

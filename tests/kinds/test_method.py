@@ -33,8 +33,11 @@ def test_auto_trains_plainly_otherwise_and_says_why():
         assert choice.method == "plain" and said in choice.reason, (said, choice)
 
 
-def test_a_class_of_one_row_still_trains_contrastively():
-    assert choose_method("auto", {"a": 5, "b": 1}, True, "mean").method == "contrastive"
+def test_a_class_of_one_row_trains_contrastively_when_asked_and_plainly_under_auto():
+    assert choose_method("contrastive", {"a": 5, "b": 1}, True, "mean").method == "contrastive"
+    assert contrastive_problem({"a": 5, "b": 1}, "mean") is None  # method contrastive is not refused
+    auto = choose_method("auto", {"a": 5, "b": 1}, True, "mean")
+    assert auto.method == "plain" and "class 'b' has one training row" in auto.reason
 
 
 def test_a_method_in_the_recipe_is_kept():
@@ -81,8 +84,20 @@ def test_a_label_of_few_rows_is_no_problem_unpaired_rows_are():
     assert contrastive_problem({"a": 1, "b": 8}, "mean") is None  # a class of one row pairs with itself (ATIS)
 
 
-def test_self_training_auto_runs_rounds_with_unlabelled_text_and_few_labels_per_class():
+def test_self_training_auto_is_off_until_a_gain_is_measured_and_says_so():
+    from finetune.kinds.method import choose_self_training
+
+    choice = choose_self_training("auto", 500, FEW)
+    assert choice is not None and choice.rounds == 0
+    assert choice.line().startswith("self-training: off (auto: no gain measured yet (SST-2, 8 labels per class")
+    assert "self_training.rounds: 2 runs it" in choice.line()
+
+
+def test_self_training_auto_runs_rounds_with_unlabelled_text_and_few_labels_per_class(monkeypatch):
+    from finetune.kinds import method
     from finetune.kinds.method import SELF_TRAINING_ROUNDS, SELF_TRAINING_UP_TO, choose_self_training
+
+    monkeypatch.setattr(method, "SELF_TRAINING_MEASURED_GAIN", True)  # the rule auto follows once a gain is measured
 
     choice = choose_self_training("auto", 500, FEW)
     assert choice is not None and choice.rounds == SELF_TRAINING_ROUNDS

@@ -59,6 +59,7 @@ def test_one_round_joins_the_confident_rows_and_its_model_is_the_runs(pretrained
     from transformers import AutoModelForSequenceClassification
 
     monkeypatch.setattr(method, "SELF_TRAINING_ROUNDS", 1)  # auto's rounds, fewer for a test
+    monkeypatch.setattr(method, "SELF_TRAINING_MEASURED_GAIN", True)  # auto's rule where it runs rounds
     unlabelled = write_unlabelled(task_dir, tmp_path / "unlabelled.txt")
     run = tmp_path / "run"
     data = recipe(pretrained, task_dir, run, unlabelled)
@@ -208,6 +209,7 @@ def test_each_seed_runs_its_own_rounds_from_python(pretrained, task_dir, tmp_pat
 
 def test_auto_stays_off_with_many_labels_per_class_and_says_so(pretrained, task_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(method, "SELF_TRAINING_UP_TO", 10)  # 20 labelled rows per class count as many here
+    monkeypatch.setattr(method, "SELF_TRAINING_MEASURED_GAIN", True)
     unlabelled = write_unlabelled(task_dir, tmp_path / "unlabelled.txt")
     data = recipe(pretrained, task_dir, tmp_path / "run", unlabelled)
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
