@@ -273,9 +273,12 @@ def write_recipe(tmp_path: Path) -> Callable[..., Path]:
 
 
 @contextlib.contextmanager
-def interrupted_at_step(step: int, error: type[BaseException] = KeyboardInterrupt) -> Iterator[None]:
-    """Inside the block, training raises `error` right after saving its periodic checkpoint of `step`, as a run
-    killed there would stop; the block expects that error, and the training loop is itself again after it."""
+def interrupted_at_step(
+    step: int, error: type[BaseException] = KeyboardInterrupt, phase: str | None = None
+) -> Iterator[None]:
+    """Inside the block, training raises `error` right after saving its periodic checkpoint of `step` (of `phase`,
+    e.g. head_warmup, where given: a phase before the training counts its own steps), as a run killed there would
+    stop; the block expects that error, and the training loop is itself again after it."""
     from finetune.training import loop as loop_module
 
     original_init = loop_module.TrainingLoop.__init__
@@ -285,9 +288,10 @@ def interrupted_at_step(step: int, error: type[BaseException] = KeyboardInterrup
         save = self.save_checkpoint
 
         def save_then_stop(progress):
-            save(progress)
-            if progress.step == step:
+            folder = save(progress)
+            if progress.step == step and phase in (None, progress.phase):
                 raise error
+            return folder
 
         self.save_checkpoint = save_then_stop
 

@@ -4,9 +4,7 @@ the phase, the refusals and the printed line, on tiny BERTs saved with and witho
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +18,8 @@ from finetune.models.language_models import own_head_parameters
 from finetune.recipes import load_recipe
 from finetune.stages.head_warmup import AUTO_STEPS, may_warm_up, planned_steps
 from finetune.stages.pretrain import run_pretrain
-from finetune.training import loop as loop_module
 from finetune.training.schedules import linear_warmup_decay
-from tests.conftest import one_error_line, pretrain_recipe, write_yaml
+from tests.conftest import interrupted_at_step, one_error_line, pretrain_recipe, write_yaml
 from tests.stages.test_continued_pretraining import base_checkpoint
 from tests.stages.test_pretrain_families import comparable_metrics
 from tests.tiny_families import save_tiny_checkpoint
@@ -150,29 +147,6 @@ class Stopped(Exception):
     """Stands for the run being killed right after a periodic checkpoint."""
 
 
-@contextlib.contextmanager
-def stopped_after_checkpoint(phase: str, step: int) -> Iterator[None]:
-    """Inside the block, training raises Stopped right after saving its checkpoint of `step` of `phase`."""
-    original_init = loop_module.TrainingLoop.__init__
-
-    def init_that_stops(self, *arguments, **keywords):
-        original_init(self, *arguments, **keywords)
-        save = self.save_checkpoint
-
-        def save_then_stop(state):
-            folder = save(state)
-            if (state.phase, state.step) == (phase, step):
-                raise Stopped
-            return folder
-
-        self.save_checkpoint = save_then_stop
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop_module.TrainingLoop, "__init__", init_that_stops)
-        with pytest.raises(Stopped):
-            yield
-
-
 @pytest.mark.parametrize(
     "phase, step", [("head_warmup", 4), ("head_warmup", 6), ("train", 2)], ids=["inside", "at-its-end", "after"]
 )
@@ -186,7 +160,7 @@ def test_a_run_stopped_inside_or_after_the_warmup_resumes_bit_for_bit(bases, tmp
 
     run_pretrain(recipe("full"))
     stopped = recipe("stopped")
-    with stopped_after_checkpoint(phase, step):
+    with interrupted_at_step(step, Stopped, phase):
         run_pretrain(stopped)
     run_pretrain(stopped, resume=True)
     full, resumed = (
