@@ -70,7 +70,13 @@ class SelfTrainingConfig(Section):
         1,
         ge=1,
         description="a round trains only when at least this many rows join; fewer, or the very rows the previous "
-        "round trained on, end self-training there (the last round's model is the result)",
+        "round trained on, end self-training there",
+    )
+    keep: Literal["best", "last"] = Field(
+        "best",
+        description="the round whose model is the run's: best, the round with the best dev score (the earliest on a "
+        "tie; round 0 is a candidate, so rounds that cost points on dev are not kept); last, the last round's "
+        "(best reads dev, and keeps the last round when the dev rows are training rows too)",
     )
 
 
@@ -93,7 +99,7 @@ def self_training_problem(
             "set unlabelled_text (a .txt, .tsv, .csv or .jsonl file) or rounds: 0"
         )
     defaults = SelfTrainingConfig()
-    keys = ("threshold", "per_class", "min_rows")
+    keys = ("threshold", "per_class", "min_rows", "keep")
     changed = [f"self_training.{key}" for key in keys if getattr(section, key) != getattr(defaults, key)]
     changed += ["unlabelled_rows"] if unlabelled_rows is not None else []
     if changed:

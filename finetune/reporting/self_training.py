@@ -35,7 +35,7 @@ def _settings(summary: dict) -> str:
         f"{summary['unlabelled_rows']:,} unlabelled rows; labelled rows per class: {labelled}. Round r trains from the "
         f"base model on the labelled rows and at most r x {summary['per_class']:,} rows of each class that round "
         f"r - 1's model labels {_confidence_rule(summary['threshold'])}. Self-training ended {ended}; the model "
-        f"is round {final}'s (rounds: {summary['reason']})."
+        f"is {summary['kept_because']} (rounds: {summary['reason']})."
     )
 
 

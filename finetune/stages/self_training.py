@@ -11,10 +11,12 @@ weights. Rounds end early when fewer than min_rows rows would join, or the very 
 (the same data and seed train the same model).
 
 RUN_DIR/round-R is each round's own run folder (the later ones with pseudo_labelled.jsonl and a "self_training"
-record in their metrics.jsonl); RUN_DIR's checkpoint/, result.json and dev_predictions.jsonl are the last round's (its
-model is the result), self_training.json and self_training.md each round's rows and dev scores, metrics.jsonl a
-"self_training" record per round. `--resume` keeps the rounds that finished, continues a stopped one from its periodic
-checkpoint and trains one that saved none anew. With seeds or draws, every run (draw x seed) runs its own rounds.
+record in their metrics.jsonl); RUN_DIR's checkpoint/, result.json and dev_predictions.jsonl are the kept round's
+(self_training.keep: best, the round of the best dev score, round 0 included, so rounds whose pseudo-labels cost
+points are dropped, as they did on SST-2 at 8 labels per class; or last), self_training.json and self_training.md
+each round's rows and dev scores, metrics.jsonl a "self_training" record per round. `--resume` keeps the rounds
+that finished, continues a stopped one from its periodic checkpoint and trains one that saved none anew. With
+seeds or draws, every run (draw x seed) runs its own rounds.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class SelfTrainingPlan:
     per_class: int
     keys: list[tuple[str, ...]]
     excluded: set[tuple[str, ...]]
+    dev_is_training: bool = False  # every dev row is a training row too: dev scores cannot rank the rounds
 
 
 def self_training_plan(recipe, unlabelled: TaskExamples | None) -> SelfTrainingPlan | None:
@@ -96,6 +99,8 @@ def self_training_plan(recipe, unlabelled: TaskExamples | None) -> SelfTrainingP
     say(choice.line())
     sentence_model = sentence_pooling(recipe.model.checkpoint, local_files_only=True) is not None
     say(stage_two_line(sentence_model, starts_head_fresh(recipe.model.checkpoint)))
+    training_keys = {text_key(texts) for texts in train.texts}
+    dev_keys = {text_key(texts) for texts in dev.texts}
     return SelfTrainingPlan(
         choice,
         spec,
@@ -103,7 +108,8 @@ def self_training_plan(recipe, unlabelled: TaskExamples | None) -> SelfTrainingP
         labelled,
         pseudo_labels_per_class(recipe.self_training.per_class, labelled),
         [text_key(spec.model_texts(texts)) for texts in unlabelled.texts],
-        {text_key(texts) for examples in (train, dev) for texts in examples.texts},
+        training_keys | dev_keys,
+        dev_is_training=dev_keys <= training_keys,
     )
 
 
@@ -134,7 +140,7 @@ def run_self_training(recipe, plan: SelfTrainingPlan, resume: bool = False) -> P
             rows = None if number == 0 else round_rows(recipe, plan, number)
             stopped = None if rows is None else stop_reason(recipe, plan, number, rows)
             if stopped is not None:
-                say(f"self-training stops before round {number}: {stopped}; the model is round {number - 1}'s")
+                say(f"self-training stops before round {number}: {stopped}")
                 break
             train_round(recipe, number, rows, resume)
         rounds.append(round_summary(plan, number, folder))
@@ -233,12 +239,30 @@ def round_line(rounds: list[dict]) -> str:
     return f"self-training round {last['round']}: {joined}; {score}"
 
 
+def kept_round(rounds: list[dict], keep: str, dev_is_training: bool) -> tuple[int, str]:
+    """The round whose model is the run's (self_training.keep), and why, in words."""
+    last = rounds[-1]["round"]
+    if keep == "last":
+        return last, "the last round's (self_training.keep: last)"
+    if dev_is_training:
+        return last, "the last round's: every dev row is a training row, so dev cannot rank the rounds"
+    if len(rounds) == 1:
+        return last, "round 0's, the only round trained"
+    name = rounds[0]["main_metric"]  # a classifier's metric, higher better, as keep_best reads it
+    best = max(rounds, key=lambda entry: (entry[f"dev_{name}"], -entry["round"]))  # the earliest of equals
+    return best["round"], f"round {best['round']}'s, the best dev {name} ({best[f'dev_{name}']:.4f})"
+
+
 def summarise(recipe, plan: SelfTrainingPlan, rounds: list[dict], stopped: str | None) -> dict:
-    """self_training.json: the decision, the settings in force and each round's rows and dev scores."""
+    """self_training.json: the decision, the settings in force, each round's rows and dev scores, and the round kept."""
+    kept, why = kept_round(rounds, recipe.self_training.keep, plan.dev_is_training)
     return {
         "rounds_planned": plan.choice.rounds,
         "reason": plan.choice.reason,
         "final_round": rounds[-1]["round"],
+        "kept_round": kept,
+        "kept_because": why,
+        "keep": recipe.self_training.keep,
         "stopped": stopped,
         "threshold": recipe.self_training.threshold,
         "per_class": plan.per_class,
@@ -251,9 +275,10 @@ def summarise(recipe, plan: SelfTrainingPlan, rounds: list[dict], stopped: str |
 
 
 def write_result(run_dir: Path, summary: dict) -> None:
-    """The last round's model as the run's: its checkpoint (with a card section on the rounds) and dev predictions,
+    """The kept round's model as the run's: its checkpoint (with a card section on the rounds) and dev predictions,
     self_training.json and .md, and result.json last (the round's, with the summary): it says the run finished."""
-    final = round_folder(run_dir, summary["final_round"])
+    kept = summary["kept_round"]
+    final = round_folder(run_dir, kept)
     (run_dir / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (run_dir / SUMMARY_MARKDOWN).write_text(rounds_markdown(summary), encoding="utf-8")
     if (final / DEV_PREDICTIONS_FILE).is_file():
@@ -261,8 +286,9 @@ def write_result(run_dir: Path, summary: dict) -> None:
     checkpoint = copy_checkpoint(final / CHECKPOINT_DIR, run_dir / CHECKPOINT_DIR)
     add_card_section(checkpoint, CARD_SECTION, card_text(summary))
     result = json.loads((final / RESULT_FILE).read_text(encoding="utf-8"))
-    result["self_training"] = {key: summary[key] for key in ("final_round", "stopped", "rounds_planned")} | {
-        "pseudo_labelled_rows": sum(summary["rounds"][-1]["added"].values())
+    keys = ("final_round", "kept_round", "kept_because", "stopped", "rounds_planned")
+    result["self_training"] = {key: summary[key] for key in keys} | {
+        "pseudo_labelled_rows": sum(summary["rounds"][kept]["added"].values())
     }
     (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    console.print(f"self-training: round {summary['final_round']}'s model saved to {checkpoint}")
+    console.print(f"self-training: the run's model is {summary['kept_because']}; saved to {checkpoint}")

@@ -44,8 +44,9 @@ def write_unlabelled(task: Path, path: Path) -> Path:
 
 def recipe(checkpoint: Path, task: Path, run_dir: Path, unlabelled: Path, **extra) -> dict:
     """The tiny classifier on 20 labelled rows per class, 2 steps a round; threshold 0.5, which the top class of two
-    always reaches, so every row not left out is confident whatever the model learnt."""
-    section = {"threshold": 0.5, "per_class": PER_CLASS, **extra.pop("self_training", {})}
+    always reaches, so every row not left out is confident whatever the model learnt. keep: last, since which round
+    a tiny model's dev scores favour is chance (keep: best is tested with the scores set)."""
+    section = {"threshold": 0.5, "per_class": PER_CLASS, "keep": "last", **extra.pop("self_training", {})}
     data = minimal_recipe(checkpoint, task, run_dir, unlabelled_text=str(unlabelled), self_training=section, **extra)
     data["training"] = {"max_steps": 2, "batch_size": 8, "device": "cpu"}
     return data
@@ -253,6 +254,11 @@ REFUSALS = {
         {"unlabelled_text": "lines.txt", "task": "regression"},
         "unlabelled_text: self-training labels text with the classes of kind classification",
     ),
+    "keep without text": (
+        {"unlabelled_text": [], "self_training": {"keep": "last"}},
+        "self_training.keep is read with unlabelled_text, which the recipe does not give",
+    ),
+    "keep unknown": ({"self_training": {"keep": "first"}}, "self_training.keep: Input should be 'best' or 'last'"),
     "threshold 0": ({"self_training": {"threshold": 0}}, "self_training.threshold: Input should be greater than 0"),
     "threshold above 1": ({"self_training": {"threshold": 1.5}}, "self_training.threshold: Input should be less than"),
 }
@@ -303,3 +309,65 @@ def test_a_round_that_would_teach_nothing_new_is_not_trained(tmp_path):
     )
     relabelled = PseudoLabelled([("a film",)], [("a film",)], np.array([0]), np.array([0.95]))
     assert self_training.stop_reason(recipe, plan, 2, relabelled) is None
+
+
+def test_keep_best_keeps_the_round_of_the_best_dev_score(pretrained, task_dir, tmp_path, monkeypatch):
+    """Round 1 scored below round 0 on dev (set here, as SST-2's pseudo-labels did at 8 labels per class): the run's
+    model, result and dev predictions are round 0's, and every record says why."""
+    scores = {0: 0.75, 1: 0.5}
+    original = self_training.round_summary
+
+    def summary_with_set_score(plan, number, folder):
+        return {**original(plan, number, folder), "dev_accuracy": scores[number]}
+
+    monkeypatch.setattr(self_training, "round_summary", summary_with_set_score)
+    unlabelled = write_unlabelled(task_dir, tmp_path / "unlabelled.txt")
+    run = tmp_path / "run"
+    data = recipe(pretrained, task_dir, run, unlabelled, self_training={"rounds": 1, "keep": "best"})
+    del data["self_training"]["keep"]  # best is the default
+    result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 0, result.output
+    why = "round 0's, the best dev accuracy (0.7500)"
+    assert f"self-training: the run's model is {why}" in " ".join(result.output.split())
+    summary = json.loads((run / "self_training.json").read_text())
+    assert (summary["final_round"], summary["kept_round"], summary["kept_because"]) == (1, 0, why)
+    kept, round_0 = (load_file(run / folder / "model.safetensors") for folder in ("checkpoint", "round-0/checkpoint"))
+    assert all(torch.equal(kept[name], round_0[name]) for name in round_0)
+    top = json.loads((run / "result.json").read_text())
+    assert top.pop("self_training")["pseudo_labelled_rows"] == 0
+    assert top == json.loads((run / "round-0" / "result.json").read_text())
+    assert (run / "dev_predictions.jsonl").read_text() == (run / "round-0" / "dev_predictions.jsonl").read_text()
+    assert f"the model is {why}" in " ".join((run / "checkpoint" / "README.md").read_text().split())
+
+
+def test_the_kept_round_rule():
+    def rounds(*values, metric="accuracy"):
+        return [{"round": number, "main_metric": metric, f"dev_{metric}": value} for number, value in enumerate(values)]
+
+    assert self_training.kept_round(rounds(0.6, 0.7, 0.65), "best", False) == (
+        1,
+        "round 1's, the best dev accuracy (0.7000)",
+    )
+    assert self_training.kept_round(rounds(0.7, 0.7), "best", False)[0] == 0  # the earliest of equal scores
+    assert self_training.kept_round(rounds(0.4, 0.5, metric="f1_macro"), "best", False)[0] == 1
+    assert self_training.kept_round(rounds(0.7, 0.6), "last", False) == (
+        1,
+        "the last round's (self_training.keep: last)",
+    )
+    assert self_training.kept_round(rounds(0.7, 0.6), "best", True) == (
+        1,
+        "the last round's: every dev row is a training row, so dev cannot rank the rounds",
+    )
+    assert self_training.kept_round(rounds(0.7), "best", False) == (0, "round 0's, the only round trained")
+
+
+def test_a_dev_file_of_training_rows_cannot_rank_the_rounds(pretrained, task_dir, tmp_path):
+    unlabelled = write_unlabelled(task_dir, tmp_path / "unlabelled.txt")
+    data = recipe(pretrained, task_dir, tmp_path / "run", unlabelled, self_training={"rounds": 1})
+    separate = load_recipe(write_yaml(tmp_path / "a.yaml", data))
+    plan = self_training.self_training_plan(separate, self_training.read_unlabelled(separate))
+    assert plan is not None and not plan.dev_is_training
+    (task_dir / "dev.tsv").write_text((task_dir / "train.tsv").read_text())  # the few-label habit: dev = the rows
+    same = load_recipe(write_yaml(tmp_path / "b.yaml", data))
+    plan = self_training.self_training_plan(same, self_training.read_unlabelled(same))
+    assert plan is not None and plan.dev_is_training
