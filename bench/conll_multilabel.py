@@ -136,7 +136,7 @@ def scores(references: np.ndarray, probabilities: np.ndarray) -> dict:
     result = {}
     for name, value in at.items():
         metrics = multilabel_metrics(references, probabilities > value)
-        result[name] = {"threshold": value, **{key: round(metrics[key], 4) for key in ("micro_f1", "macro_f1")}}
+        result[name] = {"threshold": value, **{key: round(metrics[key], 4) for key in ("f1_micro", "f1_macro")}}
     return result
 
 
@@ -211,10 +211,10 @@ def run_ours(args, recipe: Path, data: Path, seed: int, pooling: str) -> dict:
     )
     dev = scores(label_rows(data / "dev.jsonl"), probabilities)
     logged = last_record(run_dir, "eval")  # its own last evaluation, at its dev-chosen threshold: the same figures
-    if abs(logged["dev_micro_f1"] - dev["dev"]["micro_f1"]) > 0.005:
+    if abs(logged["dev_f1_micro"] - dev["dev"]["f1_micro"]) > 0.005:
         print(
-            f"bench: warning: ours ({pooling}) logged dev micro F1 {logged['dev_micro_f1']:.4f} at threshold "
-            f"{logged['dev_threshold']}; its predictions score {dev['dev']['micro_f1']:.4f} at "
+            f"bench: warning: ours ({pooling}) logged dev micro F1 {logged['dev_f1_micro']:.4f} at threshold "
+            f"{logged['dev_threshold']}; its predictions score {dev['dev']['f1_micro']:.4f} at "
             f"{dev['dev']['threshold']}",
             file=sys.stderr,
         )
@@ -258,15 +258,15 @@ def print_table(records: list[dict]) -> None:
             half, dev = side["dev"]["0.5"], side["dev"]["dev"]
             print(
                 f"| {record['seed']} | {side['side']} | {side['examples_per_s']:.1f} | {speed:.2f}x | "
-                f"{100 * half['micro_f1']:.1f} | {100 * half['macro_f1']:.1f} | {dev['threshold']:.2f} | "
-                f"{100 * dev['micro_f1']:.1f} | {100 * dev['macro_f1']:.1f} |"
+                f"{100 * half['f1_micro']:.1f} | {100 * half['f1_macro']:.1f} | {dev['threshold']:.2f} | "
+                f"{100 * dev['f1_micro']:.1f} | {100 * dev['f1_macro']:.1f} |"
             )
     medians = []
     for pooling in records[0]["ours"]:
         speed = statistics.median(record["speed_ratio"][pooling] for record in records)
-        micro = statistics.median(record["ours"][pooling]["dev"]["dev"]["micro_f1"] for record in records)
+        micro = statistics.median(record["ours"][pooling]["dev"]["dev"]["f1_micro"] for record in records)
         medians.append(f"{pooling} pooling {speed}x the Trainer's sentences/s, dev micro F1 {100 * micro:.1f}")
-    peer = statistics.median(record["peer"]["dev"]["dev"]["micro_f1"] for record in records)
+    peer = statistics.median(record["peer"]["dev"]["dev"]["f1_micro"] for record in records)
     print(
         f"median over {len(records)} seed(s), at the dev-chosen threshold: ours {'; '.join(medians)}; the Trainer "
         f"{100 * peer:.1f} ({records[0]['cpu']}, fp32 matmul {records[0]['matmul_gflops']} GFLOP/s)"

@@ -104,7 +104,7 @@ class Setup(NamedTuple):
 
 SETUPS = {
     "ner": Setup("dev_f1", 14041, ALL, 3),
-    "multilabel": Setup("dev_micro_f1", 2000, 1000, 3),
+    "multilabel": Setup("dev_f1_micro", 2000, 1000, 3),
     "sst2": Setup("dev_accuracy", 2000, ALL, 3),
     "mrpc": Setup("dev_f1", 2000, ALL, 3),
     "rte": Setup("dev_accuracy", 2000, ALL, 3),

@@ -5,6 +5,7 @@ stages as the CLI does and return a `finetune.RunResult` (finetune/api/); `finet
 the package imports none of the libraries they need: each is loaded when first used.
 """
 
+import os
 from typing import Any
 
 from finetune._version import __version__
@@ -27,7 +28,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_API))
 
 
-def predict(checkpoint: str, texts, batch_size: int = 64) -> list[dict]:
+def predict(checkpoint: str | os.PathLike, texts, batch_size: int = 64) -> list[dict]:
     """Labels and probabilities (or scores) of a fine-tuned checkpoint for raw texts; see finetune.commands.predict.
 
     >>> finetune.predict("runs/quickstart/finetune/checkpoint", ["a warm , funny film"])  # doctest: +SKIP
@@ -35,4 +36,4 @@ def predict(checkpoint: str, texts, batch_size: int = 64) -> list[dict]:
     """
     from finetune.commands.predict import predict as predict_texts  # late: torch and transformers are slow to import
 
-    return predict_texts(checkpoint, texts, batch_size)
+    return predict_texts(os.fspath(checkpoint), texts, batch_size)

@@ -72,6 +72,18 @@ class TaskSection(Section):
             raise ValueError("a share of the training rows, above 0 and below 1")  # the key and value: the formatter
         return value
 
+    def computable_metrics(self) -> tuple[str, ...]:
+        """The metrics the task could report: its own, and where the kind has a `metrics` key, every one it takes."""
+        return self.spec().metrics
+
+    def computing(self, metric: str) -> TaskSection | None:
+        """This section with `metric` reported last (metric_for_best names a metric the task can compute but does
+        not list), or None where it cannot compute it or already does."""
+        listed = self.spec().metrics
+        if metric in listed or metric not in self.computable_metrics():
+            return None
+        return self.model_copy(update={"metrics": [*listed, metric]})  # only kinds with a metrics key get here
+
     def weighed_labels(self) -> tuple[str, ...]:
         """What training.class_weights or pos_weight may name: the labels as the files write them, and their
         names."""

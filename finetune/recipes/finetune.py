@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from finetune.kinds.multilabel.recipe import FORMER_NAMES
 from finetune.recipes.adapters import ADAPTER_HELP, AdapterConfig
 from finetune.recipes.base import (
     SCHEDULE_KIND_HELP,
@@ -343,14 +344,23 @@ class FinetuneRecipe(TrainingRunRecipe):
             raise ValueError(f"draw: draws runs draws 0 to {self.draws - 1}, each its own; remove draw")
         return self
 
+    @field_validator("metric_for_best", mode="before")
+    @classmethod
+    def _one_spelling(cls, metric: Any) -> Any:
+        """A multi-label score's former name (micro_f1, ...) is read as today's (recipes/loader.py says so)."""
+        return FORMER_NAMES.get(metric, metric) if isinstance(metric, str) else metric
+
     @model_validator(mode="after")
     def _metric_the_task_computes(self) -> FinetuneRecipe:
-        if self.metric_for_best is not None:
-            metrics = self.task.spec().metrics
-            if self.metric_for_best not in metrics:
+        """metric_for_best names one of the task's metrics, or one its kind computes (then computed too)."""
+        if self.metric_for_best is not None and self.metric_for_best not in self.task.spec().metrics:
+            computing = self.task.computing(self.metric_for_best)
+            if computing is not None:
+                self.task = cast(TaskConfig, computing)  # the same kind as self.task
+            else:
                 raise ValueError(
                     f"metric_for_best: '{self.metric_for_best}' is not a metric of the task; "
-                    f"one of {', '.join(metrics)}"
+                    f"one of {', '.join(self.task.computable_metrics())}"
                 )
         return self
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ def load_given_recipe(
     else:
         for override in overrides or ():
             apply_override(data, override, source)
+    data = paths_as_text(data)
     if data_in_run_dir and isinstance(data.get("task"), dict):
         data["task"].update(data_dir=str(Path(str(data.get("run_dir", ""))) / DATA_DIR), source="files", hub=None)
     expected_stage = None if accepted_stages or not command else command
@@ -64,3 +66,15 @@ def load_given_recipe(
             f"{' or '.join(accepted_stages)} recipe; this one's stage is '{loaded.stage}'"
         )
     return loaded
+
+
+def paths_as_text(value: Any) -> Any:
+    """`value` with every os.PathLike in it (a pathlib.Path a notebook passes) as its text: a recipe read from YAML
+    holds text, and keys such as model.checkpoint take a folder or a hub name alike, so they are typed as text."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {key: paths_as_text(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [paths_as_text(item) for item in value]
+    return value

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from finetune.console import console
 from finetune.errors import UserError
+from finetune.kinds.multilabel.recipe import FORMER_NAMES
 from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.describe import KeyField, key_fields
 from finetune.recipes.evaluation import EvalRecipe
@@ -257,6 +258,18 @@ def _say_when_the_kind_is_another(task: Any, path: Path) -> None:
         )
 
 
+def _say_when_a_metric_is_respelled(metric: Any, path: Path) -> None:
+    """metric_for_best: micro_f1 (a multi-label score's name before 0.2.0) is read as f1_micro: said."""
+    if isinstance(metric, str) and metric in FORMER_NAMES:
+        console.print(
+            f"recipe {path}: metric_for_best: {metric} is read as {FORMER_NAMES[metric]} (every kind spells its "
+            "scores as scikit-learn does since 0.2.0); a recipe of yours may say the new name",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _is_union_tag(section: object, part: object) -> bool:
     """Whether `part` of an error's location is the tag of a section validated as one of several (model, task)."""
     return (section == "model" and part in MODEL_FAMILIES) or (section == "task" and part in TASK_SECTIONS)
@@ -408,6 +421,7 @@ def recipe_from_data(
     except ValidationError as error:
         raise UserError(_format_validation_error(error, path, stage)) from None
     _say_when_the_kind_is_another(data.get("task"), path)
+    _say_when_a_metric_is_respelled(data.get("metric_for_best"), path)
     if check_paths:
         for key, problem in path_problems(recipe):
             raise UserError(f"recipe {path}: {key}: {problem}")

@@ -205,6 +205,6 @@ def _label_set_score(metric: str) -> ResampledScore | None:
     """A multi-label metric of resampled rows (subset accuracy at once, the others one resample at a time)."""
     if metric == "subset_accuracy":
         return accuracy_score
-    if metric not in ("micro_f1", "macro_f1", "weighted_f1"):
+    if metric not in ("f1_micro", "f1_macro", "f1_weighted"):
         return None
     return row_score(lambda predicted, references: multilabel_metrics(references, predicted)[metric])

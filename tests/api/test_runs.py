@@ -124,3 +124,22 @@ def test_a_run_of_several_seeds_returns_their_summary(checkpoint, tmp_path):
 
     assert result.checkpoint == run_dir and (run_dir / "seed-1" / "checkpoint").is_dir()
     assert result.metrics["seeds"] == [0, 1] and "dev_accuracy" in result.metrics["metrics"]
+
+
+def test_paths_are_taken_wherever_a_recipe_names_a_file_or_folder(checkpoint, tmp_path):
+    """A notebook passes pathlib.Path objects: model.checkpoint (a folder or a hub name, so typed as text), run_dir,
+    an override's value and finetune.predict's checkpoint all take one."""
+    task = tmp_path / "task"
+    for split, count, seed in (("train", 16, 5), ("dev", 8, 6)):
+        task.mkdir(exist_ok=True)
+        lines = ["sentence\tlabel", *(f"{row['sentence']}\t{row['label']}" for row in rows(count, seed))]
+        (task / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    recipe = finetune_recipe(checkpoint, task, tmp_path / "unused")
+    recipe["model"]["checkpoint"] = checkpoint  # a Path, not its text
+    recipe["task"]["data_dir"] = task
+    recipe["training"]["epochs"] = 1
+    result = finetune.finetune(recipe, {"run_dir": tmp_path / "run"})
+    assert result.run_dir == tmp_path / "run" and (result.checkpoint / "config.json").is_file()
+    assert yaml.safe_load((result.run_dir / "recipe.yaml").read_text())["model"]["checkpoint"] == str(checkpoint)
+    predicted = finetune.predict(result.checkpoint, ["a warm , funny film"])
+    assert len(predicted) == 1 and set(predicted[0]["probabilities"]) == {"0", "1"}

@@ -155,7 +155,7 @@ def test_smoke_and_train_rows_resize_every_task():
     smoke = argparse.Namespace(tasks=["ner", "mrpc"], smoke=True, train_rows=None)
     assert {setup[1:] for setup in bench.task_setups(smoke).values()} == {(48, 32, 1)}
     rows = argparse.Namespace(tasks=["multilabel"], smoke=False, train_rows=500)
-    assert bench.task_setups(rows)["multilabel"] == bench.Setup("dev_micro_f1", 500, 1000, 3)
+    assert bench.task_setups(rows)["multilabel"] == bench.Setup("dev_f1_micro", 500, 1000, 3)
 
 
 def test_cut_rows_keeps_the_header_and_the_first_rows(tmp_path):

@@ -37,7 +37,7 @@ def four_class_recipe(pretrained: Path, tmp_path: Path) -> dict:
     return data
 
 
-def test_four_classes_train_with_macro_f1_picking_the_best_and_report_per_class(pretrained, tmp_path):
+def test_four_classes_train_with_f1_macro_picking_the_best_and_report_per_class(pretrained, tmp_path):
     data = four_class_recipe(pretrained, tmp_path)
     data.update({"eval_every": 1, "unfreezing": {"mode": "none"}, "metric_for_best": "f1_macro"})
     data["training"].update({"epochs": 2, "lr": 5e-3})
@@ -72,14 +72,27 @@ def test_four_classes_train_with_macro_f1_picking_the_best_and_report_per_class(
     assert f"]({confusion_png_name('tiny')})" in markdown and "| 3 |" in markdown
 
 
-def test_metric_for_best_defaults_to_the_first_metric_and_refuses_an_unknown_one(pretrained, tmp_path):
+def test_metric_for_best_defaults_to_the_first_metric_computes_the_one_named_and_refuses_an_unknown_one(
+    pretrained, tmp_path
+):
     data = four_class_recipe(pretrained, tmp_path)
     assert load_recipe(write_yaml(tmp_path / "recipe.yaml", data)).selection_metric() == "accuracy"
     data["metric_for_best"] = "f1_macro"
     assert load_recipe(write_yaml(tmp_path / "recipe.yaml", data)).selection_metric() == "f1_macro"
-    data["metric_for_best"] = "mcc"  # a metric, but not one this task computes
-    refused = r"metric_for_best: 'mcc' is not a metric of the task; one of accuracy, f1_macro"
+    data["metric_for_best"] = "mcc"  # a metric the task does not list: computed as well, reported after its own
+    recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+    assert recipe.selection_metric() == "mcc" and recipe.task.spec().metrics == ("accuracy", "f1_macro", "mcc")
+    del data["task"]["metrics"]  # the default accuracy, then the one named
+    assert load_recipe(write_yaml(tmp_path / "recipe.yaml", data)).task.spec().metrics == ("accuracy", "mcc")
+    data["metric_for_best"] = "f1"  # the positive class's F1 needs two labels: four cannot compute it
+    refused = (
+        r"metric_for_best: 'f1' is not a metric of the task; one of accuracy, mcc, f1_macro, f1_weighted, "
+        "precision_macro, recall_macro"
+    )
     with pytest.raises(Exception, match=refused):
+        load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
+    data.update(metric_for_best="pearson", task={"name": "sst2", "data_dir": data["task"]["data_dir"]})
+    with pytest.raises(Exception, match=r"metric_for_best: 'pearson' is not a metric of the task; one of accuracy$"):
         load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
 
 

@@ -21,7 +21,7 @@ from finetune.data.task_files import read_examples_file, read_task_split
 from finetune.errors import InputError
 from finetune.glue.specs import task_spec
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
-from finetune.recipes import task_config
+from finetune.recipes import load_recipe, task_config
 from tests.conftest import FILLERS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()
@@ -113,7 +113,7 @@ def test_a_list_column_is_read_in_each_format(tmp_path):
 def test_label_columns_of_zero_or_one_are_read_as_the_labels(tmp_path):
     spec = spec_of(label_columns=["PER", "ORG", "LOC"])
     assert spec.labels == ("PER", "ORG", "LOC")
-    assert spec.metrics == ("micro_f1", "macro_f1", "weighted_f1", "subset_accuracy")
+    assert spec.metrics == ("f1_micro", "f1_macro", "f1_weighted", "subset_accuracy")
     (tmp_path / "train.tsv").write_text("text\tPER\tORG\tLOC\nx\t1\t0\t1\ny\t0\t0\t0\n")
     (tmp_path / "dev.jsonl").write_text('{"text": "x", "PER": 1, "ORG": true, "LOC": 0}\n')
     assert read_examples_file(spec, tmp_path / "train.tsv", "tsv").labels.tolist() == [[1, 0, 1], [0, 0, 0]]
@@ -189,38 +189,38 @@ def test_the_head_is_a_sigmoid_per_label_with_binary_cross_entropy(tiny_bert):
     assert torch.allclose(output.loss, by_hand, atol=1e-6)
 
 
-def test_micro_macro_f1_and_subset_accuracy_by_hand():
+def test_micro_f1_macro_and_subset_accuracy_by_hand():
     references = np.array([[1, 0, 1], [0, 1, 0], [1, 0, 0], [0, 0, 0]])
     predicted = np.array([[1, 0, 0], [0, 1, 1], [1, 0, 0], [0, 0, 0]])
     # TP 3, FP 1, FN 1: micro 6/8; per label F1 1, 1 and 0 (C: no TP, one FP, one FN); rows 1 (C missed) and 2
     # (C extra) are wrong as sets, rows 3 and 4 right; weighted by examples (A 2, B 1, C 1): (2 + 1 + 0) / 4
     assert multilabel_metrics(references, predicted) == {
-        "micro_f1": 0.75,
-        "macro_f1": 2 / 3,
-        "weighted_f1": 0.75,
+        "f1_micro": 0.75,
+        "f1_macro": 2 / 3,
+        "f1_weighted": 0.75,
         "subset_accuracy": 0.5,
     }
     table = label_table(references, predicted, ["A", "B", "C"])
     assert table["C"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "examples": 1}
     assert table["A"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "examples": 2}
     # A label nobody has and nothing predicts is left out of macro F1 (its F1 is undefined), not counted as 0.
-    assert multilabel_metrics(references[:, :2], predicted[:, :2])["macro_f1"] == 1.0
+    assert multilabel_metrics(references[:, :2], predicted[:, :2])["f1_macro"] == 1.0
     assert multilabel_metrics(np.zeros((2, 2)), np.zeros((2, 2))) == {
-        "micro_f1": 0.0,
-        "macro_f1": 0.0,
-        "weighted_f1": 0.0,
+        "f1_micro": 0.0,
+        "f1_macro": 0.0,
+        "f1_weighted": 0.0,
         "subset_accuracy": 1.0,
     }
 
 
-def test_the_dev_threshold_is_the_best_micro_f1_nearest_one_half():
+def test_the_dev_threshold_is_the_best_f1_micro_nearest_one_half():
     references = np.array([[1, 0], [1, 1], [0, 0], [0, 1]])
     probabilities = np.array([[0.35, 0.1], [0.3, 0.8], [0.2, 0.1], [0.1, 0.9]])
     # The positives' lowest probability is 0.3, the negatives' highest 0.2: F1 1.0 for the thresholds in
     # [0.2, 0.3) (a label is predicted above the threshold), the nearest 0.5 of them on the grid is 0.29.
     assert best_threshold(references, probabilities) == 0.29
-    assert multilabel_metrics(references, probabilities > 0.29)["micro_f1"] == 1.0
-    assert multilabel_metrics(references, probabilities > 0.5)["micro_f1"] == 2 / 3  # TP 2, FN 2, FP 0: 4/6
+    assert multilabel_metrics(references, probabilities > 0.29)["f1_micro"] == 1.0
+    assert multilabel_metrics(references, probabilities > 0.5)["f1_micro"] == 2 / 3  # TP 2, FN 2, FP 0: 4/6
     # A plateau on both sides of 0.5: 0.5 itself.
     assert best_threshold(np.array([[1, 0]]), np.array([[0.9, 0.1]])) == 0.5
 
@@ -243,22 +243,22 @@ def multilabel_run(tmp_path_factory, tiny_bert, marker_task) -> Path:
 
 def test_a_multilabel_classifier_learns_and_saves_its_threshold(multilabel_run):
     result = json.loads((multilabel_run / "result.json").read_text())
-    assert result["main_metric"] == "micro_f1"
+    assert result["main_metric"] == "f1_micro"
     assert set(result["best"]) == {
-        "dev_micro_f1",
-        "dev_macro_f1",
-        "dev_weighted_f1",
+        "dev_f1_micro",
+        "dev_f1_macro",
+        "dev_f1_weighted",
         "dev_subset_accuracy",
         "dev_threshold",
     }
     # The labels are the marker words: a classifier that learns gets them; every label everywhere scores about 0.67.
-    assert result["best"]["dev_micro_f1"] > 0.85
+    assert result["best"]["dev_f1_micro"] > 0.85
     per_label = result["classes"]["per_class"]  # the saved evaluation's table per label
     assert list(per_label) == result["classes"]["labels"] and len(per_label) >= 2
     assert all(set(row) == {"precision", "recall", "f1", "support"} for row in per_label.values())
     evaluations = [json.loads(line) for line in (multilabel_run / "metrics.jsonl").read_text().splitlines()]
     evaluations = [record for record in evaluations if record["phase"] == "eval"]
-    assert len(evaluations) == 6 and evaluations[0]["dev_micro_f1"] < result["best"]["dev_micro_f1"]
+    assert len(evaluations) == 6 and evaluations[0]["dev_f1_micro"] < result["best"]["dev_f1_micro"]
     model = AutoModelForSequenceClassification.from_pretrained(multilabel_run / "checkpoint")
     assert model.config.problem_type == "multi_label_classification"
     assert model.config.id2label == {0: "GREAT", 1: "AWFUL", 2: "MUSIC"}
@@ -291,7 +291,7 @@ def test_eval_applies_the_threshold_the_checkpoint_saved(multilabel_run, marker_
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     scores = report["results"]["ml"]
-    assert report["examples"] == 24 and scores["threshold"] == saved and scores["micro_f1"] > 0.8
+    assert report["examples"] == 24 and scores["threshold"] == saved and scores["f1_micro"] > 0.8
     assert set(scores["labels"]) == set(LABELS) and sum(row["examples"] for row in scores["labels"].values()) == int(
         read_task_split(task_spec(task_config(**task_section(marker_task))), marker_task, "test").labels.sum()
     )
@@ -311,7 +311,7 @@ def test_eval_applies_the_threshold_the_checkpoint_saved(multilabel_run, marker_
     )
     assert extreme.exit_code == 0, extreme.output
     scores = json.loads((tmp_path / "eval" / "report.json").read_text())["results"]["ml"]
-    assert scores["threshold"] == 0.999 and scores["micro_f1"] < report["results"]["ml"]["micro_f1"]
+    assert scores["threshold"] == 0.999 and scores["f1_micro"] < report["results"]["ml"]["f1_micro"]
 
 
 def test_predict_gives_the_labels_above_the_threshold(multilabel_run, tmp_path):
@@ -360,7 +360,7 @@ def test_an_awd_lstm_classifier_learns_several_labels(marker_task, tmp_path):
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     best = json.loads((tmp_path / "run" / "result.json").read_text())["best"]
-    assert best["dev_micro_f1"] > 0.85  # every label predicted everywhere: about 0.67
+    assert best["dev_f1_micro"] > 0.85  # every label predicted everywhere: about 0.67
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "run" / "checkpoint")
     assert model.config.model_type == "awd_lstm" and model.config.problem_type == "multi_label_classification"
     assert model.config.multilabel_threshold == best["dev_threshold"]
@@ -374,7 +374,7 @@ def test_documents_read_in_chunks_learn_from_binary_cross_entropy(tiny_bert, mar
     assert result.exit_code == 0, result.output
     assert "are read in windows" in result.output  # the texts are longer than 6 tokens: several windows each
     # Each document's windows' logits are pooled (mean) before the loss; every label everywhere scores about 0.67.
-    assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_micro_f1"] > 0.8
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_f1_micro"] > 0.8
 
 
 def test_profile_counts_the_multilabel_classifier(tiny_bert, marker_task, tmp_path):
@@ -444,6 +444,17 @@ def test_bad_multilabel_keys_are_one_line(tiny_bert, marker_task, tmp_path, keys
     assert not (tmp_path / "run").exists()
 
 
+def test_a_former_score_name_is_read_with_a_notice(tiny_bert, marker_task, tmp_path, capsys):
+    """Multi-label scores are spelled as classification's (scikit-learn's f1_macro); macro_f1 still reads."""
+    data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run") | {"metric_for_best": "macro_f1"}
+    path = write_yaml(tmp_path / "r.yaml", data)
+    assert load_recipe(path).selection_metric() == "f1_macro"
+    notice = " ".join(capsys.readouterr().err.split())  # the console says it on stderr
+    assert f"recipe {path}: metric_for_best: macro_f1 is read as f1_macro" in notice
+    assert load_recipe(path, ["metric_for_best=f1_micro"]).selection_metric() == "f1_micro"
+    assert "is read as" not in capsys.readouterr().err
+
+
 def test_multilabel_keys_need_kind_multilabel(tiny_bert, marker_task, tmp_path):
     data = multilabel_recipe(tiny_bert, marker_task, tmp_path / "run", threshold=0.3)
     del data["task"]["kind"]
@@ -485,7 +496,7 @@ def test_the_dev_predictions_are_label_sets_at_the_saved_threshold(multilabel_ru
     probabilities = np.array([list(row["probabilities"].values()) for row in rows])
     assert ((probabilities > best["dev_threshold"]) == predicted).mean() > 0.99  # the probabilities are rounded
     scores = multilabel_metrics(references, predicted)
-    assert scores["micro_f1"] == pytest.approx(best["dev_micro_f1"])  # the saved checkpoint's evaluation
+    assert scores["f1_micro"] == pytest.approx(best["dev_f1_micro"])  # the saved checkpoint's evaluation
     assert scores["subset_accuracy"] == pytest.approx(best["dev_subset_accuracy"])
 
 

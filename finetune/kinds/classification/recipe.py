@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS, TaskSpec
 from finetune.kinds.recipe import DrawnRowsKeys, GlueOrCustomSection, LabelName, distinct, label_as_text
+
+# What a classification task can report (glue/metrics.py computes them); f1 is the positive class's, of two labels.
+ClassificationMetric = Literal["accuracy", "f1", "mcc", "f1_macro", "f1_weighted", "precision_macro", "recall_macro"]
+METRICS: tuple[str, ...] = get_args(ClassificationMetric)
 
 
 class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
@@ -40,9 +44,7 @@ class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
         description="custom: names for the labels, e.g. {1: World, 2: Sports}, used by reports, predictions "
         "and the model's id2label; a label without one keeps its text",
     )
-    metrics: (
-        list[Literal["accuracy", "f1", "mcc", "f1_macro", "f1_weighted", "precision_macro", "recall_macro"]] | None
-    ) = Field(
+    metrics: list[ClassificationMetric] | None = Field(
         None,
         min_length=1,
         description="custom: metrics to report, the first one selects the best model (or metric_for_best); f1 is "
@@ -100,6 +102,12 @@ class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
         repeated = next((name for name in names if names.count(name) > 1), None)
         if repeated is not None:
             raise ValueError(f"label_names: two labels would both be called '{repeated}'")
+
+    def computable_metrics(self) -> tuple[str, ...]:
+        """A custom task: every metric of the kind (f1 with two labels); a GLUE task: its own."""
+        if self.glue_spec() is not None:
+            return self.spec().metrics
+        return tuple(metric for metric in METRICS if metric != "f1" or len(self.labels or ()) == 2)
 
     def spec(self) -> TaskSpec:
         glue = self.glue_spec()

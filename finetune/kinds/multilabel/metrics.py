@@ -37,14 +37,14 @@ def multilabel_metrics(references: np.ndarray, predicted: np.ndarray) -> dict[st
     per_label = _f1(true_positives, false_positives, false_negatives)
     exact = (np.asarray(references).astype(bool) == np.asarray(predicted).astype(bool)).all(axis=1)
     return {
-        "micro_f1": 0.0 if np.isnan(micro) else float(micro),
-        "macro_f1": 0.0 if np.isnan(per_label).all() else float(np.nanmean(per_label)),
-        "weighted_f1": _weighted_f1(references, predicted),
+        "f1_micro": 0.0 if np.isnan(micro) else float(micro),
+        "f1_macro": 0.0 if np.isnan(per_label).all() else float(np.nanmean(per_label)),
+        "f1_weighted": _f1_weighted(references, predicted),
         "subset_accuracy": float(exact.mean()),
     }
 
 
-def _weighted_f1(references: np.ndarray, predicted: np.ndarray) -> float:
+def _f1_weighted(references: np.ndarray, predicted: np.ndarray) -> float:
     """scikit-learn's F1 averaged over the labels weighted by their examples; 0.0 when no example has a label."""
     references, predicted = np.asarray(references).astype(int), np.asarray(predicted).astype(int)
     if not references.any():
@@ -70,7 +70,7 @@ def label_table(references: np.ndarray, predicted: np.ndarray, labels) -> dict[s
 def best_threshold(references: np.ndarray, probabilities: np.ndarray, grid=THRESHOLD_GRID) -> float:
     """The one threshold of `grid` (labels predicted above it) with the highest micro F1; of equal ones, the nearest
     to 0.5 (then the lower): F1 is flat between two probabilities, and 0.5 is where an untuned model stands."""
-    scores = [multilabel_metrics(references, probabilities > threshold)["micro_f1"] for threshold in grid]
+    scores = [multilabel_metrics(references, probabilities > threshold)["f1_micro"] for threshold in grid]
     best = max(scores)
     return min(
         (threshold for threshold, score in zip(grid, scores) if score == best),

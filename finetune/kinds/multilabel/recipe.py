@@ -13,7 +13,11 @@ from finetune.kinds.recipe import DrawnRowsKeys, TextTaskSection, distinct, labe
 
 DEFAULT_LABEL_SEPARATOR = "|"
 
-METRICS = ("micro_f1", "macro_f1", "weighted_f1", "subset_accuracy")  # micro F1 selects the best checkpoint
+# The names multi-label scores had before they took scikit-learn's spelling, which classification uses (0.2.0):
+# recipes that write them are read with the new name and a notice (recipes/loader.py).
+FORMER_NAMES = {"micro_f1": "f1_micro", "macro_f1": "f1_macro", "weighted_f1": "f1_weighted"}
+
+METRICS = ("f1_micro", "f1_macro", "f1_weighted", "subset_accuracy")  # micro F1 selects the best checkpoint
 
 
 class MultilabelSection(TextTaskSection, DrawnRowsKeys):

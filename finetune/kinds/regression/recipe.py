@@ -42,6 +42,10 @@ class RegressionSection(GlueOrCustomSection):
         self.check_glue_or_custom(("metrics",))
         return self
 
+    def computable_metrics(self) -> tuple[str, ...]:
+        """A custom task: both correlations; a GLUE task (STS-B): its own."""
+        return self.spec().metrics if self.glue_spec() is not None else METRICS
+
     def spec(self) -> TaskSpec:
         glue = self.glue_spec()
         if glue is not None:
