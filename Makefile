@@ -3,6 +3,7 @@
 #   make test         install the dev dependencies, run the checks (make lint), then the test suite
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 #   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
+#   make test-flaky   the suite 5 times in fresh clones, tests in random order, on 1 and 2 workers (an hour)
 #   make gpu-check    on a CUDA machine: pretraining, fine-tuning and prediction against the Trainer, bf16, all GPUs
 #   make dist         the wheel and sdist a user can `pip install` into dist/, the recipes inside
 # TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
@@ -12,7 +13,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart lint format test docs-check gpu-check dist clean
+.PHONY: install dev quickstart lint format test test-flaky docs-check gpu-check dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,9 @@ format: dev  # what a contributor runs before committing: fix what ruff can, the
 
 test: lint
 	$(BIN)/python -m pytest -q -n auto  # pytest-xdist: a worker per core, a thread each (tests/conftest.py)
+
+test-flaky: dev  # RUNS=N for another count; each run a fresh clone of HEAD with its own .venv (tests/flaky_check.py)
+	$(BIN)/python -m tests.flaky_check --runs $(or $(RUNS),5)
 
 docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (tests/docs_check.py says what it adds)
 	$(BIN)/python -m tests.docs_check
