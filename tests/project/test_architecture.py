@@ -11,11 +11,12 @@ The layers, top to bottom (docs/architecture.md); a module may import its own la
     training, inference, reporting         the loop, optimisers, schedules; running a trained model; plots, cards
     models, data, glue                     what is trained and read
     recipes, run_dir, run_lock             what a run is told, and where it writes
-    errors, console, safe_yaml, glue.specs, _version   foundations (the GLUE task table is data)
+    tasks, glue.specs                      the task record and shared metrics; GLUE's task table (data)
+    errors, console, safe_yaml, _version   foundations
 
 A task kind's package (finetune/kinds/K/) spans layers: each of its modules sits in the layer of its role, named by
-the module's last name (ROLE_LAYERS): K.recipe with the recipes, K.data, K.metrics and K.model with data and models,
-K.training with the loop; the rest (K.kind, K.stage, K.evaluation) in the kinds layer.
+the module's last name (ROLE_LAYERS): K.recipe with the recipes, K.data and K.model with data and models, K.metrics
+with tasks, K.training with the loop; the rest (K.kind, K.stage, K.evaluation) in the kinds layer.
 """
 
 from __future__ import annotations
@@ -94,12 +95,13 @@ LAYERS = [
     {"finetune.training", "finetune.inference", "finetune.reporting"},
     {"finetune.models", "finetune.data", "finetune.glue"},
     {"finetune.recipes", "finetune.run_dir", "finetune.run_lock"},
-    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune.glue.specs", "finetune._version"},
+    {"finetune.tasks", "finetune.glue.specs"},
+    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune._version"},
 ]
 
 
 # A task kind's module by its role (its last name): the layer it belongs to, whatever package it is in.
-ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.glue"}
+ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.tasks"}
 ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training"}
 
 
@@ -150,8 +152,8 @@ def test_no_stage_imports_a_command():
 
 
 def test_an_upward_import_is_reported():
-    assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
-        "finetune.recipes.base -> finetune.glue.metrics"
+    assert upward_imports({"finetune.recipes.base": {"finetune.glue.submission", "finetune.glue.specs"}}) == [
+        "finetune.recipes.base -> finetune.glue.submission"
     ]
 
 
@@ -282,7 +284,7 @@ def test_a_family_comparison_is_counted():
 KIND_NAMES = {"classification", "regression", "multilabel", "tokens", "choices", "spans"}
 # Not task kinds, and not flagged: a schedule's kind (stlr, linear: training/schedules.py) is no kind name. Hugging
 # Face's problem_type values ("regression", "single_label_classification", ...) are named once, as constants, in
-# glue/specs.py (REGRESSION_PROBLEM, ...): a comparison with such a constant is no comparison with a literal, which
+# tasks/specs.py (REGRESSION_PROBLEM, ...): a comparison with such a constant is no comparison with a literal, which
 # is what this rule counts, and the spec's problem_type is what the kind set, not its name.
 
 

@@ -6,8 +6,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.glue.specs import GLUE_TASKS
 from finetune.kinds.recipe import DrawnRowsKeys, GlueOrCustomSection, LabelName, distinct, label_as_text
+from finetune.tasks.specs import TaskSpec
 
 
 class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
