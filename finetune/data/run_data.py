@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import InputError
-from finetune.run_dir import DATA_DIR, check_run_dir_free
-from finetune.tasks.specs import TaskSpec
+from finetune.run_dir import check_run_dir_free
+from finetune.tasks.specs import DATA_DIR, TaskSpec
 
 SPLITS = ("train", "dev", "test")
 SOURCE_FILE = "source.json"  # where the rows came from (the hub dataset, or the Python call)

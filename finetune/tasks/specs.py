@@ -1,5 +1,7 @@
 """The task record: one TaskSpec per task, so that reading, metrics, predictions and submissions never branch on
-names or kinds; its helpers (a task.text template's columns, a label as the files write it).
+names or kinds; its helpers (a task.text template's columns, a label as the files write it); and the two names the
+layers above it share without importing each other: where a run keeps a task's rows (DATA_DIR: recipes, run_dir,
+data) and the label that carries no loss (IGNORE_INDEX: data, models).
 
 Every kind's task is one (a kind's section builds it: finetune/kinds/K/recipe.py); GLUE's are a table of them
 (finetune/glue/specs.py), whose conventions some fields keep (`glue_folder`, `hub`, `submission_file`, ...).
@@ -14,6 +16,9 @@ from typing import Any
 
 STANDARD_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
 STANDARD_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+# RUN_DIR/data: a task's rows written before the run starts (in-memory data of the Python API, a dataset of
+# task.source hub: data/run_data.py), read from there by the run as its task.data_dir (one of run_dir.py's OWN_ENTRIES).
+DATA_DIR = "data"
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,9 @@ SINGLE_LABEL_PROBLEM = "single_label_classification"
 REGRESSION_PROBLEM = "regression"
 MULTI_LABEL_PROBLEM = "multi_label_classification"
 PROBLEM_TYPES = (SINGLE_LABEL_PROBLEM, REGRESSION_PROBLEM, MULTI_LABEL_PROBLEM)
+# The label that carries no loss (torch's and transformers' convention): what the data writes where there is nothing
+# to predict (a masked LM's unmasked tokens: data/masking.py), what the losses skip (models/linear_cross_entropy.py).
+IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
