@@ -29,6 +29,9 @@ from finetune.models.mean_pooling import backbone_config as encoder_config
 from finetune.models.task_heads import no_head_refusal
 from finetune.tasks.specs import TaskSpec
 
+# config.json: a calibrated classifier's logits are divided by this (fitted and applied by inference/calibration.py)
+TEMPERATURE_KEY = "calibration_temperature"
+
 # The classifier is built from a backbone section (finetune/recipes: `checkpoint`, `backward_checkpoint`, AR/TAR
 # weights) and a `pooling`; where in a recipe those sit (model.*, classifier.model.* in ulmfit) is the stage's to say.
 

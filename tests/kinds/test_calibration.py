@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 import finetune
 from finetune.cli import app
 from finetune.data.task_files import read_labelled_split
-from finetune.inference.calibration import BINS, TEMPERATURE_KEY, fit_temperature
+from finetune.inference.calibration import BINS, fit_temperature
 from finetune.kinds.calibration import BEST_LOGITS_FILE
+from finetune.models.heads import TEMPERATURE_KEY
 from finetune.recipes import load_recipe
 from finetune.reporting.plots import PLOTS_DIR, RELIABILITY_PLOT
 from finetune.stages.finetune import RESULT_FILE, run_finetune
