@@ -46,7 +46,7 @@ continues where it stopped. Rename a variant when changing its overrides.
 
 Runs happen in this process (no CLI start per run): the recipe is loaded with the toolkit's loader and
 finetune.stages.finetune.run_finetune trains; the saved checkpoint is then scored once with `finetune eval`'s own
-prediction code and finetune/glue/metrics.py. The stage evaluates dev.tsv after every epoch and cannot be told not
+prediction code and finetune/tasks/metrics.py. The stage evaluates dev.tsv after every epoch and cannot be told not
 to, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2 runs two single-thread
 runs in two worker processes (quality does not depend on the load).
 
@@ -204,9 +204,9 @@ def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
     from accelerate import Accelerator
 
     from finetune.commands.evaluate import predict
-    from finetune.glue.metrics import compute_metrics
     from finetune.models.heads import load_finetuned
     from finetune.models.hub import load_tokenizer
+    from finetune.tasks.metrics import compute_metrics
 
     model = load_finetuned(str(checkpoint), spec)
     tokenizer = load_tokenizer(str(checkpoint))

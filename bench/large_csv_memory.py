@@ -49,7 +49,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerFast
 from finetune.data.task_encoding import EncodedTask
 from finetune.data.task_files import read_labelled_split
-from finetune.glue.specs import TaskSpec
+from finetune.tasks.specs import TaskSpec
 
 tokenizer = PreTrainedTokenizerFast.from_pretrained(sys.argv[3])
 spec = TaskSpec(name="large", text_columns=("sentence",), label_column="label", labels=("0", "1"),

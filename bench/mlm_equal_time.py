@@ -33,8 +33,8 @@ from transformers import AutoTokenizer, BertForMaskedLM
 from _common import ROOT, STDERR_TAIL, describe_machine, minilm_checkpoint, read_jsonl, require, text_lines
 from _common import run as run_command  # `run` names the runs below
 from finetune.data.masking import MaskingRule
-from finetune.models.masked_lm import IGNORE_INDEX
 from finetune.recipes import MaskingConfig
+from finetune.tasks.specs import IGNORE_INDEX
 from mlm_pretrain import PEER, RECIPE, TRAIN, VALID, run_ours, run_peer, training_corpus
 
 SEQ_LEN, BATCH = 128, 32

@@ -179,11 +179,11 @@ def ours_once(task: str, checkpoint: str, data_dir: str, logits_file: str, batch
     from accelerate import Accelerator
 
     from finetune.data.task_files import read_task_split
-    from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
     from finetune.inference.predict import example_logits, logits_to_predictions
     from finetune.models.heads import load_finetuned
     from finetune.models.hub import load_tokenizer
+    from finetune.tasks.metrics import compute_metrics
 
     spec = GLUE_TASKS[task]
     examples = read_task_split(spec, Path(data_dir), "dev")

@@ -78,12 +78,12 @@ def main() -> None:
 
     from finetune.data.reverse import reads_backwards, reads_both_directions
     from finetune.data.task_files import read_task_split
-    from finetune.glue.metrics import compute_metrics
     from finetune.glue.specs import GLUE_TASKS
     from finetune.inference.ensemble import ensemble_outputs
     from finetune.inference.predict import example_logits, logits_to_predictions
     from finetune.models.heads import load_finetuned
     from finetune.models.hub import load_tokenizer
+    from finetune.tasks.metrics import compute_metrics
 
     spec = GLUE_TASKS["sst2"]
     examples = read_task_split(spec, GLUE / "SST-2", "dev")

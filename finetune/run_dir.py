@@ -23,14 +23,12 @@ from finetune._version import __version__
 from finetune.errors import UserError
 from finetune.recipes import RECIPE_TYPES, recipe_to_yaml, run_dir_location_problem
 from finetune.safe_yaml import YAMLProblem, load_yaml
+from finetune.tasks.specs import DATA_DIR
 
 RECIPE_FILE = "recipe.yaml"  # the resolved recipe, defaults filled in
 METRICS_FILE = "metrics.jsonl"  # one JSON object per logged step or evaluation
 CHECKPOINT_DIR = "checkpoint"  # the final model, written when the run ends (so it means "finished")
 MARKER_FILE = ".finetune-run"  # {"tool": "finetune", "version", "stage"}: this folder is a run of this toolkit
-# The task's rows written before the run starts (in-memory data of the Python API, a dataset of task.source hub),
-# read from here by the run as its task.data_dir: the one entry that may be there before the run's own.
-DATA_DIR = "data"
 DEV_PREDICTIONS_FILE = "dev_predictions.jsonl"  # the saved checkpoint's prediction of each dev row (runs compare)
 # Every entry a stage writes at the top of its run directory (the stages name them too; a test runs every stage and
 # checks that nothing it writes is missing here). `overwrite` removes these and nothing else.
@@ -44,7 +42,7 @@ OWN_ENTRIES = frozenset(
         "plots",
         "trackers",
         CHECKPOINT_DIR,
-        DATA_DIR,
+        DATA_DIR,  # the task's rows written before the run starts: the one entry that may be there before ours
         "checkpoints",
         "result.json",
         "dev_split.json",  # task.dev_split's held-out rows (kinds/dev_split.py)

@@ -23,10 +23,9 @@ from finetune.data.examples import TaskExamples
 from finetune.data.run_data import staged_task
 from finetune.data.task_files import read_labelled_split, read_task_split, split_source
 from finetune.errors import UserError, recipe_key
-from finetune.glue.metrics import class_report, compute_metrics
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
-from finetune.glue.specs import GLUE_TASKS, TaskSpec, predicted_with, task_spec
+from finetune.glue.specs import GLUE_TASKS, predicted_with
 from finetune.glue.submission import missing_submission_tasks, validate_submission, write_submission
 from finetune.inference.calibration import temperature_of
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
@@ -41,6 +40,8 @@ from finetune.recipes import EvalRecipe, GlueTaskEntry
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
+from finetune.tasks.metrics import class_report, compute_metrics
+from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
 

@@ -35,7 +35,6 @@ from finetune.data.examples import TaskExamples
 from finetune.data.task_files import FORMAT_BY_EXTENSION
 from finetune.data.unlabelled_text import is_table, plain_lines, read_unlabelled_file
 from finetune.errors import UserError, recipe_key
-from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.choices.data import parse_choices, read_choices
 from finetune.kinds.choices.predictor import ChoicesPredictor
 from finetune.kinds.classification.predictor import Predictor
@@ -43,6 +42,7 @@ from finetune.kinds.registry import kind_of
 from finetune.kinds.spans.predictor import SpanPredictor
 from finetune.kinds.tokens.predictor import TaggingPredictor
 from finetune.models.hub import resolve_checkpoint
+from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
 STDIO = "-"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from finetune.errors import InputError
-from finetune.models.masked_lm import IGNORE_INDEX
+from finetune.tasks.specs import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

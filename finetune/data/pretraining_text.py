@@ -28,7 +28,7 @@ from finetune.data.task_files import task_documents
 from finetune.data.token_arrays import TokenizedDocuments
 from finetune.data.token_cache import tokenize_corpus, tokenize_files
 from finetune.errors import InputError
-from finetune.glue.specs import task_spec
+from finetune.tasks.specs import task_spec
 
 TRAINING_NAME, VALIDATION_NAME = "the training text", "the validation text"
 

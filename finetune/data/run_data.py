@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import InputError
-from finetune.glue.specs import TaskSpec
-from finetune.run_dir import DATA_DIR, check_run_dir_free
+from finetune.run_dir import check_run_dir_free
+from finetune.tasks.specs import DATA_DIR, TaskSpec
 
 SPLITS = ("train", "dev", "test")
 SOURCE_FILE = "source.json"  # where the rows came from (the hub dataset, or the Python call)
@@ -46,7 +46,7 @@ def staged_task(recipe: Any, splits: Mapping[str, Any] | None = None, resume: bo
             raise InputError(f"data: '{unknown[0]}' is not a task split (train, dev, test)")
         rows, source = dict(splits), {"from": "python"}
     else:
-        from finetune.glue.hub import load_hub_dataset, split_rows  # late: `datasets` is slow to import
+        from finetune.data.hub import load_hub_dataset, split_rows  # late: `datasets` is slow to import
 
         dataset = load_hub_dataset(hub.name, hub.config, hub.data_files)
         rows = {split: split_rows(dataset, name, hub.name) for split, name in hub.splits.items()}
@@ -103,7 +103,7 @@ def as_records(data: Any, split: str) -> tuple[list[dict[str, Any]], list[str]]:
     if hasattr(data, "to_dict") and hasattr(data, "columns"):  # a pandas DataFrame (pandas is not imported here)
         return data.to_dict("records"), [str(column) for column in data.columns]
     if hasattr(data, "features") and hasattr(data, "to_list"):  # a datasets.Dataset
-        from finetune.glue.hub import dataset_rows
+        from finetune.data.hub import dataset_rows
 
         return dataset_rows(data), list(data.column_names)
     if isinstance(data, list | tuple) and all(isinstance(row, Mapping) for row in data):

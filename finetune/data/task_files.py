@@ -17,14 +17,14 @@ from finetune.data.corpus import document_text
 from finetune.data.examples import PackedRows, PackedStrings, TaskExamples
 from finetune.data.task_paths import FORMAT_BY_EXTENSION, task_file
 from finetune.errors import DataFileError
-from finetune.glue.specs import TaskSpec, label_text
 from finetune.kinds.multilabel.data import has_label_set, label_set_row
+from finetune.tasks.specs import TaskSpec, label_text
 
 
 def read_task_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaskExamples:
     """One split from the hub (`spec.source`) or from its file in `data_dir`, every row checked."""
     if spec.source == "hub":
-        from finetune.glue.hub import read_hub_split  # late import: `datasets` is slow to import
+        from finetune.data.hub import read_hub_split  # late import: `datasets` is slow to import
 
         return read_hub_split(spec, split)
     path = task_file(spec, data_dir, split)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import DataFileError, InputError
-from finetune.glue.specs import STANDARD_FILES, TaskSpec, task_spec
+from finetune.tasks.specs import STANDARD_FILES, TaskSpec, task_spec
 
 FORMAT_BY_EXTENSION = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl"}
 

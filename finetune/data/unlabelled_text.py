@@ -16,7 +16,7 @@ from pathlib import Path
 from finetune.data.examples import TaskExamples
 from finetune.data.task_files import FORMAT_BY_EXTENSION, first_undecodable_line, read_examples_file
 from finetune.errors import DataFileError
-from finetune.glue.specs import TaskSpec
+from finetune.tasks.specs import TaskSpec
 
 NO_COLUMN = "\0"  # a column no file has: the label and index columns of a file read without labels
 

@@ -1,1 +1,1 @@
-"""GLUE: the task table, offline metrics, GLUE-score conventions, hub reading and leaderboard submissions."""
+"""GLUE: its task table, GLUE-score conventions, its report, the `evaluate` metric and leaderboard submissions."""

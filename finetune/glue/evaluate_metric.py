@@ -1,4 +1,4 @@
-"""The GLUE metrics as a Hugging Face `evaluate` module, computed by finetune/glue/metrics.py.
+"""The GLUE metrics as a Hugging Face `evaluate` module, computed by finetune/tasks/metrics.py.
 
     import evaluate
     from finetune.glue.evaluate_metric import MODULE_PATH
@@ -19,8 +19,8 @@ import datasets
 import evaluate
 import numpy as np
 
-from finetune.glue.metrics import compute_metrics
 from finetune.glue.specs import GLUE_TASKS
+from finetune.tasks.metrics import compute_metrics
 
 MODULE_PATH = str(Path(__file__).resolve())  # what evaluate.load takes
 

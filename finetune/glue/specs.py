@@ -1,4 +1,5 @@
-"""The task table: one record per task, so that reading, metrics and submissions never branch on names.
+"""GLUE's task table: one TaskSpec (finetune/tasks/specs.py) per GLUE task, the archive's files and the tasks a
+model also predicts.
 
 Column names follow the original GLUE TSV files (the layout of `download_glue_data.py`); the hub
 columns and label order are those of the `nyu-mll/glue` dataset.
@@ -6,125 +7,9 @@ columns and label order are those of the `nyu-mll/glue` dataset.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from finetune.tasks.specs import REGRESSION_PROBLEM, HubSource, TaskSpec
 
-STANDARD_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
-STANDARD_HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 HUB_DATASET = "nyu-mll/glue"
-
-
-@dataclass(frozen=True)
-class HubSource:
-    """Where the hub's GLUE dataset keeps a task: its configuration, text columns, split names and label order."""
-
-    config: str
-    text_columns: tuple[str, ...]
-    splits: dict[str, str] = field(default_factory=lambda: dict(STANDARD_HUB_SPLITS))
-    # The task's label strings in the order of the hub's class ids; None: the task's own order.
-    labels: tuple[str, ...] | None = None
-
-
-# Hugging Face's config.problem_type values: its names for the losses of a sequence classifier. Lower layers ask the
-# spec for these (is_regression, label_sets), never for a task kind's name (tests/project/test_architecture.py).
-SINGLE_LABEL_PROBLEM = "single_label_classification"
-REGRESSION_PROBLEM = "regression"
-MULTI_LABEL_PROBLEM = "multi_label_classification"
-PROBLEM_TYPES = (SINGLE_LABEL_PROBLEM, REGRESSION_PROBLEM, MULTI_LABEL_PROBLEM)
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Everything needed to read, score and submit one task."""
-
-    name: str
-    text_columns: tuple[str, ...]  # the columns read: one text, a sentence pair, or the columns of text_template
-    label_column: str
-    # The class names (reports, predictions, the model's id2label): the files' label texts, or the recipe's
-    # label_names for them; None: regression.
-    labels: tuple[str, ...] | None
-    metrics: tuple[str, ...]  # the first one selects the best checkpoint
-    # split -> file name in the task's folder; None: whichever of SPLIT.tsv, SPLIT.csv and SPLIT.jsonl is there
-    files: dict[str, str] | None = field(default_factory=lambda: dict(STANDARD_FILES))
-    # Files without a header row get these column names (CoLA's train/dev).
-    headerless_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    index_column: str = "index"  # test files: the id each submission row must carry
-    file_format: str | None = None  # tsv, csv or jsonl; None: by each file's extension
-    source: str = "files"  # files: read from a folder; hub: from the hub's GLUE dataset (see `hub`)
-    # GLUE only:
-    glue_folder: str | None = None  # the task's folder in a GLUE root (download_glue_data.py's layout)
-    hub: HubSource | None = None
-    predicted_by: str | None = None  # a task without a model of its own, predicted by this task's model
-    submission_file: str | None = None  # file name in the leaderboard archive
-    submission_labels: tuple[str, ...] | None = None  # what a submission writes per class; None: the labels
-    submission_range: tuple[float, float] | None = None  # regression predictions are clipped to this
-    test_rows: int | None = None  # rows of the official test file: what a submission must have
-    # Custom tasks only:
-    text_template: str | None = None  # the one text a model reads, each {column} filled in; None: the columns
-    file_labels: tuple[str, ...] | None = None  # the labels as the files write them, where labels renames them
-    # The task's kind (task.kind; finetune/kinds/registry.py looks its object up by it).
-    kind: str = "classification"
-    # Hugging Face's config.problem_type of a sequence classifier, which picks its loss (cross-entropy, MSE, binary
-    # cross-entropy): set by the kind (one of PROBLEM_TYPES); None for the kinds with heads of their own.
-    problem_type: str | None = SINGLE_LABEL_PROBLEM
-    # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
-    tag_column: int = -1  # the column of a CoNLL line that holds the tag
-    # Multi-label tasks (kind multilabel): a set of `labels` per example, from a list column (label_column, its
-    # items separated by label_separator in TSV/CSV) or from a 0/1 column per label (label_columns).
-    label_columns: tuple[str, ...] | None = None
-    label_separator: str = "|"
-
-    @property
-    def is_regression(self) -> bool:
-        """True when the label is a real number (STS-B): one output, a score."""
-        return self.problem_type == REGRESSION_PROBLEM
-
-    @property
-    def label_sets(self) -> bool:
-        """True when an example has a set of labels (multilabel): a 0/1 row, a sigmoid per label."""
-        return self.problem_type == MULTI_LABEL_PROBLEM
-
-    @property
-    def num_labels(self) -> int:
-        """Outputs of the task head: one per class, or one for regression."""
-        return 1 if self.labels is None else len(self.labels)
-
-    @property
-    def main_metric(self) -> str:
-        """The metric that picks the best checkpoint."""
-        return self.metrics[0]
-
-    @property
-    def display_name(self) -> str:
-        """The task's name on the leaderboard (CoLA, MNLI-mm, ...), or its own name."""
-        return Path(self.submission_file).stem if self.submission_file else self.name
-
-    def model_texts(self, columns: tuple[str, ...]) -> tuple[str, ...]:
-        """What a model reads of one example's text columns: the columns themselves (one text or a pair), or the one
-        text of `text_template`."""
-        if self.text_template is None:
-            return columns
-        values = dict(zip(self.text_columns, columns))
-        return (TEMPLATE_COLUMN.sub(lambda match: values[match.group(1)], self.text_template),)
-
-
-TEMPLATE_COLUMN = re.compile(r"\{([^{}]+)\}")  # a {column} of task.text
-
-
-def template_columns(template: str) -> list[str]:
-    """The columns a task.text template names, each once, in the order they first appear."""
-    return list(dict.fromkeys(TEMPLATE_COLUMN.findall(template)))
-
-
-def label_text(value: Any) -> Any:
-    """A label as the files write it: a number stands for its digits (1: "1"), a boolean for true or false (as YAML
-    and JSON write it); anything else as it is."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value) if isinstance(value, int) else value
-
 
 _BINARY = ("0", "1")
 _NLI = ("contradiction", "entailment", "neutral")
@@ -291,8 +176,3 @@ SUBMISSION_TASKS = list(SUBMISSION_FILES.values())
 def predicted_with(name: str) -> list[TaskSpec]:
     """The GLUE task and those its model also predicts (mnli: mnli, mnli-mm and ax)."""
     return [GLUE_TASKS[name]] + [spec for spec in GLUE_TASKS.values() if spec.predicted_by == name]
-
-
-def task_spec(task_config) -> TaskSpec:
-    """The spec for a recipe's `task` section (its kind's section builds it: finetune/kinds/K/recipe.py)."""
-    return task_config.spec()

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from finetune.data.task_files import read_task_split
 from finetune.errors import DataFileError, InputError
-from finetune.glue.specs import SUBMISSION_FILES, SUBMISSION_TASKS, TaskSpec
+from finetune.glue.specs import SUBMISSION_FILES, SUBMISSION_TASKS
+from finetune.tasks.specs import TaskSpec
 
 HEADER = "index\tprediction"
 DECIMALS = 3  # regression scores, as the leaderboard's sample submission writes them

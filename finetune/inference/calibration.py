@@ -5,7 +5,7 @@ Modern networks are over-confident: their softmax says 0.99 where they are right
 by one scalar T > 0, fitted to minimise the dev negative log-likelihood, fixes most of it and changes no prediction
 (the argmax of logits / T is the argmax of the logits). Everything here is a pure function of logits (examples x
 classes) and class indices; the fine-tuning stage records the result (kinds/calibration.py), the checkpoint's
-config.json keeps T (`TEMPERATURE_KEY`) and the predictors divide by it.
+config.json keeps T (`TEMPERATURE_KEY`, models/heads.py) and the predictors divide by it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
-TEMPERATURE_KEY = "calibration_temperature"  # config.json: a calibrated classifier's logits are divided by this
+from finetune.models.heads import TEMPERATURE_KEY
+
 BINS = 15  # equal-width confidence bins of the expected calibration error, as in Guo et al. 2017
 # Where the fit looks for T: far beyond what a trained classifier needs (Guo et al. report 1 to 3), and bounded, so
 # that a dev set the model gets entirely right (whose likelihood grows without end as T falls) gives a finite T.

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.recipes import read_yaml
+from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
 

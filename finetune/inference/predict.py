@@ -21,9 +21,9 @@ from finetune.data.reverse import reads_backwards, reads_both_directions
 from finetune.data.task_batches import task_collator
 from finetune.data.task_encoding import EncodedTask
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec
 from finetune.models.heads import fitted_max_length
 from finetune.models.packed_bert import packed_logits
+from finetune.tasks.specs import TaskSpec
 
 
 class LengthSortedPrediction:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.stage import TaskStage
 from finetune.reporting.model_card import CardKind
+from finetune.tasks.specs import TaskSpec
 
 
 class TaskKind:

@@ -18,7 +18,7 @@ import numpy as np
 from finetune.data.examples import PackedRows, PackedStrings, TaskExamples
 from finetune.data.task_files import read_task_split, task_file
 from finetune.errors import DataFileError, InputError, UserError
-from finetune.glue.specs import TaskSpec
+from finetune.tasks.specs import TaskSpec
 
 DEV_SPLIT_FILE = "dev_split.json"
 Rows = TypeVar("Rows")  # a kind's examples read from a file: a dataclass of lists (or arrays) with a row each

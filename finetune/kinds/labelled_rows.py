@@ -24,8 +24,8 @@ from finetune.console import console
 from finetune.data.examples import TaskExamples
 from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.dev_split import Rows, drawn_split, row_count, take_rows, train_and_dev
+from finetune.tasks.specs import TaskSpec, task_spec
 
 LABELLED_ROWS_FILE = "labelled_rows.json"
 NO_LABEL = "(no label)"  # a multi-label task's rows without any label, drawn as one more class

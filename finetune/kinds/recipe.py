@@ -13,8 +13,9 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator, model_validator
 
-from finetune.glue.specs import GLUE_TASKS, STANDARD_FILES, TaskSpec, label_text, template_columns
+from finetune.glue.specs import GLUE_TASKS
 from finetune.recipes.base import ECHO, InputFolder, LongDocumentsConfig, Section
+from finetune.tasks.specs import STANDARD_FILES, TaskSpec, label_text, template_columns
 
 
 class OwnHead(NamedTuple):

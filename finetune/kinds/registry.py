@@ -7,7 +7,6 @@ objects); tests/kinds/test_registry.py checks the two agree.
 from __future__ import annotations
 
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.choices.kind import CHOICES
 from finetune.kinds.classification.kind import CLASSIFICATION
@@ -15,6 +14,7 @@ from finetune.kinds.multilabel.kind import MULTILABEL
 from finetune.kinds.regression.kind import REGRESSION
 from finetune.kinds.spans.kind import SPANS
 from finetune.kinds.tokens.kind import TOKENS
+from finetune.tasks.specs import TaskSpec
 
 # One line per kind: adding a kind is its package under finetune/kinds/ and a line here (and its section's line in
 # recipes/task.py).

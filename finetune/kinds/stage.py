@@ -27,7 +27,6 @@ from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
 from finetune.data.task_batches import LengthGroupedSampler, batching_summary, length_pieces
 from finetune.errors import recipe_key
-from finetune.glue.specs import task_spec
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, write_split
 from finetune.kinds.labelled_rows import training_and_dev_rows, write_record
 from finetune.kinds.method import MethodChoice
@@ -41,6 +40,7 @@ from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
+from finetune.tasks.specs import task_spec
 from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
 from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
@@ -69,7 +69,7 @@ class TaskStage(TrainingStage):
 
     result_file = RESULT_FILE
     adapter = None  # with model.adapter: the PeftModel around the model (trained in place), what checkpoints save
-    # The per-class report (glue/metrics.py's class_report) of the last dev evaluation and of the best one, for the
+    # The per-class report (tasks/metrics.py's class_report) of the last dev evaluation and of the best one, for the
     # kinds whose evaluate() sets last_classes; result.json and the model card show the saved checkpoint's.
     last_classes: dict | None = None
     best_classes: dict | None = None

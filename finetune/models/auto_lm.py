@@ -25,10 +25,11 @@ from transformers import PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from finetune.errors import CheckpointError, InputError
-from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy, logits_cross_entropy
+from finetune.models.linear_cross_entropy import linear_cross_entropy, logits_cross_entropy
 from finetune.models.loading import load_for_continued_pretraining
 from finetune.models.masked_lm import MaskedLMOutput
 from finetune.models.objectives import LanguageModelLoss
+from finetune.tasks.specs import IGNORE_INDEX
 
 Head = Callable[[Any, torch.Tensor], torch.Tensor]  # (masked LM, hidden states) -> logits
 

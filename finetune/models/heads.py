@@ -14,7 +14,6 @@ from finetune.console import console
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH
 from finetune.data.reverse import reads_backwards
 from finetune.errors import CheckpointError, InputError
-from finetune.glue.specs import TaskSpec
 from finetune.models.awd_lstm import remap_vocabulary_rows
 from finetune.models.families import AWD_LSTM, CAUSAL_TRANSFORMER, WHOLE_DOCUMENT_TYPES
 from finetune.models.hub import (
@@ -28,6 +27,10 @@ from finetune.models.loading import load_model
 from finetune.models.mean_pooling import MeanPoolingConfig, mean_pooling_classifier
 from finetune.models.mean_pooling import backbone_config as encoder_config
 from finetune.models.task_heads import no_head_refusal
+from finetune.tasks.specs import TaskSpec
+
+# config.json: a calibrated classifier's logits are divided by this (fitted and applied by inference/calibration.py)
+TEMPERATURE_KEY = "calibration_temperature"
 
 # The classifier is built from a backbone section (finetune/recipes: `checkpoint`, `backward_checkpoint`, AR/TAR
 # weights) and a `pooling`; where in a recipe those sit (model.*, classifier.model.* in ulmfit) is the stage's to say.

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-IGNORE_INDEX = -100  # labels that carry no loss (torch's and transformers' convention)
+from finetune.tasks.specs import IGNORE_INDEX
 
 CHUNK_BYTES = 30 * 1024**2  # fp32 logits per chunk: large products, yet below glibc's 32 MiB mmap threshold
 # Vocabulary columns per forward product: a 256 x 1024 weight slice stays in cache; one 30522-wide

@@ -23,9 +23,10 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 from finetune.models.adapters import carries_adapter
 from finetune.models.cpu_dropout import dropout
 from finetune.models.hub import refuse_other_model_type
-from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
+from finetune.models.linear_cross_entropy import linear_cross_entropy
 from finetune.models.loading import load_for_continued_pretraining
 from finetune.models.objectives import LanguageModelLoss
+from finetune.tasks.specs import IGNORE_INDEX
 
 # (mean loss, masked tokens, correct predictions or None while training)
 MaskedLMOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]

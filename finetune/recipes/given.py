@@ -20,7 +20,7 @@ from finetune.recipes.loader import (
     set_key,
 )
 from finetune.recipes.shipped import resolve_recipe
-from finetune.run_dir import DATA_DIR
+from finetune.tasks.specs import DATA_DIR
 
 Overrides = Sequence[str] | Mapping[str, Any] | None
 DICT_SOURCE = Path("<recipe dict>")  # what messages name for a recipe given as a dict

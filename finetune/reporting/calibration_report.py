@@ -3,7 +3,7 @@ line a run ends with and the model card's table. RUN_DIR/plots/reliability.png d
 
 from __future__ import annotations
 
-from finetune.inference.calibration import TEMPERATURE_KEY
+from finetune.models.heads import TEMPERATURE_KEY
 
 # (the card's name, the line's, result.json's key before _before / _after)
 MEASURES = (

@@ -1,4 +1,4 @@
-"""The per-class report of a classifier (glue/metrics.py's class_report: precision, recall, F1 and support per class,
+"""The per-class report of a classifier (tasks/metrics.py's class_report: precision, recall, F1 and support per class,
 and the confusion matrix) as Markdown tables and as a PNG of the confusion matrix: what `finetune eval`'s report.md
 and the model card show, so that a class the model never predicts is seen."""
 

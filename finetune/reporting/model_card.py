@@ -15,13 +15,14 @@ from typing import Any, NamedTuple
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from finetune.data.long_documents import DEFAULT_TRANSFORMER_MAX_LENGTH, DocumentReading
-from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.glue.specs import GLUE_TASKS
 from finetune.models.families import WHOLE_DOCUMENT_TYPES, family_of, family_of_model_type
 from finetune.models.hub import HUB_NAME
 from finetune.models.loading import is_adapter_checkpoint
 from finetune.recipes.pretrain import HEAD_WARMUP_PHASE
 from finetune.reporting.calibration_report import calibration_markdown
 from finetune.reporting.class_report import per_class_markdown
+from finetune.tasks.specs import TaskSpec
 
 CARD_FILE = "README.md"
 # The hub's metric ids for ours (its `evaluate` names).

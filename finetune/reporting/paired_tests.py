@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 from finetune.errors import UserError
-from finetune.glue.metrics import METRICS
 from finetune.kinds.multilabel.metrics import multilabel_metrics
 from finetune.reporting.dev_predictions import read_rows
 from finetune.reporting.significance import (
@@ -33,6 +32,7 @@ from finetune.reporting.significance import (
     row_score,
 )
 from finetune.run_dir import DEV_PREDICTIONS_FILE
+from finetune.tasks.metrics import METRICS
 
 RIGHT_OR_WRONG = ("accuracy", "subset_accuracy")  # a row is right or wrong: McNemar's test
 

@@ -156,7 +156,7 @@ def row_score(function: Callable[[np.ndarray, np.ndarray], float]) -> ResampledS
 
 
 def confusion_score(metric: str, classes: int) -> ResampledScore | None:
-    """The classification metrics of glue/metrics.py (scikit-learn's definitions) from each resample's confusion
+    """The classification metrics of tasks/metrics.py (scikit-learn's definitions) from each resample's confusion
     matrix, all resamples at once: 10,000 resamples take about a second where scikit-learn takes minutes. None for
     a metric not computed this way."""
     if metric not in CONFUSION_METRICS:

@@ -18,13 +18,13 @@ import numpy as np
 from finetune.console import console
 from finetune.data.task_files import read_labelled_split, task_file
 from finetune.errors import UserError
-from finetune.glue.specs import task_spec
 from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
 from finetune.stages.search import refuse_several_processes
 from finetune.stages.search_report import cv_markdown
 from finetune.stages.seeds import summarise_values
+from finetune.tasks.specs import task_spec
 
 SUMMARY_MARKDOWN, SUMMARY_JSON = "cv.md", "cv.json"
 

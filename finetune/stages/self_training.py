@@ -33,7 +33,6 @@ from finetune.console import console
 from finetune.data.examples import TaskExamples
 from finetune.data.unlabelled_text import read_unlabelled_text
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.labelled_rows import class_rows, labelled_rows
 from finetune.kinds.method import SelfTrainingChoice, choose_self_training, pseudo_labels_per_class, stage_two_line
 from finetune.kinds.registry import kind_named, kind_of
@@ -53,6 +52,7 @@ from finetune.run_dir import (
     read_metrics,
     round_folder,
 )
+from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import copy_checkpoint, latest_run_checkpoint, latest_training_checkpoint
 from finetune.training.driver import run_training
 from finetune.training.self_training import PHASE, PseudoLabelled, pseudo_labelled, select_confident, text_key

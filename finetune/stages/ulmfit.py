@@ -28,7 +28,6 @@ from finetune.data.pretraining_text import SingleDocumentError
 from finetune.data.task_files import read_labelled_split
 from finetune.data.task_paths import training_splits
 from finetune.errors import UserError, recipe_key
-from finetune.glue.specs import task_spec
 from finetune.recipes import (
     ULMFIT_STAGE_FOLDERS,
     FinetuneRecipe,
@@ -56,6 +55,7 @@ from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, run_pretrain
 from finetune.stages.pretrain_data import read_corpus
 from finetune.stages.seeds import SUMMARY_JSON, several_runs
+from finetune.tasks.specs import task_spec
 from finetune.training.checkpoints import latest_training_checkpoint
 from finetune.training.techniques import describe_backbone, resolve_techniques
 

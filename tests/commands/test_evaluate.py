@@ -22,10 +22,11 @@ from finetune.commands.evaluate import run_eval
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_wordpiece
 from finetune.errors import UserError
-from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.glue.specs import GLUE_TASKS
 from finetune.glue.submission import glue_test_ids, validate_submission
 from finetune.models.heads import label_config
 from finetune.recipes import load_recipe, recipe_to_yaml
+from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import eval_recipe, write_corpus, write_task, write_yaml
 from tests.data.test_glue_data import TEST_ROWS, write_glue_root

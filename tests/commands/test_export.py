@@ -17,7 +17,7 @@ import finetune
 from finetune.cli import app
 from finetune.commands import export as export_module
 from finetune.errors import UserError
-from finetune.inference.calibration import TEMPERATURE_KEY
+from finetune.models.heads import TEMPERATURE_KEY
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
 from tests.conftest import finetune_recipe, save_tiny_masked_lm, write_task, write_yaml

@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 import finetune
 from finetune.cli import app
 from finetune.data.task_files import read_task_split
-from finetune.glue.specs import task_spec
 from finetune.models.heads import load_finetuned
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
+from finetune.tasks.specs import task_spec
 from tests.conftest import finetune_recipe, make_sentence, save_tiny_masked_lm, write_task, write_yaml
 
 runner = CliRunner()

@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_byte_level_bpe
-from finetune.glue.specs import task_spec
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
 from finetune.models.flops import matmul_gflops, training_flops_per_token
@@ -26,6 +25,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.language_models import build_language_model
 from finetune.models.sizes import language_model_parameters
 from finetune.recipes import load_recipe
+from finetune.tasks.specs import task_spec
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import freeze_below
 from tests.conftest import REPO_ROOT, save_tiny_masked_lm, write_corpus

@@ -9,8 +9,9 @@ import pytest
 
 from finetune.data.task_files import read_task_split, task_file
 from finetune.errors import InputError, UserError
-from finetune.glue.specs import GLUE_TASKS, SUBMISSION_TASKS, predicted_with, task_spec
+from finetune.glue.specs import GLUE_TASKS, SUBMISSION_TASKS, predicted_with
 from finetune.recipes import TaskConfig, task_config
+from finetune.tasks.specs import task_spec
 
 # ---------------------------------------------------------------------------------------------
 # A GLUE root in download_glue_data.py's layout, each file in its original format

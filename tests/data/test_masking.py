@@ -8,8 +8,8 @@ import pytest
 from finetune.data.corpus import MaskedBlocks
 from finetune.data.masking import MaskingRule
 from finetune.data.tokenizers import train_wordpiece
-from finetune.models.masked_lm import IGNORE_INDEX
 from finetune.recipes import MaskingConfig
+from finetune.tasks.specs import IGNORE_INDEX
 
 VOCAB = 1000
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4

@@ -15,7 +15,7 @@ from finetune.data.examples import PackedRows, PackedStrings
 from finetune.data.task_encoding import EncodedTask, RaggedColumn
 from finetune.data.task_files import read_labelled_split
 from finetune.data.tokenizers import train_wordpiece
-from finetune.glue.specs import TaskSpec
+from finetune.tasks.specs import TaskSpec
 from tests.conftest import make_sentence
 
 

@@ -1,4 +1,4 @@
-"""The shipped `evaluate` module gives exactly finetune/glue/metrics.py's results, loaded offline from its file."""
+"""The shipped `evaluate` module gives exactly finetune/tasks/metrics.py's results, loaded offline from its file."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 evaluate = pytest.importorskip("evaluate", reason="the evaluate package is a declared dependency; not installed")
 
 from finetune.glue.evaluate_metric import MODULE_PATH  # noqa: E402  (imported only once importorskip found evaluate)
-from finetune.glue.metrics import compute_metrics  # noqa: E402  (imported only once importorskip found evaluate)
 from finetune.glue.specs import GLUE_TASKS  # noqa: E402  (imported only once importorskip found evaluate)
+from finetune.tasks.metrics import compute_metrics  # noqa: E402  (imported only once importorskip found evaluate)
 
 
 @pytest.fixture(autouse=True)

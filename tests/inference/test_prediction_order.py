@@ -12,8 +12,8 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from finetune.commands.evaluate import predict
 from finetune.data.examples import TaskExamples
 from finetune.data.task_encoding import EncodedTask
-from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import LengthSortedPrediction, predict_logits
+from finetune.tasks.specs import TaskSpec
 from tests.conftest import make_sentence, save_tiny_masked_lm
 
 SPEC = TaskSpec(

@@ -16,12 +16,13 @@ from typer.testing import CliRunner
 import finetune
 from finetune.cli import app
 from finetune.data.task_files import read_labelled_split
-from finetune.glue.specs import task_spec
-from finetune.inference.calibration import BINS, TEMPERATURE_KEY, fit_temperature
+from finetune.inference.calibration import BINS, fit_temperature
 from finetune.kinds.calibration import BEST_LOGITS_FILE
+from finetune.models.heads import TEMPERATURE_KEY
 from finetune.recipes import load_recipe
 from finetune.reporting.plots import PLOTS_DIR, RELIABILITY_PLOT
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.tasks.specs import task_spec
 from tests.conftest import eval_recipe, finetune_recipe, one_error_line, write_task, write_yaml
 from tests.reporting.test_plots import EXPECTED_SIZE, png_size
 from tests.training.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint

@@ -216,8 +216,8 @@ def multilabel_recipe(checkpoint: Path, task: Path, run_dir: Path, **extra) -> d
 
 def training_labels(task: Path):
     from finetune.data.task_files import read_task_split
-    from finetune.glue.specs import task_spec
     from finetune.recipes import task_config
+    from finetune.tasks.specs import task_spec
     from tests.kinds.test_multilabel import task_section
 
     return read_task_split(task_spec(task_config(**task_section(task))), task, "train").labels

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 import finetune
 from finetune.cli import app
-from finetune.glue.specs import task_spec
 from finetune.models.heads import load_finetuned
 from finetune.recipes import load_recipe
+from finetune.tasks.specs import task_spec
 from tests.conftest import finetune_where_a_user_would
 
 runner = CliRunner()

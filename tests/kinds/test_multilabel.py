@@ -19,9 +19,9 @@ from finetune.cli import app
 from finetune.commands.predict import predict
 from finetune.data.task_files import read_examples_file, read_task_split
 from finetune.errors import InputError
-from finetune.glue.specs import task_spec
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.recipes import load_recipe, task_config
+from finetune.tasks.specs import task_spec
 from tests.conftest import FILLERS, one_error_line, save_tiny_masked_lm, write_yaml
 
 runner = CliRunner()

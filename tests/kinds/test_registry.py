@@ -10,12 +10,12 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.registry import KINDS, kind_named, kind_of
 from finetune.kinds.stage import TaskStage
 from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe, task_config
 from finetune.recipes.finetune import FinetuneRecipe
+from finetune.tasks.specs import TaskSpec
 from tests.conftest import one_error_line, write_yaml
 
 runner = CliRunner()

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.predict import load_predictor
-from finetune.glue.metrics import METRICS
-from finetune.glue.specs import task_spec
 from finetune.kinds.registry import kind_of
 from finetune.recipes import load_recipe, task_config
+from finetune.tasks.metrics import METRICS
+from finetune.tasks.specs import task_spec
 from tests.conftest import finetune_where_a_user_would
 
 runner = CliRunner()

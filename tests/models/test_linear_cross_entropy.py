@@ -9,7 +9,8 @@ import torch.nn.functional as F
 import finetune.models.linear_cross_entropy as module
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.causal_lm import NextTokenLM, RecurrentNextTokenLM
-from finetune.models.linear_cross_entropy import IGNORE_INDEX, linear_cross_entropy
+from finetune.models.linear_cross_entropy import linear_cross_entropy
+from finetune.tasks.specs import IGNORE_INDEX
 
 VOCAB = 2500  # > VOCAB_SLICE: the forward product runs over three vocabulary slices
 

@@ -7,8 +7,9 @@ import torch
 
 import finetune.models.linear_cross_entropy as linear_cross_entropy_module
 from finetune.models.cpu_dropout import CpuDropout
-from finetune.models.masked_lm import IGNORE_INDEX, SparseMaskedLM, build_masked_lm, encode
+from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, encode
 from finetune.recipes import MaskedLMModelConfig
+from finetune.tasks.specs import IGNORE_INDEX
 
 VOCAB = 3000  # > VOCAB_SLICE: the decoder's forward product runs over several vocabulary slices
 

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.commands.evaluate import run_eval
-from finetune.glue.specs import task_spec
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import load_classifier
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, mean_over_real_tokens
 from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.tasks.specs import task_spec
 from tests.conftest import custom_task_section, eval_recipe, finetune_recipe, save_tiny_masked_lm, write_yaml
 
 

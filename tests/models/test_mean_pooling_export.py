@@ -14,11 +14,11 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from finetune.glue.specs import task_spec
 from finetune.models import mean_pooling, scalar_mix
 from finetune.models.heads import load_classifier
 from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, mean_over_real_tokens
 from finetune.recipes import BackboneConfig, task_config
+from finetune.tasks.specs import task_spec
 from finetune.training.checkpoints import save_checkpoint
 from tests.conftest import custom_task_section, save_tiny_masked_lm, write_task
 

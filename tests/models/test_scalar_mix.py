@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_byte_level_bpe
-from finetune.glue.specs import task_spec
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.awd_lstm_classifier import AWDLSTMForSequenceClassification
 from finetune.models.backbones import layer_groups
@@ -23,6 +22,7 @@ from finetune.models.mean_pooling import MeanPoolingForSequenceClassification, m
 from finetune.models.scalar_mix import ProjectedScalarMix, ScalarMix
 from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.tasks.specs import task_spec
 from tests.conftest import (
     custom_task_section,
     eval_recipe,

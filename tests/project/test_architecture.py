@@ -1,21 +1,31 @@
 """The package's shape: layers that import only downwards, no import cycle, no file over 450 lines and no function
 over 60.
 
-The layers, top to bottom (docs/architecture.md); a module may import its own layer and those below:
-    cli, __main__, api, the package itself the command line (one thin wrapper per command), the Python API
-    stages, commands                       what trains (one module per stage); what runs without (never imported
-                                           by a stage)
+The layers, top to bottom (docs/architecture.md). A module may import its own package and the layers below; packages
+side by side in one layer (a | b) import neither each other nor anything above:
+    finetune, __main__                     the package's shortcuts to the API; `python -m finetune`
+    cli | api                              the command line (one thin wrapper per command) | the Python API
+    commands                               what runs without training (a command may use a stage's helpers)
+    stages                                 what trains (one module per stage; never imports a command)
     kinds                                  the task kinds' objects, stages and evaluations (kinds/K/kind.py, ...);
                                            a kind's recipe, data, metrics, model and training modules sit in the
-                                           layers of their role (layer_of)
-    training, inference, reporting         the loop, optimisers, schedules; running a trained model; plots, cards
-    models, data, glue                     what is trained and read
-    recipes, run_dir, run_lock             what a run is told, and where it writes
-    errors, console, safe_yaml, glue.specs, _version   foundations (the GLUE task table is data)
+                                           layers of their role (package_of)
+    inference                              running a trained model
+    training                               the loop, optimisers, schedules, checkpoints
+    reporting                              plots, cards, trackers, comparisons
+    glue | models                          GLUE's conventions, report, evaluate metric, submissions | what is trained
+    data                                   what is read
+    run_dir                                where a run writes
+    recipes                                what a run is told
+    glue.specs | run_lock                  GLUE's task table (TaskSpecs: data) | a run folder's lock
+    tasks                                  the task record (TaskSpec) and the metrics every kind shares
+    errors | console | safe_yaml | _version   foundations
 
 A task kind's package (finetune/kinds/K/) spans layers: each of its modules sits in the layer of its role, named by
-the module's last name (ROLE_LAYERS): K.recipe with the recipes, K.data, K.metrics and K.model with data and models,
-K.training with the loop; the rest (K.kind, K.stage, K.evaluation) in the kinds layer.
+the module's last name (ROLE_LAYERS), as if it were a module of that role's package: K.recipe with the recipes,
+K.data with data, K.model with models, K.metrics with tasks, K.training with the loop; the rest (K.kind, K.stage,
+K.evaluation, K.predictor) in the kinds layer. So `recipes -> kinds.K.recipe` and `kinds.recipe -> recipes.base`
+are imports within one package's layer, the one exception by design; nothing else imports upwards or sideways.
 """
 
 from __future__ import annotations
@@ -88,37 +98,53 @@ def test_the_cycle_finder_finds_one():
 
 
 LAYERS = [
-    {"finetune", "finetune.cli", "finetune.__main__", "finetune.api"},
-    {"finetune.stages", "finetune.commands"},
+    {"finetune", "finetune.__main__"},
+    {"finetune.cli", "finetune.api"},
+    {"finetune.commands"},
+    {"finetune.stages"},
     {"finetune.kinds"},
-    {"finetune.training", "finetune.inference", "finetune.reporting"},
-    {"finetune.models", "finetune.data", "finetune.glue"},
-    {"finetune.recipes", "finetune.run_dir", "finetune.run_lock"},
-    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune.glue.specs", "finetune._version"},
+    {"finetune.inference"},
+    {"finetune.training"},
+    {"finetune.reporting"},
+    {"finetune.glue", "finetune.models"},
+    {"finetune.data"},
+    {"finetune.run_dir"},
+    {"finetune.recipes"},
+    {"finetune.glue.specs", "finetune.run_lock"},
+    {"finetune.tasks"},
+    {"finetune.errors", "finetune.console", "finetune.safe_yaml", "finetune._version"},
 ]
 
 
-# A task kind's module by its role (its last name): the layer it belongs to, whatever package it is in.
-ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.glue"}
+# A task kind's module by its role (its last name): the package whose layer it belongs to, whatever package it is in.
+ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.tasks"}
 ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training"}
 
 
-def layer_of(module: str) -> int:
-    """The index of the layer of `module`: the longest matching prefix decides (glue.specs before glue); a module of
-    finetune.kinds is in the layer of its role (ROLE_LAYERS), or else in the kinds layer."""
+def package_of(module: str) -> str:
+    """The entry of LAYERS that `module` belongs to: the longest one that is it or holds it (glue.specs before glue;
+    "finetune" is the package's own __init__ alone); a module of finetune.kinds named after a role belongs to that
+    role's package (ROLE_LAYERS)."""
     if module.startswith("finetune.kinds.") and module.rpartition(".")[2] in ROLE_LAYERS:
-        module = ROLE_LAYERS[module.rpartition(".")[2]]
+        return ROLE_LAYERS[module.rpartition(".")[2]]
     matches = [
-        (len(prefix), index)
-        for index, layer in enumerate(LAYERS)
+        prefix
+        for layer in LAYERS
         for prefix in layer
-        if module == prefix or module.startswith(prefix + ".")
+        if module == prefix or (prefix != "finetune" and module.startswith(prefix + "."))
     ]
     assert matches, f"{module} is in no layer: add it to LAYERS (and to the picture in docs/architecture.md)"
-    return max(matches)[1]
+    return max(matches, key=len)
+
+
+def layer_of(module: str) -> int:
+    """The index of the layer of `module` (0 at the top): that of its package (package_of)."""
+    package = package_of(module)
+    return next(index for index, layer in enumerate(LAYERS) if package in layer)
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a layer above the importing module's."""
     return sorted(
         f"{module} -> {target}"
         for module, targets in graph.items()
@@ -127,31 +153,69 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     )
 
 
+def sideways_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of another package in the importing module's own layer: packages side by side import neither."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_of(target) == layer_of(module) and package_of(target) != package_of(module)
+    )
+
+
 def test_imports_run_downwards_only():
     graph = import_graph()
     assert upward_imports(graph) == []
-    # The scan sees real imports, late ones included: the task sections check task names against the GLUE table.
+    assert sideways_imports(graph) == []
+    assert set().union(*LAYERS) <= set(graph), "a package in LAYERS that is no module of finetune/"
+    # The scan sees real imports, late ones included: the task sections check task names against the GLUE table, a
+    # command uses a stage's helpers (eval summarises seeds as the stages do), the recipes import each kind's section.
     assert "finetune.glue.specs" in graph["finetune.kinds.recipe"]
-
-
-def test_no_stage_imports_a_command():
-    """Stages and commands share a layer one way: a command may use a stage's helpers (eval summarises seeds as the
-    stages do), but what trains never depends on what the CLI runs beside it."""
-    graph = import_graph()
-    assert "finetune.stages.seeds" in graph["finetune.commands.evaluate"]  # the scan sees the allowed direction
-    found = sorted(
-        f"{module} -> {target}"
-        for module, targets in graph.items()
-        if module.startswith("finetune.stages")
-        for target in targets
-        if target.startswith("finetune.commands")
-    )
-    assert found == []
+    assert "finetune.stages.seeds" in graph["finetune.commands.evaluate"]
+    assert "finetune.kinds.classification.recipe" in graph["finetune.recipes.task"]
+    assert "finetune.recipes.base" in graph["finetune.kinds.recipe"]
 
 
 def test_an_upward_import_is_reported():
-    assert upward_imports({"finetune.recipes.base": {"finetune.glue.metrics", "finetune.glue.specs"}}) == [
-        "finetune.recipes.base -> finetune.glue.metrics"
+    assert upward_imports({"finetune.recipes.base": {"finetune.glue.submission", "finetune.glue.specs"}}) == [
+        "finetune.recipes.base -> finetune.glue.submission"
+    ]
+    # Packages that shared a layer are ordered: data reads below GLUE and the models, the recipes below the run
+    # folder, a stage never imports a command, the loop never a predictor.
+    graph = {
+        "finetune.data.task_files": {"finetune.glue.submission", "finetune.models.heads", "finetune.tasks.specs"},
+        "finetune.recipes.given": {"finetune.run_dir", "finetune.run_lock"},
+        "finetune.stages.seeds": {"finetune.commands.evaluate"},
+        "finetune.training.loop": {"finetune.inference.predict", "finetune.reporting.trackers"},
+    }
+    assert upward_imports(graph) == [
+        "finetune.data.task_files -> finetune.glue.submission",
+        "finetune.data.task_files -> finetune.models.heads",
+        "finetune.recipes.given -> finetune.run_dir",
+        "finetune.stages.seeds -> finetune.commands.evaluate",
+        "finetune.training.loop -> finetune.inference.predict",
+    ]
+
+
+def test_a_sideways_import_is_reported_and_a_kinds_role_module_is_in_its_roles_package():
+    graph = {
+        "finetune.models.heads": {"finetune.glue.submission"},
+        "finetune.run_lock": {"finetune.glue.specs"},
+        "finetune.cli": {"finetune.api"},
+        "finetune.recipes.task": {"finetune.kinds.tokens.recipe"},
+        "finetune.kinds.recipe": {"finetune.recipes.base"},
+        "finetune.kinds.tokens.training": {"finetune.training.checkpoints", "finetune.kinds.tokens.data"},
+    }
+    assert sideways_imports(graph) == [
+        "finetune.cli -> finetune.api",
+        "finetune.models.heads -> finetune.glue.submission",
+        "finetune.run_lock -> finetune.glue.specs",
+    ]
+    assert upward_imports(graph) == []
+    assert layer_of("finetune.kinds.tokens.metrics") == layer_of("finetune.tasks.metrics")
+    assert layer_of("finetune.kinds.tokens.stage") == layer_of("finetune.kinds")
+    assert upward_imports({"finetune.kinds.tokens.recipe": {"finetune.kinds.tokens.kind"}}) == [
+        "finetune.kinds.tokens.recipe -> finetune.kinds.tokens.kind"
     ]
 
 
@@ -282,7 +346,7 @@ def test_a_family_comparison_is_counted():
 KIND_NAMES = {"classification", "regression", "multilabel", "tokens", "choices", "spans"}
 # Not task kinds, and not flagged: a schedule's kind (stlr, linear: training/schedules.py) is no kind name. Hugging
 # Face's problem_type values ("regression", "single_label_classification", ...) are named once, as constants, in
-# glue/specs.py (REGRESSION_PROBLEM, ...): a comparison with such a constant is no comparison with a literal, which
+# tasks/specs.py (REGRESSION_PROBLEM, ...): a comparison with such a constant is no comparison with a literal, which
 # is what this rule counts, and the spec's problem_type is what the kind set, not its name.
 
 

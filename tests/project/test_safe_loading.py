@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.errors import UserError
-from finetune.glue.specs import task_spec
 from finetune.recipes import BackboneConfig, EvalRecipe, FinetuneRecipe, task_config
+from finetune.tasks.specs import task_spec
 from tests.conftest import REPO_ROOT, custom_task_section, finetune_recipe, save_tiny_masked_lm, write_yaml
 
 PACKAGE = REPO_ROOT / "finetune"

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
-from finetune.glue.metrics import class_report
 from finetune.reporting.class_report import confusion_png_name
 from finetune.reporting.eval_report import report_markdown, write_report
+from finetune.tasks.metrics import class_report
 
 
 def test_report_md_shows_each_class_and_links_the_confusion_png(tmp_path):

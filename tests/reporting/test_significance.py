@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from finetune.glue.metrics import METRICS
 from finetune.reporting.significance import (
     CONFUSION_METRICS,
     accuracy_score,
@@ -21,6 +20,7 @@ from finetune.reporting.significance import (
     paired_runs,
     row_score,
 )
+from finetune.tasks.metrics import METRICS
 
 
 def test_the_interval_of_a_mean_is_students_t_with_n_minus_1_degrees_of_freedom():

@@ -31,7 +31,7 @@ from finetune.data.task_files import read_task_split
 from finetune.data.token_arrays import DocumentStream, TokenizedDocuments, pack_blocks
 from finetune.data.token_cache import encode, tokenize_files
 from finetune.data.tokenizers import train_wordpiece
-from finetune.glue.specs import GLUE_TASKS, task_spec
+from finetune.glue.specs import GLUE_TASKS
 from finetune.inference.ensemble import ensemble_outputs
 from finetune.inference.predict import example_logits
 from finetune.kinds.classification import stage as finetune_stage
@@ -39,6 +39,7 @@ from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
 from finetune.recipes import TokenizerConfig, read_yaml, task_config
 from finetune.stages import pretrain_data
+from finetune.tasks.specs import task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 from tests.conftest import custom_task_section, eval_recipe, pretrain_recipe, write_corpus, write_task, write_yaml
 from tests.data.test_glue_data import write_glue_root

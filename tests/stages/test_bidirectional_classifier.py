@@ -23,7 +23,6 @@ from finetune.data.reverse import REVERSE_CONFIG_KEY
 from finetune.data.task_files import read_task_split
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
-from finetune.glue.specs import task_spec
 from finetune.kinds.classification import stage as finetune_stage
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
@@ -36,6 +35,7 @@ from finetune.models.awd_lstm_classifier import (
 from finetune.models.backbones import layer_groups
 from finetune.models.heads import BackwardEncoderError, load_classifier
 from finetune.recipes import BackboneConfig, task_config
+from finetune.tasks.specs import task_spec
 from tests.conftest import custom_task_section, finetune_recipe, write_corpus, write_yaml
 
 runner = CliRunner()

@@ -21,12 +21,12 @@ from finetune.errors import UserError, recipe_key
 from finetune.models.auto_lm import MASKED_LM_HEADS, AutoMaskedLM, AutoNextTokenLM, usable_positions
 from finetune.models.backbones import layer_groups
 from finetune.models.families import AUTO_CAUSAL_LM, AUTO_MASKED_LM, BERT, GPT2, family_of
-from finetune.models.linear_cross_entropy import IGNORE_INDEX
 from finetune.recipes import load_recipe
 from finetune.recipes.language_models import MODEL_SECTIONS
 from finetune.recipes.pretrain import MaskingConfig
 from finetune.stages import pretrain as pretrain_stage
 from finetune.stages.pretrain import run_pretrain
+from finetune.tasks.specs import IGNORE_INDEX
 from tests.conftest import interrupted_at_step, one_error_line, pretrain_recipe, write_corpus, write_yaml
 from tests.stages.test_pretrain_families import comparable_metrics
 from tests.tiny_families import (

@@ -14,11 +14,11 @@ from transformers import AutoModelForSequenceClassification
 
 from finetune.commands.evaluate import run_eval
 from finetune.data.corpus import read_documents
-from finetune.glue.specs import task_spec
 from finetune.models.heads import load_classifier
 from finetune.recipes import BackboneConfig, load_recipe, task_config
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
+from finetune.tasks.specs import task_spec
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.unfreezing import trainable_group_count
 from tests.conftest import (

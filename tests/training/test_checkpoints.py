@@ -9,8 +9,9 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, BertForMaskedLM
 
 from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_wordpiece
-from finetune.models.masked_lm import IGNORE_INDEX, SparseMaskedLM, build_masked_lm, masked_lm_loss
+from finetune.models.masked_lm import SparseMaskedLM, build_masked_lm, masked_lm_loss
 from finetune.recipes import MaskedLMModelConfig, load_recipe
+from finetune.tasks.specs import IGNORE_INDEX
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE, save_checkpoint
 
 SAMPLE_TEXTS = ["the film was really great .", "The Plot was DULL, and the acting clumsy!", "unseen words: zebra"]

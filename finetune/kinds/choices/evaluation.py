@@ -7,8 +7,6 @@ from pathlib import Path
 import numpy as np
 
 from finetune.data.task_files import task_file
-from finetune.glue.metrics import compute_metrics
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.choices.data import read_choices
 from finetune.kinds.choices.model import load_finetuned_choice_model
 from finetune.kinds.choices.training import choose
@@ -16,6 +14,8 @@ from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ens
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import prepare_run_dir
+from finetune.tasks.metrics import compute_metrics
+from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import checkpoint_reading
 
 

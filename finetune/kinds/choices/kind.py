@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.choices.evaluation import run_choices_eval
 from finetune.kinds.choices.model import choice_model_skeleton, choice_registering_import, load_finetuned_choice_model
@@ -15,6 +14,7 @@ from finetune.kinds.choices.recipe import ChoicesSection
 from finetune.kinds.choices.stage import ChoicesStage
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, read_length
+from finetune.tasks.specs import TaskSpec
 
 
 class ChoicesKind(TaskKind):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.choices.data import ChoiceQuestions, parse_choices
 from finetune.kinds.choices.training import choose
+from finetune.tasks.specs import TaskSpec
 
 
 @dataclass

@@ -11,12 +11,12 @@ from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
-from finetune.glue.metrics import compute_metrics
 from finetune.kinds.choices.data import collate_choices, read_choices
 from finetune.kinds.choices.model import load_choice_model
 from finetune.kinds.choices.training import choice_loss, encoded_questions, question_probabilities
 from finetune.kinds.stage import TaskStage
 from finetune.models.heads import fitted_max_length
+from finetune.tasks.metrics import compute_metrics
 
 
 class ChoicesStage(TaskStage):

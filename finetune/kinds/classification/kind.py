@@ -9,7 +9,6 @@ from typing import Any
 
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec, task_spec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.classification.predictor import Predictor
 from finetune.kinds.classification.recipe import ClassificationSection
@@ -18,6 +17,7 @@ from finetune.kinds.classifier_keys import classifier_keys
 from finetune.models.heads import classifier_skeleton, fitted_max_length, load_finetuned
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, classifier_reading, head_architecture
+from finetune.tasks.specs import TaskSpec, task_spec
 
 POOLING_NOTES = {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}  # `finetune profile`'s words
 

@@ -13,9 +13,9 @@ import torch
 from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.inference.calibration import calibrated_probabilities, temperature_of
 from finetune.inference.predict import example_logits
+from finetune.tasks.specs import TaskSpec
 
 
 @dataclass

@@ -6,8 +6,9 @@ from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from finetune.glue.specs import GLUE_TASKS, TaskSpec
+from finetune.glue.specs import GLUE_TASKS
 from finetune.kinds.recipe import DrawnRowsKeys, GlueOrCustomSection, LabelName, distinct, label_as_text
+from finetune.tasks.specs import TaskSpec
 
 # What a classification task can report (glue/metrics.py computes them); f1 is the positive class's, of two labels.
 ClassificationMetric = Literal["accuracy", "f1", "mcc", "f1_macro", "f1_weighted", "precision_macro", "recall_macro"]

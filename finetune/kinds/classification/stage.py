@@ -19,7 +19,6 @@ from finetune.data.task_batches import task_collator
 from finetune.data.task_encoding import EncodedTask
 from finetune.data.task_files import read_labelled_split
 from finetune.errors import UserError
-from finetune.glue.metrics import class_report, compute_metrics
 from finetune.inference.predict import LengthSortedPrediction, logits_loss, logits_to_predictions, predict_logits
 from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
 from finetune.kinds.classifier_keys import classifier_keys
@@ -28,6 +27,7 @@ from finetune.kinds.stage import TaskStage, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
+from finetune.tasks.metrics import class_report, compute_metrics
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
 from finetune.training.self_training import PseudoLabelled
 

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from finetune.errors import DataFileError
-from finetune.glue.specs import TaskSpec, label_text
+from finetune.tasks.specs import TaskSpec, label_text
 
 ONE, ZERO = {"1", "true"}, {"0", "false"}  # a 0/1 column's values; JSON's true and false read as their text
 

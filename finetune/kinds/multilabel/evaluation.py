@@ -8,7 +8,6 @@ from pathlib import Path
 from finetune.console import console
 from finetune.data.task_files import split_source
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.inference.predict import example_logits
 from finetune.kinds.dev_split import split_to_score
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, tokenizer_of
@@ -19,6 +18,7 @@ from finetune.kinds.multilabel.training import label_probabilities, label_sets
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import prepare_run_dir
+from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import checkpoint_reading
 
 

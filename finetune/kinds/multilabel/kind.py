@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from finetune.data.long_documents import DocumentReading
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.classification.kind import POOLING_NOTES, ClassificationKind
 from finetune.kinds.multilabel.evaluation import run_multilabel_eval
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
@@ -14,6 +13,7 @@ from finetune.kinds.multilabel.predictor import MultilabelPredictor
 from finetune.kinds.multilabel.recipe import MultilabelSection
 from finetune.kinds.multilabel.stage import MultilabelStage
 from finetune.reporting.model_card import CardKind
+from finetune.tasks.specs import TaskSpec
 
 
 class MultilabelKind(ClassificationKind):

@@ -5,8 +5,8 @@ so that eval and predict apply the one the run chose."""
 from __future__ import annotations
 
 from finetune.errors import CheckpointError
-from finetune.glue.specs import TaskSpec
 from finetune.models.heads import load_finetuned
+from finetune.tasks.specs import TaskSpec
 
 THRESHOLD_KEY = "multilabel_threshold"  # config.json: a label is predicted when its probability is above this
 DEFAULT_THRESHOLD = 0.5  # a recipe without task.threshold, a checkpoint without a saved one

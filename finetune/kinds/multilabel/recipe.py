@@ -8,8 +8,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from finetune.glue.specs import GLUE_TASKS, MULTI_LABEL_PROBLEM, TaskSpec, template_columns
+from finetune.glue.specs import GLUE_TASKS
 from finetune.kinds.recipe import DrawnRowsKeys, TextTaskSection, distinct, label_as_text
+from finetune.tasks.specs import MULTI_LABEL_PROBLEM, TaskSpec, template_columns
 
 DEFAULT_LABEL_SEPARATOR = "|"
 

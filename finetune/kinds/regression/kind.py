@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from finetune.data.long_documents import DocumentReading
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.classification.kind import POOLING_NOTES, ClassificationKind
 from finetune.kinds.regression.predictor import RegressionPredictor
 from finetune.kinds.regression.recipe import RegressionSection
+from finetune.tasks.specs import TaskSpec
 
 
 class RegressionKind(ClassificationKind):

@@ -6,8 +6,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from finetune.glue.specs import REGRESSION_PROBLEM, TaskSpec
 from finetune.kinds.recipe import GlueOrCustomSection
+from finetune.tasks.specs import REGRESSION_PROBLEM, TaskSpec
 
 METRICS = ("pearson", "spearman")  # the correlations of STS-B; pearson picks the best checkpoint by default
 

@@ -6,7 +6,6 @@ import json
 
 from finetune.data.task_files import task_file
 from finetune.errors import UserError
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, task_folder, tokenizer_of
 from finetune.kinds.spans.data import read_squad
 from finetune.kinds.spans.metrics import best_threshold, squad_scores
@@ -15,6 +14,7 @@ from finetune.kinds.spans.training import answer_questions, checkpoint_span_read
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import prepare_run_dir
+from finetune.tasks.specs import TaskSpec
 
 
 def run_spans_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:

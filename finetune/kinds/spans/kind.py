@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.spans.data import DEFAULT_MAX_LENGTH, SpanReading
 from finetune.kinds.spans.evaluation import run_spans_eval
@@ -14,6 +13,7 @@ from finetune.kinds.spans.predictor import load_span_predictor
 from finetune.kinds.spans.recipe import SpansSection
 from finetune.kinds.spans.stage import SpansStage
 from finetune.reporting.model_card import CardKind, head_architecture
+from finetune.tasks.specs import TaskSpec
 
 
 class SpansKind(TaskKind):

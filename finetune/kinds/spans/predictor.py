@@ -10,11 +10,11 @@ import torch
 
 from finetune.data.examples import TaskExamples
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.spans.data import Question, SpanReading, SquadQuestions
 from finetune.kinds.spans.model import load_finetuned_qa
 from finetune.kinds.spans.training import answer_questions, span_max_length
 from finetune.models.hub import load_tokenizer
+from finetune.tasks.specs import TaskSpec
 
 
 @dataclass

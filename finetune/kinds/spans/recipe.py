@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.recipe import OwnFilesSection, OwnHead
+from finetune.tasks.specs import TaskSpec
 
 FILES = {"train": "train.json", "dev": "dev.json", "test": "test.json"}
 METRICS = ("f1", "exact")  # SQuAD's token F1 and exact match (kinds/spans/metrics.py); f1 picks the best

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, task_folder, tokenizer_of
 from finetune.kinds.tokens.data import read_conll, tag_indices
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
@@ -15,6 +14,7 @@ from finetune.kinds.tokens.training import tag_sentences
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
 from finetune.run_dir import prepare_run_dir
+from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import checkpoint_reading
 
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from typing import Any
 
 from finetune.errors import recipe_key
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.base import TaskKind
 from finetune.kinds.tokens.evaluation import run_tagging_eval
 from finetune.kinds.tokens.model import load_finetuned_tagger, model_tags, tagger_skeleton
@@ -16,6 +15,7 @@ from finetune.kinds.tokens.recipe import TokensSection
 from finetune.kinds.tokens.stage import TaggingStage
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, head_architecture, read_length
+from finetune.tasks.specs import TaskSpec
 
 PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O and B-/I- of four entity types)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 
 from finetune.data.examples import TaskExamples
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.tokens.data import TaggedSentences
 from finetune.kinds.tokens.training import tag_sentences
+from finetune.tasks.specs import TaskSpec
 
 
 @dataclass

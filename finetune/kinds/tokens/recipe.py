@@ -6,8 +6,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from finetune.glue.specs import TaskSpec
 from finetune.kinds.recipe import OwnFilesSection, OwnHead, distinct, label_as_text
+from finetune.tasks.specs import TaskSpec
 
 FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix, f1_score, precision_recall_fscore_support
 
-from finetune.glue.metrics import METRICS, class_report
+from finetune.tasks.metrics import METRICS, class_report
 
 LABELS = ("a", "b", "c", "d")
 # Class d is never predicted (a collapsed minority class); class c is over-predicted.

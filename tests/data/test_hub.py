@@ -1,4 +1,4 @@
-"""Any `datasets` dataset by name (finetune/glue/hub.py): a folder saved with save_to_disk, local data files through
+"""Any `datasets` dataset by name (finetune/data/hub.py): a folder saved with save_to_disk, local data files through
 load_dataset's builders, and a one-line error for a dataset that cannot be loaded. Offline: nothing is downloaded."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from finetune.data.hub import load_hub_dataset, split_rows
 from finetune.errors import DataFileError, InputError
-from finetune.glue.hub import load_hub_dataset, split_rows
 
 datasets = pytest.importorskip("datasets", reason="task.source hub reads datasets with the datasets library")
 

@@ -1,5 +1,5 @@
-"""GLUE metrics computed offline with scikit-learn and SciPy (what the hub's `glue` metric script does): those of
-the classification and regression kinds (the other kinds' are in kinds/K/metrics.py)."""
+"""The metrics of the classification and regression kinds, GLUE's among them, computed offline with scikit-learn and
+SciPy (what the hub's `glue` metric script does); the other kinds' are in kinds/K/metrics.py."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from sklearn.metrics import (
     recall_score,
 )
 
-from finetune.glue.specs import TaskSpec
+from finetune.tasks.specs import TaskSpec
 
 
 def _correlation(function: Callable) -> Callable[[np.ndarray, np.ndarray], float]:

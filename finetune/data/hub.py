@@ -10,7 +10,8 @@ import numpy as np
 
 from finetune.data.examples import TaskExamples
 from finetune.errors import DataFileError, InputError
-from finetune.glue.specs import HUB_DATASET, TaskSpec
+from finetune.glue.specs import HUB_DATASET
+from finetune.tasks.specs import TaskSpec
 
 UNLABELED = -1  # the hub's label on test examples (classes and STS-B scores alike)
 DATA_FILE_BUILDERS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
