@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,13 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
     os.environ.setdefault(
         "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
     )
+
+# Each test process (each xdist worker; the CLI subprocesses a test starts inherit it) copies the remote code of the
+# checkpoints it loads into a folder of its own: transformers keys that copy by the checkpoint folder's last name, and
+# many tests name theirs alike ("checkpoint", "mean"), so two processes loading at once wrote over each other's files
+# in ~/.cache/huggingface/modules (seen as order-dependent failures of the remote-code tests).
+os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="finetune-tests-hf-modules-")
+atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
