@@ -7,6 +7,7 @@ import contextlib
 import os
 import random
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,6 +36,27 @@ os.environ["HF_MODULES_CACHE"] = tempfile.mkdtemp(prefix="finetune-tests-hf-modu
 atexit.register(shutil.rmtree, os.environ["HF_MODULES_CACHE"], ignore_errors=True)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _auto_classes_restored() -> Iterator[None]:
+    """transformers' Auto classes as they were before the test. Loading a folder's remote code (sentence-transformers'
+    `trust_remote_code=True`) registers the folder's copies of its classes for the rest of the process, so a later
+    test's `AutoModelForSequenceClassification.from_pretrained` got that copy instead of the package's class: a
+    failure that came and went with the tests' order."""
+    configuration = sys.modules.get("transformers.models.auto.configuration_auto")
+    modeling = sys.modules.get("transformers.models.auto.modeling_auto")
+    if configuration is None or modeling is None:  # nothing registered yet (imported by the test: restored next time)
+        yield
+        return
+    mappings = [configuration.CONFIG_MAPPING]
+    mappings += [value for value in vars(modeling).values() if hasattr(value, "_extra_content")]
+    saved = [dict(mapping._extra_content) for mapping in mappings]
+    yield
+    for mapping, content in zip(mappings, saved):
+        mapping._extra_content.clear()
+        mapping._extra_content.update(content)
+
 
 SUBJECTS = ["the film", "the plot", "the acting", "the music", "the ending", "the story", "the cast", "the script"]
 POSITIVE = ["great", "lovely", "superb", "charming", "brilliant", "delightful"]
