@@ -44,13 +44,13 @@ def benchmark_parser(
     smoke: str | None = None,
     table_only: bool = False,
 ) -> argparse.ArgumentParser:
-    """A parser with the flags every benchmark shares, spelt and explained once: --work (default
-    runs/bench-NAME, -smoke added under --smoke), --update-results, and where the script has them --seeds (their
-    default), --draws (0 .. N-1), --smoke (its help says what the smoke run cuts) and --table-only. Its description
-    is the docstring's first line; the script adds its own flags after."""
+    """A parser with the flags every benchmark shares, spelt and explained once: --work (or --work-dir, as some
+    scripts named it; default runs/bench-NAME, -smoke added under --smoke), --update-results, and where the script
+    has them --seeds (their default), --draws (0 .. N-1), --smoke (its help says what the smoke run cuts) and
+    --table-only. Its description is the docstring's first line; the script adds its own flags after."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     default = f"runs/bench-{name}" + ("[-smoke]" if smoke is not None else "")
-    parser.add_argument("--work", type=Path, default=None, help=f"the work folder (default {default})")
+    parser.add_argument("--work", "--work-dir", type=Path, default=None, help=f"the work folder (default {default})")
     parser.add_argument("--update-results", action="store_true", help="also append the runs to bench/results/")
     if seeds is not None:
         parser.add_argument("--seeds", type=int, nargs="+", default=seeds, help="one run of each arm per seed")

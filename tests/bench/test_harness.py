@@ -34,6 +34,7 @@ def test_the_parser_has_the_shared_flags_and_only_the_asked_ones():
     bare = harness.benchmark_parser("Doc.", "x").parse_args([])
     assert not any(hasattr(bare, name) for name in ("seeds", "draws", "smoke", "table_only"))
     assert harness.benchmark_parser("Doc.", "x", draws=5).parse_args(["--draws", "2"]).draws == 2
+    assert str(harness.benchmark_parser("Doc.", "x").parse_args(["--work-dir", "/tmp/v"]).work) == "/tmp/v"
     with pytest.raises(SystemExit):
         harness.benchmark_parser("Doc.", "x").parse_args(["--smoke"])  # a script without a smoke mode has no flag
 
