@@ -139,12 +139,16 @@ def shown(values: list[float], scale: float = 100, digits: int = 1, signed: bool
     return text if low is None else f"{text} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
 
 
-def markdown_table(records: list[dict], columns: dict[str, Callable | str], by: tuple[str, ...] = ()) -> str:
-    """The Markdown table of `records`, one column per `columns` entry: header -> a record's field name (dotted
-    reads inside) or a function of a record giving the number as shown (x100 for a score). Without `by`, one row
+def markdown_table(
+    records: list[dict], columns: dict[str, Callable | str], by: tuple[str, ...] = (), formats: dict | None = None
+) -> str:
+    """The Markdown table of `records`, one column per `columns` entry: header -> a record's field name (a dotted
+    one reads inside) or a function of a record giving the number as shown (x100 for a score). Without `by`, one row
     per record. With `by`, one row per group of equal `by` fields (first-seen order): the group's fields, its size
-    (n), and each column's mean [95% interval] over the group (the seeds or draws), one decimal."""
+    (n), and each column's mean [95% interval] over the group (the seeds or draws; missing values left out).
+    `formats`: header -> a format ("{:.2f}x"); one decimal otherwise, '-' for a missing value."""
     read = {header: (value if callable(value) else _field(value)) for header, value in columns.items()}
+    show = {header: (formats or {}).get(header, "{:.1f}").format for header in read}
     headers = [*by, *(["n"] if by else []), *read]
     lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---|" if h in by else "---:|" for h in headers)]
     groups: dict[tuple, list[dict]] = {}
@@ -153,17 +157,20 @@ def markdown_table(records: list[dict], columns: dict[str, Callable | str], by: 
     for group, members in groups.items():
         if by:
             cells = [*map(str, group), str(len(members))]
-            cells += [shown([read[header](member) for member in members], scale=1) for header in read]
+            values = {header: [v for v in map(read[header], members) if v is not None] for header in read}
+            cells += [_summary(values[header], show[header]) for header in read]
         else:
-            cells = [_cell(read[header](members[0])) for header in read]
+            cells = [_cell(read[header](members[0]), show[header]) for header in read]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _field(name: str) -> Callable[[dict], object]:
-    """A column that reads one field of a record (a dotted name reads inside: "ours.examples_per_s")."""
+    """A column that reads one field of a record: the name itself, else a dotted path ("ours.examples_per_s")."""
 
     def read(record: dict) -> object:
+        if name in record:
+            return record[name]
         value = record
         for part in name.split("."):
             value = value.get(part) if isinstance(value, dict) else None
@@ -172,8 +179,16 @@ def _field(name: str) -> Callable[[dict], object]:
     return read
 
 
-def _cell(value: object) -> str:
-    """A plain cell: floats with one decimal, None as '-', anything else as itself."""
+def _cell(value: object, show: Callable[[float], str]) -> str:
+    """A plain cell: numbers in the column's format (not a bool or an int seed), None as '-', else as itself."""
     if value is None:
         return "-"
-    return f"{value:.1f}" if isinstance(value, float) else str(value)
+    return show(value) if isinstance(value, float) else str(value)
+
+
+def _summary(values: list[float], show: Callable[[float], str]) -> str:
+    """A group's cell: the mean [its 95% interval] in the column's format; the mean alone for one value."""
+    if not values:
+        return "-"
+    mean, low, high = interval(values)
+    return show(mean) if low is None else f"{show(mean)} [{show(low)}, {show(high)}]"

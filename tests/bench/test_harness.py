@@ -119,4 +119,9 @@ def test_the_table_shows_one_row_per_record_or_a_mean_and_interval_per_group():
     half = stats.t.ppf(0.975, 1) * stats.sem([80.0, 84.0])
     assert lines[2] == f"| ours | 2 | 82.0 [{82 - half:.1f}, {82 + half:.1f}] |"
     assert lines[3] == "| peer | 1 | 70.0 |"
+    formatted = harness.markdown_table(records, {"rate": "rate", "at 0.5": "at 0.5"}, formats={"rate": "{:.2f}x"})
+    assert formatted.splitlines()[2] == "| 10.00x | - |"  # a field name with a dot is read whole, else dotted
+    assert harness.markdown_table([{"a.b": 1.0}], {"a.b": "a.b"}).splitlines()[2] == "| 1.0 |"
+    skipped = harness.markdown_table(records, {"rate": "rate"}, by=("arm",)).splitlines()
+    assert skipped[2].startswith("| ours | 2 | 11.0 [") and skipped[3] == "| peer | 1 | - |"  # None left out
     assert json.dumps(records)  # the records are left as they were
