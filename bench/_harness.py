@@ -150,7 +150,8 @@ def markdown_table(
     read = {header: (value if callable(value) else _field(value)) for header, value in columns.items()}
     show = {header: (formats or {}).get(header, "{:.1f}").format for header in read}
     headers = [*by, *(["n"] if by else []), *read]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---|" if h in by else "---:|" for h in headers)]
+    text = set(by) | {h for h in read if not by and records and isinstance(read[h](records[0]), str)}  # left-aligned
+    lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---|" if h in text else "---:|" for h in headers)]
     groups: dict[tuple, list[dict]] = {}
     for record in records:
         groups.setdefault(tuple(record.get(field) for field in by) if by else (id(record),), []).append(record)

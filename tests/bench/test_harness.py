@@ -108,7 +108,7 @@ def test_the_table_shows_one_row_per_record_or_a_mean_and_interval_per_group():
     plain = harness.markdown_table(records, {"arm": "arm", "seed": "seed", "accuracy": "dev.accuracy", "rate": "rate"})
     assert plain.splitlines() == [
         "| arm | seed | accuracy | rate |",
-        "|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|",  # text columns (the first record's) left-aligned, numbers right
         "| ours | 0 | 0.8 | 10.0 |",
         "| ours | 1 | 0.8 | 12.0 |",
         "| peer | 0 | 0.7 | - |",
