@@ -43,15 +43,17 @@ def benchmark_parser(
     draws: int | None = None,
     smoke: str | None = None,
     table_only: bool = False,
+    results: str = "also append the runs to bench/results/",
 ) -> argparse.ArgumentParser:
     """A parser with the flags every benchmark shares, spelt and explained once: --work (or --work-dir, as some
-    scripts named it; default runs/bench-NAME, -smoke added under --smoke), --update-results, and where the script
-    has them --seeds (their default), --draws (0 .. N-1), --smoke (its help says what the smoke run cuts) and
-    --table-only. Its description is the docstring's first line; the script adds its own flags after."""
+    scripts named it; default runs/bench-NAME, -smoke added under --smoke), --update-results (`results`: its help,
+    where it does more), and where the script has them --seeds (their default), --draws (0 .. N-1), --smoke (its
+    help says what the smoke run cuts) and --table-only. Its description is the docstring's first line; the script
+    adds its own flags after."""
     parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
     default = f"runs/bench-{name}" + ("[-smoke]" if smoke is not None else "")
     parser.add_argument("--work", "--work-dir", type=Path, default=None, help=f"the work folder (default {default})")
-    parser.add_argument("--update-results", action="store_true", help="also append the runs to bench/results/")
+    parser.add_argument("--update-results", action="store_true", help=results)
     if seeds is not None:
         parser.add_argument("--seeds", type=int, nargs="+", default=seeds, help="one run of each arm per seed")
     if draws is not None:
