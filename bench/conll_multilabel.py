@@ -28,24 +28,22 @@ Quality is scored by one scorer for every side (finetune.kinds.multilabel.metric
 best_threshold) from each side's dev probabilities (the peer writes them; ours come from `finetune predict` on the
 dev file): micro and macro F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold:
 dev`; chosen and scored on the same dev sentences, so it flatters both sides alike). Results go to the work folder's
-result.jsonl, and to bench/results/conll_multilabel.jsonl only with --update-results.
+runs.jsonl, and to bench/results/conll_multilabel.jsonl only with --update-results.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 
+import _harness as harness
 from _common import (
     ROOT,
     SHARED,
-    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -247,51 +245,50 @@ def one_seed(args, checkpoint: str, recipe: Path, data: Path, seed: int, machine
     }
 
 
-def print_table(records: list[dict]) -> None:
-    print(
-        "| seed | side | sentences/s | speed | micro F1 @0.5 | macro F1 @0.5 | dev threshold | micro F1 @dev | "
-        "macro F1 @dev |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-    )
+def side_rows(records: list[dict]) -> list[dict]:
+    """One row per seed and side (ours per pooling, then the peer), its figures as the table shows them."""
+    rows = []
     for record in records:
         sides = [(side, record["speed_ratio"][pooling]) for pooling, side in record["ours"].items()]
         for side, speed in [*sides, (record["peer"], 1.0)]:
             half, dev = side["dev"]["0.5"], side["dev"]["dev"]
-            print(
-                f"| {record['seed']} | {side['side']} | {side['examples_per_s']:.1f} | {speed:.2f}x | "
-                f"{100 * half['f1_micro']:.1f} | {100 * half['f1_macro']:.1f} | {dev['threshold']:.2f} | "
-                f"{100 * dev['f1_micro']:.1f} | {100 * dev['f1_macro']:.1f} |"
-            )
-    medians = []
-    for pooling in records[0]["ours"]:
-        speed = statistics.median(record["speed_ratio"][pooling] for record in records)
-        micro = statistics.median(record["ours"][pooling]["dev"]["dev"]["f1_micro"] for record in records)
-        medians.append(f"{pooling} pooling {speed}x the Trainer's sentences/s, dev micro F1 {100 * micro:.1f}")
-    peer = statistics.median(record["peer"]["dev"]["dev"]["f1_micro"] for record in records)
+            rows.append({"seed": record["seed"], "side": side["side"], "sentences/s": side["examples_per_s"]})
+            rows[-1] |= {
+                "speed": speed,
+                "micro F1 @0.5": 100 * half["f1_micro"],
+                "macro F1 @0.5": 100 * half["f1_macro"],
+            }
+            rows[-1] |= {"dev threshold": dev["threshold"], "micro F1 @dev": 100 * dev["f1_micro"]}
+            rows[-1] |= {"macro F1 @dev": 100 * dev["f1_macro"]}
+    return rows
+
+
+def print_table(records: list[dict]) -> None:
+    """Every seed's sides, then each side's mean [95% interval] over the seeds."""
+    rows = side_rows(records)
+    columns = {name: name for name in rows[0] if name not in ("seed", "side")}
+    formats = {"speed": "{:.2f}x", "dev threshold": "{:.2f}"}
+    print(harness.markdown_table(rows, {"seed": "seed", "side": "side", **columns}, formats=formats) + "\n")
+    print(harness.markdown_table(rows, columns, by=("side",), formats=formats))
     print(
-        f"median over {len(records)} seed(s), at the dev-chosen threshold: ours {'; '.join(medians)}; the Trainer "
-        f"{100 * peer:.1f} ({records[0]['cpu']}, fp32 matmul {records[0]['matmul_gflops']} GFLOP/s)"
+        f"\nmean [95% interval] over {len(records)} seed(s) ({records[0]['cpu']}, fp32 matmul "
+        f"{records[0]['matmul_gflops']} GFLOP/s)"
     )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(
+        __doc__, "conll-multilabel", seeds=[0], smoke="64 training and 32 dev sentences, 1 epoch"
+    )
     parser.add_argument("--train-rows", type=int, default=2000, help="the first N sentences of train.txt")
     parser.add_argument("--dev-rows", type=int, default=1000, help="the first N sentences of valid.txt")
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run of each side per seed")
     parser.add_argument("--poolings", nargs="+", choices=POOLINGS, default=list(POOLINGS), help="ours, in this order")
     parser.add_argument("--plain-shuffle", action="store_true", help="ours without length-grouped batches")
-    parser.add_argument("--smoke", action="store_true", help="64 training and 32 dev sentences, 1 epoch")
-    parser.add_argument("--work", type=Path, default=None, help="default runs/bench-conll-multilabel (-smoke)")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append to bench/results/conll_multilabel.jsonl"
-    )
     args = parser.parse_args()
+    args.work = harness.work_folder(args, "conll-multilabel").resolve()
     if args.smoke:
-        if args.update_results:
-            sys.exit("bench: --smoke checks the script; its figures are no result (leave out --update-results)")
         vars(args).update(SMOKE)
-    args.work = (args.work or ROOT / "runs" / ("bench-conll-multilabel" + ("-smoke" if args.smoke else ""))).resolve()
     machine = describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     checkpoint = minilm_checkpoint()
@@ -301,11 +298,7 @@ def main() -> None:
     for seed in args.seeds:
         record = one_seed(args, checkpoint, recipe, data, seed, machine)
         records.append(record)
-        line = json.dumps(record)
-        with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
-            out.write(line + "\n")
-        if args.update_results:
-            append_result("conll_multilabel", record, machine=record)
+        harness.record_run(args.work, record, "conll_multilabel" if args.update_results else None, record)
     print_table(records)
     print(json.dumps(records[-1] if len(records) == 1 else records))
 

@@ -11,23 +11,21 @@ bench/peers/hf_ner_peer.py (run_ner.py's way: transformers + datasets + the Trai
 recipes/finetune/minilm-conll2003.yaml` with the same settings. Training time alone is compared: the peer times
 `trainer.train()`, ours logs one metrics.jsonl record per epoch whose examples_per_s covers the epoch's training.
 The subsets are written to the work folder (--work, default runs/bench-conll-ner), never into the repository;
-results go there too, and to bench/results/conll_ner.jsonl only with --update-results. For quality beside it:
-BERT-base reported CoNLL-2003 test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one on a
-subset).
+results go there too (runs.jsonl), and to bench/results/conll_ner.jsonl only with --update-results. For quality
+beside it: BERT-base reported CoNLL-2003 test F1 92.4 (full training set, 4 epochs, a 110M model; this is a 22M one
+on a subset).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import sys
 from pathlib import Path
 
+import _harness as harness
 from _common import (
-    ROOT,
     SHARED,
-    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -40,6 +38,13 @@ from _common import (
 
 CONLL = SHARED / "data" / "conll2003"
 PEER = Path(__file__).resolve().parent / "peers" / "hf_ner_peer.py"
+COLUMNS = {  # the table: a row per side
+    "side": "side",
+    "sentences/s": "examples_per_s",
+    "dev F1": lambda side: 100 * side["dev"]["f1"],
+    "precision": lambda side: 100 * side["dev"]["precision"],
+    "recall": lambda side: 100 * side["dev"]["recall"],
+}
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 
 
@@ -121,7 +126,7 @@ def run_peer(checkpoint: str, data: Path, epochs: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "conll-ner")
     parser.add_argument("--train-sentences", type=int, default=2000)
     parser.add_argument("--dev-sentences", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
@@ -132,13 +137,10 @@ def main() -> None:
         help="the CoNLL file both sides are scored on (test: the split BERT's 92.4 is reported on; neither side "
         "selects anything on it: keep_best is off and the Trainer keeps its last weights)",
     )
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-conll-ner")
     parser.add_argument("--plain-shuffle", action="store_true", help="ours without length-grouped batches")
     parser.add_argument("--skip-peer", action="store_true", help="ours alone (an ablation of ours); no speed ratio")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/conll_ner.jsonl"
-    )
     args = parser.parse_args()
+    args.work = harness.work_folder(args, "conll-ner")
     describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     checkpoint = minilm_checkpoint()
@@ -161,20 +163,11 @@ def main() -> None:
         "peer": peer,
         "speed_ratio": None if peer is None else round(ours["examples_per_s"] / peer["examples_per_s"], 2),
     }
-    line = json.dumps(record)
-    (args.work / "result.jsonl").open("a", encoding="utf-8").write(line + "\n")
-    if args.update_results:
-        append_result("conll_ner", record, machine=record)
-    print("| side | sentences/s | dev F1 | precision | recall |\n|---|---:|---:|---:|---:|")
-    for side in (ours, peer) if peer else (ours,):
-        dev = side["dev"]
-        print(
-            f"| {side['side']} | {side['examples_per_s']:.1f} | {100 * dev['f1']:.1f} | "
-            f"{100 * dev['precision']:.1f} | {100 * dev['recall']:.1f} |"
-        )
+    harness.record_run(args.work, record, "conll_ner" if args.update_results else None, record)
+    print(harness.markdown_table([ours, peer] if peer else [ours], COLUMNS))
     machine = f"({record['cpu']}, fp32 matmul {record['matmul_gflops']} GFLOP/s)"
     print(f"speed: {record['speed_ratio']}x the Trainer {machine}" if peer else f"ours alone {machine}")
-    print(line)
+    print(json.dumps(record))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
+import _harness as harness
 from _common import ROOT, TASKS, append_result, describe_machine, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 
@@ -460,20 +461,18 @@ def main() -> None:
                 f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
                 f"train.tsv has only {rows}"
             )
-    done = {
-        tuple(record[key] for key in ("task", "labels", "seed", "variant", "mode", "held_out"))
-        for record in read_records(arguments.output)
-    }
+    recorded = read_records(arguments.output)
     # Seed-major order: a grid stopped part-way leaves whole seeds of every task and variant, not whole tasks.
-    jobs = [
-        job
+    grid = [
+        Job(task, labels, seed, variant, mode, held_out)
         for labels in arguments.labels
         for seed in seeds
         for task in arguments.tasks
         for variant in variants
-        if (job := Job(task, labels, seed, variant, mode, held_out)).key not in done
     ]
-    print(f"{len(jobs)} runs to do ({len(done)} recorded in {arguments.output})", flush=True)
+    key = lambda record: tuple(record[name] for name in ("task", "labels", "seed", "variant", "mode", "held_out"))
+    jobs = harness.jobs_to_do(grid, recorded, key, job_key=lambda job: job.key)
+    print(f"{len(jobs)} runs to do ({len(recorded)} recorded in {arguments.output})", flush=True)
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
 
     with open(arguments.output, "a", encoding="utf-8") as log:

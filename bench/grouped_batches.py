@@ -66,6 +66,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import _harness as harness
 import conll_multilabel  # puts this checkout first on sys.path (conll_entity_types)
 import conll_ner
 import glue_quality
@@ -74,7 +75,6 @@ from _common import (
     ROOT,
     SHARED,
     TASKS,
-    append_result,
     describe_machine,
     finetune_cli,
     last_record,
@@ -285,8 +285,7 @@ def run_one(task: str, setup: Setup, prepared: Prepared, batching: Batching, see
 
 def run_all(args, setups: dict[str, Setup], checkpoint: str, machine: dict, log: Callable[[dict], None]) -> list:
     """Every task's runs not yet in WORK/runs.jsonl, each logged as it finishes; the records of this setup."""
-    runs_file = args.work / "runs.jsonl"
-    records = read_jsonl(runs_file) if runs_file.exists() else []
+    records = harness.read_log(args.work)
     kept = []
     for task, setup in setups.items():
         prepared = prepare(task, setup, args.work, checkpoint)
@@ -387,33 +386,25 @@ def format_summary(rows: list[dict]) -> str:
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    mode = parser.add_mutually_exclusive_group()
+    parser = harness.benchmark_parser(__doc__, "grouped-batches", seeds=list(range(5)), table_only=True)
+    mode = parser.add_mutually_exclusive_group()  # --smoke here, not the harness's: it excludes --padding
     mode.add_argument("--padding", action="store_true", help="the padding tables alone: no training")
     mode.add_argument("--smoke", action="store_true", help="48 training and 32 dev rows, 1 epoch, seeds 0 and 1")
-    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of WORK/runs.jsonl")
     parser.add_argument("--tasks", nargs="+", choices=list(SETUPS), default=["ner", "multilabel", "sst2", "mrpc"])
     parser.add_argument(
         "--chunks", nargs="*", type=int, default=[50, 8], help="group_chunk_batches to compare (none: no grouped arm)"
     )
     parser.add_argument("--no-split", dest="split", action="store_false", help="leave out shuffled-split")
     parser.add_argument("--no-unpadded", dest="unpadded", action="store_false", help="leave out shuffled-unpadded")
-    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(5)))
     parser.add_argument("--train-rows", type=int, help="every task's first N training rows (default: its own)")
     parser.add_argument("--padding-rows", type=int, default=ALL, help="--padding: the first N rows of each set")
-    parser.add_argument("--work", type=Path, help="default runs/bench-grouped-batches (-smoke)")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoint folder")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append each run to bench/results/grouped_batches.jsonl"
-    )
     args = parser.parse_args()
     if args.padding and args.table_only:
         sys.exit("bench: --table-only prints the training mode's table; --padding trains nothing to tabulate")
-    if args.smoke and args.update_results:
-        sys.exit("bench: --smoke checks the script; its figures are no result (leave out --update-results)")
     if args.chunks and min(args.chunks) < 1:
         sys.exit("bench: --chunks are numbers of batches, 1 or more")
-    args.work = (args.work or ROOT / "runs" / ("bench-grouped-batches" + ("-smoke" if args.smoke else ""))).resolve()
+    args.work = harness.work_folder(args, "grouped-batches").resolve()
     return args
 
 
@@ -437,7 +428,6 @@ def main() -> None:
         print(format_summary(summarize(read_jsonl(args.work / "runs.jsonl"))))
         return
     machine = describe_machine()  # the figures below belong to this machine
-    args.work.mkdir(parents=True, exist_ok=True)
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
     require_glue(["sst2", "mrpc", "rte"] if args.padding else [t for t in args.tasks if t in TASKS])
     checkpoint = minilm_checkpoint()
@@ -450,13 +440,10 @@ def main() -> None:
     if args.smoke:
         args.seeds = SMOKE["seeds"]
 
-    def log(record: dict) -> None:
-        with open(args.work / "runs.jsonl", "a", encoding="utf-8") as runs:
-            runs.write(json.dumps(record) + "\n")
-        if args.update_results:
-            append_result("grouped_batches", record, machine=machine)
-
-    records = run_all(args, task_setups(args), checkpoint, machine, log)
+    shelf = "grouped_batches" if args.update_results else None
+    records = run_all(
+        args, task_setups(args), checkpoint, machine, lambda r: harness.record_run(args.work, r, shelf, machine)
+    )
     text = format_summary(summarize(records))
     (args.work / "table.md").write_text(text + "\n", encoding="utf-8")
     print(text)

@@ -11,20 +11,21 @@ SST-2's dev.tsv unchanged (872 sentences, about half positive). Each side fine-t
 recipes/finetune/minilm-glue.yaml as shipped (mean pooling, lr 1e-4, linear schedule, batch 32, the checkpoint
 with the best dev accuracy kept) for --epochs epochs, per seed, with and without training.class_weights=balanced.
 Macro-F1 (scikit-learn's f1_score, average macro) is computed from `finetune predict` of the kept checkpoint on
-dev.tsv; accuracy beside it. Results (runs, data, predictions and results.json) go to the work folder --work
-(runs/imbalanced_sst2); the table and the medians are printed.
+dev.tsv; accuracy beside it. Results (runs, data, predictions, runs.jsonl and results.json) go to the work folder --work
+(runs/bench-imbalanced-sst2), and each run to bench/results/imbalanced_sst2.jsonl only with --update-results; the
+tables (per run, then mean and 95% interval per side) and the medians are printed.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from _common import GLUE, ROOT, finetune_cli, minilm_checkpoint, require
+import _harness as harness
+from _common import GLUE, ROOT, describe_machine, finetune_cli, minilm_checkpoint, require
 
 RECIPE = ROOT / "recipes" / "finetune" / "minilm-glue.yaml"
 SIDES = {"plain": [], "balanced": ["training.class_weights=balanced"]}
@@ -71,14 +72,14 @@ def dev_scores(checkpoint: Path, data: Path, output: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "imbalanced_sst2")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser = harness.benchmark_parser(__doc__, "imbalanced-sst2", seeds=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rows", type=int, default=6000, help="rows read from the top of SST-2's train.tsv")
     parser.add_argument("--positive-share", type=float, default=0.1)
     parser.add_argument("--max-steps", type=int, default=None, help="a smoke run: this many optimizer steps a run")
     arguments = parser.parse_args()
+    arguments.work = harness.work_folder(arguments, "imbalanced-sst2")
+    machine = describe_machine()  # the figures below belong to this machine
     for name in ("train.tsv", "dev.tsv"):
         require(GLUE / "SST-2" / name, f"GLUE SST-2 {name}")
     checkpoint = minilm_checkpoint()
@@ -96,15 +97,19 @@ def main() -> None:
             )  # fmt: skip
             scores = dev_scores(run_dir / "checkpoint", data, run_dir / "dev_predictions.jsonl")
             results.append({"side": side, "seed": seed, **scores, "seconds": round(seconds, 1)})
+            results[-1] |= {"epochs": arguments.epochs, "train": {"negative": negatives, "positive": positives}}
+            harness.record_run(
+                arguments.work, results[-1], "imbalanced_sst2" if arguments.update_results else None, machine
+            )
             print(json.dumps(results[-1]), flush=True)
     wall = time.perf_counter() - start
     medians = {side: statistics.median(row["f1_macro"] for row in results if row["side"] == side) for side in SIDES}
     summary = {"runs": results, "median_f1_macro": medians, "wall_seconds": round(wall, 1),
                "train": {"negative": negatives, "positive": positives}, "epochs": arguments.epochs}  # fmt: skip
     (arguments.work / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"{'side':<10}{'seed':>6}{'macro-F1':>10}{'accuracy':>10}")
-    for row in results:
-        print(f"{row['side']:<10}{row['seed']:>6}{row['f1_macro']:>10.4f}{row['accuracy']:>10.4f}")
+    columns = {"macro-F1": lambda row: 100 * row["f1_macro"], "accuracy": lambda row: 100 * row["accuracy"]}
+    print(harness.markdown_table(results, {"side": "side", "seed": "seed", **columns}) + "\n")
+    print(harness.markdown_table(results, columns, by=("side",)) + "\n\nx100; mean [95% interval] over the seeds")
     print("median macro-F1: " + ", ".join(f"{side} {value:.4f}" for side, value in medians.items()))
     print(f"wall time {wall / 60:.1f} minutes; results in {arguments.work / 'results.json'}", file=sys.stderr)
 

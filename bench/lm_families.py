@@ -34,13 +34,13 @@ Prints the table(s), then one JSON line with every figure.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
 import time
 from pathlib import Path
 
+import _harness as harness
 from _common import ROOT, WIKITEXT, append_result, describe_machine, finetune_cli, require
 
 TRAIN = WIKITEXT / "train.txt"
@@ -213,22 +213,17 @@ def print_table(results: list[dict], tokens: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "lm-families", table_only=True)
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--tokens", type=int, default=1_000_000, help="training tokens of every neural variant")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-lm-families")
-    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of the kept runs")
     parser.add_argument(
         "--long-context",
         action="store_true",
         help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)",
     )
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/lm_families.jsonl"
-    )
     arguments = parser.parse_args()
     machine = describe_machine()  # the figures below belong to this machine
-    arguments.work_dir.mkdir(parents=True, exist_ok=True)
+    arguments.work_dir = harness.work_folder(arguments, "lm-families")
     if arguments.table_only:
         results = [json.loads(path.read_text()) for path in sorted(arguments.work_dir.glob("*/bench-result.json"))]
         results = [result for result in results if result["variant"] in arguments.variants]

@@ -19,24 +19,23 @@ Per side: dev accuracy, training examples/s (ours over its epochs' training time
 peer's over `trainer.train()`: loading, tokenising and the dev evaluation lie outside both), the process's peak
 resident memory (its whole life: Python, the libraries, the model, the training) and the trainable parameters
 (ours from `finetune profile`, the peer's from peft). The machine (CPU model, cores, threads, fp32 matmul rate) is
-printed first and recorded with every row. Results go to the work folder (--work), and to
-bench/results/lora_sst2.jsonl only with --update-results.
+printed first and recorded with every row. Results go to the work folder (--work, default runs/bench-lora-sst2:
+runs.jsonl), and to bench/results/lora_sst2.jsonl only with --update-results.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, append_result, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
+import _harness as harness
+from _common import append_result, describe_machine, minilm_checkpoint, rate_over_epochs, require, require_glue
+from _harness import measured_run
 from glue_quality import truncated_task
 
 PEER = Path(__file__).resolve().parent / "peers" / "hf_lora_peer.py"
@@ -48,22 +47,6 @@ NAMES = {
     "lora": "finetune, LoRA rank 8 (query, value; head fully)",
     "peer": "peft + Trainer, LoRA rank 8 (peer)",
 }
-
-
-def measured(command: list, environment: dict) -> tuple[str, float]:
-    """Run a command; (its standard output, its peak resident memory in MB, from the kernel's accounting of that one
-    process). Stops the benchmark with its error output when it fails."""
-    command = [str(part) for part in command]
-    print("$ " + " ".join(command), file=sys.stderr, flush=True)
-    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
-        process = subprocess.Popen(command, stdout=output, stderr=errors, cwd=ROOT, env=environment)
-        _, status, usage = os.wait4(process.pid, 0)  # the rusage of this child alone, unlike RUSAGE_CHILDREN's
-        process.returncode = os.waitstatus_to_exitcode(status)
-        output.seek(0)
-        errors.seek(0)
-        if process.returncode != 0:
-            sys.exit(f"bench: {Path(command[1]).name} failed ({process.returncode}):\n{errors.read()[-3000:]}")
-        return output.read(), usage.ru_maxrss / 1024  # kilobytes on Linux
 
 
 def our_recipe(args, side: str, seed: int, checkpoint: str, data: Path, run_dir: Path) -> Path:
@@ -101,8 +84,8 @@ def our_recipe(args, side: str, seed: int, checkpoint: str, data: Path, run_dir:
 def run_ours(args, side: str, seed: int, checkpoint: str, data: Path, environment: dict) -> dict:
     run_dir = args.work / f"{side}-seed{seed}"
     recipe = our_recipe(args, side, seed, checkpoint, data, run_dir)
-    _, peak = measured([sys.executable, "-m", "finetune", "finetune", recipe], environment)
-    profile, _ = measured([sys.executable, "-m", "finetune", "profile", recipe, "--json"], environment)
+    _, peak = measured_run([sys.executable, "-m", "finetune", "finetune", recipe], environment)
+    profile, _ = measured_run([sys.executable, "-m", "finetune", "profile", recipe, "--json"], environment)
     windows = len([line for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"phase": "train"' in line])
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     return {
@@ -120,7 +103,7 @@ def run_peer(args, seed: int, checkpoint: str, data: Path, environment: dict) ->
     command += ["--modules-to-save", "pooler", "--seed", seed] + (
         ["--max-steps", args.max_steps] * bool(args.max_steps)
     )
-    output, peak = measured(command, environment)
+    output, peak = measured_run(command, environment)
     result = json.loads(output.strip().splitlines()[-1])
     return {
         "examples_per_s": result["examples_per_s"],
@@ -148,21 +131,18 @@ def print_table(records: list[dict], machine: dict) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "lora-sst2", seeds=[0])
     parser.add_argument("--epochs", type=int, default=3, help="epochs of every side (equal steps)")
     parser.add_argument("--max-steps", type=int, default=None, help="optimizer steps of every side instead (smoke)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="every side once per seed")
     parser.add_argument("--full-lr", type=float, default=5e-5, help="full fine-tuning's peak LR")
     parser.add_argument("--lora-lr", type=float, default=5e-4, help="the LoRA sides' peak LR")
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every side (default: torch's)")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-lora-sst2")
-    parser.add_argument("--update-results", action="store_true")
     args = parser.parse_args()
+    args.work = harness.work_folder(args, "lora-sst2")
     machine = describe_machine()  # the figures below belong to this machine
     require_glue(["sst2"])
     require(PEER, "the peer script")
     checkpoint = minilm_checkpoint()
-    args.work.mkdir(parents=True, exist_ok=True)
     data = truncated_task("sst2", TRAIN_ROWS, args.work / "data")
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
     steps = args.max_steps or math.ceil(TRAIN_ROWS / BATCH_SIZE) * args.epochs
@@ -187,8 +167,7 @@ def main() -> None:
             }
             records.append(record)
             print(json.dumps(record), file=sys.stderr, flush=True)
-            with open(args.work / "results.jsonl", "a", encoding="utf-8") as out:
-                out.write(json.dumps(record) + "\n")
+            harness.record_run(args.work, record)
             if args.update_results:  # the shelf's matmul_gflops is describe_machine's matmul_gflops_fp32
                 shelved = {key: value for key, value in record.items() if key != "matmul_gflops_fp32"}
                 append_result("lora_sst2", shelved, machine=machine)

@@ -22,7 +22,6 @@ runs.jsonl is not repeated); the checkout stays clean unless --update-results is
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -30,7 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from _common import ROOT, TASKS, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
+import _harness as harness
+from _common import TASKS, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from glue_quality import truncated_task
 
 TRAIN_ROWS = 2000
@@ -125,38 +125,25 @@ def table(records: list[dict], tasks: list[str]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "minimal-recipe", seeds=[0, 1, 2])
     parser.add_argument("--tasks", nargs="+", default=["sst2", "mrpc"], choices=sorted(TASKS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-minimal-recipe")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append the runs to bench/results/minimal_recipe.jsonl"
-    )
     arguments = parser.parse_args()
     machine = describe_machine()  # the figures below belong to this machine
     require_glue(arguments.tasks)
     checkpoint = minilm_checkpoint()
-    arguments.work_dir.mkdir(parents=True, exist_ok=True)
-    log = arguments.work_dir / "runs.jsonl"
-    records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-    done = {(record["task"], record["recipe"], record["seed"]) for record in records}
-    for seed in arguments.seeds:  # seeds outermost: a stopped run still has every recipe of the first seeds
-        for task in arguments.tasks:
-            for name in arguments.recipes:
-                if (task, name, seed) in done:
-                    continue
-                record = run(name, task, seed, checkpoint, arguments.work_dir)
-                records.append(record)
-                with open(log, "a", encoding="utf-8") as handle:
-                    handle.write(json.dumps(record) + "\n")
-                print(
-                    f"{task} {name} seed {seed}: {record['metric']} {record['score']:.4f} ({record['seconds']} s)",
-                    file=sys.stderr,
-                    flush=True,
-                )
+    work = harness.work_folder(arguments, "minimal-recipe")
+    records = harness.read_log(work)
+    # seeds outermost: a stopped run still has every recipe of the first seeds
+    jobs = [(task, name, seed) for seed in arguments.seeds for task in arguments.tasks for name in arguments.recipes]
+    for task, name, seed in harness.jobs_to_do(jobs, records, key=lambda r: (r["task"], r["recipe"], r["seed"])):
+        record = run(name, task, seed, checkpoint, work)
+        records.append(record)
+        harness.record_run(work, record)
+        figures = f"{record['metric']} {record['score']:.4f} ({record['seconds']} s)"
+        print(f"{task} {name} seed {seed}: {figures}", file=sys.stderr, flush=True)
     markdown = table(records, arguments.tasks)
-    (arguments.work_dir / "table.md").write_text(markdown + "\n", encoding="utf-8")
+    (work / "table.md").write_text(markdown + "\n", encoding="utf-8")
     print(markdown)
     if arguments.update_results:
         append_result("minimal_recipe", records, machine=machine)  # the work folder's runs, once each

@@ -25,12 +25,12 @@ their sum, not the hours between them.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
-from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require_glue
+import _harness as harness
+from _common import append_result, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require_glue
 from glue_quality import truncated_task
 
 SPACE = """\
@@ -109,25 +109,21 @@ def summary_lines(search: dict, seconds: float, arguments) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "rte-search")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--max-train", type=int, default=1000, help="first N training rows (0: all)")
     parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-rte-search")
     parser.add_argument(
         "--checkpoint-every", type=int, default=50, help="steps between a trial's periodic checkpoints (resume point)"
     )
-    parser.add_argument("--update-results", action="store_true", help="append to bench/results/rte_search.jsonl")
     parser.add_argument(
         "--report-only", action="store_true", help="summarise the search in --work-dir as it stands (no training)"
     )
     arguments = parser.parse_args()
-    arguments.work_dir = arguments.work_dir.resolve()
+    arguments.work_dir = work = harness.work_folder(arguments, "rte-search").resolve()
     machine = describe_machine()
     require_glue(["rte"])  # stops with one line when ../shared is missing
     checkpoint = minilm_checkpoint()
-    work = arguments.work_dir
-    work.mkdir(parents=True, exist_ok=True)
     (work / "space.yaml").write_text(SPACE, encoding="utf-8")
     if arguments.max_train:
         data_dir = truncated_task("rte", arguments.max_train, work / "data")

@@ -23,13 +23,13 @@ seeds, each seed's score), then one JSON line with every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
+import _harness as harness
 from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 from few_labels import score_checkpoint  # `finetune eval`'s prediction code and metrics, as few_labels scores
@@ -71,32 +71,24 @@ def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, wo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "scalar-mix", seeds=[0, 1, 2], table_only=True)
     parser.add_argument("--labels", type=int, default=2000, help="labelled training rows per run")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--held-out", type=int, default=0, metavar="H", help="score on H other training rows")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-scalar-mix")
-    parser.add_argument("--table-only", action="store_true")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/scalar_mix_sst2.jsonl"
-    )
     arguments = parser.parse_args()
     machine = describe_machine()  # the figures below belong to this machine
-    log = arguments.work_dir / "runs.jsonl"
-    arguments.work_dir.mkdir(parents=True, exist_ok=True)
-    records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    work = harness.work_folder(arguments, "scalar-mix")
+    log, records = work / harness.LOG, harness.read_log(work)
     if not arguments.table_only:
         require_glue(["sst2"])
         checkpoint = minilm_checkpoint()
-        done = {(r["variant"], r["seed"], r["labels"], r["held_out"]) for r in records}
-        for seed in arguments.seeds:
-            for variant in VARIANTS:
-                if (variant, seed, arguments.labels, arguments.held_out) in done:
-                    continue
-                record = run(variant, seed, arguments.labels, arguments.held_out, checkpoint, arguments.work_dir)
-                with open(log, "a", encoding="utf-8") as out:
-                    out.write(json.dumps(record) + "\n")
-                records.append(record)
+        jobs = [
+            (variant, seed, arguments.labels, arguments.held_out) for seed in arguments.seeds for variant in VARIANTS
+        ]
+        key = lambda r: (r["variant"], r["seed"], r["labels"], r["held_out"])
+        for variant, seed, labels, held_out in harness.jobs_to_do(jobs, records, key):
+            record = run(variant, seed, labels, held_out, checkpoint, work)
+            harness.record_run(work, record)
+            records.append(record)
     chosen = [
         r
         for r in records

@@ -28,13 +28,13 @@ many), over the whole of training: the peer's `trainer.train()`, ours the epochs
 
 For scale: BERT-base scored SQuAD v1.1 dev EM 80.8 / F1 88.5 (Devlin et al. 2019; 88,000 training questions, a
 110M model). Four articles is a pipeline check, not a SQuAD score: at this size the model learns to answer "no
-answer" to everything (docs/benchmarks.md). Files go to the work folder (--work, default runs/bench-squad-qa; never into
-the repository); results to bench/results/squad_qa.jsonl only with --update-results.
+answer" to everything (docs/benchmarks.md). Files go to the work folder (--work, default runs/bench-squad-qa,
+runs/bench-squad-qa-smoke with --smoke; never into the repository), a line a seed in its runs.jsonl; results to
+bench/results/squad_qa.jsonl only with --update-results.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
@@ -42,10 +42,9 @@ import statistics
 import sys
 from pathlib import Path
 
+import _harness as harness
 from _common import (
-    ROOT,
     SHARED,
-    append_result,
     cpu_model,
     describe_machine,
     finetune_cli,
@@ -305,9 +304,10 @@ def print_results(records: list[dict], rate: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(
+        __doc__, "squad-qa", seeds=[0], smoke="the plumbing only: 20 training and 10 dev questions"
+    )
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run of each side per seed")
     parser.add_argument("--lr", type=float, default=LR, help="peak learning rate of both sides")
     parser.add_argument("--v1", action="store_true", help="drop the unanswerable questions: SQuAD 1.1's shape")
     parser.add_argument(
@@ -316,16 +316,10 @@ def main() -> None:
         default="max_length",
         help="the peer's windows padded to 384 (run_qa.py's default pad_to_max_length) or per batch",
     )
-    parser.add_argument("--smoke", action="store_true", help="the plumbing only: 20 training and 10 dev questions")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-squad-qa")
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append each seed's record to bench/results/squad_qa.jsonl"
-    )
     args = parser.parse_args()
-    if args.smoke and args.update_results:
-        parser.error("--smoke checks the plumbing; its figures are no result (drop --update-results)")
+    args.work = harness.work_folder(args, "squad-qa")
     if args.smoke:
-        args.epochs, args.work = 1, args.work / "smoke"
+        args.epochs = 1
     describe_machine()  # the figures below belong to this machine
     require(SAMPLE, "the SQuAD 2.0 sample (../shared/data/squad-v2-sample)")
     checkpoint = minilm_checkpoint()
@@ -338,11 +332,7 @@ def main() -> None:
     for seed in args.seeds:
         record = one_seed(args, checkpoint, data, counts, scorer, seed, rate)
         records.append(record)
-        line = json.dumps(record)
-        with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
-            out.write(line + "\n")
-        if args.update_results:
-            append_result("squad_qa", record, machine=record)
+        harness.record_run(args.work, record, "squad_qa" if args.update_results else None, record)
     print_results(records, rate)
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+import _harness as harness
 from _common import (
     RESULTS,
     ROOT,
@@ -50,6 +51,7 @@ from _common import (
     read_jsonl,
     require,
 )
+from _harness import interval, shown
 from ulmfit_imdb import IMDB, TEST_SEED, dev_and_pool, read_reviews
 
 RECIPE = ROOT / "recipes" / "ulmfit" / "minilm-imdb-2-language-model.yaml"
@@ -57,17 +59,14 @@ MAX_TOKENS = 128  # what stage 3 reads of a review (the recipe's block_size, the
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "stage2-drift", draws=5)
     parser.add_argument("--steps", type=int, default=100, help="stage 2's masked-LM steps (the recipe: 400)")
     parser.add_argument("--every", type=int, default=25, help="a checkpoint (and a probe) every N steps")
     parser.add_argument("--labels", type=int, default=100, help="labelled training reviews per draw")
-    parser.add_argument("--draws", type=int, default=5, help="draws of the labelled reviews (seeds 0 .. N-1)")
     parser.add_argument("--test-rows", type=int, default=2000, help="test reviews scored (TEST_SEED's draw)")
     parser.add_argument(
         "--head-first", type=int, default=0, help="head_warmup.steps: the fresh head trains alone N steps first"
     )
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-stage2-drift")
-    parser.add_argument("--update-results", action="store_true", help="append to bench/results/ too")
     return parser.parse_args()
 
 
@@ -139,15 +138,6 @@ def perplexities(run_dir: Path) -> dict[int, float]:
     return {record["step"]: record["validation_perplexity"] for record in records if "validation_perplexity" in record}
 
 
-def interval(values: list[float]) -> tuple[float, float]:
-    from scipy import stats
-
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values)))
-
-
 def measure(args, work: Path, checkpoint: str) -> list[dict]:
     run_dir = work / (f"stage2-head-warmup-{args.head_first}" if args.head_first else "stage2")
     pretrained(run_dir, stage_two_overrides(args, run_dir, checkpoint))
@@ -196,13 +186,10 @@ def table(records: list[dict], args, machine: dict) -> str:
         "|---:|---:|---|---:|",
     ]
     for record in records:
-        mean, half = interval(record["probe_accuracy"])
         perplexity = f"{record['perplexity']:.0f}" if record["perplexity"] else "-"
         step = "shipped" if record["step"] < 0 else record["step"]
-        lines.append(
-            f"| {step} | {perplexity} | {100 * mean:.1f} [{100 * (mean - half):.1f}, "
-            f"{100 * (mean + half):.1f}] | {record['cosine_to_shipped']:.3f} |"
-        )
+        accuracy = shown(record["probe_accuracy"])
+        lines.append(f"| {step} | {perplexity} | {accuracy} | {record['cosine_to_shipped']:.3f} |")
     return "\n".join(lines)
 
 
@@ -219,8 +206,9 @@ def plot(records: list[dict], path: Path) -> None:
         name = f"head_warmup {head_first} steps" if head_first else "no head warm-up (stage 2 before head_warmup)"
         steps = [record["step"] for record in arm]
         means = [interval(record["probe_accuracy"]) for record in arm]
-        accuracy = [100 * mean for mean, _ in means]
-        left.errorbar(steps, accuracy, yerr=[100 * half for _, half in means], marker="o", capsize=3, label=name)
+        accuracy = [100 * mean for mean, _, _ in means]
+        halves = [0.0 if high is None else 100 * (high - mean) for mean, _, high in means]
+        left.errorbar(steps, accuracy, yerr=halves, marker="o", capsize=3, label=name)
         right.plot(steps, [record["cosine_to_shipped"] for record in arm], marker="o", label=name)
     left.set(xlabel="stage-2 step", ylabel="probe accuracy (%)", title="frozen embeddings, few labels")
     right.set(xlabel="stage-2 step", ylabel="mean cosine to the shipped model", title="how far the embeddings moved")
@@ -239,16 +227,14 @@ def main() -> None:
     args = parse_arguments()
     require(IMDB / "train.tsv", "IMDb (../shared/data/imdb)")
     checkpoint = minilm_checkpoint()
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    work = harness.work_folder(args, "stage2-drift").resolve()
     machine = describe_machine()
     records = measure(args, work, checkpoint)
     report = table(records, args, machine)
     print(report)
     (work / "table.md").write_text(report + "\n", encoding="utf-8")
-    with open(work / "runs.jsonl", "a", encoding="utf-8") as log:
-        for record in records:
-            log.write(json.dumps(record | machine_fields(machine)) + "\n")
+    for record in records:
+        harness.record_run(work, record | machine_fields(machine))
     plot(records, work / "stage2_drift.png")
     if args.update_results:
         for record in records:

@@ -20,31 +20,18 @@ not used to choose anything) by Pearson and Spearman on the 1,500 dev pairs, one
 Each checkpoint then predicts the dev pairs in both orders: the order gap is the mean |score(a, b) - score(b, a)|
 (0 for both orders by construction), beside the Pearson of (b, a) alone and of the two orders' mean (one-order
 training, both orders at test time only). A finished run in the work folder is reused (--fresh trains it again).
-Results go to the work folder, and to bench/results/stsb_both_orders.jsonl only with --update-results.
+Results go to the work folder (runs.jsonl), and to bench/results/stsb_both_orders.jsonl only with --update-results.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
-import statistics
 from pathlib import Path
 
 import numpy as np
 
-from _common import (
-    GLUE,
-    ROOT,
-    WIKITEXT,
-    append_result,
-    cpu_model,
-    describe_machine,
-    finetune_cli,
-    last_record,
-    rate_over_epochs,
-    require,
-)
+import _harness as harness
+from _common import GLUE, WIKITEXT, cpu_model, describe_machine, finetune_cli, last_record, rate_over_epochs, require
 
 STSB = GLUE / "STS-B"
 BATCH_SIZE = 32
@@ -130,27 +117,21 @@ def print_table(records: list[dict], rate: float) -> None:
             f"{100 * record['spearman']:.1f} | {record['order_gap']:.3f} | {100 * record['pearson_swapped']:.1f} | "
             f"{100 * record['pearson_mean_of_orders']:.1f} |"
         )
-    for orders in ORDERS:
-        mine = [record for record in records if record["orders"] == orders]
-        pearson = [100 * record["pearson"] for record in mine]
-        spread = f" (sd {statistics.stdev(pearson):.1f})" if len(pearson) > 1 else ""
-        print(
-            f"{COLUMNS[orders]}, {len(mine)} seed(s): dev Pearson mean {statistics.mean(pearson):.1f}{spread}, "
-            f"mean of orders at test {statistics.mean(100 * r['pearson_mean_of_orders'] for r in mine):.1f}, "
-            f"median pairs/s {statistics.median(record['pairs_per_s'] for record in mine):.1f}"
-        )
+    summary = {
+        "dev Pearson": lambda record: 100 * record["pearson"],
+        "Pearson, averaged at test": lambda record: 100 * record["pearson_mean_of_orders"],
+        "pairs/s": "pairs_per_s",
+    }
+    print("\n" + harness.markdown_table(records, summary, by=("orders",)) + "\n\nmean [95% interval] over the seeds")
     print(f"({cpu_model()}, fp32 matmul {rate:.1f} GFLOP/s)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "stsb-both-orders", seeds=[0, 1, 2, 3, 4])
     parser.add_argument("--checkpoint", type=Path, help="a GPT-2-family checkpoint folder (default: pretrain one)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="one run of each column per seed")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "bench-stsb-both-orders")
     parser.add_argument("--fresh", action="store_true", help="train every run again, finished ones in --work too")
-    parser.add_argument("--update-results", action="store_true")
     args = parser.parse_args()
     describe_machine()  # the figures below belong to this machine
     require(STSB / "train.tsv", "GLUE STS-B (../shared/data/glue/STS-B)")
@@ -158,7 +139,7 @@ def main() -> None:
         require(WIKITEXT / "train.txt", "WikiText-2 (../shared/data/wikitext-2)")
     elif not (args.checkpoint / "config.json").exists():
         raise SystemExit(f"bench: --checkpoint {args.checkpoint} holds no config.json (a checkpoint folder is needed)")
-    args.work.mkdir(parents=True, exist_ok=True)
+    args.work = harness.work_folder(args, "stsb-both-orders")
     from finetune.models.flops import matmul_gflops  # measured before the runs, on the same quiet machine
 
     rate = matmul_gflops()
@@ -176,11 +157,7 @@ def main() -> None:
                 **fine_tune(args, checkpoint, orders, seed),
             }
             records.append(record)
-            line = json.dumps(record)
-            with open(args.work / "result.jsonl", "a", encoding="utf-8") as out:
-                out.write(line + "\n")
-            if args.update_results:
-                append_result("stsb_both_orders", record, machine=record)
+            harness.record_run(args.work, record, "stsb_both_orders" if args.update_results else None, record)
     print_table(records, rate)
 
 

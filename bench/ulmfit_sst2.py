@@ -24,7 +24,6 @@ two-sided one). Prints the table, then one JSON line with every figure.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+import _harness as harness
 from _common import (
     GLUE,
     ROOT,
@@ -197,12 +197,13 @@ def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        default=ROOT / "runs" / "bench-ulmfit-sst2",
-        help="runs, data subsets and runs.jsonl (kept: the benchmark continues where it stopped)",
+    parser = harness.benchmark_parser(
+        __doc__,
+        "ulmfit-sst2",
+        seeds=[0, 1, 2],
+        table_only=True,
+        results=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append "
+        "the work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)",
     )
     parser.add_argument("--labels", type=int, nargs="+", default=[100, 1000, 10000, ALL])
     parser.add_argument(
@@ -212,7 +213,6 @@ def main() -> None:
         default=[40, 12, 3, 1],
         help="classifier epochs for each --labels value (the same for both sides)",
     )
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
         "--general-lm-overrides",
         nargs="*",
@@ -243,13 +243,6 @@ def main() -> None:
         help="score on this many other training rows instead of dev (to choose a recipe)",
     )
     parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
-    parser.add_argument("--table-only", action="store_true", help="the table and plot of runs.jsonl so far")
-    parser.add_argument(
-        "--update-results",
-        action="store_true",
-        help=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append the "
-        "work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)",
-    )
     parser.add_argument(
         "--results-name",
         default="ulmfit_sst2",
@@ -262,25 +255,20 @@ def main() -> None:
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
     require_glue(["sst2"])
 
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    log = work / "runs.jsonl"
-    runs = read_jsonl(log) if log.is_file() else []
+    work = harness.work_folder(args, "ulmfit-sst2").resolve()
+    runs = harness.read_log(work)
     summary = {}
     if not args.table_only:
         checkpoint, summary = language_models(args, work)
         (work / "language_models.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         mode = "held-out" if args.held_out else "dev"
-        done = {(run["side"], run["labels"], run["seed"], run["variant"], run["mode"]) for run in runs}
-        for rows, epochs in zip(args.labels, args.epochs):
-            for seed in args.seeds:
-                for side in args.sides:
-                    if (side, rows, seed, args.variant, mode) in done:
-                        continue
-                    runs.append(classifier_run(args, work, checkpoint, side, rows, seed, epochs))
-                    with open(log, "a", encoding="utf-8") as handle:
-                        handle.write(json.dumps(runs[-1]) + "\n")
-                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+        grid = [(side, rows, seed, args.variant, mode, epochs) for rows, epochs in zip(args.labels, args.epochs)
+                for seed in args.seeds for side in args.sides]  # fmt: skip
+        key = lambda run: (run["side"], run["labels"], run["seed"], run["variant"], run["mode"])
+        for side, rows, seed, _, _, epochs in harness.jobs_to_do(grid, runs, key, job_key=lambda job: job[:5]):
+            runs.append(classifier_run(args, work, checkpoint, side, rows, seed, epochs))
+            harness.record_run(work, runs[-1])
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
     elif (work / "language_models.json").is_file():
         summary = json.loads((work / "language_models.json").read_text(encoding="utf-8"))
 

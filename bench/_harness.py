@@ -1,0 +1,197 @@
+"""The runner's parts every benchmark script repeated, beside _common.py (paths, the machine, the results shelf):
+the standard flags, the work folder, which jobs of a grid are still to do, the run log of the work folder (and the
+shelf with --update-results), a subprocess whose peak memory is measured, and one Markdown table printer with the
+mean and its 95% Student t interval over seeds or draws.
+
+Not a benchmark. A script keeps what is particular to its experiment (its data, its arms, its record's fields) and
+takes the rest from here:
+
+    parser = benchmark_parser(__doc__, "arc-choices", seeds=[0])      # --work --update-results --seeds
+    args = parser.parse_args()
+    work = work_folder(args, "arc-choices")                            # runs/bench-arc-choices[-smoke]
+    for job in jobs_to_do(jobs, read_log(work), key=...):              # resume: skip the recorded ones
+        record_run(work, record, "arc_choices" if args.update_results else None, machine)
+    print(markdown_table(records, columns, by=("arm",)))               # mean [95% interval] over seeds
+
+It imports nothing of the toolkit (scipy only when an interval is drawn), so --table-only stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from _common import ROOT, STDERR_TAIL, append_result, read_jsonl
+
+CONFIDENCE = 0.95  # every interval in the tables: the mean's two-sided 95% Student t interval
+LOG = "runs.jsonl"  # a work folder's run log: one record per finished run, read back on resuming
+
+
+def benchmark_parser(
+    doc: str,
+    name: str,
+    *,
+    seeds: list[int] | None = None,
+    draws: int | None = None,
+    smoke: str | None = None,
+    table_only: bool = False,
+    results: str = "also append the runs to bench/results/",
+) -> argparse.ArgumentParser:
+    """A parser with the flags every benchmark shares, spelt and explained once: --work (or --work-dir, as some
+    scripts named it; default runs/bench-NAME, -smoke added under --smoke), --update-results (`results`: its help,
+    where it does more), and where the script has them --seeds (their default), --draws (0 .. N-1), --smoke (its
+    help says what the smoke run cuts) and --table-only. Its description is the docstring's first line; the script
+    adds its own flags after."""
+    parser = argparse.ArgumentParser(description=doc.strip().splitlines()[0])
+    default = f"runs/bench-{name}" + ("[-smoke]" if smoke is not None else "")
+    parser.add_argument("--work", "--work-dir", type=Path, default=None, help=f"the work folder (default {default})")
+    parser.add_argument("--update-results", action="store_true", help=results)
+    if seeds is not None:
+        parser.add_argument("--seeds", type=int, nargs="+", default=seeds, help="one run of each arm per seed")
+    if draws is not None:
+        parser.add_argument("--draws", type=int, default=draws, help="draws 0 .. N-1 of the labelled rows")
+    if smoke is not None:
+        parser.add_argument("--smoke", action="store_true", help=smoke)
+    if table_only:
+        parser.add_argument(
+            "--table-only", action="store_true", help="run nothing: the table of the work folder's runs"
+        )
+    return parser
+
+
+def work_folder(args: argparse.Namespace, name: str) -> Path:
+    """--work, or runs/bench-NAME (with -smoke for a smoke run, so that its tiny runs never mix with real ones);
+    created. Stops when --smoke and --update-results come together: a smoke run is no result."""
+    smoke = getattr(args, "smoke", False)
+    if smoke and args.update_results:
+        sys.exit("bench: --smoke runs are not results: leave out --update-results")
+    work = args.work or ROOT / "runs" / (f"bench-{name}" + ("-smoke" if smoke else ""))
+    work.mkdir(parents=True, exist_ok=True)
+    return work
+
+
+def read_log(work: Path) -> list[dict]:
+    """Every run recorded in WORK/runs.jsonl, oldest first (none before the first)."""
+    log = work / LOG
+    return read_jsonl(log) if log.is_file() else []
+
+
+def jobs_to_do(jobs: Iterable, records: list[dict], key: Callable[[dict], tuple], job_key=None) -> list:
+    """The jobs no record has done, in their order: so an interrupted grid resumes where it stopped. `key` reads a
+    record's identity (task, size, seed, arm...); `job_key` a job's (default: the job itself)."""
+    done = {key(record) for record in records}
+    job_key = job_key or (lambda job: job)
+    return [job for job in jobs if job_key(job) not in done]
+
+
+def record_run(work: Path, record: dict, benchmark: str | None = None, machine: dict | None = None) -> None:
+    """Append a finished run to WORK/runs.jsonl at once (an interruption loses only the run in flight), and with a
+    `benchmark` (the script's --update-results) to bench/results/<benchmark>.jsonl with the machine's fields."""
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / LOG, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record, default=str) + "\n")
+    if benchmark:
+        append_result(benchmark, record, machine=machine)
+
+
+def measured_run(command: list, env: dict | None = None, cwd: Path = ROOT) -> tuple[str, float]:
+    """Run a command; (its standard output, its peak resident memory in MB). The peak is the kernel's for that one
+    child (wait4's rusage), not RUSAGE_CHILDREN's maximum over every child so far, which an earlier, larger side
+    would set. The kernel counts the forked child's pages before its exec too, so the calling process should be
+    smaller than what it measures. Stops the benchmark with the end of its error output when it fails."""
+    command = [str(part) for part in command]
+    print("$ " + " ".join(command), file=sys.stderr, flush=True)
+    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(command, stdout=output, stderr=errors, cwd=cwd, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        output.seek(0)
+        errors.seek(0)
+        if process.returncode != 0:
+            name = Path(command[1]).name if len(command) > 1 else command[0]
+            sys.exit(f"bench: {name} failed ({process.returncode}):\n{errors.read()[-STDERR_TAIL:]}")
+        return output.read(), usage.ru_maxrss / 1024  # kilobytes on Linux
+
+
+def interval(values: list[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:
+    """(mean, low, high): the mean and its Student t interval (n - 1 degrees of freedom), the spread of a few seeds
+    being the whole claim; no interval (None, None) for one value."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    from scipy.stats import t
+
+    half = t.ppf((1 + confidence) / 2, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def shown(values: list[float], scale: float = 100, digits: int = 1, signed: bool = False) -> str:
+    """A table cell: the mean x scale [its 95% interval], the interval left out for one value: one format, so that
+    every table reads alike."""
+    mean, low, high = interval(values)
+    text = f"{scale * mean:+.{digits}f}" if signed else f"{scale * mean:.{digits}f}"
+    return text if low is None else f"{text} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+
+
+def markdown_table(
+    records: list[dict], columns: dict[str, Callable | str], by: tuple[str, ...] = (), formats: dict | None = None
+) -> str:
+    """The Markdown table of `records`, one column per `columns` entry: header -> a record's field name (a dotted
+    one reads inside) or a function of a record giving the number as shown (x100 for a score). Without `by`, one row
+    per record. With `by`, one row per group of equal `by` fields (first-seen order): the group's fields, its size
+    (n), and each column's mean [95% interval] over the group (the seeds or draws; missing values left out).
+    `formats`: header -> a format ("{:.2f}x"); one decimal otherwise, '-' for a missing value."""
+    read = {header: (value if callable(value) else _field(value)) for header, value in columns.items()}
+    show = {header: (formats or {}).get(header, "{:.1f}").format for header in read}
+    headers = [*by, *(["n"] if by else []), *read]
+    text = set(by) | {h for h in read if not by and records and isinstance(read[h](records[0]), str)}  # left-aligned
+    lines = ["| " + " | ".join(headers) + " |", "|" + "".join("---|" if h in text else "---:|" for h in headers)]
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(tuple(record.get(field) for field in by) if by else (id(record),), []).append(record)
+    for group, members in groups.items():
+        if by:
+            cells = [*map(str, group), str(len(members))]
+            values = {header: [v for v in map(read[header], members) if v is not None] for header in read}
+            cells += [_summary(values[header], show[header]) for header in read]
+        else:
+            cells = [_cell(read[header](members[0]), show[header]) for header in read]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _field(name: str) -> Callable[[dict], object]:
+    """A column that reads one field of a record: the name itself, else a dotted path ("ours.examples_per_s")."""
+
+    def read(record: dict) -> object:
+        if name in record:
+            return record[name]
+        value = record
+        for part in name.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return value
+
+    return read
+
+
+def _cell(value: object, show: Callable[[float], str]) -> str:
+    """A plain cell: numbers in the column's format (not a bool or an int seed), None as '-', else as itself."""
+    if value is None:
+        return "-"
+    return show(value) if isinstance(value, float) else str(value)
+
+
+def _summary(values: list[float], show: Callable[[float], str]) -> str:
+    """A group's cell: the mean [its 95% interval] in the column's format; the mean alone for one value."""
+    if not values:
+        return "-"
+    mean, low, high = interval(values)
+    return show(mean) if low is None else f"{show(mean)} [{show(low)}, {show(high)}]"
