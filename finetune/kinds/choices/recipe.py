@@ -24,7 +24,10 @@ class ChoicesSection(OwnFilesSection):
         "a multiple-choice model scores each choice with its family's own head",
     )
 
-    kind: Literal["choices"] = Field("choices", description="choices: the right answer among each question's choices")
+    kind: Literal["choices"] = Field(
+        "choices",
+        description="choices: the right answer among each question's choices, from JSON Lines in ARC's layout",
+    )
     format: Literal["jsonl"] | None = Field(None, description="kind choices: jsonl, ARC's layout (the only one)")
 
     @field_validator("format", mode="before")

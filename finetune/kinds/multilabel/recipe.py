@@ -28,7 +28,11 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
     loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
     trains_on_pairs: ClassVar[bool] = True  # rows pair by a shared label (SetFit's rule); a regression per label
 
-    kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
+    kind: Literal["multilabel"] = Field(
+        "multilabel",
+        description="multilabel: any number of labels per example (label_column holding a list, or label_columns "
+        "of 0/1)",
+    )
     labels: list[str] | None = Field(
         None,
         min_length=2,

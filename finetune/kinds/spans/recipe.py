@@ -26,7 +26,11 @@ class SpansSection(OwnFilesSection):
         "question answering scores every token: no pooling",
     )
 
-    kind: Literal["spans"] = Field("spans", description="spans: an answer cut from a context (SQuAD v1.1, v2.0)")
+    kind: Literal["spans"] = Field(
+        "spans",
+        description="spans: extractive question answering, an answer cut from a context, from SQuAD JSON files "
+        "(v1.1, v2.0)",
+    )
     doc_stride: int | None = Field(
         None,
         gt=0,

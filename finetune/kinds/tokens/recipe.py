@@ -25,7 +25,10 @@ class TokensSection(OwnFilesSection):
         "a tagger reads every token: no pooling",
     )
 
-    kind: Literal["tokens"] = Field("tokens", description="tokens: a tag per word, from CoNLL column files")
+    kind: Literal["tokens"] = Field(
+        "tokens",
+        description="tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll)",
+    )
     format: Literal["conll"] | None = Field(
         None, description="kind tokens: conll, a word and its columns per line, a blank line between sentences"
     )
