@@ -297,14 +297,21 @@ class TextTaskSection(TaskSection):
                 "into one text, and text (e.g. '{A}. {B}') says how"
             )
 
-    def text_spec(self, labels: tuple[str, ...] | None, metrics: tuple[str, ...], **keys: Any) -> TaskSpec:
-        """A custom task's spec from its text keys, with the kind's labels, metrics and other spec `keys`."""
+    def text_spec(
+        self,
+        labels: tuple[str, ...] | None,
+        metrics: tuple[str, ...],
+        spec_type: type[TaskSpec] = TaskSpec,
+        **keys: Any,
+    ) -> TaskSpec:
+        """A custom task's spec from its text keys, with the kind's labels, metrics and other spec `keys` (those of
+        its `spec_type`, the kind's own TaskSpec subclass where it has one: kinds/K/spec.py)."""
         columns = self.text_columns or template_columns(self.text or "")
         template = self.text
         if template is None and len(columns) > 1 and not self.reads_a_pair:
             template = " ".join(f"{{{column}}}" for column in columns)  # joined with a space into one text
         files = self.files or ({split: f"{split}.{self.format}" for split in STANDARD_FILES} if self.format else None)
-        return TaskSpec(
+        return spec_type(
             name=self.name,
             text_columns=tuple(columns),
             label_column=self.label_column or "",

@@ -23,9 +23,10 @@ side by side in one layer (a | b) import neither each other nor anything above:
 
 A task kind's package (finetune/kinds/K/) spans layers: each of its modules sits in the layer of its role, named by
 the module's last name (ROLE_LAYERS), as if it were a module of that role's package: K.recipe with the recipes,
-K.data with data, K.model with models, K.metrics with tasks, K.training with the loop; the rest (K.kind, K.stage,
-K.evaluation, K.predictor) in the kinds layer. So `recipes -> kinds.K.recipe` and `kinds.recipe -> recipes.base`
-are imports within one package's layer, the one exception by design; nothing else imports upwards or sideways.
+K.data with data, K.model with models, K.metrics and K.spec with tasks, K.training with the loop; the rest (K.kind,
+K.stage, K.evaluation, K.predictor) in the kinds layer. So `recipes -> kinds.K.recipe` and `kinds.recipe ->
+recipes.base` are imports within one package's layer, the one exception by design; nothing else imports upwards or
+sideways.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ LAYERS = [
 
 # A task kind's module by its role (its last name): the package whose layer it belongs to, whatever package it is in.
 ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.tasks"}
-ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training"}
+ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training", "spec": "finetune.tasks"}
 
 
 def package_of(module: str) -> str:

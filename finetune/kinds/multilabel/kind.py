@@ -11,6 +11,7 @@ from finetune.kinds.multilabel.evaluation import run_multilabel_eval
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.kinds.multilabel.predictor import MultilabelPredictor
 from finetune.kinds.multilabel.recipe import MultilabelSection
+from finetune.kinds.multilabel.spec import multilabel_spec
 from finetune.kinds.multilabel.stage import MultilabelStage
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
@@ -34,7 +35,8 @@ class MultilabelKind(ClassificationKind):
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
         """The predicted labels joined by the task's separator, and a probability per label."""
         assert spec.labels is not None  # a multi-label task's spec always has its label set
-        rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
+        separator = multilabel_spec(spec).label_separator
+        rows = [{**row, "labels": separator.join(row["labels"])} for row in rows]
         return rows, [*spec.text_columns, "labels", *(f"probability_{label}" for label in spec.labels)]
 
     def outputs(self, spec: TaskSpec) -> str:

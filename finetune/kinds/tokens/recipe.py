@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from finetune.kinds.recipe import OwnFilesSection, OwnHead, distinct, label_as_text
+from finetune.kinds.tokens.spec import TaggingSpec
 from finetune.tasks.specs import TaskSpec
 
 FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
@@ -60,7 +61,7 @@ class TokensSection(OwnFilesSection):
 
     def spec(self) -> TaskSpec:
         """Its tags are the recipe's labels, or (None here) those of its training file."""
-        return TaskSpec(
+        return TaggingSpec(
             name=self.name,
             text_columns=("text",),
             label_column="tags",
