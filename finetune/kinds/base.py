@@ -1,10 +1,11 @@
 """The task-kind contract: everything the toolkit does differently per kind of task, asked of one object per kind.
 
 A kind (kinds/K/kind.py) brings its recipe section (kinds/K/recipe.py: its keys, their checks, the TaskSpec it
-builds), its fine-tuning stage (reading and checking its files, encoding, the model head, loss and dev metrics),
-its `finetune eval`, its predictor and output columns for `finetune predict`, its model-card text and its figures
-for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`)
-instead of comparing kind names, so adding a kind is adding its package and one line to the registry's table.
+builds, the name of its Auto class), its fine-tuning stage (reading and checking its files, encoding, the model head,
+loss and dev metrics), its `finetune eval`, its predictor and output columns for `finetune predict`, its model-card
+text and its figures for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_of(spec)`,
+`kind_named(name)`) instead of comparing kind names, so adding a kind is adding its package and one line to the
+registry's table.
 
 The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
 its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
@@ -12,11 +13,15 @@ its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from finetune.kinds.stage import TaskStage
+from finetune.models.task_heads import auto_class_of
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
+
+if TYPE_CHECKING:  # finetune.kinds.recipe loads through finetune.recipes, whose package imports every section
+    from finetune.kinds.recipe import TaskSection
 
 
 class TaskKind:
@@ -24,10 +29,15 @@ class TaskKind:
     which tests/kinds/test_registry.py checks no registered kind does."""
 
     name: str  # the recipe's task.kind, the registry's key
-    section: type  # its recipe section (kinds/K/recipe.py): the keys of task, checked, and `.spec()`
+    section: type[TaskSection]  # its recipe section (kinds/K/recipe.py): the keys of task, checked, `.spec()`
     stage_class: type[TaskStage]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
     # Whether `finetune predict` reads tables (.tsv, .csv, .jsonl) for it; False: plain text, a sentence per line.
     reads_tables: bool = True
+
+    @property
+    def auto_class(self) -> Any:
+        """transformers' Auto class that loads a checkpoint of this kind (its section's auto_class_name)."""
+        return auto_class_of(self.section)
 
     def stage(self, recipe) -> TaskStage:
         """The fine-tuning stage of a recipe of this kind."""

@@ -30,6 +30,10 @@ class TaskSection(Section):
     """The keys of every task kind."""
 
     kind_name: ClassVar[str]  # the section's `kind`
+    # transformers' Auto class of the kind's model (AutoModelForTokenClassification, ...), by name: the recipes layer
+    # imports no transformers. The kind object gives the class (TaskKind.auto_class); the models layer, below the
+    # kinds', finds each kind's head by it (models/task_heads.py).
+    auto_class_name: ClassVar[str]
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
     # The training keys that change the kind's loss (recipes/finetune.py refuses the others on its tasks).
     loss_keys: ClassVar[tuple[str, ...]] = ()
@@ -199,6 +203,8 @@ class HubDatasetSection(Section):
 
 class TextTaskSection(TaskSection):
     """A task whose examples are rows of text columns (TSV, CSV, JSON Lines): the sequence-classification kinds."""
+
+    auto_class_name: ClassVar[str] = "AutoModelForSequenceClassification"
 
     source: Literal["files", "hub"] = Field(
         "files",

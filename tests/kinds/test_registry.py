@@ -13,6 +13,7 @@ from finetune.errors import UserError
 from finetune.kinds.base import TaskKind
 from finetune.kinds.registry import KINDS, kind_named, kind_of
 from finetune.kinds.stage import TaskStage
+from finetune.models.task_heads import kinds_with_a_head
 from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe, task_config
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.tasks.specs import TaskSpec
@@ -36,6 +37,14 @@ def test_the_recipes_sections_are_the_kinds_sections():
     assert {name: kind.section for name, kind in KINDS.items()} == TASK_SECTIONS
     for name, section in TASK_SECTIONS.items():
         assert section.kind_name == name and section.model_fields["kind"].default == name
+
+
+def test_each_kind_s_auto_class_is_its_sections_and_names_its_head():
+    for name, kind in KINDS.items():
+        assert kind.auto_class.__name__ == kind.section.auto_class_name
+        # A config its Auto class has a model for can be fine-tuned for the kind (the refusals' list of kinds).
+        config_class = next(iter(kind.auto_class._model_mapping.keys()))
+        assert name in kinds_with_a_head(config_class())
 
 
 def test_each_kind_builds_a_spec_of_its_own_kind(tmp_path):

@@ -41,7 +41,7 @@ class ChoicesKind(TaskKind):
         return CardKind(
             "multiple-choice",
             "multiple-choice model",
-            "AutoModelForMultipleChoice",
+            self.section.auto_class_name,
             choice_registering_import(model_type),
             "questions.jsonl",
             ", ".join(spec.text_columns),

@@ -16,6 +16,7 @@ class ChoicesSection(OwnFilesSection):
     """A multiple-choice task: each line holds a question, its choices with their labels and the answerKey."""
 
     kind_name: ClassVar[str] = "choices"
+    auto_class_name: ClassVar[str] = "AutoModelForMultipleChoice"
     loss_keys: ClassVar[tuple[str, ...]] = ("label_smoothing",)
     reads: ClassVar[str] = "JSON Lines files in ARC's layout"
     own_head: ClassVar[OwnHead | None] = OwnHead(

@@ -5,7 +5,7 @@ multilabel are this kind's machinery with another problem_type (kinds/regression
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
@@ -19,12 +19,15 @@ from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, classifier_reading, head_architecture
 from finetune.tasks.specs import TaskSpec, task_spec
 
+if TYPE_CHECKING:  # finetune.kinds.recipe loads through finetune.recipes, whose package imports every section
+    from finetune.kinds.recipe import TaskSection
+
 POOLING_NOTES = {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}  # `finetune profile`'s words
 
 
 class ClassificationKind(TaskKind):
     name = "classification"
-    section: type = ClassificationSection
+    section: type[TaskSection] = ClassificationSection  # regression's and multilabel's are theirs
     stage_class = ClassificationStage
 
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
@@ -57,7 +60,7 @@ class ClassificationKind(TaskKind):
         return CardKind(
             "text-classification",
             "classifier",
-            "AutoModelForSequenceClassification",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "texts.txt",
             f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns),

@@ -19,7 +19,7 @@ from finetune.tasks.specs import TaskSpec
 
 class MultilabelKind(ClassificationKind):
     name = "multilabel"
-    section: type = MultilabelSection
+    section = MultilabelSection
     stage_class = MultilabelStage
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:

@@ -15,7 +15,7 @@ from finetune.tasks.specs import TaskSpec
 
 class RegressionKind(ClassificationKind):
     name = "regression"
-    section: type = RegressionSection
+    section = RegressionSection
 
     def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
         return RegressionPredictor(model, tokenizer, spec, reading, batch_size)

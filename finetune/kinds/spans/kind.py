@@ -35,7 +35,7 @@ class SpansKind(TaskKind):
         return CardKind(
             "question-answering",
             "question-answering model",
-            "AutoModelForQuestionAnswering",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "questions.jsonl",
             "a question and its context",

@@ -18,6 +18,7 @@ class SpansSection(OwnFilesSection):
     windows (doc_stride). Null keys: the defaults (in an eval recipe: each checkpoint's own)."""
 
     kind_name: ClassVar[str] = "spans"
+    auto_class_name: ClassVar[str] = "AutoModelForQuestionAnswering"
     reads: ClassVar[str] = "SQuAD JSON files"
     own_head: ClassVar[OwnHead | None] = OwnHead(
         "pools a text into one vector for a class; question answering (task.kind spans) scores every "

@@ -47,7 +47,7 @@ class TokensKind(TaskKind):
         return CardKind(
             "token-classification",
             "tagger",
-            "AutoModelForTokenClassification",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "texts.txt",
             "words",
