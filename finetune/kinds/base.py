@@ -2,10 +2,10 @@
 
 A kind (kinds/K/kind.py) brings its recipe section (kinds/K/recipe.py: its keys, their checks, the TaskSpec it
 builds, the name of its Auto class), its fine-tuning stage (reading and checking its files, encoding, the model head,
-loss and dev metrics), its `finetune eval`, its predictor and output columns for `finetune predict`, its model-card
-text and its figures for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_of(spec)`,
-`kind_named(name)`) instead of comparing kind names, so adding a kind is adding its package and one line to the
-registry's table.
+loss and dev metrics), its `finetune eval`, its predictor (kinds/predictor.py: what it reads and predicts) and output
+columns for `finetune predict`, its model-card text and its figures for `finetune profile`. The stages and commands
+ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`) instead of comparing kind names, so adding
+a kind is adding its package and one line to each of the two tables (docs/contributing.md, "Add a task kind").
 
 The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
 its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from finetune.data.examples import TaskExamples
+from finetune.kinds.predictor import TaskPredictor
 from finetune.kinds.stage import TaskStage
 from finetune.models.task_heads import auto_class_of
 from finetune.reporting.model_card import CardKind
@@ -31,8 +35,6 @@ class TaskKind:
     name: str  # the recipe's task.kind, the registry's key
     section: type[TaskSection]  # its recipe section (kinds/K/recipe.py): the keys of task, checked, `.spec()`
     stage_class: type[TaskStage]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
-    # Whether `finetune predict` reads tables (.tsv, .csv, .jsonl) for it; False: plain text, a sentence per line.
-    reads_tables: bool = True
 
     @property
     def auto_class(self) -> Any:
@@ -48,8 +50,16 @@ class TaskKind:
         (commands/evaluate.py: models and ensembles, one task or a GLUE map)."""
         return None
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> TaskPredictor:
         """The fine-tuned checkpoint in `folder` (its saved `recipe`), ready to predict (`finetune predict`)."""
+        raise NotImplementedError
+
+    def class_probabilities(
+        self, folder: str, recipe, spec: TaskSpec, examples: TaskExamples, batch_size: int
+    ) -> np.ndarray:
+        """Each example's probability of each class (rows in order, columns in label order) by the fine-tuned
+        checkpoint in `folder`: self-training's teacher (stages/self_training.py), for a kind whose section
+        self_trains."""
         raise NotImplementedError
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:

@@ -4,6 +4,7 @@ unknown kind and a key of another kind are one line naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 from typer.testing import CliRunner
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.kinds.base import TaskKind
+from finetune.kinds.predictor import TaskPredictor
 from finetune.kinds.registry import KINDS, kind_named, kind_of
 from finetune.kinds.stage import TaskStage
 from finetune.models.task_heads import kinds_with_a_head
@@ -29,8 +31,11 @@ def test_every_kind_answers_the_contract():
         assert isinstance(kind, TaskKind) and kind.name == name
         assert issubclass(kind.stage_class, TaskStage)
         # Every hook the base leaves to a kind is the kind's own (the base's raise NotImplementedError).
-        for hook in CONTRACT:
+        hooks = CONTRACT + (("class_probabilities",) if kind.section.self_trains else ())
+        for hook in hooks:
             assert getattr(type(kind), hook) is not getattr(TaskKind, hook), f"{name} lacks {hook}"
+        # Its predictor's type is the predictors' base: `finetune predict` asks it, never which kind it is.
+        assert issubclass(get_type_hints(type(kind).predictor)["return"], TaskPredictor)
 
 
 def test_the_recipes_sections_are_the_kinds_sections():

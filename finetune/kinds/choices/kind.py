@@ -25,7 +25,9 @@ class ChoicesKind(TaskKind):
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
         return run_choices_eval(recipe, spec, accelerator)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(
+        self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None
+    ) -> ChoicesPredictor:
         trusted = recipe.model.trust_remote_code
         with recipe_key("CHECKPOINT"):  # its labels are each question's own, not the recipe's
             model = load_finetuned_choice_model(folder, trust_remote_code=trusted)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
@@ -34,10 +37,10 @@ class ClassificationKind(TaskKind):
         """The fine-tuned classifier of a checkpoint folder, checked against the task's labels."""
         return load_finetuned(folder, spec, trust_remote_code=trust_remote_code)
 
-    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
+    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Predictor:
         return Predictor(model, tokenizer, spec, reading, batch_size)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Predictor:
         trusted = recipe.model.trust_remote_code
         with recipe_key("CHECKPOINT"):
             model = self.load_model(folder, spec, trusted)
@@ -46,6 +49,11 @@ class ClassificationKind(TaskKind):
         length = fitted_max_length(max_length or task.max_length, model)
         reading = DocumentReading.of(length, task.long_documents, task.both_orders)
         return self.make_predictor(model, tokenizer, spec, reading, batch_size)
+
+    def class_probabilities(
+        self, folder: str, recipe, spec: TaskSpec, examples: TaskExamples, batch_size: int
+    ) -> np.ndarray:
+        return self.predictor(folder, recipe, spec, batch_size, None).class_probabilities(examples, name="unlabelled")
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
         assert spec.labels is not None  # a classification spec has its classes (kinds/classification/recipe.py)

@@ -28,7 +28,9 @@ class MultilabelKind(ClassificationKind):
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
         return load_finetuned_multilabel(folder, spec, trust_remote_code=trust_remote_code)
 
-    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
+    def make_predictor(
+        self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int
+    ) -> MultilabelPredictor:
         threshold = saved_threshold(model) or DEFAULT_THRESHOLD
         return MultilabelPredictor(model, tokenizer, spec, reading, batch_size, threshold)
 
