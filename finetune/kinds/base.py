@@ -8,7 +8,8 @@ ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`) inste
 a kind is adding its package and one line to each of the two tables (docs/contributing.md, "Add a task kind").
 
 The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
-its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
+its pooling and classification's evaluation (kinds/classification/evaluation.py: ensembles); the others have heads of
+their own.
 """
 
 from __future__ import annotations
@@ -45,10 +46,9 @@ class TaskKind:
         """The fine-tuning stage of a recipe of this kind."""
         return self.stage_class(recipe, self)
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
-        """`finetune eval` of a one-task recipe: the report written; None: the sequence classifiers' evaluation
-        (commands/evaluate.py: models and ensembles, one task or a GLUE map)."""
-        return None
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
+        """`finetune eval` of a one-task recipe (a GLUE map is commands/evaluate.py's): the report written."""
+        raise NotImplementedError
 
     def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> TaskPredictor:
         """The fine-tuned checkpoint in `folder` (its saved `recipe`), ready to predict (`finetune predict`)."""

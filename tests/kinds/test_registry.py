@@ -22,7 +22,7 @@ from finetune.tasks.specs import TaskSpec
 from tests.conftest import one_error_line, write_yaml
 
 runner = CliRunner()
-CONTRACT = ("predictor", "output_table", "card", "profile_model", "profile_description")
+CONTRACT = ("evaluate", "predictor", "output_table", "card", "profile_model", "profile_description")
 
 
 def test_every_kind_answers_the_contract():

@@ -22,7 +22,7 @@ class ChoicesKind(TaskKind):
     section = ChoicesSection
     stage_class = ChoicesStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_choices_eval(recipe, spec, accelerator)
 
     def predictor(

@@ -13,6 +13,7 @@ from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
+from finetune.kinds.classification.evaluation import run_classification_eval
 from finetune.kinds.classification.predictor import Predictor
 from finetune.kinds.classification.recipe import ClassificationSection
 from finetune.kinds.classification.stage import ClassificationStage
@@ -36,6 +37,9 @@ class ClassificationKind(TaskKind):
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
         """The fine-tuned classifier of a checkpoint folder, checked against the task's labels."""
         return load_finetuned(folder, spec, trust_remote_code=trust_remote_code)
+
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
+        return run_classification_eval(recipe, spec, accelerator)
 
     def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Predictor:
         return Predictor(model, tokenizer, spec, reading, batch_size)

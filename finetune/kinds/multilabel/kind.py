@@ -22,7 +22,7 @@ class MultilabelKind(ClassificationKind):
     section = MultilabelSection
     stage_class = MultilabelStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_multilabel_eval(recipe, spec, accelerator)
 
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:

@@ -21,7 +21,7 @@ class SpansKind(TaskKind):
     section = SpansSection
     stage_class = SpansStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_spans_eval(recipe, spec, accelerator)
 
     def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> SpanPredictor:

@@ -25,7 +25,7 @@ class TokensKind(TaskKind):
     section = TokensSection
     stage_class = TaggingStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_tagging_eval(recipe, spec, accelerator)
 
     def predictor(
