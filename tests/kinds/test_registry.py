@@ -1,8 +1,9 @@
-"""The task kinds' table: every kind answers the contract, the recipes' sections and the kinds' objects agree, an
-unknown kind and a key of another kind are one line naming the key."""
+"""The task kinds' table: every kind answers the contract, the recipes' sections (and the union mypy reads) and the
+kinds' objects agree, an unknown kind and a key of another kind are one line naming the key."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 from typing import get_type_hints
 
@@ -21,6 +22,7 @@ from finetune.recipes.finetune import FinetuneRecipe
 from finetune.tasks.specs import TaskSpec
 from tests.conftest import one_error_line, write_yaml
 
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 CONTRACT = ("evaluate", "predictor", "output_table", "card", "profile_model", "profile_description")
 
@@ -42,6 +44,15 @@ def test_the_recipes_sections_are_the_kinds_sections():
     assert {name: kind.section for name, kind in KINDS.items()} == TASK_SECTIONS
     for name, section in TASK_SECTIONS.items():
         assert section.kind_name == name and section.model_fields["kind"].default == name
+
+
+def test_the_union_mypy_reads_is_the_recipes_sections():
+    """recipes/task.py writes the sections' union out for mypy (it cannot read one built at run time): the same
+    sections, in the table's order."""
+    tree = ast.parse((ROOT / "finetune" / "recipes" / "task.py").read_text(encoding="utf-8"))
+    checked = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    union = next(node.value for node in checked.body if isinstance(node, ast.Assign))
+    assert ast.unparse(union) == " | ".join(section.__name__ for section in TASK_SECTIONS.values())
 
 
 def test_each_kind_s_auto_class_is_its_sections_and_names_its_head():
