@@ -1,6 +1,7 @@
 """`finetune eval`: score fine-tuned checkpoints; write report.json and report.md.
 
-Two shapes of recipe. `task` + `models`: each model scored on one split of one task. `tasks`: GLUE
+Two shapes of recipe. `task` + `models`: each model scored on one split of one task, by the task's kind
+(kinds/K/evaluation.py; the sequence classifiers' also scores `ensembles`). `tasks`: GLUE
 tasks mapped to checkpoints (several runs or seeds are aggregated): dev scores per task, the GLUE
 score under each convention, the tasks missing and, with `submission`, the leaderboard archive
 predicted by each task's best checkpoint on dev. Every file is read before any model runs, and the
@@ -10,7 +11,6 @@ run directory is written only once everything has worked.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,7 +21,7 @@ from accelerate import Accelerator
 from finetune.console import console
 from finetune.data.examples import TaskExamples
 from finetune.data.run_data import staged_task
-from finetune.data.task_files import read_labelled_split, read_task_split, split_source
+from finetune.data.task_files import read_labelled_split, read_task_split
 from finetune.errors import UserError, recipe_key
 from finetune.glue.report import glue_report_markdown
 from finetune.glue.score import glue_scores
@@ -30,17 +30,15 @@ from finetune.glue.submission import missing_submission_tasks, validate_submissi
 from finetune.inference.calibration import temperature_of
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
-from finetune.kinds.dev_split import split_to_score
+from finetune.kinds.classification.evaluation import named_finetuned
 from finetune.kinds.evaluation import one_task
-from finetune.kinds.recipe import TextTaskSection
 from finetune.kinds.registry import kind_of
-from finetune.models.heads import load_finetuned
 from finetune.models.hub import HUB_NAME, load_tokenizer, resolve_checkpoint
 from finetune.recipes import EvalRecipe, GlueTaskEntry
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import write_report
 from finetune.run_dir import check_run_dir_free, guarded_stage, prepare_run_dir
 from finetune.stages.seeds import summarise_values
-from finetune.tasks.metrics import class_report, compute_metrics
+from finetune.tasks.metrics import compute_metrics
 from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import checkpoint_reading
 from finetune.training.driver import processes_ready
@@ -64,82 +62,11 @@ def predict(
     return logits_to_predictions(spec, example_logits(accelerator, model, tokenizer, examples, max_length, batch_size))
 
 
-# ---------------------------------------------------------------------------------------------
-# One task: models scored on a split
-# ---------------------------------------------------------------------------------------------
-
-
 def run_task_eval(recipe: EvalRecipe, accelerator) -> dict:
-    """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
-    task = one_task(recipe)
-    spec = task_spec(task)
-    own = kind_of(spec).evaluate(recipe, spec, accelerator)  # None: the sequence classifiers', below
-    if own is not None:
-        return own
-    assert isinstance(task, TextTaskSection)  # the kinds without an evaluation of their own read text columns
-    examples = split_to_score(spec, task, recipe)  # task.dev_split: the rows the runs held out
-    if examples.labels is None and not recipe.write_predictions:
-        raise UserError(
-            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
-            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
-            "predict it)"
-        )
-    models, ensembles = recipe.models or {}, recipe.ensembles or {}
-    keys = {path: f"models.{name}" for name, path in models.items()}  # each checkpoint loaded and run once
-    for name, members in ensembles.items():
-        check_one_task(f"ensembles.{name}", members)
-        keys.update({path: f"ensembles.{name}" for path in members if path not in keys})
-    loaded = {path: named_finetuned(path, spec, key, recipe.trust_remote_code) for path, key in keys.items()}
-    run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
-
-    # checkpoint -> logits (or scores) of every example, over the checkpoint's calibration temperature: an ensemble
-    # averages its members' probabilities as each predicts them (the labels of one model are the same either way)
-    outputs = {}
-    for path, model in loaded.items():
-        with recipe_key(keys[path]):
-            tokenizer = load_tokenizer(path, trust_remote_code=recipe.trust_remote_code)
-        reading = checkpoint_reading(path, task.max_length, task.long_documents)
-        logits = example_logits(accelerator, model, tokenizer, examples, reading, recipe.batch_size, name=recipe.split)
-        outputs[path] = logits / temperature_of(model.config)
-
-    def scored(row: dict, model_outputs: np.ndarray, name: str | None = None) -> dict:
-        """`row` with the scores of these outputs; with `name`, their predictions are also written."""
-        predictions = logits_to_predictions(spec, model_outputs)
-        if examples.labels is not None:
-            row.update(compute_metrics(spec, predictions, examples.labels))
-            if name is not None and spec.labels is not None:  # a model's (not an ensemble member's), of classes
-                row["classes"] = class_report(spec.labels, predictions, examples.labels)
-        if name is not None and recipe.write_predictions and accelerator.is_main_process:
-            write_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", spec, examples.ids, predictions)
-        return row
-
-    results = {name: scored({"checkpoint": path}, outputs[path], name) for name, path in models.items()}
-    for name, members in ensembles.items():
-        results[name] = scored({"ensemble": members}, ensemble_outputs(spec, [outputs[path] for path in members]), name)
-        results[name]["members"] = [scored({"checkpoint": path}, outputs[path]) for path in members]
-
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(examples.texts),
-        "metrics": list(spec.metrics),
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, report_markdown(report))
-    return report
-
-
-def write_predictions(path: Path, spec, ids: Sequence[str], predictions) -> None:
-    """`index<TAB>prediction` per example: the label name for classes, the score for regression."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    values = (
-        [f"{value:.3f}" for value in predictions]
-        if spec.is_regression
-        else [spec.labels[int(index)] for index in predictions]
-    )
-    rows = ["index\tprediction"] + [f"{example_id}\t{value}" for example_id, value in zip(ids, values)]
-    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    """One task: its kind's evaluation (kinds/K/evaluation.py), models (and, for the sequence classifiers,
+    ensembles) scored on a split."""
+    spec = task_spec(one_task(recipe))
+    return kind_of(spec).evaluate(recipe, spec, accelerator)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,9 +327,3 @@ def build_submission(
         },
         "missing": missing,
     }
-
-
-def named_finetuned(checkpoint: str, spec, key: str, trust_remote_code: bool):
-    """`load_finetuned`, its refusals named by the recipe key that gave the checkpoint (models.NAME, tasks.NAME)."""
-    with recipe_key(key):
-        return load_finetuned(checkpoint, spec, trust_remote_code=trust_remote_code)

@@ -31,29 +31,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from finetune.data.examples import TaskExamples
 from finetune.data.task_files import FORMAT_BY_EXTENSION
-from finetune.data.unlabelled_text import is_table, plain_lines, read_unlabelled_file
 from finetune.errors import UserError, recipe_key
-from finetune.kinds.choices.data import parse_choices, read_choices
-from finetune.kinds.choices.predictor import ChoicesPredictor
-from finetune.kinds.classification.predictor import Predictor
+from finetune.kinds.predictor import STDIO, TaskPredictor
 from finetune.kinds.registry import kind_of
-from finetune.kinds.spans.predictor import SpanPredictor
-from finetune.kinds.tokens.predictor import TaggingPredictor
 from finetune.models.hub import resolve_checkpoint
 from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
-STDIO = "-"
 
-
-# What load_predictor returns, by the checkpoint's task kind (kinds/K/predictor.py): each takes its own kind of input.
-AnyPredictor = Predictor | TaggingPredictor | ChoicesPredictor | SpanPredictor
-
-
-def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> AnyPredictor:
-    """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network)."""
+def load_predictor(checkpoint: str, batch_size: int = 64, max_length: int | None = None) -> TaskPredictor:
+    """The checkpoint with the task of its finetune_recipe.yaml (a local folder, or a hub name with a network): its
+    kind's predictor (kinds/K/predictor.py), which takes that kind's inputs."""
     from finetune.recipes import FinetuneRecipe, load_recipe
 
     with recipe_key("CHECKPOINT"):
@@ -89,25 +78,6 @@ def _hub_file(repository: str) -> Path | None:
 # ---------------------------------------------------------------------------------------------
 # Files in and out
 # ---------------------------------------------------------------------------------------------
-
-
-def read_input(source: str, spec: TaskSpec, stdin: TextIO | None = None) -> TaskExamples:
-    """Examples from a file (or `-`: stdin, plain lines); tables by extension, anything else one text per line
-    (data/unlabelled_text.py). Their texts are the text columns as they are (output rows show them), not yet what
-    the model reads."""
-    if source == STDIO:
-        return plain_lines(stdin or sys.stdin, "<stdin>", spec)
-    path = Path(source)
-    if not path.is_file():
-        raise UserError(f"--input: no such file: {path}")
-    if is_table(path) and not kind_of(spec).reads_tables:
-        raise UserError(f"--input: {path}: a tagger reads plain text, a sentence per line (words split at spaces)")
-    return read_unlabelled_file(path, spec)
-
-
-def output_rows(spec: TaskSpec, examples: TaskExamples, results: list[dict]) -> list[dict]:
-    """Each result beside its input's texts."""
-    return [{**dict(zip(spec.text_columns, texts)), **result} for texts, result in zip(examples.texts, results)]
 
 
 def write_output(rows: list[dict], target: str, spec: TaskSpec, stdout: TextIO | None = None) -> None:
@@ -152,28 +122,12 @@ def run_predict(
 ) -> int:
     """The CLI's work: read, predict, write; returns the number of examples."""
     predictor = load_predictor(checkpoint, batch_size, max_length)
-    if isinstance(predictor, ChoicesPredictor):
-        return predict_choices_file(predictor, source, target)
-    examples = read_input(source, predictor.spec)
-    write_output(output_rows(predictor.spec, examples, predictor.predict_examples(examples)), target, predictor.spec)
-    return len(examples.texts)
-
-
-def predict_choices_file(predictor: ChoicesPredictor, source: str, target: str) -> int:
-    """Questions in ARC's layout (a .jsonl file, or `-`: standard input) to JSON Lines of predictions."""
-    if target != STDIO and not target.lower().endswith(".jsonl"):
-        raise UserError(
-            f"--output: {target}: multiple-choice predictions (a probability per choice label) are "
-            "written as JSON Lines (.jsonl)"
-        )
-    if source == STDIO:
-        questions = parse_choices(sys.stdin.read().splitlines(), Path("<stdin>"), with_answers=False)
-    elif not Path(source).is_file():
-        raise UserError(f"--input: no such file: {source}")
-    else:
-        questions = read_choices(Path(source), with_answers=False)
-    write_output(predictor.predict_questions(questions), target, predictor.spec)
-    return len(questions.ids)
+    refused = predictor.json_lines_only
+    if refused is not None and target != STDIO and not target.lower().endswith(".jsonl"):
+        raise UserError(f"--output: {target}: {refused}")
+    rows = predictor.predict_source(source, sys.stdin)  # the kind's reader: its texts, or its own layout
+    write_output(rows, target, predictor.spec)
+    return len(rows)
 
 
 def predict(checkpoint: str, texts: Sequence[Any], batch_size: int = 64) -> list[dict]:

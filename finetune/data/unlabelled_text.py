@@ -10,7 +10,6 @@ model reads (a `task.text` template is filled in by whoever reads them to a mode
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 
 from finetune.data.examples import TaskExamples
@@ -23,7 +22,7 @@ NO_COLUMN = "\0"  # a column no file has: the label and index columns of a file 
 
 def without_labels(spec: TaskSpec) -> TaskSpec:
     """The spec that reads a file of the task's text columns alone: labels and ids ignored, no template applied."""
-    return replace(spec, label_column=NO_COLUMN, index_column=NO_COLUMN, text_template=None, label_columns=None)
+    return spec.without_labels(NO_COLUMN)
 
 
 def is_table(path: Path) -> bool:

@@ -1,22 +1,32 @@
 """The task-kind contract: everything the toolkit does differently per kind of task, asked of one object per kind.
 
 A kind (kinds/K/kind.py) brings its recipe section (kinds/K/recipe.py: its keys, their checks, the TaskSpec it
-builds), its fine-tuning stage (reading and checking its files, encoding, the model head, loss and dev metrics),
-its `finetune eval`, its predictor and output columns for `finetune predict`, its model-card text and its figures
-for `finetune profile`. The stages ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`)
-instead of comparing kind names, so adding a kind is adding its package and one line to the registry's table.
+builds, the name of its Auto class), its fine-tuning stage (reading and checking its files, encoding, the model head,
+loss and dev metrics), its `finetune eval`, its predictor (kinds/predictor.py: what it reads and predicts) and output
+columns for `finetune predict`, its model-card text and its figures for `finetune profile`. The stages and commands
+ask these objects (kinds/registry.py: `kind_of(spec)`, `kind_named(name)`) instead of comparing kind names, so adding
+a kind is adding its package and one line to each of the two tables (docs/contributing.md, "Add a task kind").
 
 The sequence-classification kinds (classification, regression, multilabel) share transformers' sequence classifier,
-its pooling and the evaluation of commands/evaluate.py (ensembles, GLUE maps); the others have heads of their own.
+its pooling and classification's evaluation (kinds/classification/evaluation.py: ensembles); the others have heads of
+their own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from finetune.data.examples import TaskExamples
+from finetune.kinds.predictor import TaskPredictor
 from finetune.kinds.stage import TaskStage
+from finetune.models.task_heads import auto_class_of
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
+
+if TYPE_CHECKING:  # finetune.kinds.recipe loads through finetune.recipes, whose package imports every section
+    from finetune.kinds.recipe import TaskSection
 
 
 class TaskKind:
@@ -24,22 +34,32 @@ class TaskKind:
     which tests/kinds/test_registry.py checks no registered kind does."""
 
     name: str  # the recipe's task.kind, the registry's key
-    section: type  # its recipe section (kinds/K/recipe.py): the keys of task, checked, and `.spec()`
+    section: type[TaskSection]  # its recipe section (kinds/K/recipe.py): the keys of task, checked, `.spec()`
     stage_class: type[TaskStage]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
-    # Whether `finetune predict` reads tables (.tsv, .csv, .jsonl) for it; False: plain text, a sentence per line.
-    reads_tables: bool = True
+
+    @property
+    def auto_class(self) -> Any:
+        """transformers' Auto class that loads a checkpoint of this kind (its section's auto_class_name)."""
+        return auto_class_of(self.section)
 
     def stage(self, recipe) -> TaskStage:
         """The fine-tuning stage of a recipe of this kind."""
         return self.stage_class(recipe, self)
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
-        """`finetune eval` of a one-task recipe: the report written; None: the sequence classifiers' evaluation
-        (commands/evaluate.py: models and ensembles, one task or a GLUE map)."""
-        return None
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
+        """`finetune eval` of a one-task recipe (a GLUE map is commands/evaluate.py's): the report written."""
+        raise NotImplementedError
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> TaskPredictor:
         """The fine-tuned checkpoint in `folder` (its saved `recipe`), ready to predict (`finetune predict`)."""
+        raise NotImplementedError
+
+    def class_probabilities(
+        self, folder: str, recipe, spec: TaskSpec, examples: TaskExamples, batch_size: int
+    ) -> np.ndarray:
+        """Each example's probability of each class (rows in order, columns in label order) by the fine-tuned
+        checkpoint in `folder`: self-training's teacher (stages/self_training.py), for a kind whose section
+        self_trains."""
         raise NotImplementedError
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:

@@ -30,6 +30,10 @@ class TaskSection(Section):
     """The keys of every task kind."""
 
     kind_name: ClassVar[str]  # the section's `kind`
+    # transformers' Auto class of the kind's model (AutoModelForTokenClassification, ...), by name: the recipes layer
+    # imports no transformers. The kind object gives the class (TaskKind.auto_class); the models layer, below the
+    # kinds', finds each kind's head by it (models/task_heads.py).
+    auto_class_name: ClassVar[str]
     own_head: ClassVar[OwnHead | None] = None  # None: a pooled sequence classifier (pooling, a backward LM apply)
     # The training keys that change the kind's loss (recipes/finetune.py refuses the others on its tasks).
     loss_keys: ClassVar[tuple[str, ...]] = ()
@@ -200,6 +204,8 @@ class HubDatasetSection(Section):
 class TextTaskSection(TaskSection):
     """A task whose examples are rows of text columns (TSV, CSV, JSON Lines): the sequence-classification kinds."""
 
+    auto_class_name: ClassVar[str] = "AutoModelForSequenceClassification"
+
     source: Literal["files", "hub"] = Field(
         "files",
         description="files: read data_dir; hub: a GLUE task from the hub's nyu-mll/glue, or a custom task's rows "
@@ -297,14 +303,21 @@ class TextTaskSection(TaskSection):
                 "into one text, and text (e.g. '{A}. {B}') says how"
             )
 
-    def text_spec(self, labels: tuple[str, ...] | None, metrics: tuple[str, ...], **keys: Any) -> TaskSpec:
-        """A custom task's spec from its text keys, with the kind's labels, metrics and other spec `keys`."""
+    def text_spec(
+        self,
+        labels: tuple[str, ...] | None,
+        metrics: tuple[str, ...],
+        spec_type: type[TaskSpec] = TaskSpec,
+        **keys: Any,
+    ) -> TaskSpec:
+        """A custom task's spec from its text keys, with the kind's labels, metrics and other spec `keys` (those of
+        its `spec_type`, the kind's own TaskSpec subclass where it has one: kinds/K/spec.py)."""
         columns = self.text_columns or template_columns(self.text or "")
         template = self.text
         if template is None and len(columns) > 1 and not self.reads_a_pair:
             template = " ".join(f"{{{column}}}" for column in columns)  # joined with a space into one text
         files = self.files or ({split: f"{split}.{self.format}" for split in STANDARD_FILES} if self.format else None)
-        return TaskSpec(
+        return spec_type(
             name=self.name,
             text_columns=tuple(columns),
             label_column=self.label_column or "",

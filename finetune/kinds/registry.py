@@ -1,7 +1,9 @@
-"""The task kinds' table: one line per kind, and the lookups the stages use instead of comparing kind names.
+"""The task kinds' table: one line per kind, and the lookups the stages and commands use instead of comparing kind
+names or listing kinds (each kind's Auto class, predictor, evaluation and spec fields are its object's to give).
 
 A kind's recipe section is also listed in recipes/task.py's TASK_SECTIONS (the recipes layer cannot import the kind
-objects); tests/kinds/test_registry.py checks the two agree.
+objects); tests/kinds/test_registry.py checks the two agree, and tests/project/test_architecture.py that no other
+module lists kinds.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from finetune.kinds.spans.kind import SPANS
 from finetune.kinds.tokens.kind import TOKENS
 from finetune.tasks.specs import TaskSpec
 
-# One line per kind: adding a kind is its package under finetune/kinds/ and a line here (and its section's line in
-# recipes/task.py).
+# One line per kind: adding a kind is its package under finetune/kinds/ and a line here (and its section in
+# recipes/task.py's TASK_SECTIONS and union); docs/contributing.md, "Add a task kind".
 KINDS: dict[str, TaskKind] = {
     CLASSIFICATION.name: CLASSIFICATION,
     REGRESSION.name: REGRESSION,

@@ -61,13 +61,12 @@ _CONTINUED_BESIDE: dict[LanguageModelFamily, LanguageModelFamily] = {BERT: AUTO_
 # Model types transformers knows only through this toolkit: their own family continues (or refuses) them.
 _OWN_MODEL_TYPES = {f.model_type for f in FAMILIES.values() if f.registering_import}
 
-# The decoders of transformers' families that continued pretraining is tested on, beside gpt2: those whose fused
-# loss is checked against their own logits (tests/stages/test_continued_families.py); any other decoder with a causal-LM
-# head continues too (AUTO_CAUSAL_LM), through its logits.
-DECODER_MODEL_TYPES = SPLIT_OUTPUT_TYPES
-# The causal model types `finetune pretrain` writes: ours and the decoders above (what the fine-tuning stages read
-# left to right; `finetune generate` and `finetune score` read any decoder, `reads_next_tokens`).
-CAUSAL_MODEL_TYPES = tuple(f.model_type for f in FAMILIES.values() if not f.masked) + DECODER_MODEL_TYPES
+# The causal model types `finetune pretrain` writes: ours and the decoders of transformers' families that continued
+# pretraining is tested on, beside gpt2, those whose loss is fused with their decoder (SPLIT_OUTPUT_TYPES, checked
+# against their own logits by tests/stages/test_continued_families.py); any other decoder with a causal-LM head
+# continues too (AUTO_CAUSAL_LM), through its logits. What the fine-tuning stages read left to right; `finetune
+# generate` and `finetune score` read any decoder (`reads_next_tokens`).
+CAUSAL_MODEL_TYPES = tuple(f.model_type for f in FAMILIES.values() if not f.masked) + SPLIT_OUTPUT_TYPES
 # Model types whose classifier reads any length (the AWD-LSTM: BPT3C chunks), so task.max_length left out means the
 # whole document; they are also the ones fine-tuned with ULMFiT's techniques by default (training/techniques.py).
 WHOLE_DOCUMENT_TYPES = tuple(f.model_type for f in FAMILIES.values() if f.recurrent)

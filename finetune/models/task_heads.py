@@ -1,42 +1,46 @@
 """What every task kind with a Hugging Face Auto class of its own does alike (tagging, multiple choice, question
 answering): build its model on a backbone, size it for `finetune profile`, and load a fine-tuned one, each refusing a
-family the Auto class has no model for in one line."""
+family the Auto class has no model for in one line.
+
+Each kind's Auto class is its recipe section's `auto_class_name` (kinds/K/recipe.py): this layer lies below the kinds'
+objects (finetune/kinds/registry.py) and above the recipes, so it asks the recipes' table of sections (TASK_SECTIONS)
+which kinds a checkpoint can be fine-tuned for.
+"""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import transformers
 from transformers import AutoConfig
-from transformers.models.auto.modeling_auto import (
-    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
-    MODEL_FOR_QUESTION_ANSWERING_MAPPING,
-    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
-)
 
 from finetune.errors import CheckpointError
 from finetune.models.hub import load_pretrained, resolve_checkpoint
 from finetune.models.loading import load_model
+from finetune.recipes.task import TASK_SECTIONS
 
-# Each task kind's Auto-class mapping (config class -> model class): transformers' own and those registered with it
-# (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head). Keyed by the kinds' names for the
-# refusal below, which names the kinds a checkpoint can be fine-tuned for; a lookup table, no comparison: the models
-# layer lies below the kinds' objects (finetune/kinds/registry.py), which cannot be asked from here.
-KIND_MAPPINGS = {
-    "classification": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-    "regression": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-    "multilabel": MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING,
-    "tokens": MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
-    "choices": MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
-    "spans": MODEL_FOR_QUESTION_ANSWERING_MAPPING,
-}
+if TYPE_CHECKING:  # finetune.kinds.recipe loads through finetune.recipes, whose package imports every section
+    from finetune.kinds.recipe import TaskSection
+
+AUTO_CLASS_PREFIX = "AutoModel"  # AutoModelForTokenClassification: a saved model's class ends ForTokenClassification
+
+
+def auto_class_of(section: type[TaskSection]) -> Any:
+    """transformers' Auto class of a kind's models (its section's auto_class_name): transformers' own classes and
+    those registered with it (ours: the AWD-LSTM's classifier and tagger, GPT-2's multiple-choice head)."""
+    return getattr(transformers, section.auto_class_name)
+
+
+def has_a_head(section: type[TaskSection], config) -> bool:
+    """Whether the kind's Auto class has a model for this config's family (its config class -> model class mapping)."""
+    return type(config) in auto_class_of(section)._model_mapping
 
 
 def kinds_with_a_head(config) -> list[str]:
     """The task kinds (task.kind) a checkpoint of this config can be fine-tuned for: those with a head for it."""
-    return [kind for kind, mapping in KIND_MAPPINGS.items() if type(config) in mapping]
+    return [kind for kind, section in TASK_SECTIONS.items() if has_a_head(section, config)]
 
 
 def no_head_refusal(checkpoint: str, config, head: str, instead: str) -> CheckpointError:
@@ -51,19 +55,31 @@ def no_head_refusal(checkpoint: str, config, head: str, instead: str) -> Checkpo
 
 @dataclass(frozen=True)
 class TaskHead:
-    """A task kind's Auto class and how its messages name it."""
+    """A task kind's Auto class (its section's) and how its messages name it."""
 
-    auto_class: Any  # e.g. AutoModelForTokenClassification
-    mapping: Any  # its config class -> model class mapping (transformers' own and those registered with it)
-    class_ending: str  # what the name of such a model's class ends with (config.json's architectures)
-    kind: str  # the task kind that trains one (task.kind)
+    section: type[TaskSection]  # the kind's recipe section: its kind_name and auto_class_name
     called: str  # what a model of the kind is called: "tagger", ...
     head: str  # what a family without one lacks: "token-classification head", ...
     instead: str  # what a user who wants the kind can use instead: which models have such a head
 
+    @property
+    def auto_class(self) -> Any:
+        """e.g. AutoModelForTokenClassification."""
+        return auto_class_of(self.section)
+
+    @property
+    def kind(self) -> str:
+        """The task kind that trains one (task.kind)."""
+        return self.section.kind_name
+
+    @property
+    def class_ending(self) -> str:
+        """What the name of such a model's class ends with (config.json's architectures): ForTokenClassification."""
+        return self.section.auto_class_name.removeprefix(AUTO_CLASS_PREFIX)
+
     def refuse_family_without(self, config, checkpoint: str) -> None:
         """A family the Auto class has no model for (a decoder for multiple choice, an n-gram model): one line."""
-        if type(config) not in self.mapping:
+        if not has_a_head(self.section, config):
             raise no_head_refusal(checkpoint, config, self.head, self.instead)
 
     def is_saved_in(self, config) -> bool:

@@ -49,18 +49,20 @@ def describe_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, s
     kinds they apply to; the same key with another meaning in other variants is listed again."""
     rows: dict[tuple[str, str], tuple[str, str, str, str]] = {}  # (key, meaning) -> row
     families: dict[tuple[str, str], list[str]] = {}
-    tags: dict[tuple[str, str], bool] = {}  # whether the key is its section's family or kind
+    tags: dict[tuple[str, str], list[str]] = {}  # a family or kind key: each variant's description of its own value
     for key, field, variant in key_fields(model, prefix):
         is_tag = bool(variant) and key == variant[-1][0]
         identity = (key, "" if is_tag or not variant else field.description or "")
         rows.setdefault(identity, (key, type_label(field.annotation), _default(field), field.description or ""))
-        tags[identity] = is_tag
+        if is_tag:
+            tags.setdefault(identity, []).append(field.description or "")
         if variant:
             families.setdefault(identity, []).append(variant[-1][1])
     described = []
     for identity, (key, label, default, meaning) in rows.items():
-        if tags[identity]:
-            described.append((key, "|".join(families[identity]), default, meaning))
+        if identity in tags:  # each section says what its own family or kind is: "bert: masked LM; gpt2: ..."
+            meanings = "; ".join(dict.fromkeys(meaning for meaning in tags[identity] if meaning))
+            described.append((key, "|".join(families[identity]), default, meanings))
         elif identity in families:
             described.append((key, label, default, f"({', '.join(families[identity])}) {meaning}"))
         else:

@@ -88,21 +88,14 @@ class MaskedLMModelConfig(TransformerModelConfig):
     """A BERT-style encoder trained to fill in masked tokens."""
 
     masked_lm: ClassVar[bool] = True
-    family: Literal["bert"] = Field(
-        "bert",
-        description="bert: masked LM; gpt2: causal transformer; "
-        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline",
-    )
+    family: Literal["bert"] = Field("bert", description="bert: masked LM")
 
 
 class CausalLMModelConfig(TransformerModelConfig):
     """A GPT-2-style decoder trained to predict the next token; with memory_length or a sparse attention pattern,
     our own model (models/causal_transformer.py) instead of GPT2LMHeadModel."""
 
-    family: Literal["gpt2"] = Field(
-        description="bert: masked LM; gpt2: causal transformer; "
-        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline"
-    )
+    family: Literal["gpt2"] = Field(description="gpt2: causal transformer")
     memory_length: int = Field(
         0,
         ge=0,
@@ -147,9 +140,7 @@ class AWDLSTMModelConfig(LanguageModelSection):
 
     bptt_rows: ClassVar[bool] = True
     maps_new_vocabulary: ClassVar[bool] = True
-    family: Literal["awd_lstm"] = Field(
-        description="bert: masked LM; gpt2: causal transformer; awd_lstm: ULMFiT's causal LSTM"
-    )
+    family: Literal["awd_lstm"] = Field(description="awd_lstm: ULMFiT's causal LSTM")
     checkpoint: str | None = Field(
         None, description="continue pretraining this AWD-LSTM checkpoint folder (ULMFiT's target-domain LM stage)"
     )
@@ -211,10 +202,7 @@ class NGramModelConfig(LanguageModelSection):
     ids in one pass (no training loop: the training, schedule and discriminative keys do not apply)."""
 
     counted: ClassVar[bool] = True
-    family: Literal["ngram"] = Field(
-        description="bert: masked LM; gpt2: causal transformer; "
-        "awd_lstm: ULMFiT's causal LSTM; ngram: Kneser-Ney n-gram baseline"
-    )
+    family: Literal["ngram"] = Field(description="ngram: Kneser-Ney n-gram baseline")
     order: int = Field(3, ge=1, le=6, description="n: the longest n-gram counted (3: trigrams; 1: a unigram model)")
     discounts: Literal["modified"] = Field(
         "modified",

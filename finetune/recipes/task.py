@@ -1,8 +1,10 @@
 """A recipe's `task` section: one section per task kind (finetune/kinds/K/recipe.py), chosen by its `kind`.
 
 TASK_SECTIONS is the recipes' side of the kinds' table (finetune/kinds/registry.py's KINDS holds the kind objects,
-one layer up; tests/kinds/test_registry.py checks they list the same kinds with the same sections), as
-MODEL_SECTIONS is of the model families'.
+one layer up, which the recipes cannot import), as MODEL_SECTIONS is of the model families'; the layers between ask
+it (models/task_heads.py: each kind's Auto class). It and the union written out for mypy below are the one list of
+the kinds outside finetune/kinds/: tests/kinds/test_registry.py checks the three agree, and
+tests/project/test_architecture.py that no other module lists kinds.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def task_kind(value: Any) -> str:
 
 
 if TYPE_CHECKING:
-    # What the checker sees: the same sections, spelled out (mypy cannot read a Union built at run time).
+    # What the checker sees: the same sections, spelled out in TASK_SECTIONS' order (mypy cannot read a Union built at
+    # run time; tests/kinds/test_registry.py checks it is TASK_SECTIONS').
     TaskConfig = (
         ClassificationSection | RegressionSection | MultilabelSection | TokensSection | ChoicesSection | SpansSection
     )

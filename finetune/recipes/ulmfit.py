@@ -167,7 +167,10 @@ class UlmfitRecipe(RunRecipe):
         return {"general_lm": general, "target_lm": self.target_lm, "classifier": self.classifier}
 
 
-# Decoder model types whose config names no head (a bare `LlamaModel`): stage 2 continues them as causal LMs.
+# Decoder model types whose config names no head (a bare `LlamaModel`): stage 2 continues them as causal LMs. Named
+# here, since the recipe loads without importing transformers (models/families.py's is_decoder_type asks transformers'
+# mappings): tests/models/test_families.py checks each is a decoder there, and that every decoder models/auto_lm.py's
+# SPLIT_OUTPUT_TYPES fuses (those continued pretraining is tested on) is here.
 DECODER_MODEL_TYPES = (
     "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "phi3", "opt", "gpt_neox",
 )  # fmt: skip

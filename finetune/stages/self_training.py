@@ -158,9 +158,9 @@ def round_rows(recipe, plan: SelfTrainingPlan, number: int) -> PseudoLabelled:
     spec, section = plan.spec, recipe.self_training
     teacher = round_folder(recipe.run_dir, number - 1) / CHECKPOINT_DIR
     say(f"round {number - 1}'s model labels the {len(plan.unlabelled.texts):,} unlabelled rows")
-    predictor = kind_of(spec).predictor(str(teacher), recipe, spec, 2 * recipe.training.batch_size, None)
-    probabilities = predictor.class_probabilities(plan.unlabelled, name="unlabelled")
-    del predictor  # its model, before the round's own is built
+    # The teacher's model is let go before the round's own is built.
+    batch_size = 2 * recipe.training.batch_size
+    probabilities = kind_of(spec).class_probabilities(str(teacher), recipe, spec, plan.unlabelled, batch_size)
     assert spec.labels is not None  # kind classification
     cap = number * plan.per_class
     selection = select_confident(probabilities, plan.keys, plan.excluded, section.threshold, cap, spec.labels)

@@ -10,7 +10,7 @@ Every kind's task is one (a kind's section builds it: finetune/kinds/K/recipe.py
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +77,13 @@ class TaskSpec:
     # Hugging Face's config.problem_type of a sequence classifier, which picks its loss (cross-entropy, MSE, binary
     # cross-entropy): set by the kind (one of PROBLEM_TYPES); None for the kinds with heads of their own.
     problem_type: str | None = SINGLE_LABEL_PROBLEM
-    # Tagging tasks (kind tokens): a tag per word, read from CoNLL column files; `labels` are the tags.
-    tag_column: int = -1  # the column of a CoNLL line that holds the tag
-    # Multi-label tasks (kind multilabel): a set of `labels` per example, from a list column (label_column, its
-    # items separated by label_separator in TSV/CSV) or from a 0/1 column per label (label_columns).
-    label_columns: tuple[str, ...] | None = None
-    label_separator: str = "|"
+    # A kind's own fields are its spec subclass's (kinds/K/spec.py: TaggingSpec's tag_column, ...), built by its
+    # section; the kind narrows a TaskSpec to it (tagging_spec(spec), ...).
+
+    def without_labels(self, no_column: str) -> TaskSpec:
+        """This spec reading a file of its text columns alone: its label and id columns `no_column` (a column no
+        file has), no text template (a kind whose labels are read from other columns too leaves those out)."""
+        return replace(self, label_column=no_column, index_column=no_column, text_template=None)
 
     @property
     def is_regression(self) -> bool:

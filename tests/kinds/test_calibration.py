@@ -107,7 +107,7 @@ def test_temperature_is_fitted_on_the_saved_weights_and_predict_divides_by_it(ca
 
 def test_an_ensemble_averages_its_members_calibrated_probabilities(calibrated, tmp_path, monkeypatch):
     """eval divides each member's logits by its own temperature before the ensemble's mean of probabilities."""
-    import finetune.commands.evaluate as evaluate_module
+    import finetune.kinds.classification.evaluation as evaluate_module
 
     checkpoint = calibrated["run"] / "checkpoint"
     plain = tmp_path / "plain"

@@ -1,9 +1,12 @@
-"""The task kinds' table: every kind answers the contract, the recipes' sections and the kinds' objects agree, an
-unknown kind and a key of another kind are one line naming the key."""
+"""The task kinds' table: every kind answers the contract, the recipes' sections (and the union mypy reads) and the
+kinds' objects agree, an unknown kind and a key of another kind are one line naming the key. The kinds are the
+table's: no list of them is written here."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 from typer.testing import CliRunner
@@ -11,25 +14,33 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.kinds.base import TaskKind
+from finetune.kinds.predictor import TaskPredictor
+from finetune.kinds.recipe import GlueOrCustomSection
 from finetune.kinds.registry import KINDS, kind_named, kind_of
 from finetune.kinds.stage import TaskStage
+from finetune.models.task_heads import kinds_with_a_head
 from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe, task_config
 from finetune.recipes.finetune import FinetuneRecipe
 from finetune.tasks.specs import TaskSpec
 from tests.conftest import one_error_line, write_yaml
+from tests.recipes.test_wrong_types import TASKS
 
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-CONTRACT = ("predictor", "output_table", "card", "profile_model", "profile_description")
+CONTRACT = ("evaluate", "predictor", "output_table", "card", "profile_model", "profile_description")
 
 
 def test_every_kind_answers_the_contract():
-    assert list(KINDS) == ["classification", "regression", "multilabel", "tokens", "choices", "spans"]
+    assert KINDS and list(KINDS) == list(TASK_SECTIONS)
     for name, kind in KINDS.items():
         assert isinstance(kind, TaskKind) and kind.name == name
         assert issubclass(kind.stage_class, TaskStage)
         # Every hook the base leaves to a kind is the kind's own (the base's raise NotImplementedError).
-        for hook in CONTRACT:
+        hooks = CONTRACT + (("class_probabilities",) if kind.section.self_trains else ())
+        for hook in hooks:
             assert getattr(type(kind), hook) is not getattr(TaskKind, hook), f"{name} lacks {hook}"
+        # Its predictor's type is the predictors' base: `finetune predict` asks it, never which kind it is.
+        assert issubclass(get_type_hints(type(kind).predictor)["return"], TaskPredictor)
 
 
 def test_the_recipes_sections_are_the_kinds_sections():
@@ -38,15 +49,27 @@ def test_the_recipes_sections_are_the_kinds_sections():
         assert section.kind_name == name and section.model_fields["kind"].default == name
 
 
+def test_the_union_mypy_reads_is_the_recipes_sections():
+    """recipes/task.py writes the sections' union out for mypy (it cannot read one built at run time): the same
+    sections, in the table's order."""
+    tree = ast.parse((ROOT / "finetune" / "recipes" / "task.py").read_text(encoding="utf-8"))
+    checked = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    union = next(node.value for node in checked.body if isinstance(node, ast.Assign))
+    assert ast.unparse(union) == " | ".join(section.__name__ for section in TASK_SECTIONS.values())
+
+
+def test_each_kind_s_auto_class_is_its_sections_and_names_its_head():
+    for name, kind in KINDS.items():
+        assert kind.auto_class.__name__ == kind.section.auto_class_name
+        # A config its Auto class has a model for can be fine-tuned for the kind (the refusals' list of kinds).
+        config_class = next(iter(kind.auto_class._model_mapping.keys()))
+        assert name in kinds_with_a_head(config_class())
+
+
 def test_each_kind_builds_a_spec_of_its_own_kind(tmp_path):
-    keys = {
-        "classification": {"text_columns": ["a"], "label_column": "y", "labels": ["0", "1"]},
-        "regression": {"text_columns": ["a"], "label_column": "y"},
-        "multilabel": {"text_columns": ["a"], "label_column": "y", "labels": ["p", "q"]},
-    }
     specs = {}
     for name, section in TASK_SECTIONS.items():
-        specs[name] = spec = section(name="mine", kind=name, data_dir=tmp_path, **keys.get(name, {})).spec()
+        specs[name] = spec = section(**{**TASKS[name], "kind": name, "data_dir": tmp_path}).spec()
         assert isinstance(spec, TaskSpec) and spec.kind == name and kind_of(spec) is KINDS[name]
     # What the lower layers ask of a spec instead of its kind's name: set by the kind.
     flags = {name: (spec.is_regression, spec.label_sets) for name, spec in specs.items()}
@@ -55,7 +78,7 @@ def test_each_kind_builds_a_spec_of_its_own_kind(tmp_path):
 
 
 def test_an_unknown_kind_is_one_line_naming_the_key(tmp_path):
-    with pytest.raises(UserError, match=r"^task.kind: unknown task kind 'ranking' \(expected classification, "):
+    with pytest.raises(UserError, match=rf"^task.kind: unknown task kind 'ranking' \(expected {', '.join(KINDS)}\)$"):
         kind_named("ranking")
     recipe = write_yaml(
         tmp_path / "r.yaml",
@@ -64,7 +87,7 @@ def test_an_unknown_kind_is_one_line_naming_the_key(tmp_path):
     text = recipe.read_text().replace("name: t", "name: t\n  kind: ranking")
     recipe.write_text(text)
     message = one_error_line(runner.invoke(app, ["finetune", str(recipe)]))
-    assert "task.kind: unknown task kind ranking (expected classification, regression, multilabel" in message
+    assert f"task.kind: unknown task kind ranking (expected {', '.join(KINDS)})" in message
     assert "\n" not in message
 
 
@@ -80,7 +103,7 @@ def test_an_unknown_kind_is_one_line_naming_the_key(tmp_path):
 )
 def test_a_key_of_another_kind_is_one_line_naming_it(tmp_path, kind, key, value, expected):
     task = {"name": "mine", "kind": kind, "data_dir": str(tmp_path), key: value}
-    if kind in ("classification", "regression"):
+    if issubclass(TASK_SECTIONS[kind], GlueOrCustomSection):  # a custom task: its text and label columns
         task |= {"text_columns": ["a"], "label_column": "y"} | ({"labels": ["0", "1"]} if kind != "regression" else {})
     recipe = {"stage": "finetune", "run_dir": str(tmp_path / "run"), "model": {"checkpoint": "x"}, "task": task}
     with pytest.raises(UserError) as raised:
@@ -94,10 +117,13 @@ def test_the_keys_are_listed_by_kind_each_explained_once():
     assert len(keys) == len(rows)  # a key with one meaning is one row, marked with the kinds it is for
     by_key = {key: meaning for key, _, _, meaning in rows}
     assert by_key["task.doc_stride"].startswith("(spans) ")
-    assert by_key["task.name"].startswith("(classification, regression, multilabel, tokens, choices, spans) ")
-    assert by_key["task.both_orders"].startswith("(classification, regression, multilabel) ")
+    assert by_key["task.name"].startswith(f"({', '.join(KINDS)}) ")
+    pair_readers = [name for name, section in TASK_SECTIONS.items() if "both_orders" in section.model_fields]
+    assert len(pair_readers) > 1 and by_key["task.both_orders"].startswith(f"({', '.join(pair_readers)}) ")
     kinds = next(row for row in rows if row[0] == "task.kind")
-    assert kinds[1] == "classification|regression|multilabel|tokens|choices|spans"
+    assert kinds[1] == "|".join(KINDS)
+    # Each section says what its own kind is; task.kind's row joins them (a new kind's shows up with it).
+    assert kinds[3] == "; ".join(section.model_fields["kind"].description for section in TASK_SECTIONS.values())
 
 
 def test_finetune_recipes_keys_lists_the_task_keys_by_kind():
@@ -114,7 +140,10 @@ def test_the_registry_is_one_line_per_kind():
     assert table[1:] == [f"    {kind.upper()}.name: {kind.upper()}," for kind in KINDS]
 
 
-@pytest.mark.parametrize("kind", ["tokens", "choices", "spans", "multilabel"])
+# The kinds that are no GLUE task (test_regression.py loads the old keys as classification and regression).
+@pytest.mark.parametrize(
+    "kind", [name for name, section in TASK_SECTIONS.items() if not issubclass(section, GlueOrCustomSection)]
+)
 def test_a_section_saved_with_every_kind_s_keys_loads_as_its_kind(tmp_path, kind):
     """Recipes saved before the kinds had sections of their own hold every task key, at its default where unused."""
     from tests.kinds.test_regression import OLD_TASK_KEYS

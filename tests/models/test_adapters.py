@@ -293,7 +293,7 @@ def other_kind_task(kind: str, folder: Path) -> dict:
 def test_every_task_kind_trains_an_adapter_and_loads_it(kind, head, tmp_path):
     """2 steps of each other task kind with LoRA: the family's own head trains fully, and the adapter checkpoint loads
     (merged) with the kind's Auto class."""
-    from transformers import AutoModelForMultipleChoice, AutoModelForQuestionAnswering, AutoModelForTokenClassification
+    from finetune.kinds.registry import KINDS
 
     base = save_tiny_checkpoint(tmp_path / "bert", "bert")
     data = adapter_recipe(base, tmp_path, tmp_path / "run")
@@ -302,12 +302,7 @@ def test_every_task_kind_trains_an_adapter_and_loads_it(kind, head, tmp_path):
     result = runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     assert head in " ".join(result.output.split())
-    auto_class = {
-        "tokens": AutoModelForTokenClassification,
-        "choices": AutoModelForMultipleChoice,
-        "spans": AutoModelForQuestionAnswering,
-    }[kind]
-    model = load_model(auto_class, str(tmp_path / "run" / "checkpoint"))
+    model = load_model(KINDS[kind].auto_class, str(tmp_path / "run" / "checkpoint"))
     assert type(model).__name__ == AutoConfig.from_pretrained(tmp_path / "run" / "checkpoint").architectures[0]
 
 

@@ -8,12 +8,12 @@ import torch
 from transformers import AutoConfig
 
 from finetune.errors import CheckpointError, UserError, recipe_key
+from finetune.models.auto_lm import SPLIT_OUTPUT_TYPES
 from finetune.models.families import (
     AWD_LSTM,
     BERT,
     CAUSAL_MODEL_TYPES,
     CAUSAL_TRANSFORMER,
-    DECODER_MODEL_TYPES,
     FAMILIES,
     GPT2,
     NGRAM,
@@ -21,6 +21,7 @@ from finetune.models.families import (
     family,
     family_of,
     family_of_model_type,
+    is_decoder_type,
     is_recurrent,
 )
 from finetune.models.language_models import VocabularyOfSize
@@ -66,6 +67,10 @@ def test_an_unknown_family_is_refused_in_one_line():
     assert family_of_model_type("roberta") is None  # transformers' own: fine-tuned, never pretrained here
 
 
+def test_every_family_has_a_section_here():
+    assert set(SECTIONS) == set(FAMILIES)  # each family is asked what the code asks of it below
+
+
 @pytest.mark.parametrize("name", SECTIONS)
 def test_a_recipe_section_selects_its_family(name):
     assert family_of(SECTIONS[name]) is FAMILIES[name]
@@ -109,10 +114,20 @@ def test_the_data_layouts():
 def test_what_is_known_of_a_loaded_config():
     assert CAUSAL_MODEL_TYPES[:4] == ("gpt2", "finetune_causal_transformer", "awd_lstm", "ngram")
     decoders = ("llama", "mistral", "qwen2", "gemma", "phi", "opt", "gpt_neox")
-    assert CAUSAL_MODEL_TYPES[4:] == DECODER_MODEL_TYPES == decoders
+    assert CAUSAL_MODEL_TYPES[4:] == SPLIT_OUTPUT_TYPES == decoders
     assert WHOLE_DOCUMENT_TYPES == ("awd_lstm",)
     assert is_recurrent(AutoConfig.for_model("awd_lstm")) and not is_recurrent(AutoConfig.for_model("bert"))
     assert not is_recurrent(AutoConfig.for_model("roberta"))
+
+
+def test_the_recipes_decoders_are_transformers_decoders_and_hold_those_tested():
+    """recipes/ulmfit.py names decoder model types without importing transformers (a checkpoint whose config names no
+    head continues as a causal LM): each is a decoder to transformers, and every decoder continued pretraining is
+    tested on (gpt2 and SPLIT_OUTPUT_TYPES) is among them."""
+    from finetune.recipes.ulmfit import DECODER_MODEL_TYPES
+
+    assert all(is_decoder_type(model_type) for model_type in DECODER_MODEL_TYPES)
+    assert {GPT2.model_type, *SPLIT_OUTPUT_TYPES} <= set(DECODER_MODEL_TYPES)
 
 
 def test_a_checkpoint_of_another_family_is_refused_with_its_type():

@@ -23,15 +23,19 @@ side by side in one layer (a | b) import neither each other nor anything above:
 
 A task kind's package (finetune/kinds/K/) spans layers: each of its modules sits in the layer of its role, named by
 the module's last name (ROLE_LAYERS), as if it were a module of that role's package: K.recipe with the recipes,
-K.data with data, K.model with models, K.metrics with tasks, K.training with the loop; the rest (K.kind, K.stage,
-K.evaluation, K.predictor) in the kinds layer. So `recipes -> kinds.K.recipe` and `kinds.recipe -> recipes.base`
-are imports within one package's layer, the one exception by design; nothing else imports upwards or sideways.
+K.data with data, K.model with models, K.metrics and K.spec with tasks, K.training with the loop; the rest (K.kind,
+K.stage, K.evaluation, K.predictor) in the kinds layer. So `recipes -> kinds.K.recipe` and `kinds.recipe ->
+recipes.base` are imports within one package's layer, the one exception by design; nothing else imports upwards or
+sideways.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from finetune.kinds.registry import KINDS
+from finetune.models.families import FAMILIES
 
 PACKAGE = Path(__file__).resolve().parents[2] / "finetune"
 
@@ -118,7 +122,7 @@ LAYERS = [
 
 # A task kind's module by its role (its last name): the package whose layer it belongs to, whatever package it is in.
 ROLE_LAYERS = {"recipe": "finetune.recipes", "data": "finetune.data", "metrics": "finetune.tasks"}
-ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training"}
+ROLE_LAYERS |= {"model": "finetune.models", "training": "finetune.training", "spec": "finetune.tasks"}
 
 
 def package_of(module: str) -> str:
@@ -293,7 +297,7 @@ def test_the_training_state_is_written_and_read_in_one_place():
 # Model families: asked of their objects in models/families.py, not compared as strings
 # ---------------------------------------------------------------------------------------------
 
-FAMILY_NAMES = {"bert", "gpt2", "causal_transformer", "awd_lstm", "ngram"}
+FAMILY_NAMES = set(FAMILIES)  # the families' table is the one list of them
 # Files that still compare family names, with how many comparisons: each a debt, never a place to add one.
 FAMILY_COMPARISONS_ALLOWED: dict[str, int] = {}  # none: a file that must compare one says why here
 
@@ -343,7 +347,12 @@ def test_a_family_comparison_is_counted():
 # Task kinds: asked of their objects (finetune/kinds/registry.py), not compared as strings
 # ---------------------------------------------------------------------------------------------
 
-KIND_NAMES = {"classification", "regression", "multilabel", "tokens", "choices", "spans"}
+KIND_NAMES = set(KINDS)  # the kinds' table is the one list of them; this test asks it
+# Each kind's package (finetune/kinds/K/), where its kind object's class is written.
+KIND_PACKAGES = {type(kind).__module__.rpartition(".")[0] for kind in KINDS.values()}
+# The two tables that list every kind: the kind objects, and the recipes' sections with the union mypy reads, which
+# the recipes layer keeps because it cannot import the kind objects (tests/kinds/test_registry.py keeps them in step).
+KIND_TABLES = {"finetune.kinds.registry", "finetune.recipes.task"}
 # Not task kinds, and not flagged: a schedule's kind (stlr, linear: training/schedules.py) is no kind name. Hugging
 # Face's problem_type values ("regression", "single_label_classification", ...) are named once, as constants, in
 # tasks/specs.py (REGRESSION_PROBLEM, ...): a comparison with such a constant is no comparison with a literal, which
@@ -374,3 +383,58 @@ def test_a_kind_comparison_is_counted():
         'unit = "tokens" if exact else "tokens at most"\n'
     )
     assert family_comparisons(source, KIND_NAMES) == [1, 2]
+
+
+def kind_lists(source: str, names: set[str]) -> list[int]:
+    """Lines of `source` with a literal tuple, list, set or dict (its keys) that holds two or more of `names` (kind
+    names): a list of kinds written by hand."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        elements = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) or elements is None:
+            continue
+        spelled = {element.value for element in elements if isinstance(element, ast.Constant)} & names
+        if len(spelled) > 1:
+            lines.append(node.lineno)
+    return lines
+
+
+def kinds_imported(targets: set[str], packages: set[str]) -> set[str]:
+    """The kinds' packages (of `packages`) a module imports from."""
+    return {package for package in packages for target in targets if target.startswith(package + ".")}
+
+
+def test_the_kinds_are_listed_only_in_their_tables():
+    """Everywhere but the two tables asks the kind object (kind_of(spec): its Auto class, predictor, evaluation, spec
+    fields, ...) or the recipes' table of sections; a module that imports two kinds' packages (a union of their
+    predictors) or writes two kind names in one literal (a mapping per kind) lists kinds a new one must join."""
+    graph = import_graph()
+    assert {f"finetune.kinds.{name}" for name in KIND_NAMES} == KIND_PACKAGES  # a kind's package is named after it
+    assert kinds_imported(graph["finetune.kinds.registry"], KIND_PACKAGES) == KIND_PACKAGES  # the scan sees them
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = module_name(path)
+        if module in KIND_TABLES or any(
+            module == package or module.startswith(package + ".") for package in KIND_PACKAGES
+        ):
+            continue  # a kind's package may import the kind it extends (multilabel: classification's)
+        imported = kinds_imported(graph[module], KIND_PACKAGES)
+        lines = kind_lists(path.read_text(encoding="utf-8"), KIND_NAMES)
+        if len(imported) > 1 or lines:
+            found[module] = sorted(imported) if len(imported) > 1 else lines
+    assert found == {}, (
+        "list no task kinds outside finetune/kinds/registry.py's KINDS and recipes/task.py's TASK_SECTIONS: ask the "
+        f"kind object (kind_of(spec), kind_named(name)) or a section's attribute instead: {found}"
+    )
+
+
+def test_a_list_of_kinds_is_found():
+    source = (
+        'HEADS = {"classification": 1, "tokens": 2}\n'
+        'if kind in ("spans", "stlr"): pass\n'
+        'RUNS = [("tokens", "choices")]\n'
+        'unit = ("tokens", "words")\n'
+    )
+    assert kind_lists(source, KIND_NAMES) == [1, 3]
+    targets = {"finetune.kinds.tokens.predictor", "finetune.kinds.choices.data", "finetune.kinds.registry"}
+    assert kinds_imported(targets, KIND_PACKAGES) == {"finetune.kinds.tokens", "finetune.kinds.choices"}

@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel
 
 from finetune.errors import UserError
+from finetune.kinds.recipe import GlueOrCustomSection
+from finetune.recipes import TASK_SECTIONS
 from finetune.recipes.base import type_members
 from finetune.recipes.describe import KeyField
 from finetune.recipes.loader import (
@@ -39,7 +41,8 @@ WRONG_VALUES: dict[str, tuple[str, Any]] = {
     "text": ("hello", "hello"),
 }
 
-# A valid task of each kind (paths are not checked here: no file is read).
+# A valid task of each kind (paths are not checked here: no file is read); tests/kinds/test_registry.py builds each
+# kind's spec from it too.
 TASKS: dict[str, dict[str, Any]] = {
     "classification": {"name": "t", "data_dir": "d", "text_columns": ["s"], "label_column": "y", "labels": ["a", "b"]},
     "regression": {"kind": "regression", "name": "t", "data_dir": "d", "text_columns": ["s"], "label_column": "y"},
@@ -55,7 +58,9 @@ TASKS: dict[str, dict[str, Any]] = {
     "choices": {"kind": "choices", "name": "t", "data_dir": "d"},
     "spans": {"kind": "spans", "name": "t", "data_dir": "d"},
 }
-HUB_KINDS = (None, "classification", "regression")  # the kinds whose rows may come from a hub dataset (source hub)
+# The kinds whose rows may come from a hub dataset (source hub): a GLUE task by name or a custom one (and None: a key
+# of no task kind).
+HUB_KINDS = (None, *(name for name, section in TASK_SECTIONS.items() if issubclass(section, GlueOrCustomSection)))
 TRAIN = {"train_files": ["train.txt"]}
 BASES: dict[str, dict[str, Any]] = {
     "pretrain": {"stage": "pretrain", "run_dir": "runs/t", "corpus": TRAIN},

@@ -13,10 +13,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
     AutoTokenizer,
 )
 from typer.testing import CliRunner
@@ -25,6 +22,7 @@ import finetune
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.kinds import stage as task_stage
+from finetune.kinds.registry import KINDS
 from finetune.models.backbones import layer_groups
 from finetune.reporting import finish
 from finetune.run_dir import read_metrics
@@ -67,27 +65,19 @@ BLOCKS = {
     "opt": "decoder.layers",
     "gpt_neox": "layers",
 }
-AUTO_CLASSES = {
-    "classification": AutoModelForSequenceClassification,
-    "regression": AutoModelForSequenceClassification,
-    "multilabel": AutoModelForSequenceClassification,
-    "tokens": AutoModelForTokenClassification,
-    "choices": AutoModelForMultipleChoice,
-    "spans": AutoModelForQuestionAnswering,
-}
+AUTO_CLASSES = {name: kind.auto_class for name, kind in KINDS.items()}  # what loads each kind's checkpoint
 # Where transformers has no head for the kind (and the toolkit adds none: GPT-2's multiple choice is its own).
 NO_HEAD = {("opt", "tokens"), ("gemma", "spans"), ("phi", "spans")} | {
     (family, "choices") for family in CAUSAL_FAMILIES if family != "gpt2"
 }
-# The runs: every kind for every family with a head for it; regression and multilabel, the classifier's head with
-# another loss, for an encoder and a decoder this issue adds.
-RUNS = [
-    (family, kind)
-    for kind in ("classification", "tokens", "spans", "choices")
-    for family in FAMILIES
-    if (family, kind) not in NO_HEAD
-]
-RUNS += [(family, kind) for kind in ("regression", "multilabel") for family in ("mpnet", "llama")]
+# The first kind of each Auto class (classification, tokens, choices, spans) runs on every family with a head for it;
+# the kinds that share one (regression and multilabel: the classifier's head with another loss) on an encoder and a
+# decoder this issue adds.
+HEAD_KINDS: dict = {}  # Auto class -> the first kind of the table with it
+for _name, _kind in KINDS.items():
+    HEAD_KINDS.setdefault(_kind.auto_class, _name)
+RUNS = [(family, kind) for kind in HEAD_KINDS.values() for family in FAMILIES if (family, kind) not in NO_HEAD]
+RUNS += [(family, kind) for kind in KINDS if kind not in HEAD_KINDS.values() for family in ("mpnet", "llama")]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -294,7 +284,8 @@ def test_a_kind_without_a_head_for_the_family_is_one_line_naming_what_it_can_do(
     }
     message = one_error_line(runner.invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", recipe))]))
     assert message.startswith("error: model.checkpoint: ") and f"is a '{family}' model, which has no" in message
-    assert "it fine-tunes for task kinds classification, regression, multilabel" in message
+    classifiers = [name for name, other in KINDS.items() if other.auto_class is AutoModelForSequenceClassification]
+    assert f"it fine-tunes for task kinds {', '.join(classifiers)}" in message  # the kinds with a head for it
     assert "finetune/" not in message and not (tmp_path / "run").exists()
 
 

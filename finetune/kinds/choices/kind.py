@@ -22,10 +22,12 @@ class ChoicesKind(TaskKind):
     section = ChoicesSection
     stage_class = ChoicesStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_choices_eval(recipe, spec, accelerator)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(
+        self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None
+    ) -> ChoicesPredictor:
         trusted = recipe.model.trust_remote_code
         with recipe_key("CHECKPOINT"):  # its labels are each question's own, not the recipe's
             model = load_finetuned_choice_model(folder, trust_remote_code=trusted)
@@ -41,7 +43,7 @@ class ChoicesKind(TaskKind):
         return CardKind(
             "multiple-choice",
             "multiple-choice model",
-            "AutoModelForMultipleChoice",
+            self.section.auto_class_name,
             choice_registering_import(model_type),
             "questions.jsonl",
             ", ".join(spec.text_columns),

@@ -13,14 +13,10 @@ import torch
 from torch import nn
 from transformers import AutoModelForMultipleChoice, GPT2Config, GPT2Model, GPT2PreTrainedModel
 from transformers.modeling_outputs import MultipleChoiceModelOutput
-from transformers.models.auto.modeling_auto import (
-    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
-    MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES,
-)
+from transformers.models.auto.modeling_auto import MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES
 
+from finetune.kinds.choices.recipe import ChoicesSection
 from finetune.models.task_heads import TaskHead
-
-CHOICE_CLASS_ENDING = "ForMultipleChoice"
 
 
 class GPT2ForMultipleChoice(GPT2PreTrainedModel):
@@ -70,10 +66,7 @@ def reads_last_token(model) -> bool:
 
 
 CHOICES = TaskHead(
-    AutoModelForMultipleChoice,
-    MODEL_FOR_MULTIPLE_CHOICE_MAPPING,
-    CHOICE_CLASS_ENDING,
-    "choices",
+    ChoicesSection,
     "multiple-choice model",
     "multiple-choice head",
     "answer multiple-choice questions with an encoder (bert, roberta, deberta-v2, mpnet, ...) or gpt2",

@@ -16,6 +16,7 @@ class ChoicesSection(OwnFilesSection):
     """A multiple-choice task: each line holds a question, its choices with their labels and the answerKey."""
 
     kind_name: ClassVar[str] = "choices"
+    auto_class_name: ClassVar[str] = "AutoModelForMultipleChoice"
     loss_keys: ClassVar[tuple[str, ...]] = ("label_smoothing",)
     reads: ClassVar[str] = "JSON Lines files in ARC's layout"
     own_head: ClassVar[OwnHead | None] = OwnHead(
@@ -24,7 +25,10 @@ class ChoicesSection(OwnFilesSection):
         "a multiple-choice model scores each choice with its family's own head",
     )
 
-    kind: Literal["choices"] = Field("choices", description="choices: the right answer among each question's choices")
+    kind: Literal["choices"] = Field(
+        "choices",
+        description="choices: the right answer among each question's choices, from JSON Lines in ARC's layout",
+    )
     format: Literal["jsonl"] | None = Field(None, description="kind choices: jsonl, ARC's layout (the only one)")
 
     @field_validator("format", mode="before")

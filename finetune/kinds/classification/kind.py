@@ -5,11 +5,15 @@ multilabel are this kind's machinery with another problem_type (kinds/regression
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
+from finetune.kinds.classification.evaluation import run_classification_eval
 from finetune.kinds.classification.predictor import Predictor
 from finetune.kinds.classification.recipe import ClassificationSection
 from finetune.kinds.classification.stage import ClassificationStage
@@ -19,22 +23,28 @@ from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, classifier_reading, head_architecture
 from finetune.tasks.specs import TaskSpec, task_spec
 
+if TYPE_CHECKING:  # finetune.kinds.recipe loads through finetune.recipes, whose package imports every section
+    from finetune.kinds.recipe import TaskSection
+
 POOLING_NOTES = {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every layer"}  # `finetune profile`'s words
 
 
 class ClassificationKind(TaskKind):
     name = "classification"
-    section: type = ClassificationSection
+    section: type[TaskSection] = ClassificationSection  # regression's and multilabel's are theirs
     stage_class = ClassificationStage
 
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
         """The fine-tuned classifier of a checkpoint folder, checked against the task's labels."""
         return load_finetuned(folder, spec, trust_remote_code=trust_remote_code)
 
-    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
+        return run_classification_eval(recipe, spec, accelerator)
+
+    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Predictor:
         return Predictor(model, tokenizer, spec, reading, batch_size)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Predictor:
         trusted = recipe.model.trust_remote_code
         with recipe_key("CHECKPOINT"):
             model = self.load_model(folder, spec, trusted)
@@ -43,6 +53,11 @@ class ClassificationKind(TaskKind):
         length = fitted_max_length(max_length or task.max_length, model)
         reading = DocumentReading.of(length, task.long_documents, task.both_orders)
         return self.make_predictor(model, tokenizer, spec, reading, batch_size)
+
+    def class_probabilities(
+        self, folder: str, recipe, spec: TaskSpec, examples: TaskExamples, batch_size: int
+    ) -> np.ndarray:
+        return self.predictor(folder, recipe, spec, batch_size, None).class_probabilities(examples, name="unlabelled")
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
         assert spec.labels is not None  # a classification spec has its classes (kinds/classification/recipe.py)
@@ -57,7 +72,7 @@ class ClassificationKind(TaskKind):
         return CardKind(
             "text-classification",
             "classifier",
-            "AutoModelForSequenceClassification",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "texts.txt",
             f"`{spec.text_template}`" if spec.text_template else ", ".join(spec.text_columns),

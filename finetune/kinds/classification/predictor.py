@@ -15,11 +15,12 @@ from finetune.data.long_documents import DocumentReading
 from finetune.errors import UserError
 from finetune.inference.calibration import calibrated_probabilities, temperature_of
 from finetune.inference.predict import example_logits
+from finetune.kinds.predictor import TextPredictor
 from finetune.tasks.specs import TaskSpec
 
 
 @dataclass
-class Predictor:
+class Predictor(TextPredictor):
     """A fine-tuned checkpoint ready to predict: its model, tokenizer, task and how it reads an example."""
 
     model: torch.nn.Module

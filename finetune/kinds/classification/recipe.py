@@ -26,13 +26,9 @@ class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
 
     kind: Literal["classification"] = Field(
         "classification",
-        description="classification: a class per example, from its text or sentence pair (without labels, as "
-        "older recipes and checkpoints wrote a score task: regression); regression: a score per example; tokens: "
-        "a tag per word (named entities, parts of speech), from CoNLL column files (format: conll); choices: the "
-        "right answer among each question's choices, from JSON Lines in ARC's layout; spans: extractive question "
-        "answering, an answer cut from a context, from SQuAD JSON files (v1.1, v2.0); multilabel: any number of "
-        "labels per example (label_column holding a list, or label_columns of 0/1). Left out: a GLUE task's own "
-        "(stsb: regression), else classification with labels and regression without",
+        description="classification: a class per example, from its text or sentence pair (the kind of a task that "
+        "leaves kind out: a GLUE task's own, stsb's regression; else classification with labels and regression "
+        "without, as older recipes and checkpoints wrote a score task)",
     )
     labels: list[str] | None = Field(
         None,

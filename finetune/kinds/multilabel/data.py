@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from finetune.errors import DataFileError
+from finetune.kinds.multilabel.spec import multilabel_spec
 from finetune.tasks.specs import TaskSpec, label_text
 
 ONE, ZERO = {"1", "true"}, {"0", "false"}  # a 0/1 column's values; JSON's true and false read as their text
@@ -19,7 +20,7 @@ ONE, ZERO = {"1", "true"}, {"0", "false"}  # a 0/1 column's values; JSON's true 
 
 def label_set_columns(spec: TaskSpec) -> tuple[str, ...]:
     """The columns that hold a record's labels: the 0/1 columns, or the one list column."""
-    return spec.label_columns or (spec.label_column,)
+    return multilabel_spec(spec).label_columns or (spec.label_column,)
 
 
 def has_label_set(spec: TaskSpec, record: dict) -> bool:
@@ -32,8 +33,9 @@ def label_set_row(spec: TaskSpec, record: dict, path, line: int) -> list[float]:
     for column in label_set_columns(spec):
         if column not in record:
             raise DataFileError(f"missing key {column} (earlier lines have it)", source=path, line=line, value=column)
-    if spec.label_columns is not None:
-        return [_zero_or_one(record[column], column, path, line) for column in spec.label_columns]
+    label_columns = multilabel_spec(spec).label_columns
+    if label_columns is not None:
+        return [_zero_or_one(record[column], column, path, line) for column in label_columns]
     labels = spec.labels
     # A multilabel spec always has labels: its label_columns, or the recipe's labels (required with label_column).
     assert labels is not None
@@ -74,7 +76,7 @@ def _listed_labels(value: Any, spec: TaskSpec, path, line: int) -> list[str]:
             )
         return [label_text(item) for item in value]
     if isinstance(value, str):
-        return [part.strip() for part in value.split(spec.label_separator) if part.strip()]
+        return [part.strip() for part in value.split(multilabel_spec(spec).label_separator) if part.strip()]
     raise DataFileError(
         f"{spec.label_column}: expected a list of labels, found {value!r}", source=path, line=line, value=value
     )

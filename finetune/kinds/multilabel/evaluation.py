@@ -14,6 +14,7 @@ from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ens
 from finetune.kinds.multilabel.metrics import label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.kinds.multilabel.recipe import MultilabelSection
+from finetune.kinds.multilabel.spec import multilabel_spec
 from finetune.kinds.multilabel.training import label_probabilities, label_sets
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
@@ -85,9 +86,8 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
 def write_label_sets(path: Path, spec: TaskSpec, ids: Sequence[str], predicted: list[list[str]]) -> None:
     """`index<TAB>labels` per example: its predicted labels joined by the task's label separator (empty: none)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = ["index\tlabels"] + [
-        f"{example_id}\t{spec.label_separator.join(labels)}" for example_id, labels in zip(ids, predicted)
-    ]
+    separator = multilabel_spec(spec).label_separator
+    rows = ["index\tlabels"] + [f"{example_id}\t{separator.join(labels)}" for example_id, labels in zip(ids, predicted)]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 

@@ -11,6 +11,7 @@ from finetune.kinds.multilabel.evaluation import run_multilabel_eval
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.kinds.multilabel.predictor import MultilabelPredictor
 from finetune.kinds.multilabel.recipe import MultilabelSection
+from finetune.kinds.multilabel.spec import multilabel_spec
 from finetune.kinds.multilabel.stage import MultilabelStage
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
@@ -18,23 +19,26 @@ from finetune.tasks.specs import TaskSpec
 
 class MultilabelKind(ClassificationKind):
     name = "multilabel"
-    section: type = MultilabelSection
+    section = MultilabelSection
     stage_class = MultilabelStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_multilabel_eval(recipe, spec, accelerator)
 
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
         return load_finetuned_multilabel(folder, spec, trust_remote_code=trust_remote_code)
 
-    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
+    def make_predictor(
+        self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int
+    ) -> MultilabelPredictor:
         threshold = saved_threshold(model) or DEFAULT_THRESHOLD
         return MultilabelPredictor(model, tokenizer, spec, reading, batch_size, threshold)
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
         """The predicted labels joined by the task's separator, and a probability per label."""
         assert spec.labels is not None  # a multi-label task's spec always has its label set
-        rows = [{**row, "labels": spec.label_separator.join(row["labels"])} for row in rows]
+        separator = multilabel_spec(spec).label_separator
+        rows = [{**row, "labels": separator.join(row["labels"])} for row in rows]
         return rows, [*spec.text_columns, "labels", *(f"probability_{label}" for label in spec.labels)]
 
     def outputs(self, spec: TaskSpec) -> str:

@@ -9,10 +9,9 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from finetune.glue.specs import GLUE_TASKS
+from finetune.kinds.multilabel.spec import DEFAULT_LABEL_SEPARATOR, MultilabelSpec
 from finetune.kinds.recipe import DrawnRowsKeys, TextTaskSection, distinct, label_as_text
 from finetune.tasks.specs import MULTI_LABEL_PROBLEM, TaskSpec, template_columns
-
-DEFAULT_LABEL_SEPARATOR = "|"
 
 # The names multi-label scores had before they took scikit-learn's spelling, which classification uses (0.2.0):
 # recipes that write them are read with the new name and a notice (recipes/loader.py).
@@ -28,7 +27,11 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
     loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
     trains_on_pairs: ClassVar[bool] = True  # rows pair by a shared label (SetFit's rule); a regression per label
 
-    kind: Literal["multilabel"] = Field("multilabel", description="multilabel: any number of labels per example")
+    kind: Literal["multilabel"] = Field(
+        "multilabel",
+        description="multilabel: any number of labels per example (label_column holding a list, or label_columns "
+        "of 0/1)",
+    )
     labels: list[str] | None = Field(
         None,
         min_length=2,
@@ -96,12 +99,13 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
         return self
 
     def spec(self) -> TaskSpec:
-        label_columns = self.label_columns
-        labels = tuple(label_columns) if label_columns else tuple(self.labels or ())
-        spec = self.text_spec(labels, METRICS, problem_type=MULTI_LABEL_PROBLEM)
-        return replace(
-            spec,
-            label_column=self.label_column or ", ".join(label_columns or ()),
-            label_columns=tuple(label_columns) if label_columns else None,
+        label_columns = tuple(self.label_columns) if self.label_columns else None
+        spec = self.text_spec(
+            label_columns or tuple(self.labels or ()),
+            METRICS,
+            MultilabelSpec,
+            problem_type=MULTI_LABEL_PROBLEM,
+            label_columns=label_columns,
             label_separator=self.label_separator or DEFAULT_LABEL_SEPARATOR,
         )
+        return replace(spec, label_column=self.label_column or ", ".join(label_columns or ()))

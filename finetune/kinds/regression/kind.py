@@ -4,8 +4,6 @@ scored by Pearson and Spearman correlations; `finetune predict` gives {"score"}.
 
 from __future__ import annotations
 
-from typing import Any
-
 from finetune.data.long_documents import DocumentReading
 from finetune.kinds.classification.kind import POOLING_NOTES, ClassificationKind
 from finetune.kinds.regression.predictor import RegressionPredictor
@@ -15,9 +13,11 @@ from finetune.tasks.specs import TaskSpec
 
 class RegressionKind(ClassificationKind):
     name = "regression"
-    section: type = RegressionSection
+    section = RegressionSection
 
-    def make_predictor(self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int) -> Any:
+    def make_predictor(
+        self, model, tokenizer, spec: TaskSpec, reading: DocumentReading, batch_size: int
+    ) -> RegressionPredictor:
         return RegressionPredictor(model, tokenizer, spec, reading, batch_size)
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:

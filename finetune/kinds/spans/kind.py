@@ -9,7 +9,7 @@ from finetune.kinds.base import TaskKind
 from finetune.kinds.spans.data import DEFAULT_MAX_LENGTH, SpanReading
 from finetune.kinds.spans.evaluation import run_spans_eval
 from finetune.kinds.spans.model import qa_skeleton
-from finetune.kinds.spans.predictor import load_span_predictor
+from finetune.kinds.spans.predictor import SpanPredictor, load_span_predictor
 from finetune.kinds.spans.recipe import SpansSection
 from finetune.kinds.spans.stage import SpansStage
 from finetune.reporting.model_card import CardKind, head_architecture
@@ -21,10 +21,10 @@ class SpansKind(TaskKind):
     section = SpansSection
     stage_class = SpansStage
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_spans_eval(recipe, spec, accelerator)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> SpanPredictor:
         return load_span_predictor(folder, recipe, spec, batch_size, max_length)
 
     def output_table(self, spec: TaskSpec, rows: list[dict]) -> tuple[list[dict], list[str]]:
@@ -35,7 +35,7 @@ class SpansKind(TaskKind):
         return CardKind(
             "question-answering",
             "question-answering model",
-            "AutoModelForQuestionAnswering",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "questions.jsonl",
             "a question and its context",

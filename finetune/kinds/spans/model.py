@@ -4,19 +4,14 @@ them. `config.version_2_with_negative` records whether the model may answer "no 
 
 from __future__ import annotations
 
-from transformers import AutoModelForQuestionAnswering
-from transformers.models.auto.modeling_auto import MODEL_FOR_QUESTION_ANSWERING_MAPPING
-
+from finetune.kinds.spans.recipe import SpansSection
 from finetune.models.task_heads import TaskHead
 
 NO_ANSWER_KEY = "version_2_with_negative"  # Hugging Face run_qa's name for it
 
 
 QA = TaskHead(
-    AutoModelForQuestionAnswering,
-    MODEL_FOR_QUESTION_ANSWERING_MAPPING,
-    "ForQuestionAnswering",
-    "spans",
+    SpansSection,
     "question-answering model",
     "question-answering head",
     "answer questions with an encoder (bert, roberta, deberta-v2, ...) or a decoder with one (gpt2, llama, "

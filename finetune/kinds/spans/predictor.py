@@ -10,6 +10,7 @@ import torch
 
 from finetune.data.examples import TaskExamples
 from finetune.errors import recipe_key
+from finetune.kinds.predictor import TextPredictor
 from finetune.kinds.spans.data import Question, SpanReading, SquadQuestions
 from finetune.kinds.spans.model import load_finetuned_qa
 from finetune.kinds.spans.training import answer_questions, span_max_length
@@ -18,7 +19,7 @@ from finetune.tasks.specs import TaskSpec
 
 
 @dataclass
-class SpanPredictor:
+class SpanPredictor(TextPredictor):
     """A fine-tuned question-answering model ready to predict: an answer to a question from its context."""
 
     model: torch.nn.Module

@@ -18,6 +18,7 @@ class SpansSection(OwnFilesSection):
     windows (doc_stride). Null keys: the defaults (in an eval recipe: each checkpoint's own)."""
 
     kind_name: ClassVar[str] = "spans"
+    auto_class_name: ClassVar[str] = "AutoModelForQuestionAnswering"
     reads: ClassVar[str] = "SQuAD JSON files"
     own_head: ClassVar[OwnHead | None] = OwnHead(
         "pools a text into one vector for a class; question answering (task.kind spans) scores every "
@@ -26,7 +27,11 @@ class SpansSection(OwnFilesSection):
         "question answering scores every token: no pooling",
     )
 
-    kind: Literal["spans"] = Field("spans", description="spans: an answer cut from a context (SQuAD v1.1, v2.0)")
+    kind: Literal["spans"] = Field(
+        "spans",
+        description="spans: extractive question answering, an answer cut from a context, from SQuAD JSON files "
+        "(v1.1, v2.0)",
+    )
     doc_stride: int | None = Field(
         None,
         gt=0,

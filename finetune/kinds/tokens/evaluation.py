@@ -10,6 +10,7 @@ from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ens
 from finetune.kinds.tokens.data import read_conll, tag_indices
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_finetuned_tagger, model_tags
+from finetune.kinds.tokens.spec import tagging_spec
 from finetune.kinds.tokens.training import tag_sentences
 from finetune.recipes import EvalRecipe
 from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
@@ -23,7 +24,7 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     type; with write_predictions, predictions/MODEL.txt in CoNLL columns (word, tag, predicted tag)."""
     refuse_ensembles(recipe, "taggers (task kind tokens)")
     path = task_file(spec, task_folder(recipe), recipe.split)
-    sentences = read_conll(path, spec.tag_column)
+    sentences = read_conll(path, tagging_spec(spec).tag_column)
     assert sentences.tags is not None  # read_conll reads the tags (with_tags) or refuses the file
     taggers = load_each(recipe, load_finetuned_tagger)
     for name, model in taggers.items():  # a tag the model does not know is one line naming file and line

@@ -24,12 +24,13 @@ class TokensKind(TaskKind):
     name = "tokens"
     section = TokensSection
     stage_class = TaggingStage
-    reads_tables = False  # a tagger reads plain text, a sentence per line (words split at spaces)
 
-    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict | None:
+    def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_tagging_eval(recipe, spec, accelerator)
 
-    def predictor(self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None) -> Any:
+    def predictor(
+        self, folder: str, recipe, spec: TaskSpec, batch_size: int, max_length: int | None
+    ) -> TaggingPredictor:
         trusted = recipe.model.trust_remote_code
         with recipe_key("CHECKPOINT"):  # its tags are in the checkpoint, not the recipe
             model = load_finetuned_tagger(folder, trust_remote_code=trusted)
@@ -47,7 +48,7 @@ class TokensKind(TaskKind):
         return CardKind(
             "token-classification",
             "tagger",
-            "AutoModelForTokenClassification",
+            self.section.auto_class_name,
             head_architecture(recipe, model_type),
             "texts.txt",
             "words",

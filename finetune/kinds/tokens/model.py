@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from transformers import AutoModelForTokenClassification
-from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING
-
+from finetune.kinds.tokens.recipe import TokensSection
 from finetune.models.task_heads import TaskHead
 
 
@@ -19,10 +17,7 @@ def tag_config(tags) -> dict:
 
 
 TAGGER = TaskHead(
-    AutoModelForTokenClassification,
-    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING,
-    "ForTokenClassification",
-    "tokens",
+    TokensSection,
     "tagger",
     "token-classification head",
     "tag with an encoder (bert, roberta, deberta-v2, ...), a decoder with one (gpt2, llama, qwen2, ...) or the "

@@ -5,18 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from finetune.data.examples import TaskExamples
+from finetune.kinds.predictor import TextPredictor
 from finetune.kinds.tokens.data import TaggedSentences
 from finetune.kinds.tokens.training import tag_sentences
 from finetune.tasks.specs import TaskSpec
 
 
 @dataclass
-class TaggingPredictor:
+class TaggingPredictor(TextPredictor):
     """A fine-tuned tagger (task kind tokens) ready to predict: a tag for every word of a sentence."""
+
+    plain_text_only: ClassVar[str | None] = "a tagger reads plain text, a sentence per line (words split at spaces)"
 
     model: torch.nn.Module
     tokenizer: object

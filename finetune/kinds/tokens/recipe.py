@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from finetune.kinds.recipe import OwnFilesSection, OwnHead, distinct, label_as_text
+from finetune.kinds.tokens.spec import TaggingSpec
 from finetune.tasks.specs import TaskSpec
 
 FILES = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
@@ -18,6 +19,7 @@ class TokensSection(OwnFilesSection):
     """A tagging task: CoNLL column files, each line a word and its columns, a blank line between sentences."""
 
     kind_name: ClassVar[str] = "tokens"
+    auto_class_name: ClassVar[str] = "AutoModelForTokenClassification"
     reads: ClassVar[str] = "CoNLL column files"
     own_head: ClassVar[OwnHead | None] = OwnHead(
         "pools a text into one vector for a class; a tagger (task.kind tokens) reads every token",
@@ -25,7 +27,10 @@ class TokensSection(OwnFilesSection):
         "a tagger reads every token: no pooling",
     )
 
-    kind: Literal["tokens"] = Field("tokens", description="tokens: a tag per word, from CoNLL column files")
+    kind: Literal["tokens"] = Field(
+        "tokens",
+        description="tokens: a tag per word (named entities, parts of speech), from CoNLL column files (format: conll)",
+    )
     format: Literal["conll"] | None = Field(
         None, description="kind tokens: conll, a word and its columns per line, a blank line between sentences"
     )
@@ -57,7 +62,7 @@ class TokensSection(OwnFilesSection):
 
     def spec(self) -> TaskSpec:
         """Its tags are the recipe's labels, or (None here) those of its training file."""
-        return TaskSpec(
+        return TaggingSpec(
             name=self.name,
             text_columns=("text",),
             label_column="tags",

@@ -17,6 +17,7 @@ from finetune.kinds.stage import TaskStage
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_tagger
+from finetune.kinds.tokens.spec import tagging_spec
 from finetune.kinds.tokens.training import sentence_logits
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
@@ -27,7 +28,7 @@ class TaggingStage(TaskStage):
     """`finetune finetune` for a task of kind tokens (see the module docstring)."""
 
     def read_task(self) -> tuple[int, int]:
-        data_dir, column = self.recipe.task.data_dir, self.spec.tag_column
+        data_dir, column = self.recipe.task.data_dir, tagging_spec(self.spec).tag_column
         self.train_sentences, self.dev_sentences = self.train_and_dev(
             lambda split: read_conll(task_file(self.spec, data_dir, split), column)
         )
