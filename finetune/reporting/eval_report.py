@@ -4,6 +4,7 @@ write_predictions, a predictions file per model."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from finetune.console import console
@@ -22,6 +23,30 @@ def write_report(run_dir: Path, report: dict, markdown: str) -> None:
     (run_dir / REPORT_MARKDOWN).write_text(markdown, encoding="utf-8")
     console.print(markdown, markup=False)  # [text](link) is Markdown, not console markup
     console.print(f"report written to {run_dir / REPORT_MARKDOWN}")
+
+
+def task_report(
+    run_dir: Path,
+    recipe,
+    spec,
+    examples: int,
+    results: dict,
+    markdown: Callable[[dict], str],
+    main_process: bool,
+    metrics: Sequence[str] | None = None,
+) -> dict:
+    """A kind's evaluation report (the task, split, examples scored, metrics (the task's unless given) and each
+    model's results), written by the main process (write_report, its Markdown by `markdown`); returned."""
+    report = {
+        "task": spec.name,
+        "split": recipe.split,
+        "examples": examples,
+        "metrics": list(spec.metrics if metrics is None else metrics),
+        "results": results,
+    }
+    if main_process:
+        write_report(run_dir, report, markdown(report))
+    return report
 
 
 def report_markdown(report: dict) -> str:

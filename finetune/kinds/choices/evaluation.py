@@ -12,7 +12,7 @@ from finetune.kinds.choices.model import load_finetuned_choice_model
 from finetune.kinds.choices.training import choose
 from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, task_folder, tokenizer_of
 from finetune.recipes import EvalRecipe
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, task_report
 from finetune.run_dir import prepare_run_dir
 from finetune.tasks.metrics import compute_metrics
 from finetune.tasks.specs import TaskSpec
@@ -37,16 +37,7 @@ def run_choices_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
         if recipe.write_predictions and accelerator.is_main_process:
             labels = [question_labels[index] for question_labels, index in zip(questions.labels, predicted)]
             write_choice_predictions(run_dir / PREDICTIONS_DIR / f"{name}.tsv", questions.ids, labels)
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(questions.ids),
-        "metrics": list(spec.metrics),
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, report_markdown(report))
-    return report
+    return task_report(run_dir, recipe, spec, len(questions.ids), results, report_markdown, accelerator.is_main_process)
 
 
 def write_choice_predictions(path: Path, ids: list[str], labels: list[str]) -> None:

@@ -21,7 +21,7 @@ from finetune.kinds.recipe import TextTaskSection
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import EvalRecipe
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, task_report
 from finetune.run_dir import prepare_run_dir
 from finetune.tasks.metrics import class_report, compute_metrics
 from finetune.tasks.specs import TaskSpec
@@ -73,16 +73,9 @@ def run_classification_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> 
         results[name] = scored({"ensemble": members}, ensemble_outputs(spec, [outputs[path] for path in members]), name)
         results[name]["members"] = [scored({"checkpoint": path}, outputs[path]) for path in members]
 
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(examples.texts),
-        "metrics": list(spec.metrics),
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, report_markdown(report))
-    return report
+    return task_report(
+        run_dir, recipe, spec, len(examples.texts), results, report_markdown, accelerator.is_main_process
+    )
 
 
 def write_predictions(path: Path, spec, ids: Sequence[str], predictions) -> None:

@@ -17,7 +17,7 @@ from finetune.kinds.multilabel.recipe import MultilabelSection
 from finetune.kinds.multilabel.spec import multilabel_spec
 from finetune.kinds.multilabel.training import label_probabilities, label_sets
 from finetune.recipes import EvalRecipe
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, task_report
 from finetune.run_dir import prepare_run_dir
 from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import checkpoint_reading
@@ -71,16 +71,9 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
                 examples.ids,
                 label_sets(probabilities, labels, threshold),
             )
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(examples.texts),
-        "metrics": list(spec.metrics),
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, multilabel_report_markdown(report))
-    return report
+    return task_report(
+        run_dir, recipe, spec, len(examples.texts), results, multilabel_report_markdown, accelerator.is_main_process
+    )
 
 
 def write_label_sets(path: Path, spec: TaskSpec, ids: Sequence[str], predicted: list[list[str]]) -> None:

@@ -12,7 +12,7 @@ from finetune.kinds.spans.metrics import best_threshold, squad_scores
 from finetune.kinds.spans.model import answers_no_answer, load_finetuned_qa
 from finetune.kinds.spans.training import answer_questions, checkpoint_span_reading, gold_answers
 from finetune.recipes import EvalRecipe
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, task_report
 from finetune.run_dir import prepare_run_dir
 from finetune.tasks.specs import TaskSpec
 
@@ -50,16 +50,17 @@ def run_spans_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
     metrics = ["f1", "exact"] + (
         ["HasAns_f1", "HasAns_exact", "NoAns_f1", "NoAns_exact"] if questions.has_unanswerable else []
     )
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(questions.questions),
-        "metrics": metrics if labelled else [],
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, spans_report_markdown(report))
-    return report
+    shown = metrics if labelled else []
+    return task_report(
+        run_dir,
+        recipe,
+        spec,
+        len(questions.questions),
+        results,
+        spans_report_markdown,
+        accelerator.is_main_process,
+        shown,
+    )
 
 
 def spans_report_markdown(report: dict) -> str:

@@ -13,7 +13,7 @@ from finetune.kinds.tokens.model import load_finetuned_tagger, model_tags
 from finetune.kinds.tokens.spec import tagging_spec
 from finetune.kinds.tokens.training import tag_sentences
 from finetune.recipes import EvalRecipe
-from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, write_report
+from finetune.reporting.eval_report import PREDICTIONS_DIR, report_markdown, task_report
 from finetune.run_dir import prepare_run_dir
 from finetune.tasks.specs import TaskSpec
 from finetune.training.checkpoints import checkpoint_reading
@@ -53,16 +53,9 @@ def run_tagging_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict:
         }
         if recipe.write_predictions and accelerator.is_main_process:
             write_tagged(run_dir / PREDICTIONS_DIR / f"{name}.txt", sentences, predicted)
-    report = {
-        "task": spec.name,
-        "split": recipe.split,
-        "examples": len(sentences.words),
-        "metrics": list(spec.metrics),
-        "results": results,
-    }
-    if accelerator.is_main_process:
-        write_report(run_dir, report, tagging_report_markdown(report))
-    return report
+    return task_report(
+        run_dir, recipe, spec, len(sentences.words), results, tagging_report_markdown, accelerator.is_main_process
+    )
 
 
 def write_tagged(path: Path, sentences, predicted: list[list[str]]) -> None:
