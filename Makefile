@@ -4,6 +4,7 @@
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 #   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
 #   make test-flaky   the suite 5 times in fresh clones, tests in random order, on 1 and 2 workers (an hour)
+#   make bench-smoke  every benchmark with --smoke: tiny runs that check the scripts still work (NAMES="a b" for some)
 #   make gpu-check    on a CUDA machine: pretraining, fine-tuning and prediction against the Trainer, bf16, all GPUs
 #   make dist         the wheel and sdist a user can `pip install` into dist/, the recipes inside
 # TORCH picks the torch build: the default pin is a CPU build that installs from local disk on
@@ -13,7 +14,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart lint format test test-flaky docs-check gpu-check dist clean
+.PHONY: install dev quickstart lint format test test-flaky docs-check bench-smoke gpu-check dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +56,9 @@ test-flaky: dev  # RUNS=N for another count; each run a fresh clone of HEAD with
 
 docs-check: dev  # README.md and docs/, top to bottom, in a temporary copy (tests/docs_check.py says what it adds)
 	$(BIN)/python -m tests.docs_check
+
+bench-smoke: dev  # bench/_harness.py's smoke_all: each script's --smoke into runs/bench-smoke-all/SCRIPT
+	$(BIN)/python bench/_harness.py $(NAMES)
 
 gpu-check: install  # on a CUDA machine: ours against the Trainer in bf16 on every GPU (bench/gpu_check.py)
 	$(BIN)/python bench/gpu_check.py

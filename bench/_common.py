@@ -26,6 +26,12 @@ WIKITEXT = SHARED / "data" / "wikitext-2"  # train.txt, valid.txt
 PEERS = SHARED / "bench" / "peers"  # the peer scripts, run as shipped
 SHARED_FOLDER = "this benchmark needs ../shared (the project's data and peer scripts) beside the repository"
 RESULTS = ROOT / "bench" / "results"  # the committed shelf: <benchmark>.jsonl (every run appended) and <benchmark>.png
+# The one results record format: one JSON line per run of one arm, flat, starting with the STAMP (the benchmark,
+# that is the file's name before any "-series"; the date; the CPU model and its fp32 matmul GFLOP/s) and the `arm`
+# (ours, peer, or the variant's name), then the run's own fields (seed or draw, its settings, its figures).
+RECORD_FORMAT = "benchmark, date, cpu, matmul_gflops, arm, then the run's fields"
+STAMP = ("benchmark", "date", "cpu", "matmul_gflops", "arm")
+NESTED_ARMS = ("ours", "peer", "runs", "results", "sides", "arms")  # keys that once held several arms' runs
 STDERR_TAIL = 3000  # characters of a failed command's error output shown when the benchmark stops
 
 
@@ -179,20 +185,34 @@ def append_result(
 ) -> Path:
     """Append one run's record(s), one JSON line each, to bench/results/<benchmark>.jsonl (created if new); the path.
 
-    Each line starts with `date` (today), `cpu` and `matmul_gflops` (from `machine`: describe_machine's dict, so the
-    rate is the one measured at the run's start; without it, measured now), then the record's own fields; a field
-    the record already has (a run of yesterday appended today keeps its date) wins. Only the scripts' "update the
+    Each line is one run of one arm in RECORD_FORMAT: it starts with the STAMP, `benchmark` (the name before any
+    "-series"), `date` (today), `cpu` and `matmul_gflops` (from `machine`: describe_machine's dict, so the rate is
+    the one measured at the run's start; without it, measured now) and the record's `arm`, then the record's own
+    fields; a field the record already has (a run of yesterday appended today keeps its date) wins. A record
+    without an `arm`, or with several arms nested in it, is refused (check_record). Only the scripts' "update the
     committed results" flags call this: by default a benchmark writes to its work folder only."""
     records = [records] if isinstance(records, dict) else list(records)
     path = result_path(benchmark, results=results)
-    fields = machine_fields(machine)
+    for record in records:
+        check_record(record)
+    fields = {"benchmark": benchmark.split("-")[0], **machine_fields(machine)}
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as lines:
         for record in records:
             line = {"date": datetime.date.today().isoformat(), **fields, **record}
+            line = {key: line[key] for key in (*STAMP, *line)}  # the stamp first, in one order
             lines.write(json.dumps(line, default=str) + "\n")
     print(f"appended {len(records)} record(s) to {path}", file=sys.stderr, flush=True)
     return path
+
+
+def check_record(record: dict) -> None:
+    """Refuse a record that is not one run of one arm (see RECORD_FORMAT): no `arm`, or the arms nested inside it."""
+    if not isinstance(record.get("arm"), str):
+        raise ValueError(f"bench: a result record is one run of one arm and names it (`arm`): {sorted(record)}")
+    nested = [key for key in NESTED_ARMS if isinstance(record.get(key), (dict, list))]
+    if nested:
+        raise ValueError(f"bench: a result record holds one arm's run, not {nested}: write one record per arm")
 
 
 def read_results(benchmark: str, results: Path = RESULTS) -> list[dict]:

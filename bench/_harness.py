@@ -31,6 +31,9 @@ from pathlib import Path
 
 from _common import ROOT, STDERR_TAIL, append_result, read_jsonl
 
+BENCH = Path(__file__).resolve().parent
+# Scripts of bench/ that are parts of benchmarks (data helpers, a budgeted run), not benchmarks: no --smoke.
+NOT_BENCHMARKS = frozenset({"conll_entity_types.py", "squad_sample_split.py", "ours_budget.py"})
 CONFIDENCE = 0.95  # every interval in the tables: the mean's two-sided 95% Student t interval
 LOG = "runs.jsonl"  # a work folder's run log: one record per finished run, read back on resuming
 
@@ -100,6 +103,27 @@ def record_run(work: Path, record: dict, benchmark: str | None = None, machine: 
         out.write(json.dumps(record, default=str) + "\n")
     if benchmark:
         append_result(benchmark, record, machine=machine)
+
+
+def run_grid(
+    work: Path,
+    jobs: Iterable,
+    key: Callable[[dict], tuple],
+    run_one: Callable[..., dict],
+    benchmark: str | None = None,
+    machine: dict | None = None,
+    job_key=None,
+) -> list[dict]:
+    """The seeds x arms (x sizes ...) loop every benchmark runs: each job no record of WORK/runs.jsonl has done
+    (`key` / `job_key` as in jobs_to_do) is run by `run_one(job)`, which returns its record (one run of one arm:
+    `arm` and its fields), recorded at once (record_run: the work folder, and the shelf under `benchmark`); returns
+    every record, the earlier runs' first."""
+    records = read_log(work)
+    for job in jobs_to_do(jobs, records, key, job_key):
+        record = run_one(job)
+        record_run(work, record, benchmark, machine)
+        records.append(record)
+    return records
 
 
 def measured_run(command: list, env: dict | None = None, cwd: Path = ROOT) -> tuple[str, float]:
@@ -195,3 +219,34 @@ def _summary(values: list[float], show: Callable[[float], str]) -> str:
         return "-"
     mean, low, high = interval(values)
     return show(mean) if low is None else f"{show(mean)} [{show(low)}, {show(high)}]"
+
+
+def benchmark_scripts() -> list[Path]:
+    """Every benchmark of bench/: each takes the shared flags and --smoke (tests/bench/test_harness.py checks)."""
+    return sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_") and p.name not in NOT_BENCHMARKS)
+
+
+def smoke_all(names: list[str]) -> int:
+    """`make bench-smoke`: every benchmark (or those `names`) with --smoke, one after another, each into a fresh
+    work folder under runs/bench-smoke-all; a line per script (passed or failed, seconds) and the failures' error
+    output; the number of failures."""
+    import time
+
+    failures = 0
+    for script in benchmark_scripts():
+        if names and script.stem not in names:
+            continue
+        work = ROOT / "runs" / "bench-smoke-all" / script.stem
+        start = time.perf_counter()
+        command = [sys.executable, str(script), "--smoke", "--work", str(work)]
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+        seconds = time.perf_counter() - start
+        print(f"{'passed' if done.returncode == 0 else 'FAILED'}  {script.name}  {seconds:.0f} s", flush=True)
+        if done.returncode != 0:
+            failures += 1
+            print(done.stderr[-STDERR_TAIL:], flush=True)
+    return failures
+
+
+if __name__ == "__main__":
+    sys.exit(1 if smoke_all(sys.argv[1:]) else 0)

@@ -4,6 +4,7 @@ intervals. No training: the records are made here, the subprocess is a one-line 
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -125,3 +126,32 @@ def test_the_table_shows_one_row_per_record_or_a_mean_and_interval_per_group():
     skipped = harness.markdown_table(records, {"rate": "rate"}, by=("arm",)).splitlines()
     assert skipped[2].startswith("| ours | 2 | 11.0 [") and skipped[3] == "| peer | 1 | - |"  # None left out
     assert json.dumps(records)  # the records are left as they were
+
+
+def test_run_grid_runs_only_the_jobs_not_recorded_and_returns_every_record(tmp_path):
+    harness.record_run(tmp_path, {"arm": "ours", "seed": 0, "score": 1.0})
+    ran = []
+
+    def run_one(job):
+        ran.append(job)
+        arm, seed = job
+        return {"arm": arm, "seed": seed, "score": float(seed)}
+
+    jobs = [(arm, seed) for seed in (0, 1) for arm in ("ours", "peer")]
+    records = harness.run_grid(tmp_path, jobs, key=lambda r: (r["arm"], r["seed"]), run_one=run_one)
+    assert ran == [("peer", 0), ("ours", 1), ("peer", 1)]
+    assert [(r["arm"], r["seed"]) for r in records] == [("ours", 0), *ran]
+    assert harness.read_log(tmp_path) == records  # each run recorded as it finished
+
+
+@pytest.mark.parametrize("script", harness.benchmark_scripts(), ids=lambda path: path.stem)
+def test_every_benchmark_takes_the_shared_flags_and_a_smoke_run(script):
+    """Each benchmark's parser is the harness's, with --smoke (what `make bench-smoke` runs): parsed, not run."""
+    calls = [
+        node
+        for node in ast.walk(ast.parse(script.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and "benchmark_parser" in (getattr(node.func, "attr", None), getattr(node.func, "id", None))
+    ]
+    assert calls, f"{script.name}: its flags are not harness.benchmark_parser's"
+    assert any(keyword.arg == "smoke" for call in calls for keyword in call.keywords), f"{script.name}: no --smoke"
