@@ -167,7 +167,7 @@ def assert_split_trains_like_whole(checkpoint: Path, tmp_path: Path, monkeypatch
         cuts.append(len(pieces := length_pieces(lengths, 0)))
         return pieces
 
-    monkeypatch.setattr("finetune.kinds.stage.length_pieces", every_length_apart)
+    monkeypatch.setattr("finetune.kinds.fine_tuning.length_pieces", every_length_apart)
     # skip_padding off: a model that computes its real tokens only keeps its batches whole.
     whole, in_pieces = ({"split_by_length": split, "skip_padding": False} for split in (False, True))
     assert_runs_save_the_same_weights(checkpoint, tmp_path, recipe, {"whole": whole, "split": in_pieces})

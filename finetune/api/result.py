@@ -27,7 +27,7 @@ class RunResult:
     @classmethod
     def of_run(cls, run_dir: Path | str, checkpoint: Path | None) -> RunResult:
         """The result of a finished training run, read from its folder."""
-        from finetune.kinds.stage import RESULT_FILE  # late: the stages import torch
+        from finetune.kinds.fine_tuning import RESULT_FILE  # late: the stages import torch
         from finetune.stages.seeds import SUMMARY_JSON
 
         run_dir = Path(run_dir)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from finetune.data.examples import TaskExamples
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.kinds.predictor import TaskPredictor
-from finetune.kinds.stage import TaskStage
 from finetune.models.task_heads import auto_class_of
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
@@ -35,16 +35,18 @@ class TaskKind:
 
     name: str  # the recipe's task.kind, the registry's key
     section: type[TaskSection]  # its recipe section (kinds/K/recipe.py): the keys of task, checked, `.spec()`
-    stage_class: type[TaskStage]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
+    fine_tuning_class: type[
+        TaskFineTuning
+    ]  # its `finetune finetune` stage (read, encode, head, loss, dev metrics, save)
 
     @property
     def auto_class(self) -> Any:
         """transformers' Auto class that loads a checkpoint of this kind (its section's auto_class_name)."""
         return auto_class_of(self.section)
 
-    def stage(self, recipe) -> TaskStage:
-        """The fine-tuning stage of a recipe of this kind."""
-        return self.stage_class(recipe, self)
+    def fine_tuning(self, recipe) -> TaskFineTuning:
+        """The fine-tuning job of a recipe of this kind (what `finetune finetune` hands the run driver)."""
+        return self.fine_tuning_class(recipe, self)
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         """`finetune eval` of a one-task recipe (a GLUE map is commands/evaluate.py's): the report written."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.inference.calibration import TEMPERATURE_BOUNDS, at_a_bound, calibration_record
-from finetune.kinds.stage import say
+from finetune.kinds.fine_tuning import say
 from finetune.models.heads import TEMPERATURE_KEY
 from finetune.reporting.calibration_report import calibration_summary
 from finetune.training.checkpoints import set_config_entry

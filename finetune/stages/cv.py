@@ -18,7 +18,7 @@ import numpy as np
 from finetune.console import console
 from finetune.data.task_files import read_labelled_split, task_file
 from finetune.errors import UserError
-from finetune.kinds.stage import RESULT_FILE
+from finetune.kinds.fine_tuning import RESULT_FILE
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune
 from finetune.stages.search import refuse_several_processes

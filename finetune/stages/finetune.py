@@ -1,7 +1,7 @@
 """`finetune finetune`: a task head on a pretrained backbone, trained with ULMFiT's three techniques.
 
-The run of every task kind is kinds/stage.py's (setup -> train -> save), with its kind's parts (kinds/K/stage.py);
-this module holds the command, which asks the task's kind for its stage (kinds/registry.py).
+The run of every task kind is kinds/fine_tuning.py's (setup -> train -> save), with its kind's parts
+(kinds/K/fine_tuning.py); this module holds the command, which asks the task's kind for its job (kinds/registry.py).
 With `seeds`, the whole stage runs once per seed, with `draws` once per draw of the labelled rows and seed, and the
 dev scores are summarised across the runs (stages/seeds.py); with `unlabelled_text`, each run self-trains in rounds
 (stages/self_training.py). `resume=True`
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from finetune.data.examples import TaskExamples
 from finetune.data.run_data import staged_task
+from finetune.kinds.fine_tuning import RESULT_FILE
 from finetune.kinds.labelled_rows import check_draws
 from finetune.kinds.registry import kind_named
-from finetune.kinds.stage import RESULT_FILE
 from finetune.recipes import FinetuneRecipe
 from finetune.run_dir import guarded_stage
 from finetune.stages.seeds import run_each, several_runs
@@ -56,4 +56,4 @@ def run_single_seed(recipe: FinetuneRecipe, resume: bool = False, unlabelled: Ta
     plan = self_training_plan(recipe, unlabelled)
     if plan is not None and plan.choice.rounds > 0:
         return run_self_training(recipe, plan, resume)
-    return run_training(kind_named(recipe.task.kind).stage(recipe), resume)
+    return run_training(kind_named(recipe.task.kind).fine_tuning(recipe), resume)

@@ -50,9 +50,9 @@ from finetune.stages.head_warmup import head_warmup_phase, may_warm_up
 from finetune.stages.ngram_floor import count_ngram_model, ngram_floor
 from finetune.stages.pretrain_data import data_loaders, read_language_model_data
 from finetune.training.checkpoints import latest_training_checkpoint, save_checkpoint
-from finetune.training.driver import RunContext, TrainingSetup, TrainingStage, processes_ready, run_training
+from finetune.training.driver import RunContext, TrainingJob, TrainingSetup, processes_ready, run_training
 from finetune.training.loop import make_accelerator
-from finetune.training.optim import build_optimizer, discriminative_lrs
+from finetune.training.optim import training_optimizer
 
 
 @guarded_stage
@@ -62,10 +62,10 @@ def run_pretrain(recipe: PretrainRecipe, resume: bool = False) -> Path:
         if resume:
             raise UserError("--resume: an ngram run counts in one pass and saves no periodic checkpoints; run it again")
         return run_ngram(recipe)
-    return run_training(PretrainStage(recipe), resume)
+    return run_training(Pretraining(recipe), resume)
 
 
-class PretrainStage(TrainingStage):
+class Pretraining(TrainingJob):
     """A language model trained on raw text: masked blocks (bert), next-token blocks (gpt2) or BPTT batches read in
     order (awd_lstm, gpt2 with Transformer-XL memory), each with its carried state."""
 
@@ -101,8 +101,7 @@ class PretrainStage(TrainingStage):
         if self.adapter is not None:
             groups = trainable_groups(self.family.layer_groups(language_model))
         model = loss_module(recipe.model, language_model)  # awd_lstm: with the recipe's AR/TAR weights
-        lrs = discriminative_lrs(len(groups), recipe.training.lr, recipe.discriminative.factor)
-        optimizer = build_optimizer(model, groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+        optimizer = training_optimizer(model, groups, recipe)
         warmup = head_warmup_phase(recipe, language_model, groups, self.family.masked)  # a fresh head first alone
         # The training order is a pure function of (seed, epoch), so `--resume` can start mid-epoch; BPTT batches
         # must be read in order (each row continues the one before); a stream orders itself (data/streaming.py).
@@ -176,7 +175,7 @@ class PretrainStage(TrainingStage):
     def restore_carried(self, tensors: dict) -> None:
         self.accelerator.unwrap_model(self.model).restore_carried_state(tensors)
 
-    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
+    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
         self.train_data.set_epoch(epoch)  # new masks (bert), a new document order (awd_lstm)
         if hasattr(self.train_loader, "set_epoch"):  # accelerate's loader counts epochs too, and tells the sampler
             self.train_loader.set_epoch(epoch)
@@ -192,7 +191,7 @@ class PretrainStage(TrainingStage):
     def evaluate(self) -> tuple[dict, dict]:
         return validation_metrics(self.accelerator, self.model, self.validation_loader, self.family.accuracy_name), {}
 
-    def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
+    def on_epoch_end(self, loop, control, epoch: int, record: dict) -> None:
         accuracy = self.family.accuracy_name
         console.print(
             f"epoch {epoch + 1}: validation loss {record['validation_loss']:.4f}, perplexity "

@@ -24,7 +24,7 @@ from typing import Any
 
 from finetune.console import console
 from finetune.errors import RunFailed, UserError
-from finetune.kinds.stage import RESULT_FILE
+from finetune.kinds.fine_tuning import RESULT_FILE
 from finetune.recipes import load_recipe
 from finetune.recipes.loader import recipe_to_yaml
 from finetune.stages.finetune import run_finetune

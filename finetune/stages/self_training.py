@@ -33,10 +33,10 @@ from finetune.console import console
 from finetune.data.examples import TaskExamples
 from finetune.data.unlabelled_text import read_unlabelled_text
 from finetune.errors import recipe_key
+from finetune.kinds.fine_tuning import RESULT_FILE, say
 from finetune.kinds.labelled_rows import class_rows, labelled_rows
 from finetune.kinds.method import SelfTrainingChoice, choose_self_training, pseudo_labels_per_class, stage_two_line
 from finetune.kinds.registry import kind_named, kind_of
-from finetune.kinds.stage import RESULT_FILE, say
 from finetune.models.loading import starts_head_fresh
 from finetune.reporting.model_card import add_card_section
 from finetune.reporting.self_training import CARD_SECTION, card_text, rounds_markdown
@@ -202,7 +202,7 @@ def train_round(recipe, number: int, rows: PseudoLabelled | None, resume: bool) 
     folder = round_folder(recipe.run_dir, number)
     from_checkpoint = resume and latest_training_checkpoint(folder) is not None
     single = recipe.model_copy(update={"run_dir": folder, "overwrite": resume and not from_checkpoint})
-    stage = kind_named(recipe.task.kind).stage(single)
+    stage = kind_named(recipe.task.kind).fine_tuning(single)
     stage.pseudo_labelled = rows
     run_training(stage, from_checkpoint)
 

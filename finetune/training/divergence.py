@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from finetune.errors import RunFailed
+from finetune.training.checkpoints import remove_checkpoint, training_checkpoints
+from finetune.training.events import TrainingEvents
 
 DIVERGENCE_MARGIN = 1.0  # a validation loss must also exceed the first one by this much (see the module docstring)
 
@@ -61,6 +63,36 @@ class ValidationWatch:
     def continue_from(self, record: list[float] | None) -> None:
         """Continue from `record()` of a stopped run."""
         self.first = None if record is None else (int(record[0]), float(record[1]))
+
+
+class DivergenceWatch(TrainingEvents):
+    """The run's subscriber that stops it when an evaluation shows it diverged (first of every run's subscribers, so
+    a diverged model is never kept as the best nor saved as the result). Raised on every process together: they
+    share the validation loss."""
+
+    def __init__(self, training_config):
+        self.training = training_config
+        self.watch = ValidationWatch(getattr(training_config, "divergence_factor", None))
+
+    def on_evaluate(self, loop, control, scores, record) -> None:
+        """A periodic checkpoint of this very step holds the diverged weights: it is removed, so that neither the
+        message nor `--resume` offers it as a good one."""
+        problem = self.watch.problem(record, loop.step)
+        if problem is None:
+            return
+        what, rising = problem
+        if loop.last_checkpoint is not None and loop.saved_step == loop.step:
+            if loop.accelerator.is_main_process:
+                remove_checkpoint(loop.last_checkpoint)
+            older = [path for path in training_checkpoints(loop.last_checkpoint.parent) if path != loop.last_checkpoint]
+            loop.last_checkpoint = older[-1] if older else None
+        raise diverged(what, loop.last_checkpoint, self.training.lr, factor_hint=rising)
+
+    def on_save(self, loop, control, state) -> None:
+        state.first_evaluation = self.watch.record()
+
+    def on_restore(self, loop, control, state) -> None:
+        self.watch.continue_from(state.first_evaluation)
 
 
 def diverged(what: str, kept: Path | None, lr: float, factor_hint: bool = False) -> RunFailed:

@@ -1,13 +1,16 @@
 """The run driver: the life cycle every training stage shares, written once.
 
-A stage (pretrain, finetune) supplies what is its own, in the shape of torchtune's recipes: `setup()` builds
-the model, optimizer, data and loss; hooks position the data and change what trains per epoch or per step
-(gradual unfreezing); `evaluate()` scores; `finish()` saves the result. The driver owns the rest, in order:
-the run folder (checked, then created or locked once every input is read), the barriers between processes,
-the metrics log and trackers, `--resume` (sweep the leftovers of a killed save, restore the TrainingState),
-Ctrl-C and out-of-memory handling, the evaluation cadence, keep-best and early stopping, periodic checkpoints,
-and the run's timing and plots at the end. So the bit-exact resume guarantee lives in one place, for a phase before
-the training too (`WarmupPhase`: pretrain's head_warmup, whose checkpoints a resumed run continues inside it).
+A stage (`finetune pretrain`, `finetune finetune`) hands the driver a `TrainingJob`: what is its own, in the shape
+of torchtune's recipes. `setup()` builds the model, optimizer, data and loss; `evaluate()` scores; `finish()` saves
+the result; and as a subscriber to the run's events (training/events.py) it positions the data at each epoch
+(on_epoch_begin), saves a new best's weights (on_new_best) and reports each epoch (on_epoch_end). What else reacts
+to the run subscribes too (`subscribers`: divergence, keep-best, early stopping, the job's own such as gradual
+unfreezing, the search pruner, the trackers, the timing and plots). The driver owns the rest, in order: the run
+folder (checked, then created or locked once every input is read), the barriers between processes, the metrics
+log, `--resume` (sweep the leftovers of a killed save, restore the TrainingState), Ctrl-C and out-of-memory
+handling, the evaluation cadence and periodic checkpoints. So the bit-exact resume guarantee lives in one place,
+for a phase before the training too (`WarmupPhase`: pretrain's head_warmup, whose checkpoints a resumed run
+continues inside it).
 """
 
 from __future__ import annotations
@@ -48,8 +51,12 @@ from finetune.training.checkpoints import (
     step_checkpoint_dir,
     sweep_incomplete_checkpoints,
 )
-from finetune.training.loop import LossFunction, StepHook, TrainingLoop, compile_model, total_optimizer_steps
-from finetune.training.schedules import make_momentum_schedule, make_schedule
+from finetune.training.divergence import DivergenceWatch
+from finetune.training.events import Events, TrainingEvents
+from finetune.training.keep_best import EarlyStopping, KeepBest
+from finetune.training.listeners import ReportedEvaluations
+from finetune.training.loop import LossFunction, TrainingLoop, compile_model, total_optimizer_steps
+from finetune.training.optim import LearningRates
 from finetune.training.state import TRAIN_PHASE, BestSoFar, TrainingState
 
 
@@ -80,7 +87,6 @@ class TrainingSetup:
     throughput_unit: str  # tokens or examples, for the logged throughput
     tokenizer: Any  # saved with every checkpoint
     saved_model: Callable[[], torch.nn.Module]  # the Hugging Face model a checkpoint holds
-    before_step: StepHook | None = None  # a change between optimizer steps (step-wise unfreezing)
     epochs: int | None = None  # the stage's planned epochs where the recipe leaves training.epochs open
     warmup: WarmupPhase | None = None  # a phase before the training (head_warmup)
 
@@ -96,8 +102,8 @@ class RunContext:
     resumed: bool
 
 
-class TrainingStage(ABC):
-    """A training stage, as the driver runs it (see the module docstring)."""
+class TrainingJob(TrainingEvents, ABC):
+    """What a training stage hands the driver (see the module docstring); a subscriber to its run's events."""
 
     result_file: str | None = None  # a run folder holding it is finished: --resume then has nothing to do
 
@@ -122,6 +128,10 @@ class TrainingStage(ABC):
         """The record that keep-best and early stopping follow, or None when the stage keeps no best."""
         return None
 
+    def subscribers(self) -> list[TrainingEvents]:
+        """The job's own subscribers to the run's events besides itself (gradual unfreezing), after keep-best."""
+        return []
+
     def attachments(self, run_dir: Path) -> dict[str, Path]:
         """Folders that travel with every periodic checkpoint (e.g. the best evaluation's weights)."""
         return {}
@@ -133,19 +143,19 @@ class TrainingStage(ABC):
     def restore_carried(self, tensors: dict[str, torch.Tensor]) -> None:
         """Put back what `carried_tensors` saved."""
 
+    def on_save(self, loop, control, state: TrainingState) -> None:
+        state.carried = self.carried_tensors()
+
+    def on_restore(self, loop, control, state: TrainingState) -> None:
+        self.restore_carried(state.carried)
+
     @abstractmethod
-    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
-        """Position the data at `batches_done` batches into `epoch`; change what trains for the epoch."""
+    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
+        """Position the data at `batches_done` batches into `epoch` (also in a phase before the training)."""
 
     @abstractmethod
     def evaluate(self) -> tuple[dict[str, float], dict[str, Any]]:
         """(scores that the best-so-far record compares, further fields for metrics.jsonl only)."""
-
-    def on_new_best(self) -> None:
-        """An evaluation beat every earlier one (with keep_best: save its weights)."""
-
-    def end_of_epoch(self, epoch: int, step: int, record: dict[str, Any]) -> None:
-        """Report the epoch (its evaluation `record` included)."""
 
     @abstractmethod
     def finish(self, context: RunContext, step: int) -> Path:
@@ -196,54 +206,70 @@ def leave_process_group() -> None:
     gc.collect()  # the DDP wrappers of the finished stages, if a reference cycle still holds one
 
 
-def run_training(stage: TrainingStage, resume: bool = False) -> Path:
-    """Run a stage from the start, or (`resume`) from its run folder's newest periodic checkpoint."""
-    return RunDriver(stage).run(resume)
+def run_training(job: TrainingJob, resume: bool = False) -> Path:
+    """Run a stage's job from the start, or (`resume`) from its run folder's newest periodic checkpoint."""
+    return RunDriver(job).run(resume)
+
+
+class RunReport(TrainingEvents):
+    """The run's last subscriber: at the end, its timing.json and plots (reporting/finish.py), its trackers closed."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+
+    def on_train_end(self, loop, control) -> None:
+        finish_run(loop.accelerator, self.run_dir, loop)
+
+
+class Trackers(TrainingEvents):
+    """Every metrics.jsonl record also goes to the experiment trackers of training.log_with (reporting/trackers.py)."""
+
+    def __init__(self, send: Callable[[dict[str, Any]], None]):
+        self.send = send
+
+    def on_log(self, loop, control, record) -> None:
+        self.send(record)
 
 
 class RunDriver:
-    """One run of one stage (see the module docstring)."""
+    """One run of one job (see the module docstring)."""
 
-    def __init__(self, stage: TrainingStage):
-        self.stage, self.recipe = stage, stage.recipe
-        self.best: BestSoFar | None = None
+    def __init__(self, job: TrainingJob):
+        self.job, self.recipe = job, job.recipe
         self.last_evaluated_step: int | None = None
         self.last_record: dict[str, Any] = {}
 
     def run(self, resume: bool) -> Path:
-        stage, recipe = self.stage, self.recipe
+        job, recipe = self.job, self.recipe
         # Everything that can fail on user input is read before the run folder is created (or, resuming, locked).
-        if resume and stage.result_file and (check_same_recipe(recipe) / stage.result_file).is_file():
+        if resume and job.result_file and (check_same_recipe(recipe) / job.result_file).is_file():
             console.print(f"{recipe.run_dir} finished before: nothing to resume")
-            return stage.finished_result(Path(recipe.run_dir))
+            return job.finished_result(Path(recipe.run_dir))
         # the newest checkpoint whose files are whole: a broken newer one is skipped in one line
         resume_from = check_resumable(recipe, latest_sound_checkpoint) if resume else None
         if not resume:
             check_run_dir_free(recipe, latest_training_checkpoint)
-        stage.check()
-        self.accelerator = accelerator = processes_ready(stage.create_accelerator())
+        job.check()
+        self.accelerator = accelerator = processes_ready(job.create_accelerator())
         set_seed(recipe.seed)
-        self.setup = setup = stage.setup(accelerator, resume_from)
+        self.setup = setup = job.setup(accelerator, resume_from)
         compile_model(accelerator, setup.model, recipe.training)
         main = accelerator.is_main_process
         run_dir = claim_run_dir(recipe, main) if resume_from else prepare_run_dir(recipe, main)
-        log = MetricsLog(run_dir / METRICS_FILE, main, start_trackers(accelerator, recipe, run_dir))
+        self.events = Events(self.subscribers(run_dir))
+        log = MetricsLog(run_dir / METRICS_FILE, main, forward_to=self._logged)
         total_steps = total_optimizer_steps(len(setup.train_loader), recipe.training, setup.epochs)
         self.context = RunContext(accelerator, run_dir, log, total_steps, resumed=resume_from is not None)
-        self.best = stage.best_so_far()
-        self.loop = self._new_loop(
-            setup.optimizer,
-            make_schedule(recipe.schedule, total_steps),
-            total_steps,
-            momentum=make_momentum_schedule(recipe.schedule, total_steps),
-            stop_early=self._patience_exhausted,
-        )
-        stage.start(self.context)
+        rates = LearningRates.scheduled(setup.optimizer, recipe.schedule, total_steps)
+        self.loop = self._new_loop(rates, total_steps, events=self.events)
+        job.start(self.context)
         state = read_checkpoint_state(accelerator, resume_from) if resume_from is not None else TrainingState()
         # The phase before training runs in a new run, and in one resumed from a checkpoint taken during it.
         warmup = self._warmup_loop() if setup.warmup and (not resume_from or state.phase != TRAIN_PHASE) else None
         if resume_from is not None:
             self._restore(resume_from, state, warmup)
+        else:
+            self.events.fire("on_train_begin", self.loop)
         with self.loop.watching():  # Ctrl-C: checkpoint and stop; out of memory: advice
             if warmup is not None:
                 self._warm_up(warmup, state)
@@ -251,18 +277,39 @@ class RunDriver:
             self._train(state.epoch, state.batches_in_epoch)
         # lr-find's range test trains at every LR in turn: no model worth saving, and no "saved to" line.
         keeps_model = recipe.schedule.kind != "range_test"
-        checkpoint = stage.finish(self.context, self.loop.step) if keeps_model else run_dir
-        finish_run(accelerator, run_dir, self.loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
+        checkpoint = job.finish(self.context, self.loop.step) if keeps_model else run_dir
+        self.events.fire("on_train_end", self.loop)  # trackers closed, timing.json, RUN_DIR/plots/*.png
         return checkpoint
 
-    def _new_loop(self, optimizer, schedule: Callable[[int], float], steps: int, **options) -> TrainingLoop:
-        """A training loop of `steps` steps over the stage's model (the run's own, or a phase's: `options`)."""
+    def subscribers(self, run_dir: Path) -> list[TrainingEvents]:
+        """Who hears the run's events, in the order they hear them: the divergence watch first (a diverged model is
+        never kept), keep-best and early stopping where the job keeps a best, the job's own (gradual unfreezing),
+        the job itself, the search pruner's listeners, the trackers, and the timing and plots last."""
+        job, best = self.job, self.job.best_so_far()
+        kept: list[TrainingEvents] = [KeepBest(best), EarlyStopping(best)] if best is not None else []
+        send = start_trackers(self.accelerator, self.recipe, run_dir)
+        trackers: list[TrainingEvents] = [Trackers(send)] if send is not None else []
+        return [
+            DivergenceWatch(self.recipe.training),
+            *kept,
+            *job.subscribers(),
+            job,
+            ReportedEvaluations(),
+            *trackers,
+            RunReport(run_dir),
+        ]
+
+    def _logged(self, record: dict[str, Any]) -> None:
+        """MetricsLog's forward: every record written (by the main process) fires on_log."""
+        self.events.fire("on_log", getattr(self, "loop", None), record)
+
+    def _new_loop(self, rates: LearningRates, steps: int, **options) -> TrainingLoop:
+        """A training loop of `steps` steps over the job's model (the run's own, or a phase's: `options`)."""
         recipe, setup = self.recipe, self.setup
         return TrainingLoop(
             self.accelerator,
             setup.model,
-            optimizer,
-            schedule,
+            rates,
             steps,
             recipe.training,
             self.context.log,
@@ -273,11 +320,13 @@ class RunDriver:
         )
 
     def _warmup_loop(self) -> TrainingLoop:
-        """The loop of the stage's WarmupPhase, its optimizer prepared after the training's (a checkpoint saves both,
-        in that order; a run resumed after the phase prepares, and restores, the training's alone)."""
+        """The loop of the job's WarmupPhase, its optimizer prepared after the training's (a checkpoint saves both,
+        in that order; a run resumed after the phase prepares, and restores, the training's alone). The job alone
+        hears its events: it positions the data; nothing of the training's (unfreezing, keep-best) runs in it."""
         phase = self.setup.warmup
-        assert phase is not None  # called only for a stage that has one
-        return self._new_loop(self.accelerator.prepare(phase.optimizer), phase.schedule, phase.steps, phase=phase.name)
+        assert phase is not None  # called only for a job that has one
+        rates = LearningRates(self.accelerator.prepare(phase.optimizer), phase.schedule)
+        return self._new_loop(rates, phase.steps, phase=phase.name, events=Events([self.job]))
 
     def _warm_up(self, loop: TrainingLoop, state: TrainingState) -> None:
         """The WarmupPhase's steps from where `state` stands, every parameter but the phase's frozen; then whatever
@@ -293,59 +342,46 @@ class RunDriver:
         try:
             with loop.watching():
                 while not loop.finished:
-                    self.stage.before_epoch(epoch, loop.step, batches_done)
+                    loop.events.fire("on_epoch_begin", loop, epoch, batches_done)
                     loop.train_epoch(setup.train_loader, epoch, setup.compute_loss, batches_done=batches_done)
                     epoch, batches_done = epoch + 1, 0
         finally:
             for parameter in frozen:
                 parameter.requires_grad_(True)
-        self.stage.restore_carried({})
+        self.job.restore_carried({})
         self.loop.started = loop.started
 
     def _train(self, epoch: int, batches_done: int) -> None:
         """Epochs until the step budget is spent (training.max_steps may ask for more than training.epochs) or
-        patience runs out, each ending with an evaluation. A run resumed from a checkpoint at an epoch's last step
-        (batches_done > 0) still owes that epoch's evaluation, unless the checkpoint came after it."""
-        loop, setup = self.loop, self.setup
+        a subscriber stops the run (early stopping), each ending with an evaluation. A run resumed from a checkpoint
+        at an epoch's last step (batches_done > 0) still owes that epoch's evaluation, unless the checkpoint came
+        after it."""
+        loop, setup, events = self.loop, self.setup, self.events
         while not loop.finished or batches_done:
-            self.stage.before_epoch(epoch, loop.step, batches_done)
+            events.fire("on_epoch_begin", loop, epoch, batches_done)
             if not loop.finished:
                 loop.train_epoch(
-                    setup.train_loader,
-                    epoch,
-                    setup.compute_loss,
-                    self._evaluate,
-                    self.recipe.eval_every,
-                    batches_done,
-                    before_step=setup.before_step,
+                    setup.train_loader, epoch, setup.compute_loss, self._evaluate, self.recipe.eval_every, batches_done
                 )
             if loop.step != self.last_evaluated_step:  # the epoch did not end on a periodic evaluation
                 loop.log_evaluation(self._evaluate(), epoch)
-            self.stage.end_of_epoch(epoch, loop.step, self.last_record)
+            events.fire("on_epoch_end", loop, epoch, self.last_record)
             epoch, batches_done = epoch + 1, 0
 
     def _evaluate(self) -> dict[str, Any]:
-        """Score the model; the best-so-far record follows, and a new best is the stage's to keep."""
-        scores, extra = self.stage.evaluate()
-        step = self.loop.step
-        self.last_evaluated_step = step
+        """Score the model; the subscribers hear it (on_evaluate: divergence, keep-best, early stopping) before the
+        loop writes it."""
+        scores, extra = self.job.evaluate()
+        self.last_evaluated_step = self.loop.step
         record = {**scores, **extra}
-        self.loop.check_evaluation(record)  # a diverged model is never kept as the best, nor saved as the result
-        if self.best is not None:
-            if self.best.update(scores, step):
-                self.stage.on_new_best()
-            record["best_so_far"] = self.best.step == step
+        self.events.evaluated(self.loop, scores, record)
         self.last_record = record
         return record
 
-    def _patience_exhausted(self) -> bool:
-        return self.best is not None and self.best.patience_exhausted
-
     def _save_state(self, state: TrainingState) -> Path:
-        """A periodic checkpoint: the loop's state (`state`) with the driver's and the stage's added."""
+        """A periodic checkpoint: the loop's state (`state`) with the driver's and the subscribers' added."""
         state.last_evaluated_step = self.last_evaluated_step
-        state.best = self.best.record() if self.best is not None else None
-        state.carried = self.stage.carried_tensors()
+        self.events.fire("on_save", self.loop, state)
         run_dir = self.context.run_dir
         return save_training_checkpoint(
             self.accelerator,
@@ -355,12 +391,13 @@ class RunDriver:
             self.recipe,
             state,
             self.recipe.keep_checkpoints,
-            self.stage.attachments(run_dir),
+            self.job.attachments(run_dir),
         )
 
     def _restore(self, checkpoint: Path, state: TrainingState, warmup: TrainingLoop | None) -> None:
         """Continue from `checkpoint`, whose TrainingState is `state`: what a killed save left is swept, then every
-        part of the state restored, into the training's loop or (a checkpoint taken during it) the phase's."""
+        part of the state restored, into the training's loop or (a checkpoint taken during it) the phase's, and the
+        subscribers' shares (on_restore)."""
         run_dir = self.context.run_dir
         if state.phase != TRAIN_PHASE and warmup is None:  # the phase is decided from the inputs alone: they changed
             raise UserError(
@@ -369,12 +406,10 @@ class RunDriver:
             )
         if self.accelerator.is_main_process:
             sweep_incomplete_checkpoints(run_dir)  # what a kill during a save or a pruning left behind
-        load_training_state(self.accelerator, checkpoint, self.stage.attachments(run_dir))
-        self.stage.restore_carried(state.carried)
+        load_training_state(self.accelerator, checkpoint, self.job.attachments(run_dir))
         loop = warmup if warmup is not None else self.loop  # a resumed run has the phase's loop only to continue it
         loop.restore(state, checkpoint)
+        self.events.fire("on_restore", loop, state)
         self.last_evaluated_step = state.last_evaluated_step
-        if self.best is not None and state.best is not None:
-            self.best.continue_from(state.best)
         phase = "" if loop is self.loop else f"{state.phase} "
         console.print(f"resuming from {checkpoint} ({phase}step {loop.step}, epoch {state.epoch + 1})")

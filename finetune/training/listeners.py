@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
+from finetune.training.events import TrainingEvents
+
 EvaluationListener = Callable[[int, dict[str, Any]], None]
 _listeners: ContextVar[tuple[EvaluationListener, ...]] = ContextVar("evaluation_listeners", default=())
 
@@ -32,3 +34,11 @@ def report_evaluation(step: int, record: dict[str, Any]) -> None:
     """Tell the listeners in force (none outside `evaluations_reported_to`) about an evaluation at `step`."""
     for listener in _listeners.get():
         listener(step, record)
+
+
+class ReportedEvaluations(TrainingEvents):
+    """The run's subscriber that reports each evaluation, once written, to the listeners in force (on every process,
+    so that a listener's exception stops every process at the same step)."""
+
+    def on_evaluation_written(self, loop, control, record) -> None:
+        report_evaluation(loop.step, record)

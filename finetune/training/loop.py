@@ -1,11 +1,14 @@
 """The one training loop, on accelerate, shared by pretrain and finetune.
 
 The run driver (training/driver.py) builds it and calls `train_epoch` once per epoch inside `with loop.watching():`;
-a stage's per-step change (step-wise unfreezing) comes through the `before_step` callable of `train_epoch`; a phase
-before the training (head_warmup) is a loop of its own, named by `phase`. An optimizer step is explicit
-(`_optimizer_step`): its micro-batches, one backward each, then the gradient averaged, clipped and applied. The loop
-also owns what can go wrong while training: a non-finite loss stops the run before anything poisoned is saved,
-Ctrl-C saves a resumable checkpoint at a step boundary, and running out of GPU memory becomes one line of advice.
+the loop fires the run's per-step events (training/events.py: on_step_begin before each optimizer step, so step-wise
+unfreezing never falls inside an accumulation cycle; on_evaluation_written after each evaluation is logged) and stops
+when a subscriber asks it to (`Control.should_stop`: early stopping); a phase before the training (head_warmup) is a
+loop of its own, named by `phase`. A training step reads in this one file: `_optimizer_step` takes its micro-batches,
+one backward each, averages the gradient over the step's loss terms, clips it, sets the step's learning rates
+(`LearningRates.apply`, training/optim.py) and applies them. The loop also owns what can go wrong while training:
+a non-finite loss stops the run before anything poisoned is saved, Ctrl-C saves a resumable checkpoint at a step
+boundary, and running out of GPU memory becomes one line of advice.
 """
 
 from __future__ import annotations
@@ -31,18 +34,14 @@ from finetune.console import console, progress_bar
 from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
-from finetune.training.checkpoints import remove_checkpoint, training_checkpoints
-from finetune.training.divergence import ValidationWatch, diverged
-from finetune.training.listeners import report_evaluation
-from finetune.training.optim import set_first_moment_decay, set_learning_rates
+from finetune.training.divergence import diverged
+from finetune.training.events import Events
+from finetune.training.optim import LearningRates
 from finetune.training.state import TRAIN_PHASE, TrainingState
 
 # compute_loss(model, batch) -> (mean loss of the batch, the number of terms it is the mean of, items for the
 # throughput: tokens or examples). Terms are examples for a classifier, labelled tokens for a language model.
 LossFunction = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, Any, int]]
-# before_step(step, epoch) runs before the first micro-batch of every optimizer step, `step` being the steps taken
-# so far: a stage's per-step change (step-wise unfreezing) then never falls inside a gradient-accumulation cycle.
-StepHook = Callable[[int, int], None]
 
 
 def device_and_precision(training_config) -> tuple[bool, str]:
@@ -122,35 +121,31 @@ class TrainingLoop:
         self,
         accelerator: Accelerator,
         model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        schedule: Callable[[int], float],
+        rates: LearningRates,
         total_steps: int,
         training_config,
         metrics_log: MetricsLog,
         throughput_unit: str,
         checkpoint_every: int | None = None,
         save_checkpoint: Callable[[TrainingState], Path | None] | None = None,
-        momentum: Callable[[int], float] | None = None,
-        stop_early: Callable[[], bool] | None = None,
+        events: Events | None = None,
         phase: str = TRAIN_PHASE,
     ):
-        self.accelerator, self.model, self.optimizer = accelerator, model, optimizer
+        self.accelerator, self.model, self.rates = accelerator, model, rates
+        self.optimizer = rates.optimizer
         self.phase = phase  # the run's own training, or a phase before it (head_warmup): names records and checkpoints
-        self.schedule, self.total_steps, self.config = schedule, total_steps, training_config
-        self.momentum = momentum  # beta1 per step (one-cycle); None: the optimizer's betas stay
+        self.total_steps, self.config = total_steps, training_config
+        self.events = events if events is not None else Events()  # who hears this loop's events (training/events.py)
         self.metrics_log, self.throughput_unit = metrics_log, throughput_unit
         # save_checkpoint(state) -> folder is called every `checkpoint_every` steps (and on Ctrl-C) with the loop's
         # share of the TrainingState to resume from (`snapshot`); the run driver adds its own and saves it.
         self.checkpoint_every, self.save_checkpoint = checkpoint_every, save_checkpoint
-        self.stop_early = stop_early  # () -> True once the run should end after this step (early stopping)
         self.step = 0  # optimizer steps taken so far
         self.last_checkpoint: Path | None = None  # the newest periodic checkpoint, named when a run fails
-        self._saved_step = 0  # the step of the newest checkpoint: Ctrl-C right after one saves nothing new
+        self.saved_step = 0  # the step of the newest checkpoint: Ctrl-C right after one saves nothing new
         self._interrupt_requested = False  # set by the Ctrl-C handler of `watching`
         # First step (1-based; 0: none) with a non-finite loss / gradient norm, kept on the device: no sync per step.
         self._nonfinite = torch.zeros(2, dtype=torch.long, device=accelerator.device)
-        # The validation losses, checked by the driver before an evaluation counts (`check_evaluation`).
-        self.validation_watch = ValidationWatch(getattr(training_config, "divergence_factor", None))
         self.started = time.perf_counter()  # for the run's wall time (reporting.finish); moved back on a resume
         # Loop state rather than locals of train_epoch, so that a checkpoint keeps them and a resumed run logs what
         # an uninterrupted one would. Summed on the device and read once per log window (no sync at every step):
@@ -162,8 +157,8 @@ class TrainingLoop:
 
     @property
     def finished(self) -> bool:
-        """True once the run's step budget is spent, or the driver asked to stop (early stopping)."""
-        return self.step >= self.total_steps or (self.stop_early is not None and self.stop_early())
+        """True once the run's step budget is spent, or a subscriber asked to stop (early stopping)."""
+        return self.step >= self.total_steps or self.events.control.should_stop
 
     def train_epoch(
         self,
@@ -173,13 +168,12 @@ class TrainingLoop:
         evaluate: Callable[[], dict[str, Any]] | None = None,
         eval_every: int | None = None,
         batches_done: int = 0,
-        before_step: StepHook | None = None,
     ) -> float:
         """One pass over `loader` (or until the step budget ends); returns the mean training loss.
 
         `batches_done`: batches of this epoch already trained before a resume; `loader` then holds the rest.
-        `before_step(step, epoch)`: called at every step boundary before the step's first micro-batch (see StepHook);
-        a resumed epoch starts at a checkpoint's step boundary, so it is called there too.
+        on_step_begin fires at every step boundary before the step's first micro-batch; a resumed epoch starts at a
+        checkpoint's step boundary, so it fires there too.
         Losses and gradient norms are checked for nan/inf at every logged step, before every evaluation and
         save, and at the end of the epoch (reading them at every step would stall the GPU): the first bad
         step raises RunFailed, so a diverged model is never evaluated, checkpointed or saved as the result.
@@ -195,8 +189,7 @@ class TrainingLoop:
             named = f"epoch {epoch + 1}" if self.phase == TRAIN_PHASE else f"{self.phase}, epoch {epoch + 1}"
             bar = progress.add_task(named, total=steps_this_epoch, status="")
             for micro_batches in _optimizer_steps(loader, accumulation):
-                if before_step is not None:
-                    before_step(self.step, epoch)
+                self.events.fire("on_step_begin", self, epoch)
                 learning_rates = self._optimizer_step(micro_batches, compute_loss)
                 batches_done += len(micro_batches)
                 self.step += 1
@@ -247,9 +240,7 @@ class TrainingLoop:
             )
             if norm is not None and accelerator.scaler is None:  # fp16's scaler skips inf steps itself
                 self._mark_nonfinite(1, norm)
-        learning_rates = set_learning_rates(self.optimizer, self.schedule(self.step))
-        if self.momentum is not None:
-            set_first_moment_decay(self.optimizer, self.momentum(self.step))
+        learning_rates = self.rates.apply(self.step)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return learning_rates
@@ -282,9 +273,9 @@ class TrainingLoop:
         if self.checkpoint_every and self.step % self.checkpoint_every == 0:
             self._save(epoch, batches_done)
         if self._interrupt_agreed():
-            if self._saved_step != self.step:
+            if self.saved_step != self.step:
                 self._save(epoch, batches_done)
-            raise RunInterrupted(self.step, self.last_checkpoint if self._saved_step == self.step else None)
+            raise RunInterrupted(self.step, self.last_checkpoint if self.saved_step == self.step else None)
 
     def _start_window(self) -> None:
         """Start a new log window: no loss, items or training time in it yet."""
@@ -320,7 +311,6 @@ class TrainingLoop:
             window_seconds=self._window_seconds,
             training_seconds=time.perf_counter() - self.started,
             running_sums=self._sums,
-            first_evaluation=self.validation_watch.record(),
         )
 
     def restore(self, state: TrainingState, checkpoint: Path) -> None:
@@ -329,11 +319,10 @@ class TrainingLoop:
         The log window and epoch sums, the window's items and seconds and the training time come back too, so the
         logs and timing.json read as if the run never stopped.
         """
-        self.step = self._saved_step = state.step
+        self.step = self.saved_step = state.step
         self.last_checkpoint = Path(checkpoint)
         self.metrics_log.truncate(state.metrics_lines)  # drop what the interrupted run logged after it
         self.started -= state.training_seconds
-        self.validation_watch.continue_from(state.first_evaluation)
         if state.running_sums is not None:
             self._sums.copy_(state.running_sums)
             self._window_items, self._window_seconds = state.window_items, state.window_seconds
@@ -389,7 +378,7 @@ class TrainingLoop:
         self._check_finite()
         with self._window_clock_stopped():
             self.last_checkpoint = self.save_checkpoint(self.snapshot(epoch, batches_done)) or self.last_checkpoint
-        self._saved_step = self.step
+        self.saved_step = self.step
 
     def _mark_nonfinite(self, kind: int, value: torch.Tensor) -> None:
         """Remember, on the device, the first step whose loss (kind 0) or gradient norm (kind 1) was nan or inf."""
@@ -408,21 +397,6 @@ class TrainingLoop:
         what = f"the {'loss' if kind == 0 else 'gradient norm'} was not finite (nan or inf) at step {step}"
         raise diverged(what, self.last_checkpoint, self.config.lr)
 
-    def check_evaluation(self, record: dict[str, Any]) -> None:
-        """Raise RunFailed (on every process: they share the validation loss) if this step's evaluation shows a
-        diverged run. A periodic checkpoint of this very step holds the diverged weights: it is removed, so that
-        neither the message nor `--resume` offers it as a good one."""
-        problem = self.validation_watch.problem(record, self.step)
-        if problem is None:
-            return
-        what, rising = problem
-        if self.last_checkpoint is not None and self._saved_step == self.step:
-            if self.accelerator.is_main_process:
-                remove_checkpoint(self.last_checkpoint)
-            older = [path for path in training_checkpoints(self.last_checkpoint.parent) if path != self.last_checkpoint]
-            self.last_checkpoint = older[-1] if older else None
-        raise diverged(what, self.last_checkpoint, self.config.lr, factor_hint=rising)
-
     def _average_gradients(self, step_terms: torch.Tensor) -> None:
         """Turn the summed-loss gradients of this step into the gradient of the mean over all its loss terms.
 
@@ -438,9 +412,10 @@ class TrainingLoop:
             torch._foreach_mul_(gradients, scale.to(gradients[0].dtype))
 
     def log_evaluation(self, metrics: dict[str, Any], epoch: int) -> None:
-        """Write an evaluation record for the current step."""
+        """Write an evaluation record for the current step; then on_evaluation_written (a search's pruner may stop
+        the run there)."""
         self.metrics_log.write({"phase": "eval", "step": self.step, "epoch": epoch, **metrics})
-        report_evaluation(self.step, metrics)  # a search's pruner may stop the run here
+        self.events.fire("on_evaluation_written", self, metrics)
 
 
 def _optimizer_steps(loader, accumulation: int):

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from finetune.training.events import TrainingEvents
+
 
 def trainable_group_count(
     epoch: int,
@@ -78,3 +80,56 @@ def freeze_below(groups: list[list[nn.Parameter]], trainable: int) -> None:
             parameter.requires_grad_(index >= first_trainable)
             if index < first_trainable:
                 parameter.grad = None
+
+
+class GradualUnfreezing(TrainingEvents):
+    """Gradual unfreezing as a subscriber to the run's events: at each epoch's start (by epochs) or before each
+    optimizer step (by steps, every `thaw_every` steps), the top groups that train now are trainable and the rest
+    frozen, with an `unfreeze` record in metrics.jsonl at the start and at each change.
+
+    Written from the epoch or step alone (not from what this process did before), so a resumed run freezes and logs
+    exactly what the stopped one would have: the stopped run wrote the record of its checkpoint's step, if any, only
+    after that checkpoint; a resumed epoch logged its unfreezing before."""
+
+    def __init__(self, groups: list[list[nn.Parameter]], unfreezing, thaw_every: int | None):
+        self.groups, self.unfreezing, self.thaw_every = groups, unfreezing, thaw_every
+        self.epoch_trainable = len(groups)  # by epochs: the groups trainable in the epoch in progress
+
+    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
+        if self.thaw_every is not None:  # by steps: before each step
+            return
+        unfreezing = self.unfreezing
+        self.epoch_trainable = trainable_group_count(
+            epoch,
+            len(self.groups),
+            unfreezing.mode,
+            unfreezing.initial_groups,
+            unfreezing.groups_per_epoch,
+            unfreezing.schedule,
+        )
+        freeze_below(self.groups, self.epoch_trainable)
+        if not batches_done:  # a resumed epoch logged its unfreezing before
+            self._log(loop, loop.step, epoch, self.epoch_trainable)
+
+    def on_step_begin(self, loop, control, epoch: int) -> None:
+        if self.thaw_every is None:
+            return
+        step = loop.step
+        trainable = self.trainable_at_step(step)
+        freeze_below(self.groups, trainable)  # idempotent, and cheap next to a step: one flag per parameter
+        if step == 0 or trainable != self.trainable_at_step(step - 1):
+            self._log(loop, step, epoch, trainable)
+
+    def trainable_at_step(self, step: int) -> int:
+        """By steps: the groups trainable in the step that follows `step` steps taken."""
+        assert self.thaw_every is not None  # called only when unfreezing goes by steps (an interval)
+        return trainable_group_count_at_step(step, len(self.groups), self.unfreezing.initial_groups, self.thaw_every)
+
+    def trainable_in_last_step(self, step: int) -> int:
+        """The groups that trained in the optimizer step before `step` steps taken (an epoch's summary line)."""
+        return self.epoch_trainable if self.thaw_every is None else self.trainable_at_step(max(step - 1, 0))
+
+    def _log(self, loop, step: int, epoch: int, trainable: int) -> None:
+        # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
+        record = {"phase": "unfreeze", "step": step, "epoch": epoch, "trainable_groups": trainable}
+        loop.metrics_log.write({**record, "total_groups": len(self.groups)})

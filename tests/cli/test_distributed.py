@@ -37,7 +37,7 @@ LAUNCHER = textwrap.dedent("""
     import hashlib, json, sys
     import finetune.stages.pretrain as pretrain_stage
     import finetune.stages.pretrain_data as pretrain_data
-    import finetune.kinds.stage as finetune_stage  # every task kind's accelerator is made there
+    import finetune.kinds.fine_tuning as finetune_stage  # every task kind's accelerator is made there
     from finetune.cli import app
 
     make_accelerator, shared_tokenizer = pretrain_stage.make_accelerator, pretrain_data.shared_tokenizer

@@ -33,7 +33,7 @@ from finetune.data.task_batches import WindowCollator
 from finetune.data.task_encoding import EncodedTask
 from finetune.errors import UserError
 from finetune.inference.predict import example_logits
-from finetune.kinds.classification.stage import gradient_window_note
+from finetune.kinds.classification.fine_tuning import gradient_window_note
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import run_finetune

@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Step 1: finetune/kinds/ranking/, module by module as the guide lists them (a placeholder stage: nothing trains here).
+# Step 1: finetune/kinds/ranking/, module by module as the guide lists them (a placeholder fine-tuning job: nothing trains here).
 PACKAGE = {
     "__init__.py": '''
         """Task kind ranking: a relevance score per (query, passage) pair.
@@ -66,15 +66,15 @@ PACKAGE = {
                     problem_type=None,
                 )
     ''',
-    "stage.py": '''
+    "fine_tuning.py": '''
         """`finetune finetune` for task kind ranking (a placeholder: this test trains nothing)."""
 
         from __future__ import annotations
 
-        from finetune.kinds.stage import TaskStage
+        from finetune.kinds.fine_tuning import TaskFineTuning
 
 
-        class RankingStage(TaskStage):
+        class RankingFineTuning(TaskFineTuning):
             def read_task(self) -> tuple[int, int]:
                 raise NotImplementedError
 
@@ -136,7 +136,7 @@ PACKAGE = {
         from finetune.kinds.ranking.evaluation import run_ranking_eval
         from finetune.kinds.ranking.predictor import RankingPredictor
         from finetune.kinds.ranking.recipe import RankingSection
-        from finetune.kinds.ranking.stage import RankingStage
+        from finetune.kinds.ranking.fine_tuning import RankingFineTuning
         from finetune.reporting.model_card import CardKind
         from finetune.tasks.specs import TaskSpec
 
@@ -144,7 +144,7 @@ PACKAGE = {
         class RankingKind(TaskKind):
             name = "ranking"
             section = RankingSection
-            stage_class = RankingStage
+            fine_tuning_class = RankingFineTuning
 
             def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
                 return run_ranking_eval(recipe, spec, accelerator)

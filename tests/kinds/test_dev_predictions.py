@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from finetune.kinds.classification.stage import ClassificationStage
+from finetune.kinds.classification.fine_tuning import ClassificationFineTuning
 from finetune.recipes import load_recipe
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from tests.conftest import finetune_recipe, interrupted_at_step, write_yaml
@@ -70,8 +70,8 @@ def test_without_keep_best_the_last_evaluations_predictions_even_after_a_resume(
         run_finetune(load_recipe(last_weights("resumed")))
     assert not (tmp_path / "resumed" / "dev_predictions.jsonl").exists()
     evaluations = []
-    evaluate = ClassificationStage.evaluate
-    monkeypatch.setattr(ClassificationStage, "evaluate", lambda self: evaluations.append(1) or evaluate(self))
+    evaluate = ClassificationFineTuning.evaluate
+    monkeypatch.setattr(ClassificationFineTuning, "evaluate", lambda self: evaluations.append(1) or evaluate(self))
     run_finetune(load_recipe(last_weights("resumed")), resume=True)
     assert evaluations == [1]  # no evaluation left to train through: the one that made the predictions
     assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "full")

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from finetune.cli import app
 from finetune.errors import UserError
 from finetune.kinds.base import TaskKind
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.kinds.predictor import TaskPredictor
 from finetune.kinds.recipe import GlueOrCustomSection
 from finetune.kinds.registry import KINDS, kind_named, kind_of
-from finetune.kinds.stage import TaskStage
 from finetune.models.task_heads import kinds_with_a_head
 from finetune.recipes import TASK_SECTIONS, describe_keys, load_recipe, task_config
 from finetune.recipes.finetune import FinetuneRecipe
@@ -34,7 +34,7 @@ def test_every_kind_answers_the_contract():
     assert KINDS and list(KINDS) == list(TASK_SECTIONS)
     for name, kind in KINDS.items():
         assert isinstance(kind, TaskKind) and kind.name == name
-        assert issubclass(kind.stage_class, TaskStage)
+        assert issubclass(kind.fine_tuning_class, TaskFineTuning)
         # Every hook the base leaves to a kind is the kind's own (the base's raise NotImplementedError).
         hooks = CONTRACT + (("class_probabilities",) if kind.section.self_trains else ())
         for hook in hooks:

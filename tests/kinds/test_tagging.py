@@ -20,8 +20,8 @@ from finetune.commands.predict import predict
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.errors import InputError
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
+from finetune.kinds.tokens.fine_tuning import TaggingFineTuning
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
-from finetune.kinds.tokens.stage import TaggingStage
 from tests.conftest import (
     FILLERS,
     NEGATIVE,
@@ -190,7 +190,7 @@ def test_every_word_weighs_alike_whatever_the_length_of_its_batch(tmp_path, tiny
     train.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in sentence) for sentence in short + long) + "\n")
     tags = ("O", "B-SUBJ", "I-SUBJ", "B-POS")
     model = AutoModelForTokenClassification.from_pretrained(tiny_bert, num_labels=len(tags)).eval()
-    stage = TaggingStage.__new__(TaggingStage)  # what encoded_task and _loss read, without a run
+    stage = TaggingFineTuning.__new__(TaggingFineTuning)  # what encoded_task and _loss read, without a run
     stage.tokenizer, stage.max_length, stage.tags = AutoTokenizer.from_pretrained(tiny_bert), 32, tags
     stage.train_sentences = stage.dev_sentences = read_conll(train)
     stage.recipe = SimpleNamespace(training=SimpleNamespace(batch_size=2))
@@ -245,9 +245,9 @@ def test_tagging_batches_split_or_unpadded_train_like_padded_whole_ones(
 
 
 def test_a_tagger_on_grouped_batches_is_told_what_they_cost_and_what_does_not():
-    note = TaggingStage.batching_note(None, grouped=True)
+    note = TaggingFineTuning.batching_note(None, grouped=True)
     assert note is not None and "training.group_by_length=false" in note and "training.skip_padding" in note
-    assert TaggingStage.batching_note(None, grouped=False) is None
+    assert TaggingFineTuning.batching_note(None, grouped=False) is None
 
 
 def test_a_tagger_learns_and_saves_a_token_classification_checkpoint(tagger_run):

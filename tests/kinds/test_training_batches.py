@@ -11,7 +11,7 @@ import pytest
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_batches import LengthGroupedSampler
-from finetune.kinds.stage import TaskStage
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.recipes.base import TrainingConfig
 from finetune.training.budget import StepPlan
 
@@ -40,7 +40,9 @@ def training_loader(splits: bool = True, note: str | None = None, skips_padding:
     )
     lengths = np.random.default_rng(0).integers(1, 400, size=100).tolist()
     examples = Examples({"input_ids": [7] * length} for length in lengths)
-    loader = TaskStage._training_batches(stage, examples, lambda items: {"rows": [item["input_ids"] for item in items]})
+    loader = TaskFineTuning._training_batches(
+        stage, examples, lambda items: {"rows": [item["input_ids"] for item in items]}
+    )
     assert loader.batch_sampler.sampler is stage.order  # the order the loader reads (and a resume skips in)
     return stage, loader, lengths
 

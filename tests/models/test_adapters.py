@@ -151,7 +151,7 @@ def test_only_lora_and_the_head_train_with_discriminative_lrs(family, tmp_path):
     data["discriminative"]["factor"] = 2.0
     recipe = load_recipe(write_yaml(tmp_path / "recipe.yaml", data))
     recipe = resolve_techniques(recipe, describe_backbone(recipe.model.checkpoint)).recipe
-    stage = kind_named("classification").stage(recipe)
+    stage = kind_named("classification").fine_tuning(recipe)
     setup = stage.setup(stage.create_accelerator(), None)
     names = {id(parameter): name for name, parameter in setup.model.named_parameters()}
     trainable = {name for name, parameter in setup.model.named_parameters() if parameter.requires_grad}

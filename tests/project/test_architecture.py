@@ -217,7 +217,7 @@ def test_a_sideways_import_is_reported_and_a_kinds_role_module_is_in_its_roles_p
     ]
     assert upward_imports(graph) == []
     assert layer_of("finetune.kinds.tokens.metrics") == layer_of("finetune.tasks.metrics")
-    assert layer_of("finetune.kinds.tokens.stage") == layer_of("finetune.kinds")
+    assert layer_of("finetune.kinds.tokens.fine_tuning") == layer_of("finetune.kinds")
     assert upward_imports({"finetune.kinds.tokens.recipe": {"finetune.kinds.tokens.kind"}}) == [
         "finetune.kinds.tokens.recipe -> finetune.kinds.tokens.kind"
     ]
@@ -248,7 +248,7 @@ def test_no_function_is_longer_than_sixty_lines():
     adds stays short enough to read in one screen."""
     lengths = function_lengths(PACKAGE.rglob("*.py"))
     assert "finetune.training.loop:TrainingLoop.train_epoch" in lengths
-    assert "finetune.kinds.stage:TaskStage.setup" in lengths and "finetune.cli:main" in lengths
+    assert "finetune.kinds.fine_tuning:TaskFineTuning.setup" in lengths and "finetune.cli:main" in lengths
     assert {name: lines for name, lines in lengths.items() if lines > 60} == {}
 
 

@@ -34,7 +34,7 @@ from finetune.data.tokenizers import train_wordpiece
 from finetune.glue.specs import GLUE_TASKS
 from finetune.inference.ensemble import ensemble_outputs
 from finetune.inference.predict import example_logits
-from finetune.kinds.classification import stage as finetune_stage
+from finetune.kinds.classification import fine_tuning as finetune_stage
 from finetune.models.heads import label_config
 from finetune.models.language_models import train_tokenizer
 from finetune.recipes import TokenizerConfig, read_yaml, task_config

@@ -23,7 +23,7 @@ from finetune.data.reverse import REVERSE_CONFIG_KEY
 from finetune.data.task_files import read_task_split
 from finetune.data.tokenizers import train_byte_level_bpe
 from finetune.errors import UserError
-from finetune.kinds.classification import stage as finetune_stage
+from finetune.kinds.classification import fine_tuning as finetune_stage
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.models.awd_lstm import AWDLSTMConfig, AWDLSTMForCausalLM
 from finetune.models.awd_lstm_classifier import (

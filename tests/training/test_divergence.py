@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.kinds.classification import stage as stage_module
+from finetune.kinds.classification import fine_tuning as stage_module
 from finetune.stages import pretrain as pretrain_module
 from finetune.stages.finetune import RESULT_FILE
 from finetune.training.checkpoints import training_checkpoints

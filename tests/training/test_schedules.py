@@ -166,19 +166,19 @@ def test_one_cycle_momentum_out_of_range_is_refused():
 
 def test_a_one_cycle_run_sets_each_steps_lr_and_beta1(tmp_path, corpus_file, monkeypatch):
     """A pretrain run with one_cycle: the logged LRs follow the cosines, and beta1 is set before every step."""
-    import finetune.training.loop as loop_module
+    import finetune.training.optim as optim_module
     from finetune.recipes import load_recipe
     from finetune.run_dir import read_metrics
     from finetune.stages.pretrain import run_pretrain
     from tests.conftest import pretrain_recipe, write_yaml
 
-    set_betas, seen = loop_module.set_first_moment_decay, []
+    set_betas, seen = optim_module.set_first_moment_decay, []
 
     def recording(optimizer, beta1):
         set_betas(optimizer, beta1)
         seen.append({group["betas"][0] for group in optimizer.param_groups})
 
-    monkeypatch.setattr(loop_module, "set_first_moment_decay", recording)
+    monkeypatch.setattr(optim_module, "set_first_moment_decay", recording)
     data = pretrain_recipe(corpus_file, tmp_path / "run")
     data["schedule"] = {"kind": "one_cycle", "pct_start": 0.3}
     data["training"]["log_every"] = 1

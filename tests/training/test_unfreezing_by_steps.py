@@ -28,7 +28,7 @@ from finetune.run_dir import read_metrics
 from finetune.stages.finetune import run_finetune
 from finetune.training import loop as loop_module
 from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, latest_training_checkpoint
-from finetune.training.unfreezing import thaw_interval, trainable_group_count_at_step
+from finetune.training.unfreezing import GradualUnfreezing, thaw_interval, trainable_group_count_at_step
 from tests.cli.test_distributed import check_two_processes, torchrun
 from tests.conftest import REPO_ROOT, custom_task_section, finetune_recipe, save_tiny_masked_lm, write_task, write_yaml
 from tests.training.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
@@ -185,30 +185,26 @@ def test_resume_reproduces_the_run_and_its_unfreeze_records(
 
 
 def watch_the_loop(monkeypatch) -> list[str]:
-    """What the loop runs, in order: "step N" for each before_step call, "batch" for each micro-batch."""
+    """What the loop runs, in order: "step N" for each step-wise thaw (on_step_begin), "batch" for each
+    micro-batch."""
     events = []
     train_epoch = loop_module.TrainingLoop.train_epoch
+    thaw = GradualUnfreezing.on_step_begin
 
-    def watched(self, loader, epoch, compute_loss, *arguments, before_step=None, **keywords):
+    def watched(self, loader, epoch, compute_loss, *arguments, **keywords):
         def counting_loss(model, batch):
             events.append("batch")
             return compute_loss(model, batch)
 
-        def recording_hook(step, epoch):
-            events.append(f"step {step}")
-            before_step(step, epoch)
+        return train_epoch(self, loader, epoch, counting_loss, *arguments, **keywords)
 
-        return train_epoch(
-            self,
-            loader,
-            epoch,
-            counting_loss,
-            *arguments,
-            before_step=recording_hook if before_step else None,
-            **keywords,
-        )
+    def recorded_thaw(self, loop, control, epoch):
+        if self.thaw_every is not None:
+            events.append(f"step {loop.step}")
+        thaw(self, loop, control, epoch)
 
     monkeypatch.setattr(loop_module.TrainingLoop, "train_epoch", watched)
+    monkeypatch.setattr(GradualUnfreezing, "on_step_begin", recorded_thaw)
     return events
 
 

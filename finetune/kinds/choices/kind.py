@@ -8,10 +8,10 @@ from typing import Any
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
 from finetune.kinds.choices.evaluation import run_choices_eval
+from finetune.kinds.choices.fine_tuning import ChoicesFineTuning
 from finetune.kinds.choices.model import choice_model_skeleton, choice_registering_import, load_finetuned_choice_model
 from finetune.kinds.choices.predictor import ChoicesPredictor
 from finetune.kinds.choices.recipe import ChoicesSection
-from finetune.kinds.choices.stage import ChoicesStage
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, read_length
 from finetune.tasks.specs import TaskSpec
@@ -20,7 +20,7 @@ from finetune.tasks.specs import TaskSpec
 class ChoicesKind(TaskKind):
     name = "choices"
     section = ChoicesSection
-    stage_class = ChoicesStage
+    fine_tuning_class = ChoicesFineTuning
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_choices_eval(recipe, spec, accelerator)

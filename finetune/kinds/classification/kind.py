@@ -14,9 +14,9 @@ from finetune.data.long_documents import DocumentReading
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
 from finetune.kinds.classification.evaluation import run_classification_eval
+from finetune.kinds.classification.fine_tuning import ClassificationFineTuning
 from finetune.kinds.classification.predictor import Predictor
 from finetune.kinds.classification.recipe import ClassificationSection
-from finetune.kinds.classification.stage import ClassificationStage
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.models.heads import classifier_skeleton, fitted_max_length, load_finetuned
 from finetune.models.hub import load_tokenizer
@@ -32,7 +32,7 @@ POOLING_NOTES = {"mean": ", mean pooling", "scalar_mix": ", scalar mix of every 
 class ClassificationKind(TaskKind):
     name = "classification"
     section: type[TaskSection] = ClassificationSection  # regression's and multilabel's are theirs
-    stage_class = ClassificationStage
+    fine_tuning_class = ClassificationFineTuning
 
     def load_model(self, folder: str, spec: TaskSpec, trust_remote_code: bool) -> Any:
         """The fine-tuned classifier of a checkpoint folder, checked against the task's labels."""

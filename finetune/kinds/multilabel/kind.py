@@ -8,11 +8,11 @@ from typing import Any
 from finetune.data.long_documents import DocumentReading
 from finetune.kinds.classification.kind import POOLING_NOTES, ClassificationKind
 from finetune.kinds.multilabel.evaluation import run_multilabel_eval
+from finetune.kinds.multilabel.fine_tuning import MultilabelFineTuning
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.kinds.multilabel.predictor import MultilabelPredictor
 from finetune.kinds.multilabel.recipe import MultilabelSection
 from finetune.kinds.multilabel.spec import multilabel_spec
-from finetune.kinds.multilabel.stage import MultilabelStage
 from finetune.reporting.model_card import CardKind
 from finetune.tasks.specs import TaskSpec
 
@@ -20,7 +20,7 @@ from finetune.tasks.specs import TaskSpec
 class MultilabelKind(ClassificationKind):
     name = "multilabel"
     section = MultilabelSection
-    stage_class = MultilabelStage
+    fine_tuning_class = MultilabelFineTuning
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_multilabel_eval(recipe, spec, accelerator)

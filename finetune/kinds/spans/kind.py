@@ -8,10 +8,10 @@ from typing import Any
 from finetune.kinds.base import TaskKind
 from finetune.kinds.spans.data import DEFAULT_MAX_LENGTH, SpanReading
 from finetune.kinds.spans.evaluation import run_spans_eval
+from finetune.kinds.spans.fine_tuning import SpansFineTuning
 from finetune.kinds.spans.model import qa_skeleton
 from finetune.kinds.spans.predictor import SpanPredictor, load_span_predictor
 from finetune.kinds.spans.recipe import SpansSection
-from finetune.kinds.spans.stage import SpansStage
 from finetune.reporting.model_card import CardKind, head_architecture
 from finetune.tasks.specs import TaskSpec
 
@@ -19,7 +19,7 @@ from finetune.tasks.specs import TaskSpec
 class SpansKind(TaskKind):
     name = "spans"
     section = SpansSection
-    stage_class = SpansStage
+    fine_tuning_class = SpansFineTuning
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_spans_eval(recipe, spec, accelerator)

@@ -9,10 +9,10 @@ from typing import Any
 from finetune.errors import recipe_key
 from finetune.kinds.base import TaskKind
 from finetune.kinds.tokens.evaluation import run_tagging_eval
+from finetune.kinds.tokens.fine_tuning import TaggingFineTuning
 from finetune.kinds.tokens.model import load_finetuned_tagger, model_tags, tagger_skeleton
 from finetune.kinds.tokens.predictor import TaggingPredictor
 from finetune.kinds.tokens.recipe import TokensSection
-from finetune.kinds.tokens.stage import TaggingStage
 from finetune.models.hub import load_tokenizer
 from finetune.reporting.model_card import CardKind, head_architecture, read_length
 from finetune.tasks.specs import TaskSpec
@@ -23,7 +23,7 @@ PROFILED_TAGS = 9  # a tagging recipe without task.labels: CoNLL-2003's count (O
 class TokensKind(TaskKind):
     name = "tokens"
     section = TokensSection
-    stage_class = TaggingStage
+    fine_tuning_class = TaggingFineTuning
 
     def evaluate(self, recipe, spec: TaskSpec, accelerator) -> dict:
         return run_tagging_eval(recipe, spec, accelerator)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from finetune.kinds.classification.stage import ClassificationStage, say
+from finetune.kinds.classification.fine_tuning import ClassificationFineTuning, say
 from finetune.kinds.multilabel.metrics import best_threshold, label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, THRESHOLD_KEY
 from finetune.kinds.multilabel.training import binary_cross_entropy, label_probabilities
@@ -15,7 +15,7 @@ from finetune.reporting.dev_predictions import label_set_rows
 from finetune.training.imbalance import Loss, binary_cross_entropy_loss, described_weights, pos_weight_vector
 
 
-class MultilabelStage(ClassificationStage):
+class MultilabelFineTuning(ClassificationFineTuning):
     """`finetune finetune` for a task of kind multilabel: the classifier's data, model and machinery with a sigmoid
     per label and binary cross-entropy (the head's problem_type), scored by micro F1 at a decision threshold that
     is given (task.threshold) or chosen on dev at each evaluation, and saved with the checkpoint.

@@ -23,7 +23,7 @@ from finetune.inference.predict import LengthSortedPrediction, logits_loss, logi
 from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
-from finetune.kinds.stage import TaskStage, say
+from finetune.kinds.fine_tuning import TaskFineTuning, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
@@ -32,7 +32,7 @@ from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy
 from finetune.training.self_training import PseudoLabelled
 
 
-class ClassificationStage(TaskStage):
+class ClassificationFineTuning(TaskFineTuning):
     """Classification (or regression): a class per example, from its text or sentence pair (task kind
     classification), with long documents read as task.long_documents says."""
 
@@ -185,8 +185,8 @@ class ClassificationStage(TaskStage):
             self.last_predictions = score_rows(self.dev_keys, labels, predictions)
         return scores, {"validation_loss": logits_loss(self.spec, logits, labels)}
 
-    def on_new_best(self) -> None:
-        super().on_new_best()
+    def on_new_best(self, loop, control) -> None:
+        super().on_new_best(loop, control)
         if self.recipe.keep_best and self.accelerator.is_main_process and self.last_dev_logits is not None:
             keep_best_logits(self.best_dir, self.last_dev_logits)
 

@@ -14,12 +14,12 @@ from finetune.errors import recipe_key
 from finetune.kinds.choices.data import collate_choices, read_choices
 from finetune.kinds.choices.model import load_choice_model
 from finetune.kinds.choices.training import choice_loss, encoded_questions, question_probabilities
-from finetune.kinds.stage import TaskStage
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.models.heads import fitted_max_length
 from finetune.tasks.metrics import compute_metrics
 
 
-class ChoicesStage(TaskStage):
+class ChoicesFineTuning(TaskFineTuning):
     """`finetune finetune` for a task of kind choices: a score per choice, a softmax over each question's own
     choices (3, 4 and 5 of them mix in a batch), trained with the classifier's machinery."""
 

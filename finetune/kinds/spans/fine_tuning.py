@@ -11,14 +11,14 @@ from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.kinds.spans.data import EncodedSpans, SpanReading, read_squad
 from finetune.kinds.spans.metrics import squad_scores
 from finetune.kinds.spans.model import load_qa_model
 from finetune.kinds.spans.training import best_answers, gold_answers, span_max_length, window_logits
-from finetune.kinds.stage import TaskStage
 
 
-class SpansStage(TaskStage):
+class SpansFineTuning(TaskFineTuning):
     """`finetune finetune` for extractive question answering (task kind spans): SQuAD JSON files, each window of a
     question's context one training example (its answer's first and last token, or [CLS]); dev scores are SQuAD's
     F1 (choosing the best checkpoint) and exact match over questions, after post-processing (kinds/spans/training.py).

@@ -13,7 +13,7 @@ from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
-from finetune.kinds.stage import TaskStage
+from finetune.kinds.fine_tuning import TaskFineTuning
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_tagger
@@ -24,7 +24,7 @@ from finetune.models.heads import fitted_max_length
 from finetune.reporting.class_report import classes_of
 
 
-class TaggingStage(TaskStage):
+class TaggingFineTuning(TaskFineTuning):
     """`finetune finetune` for a task of kind tokens (see the module docstring)."""
 
     def read_task(self) -> tuple[int, int]:

@@ -3,7 +3,7 @@ techniques and run by the driver (training/driver.py).
 
 setup (the kind's data and head; layer groups, discriminative LRs, STLR) -> train (thaw groups epoch by epoch or
 every N optimizer steps, evaluate, keep the best, stop early) -> save (HF checkpoint, result.json, model card). A
-kind (finetune/kinds/K/stage.py) supplies its `read_task`,
+kind (finetune/kinds/K/fine_tuning.py) supplies its `read_task`,
 `task_model`, `encoded_task`, `_loss` and `evaluate`.
 """
 
@@ -43,19 +43,13 @@ from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE,
 from finetune.tasks.specs import task_spec
 from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
 from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
-from finetune.training.driver import RunContext, TrainingSetup, TrainingStage
+from finetune.training.driver import RunContext, TrainingJob, TrainingSetup
 from finetune.training.loop import make_accelerator, total_optimizer_steps
-from finetune.training.optim import build_optimizer, discriminative_lrs
+from finetune.training.optim import training_optimizer
 from finetune.training.self_training import PseudoLabelled
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
-from finetune.training.unfreezing import (
-    freeze_below,
-    frozen_groups_note,
-    thaw_interval,
-    trainable_group_count,
-    trainable_group_count_at_step,
-)
+from finetune.training.unfreezing import GradualUnfreezing, freeze_below, frozen_groups_note, thaw_interval
 
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
 BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
@@ -63,7 +57,7 @@ BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best ev
 CLASSES_FILE = "best_classes.json"
 
 
-class TaskStage(TrainingStage):
+class TaskFineTuning(TrainingJob):
     """A task head on a pretrained backbone: discriminative LRs over its layer groups, STLR, gradual unfreezing per
     epoch or every N steps, dev evaluation with keep-best and early stopping. Subclasses are the task kinds."""
 
@@ -119,8 +113,7 @@ class TaskStage(TrainingStage):
                 )
             console.print(summary, markup=False, highlight=False, soft_wrap=True)
             self.groups = trainable_groups(layer_groups(model))  # LoRA's matrices and the head's copy are new
-        lrs = discriminative_lrs(len(self.groups), recipe.training.lr, recipe.discriminative.factor)
-        optimizer = build_optimizer(model, self.groups, lrs, recipe.training.weight_decay, recipe.training.adam_betas)
+        optimizer = training_optimizer(model, self.groups, recipe)
         console.print(
             f"task {self.spec.name} ({self.spec.kind}): {train_count:,} training and {dev_count:,} dev examples; "
             f"backbone {recipe.model.checkpoint} ({recipe.model.init} weights), seed {recipe.seed}"
@@ -145,6 +138,7 @@ class TaskStage(TrainingStage):
             say(note)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
         self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
+        self.unfreezing = GradualUnfreezing(self.groups, unfreezing, self.thaw_every)
         return TrainingSetup(
             self.model,
             optimizer,
@@ -153,7 +147,6 @@ class TaskStage(TrainingStage):
             "examples",
             self.tokenizer,
             saved_model=self._saved_model,
-            before_step=None if self.thaw_every is None else self._thaw_by_steps,
             epochs=self.plan.epochs,
         )
 
@@ -283,60 +276,18 @@ class TaskStage(TrainingStage):
     def best_so_far(self) -> BestSoFar:
         return self.best
 
+    def subscribers(self) -> list:
+        return [self.unfreezing]  # gradual unfreezing decides, per epoch or per step, how many groups learn
+
     def attachments(self, run_dir: Path) -> dict[str, Path]:
         return {"best": run_dir / BEST_DIR}  # the best evaluation's weights travel with every periodic checkpoint
 
-    # Gradual unfreezing decides, per epoch or per optimizer step, how many layer groups from the top learn.
-
-    def _trainable_at_step(self, step: int) -> int:
-        assert self.thaw_every is not None  # called only when unfreezing goes by steps (an interval)
-        return trainable_group_count_at_step(
-            step, len(self.groups), self.recipe.unfreezing.initial_groups, self.thaw_every
-        )
-
-    def _thaw_by_steps(self, step: int, epoch: int) -> None:
-        """The loop's before_step: freeze to the count of this step, with a record at step 0 and at each change.
-
-        Written from the step alone (not from what this process did before), so a resumed run freezes and logs
-        exactly what the stopped one would have: the stopped run wrote the record of its checkpoint's step, if
-        any, only after that checkpoint.
-        """
-        trainable = self._trainable_at_step(step)
-        freeze_below(self.groups, trainable)  # idempotent, and cheap next to a step: one flag per parameter
-        if step == 0 or trainable != self._trainable_at_step(step - 1):
-            self._log_unfreezing(step, epoch, trainable)
-
-    def _log_unfreezing(self, step: int, epoch: int, trainable: int) -> None:
-        # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
-        self.context.log.write(
-            {
-                "phase": "unfreeze",
-                "step": step,
-                "epoch": epoch,
-                "trainable_groups": trainable,
-                "total_groups": len(self.groups),
-            }
-        )
-
-    def before_epoch(self, epoch: int, step: int, batches_done: int) -> None:
-        unfreezing = self.recipe.unfreezing
-        if self.thaw_every is None:  # per epoch; step-wise unfreezing happens in the loop
-            self.epoch_trainable = trainable_group_count(
-                epoch,
-                len(self.groups),
-                unfreezing.mode,
-                unfreezing.initial_groups,
-                unfreezing.groups_per_epoch,
-                unfreezing.schedule,
-            )
-            freeze_below(self.groups, self.epoch_trainable)
-            if not batches_done:  # a resumed epoch logged its unfreezing before
-                self._log_unfreezing(step, epoch, self.epoch_trainable)
+    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
         self.train_loader.set_epoch(epoch)
         self.order.set_epoch(epoch)
         self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
 
-    def on_new_best(self) -> None:
+    def on_new_best(self, loop, control) -> None:
         self.best_classes = self.last_classes
         if self.recipe.keep_best:
             self._save(self.best_dir)
@@ -345,10 +296,9 @@ class TaskStage(TrainingStage):
             if self.accelerator.is_main_process and self.last_predictions is not None:  # travels with the weights
                 write_rows(self.best_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
 
-    def end_of_epoch(self, epoch: int, step: int, record: dict) -> None:
+    def on_epoch_end(self, loop, control, epoch: int, record: dict) -> None:
         groups = len(self.groups)
-        # By steps: the groups that trained in the epoch's last step.
-        trainable = self.epoch_trainable if self.thaw_every is None else self._trainable_at_step(max(step - 1, 0))
+        trainable = self.unfreezing.trainable_in_last_step(loop.step)
         scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.best.last.items())
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
         if self.best.patience_exhausted:
