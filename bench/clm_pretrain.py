@@ -4,7 +4,7 @@
     .venv/bin/python bench/clm_pretrain.py --repeats 3            # peer/ours pairs interleaved, median ratio
     .venv/bin/python bench/clm_pretrain.py --equal-time 300       # quality at equal time, ~15 minutes (calibrates)
     .venv/bin/python bench/clm_pretrain.py --equal-time 300 --peer-tokens-per-s 900 --our-tokens-per-s 2500
-    .venv/bin/python bench/clm_pretrain.py --work-dir runs/bench-clm ...   # the work folder (default runs/bench-clm-pretrain)
+    .venv/bin/python bench/clm_pretrain.py --work-dir runs/bench-clm ...  # default: runs/bench-clm-pretrain
     .venv/bin/python bench/clm_pretrain.py --smoke                # GPT-2 1 x 32, BPE 500, a few steps: the same path
 
 Both sides train a GPT-2 (4 layers, hidden 256, 4 heads, dropout 0.1, 128 positions) from scratch on the same
@@ -198,10 +198,11 @@ def equal_time(args, corpus, tokenizer_dir, validation, work: Path) -> list[dict
     }
     base["validation_blocks"] = {name: len(blocks) for name, blocks in layouts.items()}
     for record in records:
-        losses = {name: round(validation_loss(record.pop("model"), blocks), 4) for name, blocks in layouts.items()}
+        model = record.pop("model")
+        losses = {name: round(validation_loss(model, blocks), 4) for name, blocks in layouts.items()}
         record.update({**base, "planned_tokens_per_s": rates[record["arm"]], **record, "losses": losses})
-    print(f"\nequal time: {args.equal_time:.0f} s of training per arm, GPT-2 {args.layers} x {args.hidden}; validation: "
-          f"WikiText-2 valid.txt, {base['validation_blocks']} blocks\n")  # fmt: skip
+    print(f"\nequal time: {args.equal_time:.0f} s of training per arm, GPT-2 {args.layers} x {args.hidden}; "
+          f"validation: WikiText-2 valid.txt, {base['validation_blocks']} blocks\n")  # fmt: skip
     columns = {"planned from tokens/s": "planned_tokens_per_s", "steps": "steps", "trained s": "train_seconds"}
     columns |= {f"valid loss, {name}": (lambda r, name=name: r["losses"][name]) for name in layouts}
     print(
@@ -241,7 +242,7 @@ def parser():
         "--equal-time",
         type=float,
         metavar="SECONDS",
-        help="quality at equal training time instead of speed: each arm trains this long, then both are scored on valid.txt",
+        help="quality at equal training time instead of speed: each arm trains this long, then both are scored",
     )
     parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
     parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")

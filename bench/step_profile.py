@@ -3,6 +3,7 @@
     .venv/bin/python bench/step_profile.py                                  # all four, ~2 minutes on 2 CPU cores
     .venv/bin/python bench/step_profile.py --workloads clm mlm --steps 3    # the two transformer LMs only
     OMP_NUM_THREADS=1 .venv/bin/python bench/step_profile.py                # one thread: on a busy machine
+    .venv/bin/python bench/step_profile.py --smoke     # clm only, at bench/clm_pretrain.py's --smoke sizes, 1 step
 
 Four workloads, each at the configuration of the benchmark that compares its speed with a peer:
 - clm: bench/clm_pretrain.py's GPT-2 (4 layers, hidden 256, 4 heads, block 128, batch 32, byte-level BPE of 16,000
@@ -28,8 +29,9 @@ Output, per workload: a Markdown table of self CPU time per category (bench/_op_
 placed), in ms per step and share of the profiled step's wall time (the rest: Python and the loop between ops),
 the --top ops by self time, and for clm and mlm the step's matrix products alone, each timed at its shape
 (bench/_products.py; mlm's decoded rows are the masked rows the profiled steps counted), so that what the step
-spends outside the products is one number. Printed, and written to WORK_DIR/<workload>.md; then one JSON line with
-every figure (also WORK_DIR/result.json); --trace also writes each profile as a Chrome trace.
+spends outside the products is one number. Printed, and written to WORK/<workload>.md (--work, default
+runs/bench-step-profile); a record per workload (its arm) with every figure goes to WORK/runs.jsonl (with
+--update-results bench/results/step_profile.jsonl too); --trace also writes each profile as a Chrome trace.
 
 The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps; the
 fine-tuning's batches differ in length, so its steps differ anyway). On a shared machine, read the shares between
@@ -43,7 +45,6 @@ once and saves its model.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -57,11 +58,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 # This checkout's finetune, whichever is installed: before any module here imports it (clm_pretrain does).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _harness as harness
 import clm_pretrain
 import glue_finetune
 import mlm_pretrain
 import ulmfit_sst2
-from _common import ROOT, WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue, text_lines
+from _common import WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue, text_lines
 from _op_categories import MODULE_CATEGORIES, MODULE_LABEL, PRODUCTS, attribute, top_ops
 from _products import Product, causal_lm_products, masked_lm_products, products_seconds
 from finetune.kinds.registry import kind_named
@@ -207,8 +209,9 @@ def language_model_text(work: Path, lines: int) -> tuple[Path, Path]:
     return corpus, text_head(WIKITEXT / "valid.txt", VALIDATION_LINES, work / f"valid-{VALIDATION_LINES}-lines.txt")
 
 
-def clm_workload(work: Path, steps: int, lines: int) -> Workload:
-    args = clm_pretrain.arguments_parser().parse_args([])  # the benchmark's configuration: its defaults
+def clm_workload(work: Path, steps: int, lines: int, smoke: bool = False) -> Workload:
+    args = clm_pretrain.parser().parse_args(["--smoke"] * smoke)  # the benchmark's configuration: its defaults
+    vars(args).update(clm_pretrain.SMOKE if smoke else {})
     corpus, validation = language_model_text(work, lines)
     tokenizer = clm_pretrain.tokenizer_folder(work, args.vocab)
     _, recipe_path, *overrides = clm_pretrain.our_arguments(
@@ -372,58 +375,40 @@ def markdown(name: str, title: str, record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def arguments_parser() -> argparse.ArgumentParser:
-    """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main() -> None:
+    parser = harness.benchmark_parser(__doc__, "step-profile", smoke="clm at clm_pretrain's --smoke sizes, 1 step")
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--warmup", type=int, default=3, help="optimizer steps run before the profile starts")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps profiled")
-    parser.add_argument(
-        "--lines",
-        type=int,
-        default=3000,
-        help="non-empty lines of train.txt the LMs read (3,000: an epoch of ~70 steps; the profile stays in one)",
-    )
+    parser.add_argument("--lines", type=int, default=3000, help="non-empty lines of train.txt the LMs read (3,000: "
+                        "an epoch of ~70 steps; the profile stays in one)")  # fmt: skip
     parser.add_argument("--top", type=int, default=15, help="ops listed by self CPU time")
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        default=ROOT / "runs" / "step-profile",
-        help="the runs, the tokenizers (kept for the next run), WORKLOAD.md and result.json",
-    )
-    parser.add_argument("--trace", action="store_true", help="also write WORK_DIR/WORKLOAD-trace.json (Chrome trace)")
-    return parser
-
-
-def main() -> None:
-    args = arguments_parser().parse_args()
+    parser.add_argument("--trace", action="store_true", help="also write WORK/WORKLOAD-trace.json (Chrome trace)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.workloads, args.warmup, args.steps, args.lines, args.top = ["clm"], 1, 1, 600, 5
     if args.warmup < 1 or args.steps < 1:
         sys.exit("bench: --warmup and --steps must be at least 1 (the first step carries one-off costs)")
+    work = harness.work_folder(args, "step-profile").resolve()
     machine = describe_machine()  # the figures below belong to this machine
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
     require(WIKITEXT / "valid.txt", "WikiText-2 valid.txt")
     if "finetune" in args.workloads:
         require_glue(["sst2"])
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    records, reports = {}, []
+    reports = []
     for name in args.workloads:
         print(f"step_profile: {name}", file=sys.stderr, flush=True)
-        workload = BUILDERS[name](work, args.warmup + args.steps + 1, args.lines)
+        steps = args.warmup + args.steps + 1
+        workload = (
+            clm_workload(work, steps, args.lines, smoke=True) if args.smoke else BUILDERS[name](work, steps, args.lines)
+        )
         trace = work / f"{name}-trace.json" if args.trace else None
-        record = {"title": workload.title, **profile_workload(workload, args.warmup, args.steps, trace, args.top)}
+        record = {"arm": name, "title": workload.title, "warmup": args.warmup}
+        record |= profile_workload(workload, args.warmup, args.steps, trace, args.top)
         reports.append(markdown(name, workload.title, record))
         (work / f"{name}.md").write_text(reports[-1], encoding="utf-8")
-        records[name] = record
-    print(
-        f"\nmachine: {machine['cpu']}, {machine['cores']} cores, {torch.get_num_threads()} torch threads, "
-        f"fp32 matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s; torch {torch.__version__}"
-    )
-    print("$ python " + " ".join(sys.argv) + "\n")
-    print("\n".join(reports))
-    result = {"benchmark": "step_profile", **machine, "warmup": args.warmup, "workloads": records}
-    (work / "result.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(result))
+        harness.record_run(work, record, "step_profile" if args.update_results else None, machine)
+    print("\n" + "\n".join(reports))
 
 
 if __name__ == "__main__":
