@@ -270,13 +270,20 @@ def pretrain_speed(run_dir: Path, tokens_per_step: int) -> dict:
 
 
 def equal_time_runs(
-    budget: float, rates: dict, tokens_per_step: int, peer_command: Callable, our_arguments: Callable, work: Path
+    budget: float,
+    rates: dict,
+    tokens_per_step: int,
+    peer_command: Callable,
+    our_arguments: Callable,
+    work: Path,
+    score: Callable[[Path], dict],
 ) -> list[dict]:
     """Both arms trained for the same wall-clock budget, each for MARGIN x budget x its own rate (`rates`: peer and
     ours tokens/s) steps, so that its linear schedule ends inside the budget: the peer (`peer_command(steps)`: the
     script and its arguments) through bench/peers/peer_budget.py, which saves its model; ours (`our_arguments(steps,
     run_dir)`: `finetune`'s) through bench/ours_budget.py; each stopped after the step that crosses the budget should
-    it run slower than planned. A record per arm: steps, max_steps, train_seconds, stopped_at_budget, model."""
+    it run slower than planned. Then `score(model folder)` gives each arm's validation losses ({layout: loss}).
+    Prints the table; a record per arm: steps, max_steps, train_seconds, stopped_at_budget, losses."""
     from _common import phase_records, run
 
     plan = {arm: max(1, math.floor(MARGIN * budget * rate / tokens_per_step)) for arm, rate in rates.items()}
@@ -296,4 +303,12 @@ def equal_time_runs(
         for before, step, record in zip([0, *done], done, phase_records(run_dir, "train"))
     )
     ours = {"arm": "ours", "steps": done[-1], "max_steps": plan["ours"], "train_seconds": round(seconds, 1)}
-    return [peer, {**ours, "stopped_at_budget": done[-1] < plan["ours"], "model": run_dir / "checkpoint"}]
+    records = [peer, {**ours, "stopped_at_budget": done[-1] < plan["ours"], "model": run_dir / "checkpoint"}]
+    for record in records:
+        losses = score(record.pop("model"))
+        record.update(budget_seconds=budget, planned_tokens_per_s=rates[record["arm"]], losses=losses)
+    columns = {"arm": "arm", "planned from tokens/s": "planned_tokens_per_s", "steps": "steps"}
+    columns |= {"trained s": "train_seconds"} | {f"valid loss, {n}": (lambda r, n=n: r["losses"][n]) for n in losses}
+    print(f"\nequal time: {budget:.0f} s of training per arm\n")
+    print(markdown_table(records, columns, formats={f"valid loss, {n}": "{:.3f}" for n in losses}))
+    return records

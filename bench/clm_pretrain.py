@@ -27,7 +27,7 @@ projection at every position; `finetune.models.flops.training_flops_per_token`) 
 Then the ceiling of the ratio on this machine: the step's matrix products alone, each timed at its own shape
 (bench/_products.py), as tokens/s, a ratio to the peer and an MFU: no implementation of this model runs faster.
 
-Equal time (--equal-time SECONDS): as bench/mlm_equal_time.py. Each side's step count is 95% of the budget x its
+Equal time (--equal-time SECONDS): as bench/mlm_pretrain.py's. Each side's step count is 95% of the budget x its
 own measured tokens/s / tokens per step (passed as the peer's --steps and our training.max_steps, so both linear
 schedules decay to their end inside the budget); wrappers stop a side after the step that crosses the budget
 should it run slower than planned (bench/peers/peer_budget.py runs the unchanged peer and saves its model,
@@ -182,6 +182,7 @@ def equal_time(args, corpus, tokenizer_dir, validation, work: Path) -> list[dict
         "ours": args.our_tokens_per_s
         or run_ours(args, corpus, tokenizer_dir, validation, 25, work / "ours-calibration")["tokens_per_s"],
     }
+    layouts = validation_layouts(AutoTokenizer.from_pretrained(tokenizer_dir), args.seq_len, args.validation_blocks)
     records = harness.equal_time_runs(
         args.equal_time,
         rates,
@@ -189,28 +190,12 @@ def equal_time(args, corpus, tokenizer_dir, validation, work: Path) -> list[dict
         lambda steps: peer_command(args, corpus, tokenizer_dir, steps),
         lambda steps, run_dir: our_arguments(args, corpus, tokenizer_dir, validation, run_dir, steps, 10),
         work,
+        lambda model: {name: round(validation_loss(model, blocks), 4) for name, blocks in layouts.items()},
     )
-    layouts = validation_layouts(AutoTokenizer.from_pretrained(tokenizer_dir), args.seq_len, args.validation_blocks)
-    base = {
-        "mode": "equal_time",
-        **{key: getattr(args, key) for key in CONFIGURATION},
-        "budget_seconds": args.equal_time,
-    }
-    base["validation_blocks"] = {name: len(blocks) for name, blocks in layouts.items()}
-    for record in records:
-        model = record.pop("model")
-        losses = {name: round(validation_loss(model, blocks), 4) for name, blocks in layouts.items()}
-        record.update({**base, "planned_tokens_per_s": rates[record["arm"]], **record, "losses": losses})
-    print(f"\nequal time: {args.equal_time:.0f} s of training per arm, GPT-2 {args.layers} x {args.hidden}; "
-          f"validation: WikiText-2 valid.txt, {base['validation_blocks']} blocks\n")  # fmt: skip
-    columns = {"planned from tokens/s": "planned_tokens_per_s", "steps": "steps", "trained s": "train_seconds"}
-    columns |= {f"valid loss, {name}": (lambda r, name=name: r["losses"][name]) for name in layouts}
-    print(
-        harness.markdown_table(
-            records, {"arm": "arm", **columns}, formats={"valid loss, " + n: "{:.3f}" for n in layouts}
-        )
-    )
-    return records
+    blocks = {name: len(blocks) for name, blocks in layouts.items()}
+    print(f"GPT-2 {args.layers} x {args.hidden}; validation: WikiText-2 valid.txt, {blocks} blocks")
+    base = {"mode": "equal_time", **{key: getattr(args, key) for key in CONFIGURATION}, "validation_blocks": blocks}
+    return [{"arm": record["arm"], **base, **record} for record in records]
 
 
 def parser():

@@ -28,6 +28,17 @@ arithmetic per token (RoBERTa's encoder is BERT's), so the ratio is one of train
 
     .venv/bin/python bench/mlm_pretrain.py --smoke   # BERT 1 x 32 (size `tiny`) on 400 lines, a few steps a side
 
+Quality at equal wall-clock time (--equal-time SECONDS; formerly bench/mlm_equal_time.py): both sides train BERT-mini
+from scratch on the same data and configuration for the same training time, each with its own recipe (the peer: lr
+5e-4, linear decay, no warmup, no weight decay; ours: the bert-mini-wikitext2 recipe), for its budget times its own
+measured (or given) throughput in steps, so each linear LR schedule runs to its end inside the budget; a side slower
+than measured is stopped after the step that crosses the budget (bench/peers/peer_budget.py, bench/ours_budget.py).
+Both saved models are scored the same way: the dense `BertForMaskedLM` loss on WikiText-2 valid.txt in two block
+layouts (ours and the peer's), with the same fixed 15% / 80-10-10 masks for both models.
+
+    .venv/bin/python bench/mlm_pretrain.py --equal-time 300                # ~15 minutes (calibrates first)
+    .venv/bin/python bench/mlm_pretrain.py --equal-time 300 --peer-tokens-per-s 1300 --our-tokens-per-s 3900
+
 The work folder (--work, default runs/bench-mlm-pretrain) keeps the corpus and checkpoints and logs one record per
 run of one arm (runs.jsonl; with --update-results bench/results/mlm_pretrain.jsonl too); the table prints at the end.
 """
@@ -38,8 +49,9 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BertForMaskedLM
 
 import _harness as harness
 from _common import (
@@ -57,7 +69,10 @@ from _products import bound_line, expected_masked_rows, masked_lm_products, prod
 
 sys.path.insert(0, str(ROOT))
 # The FLOP count (the numerator of MFU): the package's, which `finetune profile` uses too.
+from finetune.data.masking import MaskingRule
 from finetune.models.flops import training_flops_per_token
+from finetune.recipes import MaskingConfig
+from finetune.tasks.specs import IGNORE_INDEX
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"  # our end-of-run validation: small, so it costs seconds
@@ -72,6 +87,7 @@ SIZES = {"mini": (4, 256, 4), "small": (4, 512, 8), "base": (12, 768, 12), "tiny
 # name: (peer steps, our steps), when --sizes gives more than the default; warm-up excluded on both sides.
 STEPS = {"mini": (20, 40), "small": (12, 24), "base": (8, 16), "tiny": (5, 6)}
 SMOKE_LINES = 400
+MASK_SEED = 1234  # the equal-time validation masks: the same for both models and every run
 FAMILIES = {  # the peer builds BertForMaskedLM whatever the family (it loads no checkpoint); ours continues RoBERTa
     "bert": ("BERT", {"peer": "Hugging Face Trainer (peer)", "ours": "finetune"}),
     "roberta": (
@@ -88,7 +104,7 @@ def run_peer(corpus: Path, tokenizer_dir: str, steps: int, size: str = "mini", l
     return run_json([sys.executable, *command, "--layers", layers, "--hidden", hidden, "--heads", heads])
 
 
-def our_overrides(corpus, tokenizer_dir, run_dir, steps, size="mini", extra=None, checkpoint=None) -> list[str]:
+def our_overrides(corpus, tokenizer_dir, run_dir, steps, size="mini", extra=None, checkpoint=None, valid=VALID) -> list:
     """RECIPE's overrides for our side (bench/step_profile.py profiles the same run): BERT of `size` with the
     reference vocabulary, or `checkpoint` continued (its own architecture and tokenizer; the recipe's dropout 0.1
     is RobertaConfig's default too)."""
@@ -97,14 +113,16 @@ def our_overrides(corpus, tokenizer_dir, run_dir, steps, size="mini", extra=None
     model = [f"tokenizer.path={tokenizer_dir}", f"model.layers={layers}", f"model.hidden={hidden}"]
     model = [f"model={{family: bert, checkpoint: {checkpoint}}}"] if checkpoint else [*model, f"model.heads={heads}"]
     run = [f"run_dir={run_dir}", "overwrite=true", f"training.max_steps={steps}", f"training.log_every={log_every}"]
-    files = [f"corpus.train_files=[{corpus}]", f"corpus.validation_files=[{VALID}]"]
+    files = [f"corpus.train_files=[{corpus}]", f"corpus.validation_files=[{valid}]"]
     return [*files, *run, "eval_every=null", "training.device=cpu", *model, *(extra or [])]  # --set last
 
 
-def run_ours(corpus, tokenizer_dir, steps, run_dir, size="mini", extra=None, checkpoint=None) -> dict:
+def run_ours(corpus, tokenizer_dir, steps, run_dir, size="mini", extra=None, checkpoint=None, valid=VALID) -> dict:
     """`finetune pretrain` on the same data (continuing `checkpoint` when given); steady-state tokens/s from
     metrics.jsonl (first window skipped)."""
-    finetune_cli("pretrain", RECIPE, *our_overrides(corpus, tokenizer_dir, run_dir, steps, size, extra, checkpoint))
+    finetune_cli(
+        "pretrain", RECIPE, *our_overrides(corpus, tokenizer_dir, run_dir, steps, size, extra, checkpoint, valid)
+    )
     return harness.pretrain_speed(run_dir, TOKENS_PER_STEP)
 
 
@@ -168,7 +186,8 @@ def measure_size(args, work: Path, corpus: Path, size: str, reference: str | Non
     for repeat in range(args.repeats):
         peer = run_peer(corpus, tokenizer_dir, args.peer_steps or STEPS[size][0], size, args.lines)
         run_dir = work / f"ours-{size}-{repeat}"
-        ours = run_ours(corpus, tokenizer_dir, args.our_steps or STEPS[size][1], run_dir, size, args.set, checkpoint)
+        steps = args.our_steps or STEPS[size][1]
+        ours = run_ours(corpus, tokenizer_dir, steps, run_dir, size, args.set, checkpoint, args.valid)
         records += [{"arm": arm, **base, "repeat": repeat, **side} for arm, side in (("peer", peer), ("ours", ours))]
     for record in records:
         record["mfu"] = round(record["tokens_per_s"] * useful / (peak * 1e9), 4)
@@ -179,6 +198,67 @@ def measure_size(args, work: Path, corpus: Path, size: str, reference: str | Non
     return records
 
 
+def validation_blocks(tokenizer, limit: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """valid.txt in both training layouts, masked once with a fixed seed: {layout: (input_ids, labels)}."""
+    plain = tokenizer(text_lines(VALID), add_special_tokens=False, verbose=False)["input_ids"]  # cut below
+    # ours (finetune's pack_blocks): [SEP] after every document, blocks of [CLS] + 127 tokens
+    stream = np.concatenate([ids + [tokenizer.sep_token_id] for ids in plain])
+    body = stream[: len(stream) // (SEQ_LEN - 1) * (SEQ_LEN - 1)].reshape(-1, SEQ_LEN - 1)
+    packed = np.concatenate([np.full((len(body), 1), tokenizer.cls_token_id), body], axis=1)
+    # the peer's (run_mlm.py's group_texts): [CLS] document [SEP], concatenated, cut every 128 tokens
+    stream = np.concatenate([[tokenizer.cls_token_id] + ids + [tokenizer.sep_token_id] for ids in plain])
+    grouped = stream[: len(stream) // SEQ_LEN * SEQ_LEN].reshape(-1, SEQ_LEN)
+    rule = MaskingRule.for_tokenizer(tokenizer, MaskingConfig())
+    layouts = {}
+    for name, blocks in (("finetune layout", packed), ("HF run_mlm layout", grouped)):
+        pairs = [rule.apply(block, np.random.default_rng((MASK_SEED, i))) for i, block in enumerate(blocks[:limit])]
+        inputs, labels = (torch.from_numpy(np.stack(part)) for part in zip(*pairs))
+        layouts[name] = (inputs, labels)
+    return layouts
+
+
+@torch.no_grad()
+def dense_validation_loss(model_dir, input_ids: torch.Tensor, labels: torch.Tensor, batch: int = 16) -> float:
+    """Mean cross-entropy per masked token from `BertForMaskedLM(labels=...)`, the same scorer for both models."""
+    model = BertForMaskedLM.from_pretrained(str(model_dir)).eval()
+    total, count = 0.0, 0
+    for start in range(0, len(input_ids), batch):
+        part = labels[start : start + batch]
+        masked = int((part != IGNORE_INDEX).sum())
+        if masked:
+            total += model(input_ids=input_ids[start : start + batch], labels=part).loss.item() * masked
+            count += masked
+    return total / count
+
+
+def equal_time(args, work: Path, corpus: Path, tokenizer_dir: str, size: str) -> list[dict]:
+    """Both sides trained for --equal-time seconds, then scored by `dense_validation_loss`: a record per arm."""
+    layers, hidden, heads = SIZES[size]
+    rates = {
+        "peer": args.peer_tokens_per_s or run_peer(corpus, tokenizer_dir, 12, size, args.lines)["tokens_per_s"],
+        "ours": args.our_tokens_per_s
+        or run_ours(corpus, tokenizer_dir, 25, work / "calibration", size)["tokens_per_s"],
+    }
+    layouts = validation_blocks(AutoTokenizer.from_pretrained(tokenizer_dir), args.validation_blocks)
+    sizes = ["--layers", layers, "--hidden", hidden, "--heads", heads, "--max-lines", args.lines]
+    records = harness.equal_time_runs(
+        args.equal_time,
+        rates,
+        TOKENS_PER_STEP,
+        lambda steps: [PEER, "--corpus", corpus, "--tokenizer", tokenizer_dir, "--steps", steps, *sizes],
+        lambda steps, run_dir: [
+            "pretrain",
+            RECIPE,
+            *our_overrides(corpus, tokenizer_dir, run_dir, steps, valid=args.valid, size=size),
+        ],
+        work,
+        lambda model: {name: round(dense_validation_loss(model, *pair), 4) for name, pair in layouts.items()},
+    )
+    blocks = {name: len(pair[0]) for name, pair in layouts.items()}
+    print(f"BERT {layers} x {hidden}; validation: WikiText-2 valid.txt, {blocks} blocks")
+    return [{"arm": r["arm"], "mode": "equal_time", "size": size, "validation_blocks": blocks, **r} for r in records]
+
+
 def main() -> None:
     parser = harness.benchmark_parser(__doc__, "mlm-pretrain", smoke="size tiny (1 x 32), 400 lines, 5-6 steps")
     parser.add_argument("--sizes", nargs="+", choices=list(SIZES), default=["mini"], help="BERT sizes to compare at")
@@ -187,17 +267,17 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=30522, help="with --family roberta: its byte-level BPE's pieces")
     parser.add_argument("--peer-steps", type=int, help="optimizer steps the peer runs (3 are warmup); default: STEPS")
     parser.add_argument(
-        "--our-steps", type=int, help="optimizer steps we run (the first log window is warmup); default: STEPS"
+        "--our-steps", type=int, help="optimizer steps we run (the first window is warmup); default: STEPS"
     )
     parser.add_argument("--repeats", type=int, default=1, help="peer-then-ours pairs, interleaved (noisy machines)")
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="more overrides for our side, e.g. training.compile=true",
-    )
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for our side")
+    parser.add_argument("--equal-time", type=float, metavar="SECONDS", help="quality at equal training time instead "
+                        "of speed: each side trains this long, then both are scored on valid.txt")  # fmt: skip
+    parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
+    parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
+    parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
     args = parser.parse_args()
+    args.validation_blocks = 16 if args.smoke else args.validation_blocks
     args.lines = SMOKE_LINES if args.smoke else 20000
     args.sizes = ["tiny"] if args.smoke else args.sizes
     work = harness.work_folder(args, "mlm-pretrain")
@@ -205,11 +285,21 @@ def main() -> None:
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
     reference = minilm_checkpoint("the reference vocabulary") if args.family == "bert" else None
-    corpus = training_corpus(work, args.lines)
+    corpus, args.valid = training_corpus(work, args.lines), VALID
+    if args.smoke:  # the head of valid.txt for our end-of-epoch validations
+        args.valid = work / "valid-head.txt"
+        args.valid.write_text("\n".join(text_lines(VALID)[:40]) + "\n", encoding="utf-8")
+    shelf = "mlm_pretrain" if args.update_results else None
+    if args.equal_time:
+        if reference is None:
+            sys.exit("bench: --equal-time trains BERT from scratch: leave out --family roberta")
+        for record in equal_time(args, work, corpus, reference, args.sizes[0]):
+            harness.record_run(work, record, shelf, machine)
+        return
     records = []
     for size in args.sizes:
         for record in measure_size(args, work, corpus, size, reference, machine["matmul_gflops_fp32"]):
-            harness.record_run(work, record, "mlm_pretrain" if args.update_results else None, machine)
+            harness.record_run(work, record, shelf, machine)
             records.append(record)
     name, arms = FAMILIES[args.family]
     print(f"\n{name} pretraining, seq {SEQ_LEN}, batch {BATCH}; mean [95% interval] over {args.repeats} repeat(s)\n")
@@ -218,12 +308,12 @@ def main() -> None:
     columns["MFU %"] = lambda r: 100 * r["mfu"]
     rows = [{**record, "arm": arms[record["arm"]]} for record in records]
     print(harness.markdown_table(rows, columns, ("size", "arm"), {"tokens/s": "{:,.0f}", "vs peer": "{:.2f}x"}))
-    for record in records[1::2]:  # the ceiling of the ratio on this machine, per size
-        if "products_bound" in record:
-            print(
-                f"\n{name}-{record['size']} {record['layers']}/{record['hidden']}: "
-                + bound_line(record["products_bound"])
-            )
+    for record in records[
+        2 * args.repeats - 1 :: 2 * args.repeats
+    ]:  # the ceiling of the ratio on this machine, per size
+        print(
+            f"\n{name}-{record['size']} {record['layers']}/{record['hidden']}: {bound_line(record['products_bound'])}"
+        )
 
 
 if __name__ == "__main__":
