@@ -312,3 +312,35 @@ def equal_time_runs(
     print(f"\nequal time: {budget:.0f} s of training per arm\n")
     print(markdown_table(records, columns, formats={f"valid loss, {n}": "{:.3f}" for n in losses}))
     return records
+
+
+def byte_level_bpe(folder: Path, vocab: int, source: Path) -> Path:
+    """`folder`, holding a byte-level BPE of `vocab` pieces trained with the toolkit's code on the documents (the
+    non-empty lines) of `source`: trained the first time, reused after."""
+    if not (folder / "tokenizer.json").is_file():
+        sys.path.insert(0, str(ROOT))  # this checkout's finetune
+        from finetune.data.corpus import read_documents
+        from finetune.data.tokenizers import train_byte_level_bpe
+
+        train_byte_level_bpe(read_documents([source]), vocab).save_pretrained(folder)
+    return folder
+
+
+def text_head(source: Path, lines: int, target: Path) -> Path:
+    """`target`, holding the first `lines` non-empty lines of `source` (a smoke run's corpus, a short validation)."""
+    from _common import text_lines
+
+    target.write_text("\n".join(text_lines(source)[:lines]) + "\n", encoding="utf-8")
+    return target
+
+
+def pretrain_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags bench/clm_pretrain.py and bench/mlm_pretrain.py share: speed's --repeats and --set, equal time's."""
+    parser.add_argument("--repeats", type=int, default=1, help="speed: peer-then-ours pairs, interleaved")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for ours")
+    parser.add_argument("--equal-time", type=float, metavar="SECONDS", help="quality at equal training time instead "
+                        "of speed: each side trains this long, then both are scored on valid.txt")  # fmt: skip
+    parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
+    parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
+    parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
+    return parser

@@ -80,18 +80,6 @@ RECIPES = {
 }
 
 
-def shared_tokenizer(workdir: Path, vocab: int, train: Path = TRAIN) -> tuple[Path, list[str]]:
-    """The byte-level BPE both sides read, and our reading of train.txt (one document per non-empty line)."""
-    sys.path.insert(0, str(ROOT))
-    from finetune.data.corpus import read_documents
-    from finetune.data.tokenizers import train_byte_level_bpe
-
-    documents = read_documents([train])
-    folder = workdir / "tokenizer"
-    train_byte_level_bpe(documents, vocab).save_pretrained(folder)
-    return folder, documents
-
-
 def peer_training_file(workdir: Path, documents: list[str], seed: int) -> Path:
     """train.txt in the paragraph order our pretrain stage reads in its first epoch (data/causal.py BPTTBatches)."""
     order = np.random.default_rng((seed, 0)).permutation(len(documents))
@@ -193,9 +181,8 @@ def main() -> None:
     args.train, args.valid = TRAIN, VALID
     if args.smoke:
         vars(args).update(SMOKE)
-        args.train, args.valid = work / "train-head.txt", work / "valid-head.txt"
-        args.train.write_text("\n".join(text_lines(TRAIN)[:400]) + "\n", encoding="utf-8")
-        args.valid.write_text("\n".join(text_lines(VALID)[:40]) + "\n", encoding="utf-8")
+        args.train = harness.text_head(TRAIN, 400, work / "train-head.txt")
+        args.valid = harness.text_head(VALID, 40, work / "valid-head.txt")
     peer = args.fastai_python.is_file()
     if not peer and args.smoke:
         print(
@@ -211,7 +198,10 @@ def main() -> None:
     chosen = list(RECIPES) if args.recipes == [] else (args.recipes or [])
     if unknown := [name for name in chosen if name not in RECIPES]:
         sys.exit(f"bench: unknown recipe {unknown[0]!r}; choose from {', '.join(RECIPES)}")
-    tokenizer_dir, documents = shared_tokenizer(work, args.vocab, args.train)
+    tokenizer_dir = harness.byte_level_bpe(work / f"bpe-{args.vocab}-{args.train.stem}", args.vocab, args.train)
+    from finetune.data.corpus import read_documents  # this checkout's (byte_level_bpe put it first on the path)
+
+    documents = read_documents([args.train])  # our reading of train.txt: one document per non-empty line
     base = {key: getattr(args, key) for key in CONFIGURATION}
     records = []
     if peer:

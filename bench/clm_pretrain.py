@@ -51,10 +51,8 @@ import numpy as np
 import torch
 
 import _harness as harness
-from _common import PEERS, ROOT, WIKITEXT, describe_machine, finetune_cli, require, run_json, text_lines
+from _common import PEERS, ROOT, WIKITEXT, describe_machine, finetune_cli, require, run_json
 from _products import bound_line, causal_lm_products, products_bound, products_seconds
-from awd_lstm_vs_fastai import shared_tokenizer
-from mlm_pretrain import training_corpus
 
 sys.path.insert(0, str(ROOT))  # this checkout's finetune, not an installed one
 from finetune.models.flops import training_flops_per_token
@@ -66,14 +64,6 @@ STAGE_VALIDATION_LINES = 200  # our stage validates at its end (untimed, unrepor
 CONFIGURATION = ("layers", "hidden", "heads", "seq_len", "batch", "lr", "vocab", "max_lines")
 SMOKE = dict(layers=1, hidden=32, heads=2, seq_len=32, batch=4, vocab=500, max_lines=400, peer_steps=5, our_steps=6)
 SMOKE.update(peer_warmup=1, log_every=2, validation_blocks=8)
-
-
-def tokenizer_folder(workdir: Path, vocab: int) -> Path:
-    """The shared byte-level BPE: trained on all of train.txt once, then reused from the work folder."""
-    folder = workdir / f"bpe-{vocab}"
-    if not (folder / "tokenizer" / "tokenizer.json").is_file():
-        shared_tokenizer(folder, vocab)  # bench/awd_lstm_vs_fastai.py's: the toolkit's train_byte_level_bpe
-    return folder / "tokenizer"
 
 
 def peer_command(args, corpus: Path, tokenizer_dir: Path, steps: int) -> list:
@@ -212,27 +202,8 @@ def parser():
     parser.add_argument("--peer-steps", type=int, default=20, help="speed: optimizer steps the peer runs")
     parser.add_argument("--peer-warmup", type=int, default=3, help="the peer's first steps left out of its figure")
     parser.add_argument("--our-steps", type=int, default=40, help="speed: optimizer steps we run")
-    parser.add_argument(
-        "--log-every", type=int, default=5, help="speed: steps per metrics window of ours (the first left out)"
-    )
-    parser.add_argument("--repeats", type=int, default=1, help="speed: peer-then-ours pairs, interleaved")
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="more overrides for our arm, e.g. training.compile=true",
-    )
-    parser.add_argument(
-        "--equal-time",
-        type=float,
-        metavar="SECONDS",
-        help="quality at equal training time instead of speed: each arm trains this long, then both are scored",
-    )
-    parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
-    parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
-    parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
-    return parser
+    parser.add_argument("--log-every", type=int, default=5, help="speed: steps a window of ours (the first left out)")
+    return harness.pretrain_flags(parser)
 
 
 def main() -> None:
@@ -243,10 +214,10 @@ def main() -> None:
     args.machine = describe_machine()  # the figures below belong to this machine (and to --update-results)
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
-    tokenizer_dir = tokenizer_folder(work, args.vocab)
-    corpus = training_corpus(work, args.max_lines)
-    validation = work / "valid-head.txt"  # for the validation our stage runs after training (in no figure)
-    validation.write_text("\n".join(text_lines(VALID)[:STAGE_VALIDATION_LINES]) + "\n", encoding="utf-8")
+    tokenizer_dir = harness.byte_level_bpe(work / f"bpe-{args.vocab}", args.vocab, TRAIN)  # trained once
+    corpus = harness.text_head(TRAIN, args.max_lines, work / f"wikitext2-{args.max_lines}-lines.txt")
+    # for the validation our stage runs after training (in no figure)
+    validation = harness.text_head(VALID, STAGE_VALIDATION_LINES, work / "valid-head.txt")
     records = (equal_time if args.equal_time else speed)(args, corpus, tokenizer_dir, validation, work)
     for record in records:
         harness.record_run(work, record, "clm_pretrain" if args.update_results else None, args.machine)

@@ -65,20 +65,6 @@ print(json.dumps(result))
 """.replace("BATCH", str(BATCH))
 
 
-def tokenizer_file(work_dir: Path, source: Path, vocab: int) -> Path:
-    """The byte-level BPE, trained once on the source text and kept in the work folder."""
-    folder = work_dir / f"bpe-{vocab}"
-    if not (folder / "tokenizer.json").is_file():
-        sys.path.insert(0, str(ROOT))
-        from finetune.data.corpus import read_documents
-        from finetune.data.tokenizers import train_byte_level_bpe
-
-        started = time.perf_counter()
-        train_byte_level_bpe(read_documents([source]), vocab).save_pretrained(folder)
-        print(f"trained the {vocab:,}-piece tokenizer in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return folder
-
-
 def build_corpus(work_dir: Path, source: Path, tokenizer_folder: Path, tokens: int) -> tuple[Path, float]:
     """The source repeated to about `tokens` tokens (whole copies, then a prefix of lines); returns it and the
     number of copies it holds."""
@@ -126,21 +112,12 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
         usage_file, stdout_file, stderr_file = (Path(folder) / name for name in ("usage.json", "stdout", "stderr"))
         with open(stdout_file, "w") as stdout, open(stderr_file, "w") as stderr:
             started = time.perf_counter()
-            process = subprocess.Popen(
-                [sys.executable, "-c", REAPER, usage_file, *map(str, command)],
-                cwd=cwd,
-                env=env,
-                stdout=stdout,
-                stderr=stderr,
-            )
+            reaped = [sys.executable, "-c", REAPER, usage_file, *map(str, command)]
+            process = subprocess.Popen(reaped, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
             first_step = None
             while process.poll() is None:
-                if (
-                    watch is not None
-                    and first_step is None
-                    and watch.is_file()
-                    and '"phase": "train"' in watch.read_text(encoding="utf-8")
-                ):
+                trained = watch is not None and watch.is_file() and '"phase": "train"' in watch.read_text("utf-8")
+                if first_step is None and trained:
                     first_step = time.perf_counter() - started
                 time.sleep(0.02)
             wall = time.perf_counter() - started
@@ -150,12 +127,14 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
                 f"bench: {' '.join(map(str, command[1:4]))} failed ({process.returncode}):\n{errors[-STDERR_TAIL:]}"
             )
         peak = json.loads(usage_file.read_text())["peak_rss_kib"] / 1024
-    figures = {
+    first_step = first_step and round(first_step, 2)
+    return {
         "wall_s": round(wall, 2),
-        "first_step_s": first_step and round(first_step, 2),
+        "first_step_s": first_step,
         "peak_rss_mb": round(peak),
+        "stdout": output,
+        "stderr": errors,
     }
-    return {**figures, "stdout": output, "stderr": errors}
 
 
 def pretrain_recipe(work_dir: Path, corpus: Path, tokenizer_folder: Path, steps: int) -> Path:
@@ -222,7 +201,7 @@ def main() -> None:
 
 def measure(args, work_dir: Path) -> list[dict]:
     """Corpus and tokenizer, then the three children: a record per arm."""
-    tokenizer_folder = tokenizer_file(work_dir, args.source, args.vocab)
+    tokenizer_folder = harness.byte_level_bpe(work_dir / f"bpe-{args.vocab}", args.vocab, args.source)
     corpus, copies = build_corpus(work_dir, args.source, tokenizer_folder, args.tokens)
     threads = str(args.threads)
     env = {key: value for key, value in os.environ.items() if key != "TOKENIZERS_PARALLELISM"}

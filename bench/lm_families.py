@@ -42,17 +42,7 @@ import sys
 from pathlib import Path
 
 import _harness as harness
-from _common import (
-    ROOT,
-    WIKITEXT,
-    append_result,
-    describe_machine,
-    finetune_cli,
-    last_record,
-    require,
-    steady_rate,
-    text_lines,
-)
+from _common import ROOT, WIKITEXT, append_result, describe_machine, finetune_cli, last_record, require, steady_rate
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"
@@ -87,18 +77,6 @@ LONG_CONTEXTS = {
     "gpt2-strided": [(512, None)],
     "gpt2-512": [(512, None)],
 }
-
-
-def shared_tokenizer(workdir: Path, train: Path, vocabulary: int) -> Path:
-    """The byte-level BPE every variant reads, trained once on train.txt (kept in workdir)."""
-    folder = workdir / f"tokenizer-{vocabulary}"
-    if not (folder / "tokenizer.json").exists():
-        sys.path.insert(0, str(ROOT))
-        from finetune.data.corpus import read_documents
-        from finetune.data.tokenizers import train_byte_level_bpe
-
-        train_byte_level_bpe(read_documents([train]), vocabulary).save_pretrained(folder)
-    return folder
 
 
 def parameter_count(checkpoint: Path, counted: bool) -> int:
@@ -210,10 +188,9 @@ def main() -> None:
         require(TRAIN, "WikiText-2 train.txt")
         require(VALID, "WikiText-2 valid.txt")
         if args.smoke:
-            args.train, args.valid = args.work / "train-head.txt", args.work / "valid-head.txt"
-            args.train.write_text("\n".join(text_lines(TRAIN)[:lines]) + "\n", encoding="utf-8")
-            args.valid.write_text("\n".join(text_lines(VALID)[: lines // 4]) + "\n", encoding="utf-8")
-        tokenizer = shared_tokenizer(args.work, args.train, args.vocabulary)
+            args.train = harness.text_head(TRAIN, lines, args.work / "train-head.txt")
+            args.valid = harness.text_head(VALID, lines // 4, args.work / "valid-head.txt")
+        tokenizer = harness.byte_level_bpe(args.work / f"tokenizer-{args.vocabulary}", args.vocabulary, args.train)
         key = lambda record: (record["arm"], record["tokens"])
         records = harness.run_grid(
             args.work,

@@ -165,13 +165,6 @@ def roberta_checkpoint(workdir: Path, corpus: Path, size: str, vocab: int) -> Pa
     return folder
 
 
-def training_corpus(workdir: Path, max_lines: int = 20000) -> Path:
-    """The peer reads the first 20,000 (its --max-lines) non-empty lines: give both sides exactly those, in one file."""
-    corpus = workdir / f"wikitext2-{max_lines}-lines.txt"
-    corpus.write_text("\n".join(text_lines(TRAIN)[:max_lines]) + "\n", encoding="utf-8")
-    return corpus
-
-
 def measure_size(args, work: Path, corpus: Path, size: str, reference: str | None, peak: float) -> list[dict]:
     """--repeats peer-then-ours pairs at one size: a record per run of one arm, our last with `products_bound`
     (its step's matrix products, bench/_products.py, the masked rows expected at MASKED_FRACTION, timed now)."""
@@ -266,17 +259,8 @@ def main() -> None:
                         "both sides; roberta: a RoBERTa checkpoint continued by ours")  # fmt: skip
     parser.add_argument("--vocab", type=int, default=30522, help="with --family roberta: its byte-level BPE's pieces")
     parser.add_argument("--peer-steps", type=int, help="optimizer steps the peer runs (3 are warmup); default: STEPS")
-    parser.add_argument(
-        "--our-steps", type=int, help="optimizer steps we run (the first window is warmup); default: STEPS"
-    )
-    parser.add_argument("--repeats", type=int, default=1, help="peer-then-ours pairs, interleaved (noisy machines)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for our side")
-    parser.add_argument("--equal-time", type=float, metavar="SECONDS", help="quality at equal training time instead "
-                        "of speed: each side trains this long, then both are scored on valid.txt")  # fmt: skip
-    parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
-    parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
-    parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
-    args = parser.parse_args()
+    parser.add_argument("--our-steps", type=int, help="optimizer steps we run (1st window: warmup); default: STEPS")
+    args = harness.pretrain_flags(parser).parse_args()
     args.validation_blocks = 16 if args.smoke else args.validation_blocks
     args.lines = SMOKE_LINES if args.smoke else 20000
     args.sizes = ["tiny"] if args.smoke else args.sizes
@@ -285,10 +269,9 @@ def main() -> None:
     for path, what in ((TRAIN, "WikiText-2 train.txt"), (VALID, "WikiText-2 valid.txt"), (PEER, "the peer script")):
         require(path, what)
     reference = minilm_checkpoint("the reference vocabulary") if args.family == "bert" else None
-    corpus, args.valid = training_corpus(work, args.lines), VALID
-    if args.smoke:  # the head of valid.txt for our end-of-epoch validations
-        args.valid = work / "valid-head.txt"
-        args.valid.write_text("\n".join(text_lines(VALID)[:40]) + "\n", encoding="utf-8")
+    # the peer reads the first 20,000 (its --max-lines) non-empty lines: both sides get exactly those, in one file
+    corpus = harness.text_head(TRAIN, args.lines, work / f"wikitext2-{args.lines}-lines.txt")
+    args.valid = harness.text_head(VALID, 40, work / "valid-head.txt") if args.smoke else VALID  # end-of-epoch's
     shelf = "mlm_pretrain" if args.update_results else None
     if args.equal_time:
         if reference is None:

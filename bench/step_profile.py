@@ -63,7 +63,7 @@ import clm_pretrain
 import glue_finetune
 import mlm_pretrain
 import ulmfit_sst2
-from _common import WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue, text_lines
+from _common import WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue
 from _op_categories import MODULE_CATEGORIES, MODULE_LABEL, PRODUCTS, attribute, top_ops
 from _products import Product, causal_lm_products, masked_lm_products, products_seconds
 from finetune.kinds.registry import kind_named
@@ -196,24 +196,17 @@ def profiled(stage_class: type[TrainingStage], window: StepWindow) -> type[Train
     return Profiled
 
 
-def text_head(source: Path, lines: int, target: Path) -> Path:
-    """The first `lines` non-empty lines of `source`, written to `target` (once)."""
-    if not target.is_file():
-        target.write_text("\n".join(text_lines(source)[:lines]) + "\n", encoding="utf-8")
-    return target
-
-
 def language_model_text(work: Path, lines: int) -> tuple[Path, Path]:
     """(the training lines, the validation head) the language models read."""
-    corpus = text_head(WIKITEXT / "train.txt", lines, work / f"train-{lines}-lines.txt")
-    return corpus, text_head(WIKITEXT / "valid.txt", VALIDATION_LINES, work / f"valid-{VALIDATION_LINES}-lines.txt")
+    corpus = harness.text_head(WIKITEXT / "train.txt", lines, work / f"train-{lines}-lines.txt")
+    return corpus, harness.text_head(WIKITEXT / "valid.txt", VALIDATION_LINES, work / "valid-head.txt")
 
 
 def clm_workload(work: Path, steps: int, lines: int, smoke: bool = False) -> Workload:
     args = clm_pretrain.parser().parse_args(["--smoke"] * smoke)  # the benchmark's configuration: its defaults
     vars(args).update(clm_pretrain.SMOKE if smoke else {})
     corpus, validation = language_model_text(work, lines)
-    tokenizer = clm_pretrain.tokenizer_folder(work, args.vocab)
+    tokenizer = harness.byte_level_bpe(work / f"bpe-{args.vocab}", args.vocab, WIKITEXT / "train.txt")
     _, recipe_path, *overrides = clm_pretrain.our_arguments(
         args, corpus, tokenizer, validation, work / "runs" / "clm", steps, steps
     )
@@ -249,7 +242,7 @@ def mlm_workload(work: Path, steps: int, lines: int) -> Workload:
 
 def awd_lstm_workload(work: Path, steps: int, lines: int) -> Workload:
     corpus, validation = language_model_text(work, lines)
-    tokenizer = clm_pretrain.tokenizer_folder(work, 8000)  # the vocabulary size of GENERAL_LM_CPU_SIZES
+    tokenizer = harness.byte_level_bpe(work / "bpe-8000", 8000, WIKITEXT / "train.txt")  # GENERAL_LM_CPU_SIZES'
     overrides = [
         *ulmfit_sst2.GENERAL_LM_CPU_SIZES,
         f"tokenizer.path={tokenizer}",
@@ -335,44 +328,30 @@ def summary(window: StepWindow, unit: str, floor_seconds: float | None, top: int
 
 def markdown(name: str, title: str, record: dict) -> str:
     """One workload's tables (see the module docstring)."""
-    step = record["step_ms"]
-    unprofiled = record["unprofiled_step_ms"]
+    step, unprofiled = record["step_ms"], record["unprofiled_step_ms"]
     unit = "tokens" if "tokens_per_step" in record else "examples"
     items = record[f"{unit}_per_step"]
-    lines = [
-        f"### {name}: {title}",
-        "",
+    warm = f" (unprofiled warm-up steps: {unprofiled:,.0f} ms)" if unprofiled is not None else ""
+    head = (
         f"{record['steps_profiled']} steps profiled after the warm-up: {step:,.0f} ms a step of {items:,.0f} {unit}, "
-        f"{1000 * items / step:,.0f} {unit}/s"
-        + (f" (unprofiled warm-up steps: {unprofiled:,.0f} ms)" if unprofiled is not None else ""),
-        "",
-        "| category (self CPU time) | ms / step | share of step |",
-        "|---|---:|---:|",
-    ]
+    )
     rows = [*record["categories_ms"].items(), ("between ops (Python, the loop)", record["between_ops_ms"])]
-    lines += [f"| {category} | {ms:,.1f} | {100 * ms / step:.1f}% |" for category, ms in rows]
-    lines.append(f"| **step (wall time)** | **{step:,.1f}** | **100%** |")
+    rows = [{"name": name, "ms": ms} for name, ms in [*rows, ("**step (wall time)**", step)]]
+    share = {"ms / step": "ms", "share of step, %": lambda row: 100 * row["ms"] / step}
+    lines = [f"### {name}: {title}", "", head + f"{1000 * items / step:,.0f} {unit}/s{warm}", ""]
+    lines.append(harness.markdown_table(rows, {"category (self CPU time)": "name", **share}))
     if "products_floor_ms" in record:
-        floor, outside = record["products_floor_ms"], record["outside_products_ms"]
-        measured = record["categories_ms"][PRODUCTS]
-        lines += [
-            "",
-            (
-                f"Matrix products alone, each timed at its shape (bench/_products.py): {floor:,.0f} ms a step "
-                f"(profiled in the step: {measured:,.0f} ms); **outside the products: {outside:,.0f} ms, "
-                f"{100 * outside / step:.1f}% of the step**."
-            ),
-        ]
-    lines += [
-        "",
-        f"| top {len(record['top_ops'])} ops (self time) | ms / step | share | category of its name | mostly inside |",
-        "|---|---:|---:|---|---|",
-    ]
-    lines += [
-        f"| `{op['name']}` | {op['ms']:,.1f} | {100 * op['ms'] / step:.1f}% | {op['category']} | {op['mostly_in']} |"
-        for op in record["top_ops"]
-    ]
-    return "\n".join(lines) + "\n"
+        floor, outside, measured = (
+            record["products_floor_ms"],
+            record["outside_products_ms"],
+            record["categories_ms"][PRODUCTS],
+        )
+        lines.append(f"\nMatrix products alone, each timed at its shape (bench/_products.py): {floor:,.0f} ms a step "
+                     f"(profiled in the step: {measured:,.0f} ms); **outside the products: {outside:,.0f} ms, "
+                     f"{100 * outside / step:.1f}% of the step**.")  # fmt: skip
+    ops = [{**op, "name": f"`{op['name']}`"} for op in record["top_ops"]]
+    columns = {f"top {len(ops)} ops (self time)": "name", **share, "category of its name": "category"}
+    return "\n".join([*lines, "", harness.markdown_table(ops, {**columns, "mostly inside": "mostly_in"})]) + "\n"
 
 
 def main() -> None:
