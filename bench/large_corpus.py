@@ -139,21 +139,14 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
 
 def pretrain_recipe(work_dir: Path, corpus: Path, tokenizer_folder: Path, steps: int) -> Path:
     """The pretraining run: tiny GPT-2, blocks of 128 from the corpus, a few steps; a cache folder of its own."""
-    recipe = {
-        "stage": "pretrain",
-        "run_dir": str(work_dir / "run"),
-        "overwrite": True,
-        "seed": 0,
+    files = {"train_files": [str(corpus)], "validation_fraction": 0.0005, "cache_dir": str(work_dir / "cache")}
+    recipe = {"stage": "pretrain", "run_dir": str(work_dir / "run"), "overwrite": True, "seed": 0}
+    recipe |= {
         "model": {"family": "gpt2", "layers": 2, "hidden": 64, "heads": 2},
         "tokenizer": {"path": str(tokenizer_folder)},
-        "corpus": {
-            "train_files": [str(corpus)],
-            "validation_fraction": 0.0005,
-            "block_size": 128,
-            "cache_dir": str(work_dir / "cache"),
-        },
-        "training": {"epochs": 1, "max_steps": steps, "batch_size": 8, "log_every": 1, "device": "cpu"},
     }
+    recipe |= {"corpus": {**files, "block_size": 128}}
+    recipe["training"] = {"epochs": 1, "max_steps": steps, "batch_size": 8, "log_every": 1, "device": "cpu"}
     path = work_dir / "pretrain.yaml"
     path.write_text(json.dumps(recipe, indent=1) + "\n", encoding="utf-8")  # JSON is YAML
     return path

@@ -113,22 +113,13 @@ def run_variant(name: str, args, tokenizer: Path) -> dict:
         "pretrain", RECIPES / recipe_file, *files, f"run_dir={run_dir}", "overwrite=true", *overrides, *more
     )
     final = last_record(run_dir, "eval")
-    return {
-        "arm": name,
-        "tokens": args.tokens,
-        "vocabulary": args.vocabulary,
-        "recipe": recipe_file,
-        "overrides": overrides,
-        "family": recipe["model"]["family"],
-        "training_tokens": None if counted else steps * tokens_per_step,
-        "steps": steps,
-        "validation_loss": final["validation_loss"],
-        "validation_perplexity": final["validation_perplexity"],
-        "next_token_accuracy": final.get("next_token_accuracy"),
-        "tokens_per_s": None if counted else round(steady_rate(run_dir, "tokens"), 1),
-        "parameters": parameter_count(run_dir / "checkpoint", counted),
-        "seconds": round(seconds, 1),
-    }
+    figures = {key: final.get(key) for key in ("validation_loss", "validation_perplexity", "next_token_accuracy")}
+    rate = None if counted else round(steady_rate(run_dir, "tokens"), 1)
+    record = {"arm": name, "tokens": args.tokens, "vocabulary": args.vocabulary, "recipe": recipe_file}
+    record |= {"overrides": overrides, "family": recipe["model"]["family"], "steps": steps}
+    record["training_tokens"] = None if counted else steps * tokens_per_step
+    parameters = parameter_count(run_dir / "checkpoint", counted)
+    return {**record, **figures, "tokens_per_s": rate, "parameters": parameters, "seconds": round(seconds, 1)}
 
 
 def long_context(records: list[dict], args) -> None:

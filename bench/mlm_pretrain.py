@@ -147,18 +147,10 @@ def roberta_checkpoint(workdir: Path, corpus: Path, size: str, vocab: int) -> Pa
     names.update(unk_token="<unk>", mask_token="<mask>")
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=512, **names)
     layers, hidden, heads = SIZES[size]
-    config = RobertaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=4 * hidden,
-        max_position_embeddings=514,  # 512 positions after RoBERTa's offset of pad_token_id + 1
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        type_vocab_size=1,
-    )
+    sizes = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=4 * hidden)
+    # 514: 512 positions after RoBERTa's offset of pad_token_id + 1
+    ids = dict(max_position_embeddings=514, pad_token_id=1, bos_token_id=0, eos_token_id=2, type_vocab_size=1)
+    config = RobertaConfig(vocab_size=len(tokenizer), **sizes, **ids)
     torch.manual_seed(0)
     RobertaForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

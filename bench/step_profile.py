@@ -93,33 +93,6 @@ class Workload:
     products: Callable[[float], list[Product]] | None = None
 
 
-class ModuleLabels:
-    """record_function events around the forward of the modules MODULE_CATEGORIES names, while attached."""
-
-    def __init__(self):
-        self.handles: list = []
-        self.open: list = []
-
-    def attach(self, model: torch.nn.Module) -> None:
-        for module in model.modules():
-            if type(module).__name__ in MODULE_CATEGORIES:
-                self.handles.append(module.register_forward_pre_hook(self._enter))
-                self.handles.append(module.register_forward_hook(self._leave))
-
-    def detach(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-
-    def _enter(self, module, inputs) -> None:
-        label = record_function(MODULE_LABEL + type(module).__name__)
-        label.__enter__()
-        self.open.append(label)
-
-    def _leave(self, module, inputs, output) -> None:
-        self.open.pop().__exit__(None, None, None)
-
-
 class StepWindow:
     """The loop's before_step: the start of every optimizer step timed, steps [warmup, warmup + steps) profiled."""
 
@@ -127,7 +100,8 @@ class StepWindow:
         self.warmup, self.steps = warmup, steps
         self.profiler = profile(activities=[ProfilerActivity.CPU])
         self.starts: list[float] = []  # perf_counter at the start of each step (and at the end of the window)
-        self.labels = ModuleLabels()
+        self.labels: list = []  # the hooks that label MODULE_CATEGORIES' modules, while profiling
+        self.open: list = []  # the labels entered and not yet left
         self.model: torch.nn.Module | None = None
         self.profiling = False
         self.loss_terms: list = []  # of each micro-batch of the profiled steps (mlm: its masked rows)
@@ -162,15 +136,26 @@ class StepWindow:
         if step == self.warmup + self.steps:
             self.starts.append(time.perf_counter())  # before stopping: the profiler's stop is not the step's
             self.profiler.stop()
-            self.labels.detach()
+            for handle in self.labels:
+                handle.remove()
             self.profiling = False
         elif step < self.warmup + self.steps:
             if step == self.warmup:
                 assert self.model is not None  # set by the stage's setup, before the first step
-                self.labels.attach(self.model)
+                for module in self.model.modules():  # record_function events around these modules' forward
+                    if type(module).__name__ in MODULE_CATEGORIES:
+                        self.labels.append(module.register_forward_pre_hook(self._enter))
+                        self.labels.append(module.register_forward_hook(self._leave))
                 self.profiler.start()
                 self.profiling = True
             self.starts.append(time.perf_counter())
+
+    def _enter(self, module, inputs) -> None:
+        self.open.append(record_function(MODULE_LABEL + type(module).__name__))
+        self.open[-1].__enter__()
+
+    def _leave(self, module, inputs, output) -> None:
+        self.open.pop().__exit__(None, None, None)
 
     def step_seconds(self) -> tuple[float, float | None]:
         """(mean wall seconds of a profiled step, median of the unprofiled warm-up steps after the first, or None)."""
