@@ -7,10 +7,10 @@
     .venv/bin/python bench/large_corpus.py --checkout ../other-clone      # measure another version's pretrain
 
 The corpus is WikiText-2 train.txt (../shared/data, or --source) repeated until it holds --tokens tokens of the
-benchmark's tokenizer: whole copies, then the first lines of one more. It is written to the work folder (a
-default runs/bench-large-corpus): 100M tokens are about 40 copies, ~430 MB.
-Repeated text is easy for a tokenizer that caches words (the BPE model does): both sides profit alike, but the
-absolute rates are those of text whose words were all seen before. The tokenizer is a byte-level BPE of --vocab
+benchmark's tokenizer: whole copies, then the first lines of one more. It is written to the work folder (default
+runs/bench-large-corpus): 100M tokens are about 40 copies, ~430 MB. Repeated text is easy for a tokenizer that
+caches words (the BPE model does): both sides profit alike, but the absolute rates are those of text whose words were
+all seen before. The tokenizer is a byte-level BPE of --vocab
 pieces trained once on train.txt with the toolkit's own code (as bench/clm_pretrain.py does).
 
 Three child processes, each timed, its peak resident memory taken from the kernel when it ends (wait4, in a

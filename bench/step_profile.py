@@ -33,14 +33,11 @@ spends outside the products is one number. Printed, and written to WORK/<workloa
 runs/bench-step-profile); a record per workload (its arm) with every figure goes to WORK/runs.jsonl (with
 --update-results bench/results/step_profile.jsonl too); --trace also writes each profile as a Chrome trace.
 
-The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps; the
-fine-tuning's batches differ in length, so its steps differ anyway). On a shared machine, read the shares between
-categories, not the milliseconds, and run one thread: with two, whenever the other core is taken, every parallel op
-waits at its barrier for a descheduled thread (on 2026-11-28, with another job on both cores, the causal LM's step
-took 5.8 s at two threads and 1.7 s at one, the inflation landing on the small parallel ops: layer norm, copies,
-the optimizer). The run time is mostly setup (with 2 quiet cores or 1 thread: ~2 minutes, ~2 more the first time,
-when the two BPE tokenizers are trained and cached in the work folder): each stage tokenises its lines, validates
-once and saves its model.
+The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps). On a shared
+machine read the shares, not the milliseconds, and run one thread: with two, every parallel op waits at its barrier
+for a descheduled thread whenever the other core is taken (2026-11-28, another job on both cores: the causal LM's step
+took 5.8 s at two threads, 1.7 s at one, the inflation in the small parallel ops). The run time is mostly setup (~2
+minutes with 2 quiet cores or 1 thread, ~2 more the first time, when the two BPE tokenizers are trained and kept).
 """
 
 from __future__ import annotations
