@@ -167,10 +167,11 @@ def equal_time(args, corpus, tokenizer_dir, validation, work: Path) -> list[dict
     """Both arms train for the same wall-clock budget; both checkpoints scored by `validation_loss`."""
     from transformers import AutoTokenizer
 
+    peer_steps, our_steps = (5, 8) if args.smoke else (12, 25)  # calibration: the rates measured first
     rates = {
-        "peer": args.peer_tokens_per_s or run_peer(args, corpus, tokenizer_dir, 12)["tokens_per_s"],
+        "peer": args.peer_tokens_per_s or run_peer(args, corpus, tokenizer_dir, peer_steps)["tokens_per_s"],
         "ours": args.our_tokens_per_s
-        or run_ours(args, corpus, tokenizer_dir, validation, 25, work / "ours-calibration")["tokens_per_s"],
+        or run_ours(args, corpus, tokenizer_dir, validation, our_steps, work / "ours-calibration")["tokens_per_s"],
     }
     layouts = validation_layouts(AutoTokenizer.from_pretrained(tokenizer_dir), args.seq_len, args.validation_blocks)
     records = harness.equal_time_runs(

@@ -219,10 +219,11 @@ def dense_validation_loss(model_dir, input_ids: torch.Tensor, labels: torch.Tens
 def equal_time(args, work: Path, corpus: Path, tokenizer_dir: str, size: str) -> list[dict]:
     """Both sides trained for --equal-time seconds, then scored by `dense_validation_loss`: a record per arm."""
     layers, hidden, heads = SIZES[size]
+    peer_steps, our_steps = (5, 8) if args.smoke else (12, 25)  # calibration: the rates measured first
     rates = {
-        "peer": args.peer_tokens_per_s or run_peer(corpus, tokenizer_dir, 12, size, args.lines)["tokens_per_s"],
+        "peer": args.peer_tokens_per_s or run_peer(corpus, tokenizer_dir, peer_steps, size, args.lines)["tokens_per_s"],
         "ours": args.our_tokens_per_s
-        or run_ours(corpus, tokenizer_dir, 25, work / "calibration", size)["tokens_per_s"],
+        or run_ours(corpus, tokenizer_dir, our_steps, work / "calibration", size, valid=args.valid)["tokens_per_s"],
     }
     layouts = validation_blocks(AutoTokenizer.from_pretrained(tokenizer_dir), args.validation_blocks)
     sizes = ["--layers", layers, "--hidden", hidden, "--heads", heads, "--max-lines", args.lines]
