@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/large_corpus.py                                # 100M tokens on every core
     .venv/bin/python bench/large_corpus.py --tokens 2000000 --threads 1   # a small run, about a minute
-    .venv/bin/python bench/large_corpus.py --smoke                        # 200,000 tokens, BPE 500, 2 steps
+    .venv/bin/python bench/large_corpus.py --smoke                        # 2M tokens, BPE 500, 2 steps
     .venv/bin/python bench/large_corpus.py --work-dir /tmp/large-corpus   # keep corpus, tokenizer and cache there
     .venv/bin/python bench/large_corpus.py --checkout ../other-clone      # measure another version's pretrain
 
@@ -167,7 +167,7 @@ def tokenising_rate(stderr: str) -> dict:
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(__doc__, "large-corpus", smoke="200,000 tokens, BPE 500, 2 steps, 1 thread")
+    parser = harness.benchmark_parser(__doc__, "large-corpus", smoke="2M tokens, BPE 500, 2 steps, 1 thread")
     parser.add_argument("--tokens", type=int, default=100_000_000, help="corpus size in tokens of the tokenizer")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="cores for every child (Rayon, OpenMP)")
     parser.add_argument("--vocab", type=int, default=16_000, help="pieces of the byte-level BPE")
@@ -176,7 +176,7 @@ def main() -> None:
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the repository whose `finetune` pretrains")
     args = parser.parse_args()
     if args.smoke:
-        args.tokens, args.vocab, args.steps, args.threads = 200_000, 500, 2, 1
+        args.tokens, args.vocab, args.steps, args.threads = 2_000_000, 500, 2, 1
     work = harness.work_folder(args, "large-corpus").resolve()
     machine = describe_machine()  # the figures below belong to this machine
     require(args.source, "WikiText-2 train.txt")
