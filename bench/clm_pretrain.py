@@ -97,7 +97,7 @@ def run_ours(args, corpus, tokenizer_dir, validation, steps: int, run_dir: Path)
 
 
 def speed(args, corpus, tokenizer_dir, validation, work: Path) -> list[dict]:
-    """Tokens/s and MFU of both arms, --repeats pairs interleaved, each recorded as it ends."""
+    """Tokens/s and MFU of both arms, --repeats pairs interleaved: a record per run of one arm."""
     peak = args.machine["matmul_gflops_fp32"]
     sizes = (args.layers, args.hidden, args.seq_len, args.vocab)
     useful = training_flops_per_token(*sizes, masked_fraction=1.0, sparse_decoder=False, head_transform=False)
