@@ -222,7 +222,7 @@ def measure(args, work_dir: Path) -> list[dict]:
         {
             "arm": f"tokenizers {method}",
             **base,
-            "tokens_per_s": round(f["tokens"] / f["seconds"]),
+            "tokens_per_s": round(f["tokens"] / f["seconds"], 1),
             "peak_rss_mb": peer["peak_rss_mb"],
         }
         for method, f in rates.items()
