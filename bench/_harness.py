@@ -250,3 +250,97 @@ def smoke_all(names: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(1 if smoke_all(sys.argv[1:]) else 0)
+
+
+# --- group 1 additions ---
+MARGIN = 0.95  # equal time: plan 5% fewer steps than the budget allows (throughput on a shared machine drifts)
+
+
+def pretrain_speed(run_dir: Path, tokens_per_step: int) -> dict:
+    """Our pretraining run's tokens/s over its windows after the first (steady_rate), the steps that covers, and
+    what starting cost: the first window's seconds less the same steps at that rate (with training.compile, the
+    compilation too)."""
+    from _common import phase_records, steady_rate
+
+    windows, rate = phase_records(run_dir, "train"), steady_rate(run_dir, "tokens")
+    first = windows[0]["step"] * tokens_per_step
+    start_cost = first / windows[0]["tokens_per_s"] - first / rate
+    steps = windows[-1]["step"] - windows[0]["step"]
+    return {"tokens_per_s": round(rate, 1), "steps_timed": steps, "start_cost_s": round(start_cost, 1)}
+
+
+def equal_time_runs(
+    budget: float,
+    rates: dict,
+    tokens_per_step: int,
+    peer_command: Callable,
+    our_arguments: Callable,
+    work: Path,
+    score: Callable[[Path], dict],
+) -> list[dict]:
+    """Both arms trained for the same wall-clock budget, each for MARGIN x budget x its own rate (`rates`: peer and
+    ours tokens/s) steps, so that its linear schedule ends inside the budget: the peer (`peer_command(steps)`: the
+    script and its arguments) through bench/peers/peer_budget.py, which saves its model; ours (`our_arguments(steps,
+    run_dir)`: `finetune`'s) through bench/ours_budget.py; each stopped after the step that crosses the budget should
+    it run slower than planned. Then `score(model folder)` gives each arm's validation losses ({layout: loss}).
+    Prints the table; a record per arm: steps, max_steps, train_seconds, stopped_at_budget, losses."""
+    from _common import phase_records, run
+
+    plan = {arm: max(1, math.floor(MARGIN * budget * rate / tokens_per_step)) for arm, rate in rates.items()}
+    folder = work / "peer-equal-time"
+    command = [BENCH / "peers" / "peer_budget.py", "--budget-seconds", budget, "--save-to", folder, "--"]
+    finished = subprocess.run([str(part) for part in [sys.executable, *command, *peer_command(plan["peer"])]],
+                              capture_output=True, text=True, check=False)  # fmt: skip
+    if not (folder / "budget.json").is_file():  # written right after training, before the peer prints its figure
+        sys.exit(f"bench: the peer failed:\n{finished.stderr[-STDERR_TAIL:]}")
+    peer = {"arm": "peer", **json.loads((folder / "budget.json").read_text()), "model": folder}
+    run_dir = work / "ours-equal-time"
+    command = [BENCH / "ours_budget.py", "--budget-seconds", budget, "--", *our_arguments(plan["ours"], run_dir)]
+    run([sys.executable, *command], cwd=ROOT)
+    done = [record["step"] for record in phase_records(run_dir, "train")]
+    seconds = sum(  # each window's seconds: its tokens over its tokens per second
+        (step - before) * tokens_per_step / record["tokens_per_s"]
+        for before, step, record in zip([0, *done], done, phase_records(run_dir, "train"))
+    )
+    ours = {"arm": "ours", "steps": done[-1], "max_steps": plan["ours"], "train_seconds": round(seconds, 1)}
+    records = [peer, {**ours, "stopped_at_budget": done[-1] < plan["ours"], "model": run_dir / "checkpoint"}]
+    for record in records:
+        losses = score(record.pop("model"))
+        record.update(budget_seconds=budget, planned_tokens_per_s=rates[record["arm"]], losses=losses)
+    columns = {"arm": "arm", "planned from tokens/s": "planned_tokens_per_s", "steps": "steps"}
+    columns |= {"trained s": "train_seconds"} | {f"valid loss, {n}": (lambda r, n=n: r["losses"][n]) for n in losses}
+    print(f"\nequal time: {budget:.0f} s of training per arm\n")
+    print(markdown_table(records, columns, formats={f"valid loss, {n}": "{:.3f}" for n in losses}))
+    return records
+
+
+def byte_level_bpe(folder: Path, vocab: int, source: Path) -> Path:
+    """`folder`, holding a byte-level BPE of `vocab` pieces trained with the toolkit's code on the documents (the
+    non-empty lines) of `source`: trained the first time, reused after."""
+    if not (folder / "tokenizer.json").is_file():
+        sys.path.insert(0, str(ROOT))  # this checkout's finetune
+        from finetune.data.corpus import read_documents
+        from finetune.data.tokenizers import train_byte_level_bpe
+
+        train_byte_level_bpe(read_documents([source]), vocab).save_pretrained(folder)
+    return folder
+
+
+def text_head(source: Path, lines: int, target: Path) -> Path:
+    """`target`, holding the first `lines` non-empty lines of `source` (a smoke run's corpus, a short validation)."""
+    from _common import text_lines
+
+    target.write_text("\n".join(text_lines(source)[:lines]) + "\n", encoding="utf-8")
+    return target
+
+
+def pretrain_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags bench/clm_pretrain.py and bench/mlm_pretrain.py share: speed's --repeats and --set, equal time's."""
+    parser.add_argument("--repeats", type=int, default=1, help="speed: peer-then-ours pairs, interleaved")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides for ours")
+    parser.add_argument("--equal-time", type=float, metavar="SECONDS", help="quality at equal training time instead "
+                        "of speed: each side trains this long, then both are scored on valid.txt")  # fmt: skip
+    parser.add_argument("--peer-tokens-per-s", type=float, help="equal time: the peer's rate (default: measured)")
+    parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
+    parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
+    return parser

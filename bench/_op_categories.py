@@ -39,34 +39,13 @@ COPIES = "copies / casts / indexing / views"
 OTHER = "other ops"
 
 # The table's rows, in the order the profile prints them.
-CATEGORIES = (
-    PRODUCTS,
-    LAYER_NORM,
-    ACTIVATIONS,
-    SOFTMAX,
-    DROPOUT,
-    EMBEDDING_BACKWARD,
-    CROSS_ENTROPY,
-    OPTIMIZER,
-    RECURRENCE,
-    COPIES,
-    OTHER,
-)
+CATEGORIES = (PRODUCTS, LAYER_NORM, ACTIVATIONS, SOFTMAX, DROPOUT, EMBEDDING_BACKWARD, CROSS_ENTROPY, OPTIMIZER,
+              RECURRENCE, COPIES, OTHER)  # fmt: skip
 # When an op's name and the events around it say different things, the first of these wins: a product is a product
 # wherever it runs; an elementwise op inside the recurrence, the loss, the optimizer or dropout is theirs; a copy
 # inside a layer norm is the layer norm's.
-PRIORITY = (
-    PRODUCTS,
-    RECURRENCE,
-    CROSS_ENTROPY,
-    OPTIMIZER,
-    DROPOUT,
-    EMBEDDING_BACKWARD,
-    LAYER_NORM,
-    SOFTMAX,
-    ACTIVATIONS,
-    COPIES,
-)
+PRIORITY = (PRODUCTS, RECURRENCE, CROSS_ENTROPY, OPTIMIZER, DROPOUT, EMBEDDING_BACKWARD, LAYER_NORM, SOFTMAX,
+            ACTIVATIONS, COPIES)  # fmt: skip
 RANK = {category: rank for rank, category in enumerate(PRIORITY)}
 
 BACKWARD_ROOT = "autograd::engine::evaluate_function: "  # the engine's event around each autograd node it runs

@@ -1,15 +1,16 @@
 """Pretraining on a large corpus: tokenising once (against `tokenizers` alone), peak memory, a restart from the cache.
 
     .venv/bin/python bench/large_corpus.py                                # 100M tokens on every core
-    .venv/bin/python bench/large_corpus.py --tokens 2000000 --threads 1   # a smoke run, about a minute
+    .venv/bin/python bench/large_corpus.py --tokens 2000000 --threads 1   # a small run, about a minute
+    .venv/bin/python bench/large_corpus.py --smoke                        # 2M tokens, BPE 500, 2 steps
     .venv/bin/python bench/large_corpus.py --work-dir /tmp/large-corpus   # keep corpus, tokenizer and cache there
     .venv/bin/python bench/large_corpus.py --checkout ../other-clone      # measure another version's pretrain
 
 The corpus is WikiText-2 train.txt (../shared/data, or --source) repeated until it holds --tokens tokens of the
-benchmark's tokenizer: whole copies, then the first lines of one more. It is written to the work folder (a
-temporary one unless --work-dir is given; never the repository): 100M tokens are about 40 copies, ~430 MB.
-Repeated text is easy for a tokenizer that caches words (the BPE model does): both sides profit alike, but the
-absolute rates are those of text whose words were all seen before. The tokenizer is a byte-level BPE of --vocab
+benchmark's tokenizer: whole copies, then the first lines of one more. It is written to the work folder (default
+runs/bench-large-corpus): 100M tokens are about 40 copies, ~430 MB. Repeated text is easy for a tokenizer that
+caches words (the BPE model does): both sides profit alike, but the absolute rates are those of text whose words were
+all seen before. The tokenizer is a byte-level BPE of --vocab
 pieces trained once on train.txt with the toolkit's own code (as bench/clm_pretrain.py does).
 
 Three child processes, each timed, its peak resident memory taken from the kernel when it ends (wait4, in a
@@ -24,15 +25,14 @@ small parent of its own, so that the benchmark's memory does not count):
 3. the same command again: the restart, which maps the cache. Time to its first training step, peak RSS.
 Every child gets RAYON_NUM_THREADS and OMP_NUM_THREADS = --threads (default: every core).
 
-Prints the table, then one JSON line with every figure.
+Prints the table; a record per arm (the two tokenizers calls, the first run, the restart) goes to WORK/runs.jsonl
+(with --update-results bench/results/large_corpus.jsonl too).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -41,7 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, WIKITEXT, describe_machine, require
+import _harness as harness
+from _common import ROOT, STDERR_TAIL, WIKITEXT, describe_machine, require
 
 SOURCE = WIKITEXT / "train.txt"
 BATCH = 2000  # documents per batch encoding, on both sides (the toolkit's default)
@@ -62,20 +63,6 @@ for method in ("encode_batch", "encode_batch_fast"):
     result[method] = {"tokens": tokens, "seconds": time.perf_counter() - started}
 print(json.dumps(result))
 """.replace("BATCH", str(BATCH))
-
-
-def tokenizer_file(work_dir: Path, source: Path, vocab: int) -> Path:
-    """The byte-level BPE, trained once on the source text and kept in the work folder."""
-    folder = work_dir / f"bpe-{vocab}"
-    if not (folder / "tokenizer.json").is_file():
-        sys.path.insert(0, str(ROOT))
-        from finetune.data.corpus import read_documents
-        from finetune.data.tokenizers import train_byte_level_bpe
-
-        started = time.perf_counter()
-        train_byte_level_bpe(read_documents([source]), vocab).save_pretrained(folder)
-        print(f"trained the {vocab:,}-piece tokenizer in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return folder
 
 
 def build_corpus(work_dir: Path, source: Path, tokenizer_folder: Path, tokens: int) -> tuple[Path, float]:
@@ -125,51 +112,41 @@ def child(command: list, env: dict, cwd: Path, watch: Path | None = None) -> dic
         usage_file, stdout_file, stderr_file = (Path(folder) / name for name in ("usage.json", "stdout", "stderr"))
         with open(stdout_file, "w") as stdout, open(stderr_file, "w") as stderr:
             started = time.perf_counter()
-            process = subprocess.Popen(
-                [sys.executable, "-c", REAPER, usage_file, *map(str, command)],
-                cwd=cwd,
-                env=env,
-                stdout=stdout,
-                stderr=stderr,
-            )
+            reaped = [sys.executable, "-c", REAPER, usage_file, *map(str, command)]
+            process = subprocess.Popen(reaped, cwd=cwd, env=env, stdout=stdout, stderr=stderr)
             first_step = None
             while process.poll() is None:
-                if (
-                    watch is not None
-                    and first_step is None
-                    and watch.is_file()
-                    and '"phase": "train"' in watch.read_text(encoding="utf-8")
-                ):
+                trained = watch is not None and watch.is_file() and '"phase": "train"' in watch.read_text("utf-8")
+                if first_step is None and trained:
                     first_step = time.perf_counter() - started
                 time.sleep(0.02)
             wall = time.perf_counter() - started
         output, errors = stdout_file.read_text(), stderr_file.read_text()
         if process.returncode != 0:
             sys.exit(
-                f"bench: {' '.join(map(str, command[1:4]))} failed (exit status {process.returncode}):\n"
-                f"{errors[-3000:]}"
+                f"bench: {' '.join(map(str, command[1:4]))} failed ({process.returncode}):\n{errors[-STDERR_TAIL:]}"
             )
         peak = json.loads(usage_file.read_text())["peak_rss_kib"] / 1024
-    return {"wall_s": wall, "first_step_s": first_step, "stdout": output, "stderr": errors, "peak_rss_mb": peak}
+    first_step = first_step and round(first_step, 2)
+    return {
+        "wall_s": round(wall, 2),
+        "first_step_s": first_step,
+        "peak_rss_mb": round(peak),
+        "stdout": output,
+        "stderr": errors,
+    }
 
 
 def pretrain_recipe(work_dir: Path, corpus: Path, tokenizer_folder: Path, steps: int) -> Path:
     """The pretraining run: tiny GPT-2, blocks of 128 from the corpus, a few steps; a cache folder of its own."""
-    recipe = {
-        "stage": "pretrain",
-        "run_dir": str(work_dir / "run"),
-        "overwrite": True,
-        "seed": 0,
+    files = {"train_files": [str(corpus)], "validation_fraction": 0.0005, "cache_dir": str(work_dir / "cache")}
+    recipe = {"stage": "pretrain", "run_dir": str(work_dir / "run"), "overwrite": True, "seed": 0}
+    recipe |= {
         "model": {"family": "gpt2", "layers": 2, "hidden": 64, "heads": 2},
         "tokenizer": {"path": str(tokenizer_folder)},
-        "corpus": {
-            "train_files": [str(corpus)],
-            "validation_fraction": 0.0005,
-            "block_size": 128,
-            "cache_dir": str(work_dir / "cache"),
-        },
-        "training": {"epochs": 1, "max_steps": steps, "batch_size": 8, "log_every": 1, "device": "cpu"},
     }
+    recipe |= {"corpus": {**files, "block_size": 128}}
+    recipe["training"] = {"epochs": 1, "max_steps": steps, "batch_size": 8, "log_every": 1, "device": "cpu"}
     path = work_dir / "pretrain.yaml"
     path.write_text(json.dumps(recipe, indent=1) + "\n", encoding="utf-8")  # JSON is YAML
     return path
@@ -190,29 +167,36 @@ def tokenising_rate(stderr: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "large-corpus", smoke="2M tokens, BPE 500, 2 steps, 1 thread")
     parser.add_argument("--tokens", type=int, default=100_000_000, help="corpus size in tokens of the tokenizer")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="cores for every child (Rayon, OpenMP)")
     parser.add_argument("--vocab", type=int, default=16_000, help="pieces of the byte-level BPE")
     parser.add_argument("--steps", type=int, default=5, help="training steps of each pretrain run")
     parser.add_argument("--source", type=Path, default=SOURCE, help="the text repeated (WikiText-2 train.txt)")
-    parser.add_argument("--work-dir", type=Path, help="keep corpus, tokenizer and cache here (default: temporary)")
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the repository whose `finetune` pretrains")
-    arguments = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
-    require(arguments.source, "WikiText-2 train.txt")
-    with tempfile.TemporaryDirectory() as temporary:
-        work_dir = (arguments.work_dir or Path(temporary)).resolve()
-        work_dir.mkdir(parents=True, exist_ok=True)
-        results = measure(arguments, work_dir)
-    report(arguments, results)
+    args = parser.parse_args()
+    if args.smoke:
+        args.tokens, args.vocab, args.steps, args.threads = 2_000_000, 500, 2, 1
+    work = harness.work_folder(args, "large-corpus").resolve()
+    machine = describe_machine()  # the figures below belong to this machine
+    require(args.source, "WikiText-2 train.txt")
+    print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    records = measure(args, work)
+    for record in records:
+        harness.record_run(work, record, "large_corpus" if args.update_results else None, machine)
+    print(f"\ncorpus: {records[0]['tokens']:,} tokens, {records[0]['corpus_mb']:,.0f} MB: WikiText-2 train.txt x "
+          f"{records[0]['copies']:.2f} (byte-level BPE {args.vocab:,}), --threads {args.threads}\n")  # fmt: skip
+    columns = {"arm": "arm", "tokenising, tokens/s": "tokens_per_s", "start to first training step, s": "first_step_s"}
+    columns["peak RSS, MB"] = "peak_rss_mb"
+    print(harness.markdown_table(records, columns, formats={"tokenising, tokens/s": "{:,.0f}"}))
+    print("(tokenizers alone hold the text in memory; finetune's tokenising reads, encodes and writes the ids)")
 
 
-def measure(arguments, work_dir: Path) -> dict:
-    """Corpus and tokenizer, then the three children."""
-    tokenizer_folder = tokenizer_file(work_dir, arguments.source, arguments.vocab)
-    corpus, copies = build_corpus(work_dir, arguments.source, tokenizer_folder, arguments.tokens)
-    threads = str(arguments.threads)
+def measure(args, work_dir: Path) -> list[dict]:
+    """Corpus and tokenizer, then the three children: a record per arm."""
+    tokenizer_folder = harness.byte_level_bpe(work_dir / f"bpe-{args.vocab}", args.vocab, args.source)
+    corpus, copies = build_corpus(work_dir, args.source, tokenizer_folder, args.tokens)
+    threads = str(args.threads)
     env = {key: value for key, value in os.environ.items() if key != "TOKENIZERS_PARALLELISM"}
     env.update(RAYON_NUM_THREADS=threads, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
     peer = child(
@@ -220,80 +204,37 @@ def measure(arguments, work_dir: Path) -> dict:
         {**env, "TOKENIZERS_PARALLELISM": "true"},
         work_dir,
     )
-    peer["rates"] = json.loads(peer.pop("stdout").strip().splitlines()[-1])
-    recipe = pretrain_recipe(work_dir, corpus, tokenizer_folder, arguments.steps)
+    rates = json.loads(peer["stdout"].strip().splitlines()[-1])
+    recipe = pretrain_recipe(work_dir, corpus, tokenizer_folder, args.steps)
     shutil.rmtree(work_dir / "cache", ignore_errors=True)  # the first run tokenises, whatever a kept folder held
     runs = {}
-    for name in ("first_run", "restart"):
+    for name in ("first run", "restart"):
         metrics = work_dir / "run" / "metrics.jsonl"
         metrics.unlink(missing_ok=True)
-        runs[name] = child(
-            [sys.executable, "-m", "finetune", "pretrain", recipe], env, arguments.checkout.resolve(), watch=metrics
-        )
+        command = [sys.executable, "-m", "finetune", "pretrain", recipe]
+        runs[name] = child(command, env, args.checkout.resolve(), watch=metrics)
     if "tokensfrom" + "".join(str(work_dir / "cache").split()) not in "".join(runs["restart"]["stderr"].split()):
         print("bench: warning: the restart did not report mapping the cache", file=sys.stderr)
-    return {
-        "corpus": corpus,
-        "corpus_mb": corpus.stat().st_size / 1e6,
-        "copies": copies,
-        "peer": peer,
-        "runs": runs,
-        "tokenizing": tokenising_rate(runs["first_run"]["stderr"]),
-    }
-
-
-def report(arguments, results: dict) -> None:
-    """The table, then one JSON line."""
-    peer, runs, ours = results["peer"], results["runs"], results["tokenizing"]
-    rates = {method: figures["tokens"] / figures["seconds"] for method, figures in peer["rates"].items()}
-    tokens = peer["rates"]["encode_batch"]["tokens"]
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, --threads "
-        f"{arguments.threads}, load average before: {os.getloadavg()[0]:.2f}"
-    )
-    print(
-        f"corpus: {tokens:,} tokens, {results['corpus_mb']:,.0f} MB: WikiText-2 train.txt x {results['copies']:.2f} "
-        f"(byte-level BPE {arguments.vocab:,})"
-    )
-    print("\n| measure | value |\n|---|---:|")
-    for method, rate in rates.items():
-        print(f"| tokenizers `{method}` alone | {rate:,.0f} tokens/s |")
-    if ours:
-        print(
-            f"| finetune pretrain's tokenising (read, encode, write the ids) | {ours['tokens_per_s']:,.0f} tokens/s "
-            f"({ours['tokens_per_s'] / rates['encode_batch']:.2f}x encode_batch, "
-            f"{ours['tokens_per_s'] / rates['encode_batch_fast']:.2f}x encode_batch_fast) |"
-        )
-    first_step = runs["first_run"]["first_step_s"]
-    print(f"| first run: start to first training step (tokenising included) | {first_step:.1f} s |")
-    print(f"| first run: peak RSS | {runs['first_run']['peak_rss_mb']:,.0f} MB |")
-    print(f"| restart from the cache: start to first training step | {runs['restart']['first_step_s']:.1f} s |")
-    print(f"| restart: peak RSS | {runs['restart']['peak_rss_mb']:,.0f} MB |")
-    print(f"| tokenizers alone: peak RSS (text held in memory) | {peer['peak_rss_mb']:,.0f} MB |")
-    summary = {
-        "tokens": tokens,
-        "corpus_mb": round(results["corpus_mb"], 1),
-        "copies": round(results["copies"], 3),
-        "threads": arguments.threads,
-        "vocab": arguments.vocab,
-        "steps": arguments.steps,
-        "peer": {
-            "tokens_per_s": {method: round(rate) for method, rate in rates.items()},
-            "peak_rss_mb": round(peer["peak_rss_mb"]),
-        },
-        "ours": {
-            "tokenizing": {key: round(value, 2) for key, value in ours.items()},
-            **{
-                name: {
-                    "first_step_s": round(run["first_step_s"], 2),
-                    "wall_s": round(run["wall_s"], 2),
-                    "peak_rss_mb": round(run["peak_rss_mb"]),
-                }
-                for name, run in runs.items()
-            },
-        },
-    }
-    print(json.dumps(summary))
+    tokens = rates["encode_batch"]["tokens"]
+    base = {"tokens": tokens, "corpus_mb": round(corpus.stat().st_size / 1e6, 1), "copies": round(copies, 3)}
+    base |= {"threads": args.threads, "vocab": args.vocab, "steps": args.steps}
+    records = [
+        {
+            "arm": f"tokenizers {method}",
+            **base,
+            "tokens_per_s": round(f["tokens"] / f["seconds"], 1),
+            "peak_rss_mb": peer["peak_rss_mb"],
+        }
+        for method, f in rates.items()
+    ]
+    tokenizing = tokenising_rate(runs["first run"]["stderr"])
+    for name, run in runs.items():
+        figures = {key: run[key] for key in ("first_step_s", "wall_s", "peak_rss_mb")}
+        rate = tokenizing.get("tokens_per_s") if name == "first run" else None
+        records.append({"arm": f"finetune pretrain, {name}", **base, "tokens_per_s": rate, **figures})
+        if name == "first run":
+            records[-1]["tokenizing"] = tokenizing
+    return records
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
     .venv/bin/python bench/lm_families.py --variants ngram-3 qrnn gpt2 --tokens 2000000
     .venv/bin/python bench/lm_families.py --table-only                 # the table of the runs so far
     .venv/bin/python bench/lm_families.py --variants gpt2 transformer-xl --long-context   # + longer contexts
+    .venv/bin/python bench/lm_families.py --smoke      # ngram-3, gpt2, awd_lstm on 20,000 tokens, BPE 500, 400 lines
 
 Every variant is `finetune pretrain` with a shipped recipe (recipes/pretrain/, VARIANTS) and the same byte-level BPE
 of 16,000 pieces, trained once on WikiText-2 train.txt (../shared/data) with the toolkit's tokenizer code and
@@ -19,8 +20,9 @@ block; the AWD-LSTM family (lstm, qrnn, rnn cells) and Transformer-XL read valid
 
 Columns: validation loss (nats/token) and perplexity at the end, next-token accuracy, training tokens/s (all
 tokens over all time of the metrics windows after the first, as bench/mlm_pretrain.py counts), parameters (the
-checkpoint's tensors; for the n-gram the stored n-grams) and the run's wall time. Runs are kept under
---work-dir (one folder per variant and token count); a variant with a finished run is not run again.
+checkpoint's tensors; for the n-gram the stored n-grams) and the run's wall time. Runs are kept in the work folder
+(--work, default runs/bench-lm-families: a folder per variant and token count, a record each in runs.jsonl); a variant
+with a finished run is not run again. --update-results appends every record to bench/results/lm_families.jsonl.
 Speed figures need a quiet machine: run nothing else beside it.
 
 --long-context adds a second table for the gpt2-family variants: validation loss when valid.txt is read in longer
@@ -29,19 +31,18 @@ segment_validation`, streams read in order from an empty memory): LONG_CONTEXTS.
 with its learned positions (positions past the training block were never trained); Transformer-XL's relative
 positions and memory let it use contexts longer than it trained on.
 
-Prints the table(s), then one JSON line with every figure.
+Prints the table(s).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
+import math
 import sys
-import time
 from pathlib import Path
 
 import _harness as harness
-from _common import ROOT, WIKITEXT, append_result, describe_machine, finetune_cli, require
+from _common import ROOT, WIKITEXT, append_result, describe_machine, finetune_cli, last_record, require, steady_rate
 
 TRAIN = WIKITEXT / "train.txt"
 VALID = WIKITEXT / "valid.txt"
@@ -62,7 +63,12 @@ VARIANTS = {
     # The strided variant's dense twin: the same 512-token blocks, batch and steps, every earlier position seen.
     "gpt2-512": ("sparse-gpt2-wikitext2.yaml", ["model.attention=dense", "model.attention_stride=null"]),
 }
-
+# --smoke: three families, tiny, on the first lines of train.txt and valid.txt
+SMOKE = {"variants": ["ngram-3", "gpt2", "awd_lstm"], "tokens": 20_000, "vocabulary": 500, "lines": 400}
+TINY = {
+    "gpt2": ["model.layers=1", "model.hidden=32", "model.heads=2", "training.batch_size=4"],
+    "awd_lstm": ["model.embedding_size=16", "model.hidden=32", "model.layers=1", "training.batch_size=4"],
+}
 
 # variant: (segment length, memory length or None for the model's own) pairs read by --long-context.
 LONG_CONTEXTS = {
@@ -73,34 +79,9 @@ LONG_CONTEXTS = {
 }
 
 
-def read_yaml(path: Path) -> dict:
-    import yaml
-
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
-
-
-def tokens_per_step(recipe: dict) -> int:
-    """Training tokens of one optimizer step of a recipe: batch x block (one process)."""
-    return recipe["training"]["batch_size"] * recipe["corpus"]["block_size"]
-
-
-def shared_tokenizer(workdir: Path) -> Path:
-    """The byte-level BPE every variant reads, trained once on train.txt (kept in workdir)."""
-    folder = workdir / f"tokenizer-{VOCABULARY}"
-    if not (folder / "tokenizer.json").exists():
-        sys.path.insert(0, str(ROOT))
-        from finetune.data.corpus import read_documents
-        from finetune.data.tokenizers import train_byte_level_bpe
-
-        train_byte_level_bpe(read_documents([TRAIN]), VOCABULARY).save_pretrained(folder)
-    return folder
-
-
 def parameter_count(checkpoint: Path, counted: bool) -> int:
     """Elements of every tensor in the checkpoint's model.safetensors (a tied matrix is stored, and counted, once);
     for the n-gram model (`counted`), the n-grams stored: one key each in its keys_{order} tables."""
-    import math
-
     from safetensors import safe_open
 
     with safe_open(str(checkpoint / "model.safetensors"), framework="pt") as weights:
@@ -108,112 +89,77 @@ def parameter_count(checkpoint: Path, counted: bool) -> int:
         return sum(math.prod(weights.get_slice(name).get_shape()) for name in names)
 
 
-def training_rate(records: list[dict]) -> float | None:
-    """Tokens/s over the training windows after the first (warm-up): all tokens over all time (every step holds
-    the same tokens, so the step-weighted harmonic mean of the windows' rates)."""
-    windows = [record for record in records if record["phase"] == "train"]
-    steps = [record["step"] - previous["step"] for previous, record in itertools.pairwise(windows)]
-    if not steps:
-        return None
-    return sum(steps) / sum(count / record["tokens_per_s"] for count, record in zip(steps, windows[1:]))
+def run_variant(name: str, args, tokenizer: Path) -> dict:
+    """One variant's run and its record."""
+    import yaml
 
-
-def run_variant(name: str, tokens: int, workdir: Path, tokenizer: Path) -> dict:
-    """One variant's run (or the kept one) and its figures."""
     recipe_file, overrides = VARIANTS[name]
-    recipe = read_yaml(RECIPES / recipe_file)
+    recipe = yaml.safe_load((RECIPES / recipe_file).read_text(encoding="utf-8"))
     counted = recipe["model"]["family"] == "ngram"
-    run_dir = workdir / (name if counted else f"{name}-{tokens}")
-    result_file = run_dir / "bench-result.json"
-    if result_file.exists():
-        return json.loads(result_file.read_text())
-    steps = None if counted else max(1, tokens // tokens_per_step(recipe))
-    arguments = [
-        f"tokenizer.path={tokenizer}",
-        f"corpus.train_files=[{TRAIN}]",
-        f"corpus.validation_files=[{VALID}]",
-        f"run_dir={run_dir}",
-        "overwrite=true",
-        *overrides,
+    overrides = [*overrides, *(TINY.get(name, []) if args.smoke else [])]
+    tokens_per_step = (4 if args.smoke and not counted else recipe["training"]["batch_size"]) * recipe["corpus"][
+        "block_size"
     ]
-    if not counted:
-        arguments += [f"training.max_steps={steps}", "eval_every=null", "checkpoint_every=null"]
-    start = time.perf_counter()
-    finetune_cli("pretrain", RECIPES / recipe_file, *arguments)
-    seconds = time.perf_counter() - start
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    final = [record for record in records if record["phase"] == "eval"][-1]
-    result = {
-        "variant": name,
-        "recipe": recipe_file,
-        "overrides": overrides,
-        "family": recipe["model"]["family"],
-        "training_tokens": None if counted else steps * tokens_per_step(recipe),
-        "steps": steps,
-        "validation_loss": final["validation_loss"],
-        "validation_perplexity": final["validation_perplexity"],
-        "next_token_accuracy": final.get("next_token_accuracy"),
-        "tokens_per_s": None if counted else round(training_rate(records) or 0.0, 1),
-        "parameters": parameter_count(run_dir / "checkpoint", counted),
-        "seconds": round(seconds, 1),
-    }
-    result_file.write_text(json.dumps(result))
-    return result
+    run_dir = args.work / (name if counted else f"{name}-{args.tokens}")
+    steps = None if counted else max(1, args.tokens // tokens_per_step)
+    files = [
+        f"tokenizer.path={tokenizer}",
+        f"corpus.train_files=[{args.train}]",
+        f"corpus.validation_files=[{args.valid}]",
+    ]
+    more = [] if counted else [f"training.max_steps={steps}", "eval_every=null", "checkpoint_every=null"]
+    more += ["training.log_every=2"] * (args.smoke and not counted)
+    seconds = finetune_cli(
+        "pretrain", RECIPES / recipe_file, *files, f"run_dir={run_dir}", "overwrite=true", *overrides, *more
+    )
+    final = last_record(run_dir, "eval")
+    figures = {key: final.get(key) for key in ("validation_loss", "validation_perplexity", "next_token_accuracy")}
+    rate = None if counted else round(steady_rate(run_dir, "tokens"), 1)
+    record = {"arm": name, "tokens": args.tokens, "vocabulary": args.vocabulary, "recipe": recipe_file}
+    record |= {"overrides": overrides, "family": recipe["model"]["family"], "steps": steps}
+    record["training_tokens"] = None if counted else steps * tokens_per_step
+    parameters = parameter_count(run_dir / "checkpoint", counted)
+    return {**record, **figures, "tokens_per_s": rate, "parameters": parameters, "seconds": round(seconds, 1)}
 
 
-def long_context(results: list[dict], workdir: Path, tokens: int) -> list[dict]:
-    """Validation at the LONG_CONTEXTS of every finished gpt2-family variant, kept beside its run."""
+def long_context(records: list[dict], args) -> None:
+    """Validation at the LONG_CONTEXTS of every finished gpt2-family variant (kept beside its run), into its record's
+    `long_context`; the table."""
     sys.path.insert(0, str(ROOT))
     from finetune.inference.language_model_validation import segment_validation
 
     rows = []
-    for result in results:
-        for segment, memory in LONG_CONTEXTS.get(result["variant"], []):
-            run_dir = workdir / f"{result['variant']}-{tokens}"
+    for record in records:
+        record["long_context"] = []
+        for segment, memory in LONG_CONTEXTS.get(record["arm"], []):
+            run_dir = args.work / f"{record['arm']}-{record['tokens']}"
             kept = run_dir / f"bench-context-{segment}-{memory}.json"
             if not kept.exists():
-                metrics = segment_validation(run_dir / "checkpoint", [VALID], segment, memory)
-                kept.write_text(
-                    json.dumps(
-                        {
-                            "variant": result["variant"],
-                            "segment": segment,
-                            "memory": memory,
-                            "validation_loss": metrics["validation_loss"],
-                        }
-                    )
-                )
-            rows.append(json.loads(kept.read_text()))
-    if rows:
-        print("\n| variant | segment length | memory | validation loss (nats/token) |\n|---|---:|---:|---:|")
-        for row in rows:
-            memory = "trained" if row["memory"] is None else row["memory"]
-            print(f"| {row['variant']} | {row['segment']} | {memory} | {row['validation_loss']:.3f} |")
-    return rows
-
-
-def print_table(results: list[dict], tokens: int) -> None:
+                loss = segment_validation(run_dir / "checkpoint", [args.valid], segment, memory)["validation_loss"]
+                kept.write_text(json.dumps({"segment": segment, "memory": memory, "validation_loss": loss}))
+            record["long_context"].append(json.loads(kept.read_text()))
+            rows.append({"variant": record["arm"], **record["long_context"][-1]})
+    for row in rows:
+        row["memory"] = "trained" if row["memory"] is None else row["memory"]
+    columns = {"variant": "variant", "segment length": "segment", "memory": "memory"}
     print(
-        f"\nWikiText-2, byte-level BPE {VOCABULARY:,}; neural variants trained on {tokens:,} tokens each "
-        "(the n-gram counted on all of train.txt)\n"
-    )
-    print(
-        "| variant | recipe | validation loss (nats/token) | perplexity | next-token accuracy | tokens/s | "
-        "parameters (n-gram: stored n-grams) | wall time |"
-    )
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for result in results:
-        rate = f"{result['tokens_per_s']:,.0f}" if result["tokens_per_s"] else "counted"
-        accuracy = f"{result['next_token_accuracy']:.3f}" if result["next_token_accuracy"] is not None else "-"
-        print(
-            f"| {result['variant']} | {result['recipe']} {' '.join(result['overrides'])} | "
-            f"{result['validation_loss']:.3f} | {result['validation_perplexity']:.1f} | {accuracy} | {rate} | "
-            f"{result['parameters']:,} | {result['seconds']:.0f} s |"
+        "\n"
+        + harness.markdown_table(
+            rows,
+            {**columns, "validation loss (nats/token)": "validation_loss"},
+            formats={"validation loss (nats/token)": "{:.3f}"},
         )
+    )
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(__doc__, "lm-families", table_only=True)
+    parser = harness.benchmark_parser(
+        __doc__,
+        "lm-families",
+        table_only=True,
+        smoke="ngram-3, gpt2, awd_lstm: tiny, 20,000 tokens",
+        results="also append every record (with its long contexts) to bench/results/lm_families.jsonl",
+    )
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     parser.add_argument("--tokens", type=int, default=1_000_000, help="training tokens of every neural variant")
     parser.add_argument(
@@ -221,25 +167,57 @@ def main() -> None:
         action="store_true",
         help="also validate the gpt2-family variants at LONG_CONTEXTS (segments, memory)",
     )
-    arguments = parser.parse_args()
+    args = parser.parse_args()
+    args.vocabulary, args.train, args.valid = VOCABULARY, TRAIN, VALID
+    if args.smoke:
+        args.variants, args.tokens, args.vocabulary, lines = SMOKE.values()
+    args.work = harness.work_folder(args, "lm-families")
     machine = describe_machine()  # the figures below belong to this machine
-    arguments.work_dir = harness.work_folder(arguments, "lm-families")
-    if arguments.table_only:
-        results = [json.loads(path.read_text()) for path in sorted(arguments.work_dir.glob("*/bench-result.json"))]
-        results = [result for result in results if result["variant"] in arguments.variants]
+    if args.table_only:
+        records = [record for record in harness.read_log(args.work) if record["arm"] in args.variants]
     else:
         require(TRAIN, "WikiText-2 train.txt")
         require(VALID, "WikiText-2 valid.txt")
-        tokenizer = shared_tokenizer(arguments.work_dir)
-        results = [run_variant(name, arguments.tokens, arguments.work_dir, tokenizer) for name in arguments.variants]
-    if not results:
-        sys.exit(f"bench: no finished runs in {arguments.work_dir}")
-    print_table(results, arguments.tokens)
-    contexts = long_context(results, arguments.work_dir, arguments.tokens) if arguments.long_context else []
-    result = {"tokens": arguments.tokens, "vocabulary": VOCABULARY, "results": results, "long_context": contexts}
-    print(json.dumps(result))
-    if arguments.update_results:
-        append_result("lm_families", result, machine=machine)
+        if args.smoke:
+            args.train = harness.text_head(TRAIN, lines, args.work / "train-head.txt")
+            args.valid = harness.text_head(VALID, lines // 4, args.work / "valid-head.txt")
+        tokenizer = harness.byte_level_bpe(args.work / f"tokenizer-{args.vocabulary}", args.vocabulary, args.train)
+        key = lambda record: (record["arm"], record["tokens"])
+        records = harness.run_grid(
+            args.work,
+            args.variants,
+            key,
+            lambda name: run_variant(name, args, tokenizer),
+            job_key=lambda name: (name, args.tokens),
+        )
+        records = [record for record in records if key(record) in {(name, args.tokens) for name in args.variants}]
+    if not records:
+        sys.exit(f"bench: no finished runs in {args.work}")
+    print(
+        f"\nWikiText-2, byte-level BPE {args.vocabulary:,}; neural variants trained on {args.tokens:,} tokens each "
+        "(the n-gram counted on all of train.txt)\n"
+    )
+    columns = {
+        "variant": "arm",
+        "recipe": lambda r: " ".join([r["recipe"], *r["overrides"]]),
+        "validation loss (nats/token)": "validation_loss",
+    }
+    columns |= {
+        "perplexity": "validation_perplexity",
+        "next-token accuracy": "next_token_accuracy",
+        "tokens/s (n-gram: counted)": "tokens_per_s",
+    }
+    columns |= {"parameters (n-gram: stored n-grams)": "parameters", "wall time, s": "seconds"}
+    formats = {
+        "validation loss (nats/token)": "{:.3f}",
+        "next-token accuracy": "{:.3f}",
+        "tokens/s (n-gram: counted)": "{:,.0f}",
+    }
+    print(harness.markdown_table(records, columns, formats=formats))
+    if args.long_context:
+        long_context(records, args)
+    if args.update_results:
+        append_result("lm_families", records, machine=machine)
 
 
 if __name__ == "__main__":

