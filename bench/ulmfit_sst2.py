@@ -190,8 +190,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.labels, args.epochs, args.seeds, args.held_out = [20], [1], [0], 64
+        sized = ("model.embedding_size", "model.hidden", "tokenizer.vocab_size", "training.max_steps")
+        extra = [override for override in args.general_lm_overrides if not override.startswith(sized)]
         args.general_lm_overrides = ["model.embedding_size=32", "model.hidden=64", "tokenizer.vocab_size=1000",
-                                     "training.max_steps=5", *args.general_lm_overrides[4:]]  # fmt: skip
+                                     "training.max_steps=5", *extra]  # fmt: skip
         args.target_lm_overrides = ["tokenizer.vocab_size=1000", "training.max_steps=5"]
     machine = describe_machine()  # the figures below belong to this machine
     if len(args.epochs) != len(args.labels):
