@@ -74,16 +74,10 @@ def parse_arguments() -> argparse.Namespace:
 
 def stage_two_overrides(args, run_dir: Path, checkpoint: str) -> list[str]:
     """The recipe's settings for --steps steps with a kept checkpoint (and a validation) every --every steps."""
-    return [
-        f"run_dir={run_dir}",
-        "overwrite=true",
-        f"model.checkpoint={checkpoint}",
-        f"training.max_steps={args.steps}",
-        f"checkpoint_every={args.every}",
-        f"keep_checkpoints={args.steps // args.every + 1}",  # every one of them: each is probed
-        f"eval_every={args.every}",
-        f"head_warmup.steps={args.head_first}",  # 0: stage 2 as it ran before head_warmup existed
-    ]
+    # keep_checkpoints: every one of them, each is probed; head_warmup.steps 0: stage 2 as before head_warmup existed
+    return [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}", f"checkpoint_every={args.every}",
+            f"training.max_steps={args.steps}", f"eval_every={args.every}",
+            f"keep_checkpoints={args.steps // args.every + 1}", f"head_warmup.steps={args.head_first}"]  # fmt: skip
 
 
 def pretrained(run_dir: Path, overrides: list[str]) -> Path:

@@ -165,17 +165,10 @@ def imdb_task(data_dir: Path) -> dict:
 def eval_recipe(work: Path) -> Path:
     """`finetune eval` of one checkpoint (models.classifier) on the test.tsv of a folder (task.data_dir): each
     checkpoint reads as it was trained (its max_length and long-document mode)."""
-    return harness.json_recipe(
-        work / "recipes" / "eval.yaml",
-        {
-            "stage": "eval",
-            "description": "bench/ulmfit_imdb.py: one classifier on IMDb test reviews",
-            "run_dir": str(work / "scores" / "placeholder"),
-            "task": imdb_task(IMDB),
-            "split": "test",
-            "models": {"classifier": "set by the benchmark"},
-        },
-    )
+    recipe = {"stage": "eval", "description": "bench/ulmfit_imdb.py: one classifier on IMDb test reviews",
+              "run_dir": str(work / "scores" / "placeholder"), "task": imdb_task(IMDB), "split": "test",
+              "models": {"classifier": "set by the benchmark"}}  # fmt: skip
+    return harness.json_recipe(work / "recipes" / "eval.yaml", recipe)
 
 
 def minilm_recipe(work: Path) -> Path:
@@ -199,11 +192,8 @@ def random_model_section(general: Path) -> str:
     """model=... for stage 2 from random weights: stage 1's model section (sizes, dropouts, AR/TAR, init range),
     read from its checkpoint, without the checkpoint it would continue."""
     saved = general / "finetune_recipe.yaml"
-    require(
-        saved,
-        "the stage-1 recipe saved with its checkpoint (stage2_only takes its sizes)",
-        "give --general-lm a checkpoint this toolkit trained",
-    )
+    what = "the stage-1 recipe saved with its checkpoint (stage2_only takes its sizes)"
+    require(saved, what, "give --general-lm a checkpoint this toolkit trained")
     model = yaml.safe_load(saved.read_text(encoding="utf-8"))["model"]
     model.pop("checkpoint", None)
     return "model=" + json.dumps(model)
@@ -214,16 +204,10 @@ def language_models(args, work: Path, summary: dict) -> dict[str, Path]:
     `summary` (WORK/language_models.json) gets the validation and seconds of those trained now."""
     checkpoints = {}
     if "minilm_tapt" in args.columns:
+        overrides = [f"model.checkpoint={minilm_checkpoint('the minilm_tapt column')}", f"corpus.task.data_dir={IMDB}",
+                     f"training.max_steps={args.minilm_target_lm_steps}"]  # fmt: skip
         checkpoints["minilm_target"] = language_model(
-            work / "2-target-lm-minilm",
-            MINILM_TARGET_LM,
-            [
-                f"model.checkpoint={minilm_checkpoint('the minilm_tapt column')}",
-                f"corpus.task.data_dir={IMDB}",
-                f"training.max_steps={args.minilm_target_lm_steps}",
-            ],
-            summary,
-            "stage2_minilm",
+            work / "2-target-lm-minilm", MINILM_TARGET_LM, overrides, summary, "stage2_minilm"
         )
     if {"ulmfit", "scratch", "stage2_only"} & set(args.columns):
         checkpoints |= awd_lstm_language_models(args, work, summary)
@@ -236,11 +220,8 @@ def awd_lstm_language_models(args, work: Path, summary: dict) -> dict[str, Path]
     general = args.general_lm or language_model(
         work / "1-general-lm", GENERAL_LM, args.general_lm_overrides, summary, "stage1"
     )
-    target_overrides = [
-        f"corpus.task.data_dir={IMDB}",
-        f"training.max_steps={args.target_lm_steps}",
-        *args.target_lm_overrides,
-    ]
+    target_overrides = [f"corpus.task.data_dir={IMDB}", f"training.max_steps={args.target_lm_steps}"]
+    target_overrides += args.target_lm_overrides
     checkpoints = {}
     if {"ulmfit", "scratch"} & set(args.columns):
         checkpoints["target"] = language_model(
