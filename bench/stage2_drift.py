@@ -40,17 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+import _common
 import _harness as harness
-from _common import (
-    ROOT,
-    describe_machine,
-    finetune_cli,
-    minilm_checkpoint,
-    read_jsonl,
-    read_results,
-    require,
-    result_path,
-)
+from _common import ROOT, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require
 from _harness import interval, shown
 from ulmfit_imdb import IMDB, TEST_SEED, dev_and_pool, read_reviews
 
@@ -227,7 +219,7 @@ def main() -> None:
         harness.record_run(work, record, "stage2_drift" if args.update_results else None, machine)
     plot(records, work / "stage2_drift.png")
     if args.update_results:
-        plot(latest_per_arm(read_results("stage2_drift")), result_path("stage2_drift", ".png"))
+        plot(latest_per_arm(_common.read_results("stage2_drift")), _common.result_path("stage2_drift", ".png"))
 
 
 if __name__ == "__main__":

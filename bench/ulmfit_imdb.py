@@ -73,20 +73,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+import _common
 import _harness as harness
-from _common import (
-    ROOT,
-    SHARED,
-    WIKITEXT,
-    append_result,
-    cpu_model,
-    describe_machine,
-    finetune_cli,
-    last_record,
-    minilm_checkpoint,
-    require,
-    result_path,
-)
+from _common import ROOT, SHARED, WIKITEXT, cpu_model, finetune_cli, last_record, minilm_checkpoint, require
 
 IMDB = SHARED / "data" / "imdb"
 # The stages of recipes/ulmfit/imdb.yaml (`finetune ulmfit`) as stage recipes (a test keeps them equal).
@@ -242,19 +231,13 @@ def column_settings(args, side: str, epochs: int, minilm_epochs: int) -> dict:
         return {"epochs": epochs, "classifier_overrides": args.classifier_overrides, "recipe": recipe}
     if side in AWD_LSTM_COLUMNS:
         return {"epochs": epochs, "classifier_overrides": args.classifier_overrides}
+    chunks = {"mode": "chunks", "overlap": args.minilm_chunk_overlap, "max_chunks": args.minilm_max_chunks,
+              "pool": args.minilm_chunk_pool}  # fmt: skip
     long_documents = {
         "minilm_truncate": (args.minilm_truncate_length, None),
         "minilm_tapt": (args.minilm_truncate_length, None),
         "minilm_head_tail": (args.minilm_head_tail_length, {"mode": "head_tail", "head": args.minilm_head}),
-        "minilm_chunks": (
-            args.minilm_chunk_length,
-            {
-                "mode": "chunks",
-                "overlap": args.minilm_chunk_overlap,
-                "max_chunks": args.minilm_max_chunks,
-                "pool": args.minilm_chunk_pool,
-            },
-        ),
+        "minilm_chunks": (args.minilm_chunk_length, chunks),
     }
     max_length, mode = long_documents[side]
     settings = {"epochs": minilm_epochs, "max_length": max_length, "long_documents": mode}
@@ -280,15 +263,8 @@ def classifier_overrides(side: str, settings: dict, checkpoints: dict[str, Path]
 def score(work: Path, checkpoint: Path, data_dir: Path, name: str) -> tuple[float, float]:
     """(accuracy, seconds) of `finetune eval` on data_dir's test.tsv."""
     run_dir = work / "scores" / name
-    seconds = finetune_cli(
-        "eval",
-        eval_recipe(work),
-        f"run_dir={run_dir}",
-        f"task.data_dir={data_dir}",
-        f"models.classifier={checkpoint}",
-        "overwrite=true",
-        echo=True,
-    )
+    seconds = finetune_cli("eval", eval_recipe(work), f"run_dir={run_dir}", f"task.data_dir={data_dir}",
+                           f"models.classifier={checkpoint}", "overwrite=true", echo=True)  # fmt: skip
     report = json.loads((run_dir / "report.json").read_text(encoding="utf-8"))
     return report["results"]["classifier"]["accuracy"], seconds
 
@@ -424,10 +400,10 @@ def report(runs: list[dict], summary: dict, work: Path, args, machine: dict) -> 
         print(harness.markdown_table(full, shown))
     plots = [work / "ulmfit_imdb-curve.png"]
     if args.update_results:
-        plots.append(result_path(args.results_name, ".png"))
+        plots.append(_common.result_path(args.results_name, ".png"))
         measured = {"matmul_gflops": summary["matmul_gflops"]} if "matmul_gflops" in summary else {}
         records = [{key: value for key, value in run.items() if key != "side"} for run in runs]
-        append_result(args.results_name, records, machine={**machine, **measured})  # each run keeps its date, CPU
+        _common.append_result(args.results_name, records, machine=machine | measured)  # each run keeps its date
     for path in plots:
         draw_curve(rows, path)
         print(f"plot: {path}")
@@ -481,7 +457,7 @@ def parse_arguments():
 def main() -> None:
     args = parse_arguments()
     work = harness.work_folder(args, "ulmfit-imdb").resolve()
-    machine = describe_machine()  # the figures below belong to this machine
+    machine = _common.describe_machine()  # the figures below belong to this machine
     runs = harness.read_log(work)
     summary = json.loads((work / SUMMARY).read_text(encoding="utf-8")) if (work / SUMMARY).is_file() else {}
     if args.table_only:
