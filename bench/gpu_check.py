@@ -139,12 +139,8 @@ def pretraining(args, kind: str, corpus: Path, tokenizer: Path, work: Path) -> R
         f"corpus.train_files=[{corpus}]",
         f"tokenizer.path={tokenizer}",
     ]
-    overrides += [
-        f"model.layers={layers}",
-        f"model.hidden={hidden}",
-        f"model.heads={heads}",
-        f"model.max_positions={block}",
-    ]
+    overrides += [f"model.layers={layers}", f"model.hidden={hidden}", f"model.heads={heads}"]
+    overrides += [f"model.max_positions={block}"]
     overrides += [f"corpus.block_size={block}", f"training.batch_size={batch}", f"training.max_steps={steps}"]
     overrides += ["training.log_every=5", "eval_every=null", f"corpus.validation_files=[{WIKITEXT / 'valid.txt'}]"]
     overrides += ["training.mixed_precision=" + ("no" if args.smoke else "bf16")]
