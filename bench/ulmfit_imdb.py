@@ -412,8 +412,8 @@ def report(runs: list[dict], summary: dict, work: Path, args, machine: dict) -> 
 def parse_arguments():
     smoke = "ulmfit and minilm_truncate: tiny language models (5 steps), 20 labels, 1 epoch, 50 test reviews, seed 0"
     parser = harness.benchmark_parser(__doc__, "ulmfit-imdb", seeds=[0, 1, 2], smoke=smoke, table_only=True,
-                                      results="also draw the plot in bench/results/ and append the runs to "
-                                      "bench/results/<--results-name>.jsonl")  # fmt: skip
+                                      results="also draw the plot and append the runs to bench/results/ "
+                                      "(<--results-name>.png and .jsonl)")  # fmt: skip
     every = AWD_LSTM_COLUMNS + MINILM_COLUMNS
     add = parser.add_argument
     add("--columns", nargs="+", choices=every, default=list(every))
