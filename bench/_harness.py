@@ -248,10 +248,6 @@ def smoke_all(names: list[str]) -> int:
     return failures
 
 
-if __name__ == "__main__":
-    sys.exit(1 if smoke_all(sys.argv[1:]) else 0)
-
-
 # --- group 1 additions ---
 MARGIN = 0.95  # equal time: plan 5% fewer steps than the budget allows (throughput on a shared machine drifts)
 
@@ -344,3 +340,29 @@ def pretrain_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--our-tokens-per-s", type=float, help="equal time: our rate (default: measured)")
     parser.add_argument("--validation-blocks", type=int, help="equal time: score only the first N blocks per layout")
     return parser
+
+
+# --- group 2 additions ---
+
+
+def medians(records: list[dict], by: tuple[str, ...], read: Callable[[dict], float]) -> list[dict]:
+    """One row per group of equal `by` fields (first-seen order): those fields, `n`, the `median` of `read` over the
+    group and its `values`: for the tables (markdown_table, one row a record) of benchmarks that report medians."""
+    groups: dict[tuple, list[float]] = {}
+    for record in records:
+        groups.setdefault(tuple(record.get(field) for field in by), []).append(read(record))
+    return [
+        {**dict(zip(by, key)), "n": len(values), "median": statistics.median(values), "values": values}
+        for key, values in groups.items()
+    ]
+
+
+def json_recipe(path: Path, recipe: dict) -> Path:
+    """Write a recipe the benchmark built as JSON (JSON is YAML) at `path`, its folder created; the path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(recipe, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(1 if smoke_all(sys.argv[1:]) else 0)

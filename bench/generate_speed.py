@@ -5,7 +5,8 @@ the cost of each new token against the length of the text before it (the AWD-LST
                                                                 # run ~1 minute more (tokenizer, checkpoints)
     .venv/bin/python bench/generate_speed.py --repeats 7 --threads 1
     .venv/bin/python bench/generate_speed.py --checkpoint runs/bench-clm/ours/checkpoint   # a trained GPT-2 instead
-    .venv/bin/python bench/generate_speed.py --record           # also appended to bench/results/generate_speed.jsonl
+    .venv/bin/python bench/generate_speed.py --update-results   # also appended to bench/results/generate_speed.jsonl
+    .venv/bin/python bench/generate_speed.py --smoke            # toy sizes, one repeat
 
 Checkpoints: made once in --work-dir with the toolkit's own builders and saved as `finetune pretrain` saves them
 (weights at their initialisation: speed does not depend on what they learnt): a GPT-2 (--layers, --hidden, --heads;
@@ -27,15 +28,14 @@ toolkit's tokenizer code, as bench/lm_families.py does. The prompt: the start of
    decoding step. The AWD-LSTM carries its state (one token per step): flat, ratio longest / shortest ~1.0;
    GPT-2 (reference) attends over its cache, which grows with the prefix.
 
-Prints the machine (CPU model, threads, torch, fp32 matmul rate measured here), the tables and the command, then one
-JSON line with every figure, also written to --work-dir/generate_speed.json; --record appends it to
-bench/results/generate_speed.jsonl (dated, with the machine). Speed figures need a quiet machine.
+Prints the machine (CPU model, threads, torch, fp32 matmul rate measured here), the command and the tables; a record
+per arm (part 1: each arm; part 2: each family) goes to WORK/runs.jsonl (--work, default runs/bench-generate, which
+keeps the tokenizer and checkpoints), and with --update-results to bench/results/generate_speed.jsonl. Speed figures
+need a quiet machine. --smoke: a 1-layer GPT-2, a few tokens, one repeat.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import shlex
 import statistics
 import sys
@@ -44,7 +44,8 @@ from pathlib import Path
 
 import torch
 
-from _common import ROOT, WIKITEXT, append_result, cpu_model, describe_machine, require, text_lines
+import _harness as harness
+from _common import ROOT, WIKITEXT, describe_machine, require, text_lines
 
 sys.path.insert(0, str(ROOT))  # this repository's finetune (not the one another checkout installed)
 from transformers.generation.streamers import BaseStreamer
@@ -52,7 +53,6 @@ from transformers.generation.streamers import BaseStreamer
 from finetune.commands.generate import Sampling, generate_samples, prompt_ids
 from finetune.console import quiet_library_chatter
 from finetune.inference.language_model_validation import load_causal_language_model
-from finetune.models.flops import matmul_gflops
 
 VOCABULARY = 16000
 FAMILIES = ("awd_lstm", "gpt2")
@@ -122,8 +122,8 @@ def text_of_tokens(tokenizer, count: int) -> str:
     return tokenizer.decode(ids).strip()
 
 
-def tokens_per_second(args, checkpoint: Path) -> dict:
-    """Part 1: the three sides on one loaded GPT-2, interleaved; medians and the identity check."""
+def tokens_per_second(args, checkpoint: Path) -> list[dict]:
+    """Part 1: the three arms on one loaded GPT-2, interleaved: a record each (median rate, the identity check)."""
     model, tokenizer = load_causal_language_model(checkpoint, "generate", "--checkpoint")
     prompt = text_of_tokens(tokenizer, args.prompt_tokens)
     ids = torch.tensor([prompt_ids(tokenizer, prompt)])
@@ -153,16 +153,21 @@ def tokens_per_second(args, checkpoint: Path) -> dict:
             side()
             seconds[name].append(time.perf_counter() - start)
     rates = {name: args.new_tokens / statistics.median(times) for name, times in seconds.items()}
-    peer_rate = rates[PEER]
-    return {
-        "checkpoint": str(checkpoint),
-        "prompt_tokens": ids.shape[1],
-        "new_tokens": args.new_tokens,
-        "seconds": seconds,
-        "tokens_per_s": {name: round(rate, 1) for name, rate in rates.items()},
-        "vs_peer": {name: round(rate / peer_rate, 3) for name, rate in rates.items()},
-        "identical": len(set(outputs.values())) == 1 and "".join(streamed) == outputs["finetune generate"],
-    }
+    identical = len(set(outputs.values())) == 1 and "".join(streamed) == outputs["finetune generate"]
+    return [
+        {
+            "arm": name,
+            "part": "tokens_per_s",
+            "checkpoint": str(checkpoint),
+            "prompt_tokens": ids.shape[1],
+            "new_tokens": args.new_tokens,
+            "seconds": seconds[name],
+            "tokens_per_s": round(rate, 1),
+            "vs_peer": round(rate / rates[PEER], 3),
+            "identical": identical,
+        }
+        for name, rate in rates.items()
+    ]
 
 
 def cost_per_token(family: str, args, checkpoint: Path) -> dict:
@@ -188,95 +193,55 @@ def cost_per_token(family: str, args, checkpoint: Path) -> dict:
                 )
             runs.append(clock.step_seconds())
         milliseconds[length] = round(1000 * statistics.median(runs), 3)
-    return {
-        "checkpoint": str(checkpoint),
-        "ms_per_new_token": milliseconds,
-        "longest_over_shortest": round(milliseconds[max(args.prefixes)] / milliseconds[min(args.prefixes)], 3),
-    }
+    ratio = round(milliseconds[max(args.prefixes)] / milliseconds[min(args.prefixes)], 3)
+    return {"arm": family, "part": "cost_per_new_token", "checkpoint": str(checkpoint),
+            "ms_per_new_token": milliseconds, "longest_over_shortest": ratio}  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", type=Path, help="a GPT-2 checkpoint for part 1 instead of the one made here")
-    parser.add_argument("--layers", type=int, default=4, help="the GPT-2 made here")
-    parser.add_argument("--hidden", type=int, default=256, help="the GPT-2 made here")
-    parser.add_argument("--heads", type=int, default=4, help="the GPT-2 made here")
-    parser.add_argument("--prompt-tokens", type=int, default=32, help="part 1's prompt (about; whole tokens)")
-    parser.add_argument("--new-tokens", type=int, default=128, help="part 1's generated tokens per run")
-    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), help="part 2's models")
-    parser.add_argument("--prefixes", type=int, nargs="+", default=[16, 256, 960], help="part 2's prefix lengths")
-    parser.add_argument("--step-tokens", type=int, default=32, help="part 2's generated tokens per run")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per side (or prefix), medians")
-    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        default=ROOT / "runs" / "bench-generate",
-        help="the tokenizer and checkpoints made here, kept for later runs, and the result file",
-    )
-    parser.add_argument("--record", action="store_true", help="also append to bench/results/generate_speed.jsonl")
-    parser.add_argument("--overwrite", action="store_true", help="no effect (--record appends; kept for old commands)")
+    smoke = "a GPT-2 of 1 x 32, a 16-token prompt, 8 new tokens, prefixes 8 and 32, 4 step tokens, 1 repeat"
+    parser = harness.benchmark_parser(__doc__, "generate-speed", smoke=smoke)
+    add = parser.add_argument
+    add("--checkpoint", type=Path, help="a GPT-2 checkpoint for part 1 instead of the one made here")
+    add("--layers", type=int, default=4, help="the GPT-2 made here")
+    add("--hidden", type=int, default=256, help="the GPT-2 made here")
+    add("--heads", type=int, default=4, help="the GPT-2 made here")
+    add("--prompt-tokens", type=int, default=32, help="part 1's prompt (about; whole tokens)")
+    add("--new-tokens", type=int, default=128, help="part 1's generated tokens per run")
+    add("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES), help="part 2's models")
+    add("--prefixes", type=int, nargs="+", default=[16, 256, 960], help="part 2's prefix lengths")
+    add("--step-tokens", type=int, default=32, help="part 2's generated tokens per run")
+    add("--repeats", type=int, default=5, help="timed runs per arm (or prefix), medians")
+    add("--threads", type=int, help="torch threads (default: torch's)")
     args = parser.parse_args()
-    describe_machine()  # the figures below belong to this machine
+    if args.smoke:
+        args.layers, args.hidden, args.heads, args.prompt_tokens, args.new_tokens = 1, 32, 2, 16, 8
+        args.prefixes, args.step_tokens, args.repeats = [8, 32], 4, 1
+    work = harness.work_folder(args, "generate")
+    machine = describe_machine()  # the figures below belong to this machine
     if max(args.prefixes) + args.step_tokens > 1024 and "gpt2" in args.families:
         sys.exit("bench: the GPT-2's 1024 positions hold no longer --prefixes + --step-tokens")
     if args.threads:
         torch.set_num_threads(args.threads)
     quiet_library_chatter()  # as the CLI: no loading bars between the figures
-    args.work_dir.mkdir(parents=True, exist_ok=True)
     if args.checkpoint is not None:
         require(args.checkpoint / "config.json", "the --checkpoint", "give a GPT-2 checkpoint folder")
-    gpt2 = args.checkpoint or make_checkpoint("gpt2", args, args.work_dir)
-    checkpoints = {
-        "gpt2": make_checkpoint("gpt2", args, args.work_dir),
-        "awd_lstm": make_checkpoint("awd_lstm", args, args.work_dir),
-    }
-
-    speed = tokens_per_second(args, gpt2)
-    costs = {family: cost_per_token(family, args, checkpoints[family]) for family in args.families}
-    machine = {
-        "cpu": cpu_model(),
-        "threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "matmul_gflops_fp32": round(matmul_gflops(), 1),
-    }
-
-    print(
-        f"\nmachine: {machine['cpu']}, {machine['threads']} thread(s), torch {machine['torch']}; fp32 matmul "
-        f"{machine['matmul_gflops_fp32']:.1f} GFLOP/s"
-    )
-    print(f"$ python {shlex.join(sys.argv)}")
-    print(
-        f"\n| GPT-2 ({speed['checkpoint']}), greedy, {speed['prompt_tokens']}-token prompt, "
-        f"{speed['new_tokens']} new tokens | tokens/s | vs transformers |\n|---|---:|---:|"
-    )
-    for name, rate in speed["tokens_per_s"].items():
-        print(f"| {name} | {rate:,.1f} | {speed['vs_peer'][name]:.2f}x |")
-    print(f"\nsame text on every side: {'yes' if speed['identical'] else 'NO'}")
-    print(
-        f"\n| cost per new token (ms), {args.step_tokens} greedy tokens after the prefix | "
-        + " | ".join(f"prefix {length}" for length in args.prefixes)
-        + " | longest / shortest |\n|---|"
-        + "---:|" * (len(args.prefixes) + 1)
-    )
-    for family, cost in costs.items():
-        print(
-            f"| {family} | "
-            + " | ".join(f"{cost['ms_per_new_token'][length]:.2f}" for length in args.prefixes)
-            + f" | {cost['longest_over_shortest']:.2f}x |"
-        )
-    result = {
-        "benchmark": "generate_speed",
-        "machine": machine,
-        "command": shlex.join(sys.argv),
-        "repeats": args.repeats,
-        "gpt2_tokens_per_s": speed,
-        "cost_per_new_token": costs,
-    }
-    (args.work_dir / "generate_speed.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    if args.record:
-        append_result("generate_speed", result, machine=machine)
-    print(json.dumps(result))
+    checkpoints = {family: make_checkpoint(family, args, work) for family in FAMILIES}
+    common = {"command": shlex.join(sys.argv), "repeats": args.repeats, "threads": torch.get_num_threads(),
+              "torch": torch.__version__}  # fmt: skip
+    speed = [common | run for run in tokens_per_second(args, args.checkpoint or checkpoints["gpt2"])]
+    costs = [common | cost_per_token(family, args, checkpoints[family]) for family in args.families]
+    print(f"$ python {shlex.join(sys.argv)}\n")
+    title = f"GPT-2 ({speed[0]['checkpoint']}), greedy, {speed[0]['prompt_tokens']}-token prompt, {args.new_tokens} new"
+    print(harness.markdown_table(speed, {title: "arm", "tokens/s": "tokens_per_s", "vs transformers": "vs_peer"},
+                                 formats={"tokens/s": "{:,.1f}", "vs transformers": "{:.2f}x"}))  # fmt: skip
+    print(f"\nsame text on every arm: {'yes' if speed[0]['identical'] else 'NO'}\n")
+    columns = {f"cost per new token (ms), {args.step_tokens} greedy tokens after the prefix": "arm"}
+    columns |= {f"prefix {n}": (lambda cost, n=n: cost["ms_per_new_token"][n]) for n in args.prefixes}
+    formats = dict.fromkeys(columns, "{:.2f}") | {"longest / shortest": "{:.2f}x"}
+    print(harness.markdown_table(costs, columns | {"longest / shortest": "longest_over_shortest"}, formats=formats))
+    for record in speed + costs:
+        harness.record_run(work, record, "generate_speed" if args.update_results else None, machine)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ Prints one Markdown table and one JSON line; writes them to --work-dir (default 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import _harness as harness
 from _common import GLUE, PEERS, ROOT, WIKITEXT, cpu_model, minilm_checkpoint, require, run, steady_rate
 from clm_pretrain import tokenizer_folder
 from mlm_pretrain import training_corpus
@@ -139,12 +139,8 @@ def pretraining(args, kind: str, corpus: Path, tokenizer: Path, work: Path) -> R
         f"corpus.train_files=[{corpus}]",
         f"tokenizer.path={tokenizer}",
     ]
-    overrides += [
-        f"model.layers={layers}",
-        f"model.hidden={hidden}",
-        f"model.heads={heads}",
-        f"model.max_positions={block}",
-    ]
+    overrides += [f"model.layers={layers}", f"model.hidden={hidden}", f"model.heads={heads}"]
+    overrides += [f"model.max_positions={block}"]
     overrides += [f"corpus.block_size={block}", f"training.batch_size={batch}", f"training.max_steps={steps}"]
     overrides += ["training.log_every=5", "eval_every=null", f"corpus.validation_files=[{WIKITEXT / 'valid.txt'}]"]
     overrides += ["training.mixed_precision=" + ("no" if args.smoke else "bf16")]
@@ -198,29 +194,23 @@ def prediction(args, checkpoint: Path, data_dir: Path, work: Path) -> Result:
 
 
 def table(results: list[Result], peak_gflops: float, gpus: int) -> str:
-    lines = ["| workload | ours | Trainer | ratio | MFU ours | MFU Trainer | memory ours / Trainer (MiB) |"]
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    """Ours against the Trainer per workload: rates, their ratio, MFU of each (with a FLOP count) and peak memory."""
+    rows = []
     for result in results:
-        ratio = f"{result.ours / result.peer:.2f}x" if result.peer else "-"
-        mfu = ["-", "-"]
-        if result.flops_per_item and peak_gflops:
-            mfu = [
-                f"{rate * result.flops_per_item / (peak_gflops * 1e9 * gpus):.1%}"
-                for rate in (result.ours, result.peer)
-            ]
-        memory = f"{result.memory_mib.get('ours', 0):,} / {result.memory_mib.get('peer', 0):,}"
-        lines.append(
-            f"| {result.workload} | {result.ours:,.0f} {result.unit}/s | {result.peer:,.0f} {result.unit}/s | {ratio} "
-            f"| {mfu[0]} | {mfu[1]} | {memory} |"
-        )
-    return "\n".join(lines)
+        mfu = [rate * (result.flops_per_item or 0) / (peak_gflops * 1e9 * gpus) if peak_gflops else 0 for rate in
+               (result.ours, result.peer)]  # fmt: skip
+        rows.append({"workload": result.workload, "ours": f"{result.ours:,.0f} {result.unit}/s",
+                     "Trainer": f"{result.peer:,.0f} {result.unit}/s",
+                     "ratio": f"{result.ours / result.peer:.2f}x" if result.peer else "-",
+                     **{f"MFU {arm}": f"{value:.1%}" if value else "-" for arm, value in zip(("ours", "Trainer"), mfu)},
+                     "memory ours / Trainer (MiB)": f"{result.memory_mib.get('ours', 0):,} / "
+                     f"{result.memory_mib.get('peer', 0):,}"})  # fmt: skip
+    return harness.markdown_table(rows, {header: header for header in rows[0]})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(__doc__, "gpu-check", smoke="toy sizes on the CPU, fp32, one process")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the commands, run nothing")
-    parser.add_argument("--smoke", action="store_true", help="toy sizes on the CPU, fp32, one process")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-gpu-check")
     args = parser.parse_args()
     import torch
 
@@ -232,8 +222,7 @@ def main() -> None:
     args.gpus = 1 if args.smoke else max(torch.cuda.device_count(), 1)
     require(WIKITEXT / "train.txt", "WikiText-2")
     require(GLUE / "SST-2" / "train.tsv", "GLUE SST-2")
-    work = args.work_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    work = harness.work_folder(args, "gpu-check").resolve()
     cuda = torch.cuda.is_available() and not args.smoke
     peak = matmul_gflops(device="cuda", dtype=torch.bfloat16) if cuda else (0.0 if args.dry_run else matmul_gflops())
     device = torch.cuda.get_device_name(0) if cuda else f"{cpu_model()}, {os.cpu_count()} cores"

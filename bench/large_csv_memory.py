@@ -1,15 +1,16 @@
 """Peak memory of reading a large CSV task and turning it into token ids, against the file's size.
 
     .venv/bin/python bench/large_csv_memory.py                      # a 2 GB train.csv (the issue's size)
-    .venv/bin/python bench/large_csv_memory.py --size-mb 200        # a smoke run, about a minute on one core
+    .venv/bin/python bench/large_csv_memory.py --size-mb 200        # about a minute on one core
+    .venv/bin/python bench/large_csv_memory.py --smoke              # an 8 MiB file
     .venv/bin/python bench/large_csv_memory.py --size-mb 1024 --keep
     .venv/bin/python bench/large_csv_memory.py --checkout ../other-clone   # measure another version's code
 
 The CSV (columns sentence,label; review-like sentences of 8 to 60 words drawn from a Zipf-distributed vocabulary of
-20,000 made-up words, quoted where they hold a comma) is written to the work folder, `runs/large-csv-memory` unless
---work-dir says otherwise (runs/ is ignored by git, so the checkout stays clean); it is deleted at the end unless
---keep (a kept file of the same size is reused). A WordPiece tokenizer of 8,000 pieces is trained with the
-toolkit's own code on the file's first 20,000 sentences.
+20,000 made-up words, quoted where they hold a comma) is written to the work folder (--work, default
+runs/bench-large-csv-memory; runs/ is ignored by git); it is deleted at the end unless --keep (a kept file of the
+same size is reused). A WordPiece tokenizer of 8,000 pieces is trained with the toolkit's own code on the file's first
+20,000 sentences.
 
 One child process (its peak resident memory taken from the kernel when it ends, by wait4, so that the benchmark's own
 memory does not count) imports finetune, loads the tokenizer, then does what a classification run does with its
@@ -18,23 +19,23 @@ task.max_length --max-length), keeping both to the end as the run does. It repor
 imports (the baseline), its peak after reading and after encoding (VmHWM), and the counts. The figure is
 (peak - baseline) / file size: how many times the file's size the task's data takes at its peak.
 
-Prints one line per phase, then one JSON line with every figure.
+Prints a table of the phases; the run's record (every figure) goes to WORK/runs.jsonl.
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import _harness as harness
+from _common import ROOT
+
 CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -103,28 +104,22 @@ def train_tokenizer(csv_path: Path, folder: Path) -> None:
 
 
 def measure(checkout: Path, data_dir: Path, tokenizer: Path, max_length: int) -> dict:
-    """Run the child; its report with its peak RSS (from wait4) added."""
+    """Run the child; its report with its peak RSS in bytes (wait4's, for that child alone) added."""
     environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    arguments = [sys.executable, "-c", CHILD, str(checkout), str(data_dir), str(tokenizer), str(max_length)]
-    process = subprocess.Popen(arguments, stdout=subprocess.PIPE, env=environment, text=True)
-    output = process.stdout.read() if process.stdout else ""
-    _, status, usage = os.wait4(process.pid, 0)
-    if status != 0:
-        raise SystemExit(f"the measuring process failed (status {status}): {output}")
-    report = json.loads(output.strip().splitlines()[-1])
-    report["peak"] = usage.ru_maxrss * 1024
-    return report
+    command = [sys.executable, "-c", CHILD, checkout, data_dir, tokenizer, max_length]
+    output, peak_mb = harness.measured_run(command, env=environment)
+    return json.loads(output.strip().splitlines()[-1]) | {"peak": int(peak_mb * 2**20)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = harness.benchmark_parser(__doc__, "large-csv-memory", smoke="an 8 MiB train.csv")
     parser.add_argument("--size-mb", type=float, default=2048, help="size of the generated train.csv (MiB)")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "large-csv-memory")
     parser.add_argument("--max-length", type=int, default=128, help="task.max_length of the encoding")
     parser.add_argument("--checkout", type=Path, default=ROOT, help="the finetune checkout whose code is measured")
     parser.add_argument("--keep", action="store_true", help="keep the CSV and tokenizer for the next run")
     options = parser.parse_args()
-    work = options.work_dir
+    options.size_mb = 8 if options.smoke else options.size_mb
+    work = harness.work_folder(options, "large-csv-memory")
     data_dir, tokenizer = work / "task", work / "tokenizer"
     csv_path, size = data_dir / "train.csv", int(options.size_mb * 2**20)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -140,18 +135,24 @@ def main() -> None:
         report = measure(options.checkout.resolve(), data_dir, tokenizer, options.max_length)
     finally:
         if not options.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            shutil.rmtree(tokenizer, ignore_errors=True)
     baseline = report["baseline"]
     print(f"file {file_size / 2**20:,.0f} MiB, {report['examples']:,} examples, {report['tokens']:,} tokens")
-    for phase in ("read", "encode"):
-        print(
-            f"{phase:>6}: {report[f'{phase}_seconds']:.0f} s, peak {(report[f'{phase}_peak'] - baseline) / 2**20:,.0f} "
-            f"MiB over the baseline ({(report[f'{phase}_peak'] - baseline) / file_size:.2f}x the file), held after "
-            f"it {(report[f'{phase}_rss'] - baseline) / file_size:.2f}x"
-        )
-    print(f"peak of the process (wait4): {(report['peak'] - baseline) / file_size:.2f}x the file over the baseline")
-    print(f"held once the examples' texts are dropped: {(report['held_rss'] - baseline) / file_size:.2f}x the file")
-    print(json.dumps({"file_bytes": file_size, "max_length": options.max_length, **report}))
+    rows = [{"phase": phase, "seconds": report[f"{phase}_seconds"], "peak": report[f"{phase}_peak"] - baseline,
+             "held": report[f"{phase}_rss"] - baseline} for phase in ("read", "encode")]  # fmt: skip
+    rows += [{"phase": "process (wait4)", "peak": report["peak"] - baseline},
+             {"phase": "held, texts dropped", "held": report["held_rss"] - baseline}]  # fmt: skip
+    columns = {
+        "phase": "phase",
+        "seconds": "seconds",
+        "peak over the baseline (MiB)": lambda r: r.get("peak", 0) / 2**20,
+    }
+    columns |= {f"{key} / file": (lambda r, key=key: r.get(key, 0) / file_size) for key in ("peak", "held")}
+    print(harness.markdown_table(rows, columns, formats={"peak / file": "{:.2f}x", "held / file": "{:.2f}x",
+                                                         "peak over the baseline (MiB)": "{:,.0f}"}))  # fmt: skip
+    record = {"arm": "ours", "file_bytes": file_size, "max_length": options.max_length, **report}
+    harness.record_run(work, record)
 
 
 if __name__ == "__main__":

