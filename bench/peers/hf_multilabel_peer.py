@@ -16,9 +16,7 @@ line: training seconds and examples (sentences) per second of `trainer.train()`,
         --labels PER ORG LOC MISC --epochs 3 --probabilities OUT/peer-dev-probabilities.npy
 """
 
-import argparse
 import json
-import time
 
 import numpy as np
 import torch
@@ -26,7 +24,7 @@ from datasets import Dataset, List, Value
 from sklearn.metrics import f1_score
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, report, timed_train
 
 
 def read_jsonl(path, labels):
@@ -41,17 +39,9 @@ def read_jsonl(path, labels):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
+    parser = peer_parser(batch=32, lr=5e-5, epochs=3.0)
     parser.add_argument("--labels", nargs="+", required=True)
     parser.add_argument("--probabilities", required=True, help="the .npy file to write the dev probabilities to")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -71,29 +61,17 @@ def main():
     (train, _), (dev, references) = encode(args.train), encode(args.dev)
     training = peer_training_arguments(args, 64)
     trainer = Trainer(model=model, args=training, train_dataset=train, processing_class=tokenizer)
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     logits = trainer.predict(dev).predictions
     probabilities = torch.sigmoid(torch.from_numpy(np.asarray(logits)).double()).numpy()
     np.save(args.probabilities, probabilities)
     predicted = (probabilities > 0.5).astype(int)
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-multilabel",
-                "train_examples": len(train),
-                "epochs": args.epochs,
-                "train_s": round(train_s, 1),
-                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                "dev_at_0.5": {
-                    average: round(float(f1_score(references, predicted, average=average, zero_division=0)), 4)
-                    for average in ("micro", "macro")
-                },
-                "dev_probabilities": str(args.probabilities),
-            }
-        )
-    )
+    at_half = {
+        average: round(float(f1_score(references, predicted, average=average, zero_division=0)), 4)
+        for average in ("micro", "macro")
+    }
+    figures = {"dev_at_0.5": at_half, "dev_probabilities": str(args.probabilities)}
+    report("hf-trainer-multilabel", len(train), args.epochs, train_s, **figures)
 
 
 if __name__ == "__main__":

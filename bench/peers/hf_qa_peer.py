@@ -20,7 +20,6 @@ caller to score. Prints one JSON line: training windows (and questions) per seco
 
 import argparse
 import json
-import time
 
 import numpy as np
 from datasets import Dataset
@@ -33,7 +32,7 @@ from transformers import (
     set_seed,
 )
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, timed_train
 
 
 def read_squad_columns(path):
@@ -155,23 +154,15 @@ def best_answers(questions, features, start_logits, end_logits, args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
+    parser = peer_parser(batch=16, lr=5e-5, epochs=2.0, length="--max-length", length_default=384)
     parser.add_argument("--predictions", required=True, help="the JSON file the dev answers are written to")
-    parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (-1: the epochs)")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--max-length", type=int, default=384)
     parser.add_argument("--doc-stride", type=int, default=128)
     parser.add_argument("--pad-to-max-length", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--version-2-with-negative", action="store_true")
     parser.add_argument("--null-score-diff-threshold", type=float, default=0.0)
     parser.add_argument("--n-best", type=int, default=20)
     parser.add_argument("--max-answer-length", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     set_seed(args.seed)  # before the model, as run_qa.py: the new head's initial weights follow the seed
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -187,9 +178,7 @@ def main():
     training = peer_training_arguments(args, 32, max_steps=args.max_steps)
     collator = default_data_collator if args.pad_to_max_length else DataCollatorWithPadding(tokenizer)
     trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=collator)
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     # The Trainer drops the columns the model does not take (example_id, offset_mapping) from its batches.
     start_logits, end_logits = trainer.predict(dev).predictions
     answers, spans, margins, without_span = best_answers(dev_questions, dev, start_logits, end_logits, args)
