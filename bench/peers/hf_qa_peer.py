@@ -1,8 +1,8 @@
 """Peer baseline: extractive question answering with the Hugging Face Trainer, the way transformers' run_qa.py does it.
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup, no weight decay):
-each question and its context tokenised into windows of --max-length tokens sharing --doc-stride
-(truncation="only_second", overflowing tokens kept, character offsets returned), padded to --max-length as
+each question and its context tokenised into windows of --seq-len tokens sharing --doc-stride
+(truncation="only_second", overflowing tokens kept, character offsets returned), padded to --seq-len as
 run_qa.py's default pad_to_max_length does (--no-pad-to-max-length: padded per batch instead), a window labelled
 with its answer's first and last token or with [CLS] when the answer is not wholly in it or the question has none;
 AutoModelForQuestionAnswering. Dev answers come from run_qa.py's post-processing: over all windows of a question the
@@ -154,7 +154,7 @@ def best_answers(questions, features, start_logits, end_logits, args):
 
 
 def main():
-    parser = peer_parser(batch=16, lr=5e-5, epochs=2.0, length="--max-length", length_default=384)
+    parser = peer_parser(batch=16, lr=5e-5, epochs=2.0, seq_len=384)
     parser.add_argument("--predictions", required=True, help="the JSON file the dev answers are written to")
     parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (-1: the epochs)")
     parser.add_argument("--doc-stride", type=int, default=128)
@@ -167,7 +167,7 @@ def main():
     set_seed(args.seed)  # before the model, as run_qa.py: the new head's initial weights follow the seed
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForQuestionAnswering.from_pretrained(args.model)
-    args.max_length = min(args.max_length, tokenizer.model_max_length)
+    args.max_length = min(args.seq_len, tokenizer.model_max_length)
     train_questions, dev_questions = read_squad_columns(args.train), read_squad_columns(args.dev)
     train = train_questions.map(
         training_features(tokenizer, args), batched=True, remove_columns=train_questions.column_names
