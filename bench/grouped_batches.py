@@ -48,8 +48,8 @@ once it is scored (--keep-checkpoints keeps them: 90 MB each).
 
 The full run takes about 4.5 hours on 2 CPU cores (AMD EPYC, ~200 GFLOP/s), most of it NER (~33 minutes a seed;
 --tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev rows, 1 epoch, seed 0; work folder
-runs/bench-grouped-batches-smoke) checks the script on ner, multilabel and sst2 with chunks of 8: 12 runs of ~20 s on 2 busy cores, mostly start-up; its speeds
-and scores mean nothing.
+runs/bench-grouped-batches-smoke) checks the script on ner, multilabel and sst2 with chunks of 8: 12 runs of ~20 s
+on 2 busy cores, mostly start-up; its speeds and scores mean nothing.
 """
 
 from __future__ import annotations
