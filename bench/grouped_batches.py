@@ -6,45 +6,34 @@
     .venv/bin/python bench/grouped_batches.py                     # ~4.5 hours on 2 CPU cores (estimate, below)
     .venv/bin/python bench/grouped_batches.py --table-only        # the table of WORK/runs.jsonl so far
 
-`--padding` reads the training sets' lengths as training sees them (the toolkit's own encoding, the MiniLM
-tokenizer, cut at 128 tokens): all of CoNLL-2003 train.txt (the NER sentences; the entity-type task reads the same
-sentences as text, so the same lengths), and SST-2, MRPC and RTE train.tsv from ../shared/data. For batches of 32
-read as training reads them (finetune.data.task_batches.batch_padding: epoch 0 of LengthGroupedSampler, or of the
-plain shuffle), over seeds 0-4, it prints the padding share (padded positions / all positions) and the cost ratio
-shuffled / grouped, where the cost is the sum over batches of examples x longest: the positions the model computes,
-an estimate of the speed-up that leaves out each batch's fixed cost (so it flatters short texts) and attention's
-square (so it understates long ones). Chunk sizes 1, 2, 4, 8, 16 and 50 batches (`training.group_chunk_batches`;
-1 pads as much as the shuffle it sorts within).
+`--padding` reads the training sets' lengths as training sees them (the toolkit's encoding, the MiniLM tokenizer, 128
+tokens): all of CoNLL-2003 train.txt (NER and the entity types read the same sentences), and SST-2, MRPC and RTE
+train.tsv. For batches of 32 as training draws them (finetune.data.task_batches.batch_padding: epoch 0 of
+LengthGroupedSampler or of the plain shuffle), over seeds 0-4, it prints the padding share and the cost ratio
+shuffled / grouped (cost: the sum over batches of examples x longest, the positions computed; it leaves out each
+batch's fixed cost and attention's square), for chunks of 1, 2, 4, 8, 16 and 50 (`training.group_chunk_batches`).
 
-The training mode (the default) runs `finetune finetune` once per task, batching and seed (--seeds, default 0-4):
+The training mode (the default) runs `finetune finetune` once per task, batching (arm) and seed (--seeds, 0-4):
 
-- ner: CoNLL-2003 named entities, bench/conll_ner.py's recipe and budget (recipes/finetune/minilm-conll2003.yaml,
-  batch 32, LR 5e-5, linear decay), all 14,041 training sentences for 3 epochs (the budget of the 0.7 F1 gap in
-  docs/benchmarks.md), scored by dev (valid.txt) F1, never on test;
+- ner: CoNLL-2003 named entities, bench/conll_ner.py's recipe and budget, all 14,041 training sentences for 3
+  epochs, scored by dev (valid.txt) F1;
 - multilabel: CoNLL-2003 entity types, bench/conll_multilabel.py's recipe and subset (2,000 training and 1,000 dev
-  sentences, 3 epochs) with `pooling: model` (the head of the 1.5-point gap), dev micro F1 at the dev threshold;
+  sentences, 3 epochs) with `pooling: model`, dev micro F1 at the dev threshold;
 - sst2, mrpc (--tasks: also rte): bench/glue_quality.py's recipe and subset (the first 2,000 training rows, the
-  whole dev set, 3 epochs, the `full` variant: the Trainer's recipe), the task's main dev metric.
+  whole dev set, 3 epochs, the `full` variant), the task's main dev metric.
 
-Batchings: shuffled (`training.group_by_length=false`), and grouped in chunks of each --chunks: by default 50
-(today's default) and 8, from the padding table: the smallest chunk whose cost ratio stays over 2x on CoNLL-2003
-(2.12x; 2.51x at 50) and SST-2 (2.35x), where the measured speed-up runs a little under it (2.05x at 8 and 2.3x at
-50 on the entity types, docs/benchmarks.md). Shuffled batches of MRPC and RTE pad too little (33% and 48% of their
-positions) for any grouping to reach 2x (1.47x and 1.88x at chunks of 50): there the speed half of the target cannot
-hold, and they speak to the quality half. Then shuffled-split: shuffled batches with `training.split_by_length=true`
-(each batch cut into pieces of similar length, a pass each: the batches' examples and gradients stay the shuffled
-ones, only padding goes; --no-split leaves it out). Every arm so far runs the model's own forward on padded batches
-(`training.skip_padding=false`). Last, shuffled-unpadded: shuffled batches with `training.skip_padding=true` (the
-model computes the real tokens only, models/packed_bert.py; --no-unpadded leaves it out). `--chunks` with no number
-leaves out the grouped arms.
-Each run's dev score after its last step (keep_best is off in every recipe) and its training examples/s (one metrics
-window per epoch, evaluation left out: the harmonic mean over epochs, the first included) go to WORK/runs.jsonl as
-it finishes (--work, default runs/bench-grouped-batches); a run already there (the same task, batching, seed,
-training rows and epochs) is skipped, so an interrupted run resumes. Then a table per task and batching: the mean
-and spread (sample sd, min-max) over seeds, the difference to shuffled and the speed ratio to shuffled over the
-seeds both have, and whether the target holds (no more than 0.3 below shuffled, at 2x its speed or more).
---update-results also appends each run to bench/results/grouped_batches.jsonl. A run's checkpoint folder is deleted
-once it is scored (--keep-checkpoints keeps them: 90 MB each).
+Batchings: shuffled (`training.group_by_length=false`); grouped in chunks of each --chunks (default 50, today's
+default, and 8, the smallest chunk whose cost ratio stays over 2x on CoNLL-2003 and SST-2; MRPC and RTE pad too
+little for any grouping to reach 2x, so they speak to the quality half of the target; `--chunks` alone: none);
+shuffled-split (`training.split_by_length=true`: each batch cut into pieces of similar length, the gradients
+unchanged; --no-split leaves it out); these run the model's forward on padded batches (`training.skip_padding=
+false`); and shuffled-unpadded (`training.skip_padding=true`: the real tokens only; --no-unpadded leaves it out).
+Each run's dev score after its last step (keep_best off) and its training examples/s (the harmonic mean over its
+epochs' metrics windows) go to WORK/runs.jsonl as it finishes (--work, default runs/bench-grouped-batches; a run
+already there, same task, batching, seed, rows and epochs, is skipped), and with --update-results to
+bench/results/grouped_batches.jsonl. Then a table per task and batching: mean, sd and range over seeds, the
+difference and speed ratio to shuffled over the seeds both have, and whether the target holds (at most 0.3 below
+shuffled, at 2x its speed or more). Checkpoints are deleted once scored (--keep-checkpoints keeps them).
 
 The full run takes about 4.5 hours on 2 CPU cores (AMD EPYC, ~200 GFLOP/s), most of it NER (~33 minutes a seed;
 --tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev rows, 1 epoch, seed 0; work folder

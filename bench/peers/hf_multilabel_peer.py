@@ -1,16 +1,12 @@
 """Peer baseline: multi-label classification with the Hugging Face Trainer, the way its documentation does it.
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup, no weight decay):
-each text tokenised with truncation at --seq-len and padded per batch (DataCollatorWithPadding, the Trainer's
-collator when it is given the tokenizer; transformers' run_glue.py pads every text to its max_seq_length by default,
-pad_to_max_length, much slower on these short sentences), AutoModelForSequenceClassification with
-problem_type="multi_label_classification" (BERT's [CLS] through its pooler, dropout, a linear layer; a sigmoid per
-label and BCEWithLogitsLoss), float multi-hot labels. A label is predicted when its sigmoid is above 0.5, as the
-Hugging Face way does; the dev probabilities are also written (--probabilities, a .npy array of examples x labels in
-the dev file's order and the label order given) so that the caller can score them at other thresholds with its own
-scorer. Reads JSON Lines of {"text": ..., "labels": [...]} (bench/conll_entity_types.py's files). Prints one JSON
-line: training seconds and examples (sentences) per second of `trainer.train()`, dev micro and macro F1 at 0.5
-(scikit-learn, the usual way), and where the dev probabilities are.
+texts cut at --seq-len and padded per batch (DataCollatorWithPadding; run_glue.py's pad-to-max-length would be much
+slower on these short sentences), AutoModelForSequenceClassification with problem_type="multi_label_classification"
+([CLS] through the pooler, a sigmoid per label, BCEWithLogitsLoss), float multi-hot labels. Reads JSON Lines of
+{"text": ..., "labels": [...]} (bench/conll_entity_types.py's files); writes the dev probabilities (--probabilities,
+a .npy array, examples x labels in the order given) for the caller's own scorer. Prints one JSON line: examples per
+second of `trainer.train()` and dev micro and macro F1 at 0.5 (scikit-learn).
 
     python bench/peers/hf_multilabel_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl \
         --labels PER ORG LOC MISC --epochs 3 --probabilities OUT/peer-dev-probabilities.npy

@@ -1,19 +1,16 @@
 """Peer baseline: extractive question answering with the Hugging Face Trainer, the way transformers' run_qa.py does it.
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup, no weight decay):
-each question and its context tokenised into windows of --seq-len tokens sharing --doc-stride
-(truncation="only_second", overflowing tokens kept, character offsets returned), padded to --seq-len as
-run_qa.py's default pad_to_max_length does (--no-pad-to-max-length: padded per batch instead), a window labelled
-with its answer's first and last token or with [CLS] when the answer is not wholly in it or the question has none;
-AutoModelForQuestionAnswering. Dev answers come from run_qa.py's post-processing: over all windows of a question the
---n-best best starts and ends, spans inside the context of at most --max-answer-length tokens; with
---version-2-with-negative the question is left unanswered when the no-answer score (the lowest [CLS] start + end
-over its windows) beats the best span by more than --null-score-diff-threshold (run_qa.py's default 0.0).
+each question and its context cut into windows of --seq-len tokens sharing --doc-stride (truncation="only_second",
+offsets kept), padded to --seq-len as run_qa.py's pad_to_max_length does (--no-pad-to-max-length: per batch), a
+window labelled with its answer's first and last token or [CLS] when the answer is not wholly in it or there is
+none; AutoModelForQuestionAnswering. Dev answers by run_qa.py's post-processing: the --n-best starts and ends over a
+question's windows, spans of at most --max-answer-length tokens; with --version-2-with-negative no answer when the
+no-answer score (the lowest [CLS] start + end) beats the best span by more than --null-score-diff-threshold.
 
-Nothing is downloaded: the SQuAD JSON files are read with `json` (run_qa.py reads the hub's flattened copy; the
-columns built here are the same), and no metric is loaded: the answers (question id -> text, "" for no answer) go
-to --predictions, with each question's best span and null margin (no-answer score minus best span score), for the
-caller to score. Prints one JSON line: training windows (and questions) per second of `trainer.train()`.
+Nothing is downloaded or scored here: the SQuAD JSON files are read with `json`, and the answers (id -> text, ""
+for none), each question's best span and null margin go to --predictions for the caller to score. Prints one JSON
+line: training windows (and questions) per second of `trainer.train()`.
 
     python bench/peers/hf_qa_peer.py --model DIR --train FOLDER/train.json --dev FOLDER/dev.json --predictions OUT.json
 """
