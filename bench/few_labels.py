@@ -63,7 +63,7 @@ from pathlib import Path
 
 import _harness as harness
 from _common import ROOT, TASKS, describe_machine, minilm_checkpoint, require_glue
-from _few_labels_data import read_training_file, write_task_folders
+from _few_labels_data import check_recipes, read_training_file, write_task_folders
 
 sys.path.insert(0, str(ROOT))
 
@@ -150,20 +150,8 @@ def load_variant_recipe(path: Path, variant: str, check_paths: bool = True, over
 
 def check_variants(variants: list[str], checkpoint: str) -> None:
     """Stop before any run when a variant's overrides are not valid recipe keys in this version of the toolkit."""
-    from finetune.errors import UserError
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "recipe.yaml"
-        path.write_text(
-            json.dumps(base_recipe(checkpoint, Path(folder), Path(folder) / "run", "rte", 100, 0)), encoding="utf-8"
-        )  # JSON is YAML
-        for variant in variants:
-            try:
-                load_variant_recipe(path, variant, check_paths=False)
-            except UserError as error:
-                sys.exit(
-                    f"bench: variant {variant} ({' '.join(VARIANTS[variant])}) is not a valid recipe here: {error}"
-                )
+    recipe = base_recipe(checkpoint, Path("data"), Path("run"), "rte", 100, 0)
+    check_recipes({variant: (recipe, VARIANTS[variant]) for variant in variants})
 
 
 def prediction_summary(spec, predictions, references) -> dict:
@@ -296,49 +284,30 @@ def summarise(
     return dict(sorted(cells.items(), key=lambda item: (TASK_ORDER.index(item[0][0]), item[0][1])))
 
 
-def print_table(cells: dict, variants: list[str], select: bool) -> dict:
-    """The Markdown table (median x100 and degenerate/seeds per cell); with `select`, the winners. Returns them."""
+def print_table(cells: dict, variants: list[str], select: bool) -> None:
+    """The Markdown table (median x100 and degenerate/seeds per cell); with `select`, each cell's winner and the
+    overall one (the highest mean of the medians over the cells every variant has)."""
     shown = [variant for variant in variants if any(variant in runs for runs in cells.values())]
     print("| task (metric) | labels | " + " | ".join(shown) + (" | winner |" if select else " |"))
     print("|---|---:|" + "---:|" * len(shown) + ("---|" if select else ""))
-    winners = {}
+    winners = []
     for (task, labels), runs in cells.items():
-        row = [
-            f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs else "-"
-            for v in shown
-        ]
+        row = [f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs
+               else "-" for v in shown]  # fmt: skip
         if select:
-            winners[f"{task}/{labels}"] = max(runs, key=lambda variant: runs[variant]["median"])
-            row.append(winners[f"{task}/{labels}"])
+            winners.append(max(runs, key=lambda variant: runs[variant]["median"]))
+            row.append(winners[-1])
         print(f"| {task} ({TASKS[task].metric}) | {labels:,} | " + " | ".join(row) + " |")
     print("\nmedian over seeds x100 (degenerate runs / seeds)")
-    if not select:
-        return {}
     complete = [runs for runs in cells.values() if all(variant in runs for variant in shown)]
-    overall = (
-        {
-            variant: {
-                "mean_of_medians": statistics.fmean(100 * runs[variant]["median"] for runs in complete),
-                "cells_won": sum(winner == variant for winner in winners.values()),
-                "degenerate_runs": sum(runs[variant]["degenerate"] for runs in complete),
-            }
-            for variant in shown
-        }
-        if complete
-        else {}
-    )
-    if overall:
-        print(
-            f"\noverall, over the {len(complete)} cells every variant has (mean of the cell medians x100, "
-            "cells won, degenerate runs):"
-        )
-        for variant, figures in sorted(overall.items(), key=lambda item: -item[1]["mean_of_medians"]):
-            print(
-                f"  {variant}: {figures['mean_of_medians']:.2f}, {figures['cells_won']} won, "
-                f"{figures['degenerate_runs']} degenerate"
-            )
-        print(f"selected: {max(overall, key=lambda variant: overall[variant]['mean_of_medians'])}")
-    return {"winners": winners, "overall": overall}
+    if not (select and complete):
+        return
+    print(f"\noverall, over the {len(complete)} cells every variant has (mean of the medians x100, won, degenerate):")
+    means = {variant: statistics.fmean(100 * runs[variant]["median"] for runs in complete) for variant in shown}
+    for variant in sorted(shown, key=lambda name: -means[name]):
+        degenerate = sum(runs[variant]["degenerate"] for runs in complete)
+        print(f"  {variant}: {means[variant]:.2f}, {winners.count(variant)} won, {degenerate} degenerate")
+    print(f"selected: {max(means, key=means.get)}")
 
 
 def report(

@@ -57,7 +57,6 @@ import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +65,7 @@ import yaml
 
 import _harness as harness
 from _common import ROOT, SHARED, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require, run_json
+from _few_labels_data import check_recipes
 from _harness import interval, shown
 
 BENCHMARK = "few_labels_vs_setfit"  # bench/results/<this>.jsonl
@@ -235,19 +235,8 @@ def toolkit_recipe(arm: str, checkpoint: str, task: str, data_dir: Path, run_dir
 
 def check_arms(arms: list[str], checkpoint: str, overrides: list[str]) -> None:
     """Stop before any run when a toolkit arm's recipe is not valid in this checkout (e.g. `method` not there yet)."""
-    sys.path.insert(0, str(ROOT))  # this checkout's finetune
-    from finetune.errors import UserError
-    from finetune.recipes import load_recipe
-
-    with tempfile.TemporaryDirectory() as folder:
-        for arm in (arm for arm in arms if arm in ARMS):
-            path = Path(folder) / f"{arm}.yaml"
-            recipe = toolkit_recipe(arm, checkpoint, "sst2", Path(folder), Path(folder) / "run", 0, ["0", "1"])
-            path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML
-            try:
-                load_recipe(path, overrides, expected_stage="finetune", check_paths=False)
-            except UserError as error:
-                sys.exit(f"bench: arm {arm} ({json.dumps(ARMS[arm])}) is not a valid recipe in this checkout: {error}")
+    recipe = lambda arm: toolkit_recipe(arm, checkpoint, "sst2", Path("data"), Path("run"), 0, ["0", "1"])
+    check_recipes({arm: (recipe(arm), overrides) for arm in arms if arm in ARMS})
 
 
 def run_toolkit(job: Job, data_dir: Path, test_path: Path, work: Path, checkpoint: str, classes, overrides) -> dict:
