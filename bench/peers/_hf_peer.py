@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import runpy
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from transformers import TrainingArguments
@@ -60,3 +63,21 @@ def report(peer: str, train_examples: int, epochs: float, train_s: float, **figu
     rate = round(train_examples * epochs / train_s, 2)
     line = {"peer": peer, "train_examples": train_examples, "epochs": epochs, "train_s": round(train_s, 1)}
     print(json.dumps(line | {"examples_per_s": rate} | figures))
+
+
+def wrapper_parser(doc: str, save_to: str) -> argparse.ArgumentParser:
+    """The flags of a wrapper that runs a shipped peer unchanged (peer_budget.py, peer_predictions.py): --save-to
+    (`save_to`: its help), then `--` and the peer script with its own arguments."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--save-to", type=Path, required=True, help=save_to)
+    parser.add_argument("peer", nargs=argparse.REMAINDER, help="-- then the peer script and its own arguments")
+    return parser
+
+
+def run_unchanged(peer: list[str]) -> None:
+    """Run the peer script (`peer`: [--] SCRIPT ARGUMENTS) as `python SCRIPT ARGUMENTS` would, in this process (so
+    that the wrapper's patches of transformers hold): its folder first on sys.path."""
+    command = peer[1:] if peer[:1] == ["--"] else peer
+    sys.argv = command
+    sys.path.insert(0, str(Path(command[0]).resolve().parent))
+    runpy.run_path(command[0], run_name="__main__")
