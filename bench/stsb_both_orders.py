@@ -4,23 +4,18 @@
     .venv/bin/python bench/stsb_both_orders.py --checkpoint DIR    # a GPT-2 checkpoint of your own, no pretraining
     .venv/bin/python bench/stsb_both_orders.py --smoke             # 2 steps of pretraining and of each arm, seed 0
 
-A decoder reads a sentence pair left to right, so (a, b) and (b, a) give two different scores for one symmetric
-question. The GPT paper read both orders and added the two last-token states before the linear head
-(`task.both_orders: true`); this measures what that buys against reading (a, b) alone, at the same steps (both
-orders cost twice the tokens a step, and the pairs/s say how much time).
+A decoder reads a sentence pair left to right, so (a, b) and (b, a) score one symmetric question twice. The GPT
+paper read both orders and added the two last-token states before the linear head (`task.both_orders: true`); this
+measures what that buys against (a, b) alone at the same steps (both orders cost twice the tokens a step).
 
-The decoder is the GPT-2-mini of recipes/pretrain/gpt2-mini-wikitext2.yaml (4 layers, hidden 256, 7.4M
-parameters), pretrained here for one epoch of WikiText-2 (../shared/data) with its own byte-level BPE, about 13
-minutes, into the work folder (--work, default runs/bench-stsb-both-orders; a finished pretraining there is
-reused). No pretrained GPT-2 can be downloaded on the project's machines; --checkpoint takes any GPT-2-family
-folder instead (openai-community/gpt2 where a network is). Both arms (one, both) then fine-tune it with
-recipes/finetune/gpt2-mini-stsb.yaml on STS-B's 5,749 training pairs for --epochs epochs (batch 32, --lr, linear
-schedule with 10% warmup), differing in task.both_orders only, with the last weights scored (keep_best off: dev is
-not used to choose anything) by Pearson and Spearman on the 1,500 dev pairs, one run per --seeds seed.
-
-Each checkpoint then predicts the dev pairs in both orders: the order gap is the mean |score(a, b) - score(b, a)|
-(0 for both orders by construction), beside the Pearson of (b, a) alone and of the two orders' mean (one-order
-training, both orders at test time only). A record per seed and arm goes to the work folder's runs.jsonl (a run
+The decoder is the GPT-2-mini of recipes/pretrain/gpt2-mini-wikitext2.yaml (4 layers, hidden 256, 7.4M parameters),
+pretrained here for one epoch of WikiText-2 (about 13 minutes) into the work folder (--work, default
+runs/bench-stsb-both-orders; a finished pretraining there is reused); --checkpoint takes any GPT-2-family folder
+instead. Both arms (one, both) fine-tune it with recipes/finetune/gpt2-mini-stsb.yaml on STS-B's 5,749 training
+pairs for --epochs epochs (batch 32, --lr, linear schedule with 10% warmup), differing in task.both_orders only,
+the last weights scored by Pearson and Spearman on the 1,500 dev pairs, one run per --seeds seed. Each checkpoint
+then predicts dev in both orders: the order gap is the mean |score(a, b) - score(b, a)|, beside the Pearson of
+(b, a) alone and of the two orders' mean. A record per seed and arm goes to the work folder's runs.jsonl (a run
 recorded there is not repeated), and to bench/results/stsb_both_orders.jsonl with --update-results.
 """
 
