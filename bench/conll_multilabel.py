@@ -27,6 +27,7 @@ already there is not repeated), and to bench/results/conll_multilabel.jsonl with
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -63,44 +64,19 @@ def write_data(folder: Path, train_rows: int, dev_rows: int) -> Path:
 
 
 def write_recipe(work: Path, data: Path, checkpoint: str, epochs: int, train_rows: int) -> Path:
-    """Our side's recipe: the task and the shared budget; run_dir, seed, pooling and batch order come as overrides."""
+    """Our arms' recipe (JSON, which is YAML): the task and the Trainer's budget (no weight decay, no warmup, one LR,
+    every layer trainable, the last weights kept, `method: plain`: the Trainer's fine-tuning, where auto would train
+    on pairs first for --smoke's few rows); run_dir, seed, pooling and batch order come as overrides."""
     recipe = work / "finetune-multilabel.yaml"
-    recipe.write_text(
-        f"""# finetune finetune {recipe} run_dir=RUN_DIR  (written by bench/conll_multilabel.py)
-stage: finetune
-description: MiniLM, CoNLL-2003 entity types as multi-label classification (the Trainer's budget)
-run_dir: {work / "ours"}
-keep_best: false                 # the weights after the last step, as the Trainer's
-method: plain                    # the Trainer's fine-tuning (auto would train on pairs first for few rows, --smoke's)
-model:
-  checkpoint: {checkpoint}
-task:
-  name: conll-entity-types
-  kind: multilabel
-  data_dir: {data}
-  files: {{train: train.jsonl, dev: dev.jsonl}}
-  text_columns: [text]
-  label_column: labels
-  labels: [{", ".join(ENTITY_TYPES)}]
-  threshold: dev                 # chosen on dev at each evaluation (the bench rescores both sides itself)
-  max_length: {MAX_LENGTH}
-training:
-  epochs: {epochs}
-  batch_size: {BATCH_SIZE}
-  lr: {LR:.1e}
-  weight_decay: 0.0              # the Trainer's default (ours: 0.01)
-  max_grad_norm: 1.0             # the same in both
-  log_every: {-(-train_rows // BATCH_SIZE)}  # one metrics.jsonl window per epoch
-schedule:
-  kind: linear
-  warmup_fraction: 0.0           # the Trainer's default: no warmup
-discriminative:
-  factor: 1.0                    # one LR for every layer
-unfreezing:
-  mode: none                     # every layer trainable from the start
-""",
-        encoding="utf-8",
-    )
+    task = {"name": "conll-entity-types", "kind": "multilabel", "data_dir": str(data)}
+    task |= {"files": {"train": "train.jsonl", "dev": "dev.jsonl"}, "text_columns": ["text"], "label_column": "labels"}
+    task |= {"labels": list(ENTITY_TYPES), "threshold": "dev", "max_length": MAX_LENGTH}
+    training = {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": LR, "weight_decay": 0.0, "max_grad_norm": 1.0}
+    training["log_every"] = -(-train_rows // BATCH_SIZE)  # one metrics.jsonl window per epoch
+    body = {"stage": "finetune", "run_dir": str(work / "ours"), "keep_best": False, "method": "plain"}
+    body |= {"model": {"checkpoint": checkpoint}, "task": task, "training": training}
+    body |= {"schedule": {"kind": "linear", "warmup_fraction": 0.0}, "discriminative": {"factor": 1.0}}
+    recipe.write_text(json.dumps(body | {"unfreezing": {"mode": "none"}}, indent=1) + "\n", encoding="utf-8")
     return recipe
 
 

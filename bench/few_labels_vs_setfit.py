@@ -259,16 +259,10 @@ def run_toolkit(job: Job, data_dir: Path, test_path: Path, work: Path, checkpoin
         "train_s": round(train_s, 1),
         "predict_s": round(predict_s, 1),
         "overrides": overrides,
-        "resolved": {
-            "method": used.get("method"),
-            "epochs": used["training"]["epochs"],
-            "batch_size": used["training"]["batch_size"],
-            "lr": used["training"]["lr"],
-            "pooling": used.get("pooling"),
-            "keep_best": used.get("keep_best"),
-            "mixed_precision": used["training"].get("mixed_precision"),
-            "self_training_rounds": (used.get("self_training") or {}).get("rounds"),
-            "self_training_threshold": (used.get("self_training") or {}).get("threshold"),
+        "resolved": {  # what the defaults decided
+            **{key: used.get(key) for key in ("method", "pooling", "keep_best")},
+            **{key: used["training"].get(key) for key in ("epochs", "batch_size", "lr", "mixed_precision")},
+            **{f"self_training_{key}": (used.get("self_training") or {}).get(key) for key in ("rounds", "threshold")},
         },
     }
 

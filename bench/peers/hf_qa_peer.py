@@ -183,24 +183,16 @@ def main():
         json.dump({"answers": answers, "spans": spans, "null_margins": margins}, out, ensure_ascii=False)
     steps = trainer.state.global_step
     trained = min(len(train) * args.epochs, steps * args.batch) if args.max_steps > 0 else len(train) * args.epochs
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-question-answering",
-                "train_questions": len(train_questions),
-                "train_windows": len(train),
-                "dev_questions": len(dev_questions),
-                "dev_windows": len(dev),
-                "epochs": args.epochs,
-                "steps": steps,
-                "padded_to_max_length": args.pad_to_max_length,
-                "train_s": round(train_s, 1),
-                "windows_per_s": round(trained / train_s, 2),
-                "questions_per_s": round(trained * len(train_questions) / len(train) / train_s, 2),
-                "dev_without_span": without_span,
-            }
-        )
-    )
+    figures = {
+        "train_questions": len(train_questions),
+        "train_windows": len(train),
+        "dev_questions": len(dev_questions),
+    }
+    figures |= {"dev_windows": len(dev), "epochs": args.epochs, "steps": steps}
+    figures |= {"padded_to_max_length": args.pad_to_max_length, "train_s": round(train_s, 1)}
+    figures |= {"windows_per_s": round(trained / train_s, 2), "dev_without_span": without_span}
+    figures |= {"questions_per_s": round(trained * len(train_questions) / len(train) / train_s, 2)}
+    print(json.dumps({"peer": "hf-trainer-question-answering", **figures}))
 
 
 if __name__ == "__main__":

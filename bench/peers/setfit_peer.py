@@ -78,11 +78,8 @@ def main():
     model = SetFitModel.from_pretrained(args.model)
     separator = model.model_body.tokenizer.sep_token
     load_s = time.perf_counter() - start
-    texts, labels = [], []
-    for path in args.train:
-        more_texts, more_labels = read_rows(path, args.text_columns, args.label_column, separator)
-        texts += more_texts
-        labels += more_labels
+    rows = [read_rows(path, args.text_columns, args.label_column, separator) for path in args.train]
+    texts, labels = [text for part, _ in rows for text in part], [label for _, part in rows for label in part]
     classes = sorted(set(labels))
     model.labels = classes  # what from_pretrained(labels=...) sets: the head's class ids are indices into it
     index = {label: position for position, label in enumerate(classes)}
@@ -107,19 +104,10 @@ def main():
     if args.predictions:
         with open(args.predictions, "w", encoding="utf-8") as out:
             out.writelines(json.dumps({"label": label}) + "\n" for label in predicted)
-    result = {
-        "peer": "setfit",
-        "train_rows": len(texts),
-        "classes": len(classes),
-        "test_rows": len(test_texts),
-        "num_iterations": args.num_iterations,
-        "seed": args.seed,
-        "steps": trainer.st_trainer.state.global_step,
-        **scores(test_labels, predicted, classes),
-        "load_s": round(load_s, 2),
-        "train_s": round(train_s, 2),
-        "predict_s": round(predict_s, 2),
-    }
+    result = {"peer": "setfit", "train_rows": len(texts), "classes": len(classes), "test_rows": len(test_texts)}
+    result |= {"num_iterations": args.num_iterations, "seed": args.seed, "steps": trainer.st_trainer.state.global_step}
+    result |= scores(test_labels, predicted, classes)
+    result |= {"load_s": round(load_s, 2), "train_s": round(train_s, 2), "predict_s": round(predict_s, 2)}
     line = json.dumps(result)
     with open(args.output, "w", encoding="utf-8") as out:
         out.write(line + "\n")
