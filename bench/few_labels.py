@@ -264,17 +264,11 @@ def summarise(
     """{(task, labels): {variant: {median, degenerate, runs, scores}}} of the records of `mode`."""
     cells: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
-        if (
-            record["mode"] != mode
-            or record["task"] not in tasks
-            or record["labels"] not in labels
-            or record["variant"] not in variants
-            or (seeds is not None and record["seed"] not in seeds)
-        ):
+        wanted = record["mode"] == mode and record["task"] in tasks and record["labels"] in labels
+        if not wanted or record["variant"] not in variants or (seeds is not None and record["seed"] not in seeds):
             continue
-        cell = cells.setdefault((record["task"], record["labels"]), {}).setdefault(
-            record["variant"], {"scores": [], "seeds": [], "degenerate": 0}
-        )
+        cell = cells.setdefault((record["task"], record["labels"]), {})
+        cell = cell.setdefault(record["variant"], {"scores": [], "seeds": [], "degenerate": 0})
         cell["scores"].append(record["score"])
         cell["seeds"].append(record["seed"])
         cell["degenerate"] += bool(record["degenerate"])

@@ -416,13 +416,8 @@ def newcomer_report(records: list[dict], references: list[str]) -> str:
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(
-        __doc__,
-        "few-labels-setfit",
-        draws=DRAWS,
-        smoke="one task, 8 per class, one draw, tiny budgets",
-        table_only=True,
-    )
+    smoke = "one task, 8 per class, one draw, tiny budgets"
+    parser = harness.benchmark_parser(__doc__, "few-labels-setfit", draws=DRAWS, smoke=smoke, table_only=True)
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None, help="default: all (--smoke: sst2)")
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES, help="labelled rows per class")
     parser.add_argument("--arms", nargs="+", choices=[*ARMS, *PEER_ARMS], default=DEFAULT_ARMS)
@@ -432,9 +427,9 @@ def main() -> None:
     work = harness.work_folder(arguments, "few-labels-setfit")
     log, records = work / harness.LOG, harness.read_log(work)
     tasks = arguments.tasks or (["sst2"] if arguments.smoke else list(TASKS))
-    sizes, draws, arms = (([8] if arguments.smoke else arguments.sizes), arguments.draws, arguments.arms)
-    if arguments.smoke:
-        draws = 1
+    sizes, draws, arms = (
+        ([8], 1, arguments.arms) if arguments.smoke else (arguments.sizes, arguments.draws, arguments.arms)
+    )
     if arguments.newcomer:
         tasks, sizes, arms = [NEWCOMER[0]], [NEWCOMER[1]], ["ours"]
     if arguments.table_only:
@@ -446,9 +441,8 @@ def main() -> None:
         return
 
     machine = describe_machine()  # the figures below belong to this machine
-    for task in tasks:
-        require(TASKS[task].train, f"{TASKS[task].title} training file")
-        require(TASKS[task].test, f"{TASKS[task].title} scoring file")
+    for task, split in ((task, split) for task in tasks for split in ("train", "test")):
+        require(getattr(TASKS[task], split), f"{TASKS[task].title} {split} file")
     if "setfit" in arms and importlib.util.find_spec("setfit") is None:
         sys.exit("bench: the setfit arm needs the setfit library: .venv/bin/pip install --no-deps setfit==1.2.0")
     checkpoint = arguments.checkpoint or minilm_checkpoint()
