@@ -37,6 +37,7 @@ from pathlib import Path
 import _harness as harness
 from _common import describe_machine, minilm_checkpoint, rate_over_epochs, require_glue
 from _harness import measured_run
+from few_labels import base_recipe
 from glue_quality import truncated_task
 
 PEER = Path(__file__).resolve().parent / "peers" / "hf_lora_peer.py"
@@ -51,31 +52,14 @@ NAMES = {
 
 
 def our_recipe(args, side: str, seed: int, checkpoint: str, data: Path, run_dir: Path) -> Path:
-    """The recipe of one of our sides, written as JSON (which is YAML) beside its run folder."""
+    """The recipe of one of our arms (few_labels.py's plain recipe with this budget, the [CLS]-pooler head and, for
+    `lora`, the adapter), written as JSON (which is YAML) beside its run folder."""
     batches = math.ceil(TRAIN_ROWS / BATCH_SIZE)
     steps = args.max_steps or batches * args.epochs
-    model = {"checkpoint": checkpoint} | ({"adapter": LORA} if side == "lora" else {})
-    recipe = {
-        "stage": "finetune",
-        "run_dir": str(run_dir),
-        "overwrite": True,
-        "seed": seed,
-        "keep_best": False,
-        "pooling": "model",
-        "model": model,
-        "task": {"name": "sst2", "data_dir": str(data), "max_length": MAX_LENGTH},
-        "training": {
-            "epochs": args.epochs,
-            "max_steps": steps,
-            "batch_size": BATCH_SIZE,
-            "lr": args.lora_lr if side == "lora" else args.full_lr,
-            "device": "cpu",
-            "log_every": min(batches, steps),  # one throughput record per epoch (per run, for a few steps)
-        },
-        "schedule": {"kind": "linear", "warmup_fraction": 0.1},
-        "discriminative": {"factor": 1.0},
-        "unfreezing": {"mode": "none"},
-    }
+    recipe = base_recipe(checkpoint, data, run_dir, "sst2", TRAIN_ROWS, seed) | {"overwrite": True, "pooling": "model"}
+    recipe["model"] |= {"adapter": LORA} if side == "lora" else {}
+    recipe["training"] |= {"epochs": args.epochs, "max_steps": steps, "batch_size": BATCH_SIZE}
+    recipe["training"] |= {"lr": args.lora_lr if side == "lora" else args.full_lr, "log_every": min(batches, steps)}
     path = run_dir.parent / f"{run_dir.name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(recipe, indent=1), encoding="utf-8")
