@@ -142,13 +142,6 @@ class Job:
         return self.task, self.labels, self.seed, self.variant, self.mode, self.held_out
 
 
-def load_variant_recipe(path: Path, variant: str, check_paths: bool = True, overrides: list[str] = ()):
-    """The recipe at `path` with the variant's overrides (and `overrides`), through the loader the CLI uses."""
-    from finetune.recipes import load_recipe
-
-    return load_recipe(path, [*VARIANTS[variant], *overrides], expected_stage="finetune", check_paths=check_paths)
-
-
 def check_variants(variants: list[str], checkpoint: str) -> None:
     """Stop before any run when a variant's overrides are not valid recipe keys in this version of the toolkit."""
     recipe = base_recipe(checkpoint, Path("data"), Path("run"), "rte", 100, 0)
@@ -160,18 +153,12 @@ def prediction_summary(spec, predictions, references) -> dict:
     import numpy as np
 
     if spec.is_regression:
-        prediction_std, label_std = float(np.std(predictions)), float(np.std(references))
-        return {
-            "prediction_mean": float(np.mean(predictions)),
-            "prediction_std": prediction_std,
-            "label_std": label_std,
-            "degenerate": prediction_std < DEGENERATE_STD_RATIO * label_std,
-        }
+        spread, label_std = float(np.std(predictions)), float(np.std(references))
+        summary = {"prediction_mean": float(np.mean(predictions)), "prediction_std": spread, "label_std": label_std}
+        return summary | {"degenerate": spread < DEGENERATE_STD_RATIO * label_std}
     histogram = np.bincount(np.asarray(predictions, dtype=np.int64), minlength=spec.num_labels)
-    return {
-        "predicted_classes": histogram.tolist(),
-        "degenerate": bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions)),
-    }
+    degenerate = bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions))
+    return {"predicted_classes": histogram.tolist(), "degenerate": degenerate}
 
 
 def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
@@ -193,6 +180,7 @@ def run_job(job: Job, checkpoint: str) -> dict:
     """Train one run in this process, score it once; returns its JSON record."""
     from finetune.data.task_files import read_task_split
     from finetune.glue.specs import GLUE_TASKS
+    from finetune.recipes import load_recipe
     from finetune.stages.finetune import RESULT_FILE, run_finetune
 
     started = time.perf_counter()
@@ -206,7 +194,8 @@ def run_job(job: Job, checkpoint: str) -> dict:
             json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task, job.labels, job.seed)),
             encoding="utf-8",
         )
-        recipe = load_variant_recipe(recipe_path, job.variant, overrides=SMOKE_OVERRIDES * job.smoke)
+        overrides = [*VARIANTS[job.variant], *SMOKE_OVERRIDES * job.smoke]
+        recipe = load_recipe(recipe_path, overrides, expected_stage="finetune")  # the loader the CLI uses
         output = io.StringIO()  # the stage's messages; shown only when it fails
         training_started = time.perf_counter()
         try:
@@ -252,11 +241,6 @@ def start_worker(threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)
     quiet_library_chatter()
-
-
-# ---------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------
 
 
 def summarise(
@@ -316,11 +300,6 @@ def report(
     sizes = ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in sorted({n for _, n in cells}))
     print(f"\n{mode}: scored on {where}; budget (labels: epochs, steps): {sizes}; batch {BATCH_SIZE}\n")
     print_table(cells, variants, mode == "select")
-
-
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
 
 
 def main() -> None:

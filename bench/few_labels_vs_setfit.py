@@ -134,11 +134,6 @@ class Job:
         return f"{self.task}-{self.labels_per_class}-draw{self.draw}" + ("-smoke" if self.smoke else "")
 
 
-# ---------------------------------------------------------------------------------------------
-# Rows: reading, the stratified draw, ours' dev rows
-# ---------------------------------------------------------------------------------------------
-
-
 def read_rows(task: FewLabelTask, path: Path) -> list[dict]:
     """A task file's rows as {text column: text, "label": label text}; TSVs read without quoting (GLUE's stray
     quotes)."""
@@ -187,11 +182,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
-# ---------------------------------------------------------------------------------------------
-# Scoring
-# ---------------------------------------------------------------------------------------------
-
-
 def score(references: list[str], predictions: list[str], classes: list[str]) -> dict:
     """Accuracy, and macro-F1 over the references' classes that are training `classes` (a row of another class is
     an error in both: it is never predicted)."""
@@ -207,11 +197,6 @@ def score(references: list[str], predictions: list[str], classes: list[str]) -> 
 def chance(references: list[str]) -> float:
     """The share of the most frequent class: the accuracy of always predicting it."""
     return max(references.count(label) for label in set(references)) / len(references)
-
-
-# ---------------------------------------------------------------------------------------------
-# Runs
-# ---------------------------------------------------------------------------------------------
 
 
 def toolkit_recipe(arm: str, checkpoint: str, task: str, data_dir: Path, run_dir: Path, seed: int, classes) -> dict:
@@ -332,11 +317,6 @@ def record_key(r: dict) -> tuple:
     return r["task"], r["labels_per_class"], r["draw"], r["arm"], r.get("smoke", False)
 
 
-# ---------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------
-
-
 def by_draw(records: list[dict], task: str, size: int, arm: str, metric: str) -> dict[int, float]:
     """{draw: metric} of one cell's runs."""
     return {r["draw"]: r[metric] for r in records if (r["task"], r["labels_per_class"], r["arm"]) == (task, size, arm)}
@@ -408,11 +388,6 @@ def newcomer_report(records: list[dict], references: list[str]) -> str:
         f"(draws {draws}); chance (the most frequent class) {100 * floor:.1f}; {verdict} (the interval's lower end, "
         f"or the mean of one draw, at least {100 * CHANCE_MARGIN:.0f} points above chance)"
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
 
 
 def main() -> None:

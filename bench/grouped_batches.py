@@ -130,11 +130,6 @@ def batchings(chunks: list[int], split: bool = True, unpadded: bool = True) -> l
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# --padding: figures without training
-# ---------------------------------------------------------------------------------------------
-
-
 def padding_table(
     lengths: dict[str, list[int]], batch_size: int, chunks: tuple[int, ...], seeds
 ) -> dict[str, dict[str, tuple[float, float]]]:
@@ -188,11 +183,6 @@ def dataset_lengths(checkpoint: str, rows: int) -> dict[str, list[int]]:
         examples = read_task_split(GLUE_TASKS[task], GLUE / TASKS[task].folder, "train")
         lengths[task] = EncodedTask(examples, tokenizer, MAX_LENGTH).lengths[:rows]
     return lengths
-
-
-# ---------------------------------------------------------------------------------------------
-# Training mode: one `finetune finetune` per task, batching and seed
-# ---------------------------------------------------------------------------------------------
 
 
 class Prepared(NamedTuple):
@@ -289,11 +279,6 @@ def run_all(args, setups: dict[str, Setup], checkpoint: str, machine: dict, log:
     return kept
 
 
-# ---------------------------------------------------------------------------------------------
-# The table
-# ---------------------------------------------------------------------------------------------
-
-
 def summarize(records: list[dict], gap: float = TARGET_GAP, speed: float = TARGET_SPEED) -> list[dict]:
     """Per task setup (task, training rows, epochs) and batching, in first-seen order: seeds, mean, sd and range of
     the score (x100), and against the shuffled runs of the same setup and seeds: the mean difference, the ratio of
@@ -366,11 +351,6 @@ def format_summary(rows: list[dict]) -> str:
             f"tasks ({', '.join(tasks)})"
         )
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
 
 
 def parse_arguments() -> argparse.Namespace:
