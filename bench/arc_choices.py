@@ -36,9 +36,9 @@ def four_choice_subset(folder: Path, smoke: bool) -> Path:
     return folder
 
 
-def run_one(args, checkpoint: str, data: Path, job: tuple[int, str]) -> dict:
+def run_one(args, checkpoint: str, data: Path, job: tuple[int, str, int]) -> dict:
     """One arm with one seed (the peer's --seed, our recipe's seed): questions/s of training and dev accuracy."""
-    seed, arm = job
+    seed, arm, _ = job
     questions = len((data / "train.jsonl").read_text(encoding="utf-8").splitlines())
     record = {"arm": arm, "seed": seed, "train_questions": questions, "epochs": args.epochs}
     if arm == "peer":
@@ -64,12 +64,11 @@ def main() -> None:
     machine = describe_machine()  # the figures below belong to this machine
     require(ARC / "ARC-Easy-Train.jsonl", "ARC-Easy (../shared/data/arc-easy)")
     checkpoint, data = minilm_checkpoint(), four_choice_subset(args.work / "data", args.smoke)
-    jobs = [(seed, arm) for seed in args.seeds for arm in ("ours", "peer")]
-    records = harness.run_grid(
-        args.work, jobs, lambda r: (r["seed"], r["arm"]), lambda job: run_one(args, checkpoint, data, job),
-        "arc_choices" if args.update_results else None, machine,
-    )  # fmt: skip
-    records = [r for r in records if r["seed"] in args.seeds]
+    jobs = [(seed, arm, args.epochs) for seed in args.seeds for arm in ("ours", "peer")]
+    key = lambda r: (r["seed"], r["arm"], r["epochs"])
+    records = harness.run_grid(args.work, jobs, key, lambda job: run_one(args, checkpoint, data, job),
+                               "arc_choices" if args.update_results else None, machine)  # fmt: skip
+    records = [r for r in records if key(r) in jobs]
     columns = {"questions/s": "examples_per_s", "dev accuracy": lambda r: 100 * r["dev"]["accuracy"]}
     print(harness.markdown_table(records, {"seed": "seed", "arm": "arm", **columns}) + "\n")
     print(harness.markdown_table(records, columns, by=("arm",)) + "\n\nmean [95% interval] over the seeds")

@@ -216,7 +216,7 @@ def main() -> None:
     setup |= {"max_length": MAX_LENGTH, "doc_stride": DOC_STRIDE, "peer_padding": args.peer_padding}
 
     def run_one(job: tuple[int, str]) -> dict:
-        seed, arm = job
+        seed, arm = job[:2]
         peer = arm == "peer"
         run = (
             run_peer(args, checkpoint, data, seed, scorer)
@@ -225,10 +225,11 @@ def main() -> None:
         )
         return {"arm": arm, **setup, "seed": seed, **run}
 
-    jobs = [(seed, arm) for seed in args.seeds for arm in ("peer", "ours")]
-    records = harness.run_grid(args.work, jobs, lambda r: (r["seed"], r["arm"]), run_one,
-                               "squad_qa" if args.update_results else None, machine)  # fmt: skip
-    records = [r for r in records if r["seed"] in args.seeds]
+    same = ("data", "epochs", "lr", "peer_padding")  # a run of another setup in the work folder is another run
+    jobs = [(seed, arm, *(setup[name] for name in same)) for seed in args.seeds for arm in ("peer", "ours")]
+    key = lambda r: (r["seed"], r["arm"], *(r[name] for name in same))
+    records = harness.run_grid(args.work, jobs, key, run_one, "squad_qa" if args.update_results else None, machine)
+    records = [r for r in records if key(r) in jobs]
     if len({r["train_windows"] for r in records}) > 1:
         print("note: the arms trained on different numbers of windows an epoch", file=sys.stderr)
     print(harness.markdown_table(records, {"seed": "seed", "arm": "arm", **COLUMNS}) + "\n")

@@ -72,7 +72,7 @@ def order_agreement(checkpoint: Path) -> dict:
 def fine_tune(args, checkpoint: Path, job: tuple[int, str]) -> dict:
     """One fine-tuning run: pairs/s over its training, the last weights' dev Pearson and Spearman, and how its
     predictions move with the pair's order."""
-    seed, orders = job
+    seed, orders = job[:2]
     run_dir = args.work / f"{orders}-order-seed{seed}"
     finetune_cli(
         "finetune", "recipes/finetune/gpt2-mini-stsb.yaml", f"model.checkpoint={checkpoint}", f"task.data_dir={STSB}",
@@ -112,12 +112,11 @@ def main() -> None:
     if args.smoke:
         args.epochs, args.seeds = 1, [0]
     checkpoint = args.checkpoint or pretrained_decoder(args.work, args.smoke)
-    jobs = [(seed, orders) for seed in args.seeds for orders in ORDERS]
-    records = harness.run_grid(
-        args.work, jobs, lambda r: (r["seed"], r["arm"]), lambda job: fine_tune(args, checkpoint, job),
-        "stsb_both_orders" if args.update_results else None, machine,
-    )  # fmt: skip
-    records = [r for r in records if r["seed"] in args.seeds]
+    jobs = [(seed, orders, args.epochs, args.lr) for seed in args.seeds for orders in ORDERS]
+    key = lambda r: (r["seed"], r["arm"], r["epochs"], r["lr"])
+    records = harness.run_grid(args.work, jobs, key, lambda job: fine_tune(args, checkpoint, job),
+                               "stsb_both_orders" if args.update_results else None, machine)  # fmt: skip
+    records = [r for r in records if key(r) in jobs]
     columns = {
         "arm": "arm", "seed": "seed", "pairs/s": "pairs_per_s", "dev Pearson": lambda r: 100 * r["pearson"],
         "dev Spearman": lambda r: 100 * r["spearman"], "order gap": "order_gap",
