@@ -36,7 +36,7 @@ from few_labels import score_checkpoint  # `finetune eval`'s prediction code and
 
 RECIPE = ROOT / "recipes" / "finetune" / "minilm-sst2-scalar-mix.yaml"
 ARMS = {"last-layer": ["pooling=mean"], "scalar-mix": ["pooling=scalar_mix"]}
-SMOKE_OVERRIDES = ["training.max_steps=2"]
+SMOKE_OVERRIDES = ["training.max_steps=2", "method=plain"]  # plain: what 2,000 labels resolve to; auto, at 64, pairs
 
 
 def run_one(job: tuple, checkpoint: str, smoke: bool) -> dict:
