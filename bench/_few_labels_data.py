@@ -1,13 +1,16 @@
-"""Labelled subsets for bench/few_labels.py: rows drawn per seed from a GLUE training file, written as task folders."""
+"""What bench/few_labels.py, few_labels_vs_setfit.py and scalar_mix_sst2.py share: labelled rows drawn per seed from a
+GLUE training file, written as task folders, and the check that every arm's recipe is valid before any run."""
 
 from __future__ import annotations
 
+import json
 import random
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from _common import GLUE, TASKS
+from _common import GLUE, ROOT, TASKS
 
 TRAINING_DEV_ROWS = 8  # the stage's own per-epoch dev evaluation runs on these few labelled rows: cheap and ignored
 
@@ -63,3 +66,20 @@ def write_task_folders(
     rows = [training.rows[index] for index in held]
     (scoring_folder / "dev.tsv").write_text("".join(training.header + rows), encoding="utf-8")
     return training_folder, scoring_folder
+
+
+def check_recipes(recipes: dict[str, tuple[dict, list[str]]]) -> None:
+    """Stop before any run, naming the arm, when an arm's recipe (a dict, and its overrides) is not valid in this
+    checkout (its paths are not checked: a key this version does not know, a value out of range)."""
+    sys.path.insert(0, str(ROOT))  # this checkout's finetune
+    from finetune.errors import UserError
+    from finetune.recipes import load_recipe
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "recipe.yaml"
+        for arm, (recipe, overrides) in recipes.items():
+            path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML
+            try:
+                load_recipe(path, overrides, expected_stage="finetune", check_paths=False)
+            except UserError as error:
+                sys.exit(f"bench: arm {arm} ({json.dumps(overrides)}) is not a valid recipe in this checkout: {error}")

@@ -366,3 +366,26 @@ def json_recipe(path: Path, recipe: dict) -> Path:
 
 if __name__ == "__main__":
     sys.exit(1 if smoke_all(sys.argv[1:]) else 0)
+
+
+# --- group 3 additions ---
+
+
+def trainer_peer(script: str, checkpoint, train, dev, epochs, batch, lr, seq_len, seed, *more) -> dict:
+    """bench/peers/SCRIPT (a Trainer peer: the budget flags of _hf_peer.peer_parser, then `more`) run to its JSON
+    line."""
+    from _common import run_json
+
+    command = [sys.executable, BENCH / "peers" / script, "--model", checkpoint, "--train", train, "--dev", dev]
+    command += ["--epochs", epochs, "--batch", batch, "--lr", lr, "--seq-len", seq_len, "--seed", seed, *more]
+    return run_json(command, echo=True)
+
+
+def trainer_budget(rows: int, batch: int, epochs: int, lr: float, max_length: int) -> list[str]:
+    """Recipe overrides for the Trainer's defaults at a budget: linear decay without warmup, the last weights kept,
+    one metrics.jsonl training window per epoch (what _common.rate_over_epochs reads)."""
+    return [
+        f"training.epochs={epochs}", f"training.batch_size={batch}", f"training.lr={lr}",
+        f"task.max_length={max_length}", "schedule.kind=linear", "schedule.warmup_fraction=0.0", "keep_best=false",
+        f"training.log_every={-(-rows // batch)}",
+    ]  # fmt: skip

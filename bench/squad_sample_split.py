@@ -23,10 +23,8 @@ def split_by_article(sample: dict, dev_titles: list[str]) -> tuple[dict, dict]:
     """Two SQuAD documents: the articles not in dev_titles, and those in it (in the sample's order)."""
     train = [article for article in sample["data"] if article["title"] not in dev_titles]
     dev = [article for article in sample["data"] if article["title"] in dev_titles]
-    return {"version": sample.get("version", "v2.0"), "data": train}, {
-        "version": sample.get("version", "v2.0"),
-        "data": dev,
-    }
+    version = sample.get("version", "v2.0")
+    return {"version": version, "data": train}, {"version": version, "data": dev}
 
 
 def main() -> None:

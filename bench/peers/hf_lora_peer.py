@@ -10,17 +10,14 @@ names BERT's pooler, which the toolkit's head trains too). Prints one JSON line:
     python bench/peers/hf_lora_peer.py --model DIR --task-dir FOLDER --max-train 2000 --epochs 3 --lr 5e-4
 """
 
-import argparse
 import csv
-import json
-import time
 
 import numpy as np
 from datasets import Dataset
 from peft import LoraConfig, TaskType, get_peft_model
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding, Trainer
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, report, timed_train
 
 
 def read_sentences(path):
@@ -32,20 +29,14 @@ def read_sentences(path):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
+    parser = peer_parser(batch=32, lr=5e-4, files=False)
     parser.add_argument("--task-dir", required=True)
     parser.add_argument("--max-train", type=int, default=0, help="first N training rows (0: all)")
-    parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="optimizer steps, whatever --epochs (-1: epochs)")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-4)
-    parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=16.0)
     parser.add_argument("--dropout", type=float, default=0.1)
     parser.add_argument("--modules-to-save", nargs="*", default=[], help="trained fully beside the classifier")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(args.model, num_labels=2)
@@ -69,26 +60,15 @@ def main():
     train, dev = encode("train", args.max_train), encode("dev")
     training = peer_training_arguments(args, 64, warmup_steps=0.1, max_steps=args.max_steps)
     trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer))
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
-    examples = trainer.state.global_step * args.batch if args.max_steps > 0 else len(train) * args.epochs
+    train_s = timed_train(trainer)
+    steps = trainer.state.global_step
+    epochs = steps * args.batch / len(train) if args.max_steps > 0 else args.epochs  # the examples trained on
     predictions = np.argmax(trainer.predict(dev).predictions, axis=-1)
-    print(
-        json.dumps(
-            {
-                "peer": "peft-lora-trainer",
-                "train_examples": len(train),
-                "steps": trainer.state.global_step,
-                "train_s": round(train_s, 1),
-                "examples_per_s": round(examples / train_s, 2),
-                "trainable_parameters": trainable,
-                "parameters": total,
-                "target_modules": sorted(model.peft_config["default"].target_modules),
-                "dev": {"accuracy": round(float((predictions == np.array(dev["labels"])).mean()), 4)},
-            }
-        )
-    )
+    report(
+        "peft-lora-trainer", len(train), epochs, train_s, steps=steps, trainable_parameters=trainable,
+        parameters=total, target_modules=sorted(model.peft_config["default"].target_modules),
+        dev={"accuracy": round(float((predictions == np.array(dev["labels"])).mean()), 4)},
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -9,15 +9,13 @@ Prints one JSON line: training questions per second of `trainer.train()` and dev
     python bench/peers/hf_mc_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl --epochs 1
 """
 
-import argparse
 import json
-import time
 
 import numpy as np
 from datasets import Dataset
 from transformers import AutoModelForMultipleChoice, AutoTokenizer, DataCollatorForMultipleChoice, Trainer
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, report, timed_train
 
 
 def read_arc(path):
@@ -35,16 +33,7 @@ def read_arc(path):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
-    parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=3e-5)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = peer_parser(batch=16, lr=3e-5).parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForMultipleChoice.from_pretrained(args.model)
 
@@ -64,23 +53,10 @@ def main():
     trainer = Trainer(
         model=model, args=training, train_dataset=train, data_collator=DataCollatorForMultipleChoice(tokenizer)
     )
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     output = trainer.predict(dev)
     accuracy = float((np.argmax(output.predictions, axis=-1) == np.asarray(dev["labels"])).mean())
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-multiple-choice",
-                "train_examples": len(train),
-                "epochs": args.epochs,
-                "train_s": round(train_s, 1),
-                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                "dev": {"accuracy": round(accuracy, 4)},
-            }
-        )
-    )
+    report("hf-trainer-multiple-choice", len(train), args.epochs, train_s, dev={"accuracy": round(accuracy, 4)})
 
 
 if __name__ == "__main__":

@@ -1,24 +1,18 @@
 """Peer baseline: multi-label classification with the Hugging Face Trainer, the way its documentation does it.
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup, no weight decay):
-each text tokenised with truncation at --seq-len and padded per batch (DataCollatorWithPadding, the Trainer's
-collator when it is given the tokenizer; transformers' run_glue.py pads every text to its max_seq_length by default,
-pad_to_max_length, much slower on these short sentences), AutoModelForSequenceClassification with
-problem_type="multi_label_classification" (BERT's [CLS] through its pooler, dropout, a linear layer; a sigmoid per
-label and BCEWithLogitsLoss), float multi-hot labels. A label is predicted when its sigmoid is above 0.5, as the
-Hugging Face way does; the dev probabilities are also written (--probabilities, a .npy array of examples x labels in
-the dev file's order and the label order given) so that the caller can score them at other thresholds with its own
-scorer. Reads JSON Lines of {"text": ..., "labels": [...]} (bench/conll_entity_types.py's files). Prints one JSON
-line: training seconds and examples (sentences) per second of `trainer.train()`, dev micro and macro F1 at 0.5
-(scikit-learn, the usual way), and where the dev probabilities are.
+texts cut at --seq-len and padded per batch (DataCollatorWithPadding; run_glue.py's pad-to-max-length would be much
+slower on these short sentences), AutoModelForSequenceClassification with problem_type="multi_label_classification"
+([CLS] through the pooler, a sigmoid per label, BCEWithLogitsLoss), float multi-hot labels. Reads JSON Lines of
+{"text": ..., "labels": [...]} (bench/conll_entity_types.py's files); writes the dev probabilities (--probabilities,
+a .npy array, examples x labels in the order given) for the caller's own scorer. Prints one JSON line: examples per
+second of `trainer.train()` and dev micro and macro F1 at 0.5 (scikit-learn).
 
     python bench/peers/hf_multilabel_peer.py --model DIR --train FOLDER/train.jsonl --dev FOLDER/dev.jsonl \
         --labels PER ORG LOC MISC --epochs 3 --probabilities OUT/peer-dev-probabilities.npy
 """
 
-import argparse
 import json
-import time
 
 import numpy as np
 import torch
@@ -26,7 +20,7 @@ from datasets import Dataset, List, Value
 from sklearn.metrics import f1_score
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, Trainer
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, report, timed_train
 
 
 def read_jsonl(path, labels):
@@ -41,17 +35,9 @@ def read_jsonl(path, labels):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
+    parser = peer_parser(batch=32, lr=5e-5, epochs=3.0)
     parser.add_argument("--labels", nargs="+", required=True)
     parser.add_argument("--probabilities", required=True, help="the .npy file to write the dev probabilities to")
-    parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForSequenceClassification.from_pretrained(
@@ -71,29 +57,17 @@ def main():
     (train, _), (dev, references) = encode(args.train), encode(args.dev)
     training = peer_training_arguments(args, 64)
     trainer = Trainer(model=model, args=training, train_dataset=train, processing_class=tokenizer)
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     logits = trainer.predict(dev).predictions
     probabilities = torch.sigmoid(torch.from_numpy(np.asarray(logits)).double()).numpy()
     np.save(args.probabilities, probabilities)
     predicted = (probabilities > 0.5).astype(int)
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-multilabel",
-                "train_examples": len(train),
-                "epochs": args.epochs,
-                "train_s": round(train_s, 1),
-                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                "dev_at_0.5": {
-                    average: round(float(f1_score(references, predicted, average=average, zero_division=0)), 4)
-                    for average in ("micro", "macro")
-                },
-                "dev_probabilities": str(args.probabilities),
-            }
-        )
-    )
+    at_half = {
+        average: round(float(f1_score(references, predicted, average=average, zero_division=0)), 4)
+        for average in ("micro", "macro")
+    }
+    figures = {"dev_at_0.5": at_half, "dev_probabilities": str(args.probabilities)}
+    report("hf-trainer-multilabel", len(train), args.epochs, train_s, **figures)
 
 
 if __name__ == "__main__":

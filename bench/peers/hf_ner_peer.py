@@ -8,16 +8,12 @@ by seqeval. Prints one JSON line: training examples (sentences) per second of `t
     python bench/peers/hf_ner_peer.py --model DIR --train FOLDER/train.txt --dev FOLDER/dev.txt --epochs 1
 """
 
-import argparse
-import json
-import time
-
 import numpy as np
 from datasets import Dataset
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, report, timed_train
 
 
 def read_conll(path):
@@ -38,16 +34,7 @@ def read_conll(path):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
-    parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = peer_parser(batch=32, lr=5e-5).parse_args()
     train_sentences, dev_sentences = read_conll(args.train), read_conll(args.dev)
     labels = sorted({tag for _, tags in train_sentences for tag in tags})
     label_ids = {label: index for index, label in enumerate(labels)}
@@ -74,9 +61,7 @@ def main():
     trainer = Trainer(
         model=model, args=training, train_dataset=train, data_collator=DataCollatorForTokenClassification(tokenizer)
     )
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     output = trainer.predict(dev)
     predictions = np.argmax(output.predictions, axis=-1)
     gold, guessed = [], []
@@ -90,18 +75,8 @@ def main():
         "recall": recall_score(gold, guessed),
         "accuracy": accuracy_score(gold, guessed),
     }
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-ner",
-                "train_examples": len(train),
-                "epochs": args.epochs,
-                "train_s": round(train_s, 1),
-                "examples_per_s": round(len(train) * args.epochs / train_s, 2),
-                "dev": {name: round(float(value), 4) for name, value in scores.items()},
-            }
-        )
-    )
+    dev_scores = {name: round(float(value), 4) for name, value in scores.items()}
+    report("hf-trainer-ner", len(train), args.epochs, train_s, dev=dev_scores)
 
 
 if __name__ == "__main__":

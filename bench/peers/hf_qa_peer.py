@@ -1,26 +1,22 @@
 """Peer baseline: extractive question answering with the Hugging Face Trainer, the way transformers' run_qa.py does it.
 
 Only transformers, datasets and the Trainer with its defaults (AdamW, linear decay, no warmup, no weight decay):
-each question and its context tokenised into windows of --max-length tokens sharing --doc-stride
-(truncation="only_second", overflowing tokens kept, character offsets returned), padded to --max-length as
-run_qa.py's default pad_to_max_length does (--no-pad-to-max-length: padded per batch instead), a window labelled
-with its answer's first and last token or with [CLS] when the answer is not wholly in it or the question has none;
-AutoModelForQuestionAnswering. Dev answers come from run_qa.py's post-processing: over all windows of a question the
---n-best best starts and ends, spans inside the context of at most --max-answer-length tokens; with
---version-2-with-negative the question is left unanswered when the no-answer score (the lowest [CLS] start + end
-over its windows) beats the best span by more than --null-score-diff-threshold (run_qa.py's default 0.0).
+each question and its context cut into windows of --seq-len tokens sharing --doc-stride (truncation="only_second",
+offsets kept), padded to --seq-len as run_qa.py's pad_to_max_length does (--no-pad-to-max-length: per batch), a
+window labelled with its answer's first and last token or [CLS] when the answer is not wholly in it or there is
+none; AutoModelForQuestionAnswering. Dev answers by run_qa.py's post-processing: the --n-best starts and ends over a
+question's windows, spans of at most --max-answer-length tokens; with --version-2-with-negative no answer when the
+no-answer score (the lowest [CLS] start + end) beats the best span by more than --null-score-diff-threshold.
 
-Nothing is downloaded: the SQuAD JSON files are read with `json` (run_qa.py reads the hub's flattened copy; the
-columns built here are the same), and no metric is loaded: the answers (question id -> text, "" for no answer) go
-to --predictions, with each question's best span and null margin (no-answer score minus best span score), for the
-caller to score. Prints one JSON line: training windows (and questions) per second of `trainer.train()`.
+Nothing is downloaded or scored here: the SQuAD JSON files are read with `json`, and the answers (id -> text, ""
+for none), each question's best span and null margin go to --predictions for the caller to score. Prints one JSON
+line: training windows (and questions) per second of `trainer.train()`.
 
     python bench/peers/hf_qa_peer.py --model DIR --train FOLDER/train.json --dev FOLDER/dev.json --predictions OUT.json
 """
 
 import argparse
 import json
-import time
 
 import numpy as np
 from datasets import Dataset
@@ -33,7 +29,7 @@ from transformers import (
     set_seed,
 )
 
-from _hf_peer import peer_training_arguments
+from _hf_peer import peer_parser, peer_training_arguments, timed_train
 
 
 def read_squad_columns(path):
@@ -155,28 +151,20 @@ def best_answers(questions, features, start_logits, end_logits, args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--train", required=True)
-    parser.add_argument("--dev", required=True)
+    parser = peer_parser(batch=16, lr=5e-5, epochs=2.0, seq_len=384)
     parser.add_argument("--predictions", required=True, help="the JSON file the dev answers are written to")
-    parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps (-1: the epochs)")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--lr", type=float, default=5e-5)
-    parser.add_argument("--max-length", type=int, default=384)
     parser.add_argument("--doc-stride", type=int, default=128)
     parser.add_argument("--pad-to-max-length", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--version-2-with-negative", action="store_true")
     parser.add_argument("--null-score-diff-threshold", type=float, default=0.0)
     parser.add_argument("--n-best", type=int, default=20)
     parser.add_argument("--max-answer-length", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     set_seed(args.seed)  # before the model, as run_qa.py: the new head's initial weights follow the seed
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForQuestionAnswering.from_pretrained(args.model)
-    args.max_length = min(args.max_length, tokenizer.model_max_length)
+    args.max_length = min(args.seq_len, tokenizer.model_max_length)
     train_questions, dev_questions = read_squad_columns(args.train), read_squad_columns(args.dev)
     train = train_questions.map(
         training_features(tokenizer, args), batched=True, remove_columns=train_questions.column_names
@@ -187,9 +175,7 @@ def main():
     training = peer_training_arguments(args, 32, max_steps=args.max_steps)
     collator = default_data_collator if args.pad_to_max_length else DataCollatorWithPadding(tokenizer)
     trainer = Trainer(model=model, args=training, train_dataset=train, data_collator=collator)
-    start = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - start
+    train_s = timed_train(trainer)
     # The Trainer drops the columns the model does not take (example_id, offset_mapping) from its batches.
     start_logits, end_logits = trainer.predict(dev).predictions
     answers, spans, margins, without_span = best_answers(dev_questions, dev, start_logits, end_logits, args)
@@ -197,24 +183,16 @@ def main():
         json.dump({"answers": answers, "spans": spans, "null_margins": margins}, out, ensure_ascii=False)
     steps = trainer.state.global_step
     trained = min(len(train) * args.epochs, steps * args.batch) if args.max_steps > 0 else len(train) * args.epochs
-    print(
-        json.dumps(
-            {
-                "peer": "hf-trainer-question-answering",
-                "train_questions": len(train_questions),
-                "train_windows": len(train),
-                "dev_questions": len(dev_questions),
-                "dev_windows": len(dev),
-                "epochs": args.epochs,
-                "steps": steps,
-                "padded_to_max_length": args.pad_to_max_length,
-                "train_s": round(train_s, 1),
-                "windows_per_s": round(trained / train_s, 2),
-                "questions_per_s": round(trained * len(train_questions) / len(train) / train_s, 2),
-                "dev_without_span": without_span,
-            }
-        )
-    )
+    figures = {
+        "train_questions": len(train_questions),
+        "train_windows": len(train),
+        "dev_questions": len(dev_questions),
+    }
+    figures |= {"dev_windows": len(dev), "epochs": args.epochs, "steps": steps}
+    figures |= {"padded_to_max_length": args.pad_to_max_length, "train_s": round(train_s, 1)}
+    figures |= {"windows_per_s": round(trained / train_s, 2), "dev_without_span": without_span}
+    figures |= {"questions_per_s": round(trained * len(train_questions) / len(train) / train_s, 2)}
+    print(json.dumps({"peer": "hf-trainer-question-answering", **figures}))
 
 
 if __name__ == "__main__":

@@ -11,15 +11,13 @@ so that its linear LR decay completes inside the budget; the stop is only a safe
 
 from __future__ import annotations
 
-import argparse
 import json
-import runpy
-import sys
 import time
-from pathlib import Path
 
 import transformers
 from transformers import TrainerCallback
+
+from _hf_peer import run_unchanged, wrapper_parser
 
 
 class StopAtBudget(TrainerCallback):
@@ -39,12 +37,9 @@ class StopAtBudget(TrainerCallback):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = wrapper_parser(__doc__, "folder for the trained model and budget.json")
     parser.add_argument("--budget-seconds", type=float, required=True, help="wall-clock training budget")
-    parser.add_argument("--save-to", type=Path, required=True, help="folder for the trained model and budget.json")
-    parser.add_argument("peer", nargs=argparse.REMAINDER, help="-- then the peer script and its own arguments")
     arguments = parser.parse_args()
-    peer_command = arguments.peer[1:] if arguments.peer[:1] == ["--"] else arguments.peer
     budget = StopAtBudget(arguments.budget_seconds)
     original_train = transformers.Trainer.train
 
@@ -62,8 +57,7 @@ def main() -> None:
         return output
 
     transformers.Trainer.train = train_within_budget
-    sys.argv = peer_command
-    runpy.run_path(peer_command[0], run_name="__main__")
+    run_unchanged(arguments.peer)
 
 
 if __name__ == "__main__":

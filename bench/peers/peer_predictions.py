@@ -11,21 +11,16 @@ inside the peer's timed region the wrapper adds one function call and a list app
 
 from __future__ import annotations
 
-import argparse
-import runpy
 import sys
-from pathlib import Path
 
 import numpy as np
 import transformers
 
+from _hf_peer import run_unchanged, wrapper_parser
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--save-to", type=Path, required=True, help="the .npy file for the logits")
-    parser.add_argument("peer", nargs=argparse.REMAINDER, help="-- then the peer script and its own arguments")
-    arguments = parser.parse_args()
-    peer_command = arguments.peer[1:] if arguments.peer[:1] == ["--"] else arguments.peer
+    arguments = wrapper_parser(__doc__, "the .npy file for the logits").parse_args()
     kept = []
     original_predict = transformers.Trainer.predict
 
@@ -35,9 +30,7 @@ def main() -> None:
         return output
 
     transformers.Trainer.predict = predict_and_keep
-    sys.argv = peer_command
-    sys.path.insert(0, str(Path(peer_command[0]).resolve().parent))
-    runpy.run_path(peer_command[0], run_name="__main__")
+    run_unchanged(arguments.peer)
     if len(kept) != 1:
         sys.exit(f"bench: the peer called Trainer.predict {len(kept)} times, expected once")
     np.save(arguments.save_to, kept[0])

@@ -5,40 +5,19 @@ different classes: dissimilar; CosineSimilarityLoss), then a scikit-learn Logist
     python bench/peers/setfit_peer.py --model DIR --train FOLDER/train.jsonl [FOLDER/dev.jsonl] \
         --test FOLDER/test.jsonl --text-columns sentence --output OUT/setfit.json --seed 0
 
-Only setfit (and what it imports: sentence-transformers, transformers, scikit-learn), never the toolkit.
-`SetFitModel.from_pretrained(DIR)` on a local sentence-transformers folder (HF_HUB_OFFLINE=1 is set: nothing is
-downloaded) and setfit's `Trainer` / `TrainingArguments` with the library's defaults (batch 16, one epoch of pairs,
-body LR 2e-5, warmup 10%, LogisticRegression head, no max_length) except:
+Only setfit (and what it imports), never the toolkit: `SetFitModel.from_pretrained(DIR)` on a local folder
+(HF_HUB_OFFLINE=1) and setfit's `Trainer` with the library's defaults (batch 16, one epoch of pairs, body LR 2e-5,
+warmup 10%, LogisticRegression head) except num_iterations=20 (--num-iterations: 20 positive and 20 negative pairs
+per training row, as the issue's measurement ran it; the default takes every pair), --seed (default 42 there), and
+nothing saved or reported (none of which changes the model).
 
-- num_iterations=20 (--num-iterations): 20 positive and 20 negative pairs per training row, the setting the issue's
-  measurement used (the library's default, None, takes every pair of rows and oversamples the smaller side, which
-  grows with the square of the rows);
-- seed (--seed): the library's default is 42;
-- output_dir in a temporary folder, save_strategy "no" and report_to "none": where the library's defaults would save
-  checkpoints every 500 steps into ./checkpoints and report to every tracker installed. None of the three changes
-  the model.
-
-Input: JSON Lines, one row an object with the text column(s) and the label column (its value compared as text).
-Every file given to --train is trained on (the caller's benchmark passes the rows it also gives the toolkit, dev
-rows included: SetFit's defaults use no dev set). The classes are the training rows' (sorted); a test row of another
-class can never be predicted and counts as an error.
-
-A sentence pair (two --text-columns, e.g. CB's premise and hypothesis): SetFit reads one text per example, so the
-two are joined with the model tokenizer's separator token between them, "premise [SEP] hypothesis" for MiniLM's
-BERT tokenizer (its fast tokenizer reads the literal "[SEP]" as the special token, with segment ids all 0): the
-usual way SetFit is given pairs.
-
-Output: one JSON line, written to --output and printed: accuracy and macro-F1 on the test file (scikit-learn;
-macro-F1 averaged over the test rows' classes that are training classes: a test row of a class no training row has
-is an error in both, and a predicted class the test file lacks adds no zero to the average), the rows, the classes,
-the embedding phase's optimizer steps, and the wall seconds of loading, training (`trainer.train()`: both phases)
-and predicting. --predictions also writes the predicted label of every test row (JSON Lines, {"label": ...}, in the
-test file's order) for the caller to score with its own code.
-
-transformers 5.x: setfit 1.2.0 was installed with --no-deps beside transformers 5.25 and sentence-transformers 6.3;
-its own compatibility code covers them (setfit/compat.py: the moved sentence-transformers modules and
-default_logdir; trainer.py: warmup_ratio, which transformers 5 dropped, given as a fractional warmup_steps), and
-this script needed no workaround of its own (checked with setfit 1.2.0, 2026-12-04).
+Input: JSON Lines rows with the text column(s) and the label column (compared as text); every --train file is
+trained on. The classes are the training rows' (sorted); a test row of another class counts as an error. Two
+--text-columns (a pair, CB's premise and hypothesis) are joined as "premise [SEP] hypothesis" with the tokenizer's
+separator: SetFit reads one text. Output: one JSON line, written to --output and printed: accuracy and macro-F1 on
+the test file (over the test rows' classes that are training classes), the rows, the classes, the embedding
+phase's steps and the seconds of loading, training (both phases) and predicting; --predictions also writes each
+test row's predicted label (JSON Lines). Checked with setfit 1.2.0 (installed --no-deps) beside transformers 5.
 """
 
 import argparse
@@ -99,11 +78,8 @@ def main():
     model = SetFitModel.from_pretrained(args.model)
     separator = model.model_body.tokenizer.sep_token
     load_s = time.perf_counter() - start
-    texts, labels = [], []
-    for path in args.train:
-        more_texts, more_labels = read_rows(path, args.text_columns, args.label_column, separator)
-        texts += more_texts
-        labels += more_labels
+    rows = [read_rows(path, args.text_columns, args.label_column, separator) for path in args.train]
+    texts, labels = [text for part, _ in rows for text in part], [label for _, part in rows for label in part]
     classes = sorted(set(labels))
     model.labels = classes  # what from_pretrained(labels=...) sets: the head's class ids are indices into it
     index = {label: position for position, label in enumerate(classes)}
@@ -128,19 +104,10 @@ def main():
     if args.predictions:
         with open(args.predictions, "w", encoding="utf-8") as out:
             out.writelines(json.dumps({"label": label}) + "\n" for label in predicted)
-    result = {
-        "peer": "setfit",
-        "train_rows": len(texts),
-        "classes": len(classes),
-        "test_rows": len(test_texts),
-        "num_iterations": args.num_iterations,
-        "seed": args.seed,
-        "steps": trainer.st_trainer.state.global_step,
-        **scores(test_labels, predicted, classes),
-        "load_s": round(load_s, 2),
-        "train_s": round(train_s, 2),
-        "predict_s": round(predict_s, 2),
-    }
+    result = {"peer": "setfit", "train_rows": len(texts), "classes": len(classes), "test_rows": len(test_texts)}
+    result |= {"num_iterations": args.num_iterations, "seed": args.seed, "steps": trainer.st_trainer.state.global_step}
+    result |= scores(test_labels, predicted, classes)
+    result |= {"load_s": round(load_s, 2), "train_s": round(train_s, 2), "predict_s": round(predict_s, 2)}
     line = json.dumps(result)
     with open(args.output, "w", encoding="utf-8") as out:
         out.write(line + "\n")

@@ -29,7 +29,7 @@ def test_the_wall_time_sums_the_sittings_and_not_the_hours_between_them(tmp_path
 
 
 def test_every_trial_checkpoints_periodically_so_a_stopped_sitting_resumes_mid_trial(tmp_path):
-    arguments = argparse.Namespace(work_dir=tmp_path, max_length=128, trials=20, checkpoint_every=50)
+    arguments = argparse.Namespace(work=tmp_path, max_length=128, trials=20, checkpoint_every=50)
     command = rte_search.search_command(arguments, "minilm", tmp_path / "RTE", resume=True)
     assert "checkpoint_every=50" in command
     assert command[-1] == "--resume"
