@@ -364,10 +364,6 @@ def json_recipe(path: Path, recipe: dict) -> Path:
     return path
 
 
-if __name__ == "__main__":
-    sys.exit(1 if smoke_all(sys.argv[1:]) else 0)
-
-
 # --- group 3 additions ---
 
 
@@ -389,3 +385,7 @@ def trainer_budget(rows: int, batch: int, epochs: int, lr: float, max_length: in
         f"task.max_length={max_length}", "schedule.kind=linear", "schedule.warmup_fraction=0.0", "keep_best=false",
         f"training.log_every={-(-rows // batch)}",
     ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(1 if smoke_all(sys.argv[1:]) else 0)

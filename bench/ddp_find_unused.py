@@ -27,7 +27,7 @@ from glue_quality import VARIANTS, truncated_task
 # Run inside each process: finetune's fine-tuning, with make_accelerator's flag forced to FORCE.
 LAUNCHER = """
 import sys
-import finetune.kinds.stage as task_stage
+import finetune.kinds.fine_tuning as task_stage
 from finetune.cli import app
 
 force = sys.argv[1] == "True"

@@ -42,8 +42,6 @@ from types import SimpleNamespace
 
 import _harness as harness
 from _common import GLUE, PEERS, ROOT, WIKITEXT, cpu_model, minilm_checkpoint, require, run, steady_rate
-from clm_pretrain import tokenizer_folder
-from mlm_pretrain import training_corpus
 
 sys.path.insert(0, str(ROOT))
 from finetune.models.flops import matmul_gflops, training_flops_per_token
@@ -232,7 +230,9 @@ def main() -> None:
     if args.dry_run:  # name the inputs, make none (the tokenizer takes a minute to train)
         corpus, bpe = work / f"wikitext2-{lines}-lines.txt", work / "tokenizer"
     else:
-        corpus, bpe = training_corpus(work, lines), tokenizer_folder(work, args.clm_vocab)
+        train = WIKITEXT / "train.txt"
+        corpus = harness.text_head(train, lines, work / f"wikitext2-{lines}-lines.txt")
+        bpe = harness.byte_level_bpe(work / f"bpe-{args.clm_vocab}", args.clm_vocab, train)
     results = [pretraining(args, "mlm", corpus, Path(minilm_checkpoint("the BERT vocabulary")), work)]
     results.append(pretraining(args, "clm", corpus, bpe, work))
     tuned, data_dir = finetuning(args, work / "mlm" / "checkpoint", work)

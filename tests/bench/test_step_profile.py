@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from finetune.recipes import load_recipe
-from finetune.stages.pretrain import PretrainStage
+from finetune.stages.pretrain import Pretraining
 from tests.conftest import REPO_ROOT, write_corpus
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
@@ -46,7 +46,7 @@ def test_a_tiny_masked_lm_step_is_profiled_into_categories(tmp_path):
         ["model.layers=1", "model.hidden=16", "model.heads=2", "model.dropout=0.1"],
     )
     products = lambda rows: masked_lm_products(1, 16, 2, 16, 4, 200, round(rows))
-    workload = step_profile.Workload("tiny BERT", "tokens", PretrainStage, (recipe,), products)
+    workload = step_profile.Workload("tiny BERT", "tokens", Pretraining, (recipe,), products)
     record = step_profile.profile_workload(workload, WARMUP, STEPS, top=5)
 
     categories = record["categories_ms"]
@@ -80,7 +80,7 @@ def test_the_awd_lstms_dropouts_and_recurrence_are_found(tmp_path):
             "checkpoint_every=null",
         ],
     )
-    workload = step_profile.Workload("tiny AWD-LSTM", "tokens", PretrainStage, (recipe,))
+    workload = step_profile.Workload("tiny AWD-LSTM", "tokens", Pretraining, (recipe,))
     record = step_profile.profile_workload(workload, WARMUP, STEPS, top=5)
     assert record["categories_ms"][RECURRENCE] > 0
     assert record["categories_ms"][DROPOUT] > 0  # RNNDropout's mask multiplied in by hand, labelled while profiled
@@ -90,6 +90,6 @@ def test_the_awd_lstms_dropouts_and_recurrence_are_found(tmp_path):
 def test_a_profile_that_would_hold_an_epochs_end_stops_the_benchmark(tmp_path):
     # 20 short lines give fewer batches than the 4 steps: the end-of-epoch evaluation would fall inside the profile.
     recipe = tiny_recipe(tmp_path, "quickstart/pretrain.yaml", ["model.layers=1", "model.hidden=16"], lines=20)
-    workload = step_profile.Workload("tiny BERT", "tokens", PretrainStage, (recipe,))
+    workload = step_profile.Workload("tiny BERT", "tokens", Pretraining, (recipe,))
     with pytest.raises(SystemExit, match="an epoch ended inside the profile"):
         step_profile.profile_workload(workload, WARMUP, STEPS)

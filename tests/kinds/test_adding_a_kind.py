@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Step 1: finetune/kinds/ranking/, module by module as the guide lists them (a placeholder fine-tuning job: nothing trains here).
+# Step 1: finetune/kinds/ranking/, module by module as the guide lists them (a placeholder job: nothing trains here).
 PACKAGE = {
     "__init__.py": '''
         """Task kind ranking: a relevance score per (query, passage) pair.
