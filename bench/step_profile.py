@@ -162,7 +162,7 @@ class StepWindow(TrainingEvents):
 def profiled(job_class: type[TrainingJob], window: StepWindow) -> type[TrainingJob]:
     """`job_class` whose run reports to `window`: its model, each step's start, each loss's terms."""
 
-    class Profiled(job_class):  # type: ignore[valid-type,misc]
+    class Profiled(job_class):
         def setup(self, accelerator, resume_from):
             training = super().setup(accelerator, resume_from)
             window.model = training.model

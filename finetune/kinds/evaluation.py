@@ -8,9 +8,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from finetune.data.examples import TaskExamples
+from finetune.data.task_files import split_source
 from finetune.errors import UserError, recipe_key
+from finetune.kinds.dev_split import split_to_score
 from finetune.models.hub import load_tokenizer
 from finetune.recipes import EvalRecipe, TaskConfig
+
+
+def examples_to_score(spec, task, recipe: EvalRecipe) -> TaskExamples:
+    """The rows `finetune eval` scores (task.dev_split: those the runs held out), refused in one line when they hold no
+    labels and the recipe does not ask for predictions alone (write_predictions)."""
+    examples = split_to_score(spec, task, recipe)
+    if examples.labels is None and not recipe.write_predictions:
+        raise UserError(
+            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
+            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
+            "predict it)"
+        )
+    return examples
 
 
 def refuse_ensembles(recipe: EvalRecipe, models: str) -> None:

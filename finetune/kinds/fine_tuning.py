@@ -137,8 +137,8 @@ class TaskFineTuning(TrainingJob):
         if note := few_steps_note(total_steps):
             say(note)
         # Optimizer steps between two thaws when unfreezing goes by steps; None when it goes by epochs.
-        self.thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
-        self.unfreezing = GradualUnfreezing(self.groups, unfreezing, self.thaw_every)
+        thaw_every = thaw_interval(total_steps, unfreezing.every_steps, unfreezing.every_fraction)
+        self.unfreezing = GradualUnfreezing(self.groups, unfreezing, thaw_every)
         return TrainingSetup(
             self.model,
             optimizer,
@@ -269,7 +269,7 @@ class TaskFineTuning(TrainingJob):
         self.best_dir = context.run_dir / BEST_DIR
         steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
         epochs = math.ceil(context.total_steps / steps_per_epoch)
-        by_epoch = self.thaw_every is None and not context.resumed
+        by_epoch = self.unfreezing.thaw_every is None and not context.resumed
         if by_epoch and (note := frozen_groups_note(self.recipe.unfreezing, len(self.groups), epochs)):
             say(note)  # said, not silently left: the lower groups keep their pretrained weights
 

@@ -131,5 +131,12 @@ class GradualUnfreezing(TrainingEvents):
 
     def _log(self, loop, step: int, epoch: int, trainable: int) -> None:
         # `step`: the steps taken before the change; it holds from step + 1 on (what plots.is_trainable reads).
-        record = {"phase": "unfreeze", "step": step, "epoch": epoch, "trainable_groups": trainable}
-        loop.metrics_log.write({**record, "total_groups": len(self.groups)})
+        loop.metrics_log.write(
+            {
+                "phase": "unfreeze",
+                "step": step,
+                "epoch": epoch,
+                "trainable_groups": trainable,
+                "total_groups": len(self.groups),
+            }
+        )

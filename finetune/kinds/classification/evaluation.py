@@ -10,13 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.data.task_files import split_source
-from finetune.errors import UserError, recipe_key
+from finetune.errors import recipe_key
 from finetune.inference.calibration import temperature_of
 from finetune.inference.ensemble import check_one_task, ensemble_outputs
 from finetune.inference.predict import example_logits, logits_to_predictions
-from finetune.kinds.dev_split import split_to_score
-from finetune.kinds.evaluation import one_task
+from finetune.kinds.evaluation import examples_to_score, one_task
 from finetune.kinds.recipe import TextTaskSection
 from finetune.models.heads import load_finetuned
 from finetune.models.hub import load_tokenizer
@@ -32,13 +30,7 @@ def run_classification_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> 
     """Score every model of `models` and every ensemble of `ensembles` (and its members) on `split` of `task`."""
     task = one_task(recipe)
     assert isinstance(task, TextTaskSection)  # the sequence-classification kinds read text columns
-    examples = split_to_score(spec, task, recipe)  # task.dev_split: the rows the runs held out
-    if examples.labels is None and not recipe.write_predictions:
-        raise UserError(
-            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
-            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
-            "predict it)"
-        )
+    examples = examples_to_score(spec, task, recipe)
     models, ensembles = recipe.models or {}, recipe.ensembles or {}
     keys = {path: f"models.{name}" for name, path in models.items()}  # each checkpoint loaded and run once
     for name, members in ensembles.items():

@@ -6,11 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from finetune.console import console
-from finetune.data.task_files import split_source
 from finetune.errors import UserError
 from finetune.inference.predict import example_logits
-from finetune.kinds.dev_split import split_to_score
-from finetune.kinds.evaluation import load_each, models_of, one_task, refuse_ensembles, tokenizer_of
+from finetune.kinds.evaluation import examples_to_score, load_each, models_of, one_task, refuse_ensembles, tokenizer_of
 from finetune.kinds.multilabel.metrics import label_table, multilabel_metrics
 from finetune.kinds.multilabel.model import DEFAULT_THRESHOLD, load_finetuned_multilabel, saved_threshold
 from finetune.kinds.multilabel.recipe import MultilabelSection
@@ -36,13 +34,7 @@ def run_multilabel_eval(recipe: EvalRecipe, spec: TaskSpec, accelerator) -> dict
             "task.threshold: dev is chosen while fine-tuning and saved with the checkpoint, which eval "
             "applies; give a number to score at another one, or leave it out"
         )
-    examples = split_to_score(spec, task, recipe)  # task.dev_split: the rows the runs held out
-    if examples.labels is None and not recipe.write_predictions:
-        raise UserError(
-            f"task '{spec.name}': {split_source(spec, task.data_dir, recipe.split)} has no "
-            f"'{spec.label_column}' column: no labels to score against (set write_predictions=true to "
-            "predict it)"
-        )
+    examples = examples_to_score(spec, task, recipe)
     models = load_each(recipe, lambda path, **trust: load_finetuned_multilabel(path, spec, **trust))
     run_dir = prepare_run_dir(recipe, accelerator.is_main_process)
     results = {}
