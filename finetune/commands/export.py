@@ -14,6 +14,7 @@ that the graph and transformers' model agree and one rule (softmax(logits / T)) 
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import warnings
@@ -26,8 +27,8 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 from finetune.errors import RunFailed, UserError
 from finetune.inference.calibration import temperature_of
-from finetune.models.hub import is_classifier, load_model_folder, load_pretrained, load_tokenizer
-from finetune.models.loading import is_adapter_checkpoint
+from finetune.models.hub import is_classifier, load_pretrained, load_tokenizer
+from finetune.models.loading import load_model
 from finetune.models.mean_pooling import backbone_config
 from finetune.run_dir import CHECKPOINT_DIR
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
@@ -99,8 +100,6 @@ def classifier_folder(checkpoint: Path) -> Path:
     if not checkpoint.is_dir():
         raise UserError(f"CHECKPOINT: no such folder: {checkpoint}")
     folder = checkpoint / CHECKPOINT_DIR if (checkpoint / CHECKPOINT_DIR / "config.json").is_file() else checkpoint
-    if is_adapter_checkpoint(folder):
-        raise UserError(f"CHECKPOINT: {folder} holds a LoRA adapter: merge it first (`finetune merge {folder} OUT`)")
     missing = [name for name in ("config.json", HYPERPARAMETERS_FILE) if not (folder / name).is_file()]
     if missing:
         raise UserError(
@@ -132,7 +131,7 @@ def run_export(checkpoint: Path, out: Path | None = None, opset: int = DEFAULT_O
         raise UserError(f"--opset: {opset} is older than {OLDEST_OPSET}, the oldest torch's ONNX exporter writes")
     folder = classifier_folder(checkpoint)
     target = output_folder(folder, out)
-    model = load_model_folder(AutoModelForSequenceClassification, str(folder)).eval()
+    model = load_model(AutoModelForSequenceClassification, str(folder)).eval()  # a LoRA adapter merged in
     tokenizer = load_tokenizer(str(folder))
     inputs = tuple(name for name in INPUT_NAMES if name in tokenizer.model_input_names)
     sample = tokenizer(SAMPLE_TEXTS, padding=True, truncation=True, max_length=SAMPLE_LENGTH, return_tensors="pt")
@@ -152,12 +151,21 @@ def run_export(checkpoint: Path, out: Path | None = None, opset: int = DEFAULT_O
         shutil.rmtree(partial, ignore_errors=True)
         raise RunFailed(f"ONNX Runtime's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}): not written")
     tokenizer.save_pretrained(str(partial))
-    for name in ("config.json", HYPERPARAMETERS_FILE):
-        shutil.copyfile(folder / name, partial / name)
+    write_graph_config(folder / "config.json", partial / "config.json")
+    shutil.copyfile(folder / HYPERPARAMETERS_FILE, partial / HYPERPARAMETERS_FILE)
     if target.exists():
         target.rmdir()  # empty (output_folder): the complete folder takes its name
     partial.rename(target)
     return Exported(target / MODEL_FILE, inputs, opset, difference, temperature_of(model.config))
+
+
+def write_graph_config(source: Path, target: Path) -> None:
+    """The checkpoint's config.json (labels, temperature) for the graph's folder, without "auto_map": that names code
+    files (a mean-pooling head's) the folder does not hold, and AutoTokenizer, which reads config.json, would ask
+    whether to run them."""
+    config = json.loads(source.read_text(encoding="utf-8"))
+    config.pop("auto_map", None)
+    target.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def export_graph(

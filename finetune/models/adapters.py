@@ -16,6 +16,8 @@ generate and a later stage read it as any checkpoint.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +27,7 @@ from torch import nn
 from finetune.errors import InputError
 from finetune.models.backbones import Groups
 from finetune.models.hub import _first_line
+from finetune.models.loading import ADAPTER_CONFIG_FILE
 from finetune.models.mean_pooling import backbone_config
 
 ALL_LINEAR = "all-linear"  # peft's every linear layer but the output layer
@@ -176,8 +179,27 @@ def save_adapter(adapted, folder: Path) -> None:
     if not had_card:
         card.unlink(missing_ok=True)  # peft's empty template: the run writes its own card
     model = adapted.get_base_model()
+    pin_target_modules(Path(folder) / ADAPTER_CONFIG_FILE, adapted_module_names(model))
     model.config.architectures = [type(model).__name__]  # what save_pretrained records for a whole model
     model.config.save_pretrained(str(folder))
+
+
+def adapted_module_names(model: nn.Module) -> list[str]:
+    """The full names of the modules that got LoRA, as peft matches them in the model it adapts."""
+    from peft.tuners.lora import LoraLayer
+
+    return [name for name, module in model.named_modules() if isinstance(module, LoraLayer)]
+
+
+def pin_target_modules(config_file: Path, names: list[str]) -> None:
+    """Record the adapted modules in adapter_config.json by their full names (one pattern peft matches whole), not by
+    their last names ("query"). Loaded on a model of another class, whose modules are named differently (a family's
+    own classifier, "bert.encoder...", where the adapter was trained on a mean-pooling head, "encoder.encoder..."),
+    peft then stops with "Target modules ... not found in the base model" instead of leaving the LoRA matrices and
+    the head unloaded with a warning and predicting at chance."""
+    stored = json.loads(config_file.read_text())
+    stored["target_modules"] = "|".join(re.escape(name) for name in names)
+    config_file.write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
 
 
 def _as_list(targets: Any) -> list[str]:

@@ -190,6 +190,21 @@ class MeanPoolingForSequenceClassification(_MeanPoolingBase):
             loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, config=None, **kwargs):
+        """transformers' load of a saved mean-pooling classifier; given a mean-pooling `config` and any other
+        checkpoint (a bare encoder, a masked LM, a classifier: what a LoRA adapter records as its base), that
+        checkpoint's encoder under a new head, so that `PeftModel.from_pretrained(AutoModelForSequenceClassification
+        .from_pretrained(BASE, config=AutoConfig.from_pretrained(ADAPTER, trust_remote_code=True)), ADAPTER)` is the
+        model the adapter was trained on. (transformers alone would look for "encoder."-prefixed names in BASE, find
+        a masked LM's "bert." ones, and start the encoder from random weights with a warning.)"""
+        if isinstance(config, MeanPoolingConfig) and not _holds_mean_pooling_weights(pretrained_model_name_or_path):
+            for auto_only in ("adapter_kwargs", "_from_auto"):  # the Auto class's own, which AutoModel sets again
+                kwargs.pop(auto_only, None)
+            encoder = AutoModel.from_pretrained(pretrained_model_name_or_path, config=_encoder_of(config), **kwargs)
+            return load_encoder_weights(cls(config), encoder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, config=config, **kwargs)
+
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """transformers' save (which copies this file and scalar_mix.py beside the weights), the encoder named for
         AutoModel in auto_map, and the files that make the folder a sentence-transformers model."""
@@ -201,6 +216,12 @@ class MeanPoolingForSequenceClassification(_MeanPoolingBase):
         write_sentence_transformers_files(
             Path(save_directory), _encoder_of(self.config).hidden_size, getattr(self.config, "normalize", False)
         )
+
+
+def _holds_mean_pooling_weights(name: str | os.PathLike) -> bool:
+    """Whether the checkpoint `name` (a folder or a hub name) is a saved mean-pooling classifier, by its config.json."""
+    config, _ = PretrainedConfig.get_config_dict(name)
+    return config.get("model_type") == MeanPoolingConfig.model_type
 
 
 def _qualified(cls: type) -> str:

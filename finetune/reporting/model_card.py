@@ -60,6 +60,12 @@ def _evaluations(records: list[dict], names: list[str]) -> str:
     return _table(["step", "epoch"] + names, rows) if rows else "(no evaluation was logged)"
 
 
+MEAN_POOLING_IMPORT = (
+    "import finetune.models.mean_pooling  # registers the mean-pooling head; without finetune installed, pass\n"
+    "# trust_remote_code=True to from_pretrained: the head's code is in the folder (auto_map)\n"
+)
+
+
 def _loading(architecture_import: str, auto_class: str, folder: str, adapter_base: str | None = None) -> str:
     """How to load the checkpoint in Python; with a LoRA adapter (`adapter_base`: its base checkpoint), through
     peft, or merged first."""
@@ -73,14 +79,17 @@ def _loading(architecture_import: str, auto_class: str, folder: str, adapter_bas
         f"This folder holds a LoRA adapter (peft's format) and the head, not the weights of `{adapter_base}`. "
         f"`finetune merge {folder} MERGED` writes a plain model, which `{auto_class}.from_pretrained` loads alone"
     )
-    if architecture_import or is_adapter_checkpoint(adapter_base):  # a class of ours, or a base that is an adapter
+    # A family class of ours (its from_pretrained knows no base of another layout), or a base that is an adapter.
+    if architecture_import not in ("", MEAN_POOLING_IMPORT) or is_adapter_checkpoint(adapter_base):
         return merge + "."
     return (
         merge
-        + "; with peft:\n\n```python\nfrom peft import PeftModel\n"
+        + "; with peft:\n\n```python\n"
+        + architecture_import
+        + "from peft import PeftModel\n"
         + f"from transformers import AutoConfig, AutoTokenizer, {auto_class}\n\n"
         f'tokenizer = AutoTokenizer.from_pretrained("{folder}")\n'
-        f'config = AutoConfig.from_pretrained("{folder}")  # the labels, the head\'s size\n'
+        f'config = AutoConfig.from_pretrained("{folder}")  # the labels, the head it was trained on\n'
         f'base = {auto_class}.from_pretrained("{adapter_base}", config=config)\n'
         f'model = PeftModel.from_pretrained(base, "{folder}")\n```'
     )
@@ -120,10 +129,7 @@ def head_architecture(recipe, model_type: str) -> str:
     """The import that registers the classifier's (or tagger's, ...) class of ours, for the card's loading code."""
     family = family_of_model_type(model_type)  # None for transformers' own (roberta, deberta, ...)
     return (family.classifier_registering_import if family else "") or (
-        "import finetune.models.mean_pooling  # registers the mean-pooling head; without finetune installed, pass\n"
-        "# trust_remote_code=True to from_pretrained: the head's code is in the folder (auto_map)\n"
-        if recipe.pooling in ("mean", "scalar_mix")
-        else ""
+        MEAN_POOLING_IMPORT if recipe.pooling in ("mean", "scalar_mix") else ""
     )
 
 
