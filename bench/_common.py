@@ -117,17 +117,11 @@ def last_record(run_dir: Path, phase: str) -> dict:
 
 
 def cpu_model() -> str:
-    """The CPU's model name as a result file should record it (platform.processor() is empty on most Linux)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
+    """The CPU's model name, read as the package reads it (finetune/models/flops.py, this checkout's)."""
+    sys.path.insert(0, str(ROOT))
+    from finetune.models.flops import cpu_model as read_cpu_model
 
-    return platform.processor() or platform.machine()
+    return read_cpu_model()
 
 
 def describe_machine() -> dict:

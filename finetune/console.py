@@ -89,6 +89,17 @@ def phase_bar(description: str, total: int | None, enabled: bool = True) -> Iter
 
 
 @contextmanager
+def silenced() -> Iterator[None]:
+    """No console messages inside the block (a call repeated many times, whose notes would repeat with it)."""
+    was = console.quiet
+    console.quiet = True
+    try:
+        yield
+    finally:
+        console.quiet = was
+
+
+@contextmanager
 def parallel_tokenizing() -> Iterator[None]:
     """The fast tokenizers' batch encoding on every core (Rust threads) inside the block, off again after it.
 

@@ -51,6 +51,7 @@ class Exported:
     inputs: tuple[str, ...]
     opset: int
     difference: float
+    checkpoint: Path  # the checkpoint folder it was exported from
     temperature: float = 1.0  # the checkpoint's calibration temperature (config.json): probabilities divide by it
 
 
@@ -156,7 +157,7 @@ def run_export(checkpoint: Path, out: Path | None = None, opset: int = DEFAULT_O
     if target.exists():
         target.rmdir()  # empty (output_folder): the complete folder takes its name
     partial.rename(target)
-    return Exported(target / MODEL_FILE, inputs, opset, difference, temperature_of(model.config))
+    return Exported(target / MODEL_FILE, inputs, opset, difference, folder, temperature_of(model.config))
 
 
 def write_graph_config(source: Path, target: Path) -> None:

@@ -162,10 +162,17 @@ def recorded_dev_rows(checkpoints: Sequence[str | Path], count: int) -> list[int
 def split_to_score(spec: TaskSpec, task: Any, recipe: Any) -> TaskExamples:
     """What `finetune eval` (an eval recipe) scores: the split's file, or with task.dev_split and split dev the
     training rows the scored runs (models, ensembles' members) held out."""
-    split = recipe.split
-    if split != "dev" or getattr(task, "dev_split", None) is None:
-        return read_task_split(spec, task.data_dir, split)
+    if recipe.split != "dev":
+        return read_task_split(spec, task.data_dir, recipe.split)
     checkpoints = [*(recipe.models or {}).values(), *(m for ms in (recipe.ensembles or {}).values() for m in ms)]
+    return dev_examples(spec, task, checkpoints)
+
+
+def dev_examples(spec: TaskSpec, task: Any, checkpoints: Sequence[str | Path]) -> TaskExamples:
+    """The dev rows the runs of `checkpoints` were scored on: the task's dev file, or with task.dev_split the
+    training rows they held out (the same for all of them)."""
+    if getattr(task, "dev_split", None) is None:
+        return read_task_split(spec, task.data_dir, "dev")
     refuse_a_dev_file(spec, task.data_dir)
     examples = read_task_split(spec, task.data_dir, "train")
     return take_rows(examples, recorded_dev_rows(checkpoints, row_count(examples)))

@@ -115,6 +115,20 @@ def adapter_training_flops(multiply_adds: list[float], trained: list[float], fir
     )
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as a figure measured on it should say (platform.processor() is empty on most Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def matmul_gflops(
     size: int | None = None, repeats: int = 20, device: str = "cpu", dtype: torch.dtype = torch.float32
 ) -> float:

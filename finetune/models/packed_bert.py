@@ -87,6 +87,8 @@ def covers(model) -> bool:
         isinstance(encoder, BertModel)
         and not config.is_decoder
         and getattr(config, "position_embedding_type", "absolute") == "absolute"
+        # the weights read as tensors: not a model whose linear layers torch quantized (weight() is a method there)
+        and all(isinstance(layer.attention.self.query, torch.nn.Linear) for layer in encoder.encoder.layer)  # type: ignore[union-attr]
     )
 
 

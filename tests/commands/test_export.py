@@ -112,3 +112,90 @@ def test_an_exporter_failure_is_one_line_and_leaves_no_folder(runs, tmp_path, mo
     model = f"{runs['model'] / 'checkpoint'}'s BertForSequenceClassification"
     assert result.output.strip().splitlines() == [f"error: torch.onnx.export could not export {model}: the cause"]
     assert not out.exists() and not (tmp_path / "onnx.partial").exists()
+
+
+def test_quantize_writes_an_int8_graph_and_scores_both_on_the_dev_rows(runs, tmp_path):
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(app, ["export", str(runs["model"]), "--onnx", "--quantize", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out / 'model_int8.onnx'} (int8 weights" in result.output
+    graph = onnx.load(str(out / "model_int8.onnx"))
+    operators = {node.op_type for node in graph.graph.node}
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= operators  # the linear layers run on int8 weights
+    assert (out / "model_int8.onnx").stat().st_size < (out / "model.onnx").stat().st_size
+    report = json.loads((out / "quantization.json").read_text())
+    assert report["files"] == {"fp32": "model.onnx", "int8": "model_int8.onnx"} and report["dev_not_measured"] is None
+    dev = report["dev"]
+    assert dev["rows"] == 24 and set(dev["metrics"]) == {"fp32", "int8"} and 0.0 <= dev["agreement"] <= 1.0
+    # fp32's score is the checkpoint's own on the same rows: the graph reads them as predict does.
+    dev_file = runs["model"].parent / "task" / "dev.tsv"
+    rows = [line.split("\t") for line in dev_file.read_text().splitlines()[1:]]
+    predicted = finetune.predict(str(runs["model"] / "checkpoint"), [text for text, _ in rows])
+    accuracy = np.mean([row["label"] == label.strip() for row, (_, label) in zip(predicted, rows)])
+    assert dev["metrics"]["fp32"]["accuracy"] == pytest.approx(accuracy)
+    assert f"dev (24 rows): accuracy {accuracy:.4f} fp32" in result.output
+    # ONNX Runtime alone runs it, on a padded batch of another size.
+    session = onnxruntime.InferenceSession(str(out / "model_int8.onnx"), providers=["CPUExecutionProvider"])
+    batch = AutoTokenizer.from_pretrained(out)(TEXTS, padding=True, return_tensors="np")
+    (logits,) = session.run(["logits"], {i.name: batch[i.name] for i in session.get_inputs()})
+    assert logits.shape == (len(TEXTS), 2) and np.isfinite(logits).all()
+
+
+def test_quantize_without_the_tasks_data_says_the_dev_score_is_not_measured(runs, tmp_path):
+    import shutil
+
+    checkpoint = tmp_path / "checkpoint"
+    shutil.copytree(runs["mean"] / "checkpoint", checkpoint)
+    recipe = checkpoint / "finetune_recipe.yaml"
+    recipe.write_text(recipe.read_text().replace(str(runs["mean"].parent / "task"), str(tmp_path / "moved")))
+    out = tmp_path / "onnx"
+    result = CliRunner().invoke(app, ["export", str(checkpoint), "--onnx", "--quantize", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "dev score not measured:" in result.output and str(tmp_path / "moved") in result.output
+    report = json.loads((out / "quantization.json").read_text())
+    assert report["dev"] is None and str(tmp_path / "moved") in report["dev_not_measured"]
+    assert (out / "model_int8.onnx").is_file()
+
+
+def test_bench_times_the_pipeline_our_predictor_and_both_graphs(runs, tmp_path):
+    out = tmp_path / "onnx"
+    assert (
+        CliRunner().invoke(app, ["export", str(runs["model"]), "--onnx", "--quantize", "--out", str(out)]).exit_code
+        == 0
+    )
+    record_file = tmp_path / "bench.json"
+    arguments = ["bench", str(runs["model"]), "--onnx", str(out), "--latency-inputs", "4", "--throughput-inputs", "8"]
+    result = CliRunner().invoke(app, [*arguments, "--batch-size", "4", "--json", str(record_file)])
+    assert result.exit_code == 0, result.output
+    record = json.loads(record_file.read_text())
+    engines = [
+        "transformers pipeline",
+        "finetune, torch fp32",
+        "finetune, ONNX Runtime fp32",
+        "finetune, ONNX Runtime int8",
+    ]
+    assert [engine["engine"] for engine in record["engines"]] == engines
+    for engine in record["engines"]:
+        assert 0 < engine["median_ms"] <= engine["p95_ms"] and engine["inputs_per_second"] > 0
+        assert f"| {engine['engine']} | {engine['median_ms']:.1f} |" in result.output
+    assert record["cpu"] and record["inputs"] == "the dev rows" and record["batch_size"] == 4
+    assert "| transformers pipeline |" in result.output and "| 1.00x |" in result.output
+
+
+def test_bench_reads_inputs_from_a_file_and_refuses_what_it_cannot_time_in_one_line(runs, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    small = ["--latency-inputs", "2", "--throughput-inputs", "4"]
+    result = CliRunner().invoke(app, ["bench", str(runs["mean"]), "--input", str(texts), *small])
+    assert result.exit_code == 0, result.output
+    assert "| finetune, torch fp32 |" in result.output and "ONNX" not in result.output
+    cases = [
+        (["--onnx", str(tmp_path)], "holds no model.onnx"),
+        (["--input", str(tmp_path / "nothing.txt")], "--input: no such file"),
+    ]
+    for arguments, message in cases:
+        result = CliRunner().invoke(app, ["bench", str(runs["mean"]), *arguments, *small])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    result = CliRunner().invoke(app, ["bench", str(tmp_path / "nothing"), *small])
+    assert result.exit_code == 2 and "CHECKPOINT: no such folder" in result.output

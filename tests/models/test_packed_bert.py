@@ -260,3 +260,16 @@ def test_with_dropout_the_logits_are_distributed_as_hugging_faces():
     standard_error = (spread.square() / 300 + twin_spread.square() / 300).sqrt()
     assert bool(((twin_mean - mean).abs() < 4.5 * standard_error).all()), (twin_mean - mean) / standard_error
     assert bool(((twin_spread / spread - 1).abs() < 0.25).all()), twin_spread / spread
+
+
+def test_a_model_whose_linear_layers_torch_quantized_runs_its_own_forward():
+    """torch's dynamic int8 replaces nn.Linear by modules whose weight is a method: the route leaves them alone."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from finetune.models.packed_bert import covers
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    model = BertForSequenceClassification(config).eval()
+    assert covers(model)
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    assert not covers(quantized)
