@@ -3,7 +3,7 @@ the server adds to a single client against calling the predictor in Python.
 
     .venv/bin/python bench/serve_load.py                       # 50 clients x 10,000 requests per arm; the first
                                                                # run also makes the quickstart checkpoint
-    .venv/bin/python bench/serve_load.py --checkpoint runs/bench-predict/checkpoints/sst2-2000-rows/checkpoint
+    .venv/bin/python bench/serve_load.py --checkpoint runs/bench-predict/checkpoints/sst2-320-rows/checkpoint
     .venv/bin/python bench/serve_load.py --clients 20 --requests 2000 --max-batch 64
     .venv/bin/python bench/serve_load.py --smoke               # a 2-step checkpoint, 4 clients, 40 requests
 
@@ -67,11 +67,15 @@ def quickstart_checkpoint(work: Path, smoke: bool) -> Path:
 def task_texts(checkpoint: Path) -> list:
     """The dev split's texts of the checkpoint's task: strings, or lists of a pair task's texts."""
     from finetune.data.task_files import read_task_split
+    from finetune.errors import UserError
     from finetune.recipes import load_recipe
     from finetune.tasks.specs import task_spec
 
     recipe = load_recipe(checkpoint / "finetune_recipe.yaml", expected_stage="finetune", check_paths=False)
-    texts = read_task_split(task_spec(recipe.task), recipe.task.data_dir, "dev").texts
+    try:
+        texts = read_task_split(task_spec(recipe.task), recipe.task.data_dir, "dev").texts
+    except UserError as error:
+        sys.exit(f"bench: the texts of {checkpoint}'s task (its dev split): {error}")
     return [text[0] if len(text) == 1 else list(text) for text in texts]
 
 

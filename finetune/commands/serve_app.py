@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
+from finetune._version import __version__
 from finetune.commands.serve_batching import MicroBatcher
 from finetune.commands.serve_requests import BodyLimit, InputShape, Limits, describe_errors, error_body, request_model
 from finetune.errors import UserError
@@ -33,7 +34,8 @@ def create_app(batcher: MicroBatcher, shape: InputShape, limits: Limits, describ
         yield
         await batcher.stop()
 
-    app = FastAPI(title=f"finetune serve {described.get('checkpoint', '')}", lifespan=lifespan, redoc_url=None)
+    title = f"finetune serve {described.get('checkpoint', '')}"
+    app = FastAPI(title=title, version=__version__, lifespan=lifespan, redoc_url=None)
     add_error_handlers(app, shape, limits)
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)
     schema = {"content": {"application/json": {"schema": model.model_json_schema()}}, "required": True}

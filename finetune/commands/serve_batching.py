@@ -86,7 +86,13 @@ class MicroBatcher:
 
     async def _gather_forever(self) -> None:
         while True:
-            await self._run(await self._next_batch())
+            batch = await self._next_batch()
+            try:
+                await self._run(batch)
+            except Exception as error:  # a fault of the batching itself must not stop it: that batch gets the error
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(error)
 
     async def _next_batch(self) -> list[Pending]:
         """The next batch: the first pending request, then those already queued or arriving before the deadline,

@@ -8,7 +8,7 @@ pydantic model made for the checkpoint (`request_model`), and every refusal is o
 The body's size is capped before it is parsed (`BodyLimit`, an ASGI middleware): a declared Content-Length over the
 limit is refused at once, and a body streamed without one is counted as it arrives and refused when it passes the
 limit; the rest of an oversized body is read and dropped (up to DRAIN_LIMIT), so that the client reads the 413
-instead of a connection reset.
+instead of a connection reset (a client that waits for "100 Continue" before it sends is answered at once).
 """
 
 from __future__ import annotations
@@ -157,9 +157,11 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._drain(receive, 0)
+            if headers.get(b"expect", b"").lower() != b"100-continue":  # curl's large bodies wait to be asked for
+                await self._drain(receive, 0)
             await self._refuse(send, body_too_large(int(declared), self.max_bytes, declared=True))
             return
         chunks: list[bytes] = []

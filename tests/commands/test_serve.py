@@ -1,4 +1,5 @@
-"""`finetune serve`: a real server (the CLI in a subprocess, on a free port) asked over HTTP with httpx.
+"""`finetune serve`: a real server (the CLI in a subprocess on a free port; for a pair task, the same app on uvicorn
+in a thread of the test) asked over HTTP with httpx.
 
 Its predictions equal `finetune predict`'s, concurrent requests are answered each with its own predictions and
 batched together, every bad request is one 4xx JSON error naming the field and the server answers the next good one,
@@ -176,8 +177,8 @@ def test_predictions_equal_finetune_predicts(server, classifier):
     assert response.status_code == 200, response.text
     got = response.json()["predictions"]
     assert len(got) == len(expected) == len(texts)
-    for row, prediction in zip(expected, got):
-        assert row.pop("sentence") in texts  # predict echoes the text column; the server answers in order
+    for text, row, prediction in zip(texts, expected, got):
+        assert row.pop("sentence") == text  # predict echoes the text column: the rest is the server's answer
         assert prediction["label"] == row["label"] and prediction.keys() == row.keys()
         assert prediction["probabilities"] == pytest.approx(row["probabilities"], abs=1e-6)
     health = server.health()
