@@ -4,11 +4,13 @@ the server adds to a single client against calling the predictor in Python.
     .venv/bin/python bench/serve_load.py                       # 50 clients x 10,000 requests per arm; the first
                                                                # run also makes the quickstart checkpoint
     .venv/bin/python bench/serve_load.py --checkpoint runs/bench-predict/checkpoints/sst2-320-rows/checkpoint
-    .venv/bin/python bench/serve_load.py --clients 20 --requests 2000 --max-batch 64
+    .venv/bin/python bench/serve_load.py --clients 20 --requests 2000 --max-batch 64 --threads 1
     .venv/bin/python bench/serve_load.py --smoke               # a 2-step checkpoint, 4 clients, 40 requests
 
 The checkpoint: --checkpoint, or the quickstart's classifier (recipes/quickstart, data/quickstart), made once in
-the work folder by `finetune pretrain` and `finetune finetune` as `make quickstart` makes it. The texts: the dev
+the work folder by `finetune pretrain` and `finetune finetune` as `make quickstart` makes it. That model answers in
+about 2 ms, less than the HTTP handling of a request, so batching gains little on it: give a model of a size you
+would serve (the MiniLM classifier bench/predict_speed.py makes, above) for the figure that matters. The texts: the dev
 split of the checkpoint's task (its finetune_recipe.yaml's task), one text per request, in turn.
 
 Arms, each a fresh `finetune serve CHECKPOINT --port 0` on 127.0.0.1 (the model loaded before the clock starts),
@@ -82,12 +84,13 @@ def task_texts(checkpoint: Path) -> list:
 class Server:
     """`finetune serve CHECKPOINT --port 0 OPTIONS` in a subprocess, from start (its /health answers) to Ctrl-C."""
 
-    def __init__(self, checkpoint: Path, options: list[str]):
+    def __init__(self, checkpoint: Path, options: list[str], threads: int | None):
         command = [sys.executable, "-m", "finetune", "serve", str(checkpoint), "--host", HOST, "--port", "0"]
         print("$ finetune " + shlex.join(command[3:] + options), file=sys.stderr, flush=True)
-        self.process = subprocess.Popen(
-            command + options, cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}
-        )
+        environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+        if threads:
+            environment["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads in the server
+        self.process = subprocess.Popen(command + options, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=environment)
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line.startswith("serving "):
@@ -167,7 +170,7 @@ def rates(latencies: list[float], seconds: float) -> dict:
 
 def served_arm(arm: str, checkpoint: Path, texts: list, options: list[str], clients: int, requests: int, args) -> dict:
     """One arm on a fresh server: the load's figures and the server's model calls."""
-    server = Server(checkpoint, options)
+    server = Server(checkpoint, options, args.threads)
     try:
         before = server.served()
         figures = asyncio.run(load(server.url, texts, clients, requests, args.time_limit))
@@ -180,11 +183,15 @@ def served_arm(arm: str, checkpoint: Path, texts: list, options: list[str], clie
             "mean_batch": round(answered / calls, 2) if calls else None}  # fmt: skip
 
 
-def predictor_arm(checkpoint: Path, texts: list, requests: int) -> dict:
+def predictor_arm(checkpoint: Path, texts: list, requests: int, threads: int | None) -> dict:
     """The same one-text predictions through the predictor in this process: the latency without a server."""
+    import torch
+
     from finetune.commands.predict import load_predictor
     from finetune.console import quiet_library_chatter
 
+    if threads:
+        torch.set_num_threads(threads)
     quiet_library_chatter()
     predictor = load_predictor(str(checkpoint))
     predictor.predict([texts[0] if isinstance(texts[0], str) else tuple(texts[0])])  # warm-up, as the server's first
@@ -210,6 +217,7 @@ def main() -> None:
     add("--max-batch", type=int, default=32, help="the batched arm's --max-batch")
     add("--max-wait-ms", type=float, default=5.0, help="the batched arm's --max-wait-ms")
     add("--time-limit", type=float, default=600.0, help="seconds an arm sends requests, at most")
+    add("--threads", type=int, help="torch threads of the servers and the predictor arm (default: torch's)")
     args = parser.parse_args()
     if args.smoke:
         args.clients, args.requests, args.latency_requests, args.time_limit = 4, 40, 10, 60.0
@@ -220,12 +228,12 @@ def main() -> None:
     checkpoint = args.checkpoint or quickstart_checkpoint(work, args.smoke)
     texts = task_texts(checkpoint)
     batching = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
-    common = {"command": shlex.join(sys.argv), "checkpoint": str(checkpoint)}
+    common = {"command": shlex.join(sys.argv), "checkpoint": str(checkpoint), "threads": args.threads}
     records = [
         served_arm("batched", checkpoint, texts, batching, args.clients, args.requests, args),
         served_arm("unbatched", checkpoint, texts, ["--max-batch", "1"], args.clients, args.requests, args),
         served_arm("one client", checkpoint, texts, ["--max-batch", "1"], 1, args.latency_requests, args),
-        predictor_arm(checkpoint, texts, args.latency_requests),
+        predictor_arm(checkpoint, texts, args.latency_requests, args.threads),
     ]
     records = [common | record for record in records]
     print(f"$ python {shlex.join(sys.argv)}\n")

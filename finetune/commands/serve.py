@@ -90,7 +90,9 @@ def describe_service(checkpoint: str, predictor: TaskPredictor) -> dict[str, Any
 def bind(host: str, port: int) -> socket.socket:
     """A socket bound to host:port for uvicorn to listen on; a port in use or an address that is not this
     machine's is a UserError (one line), found before the server starts."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on connections of a socket that says it is TCP; without it
+    # a kept-alive client's every answer waited ~40 ms for the delayed ACK of its headers (Nagle's algorithm).
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # restart at once on the port just left
         sock.bind((host, port))
