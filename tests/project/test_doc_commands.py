@@ -105,6 +105,8 @@ def test_a_command_is_shown_as_typed():
     [
         ("finetune", ["ulmfit", "x.yaml", "general_lm={checkpoint: <stage-1 checkpoint>}"], "placeholder"),
         ("finetune", ["push", "runs/a", "me/a"], "network"),
+        ("finetune", ["serve", "runs/a/checkpoint"], "a server"),
+        ("curl", ["-s", "http://127.0.0.1:8000/health"], "asks a server"),
         ("finetune", ["eval", "x.yaml", "source=hub"], "network"),
         ("accelerate", ["launch", "--multi_gpu", "-m", "finetune", "pretrain", "x.yaml"], "GPUs"),
         ("make", ["test"], "CI"),
