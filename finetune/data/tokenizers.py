@@ -22,14 +22,31 @@ def train_wordpiece(
     the same text can give different vocabularies (huggingface/tokenizers#1794). Train once per run
     (`shared_tokenizer`) and reuse the saved one (`tokenizer.path`) to reproduce a run exactly.
     """
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece()
+    tokenizer = _bert_pipeline(models.WordPiece(unk_token="[UNK]"), lowercase)
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=WORDPIECE_SPECIAL_TOKENS, show_progress=False
     )
     tokenizer.train_from_iterator(lines, trainer=trainer)
+    return _with_bert_templates(tokenizer)
+
+
+def wordpiece_of_vocabulary(tokens: Iterable[str], lowercase: bool = True) -> PreTrainedTokenizerFast:
+    """The tokenizer `train_wordpiece` makes, of a vocabulary given in order (the special tokens go first): the same
+    pieces every time, where training breaks ties at random."""
+    vocabulary = {token: index for index, token in enumerate(dict.fromkeys([*WORDPIECE_SPECIAL_TOKENS, *tokens]))}
+    return _with_bert_templates(_bert_pipeline(models.WordPiece(vocabulary, unk_token="[UNK]"), lowercase))
+
+
+def _bert_pipeline(model, lowercase: bool) -> Tokenizer:
+    """BERT's normalizer, pre-tokenizer and decoder around a WordPiece model."""
+    tokenizer = Tokenizer(model)
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    return tokenizer
+
+
+def _with_bert_templates(tokenizer: Tokenizer) -> PreTrainedTokenizerFast:
     cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]",

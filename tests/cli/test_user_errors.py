@@ -601,7 +601,7 @@ CASES = {
     "config.json wider than the weights": Case(
         "finetune",
         modified_checkpoint("wide-config", config_twice_as_wide),
-        ("model.checkpoint", "wide-config", "bert.embeddings.word_embeddings.weight", "[149, 16]", "[149, 32]"),
+        ("model.checkpoint", "wide-config", "bert.embeddings.word_embeddings.weight", "[78, 16]", "[78, 32]"),
     ),
     "config.json of the evaluated model wider than its weights": Case(
         "eval",

@@ -170,10 +170,8 @@ def test_seqeval_scores_whole_entities():
 @pytest.fixture(scope="module")
 def tagger_run(tmp_path_factory, tiny_bert, tagging_task) -> Path:
     folder = tmp_path_factory.mktemp("tagger")
-    result = runner.invoke(
-        app,
-        ["finetune", str(write_yaml(folder / "recipe.yaml", tagging_recipe(tiny_bert, tagging_task, folder / "run")))],
-    )
+    data = tagging_recipe(tiny_bert, tagging_task, folder / "run")
+    result = runner.invoke(app, ["finetune", str(write_yaml(folder / "recipe.yaml", data))])
     assert result.exit_code == 0, result.output
     return folder / "run"
 
@@ -298,7 +296,7 @@ def test_eval_scores_taggers_with_a_table_per_entity_type(tagger_run, tagging_ta
 
 
 def test_predict_gives_words_with_tags(tagger_run):
-    rows = predict(str(tagger_run / "checkpoint"), ["the plot was so dreadful .", "the cast was truly superb ."])
+    rows = predict(str(tagger_run / "checkpoint"), ["the plot was so dreadful .", "the film was really brilliant ."])
     assert rows[0]["words"] == ["the", "plot", "was", "so", "dreadful", "."]
     assert rows[0]["tags"] == ["B-SUBJ", "I-SUBJ", "O", "O", "B-NEG", "O"]
     assert rows[1]["tags"][4] == "B-POS"

@@ -24,25 +24,30 @@ from tests.conftest import custom_task_section, save_tiny_masked_lm, write_task
 
 TEXTS = ["a fine film", "the plot drags on and the actors seem tired"]
 
-# Run in a fresh interpreter: loads the folder with transformers alone (and sentence-transformers when installed),
-# prints the logits and embeddings of TEXTS (a padded batch), and whether finetune was imported on the way.
+# Run in a fresh interpreter (one for all the folders: each start costs seconds): loads each folder with transformers
+# alone (and sentence-transformers when installed), prints the logits and embeddings of TEXTS (a padded batch), and
+# whether finetune was imported on the way.
 LOAD_WITHOUT_FINETUNE = """
 import json, sys
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-folder, texts = sys.argv[1], json.loads(sys.argv[2])
-model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
-batch = AutoTokenizer.from_pretrained(folder)(texts, padding=True, return_tensors="pt")
-with torch.no_grad():
-    logits = model(**batch).logits.tolist()
+folders, texts = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 try:
     from sentence_transformers import SentenceTransformer
 except ImportError:
+    SentenceTransformer = None
+loaded = {}
+for folder in folders:
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    batch = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits.tolist()
     embeddings = None
-else:
-    embeddings = SentenceTransformer(folder, trust_remote_code=True, device="cpu").encode(texts).tolist()
-print(json.dumps({"logits": logits, "embeddings": embeddings, "class": type(model).__module__,
-                  "imported": sorted(name for name in sys.modules if name.split(".")[0] == "finetune")}))
+    if SentenceTransformer is not None:
+        embeddings = SentenceTransformer(folder, trust_remote_code=True, device="cpu").encode(texts).tolist()
+    loaded[folder] = {"logits": logits, "embeddings": embeddings, "class": type(model).__module__}
+imported = sorted(name for name in sys.modules if name.split(".")[0] == "finetune")
+print(json.dumps({"loaded": loaded, "imported": imported}))
 """
 
 
@@ -98,21 +103,29 @@ def test_the_written_files_are_the_package_modules_and_import_no_finetune(checkp
     assert [module["path"] for module in json.loads((folder / "modules.json").read_text())] == ["", "1_Pooling"]
 
 
-@pytest.mark.parametrize("pooling", ["mean", "scalar_mix"])
-def test_a_process_without_finetune_loads_the_same_classifier(checkpoints, pooling, tmp_path):
-    folder = checkpoints[pooling]
-    environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+@pytest.fixture(scope="module")
+def loaded_without_finetune(checkpoints, tmp_path_factory) -> dict:
+    """Both checkpoints loaded in one process that never imports finetune."""
+    where = tmp_path_factory.mktemp("without-finetune")
+    environment = {**os.environ, "HF_MODULES_CACHE": str(where / "modules"), "HF_HUB_OFFLINE": "1"}
+    folders = [str(checkpoints[pooling]) for pooling in ("mean", "scalar_mix")]
     finished = subprocess.run(
-        [sys.executable, "-c", LOAD_WITHOUT_FINETUNE, str(folder), json.dumps(TEXTS)],
+        [sys.executable, "-c", LOAD_WITHOUT_FINETUNE, json.dumps(folders), json.dumps(TEXTS)],
         capture_output=True,
         text=True,
         check=False,
-        cwd=tmp_path,  # not the checkout: nothing of finetune's on the path by accident
+        cwd=where,  # not the checkout: nothing of finetune's on the path by accident
         env=environment,
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    loaded = json.loads(finished.stdout.strip().splitlines()[-1])
-    assert loaded["imported"] == []
+    return json.loads(finished.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("pooling", ["mean", "scalar_mix"])
+def test_a_process_without_finetune_loads_the_same_classifier(checkpoints, loaded_without_finetune, pooling):
+    folder = checkpoints[pooling]
+    assert loaded_without_finetune["imported"] == []
+    loaded = loaded_without_finetune["loaded"][str(folder)]
     assert loaded["class"].startswith("transformers_modules.")  # the folder's copy of mean_pooling.py
     logits, pooled = _reference(folder)
     torch.testing.assert_close(torch.tensor(loaded["logits"]), logits, rtol=1e-5, atol=1e-5)
