@@ -1,8 +1,8 @@
 """Every fine-tuned checkpoint loads outside the toolkit the way docs/finetuning.md says, with `finetune predict`'s
 predictions: each head (the family's own, mean pooling, the scalar mix) x adapter (none, LoRA) x export (the folder,
 peft on its base, `finetune merge`'s folder, `finetune export --onnx`'s graph: EXPORTED), in a process that never
-imports finetune. The wrong way (peft on the family's own head for an adapter trained on mean pooling) fails loudly instead
-of predicting at chance with a warning."""
+imports finetune. The wrong way (peft on the family's own head for an adapter trained on mean pooling) fails loudly
+instead of predicting at chance with a warning."""
 
 from __future__ import annotations
 
