@@ -117,18 +117,22 @@ def tiny_tokenizer(model_type: str):
     special = _TOKENS.get(model_type, _DECODER_TOKENS if model_type in CAUSAL_FAMILIES else _ROBERTA_TOKENS)
     names = list(dict.fromkeys(special.values()))
     if model_type in _WORDPIECE:
-        backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        # Written, not trained: the WordPiece trainer breaks ties in hash-map order, so each process got another
+        # vocabulary (and another model). Its characters, alone and as ##continuations, then every word.
+        characters = sorted(set("".join(WORDS)) | {"."})
+        pieces = [*names, *characters, *(f"##{character}" for character in characters), *sorted(WORDS)]
+        vocabulary = {piece: index for index, piece in enumerate(dict.fromkeys(pieces))}
+        backend = Tokenizer(models.WordPiece(vocabulary, unk_token="[UNK]"))
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=120, min_frequency=1, special_tokens=names)
-    else:
+    else:  # byte-level BPE's trainer is deterministic (the same merges in every process, checked)
         backend = Tokenizer(models.BPE())
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
         backend.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=300, min_frequency=1, special_tokens=names, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
         )
-    backend.train_from_iterator(tiny_text(), trainer=trainer)
+        backend.train_from_iterator(tiny_text(), trainer=trainer)
     if "cls_token" in special:  # encoders: <cls> A <sep>, as their real tokenizers
         cls, sep = special["cls_token"], special["sep_token"]
         backend.post_processor = processors.TemplateProcessing(
