@@ -304,7 +304,7 @@ def test_a_multilabel_contrastive_checkpoint_loads_without_finetune_and_exports(
         logits = model(**batch).logits
     environment = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     finished = subprocess.run(
-        [sys.executable, "-c", LOAD_WITHOUT_FINETUNE, str(folder), json.dumps(TEXTS)],
+        [sys.executable, "-c", LOAD_WITHOUT_FINETUNE, json.dumps([str(folder)]), json.dumps(TEXTS)],
         capture_output=True,
         text=True,
         check=False,
@@ -312,8 +312,9 @@ def test_a_multilabel_contrastive_checkpoint_loads_without_finetune_and_exports(
         env=environment,
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    loaded = json.loads(finished.stdout.strip().splitlines()[-1])
-    assert loaded["imported"] == [] and loaded["embeddings"] is not None
+    printed = json.loads(finished.stdout.strip().splitlines()[-1])
+    loaded = printed["loaded"][str(folder)]
+    assert printed["imported"] == [] and loaded["embeddings"] is not None
     torch.testing.assert_close(torch.tensor(loaded["logits"]), logits, rtol=1e-5, atol=1e-5)
     pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
     import onnxruntime
