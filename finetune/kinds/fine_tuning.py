@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from finetune.console import console
+from finetune.data.examples import TaskExamples
 from finetune.data.long_documents import ReadingError
 from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
@@ -37,6 +38,7 @@ from finetune.models.hub import load_tokenizer
 from finetune.models.mean_pooling import backbone_config
 from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
+from finetune.models.student import keep_blocks
 from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
@@ -78,6 +80,8 @@ class TaskFineTuning(TrainingJob):
     # Self-training's rows for the round (stages/self_training.py), in the kinds that self-train (classification).
     pseudo_labelled: PseudoLabelled | None = None
     resuming = False  # whether setup() continues a stopped run
+    # With distillation: the rows of unlabelled_text the teacher labels (the stage reads them once for every seed).
+    distill_unlabelled: TaskExamples | None = None
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -99,8 +103,7 @@ class TaskFineTuning(TrainingJob):
         give_a_padding_token(self.tokenizer, recipe.model.checkpoint)  # GPT-2's and Llama's have none
         train_count, dev_count = self.read_task()
         self.recipe = recipe = self.training_method()  # method auto decided on the rows read; its techniques
-        model = self.task_model()
-        name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
+        model = self._model()
         self.skips_padding = self._skip_padding(model)
         # Layer groups -> discriminative learning rates -> optimizer; with an adapter, what it trains of each group.
         with recipe_key("model.checkpoint"):  # a family whose layers cannot be grouped is refused
@@ -149,6 +152,15 @@ class TaskFineTuning(TrainingJob):
             saved_model=self._saved_model,
             epochs=self.plan.epochs,
         )
+
+    def _model(self):
+        """The kind's model on the backbone, of the blocks model.keep_layers keeps."""
+        model = self.task_model()
+        if (keep := self.recipe.model.keep_layers) is not None:  # a smaller model of some of the checkpoint's blocks
+            with recipe_key("model.keep_layers"):
+                say(keep_blocks(model, keep))
+        name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
+        return model
 
     def _skip_padding(self, model) -> bool:
         """Whether the model computes its batches' real tokens only (models/packed_bert.py): with

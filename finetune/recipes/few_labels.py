@@ -81,10 +81,15 @@ class SelfTrainingConfig(Section):
 
 
 def self_training_problem(
-    unlabelled_text: list[Path], unlabelled_rows: int | None, section: SelfTrainingConfig, task
+    unlabelled_text: list[Path], unlabelled_rows: int | None, section: SelfTrainingConfig, task, distilling: bool
 ) -> str | None:
     """Why the recipe cannot self-train as it says, or None. Self-training labels unlabelled_text with the classes of
-    a single-label classifier; its keys without that text would change nothing, and are refused rather than ignored."""
+    a single-label classifier; its keys without that text would change nothing, and are refused rather than ignored.
+    With a teacher (`distilling`) the teacher labels unlabelled_text, and no round runs."""
+    if distilling:
+        if section != SelfTrainingConfig(rounds=section.rounds) or section.rounds not in ("auto", 0):
+            return "self_training: with distillation the teacher labels unlabelled_text; remove the self_training keys"
+        return None
     if unlabelled_text and not task.self_trains:
         owners = ", ".join(kind for kind, kind_section in TASK_SECTIONS.items() if kind_section.self_trains)
         return (

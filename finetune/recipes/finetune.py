@@ -19,6 +19,13 @@ from finetune.recipes.base import (
     TrainingConfig,
     TrainingRunRecipe,
 )
+from finetune.recipes.distillation import (
+    DISTILLATION_HELP,
+    KEEP_LAYERS_HELP,
+    DistillationConfig,
+    KeepLayers,
+    keep_layers_value,
+)
 from finetune.recipes.few_labels import (
     METHODS,
     UNLABELLED_ROWS_HELP,
@@ -28,10 +35,8 @@ from finetune.recipes.few_labels import (
     self_training_problem,
 )
 from finetune.recipes.task import TASK_SECTIONS, TaskConfig
+from finetune.recipes.unfreezing import BY_BACKBONE, UnfreezingConfig
 
-# The techniques left open (null) are decided by the backbone when the run starts (training/techniques.py): what this
-# project measured best for an AWD-LSTM (ULMFiT's) differs from what it measured best for a pretrained transformer.
-BY_BACKBONE = "null: by the backbone at run start, "
 ClassWeight = Annotated[float, Field(gt=0)]
 LOSS_KEYS = ("class_weights", "pos_weight", "label_smoothing")  # training keys a task kind's loss may take
 
@@ -146,87 +151,21 @@ class BackboneConfig(Section):
         "null: the checkpoint's value, else fastai's 1.0; 0: off",
     )
     adapter: AdapterConfig | None = Field(None, description=ADAPTER_HELP)
+    keep_layers: KeepLayers = Field(None, description=KEEP_LAYERS_HELP)
+
+    @field_validator("keep_layers", mode="before")
+    @classmethod
+    def _block_numbers(cls, value: Any) -> Any:
+        return keep_layers_value(value)
 
     @model_validator(mode="after")
     def _adapter_on_pretrained_weights(self) -> BackboneConfig:
         if self.adapter is not None and self.init == "random":
             raise ValueError("adapter trains beside pretrained weights, which init: random leaves out; remove one")
-        return self
-
-
-class UnfreezingConfig(Section):
-    """Gradual unfreezing: start with the top groups trainable and thaw more each epoch (or every N steps)."""
-
-    mode: Literal["gradual", "none"] | None = Field(
-        None,
-        description="none: every group trainable from the start; " + BY_BACKBONE + "gradual when the section "
-        "changes a key of gradual unfreezing, else AWD-LSTM gradual (ULMFiT's), transformers none",
-    )
-    initial_groups: int = Field(1, gt=0, description="groups trainable at the start (the first epoch), from the top")
-    # None only with every_steps/every_fraction: per-epoch unfreezing fills in 1, so the saved recipe (which a
-    # --resume reloads) shows the value used and never holds a groups_per_epoch beside every_steps.
-    groups_per_epoch: int | None = Field(
-        None,
-        gt=0,
-        description="groups thawed at the start of each later epoch; null: 1 (none with every_steps or every_fraction)",
-    )
-    schedule: list[int] | None = Field(
-        None,
-        min_length=1,
-        description="gradual: trainable groups (from the top) per epoch, e.g. [1, 2, 3]; the "
-        "last entry holds for later epochs; replaces initial_groups/groups_per_epoch",
-    )
-    # Step-wise unfreezing: a run of one or two epochs (most transformer fine-tuning) has too few epoch
-    # boundaries to thaw a deep model by, and a fraction says "all thawed by 30% of training" without the step count.
-    every_steps: int | None = Field(
-        None,
-        gt=0,
-        description="gradual: thaw one more group (from the top, starting from initial_groups) every N "
-        "optimizer steps, instead of per epoch",
-    )
-    every_fraction: float | None = Field(
-        None,
-        gt=0,
-        le=1,
-        description="gradual: thaw one more group every this fraction of the run's optimizer "
-        "steps (rounded, at least 1 step), instead of per epoch; e.g. 0.1 with 4 groups: all trainable by 30%",
-    )
-
-    @model_validator(mode="after")
-    def _schedule_grows(self) -> UnfreezingConfig:
-        if self.schedule is not None:
-            if any(count <= 0 for count in self.schedule):
-                raise ValueError("unfreezing.schedule entries must be positive group counts")
-            if any(later < earlier for earlier, later in zip(self.schedule, self.schedule[1:])):
-                raise ValueError(f"unfreezing.schedule {self.schedule} refreezes groups: counts must not decrease")
-        return self
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_group_per_epoch_by_default(cls, data: Any) -> Any:
-        """groups_per_epoch is 1 unless the thawing goes by steps (see the field's comment)."""
-        if (
-            isinstance(data, dict)
-            and data.get("groups_per_epoch") is None
-            and data.get("every_steps") is None
-            and data.get("every_fraction") is None
-        ):
-            return {**data, "groups_per_epoch": 1}
-        return data
-
-    @model_validator(mode="after")
-    def _one_pace(self) -> UnfreezingConfig:
-        """One way to pace the thawing: per epoch (groups_per_epoch or schedule), every_steps or every_fraction."""
-        stepwise = [key for key in ("every_steps", "every_fraction") if getattr(self, key) is not None]
-        paces = stepwise + (["schedule"] if self.schedule is not None else [])
-        if len(paces) > 1:
-            raise ValueError(f"unfreezing.{paces[0]} and unfreezing.{paces[1]} both set the pace of thawing; keep one")
-        if stepwise and self.mode == "none":
-            raise ValueError(f"unfreezing.{stepwise[0]} thaws gradually; it needs mode gradual, not none")
-        if stepwise and self.groups_per_epoch is not None:
+        if self.adapter is not None and self.keep_layers is not None:
             raise ValueError(
-                f"unfreezing.groups_per_epoch thaws per epoch, unfreezing.{stepwise[0]} by steps; "
-                "remove groups_per_epoch (or set it to null)"
+                "keep_layers makes a new, smaller model, on which an adapter could not be loaded again (its base "
+                "is model.checkpoint whole): train it whole, without adapter"
             )
         return self
 
@@ -297,6 +236,7 @@ class FinetuneRecipe(TrainingRunRecipe):
     self_training: SelfTrainingConfig = Field(
         default_factory=SelfTrainingConfig, description="with unlabelled_text: the rounds of self-training"
     )
+    distillation: DistillationConfig | None = Field(None, description=DISTILLATION_HELP)
     eval_every: int | None = Field(None, gt=0, description="dev evaluation every N steps, besides each epoch end")
     keep_best: bool = Field(
         True,
@@ -410,9 +350,20 @@ class FinetuneRecipe(TrainingRunRecipe):
 
     @model_validator(mode="after")
     def _self_training_where_it_can_run(self) -> FinetuneRecipe:
-        problem = self_training_problem(self.unlabelled_text, self.unlabelled_rows, self.self_training, self.task)
+        problem = self_training_problem(
+            self.unlabelled_text, self.unlabelled_rows, self.self_training, self.task, self.distillation is not None
+        )
         if problem is not None:
             raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _distillation_of_the_kind(self) -> FinetuneRecipe:
+        if self.distillation is not None and not self.task.distils:
+            owners = ", ".join(kind for kind, section in TASK_SECTIONS.items() if section.distils)
+            raise ValueError(f"distillation: task kind {self.task.kind} is not distilled yet (kinds {owners} are)")
+        if self.distillation is not None and self.method == "contrastive":
+            raise ValueError("method: contrastive pairs labelled rows; with distillation use method plain (or auto)")
         return self
 
     @model_validator(mode="after")

@@ -4,7 +4,7 @@ The run of every task kind is kinds/fine_tuning.py's (setup -> train -> save), w
 (kinds/K/fine_tuning.py); this module holds the command, which asks the task's kind for its job (kinds/registry.py).
 With `seeds`, the whole stage runs once per seed, with `draws` once per draw of the labelled rows and seed, and the
 dev scores are summarised across the runs (stages/seeds.py); with `unlabelled_text`, each run self-trains in rounds
-(stages/self_training.py). `resume=True`
+(stages/self_training.py); with `distillation`, a teacher labels it instead (kinds/distillation.py). `resume=True`
 continues from the newest periodic checkpoint (`checkpoint_every`) bit for bit: weights, optimizer,
 random states, unfreezing stage, data position, best score so far (and its weights), patience.
 """
@@ -53,7 +53,11 @@ def run_finetune(recipe: FinetuneRecipe, resume: bool = False) -> Path:
 def run_single_seed(recipe: FinetuneRecipe, resume: bool = False, unlabelled: TaskExamples | None = None) -> Path:
     """One fine-tuning run (or the rest of a stopped one, `resume`), self-trained in rounds where `unlabelled` text
     and the recipe say so; returns the checkpoint folder."""
+    job = kind_named(recipe.task.kind).fine_tuning(recipe)
+    if recipe.distillation is not None:  # the teacher labels the unlabelled text (kinds/distillation.py)
+        job.distill_unlabelled = unlabelled
+        return run_training(job, resume)
     plan = self_training_plan(recipe, unlabelled)
     if plan is not None and plan.choice.rounds > 0:
         return run_self_training(recipe, plan, resume)
-    return run_training(kind_named(recipe.task.kind).fine_tuning(recipe), resume)
+    return run_training(job, resume)

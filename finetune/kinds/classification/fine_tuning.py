@@ -3,6 +3,7 @@ backbone, its examples read from the task's files with long documents read as ta
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -23,10 +24,25 @@ from finetune.inference.predict import LengthSortedPrediction, logits_loss, logi
 from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, take_best_logits
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
-from finetune.kinds.fine_tuning import TaskFineTuning, say
+from finetune.kinds.distillation import (
+    TEACHER_FILE,
+    TEACHER_LOGITS,
+    Teacher,
+    TeacherTargets,
+    card_section,
+    distillation_loss,
+    distillation_record,
+    joined,
+    load_teacher,
+    saved_targets,
+    unlabelled_rows,
+    with_teacher_logits,
+)
+from finetune.kinds.fine_tuning import RESULT_FILE, TaskFineTuning, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
+from finetune.reporting.model_card import add_card_section
 from finetune.tasks.metrics import class_report, compute_metrics
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
 from finetune.training.self_training import PseudoLabelled
@@ -40,6 +56,10 @@ class ClassificationFineTuning(TaskFineTuning):
     weighted_loss: Loss | None = None  # with class weights or label smoothing: the loss trained instead
     last_dev_logits: np.ndarray | None = None  # of the last dev evaluation, for a kind that calibrates
     predicts_rows = True
+    # With distillation: the teacher, its scores on the run's dev rows and the training rows' targets.
+    teacher: Teacher | None = None
+    teacher_dev: dict[str, float] | None = None
+    teacher_targets: np.ndarray | None = None
 
     def read_task(self) -> tuple[int, int]:
         """Read the training and dev splits (dev held out of train with task.dev_split, stratified by class);
@@ -52,11 +72,18 @@ class ClassificationFineTuning(TaskFineTuning):
         )
         self.weighted_loss = self.loss_of_the_recipe()
         self.dev_keys = row_keys(self.dev_examples.texts)  # what pairs two runs' predictions of a dev row
+        if (distillation := self.recipe.distillation) is not None:
+            batch = self.recipe.training.batch_size * 2
+            self.teacher = load_teacher(distillation.teacher, self.spec, batch, self.kind.predictor)
         return len(self.train_examples.texts), len(self.dev_examples.texts)
 
     def training_method(self):
-        """method auto decided on the training labels (kinds/method.py), and the recipe the method trains with."""
-        recipe, self.method = decided_method(self.recipe, self.spec, self.train_examples.labels)
+        """method auto decided on the training labels (kinds/method.py), and the recipe the method trains with
+        (with a teacher: plain, the rows of unlabelled_text having no class to pair by)."""
+        recipe = self.recipe
+        if self.teacher is not None and recipe.method == "auto":
+            recipe = recipe.model_copy(update={"method": "plain"})
+        recipe, self.method = decided_method(recipe, self.spec, self.train_examples.labels)
         return recipe
 
     def before_training(self, model, train_data, collate) -> None:
@@ -118,6 +145,8 @@ class ClassificationFineTuning(TaskFineTuning):
         console.print(f"the classifier {self.reading.describe()}", markup=False, highlight=False, soft_wrap=True)
         if self.pseudo_labelled is not None:  # after the method and class weights were decided on the labelled rows
             self.join_pseudo_labelled(self.pseudo_labelled)
+        if self.teacher is not None:  # the teacher reads the texts, which go below
+            self.teacher_targets = self.targets_of_the_teacher(self.teacher)
         train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
         # The token ids are all that training reads from here on: the texts (~1.8x the file's size) go now, not at
         # the end of the run. The labels stay (the class weights read them).
@@ -130,7 +159,26 @@ class ClassificationFineTuning(TaskFineTuning):
             self.tokenizer,
             self.recipe.training.batch_size * 2,
         )
-        return train_data, task_collator(self.tokenizer, train_data), self.dev_batches.loader
+        collate = task_collator(self.tokenizer, train_data)
+        if self.teacher_targets is not None:  # each row's teacher logits travel with it into its batch
+            taught = TeacherTargets(train_data, self.teacher_targets)
+            return taught, with_teacher_logits(collate), self.dev_batches.loader
+        return train_data, collate, self.dev_batches.loader
+
+    def targets_of_the_teacher(self, teacher: Teacher) -> np.ndarray:
+        """The teacher's logits of every training row, the rows of unlabelled_text joined after the labelled ones
+        (read back from the run folder on --resume: the same targets); its scores on the dev rows."""
+        if self.distill_unlabelled is not None and len(self.distill_unlabelled.texts):
+            extra = unlabelled_rows(self.distill_unlabelled, self.spec, self.spec.is_regression)
+            say(f"distillation: the teacher labels {len(extra.texts):,} rows of unlabelled_text too")
+            self.train_examples = joined(self.train_examples, extra)
+        _, self.teacher_dev = teacher.dev_scores(self.dev_examples)
+        scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.teacher_dev.items())
+        say(f"distillation: teacher {teacher.folder}, on this run's dev rows: {scores}")
+        rows = len(self.train_examples.texts)
+        saved = saved_targets(self.recipe.run_dir, rows) if self.resuming else None
+        # None: no line on rows longer than max_length: the student's EncodedTask says it of the same rows.
+        return saved if saved is not None else teacher.logits(self.train_examples, None)
 
     def join_pseudo_labelled(self, rows: PseudoLabelled) -> None:
         """The pseudo-labelled rows after the labelled ones; resumed, they must be those the round started with."""
@@ -143,6 +191,8 @@ class ClassificationFineTuning(TaskFineTuning):
 
     def start(self, context) -> None:
         super().start(context)
+        if self.teacher_targets is not None and not context.resumed and self.accelerator.is_main_process:
+            np.save(context.run_dir / TEACHER_FILE, self.teacher_targets)
         rows = self.pseudo_labelled
         if rows is not None and not context.resumed and self.accelerator.is_main_process:
             assert self.spec.labels is not None
@@ -154,6 +204,8 @@ class ClassificationFineTuning(TaskFineTuning):
 
     def _loss(self, model, batch):
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        if TEACHER_LOGITS in batch:
+            return self._distillation_loss(model, batch), examples, examples
         if WINDOW_DOCUMENT in batch:  # chunks: the loss of each document's pooled logits, not of its windows
             logits = windowed_logits(model, batch, self.reading.pool)
             return (self.weighted_loss or self.plain_loss)(logits, batch["labels"]), examples, examples
@@ -163,6 +215,29 @@ class ClassificationFineTuning(TaskFineTuning):
         logits, labels = output.logits, batch["labels"]
         loss = in_place_of(output.loss, self.plain_loss(logits, labels), self.weighted_loss(logits, labels))
         return loss, examples, examples
+
+    def _distillation_loss(self, model, batch):
+        """The soft targets' loss mixed with the hard labels' (kinds/distillation.py)."""
+        teacher, labels = batch.pop(TEACHER_LOGITS), batch.pop("labels")
+        if WINDOW_DOCUMENT in batch:
+            logits = windowed_logits(model, batch, self.reading.pool)
+        else:
+            logits = model(**batch).logits
+        config = self.recipe.distillation
+        hard = self.weighted_loss or self.plain_loss
+        return distillation_loss(logits, teacher, labels, hard, config.temperature, config.soft_weight)
+
+    def finish(self, context, step: int) -> Path:
+        checkpoint = super().finish(context, step)
+        if self.teacher is not None and self.teacher_dev is not None and self.accelerator.is_main_process:
+            record = distillation_record(self.teacher, self.teacher_dev, self.best.scores, self.metric)
+            result_path = context.run_dir / RESULT_FILE
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+            result_path.write_text(json.dumps({**result, "distillation": record}, indent=2) + "\n", encoding="utf-8")
+            add_card_section(checkpoint, "Distillation", card_section(record, self.recipe))
+            if record["retention"] is not None:
+                say(f"distillation: the student keeps {record['retention']:.1%} of the teacher's dev {self.metric}")
+        return checkpoint
 
     def dev_logits(self) -> np.ndarray:
         """The model's logits (or scores) for the dev examples, in file order."""

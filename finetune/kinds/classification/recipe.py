@@ -22,6 +22,7 @@ class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
     loss_keys: ClassVar[tuple[str, ...]] = ("class_weights", "label_smoothing")
     trains_on_pairs: ClassVar[bool] = True
     self_trains: ClassVar[bool] = True
+    distils: ClassVar[bool] = True
     calibrations: ClassVar[tuple[str, ...]] = ("temperature",)  # one softmax over the classes: one scalar fits it
 
     kind: Literal["classification"] = Field(

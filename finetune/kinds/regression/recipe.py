@@ -16,6 +16,7 @@ class RegressionSection(GlueOrCustomSection):
     """A real-valued score per example, from its text or sentence pair: its label column holds numbers."""
 
     kind_name: ClassVar[str] = "regression"
+    distils: ClassVar[bool] = True
 
     kind: Literal["regression"] = Field("regression", description="regression: a score per example")
     metrics: list[Literal["pearson", "spearman"]] | None = Field(

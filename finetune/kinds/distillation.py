@@ -1,0 +1,249 @@
+"""Distillation (recipe section `distillation`): a fine-tuned teacher's logits are soft targets for the model being
+trained (Hinton, Vinyals and Dean 2015), mixed with the hard labels.
+
+The teacher reads every training row's text with its own tokenizer before training starts (so teacher and student
+may tokenize differently), and the rows of unlabelled_text, which train on its soft targets alone: more transfer
+data for free. Its logits travel with each row through batching (`TeacherTargets`, `with_teacher_logits`); the
+loss is soft_weight x T^2 x KL(teacher || student) at temperature T (regression: the squared distance to the
+teacher's score) + (1 - soft_weight) x the hard labels' loss over the labelled rows. The logits are written to the
+run folder at the start, so a --resume trains on the very same targets without the teacher.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn import functional
+
+from finetune.data.examples import TaskExamples
+from finetune.errors import InputError, UserError, recipe_key
+from finetune.inference.predict import logits_to_predictions
+from finetune.recipes import FinetuneRecipe, load_recipe
+from finetune.tasks.metrics import compute_metrics
+from finetune.tasks.specs import TaskSpec, task_spec
+from finetune.training.checkpoints import HYPERPARAMETERS_FILE
+
+TEACHER_LOGITS = "teacher_logits"  # a batch's key: the teacher's logits of its rows
+TEACHER_FILE = "teacher_logits.npy"  # in the run folder: the training rows' targets, what --resume reads back
+NO_CLASS = -100  # the hard label of a row of unlabelled_text: none (its loss is the soft targets')
+
+
+@dataclass
+class Teacher:
+    """A fine-tuned checkpoint of the task, ready to give its logits for rows as the student's task reads them."""
+
+    folder: Path
+    spec: TaskSpec
+    predictor: Any  # its kind's predictor (kinds/classification/predictor.py's): `logits(examples, name)`
+    trained_scores: dict[str, float]  # its own result.json's best dev scores ({} when it has none)
+
+    def logits(self, examples: TaskExamples, name: str) -> np.ndarray:
+        """Its logits of `examples`, whose texts are already what a model reads (the task's text template filled)."""
+        return np.asarray(self.predictor.logits(examples, name), dtype=np.float32)
+
+    def dev_scores(self, examples: TaskExamples) -> tuple[np.ndarray, dict[str, float]]:
+        """Its logits of the run's dev rows and its scores on them: what the student's retention is measured by."""
+        logits = self.logits(examples, "dev")
+        assert examples.labels is not None  # a dev split holds labels
+        predictions = logits_to_predictions(self.spec, logits)
+        scores = compute_metrics(self.spec, predictions, examples.labels)
+        return logits, {f"dev_{name}": value for name, value in scores.items()}
+
+
+def load_teacher(folder: Path, spec: TaskSpec, batch_size: int, make_predictor: Callable) -> Teacher:
+    """The teacher in `folder` (distillation.teacher), refused in one line where it cannot teach this task: not a
+    fine-tuned checkpoint, another kind, other labels, or a text template other than the task's. `make_predictor`:
+    the task kind's (TaskKind.predictor), which is the teacher's too."""
+    with recipe_key("distillation.teacher"):
+        recipe_file = Path(folder) / HYPERPARAMETERS_FILE
+        if not recipe_file.is_file():
+            raise InputError(
+                f"no {HYPERPARAMETERS_FILE}: the teacher must be a checkpoint fine-tuned by finetune (a run's "
+                "checkpoint folder)",
+                source=folder,
+            )
+        try:
+            recipe = load_recipe(recipe_file, expected_stage="finetune", check_paths=False)
+        except UserError as error:
+            raise InputError(f"not a fine-tuned checkpoint ({error})", source=folder) from error
+        assert isinstance(recipe, FinetuneRecipe)
+        teacher_spec = task_spec(recipe.task)
+        problem = teaching_problem(teacher_spec, spec)
+        if problem is not None:
+            raise InputError(problem, source=folder)
+        # The rows it is given are the student's model texts (the same template, checked): read as they are.
+        predictor = make_predictor(str(folder), recipe, teacher_spec, batch_size, None)
+        predictor = replace(predictor, spec=replace(teacher_spec, text_template=None))
+    return Teacher(Path(folder), teacher_spec, predictor, trained_scores(Path(folder)))
+
+
+def teaching_problem(teacher: TaskSpec, student: TaskSpec) -> str | None:
+    """Why a teacher of task `teacher` cannot teach task `student`, or None."""
+    if teacher.kind != student.kind:
+        return f"the teacher is a {teacher.kind} model and this task is {student.kind}"
+    if teacher.labels != student.labels:
+        return (
+            f"the teacher's labels ({', '.join(teacher.labels or ())}) are not the task's "
+            f"({', '.join(student.labels or ())}) in the same order"
+        )
+    if teacher.text_template != student.text_template:
+        return (
+            f"the teacher reads task.text {teacher.text_template!r} and this task {student.text_template!r}: give "
+            "both the same"
+        )
+    return None
+
+
+def trained_scores(folder: Path) -> dict[str, float]:
+    """The teacher's own best dev scores (the result.json its run wrote beside its checkpoint, when there)."""
+    result = folder.parent / "result.json"
+    if not result.is_file():
+        return {}
+    return dict(json.loads(result.read_text(encoding="utf-8")).get("best") or {})
+
+
+def unlabelled_rows(unlabelled: TaskExamples, spec: TaskSpec, regression: bool) -> TaskExamples:
+    """unlabelled_text's rows as training rows: the texts a model reads, and no hard label (a class of NO_CLASS, a
+    score of NaN)."""
+    count = len(unlabelled.texts)
+    labels = np.full(count, np.nan, dtype=np.float32) if regression else np.full(count, NO_CLASS, dtype=np.int64)
+    return TaskExamples(
+        [spec.model_texts(tuple(texts)) for texts in unlabelled.texts],
+        labels,
+        [f"unlabelled-{row}" for row in range(count)],
+    )
+
+
+def joined(labelled: TaskExamples, unlabelled: TaskExamples) -> TaskExamples:
+    """The labelled training rows, then the unlabelled ones."""
+    assert labelled.labels is not None and unlabelled.labels is not None
+    return TaskExamples(
+        [*labelled.texts, *unlabelled.texts],
+        np.concatenate([labelled.labels, unlabelled.labels.astype(labelled.labels.dtype)]),
+        [*labelled.ids, *unlabelled.ids],
+    )
+
+
+def saved_targets(run_dir: Path, rows: int) -> np.ndarray | None:
+    """The targets a stopped run started with (RUN_DIR/teacher_logits.npy), for --resume; None without the file."""
+    path = Path(run_dir) / TEACHER_FILE
+    if not path.is_file():
+        return None
+    targets = np.load(path)
+    if len(targets) != rows:
+        raise UserError(
+            f"distillation: {path} holds the teacher's logits of {len(targets):,} rows, the run now reads {rows:,} "
+            "(the data changed since it started); restore it, or start again with overwrite=true"
+        )
+    return targets
+
+
+class TeacherTargets(torch.utils.data.Dataset):
+    """`encoded` (a task's EncodedTask) with each item's teacher logits beside it; its `lengths` and `windows` are
+    the encoded task's."""
+
+    def __init__(self, encoded, logits: np.ndarray):
+        assert len(encoded) == len(logits)
+        self.encoded, self.logits = encoded, logits
+
+    def __len__(self) -> int:
+        return len(self.encoded)
+
+    def __getattr__(self, name: str) -> Any:  # lengths, windows, ...: the encoded task's
+        if name in ("encoded", "logits"):
+            raise AttributeError(name)
+        return getattr(self.encoded, name)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return {**self.encoded[index], TEACHER_LOGITS: self.logits[index]}
+
+
+def with_teacher_logits(collate: Callable[[list[dict]], dict]) -> Callable[[list[dict]], dict]:
+    """`collate` for items of TeacherTargets: the items collated without their logits, which are stacked beside."""
+
+    def collated(items: list[dict]) -> dict:
+        logits = torch.from_numpy(np.stack([item[TEACHER_LOGITS] for item in items]))
+        batch = collate([{key: value for key, value in item.items() if key != TEACHER_LOGITS} for item in items])
+        batch[TEACHER_LOGITS] = logits
+        return batch
+
+    return collated
+
+
+def distillation_loss(
+    logits: torch.Tensor,
+    teacher: torch.Tensor,
+    labels: torch.Tensor,
+    hard_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    temperature: float,
+    soft_weight: float,
+) -> torch.Tensor:
+    """soft_weight x the soft-target loss (mean over the rows) + (1 - soft_weight) x `hard_loss` over the labelled
+    rows, weighed by their share of the batch. Class logits: T^2 x KL(softmax(teacher / T) || softmax(logits / T));
+    a regression's scores (float labels): the squared distance between the two scores."""
+    teacher = teacher.to(logits.dtype)
+    if labels.is_floating_point():
+        soft = (logits.squeeze(-1) - teacher.squeeze(-1)).pow(2)
+        labelled = ~torch.isnan(labels)
+    else:
+        student_log = functional.log_softmax(logits / temperature, dim=-1)
+        teacher_log = functional.log_softmax(teacher / temperature, dim=-1)
+        kl = functional.kl_div(student_log, teacher_log, log_target=True, reduction="none").sum(-1)
+        soft = kl * temperature**2
+        labelled = labels != NO_CLASS
+    loss = soft_weight * soft.mean()
+    if soft_weight < 1 and bool(labelled.any()):
+        share = labelled.float().mean()
+        loss = loss + (1 - soft_weight) * share * hard_loss(logits[labelled], labels[labelled])
+    return loss
+
+
+def retention(student: dict[str, float], teacher: dict[str, float], metric: str) -> float | None:
+    """The student's score of `metric` as a share of the teacher's on the same dev rows (None where either is
+    missing or the teacher's is not positive)."""
+    key = f"dev_{metric}"
+    if key not in student or key not in teacher or teacher[key] <= 0:
+        return None
+    return student[key] / teacher[key]
+
+
+def distillation_record(teacher: Teacher, teacher_dev: dict[str, float], best: dict[str, float], metric: str) -> dict:
+    """result.json's `distillation`: the teacher, its scores on the run's dev rows, and the student's retention."""
+    return {
+        "teacher": str(teacher.folder),
+        "teacher_dev": teacher_dev,
+        "student_dev": best,
+        "retention": retention(best, teacher_dev, metric),
+        "metric": metric,
+    }
+
+
+def card_section(record: dict, recipe) -> str:
+    """The model card's Distillation section: teacher, scores and retention, the loss's settings."""
+    metric = record["metric"]
+    teacher, student = record["teacher_dev"].get(f"dev_{metric}"), record["student_dev"].get(f"dev_{metric}")
+    kept = record["retention"]
+    config = recipe.distillation
+    layers = recipe.model.keep_layers
+    blocks = "every other block" if layers == "every_other" else f"blocks {layers}"
+    made = f"; the student was made of {blocks} of {recipe.model.checkpoint}" if layers is not None else ""
+    intro = (
+        f"Distilled from the teacher `{record['teacher']}` (soft targets at temperature {config.temperature}, "
+        f"{config.soft_weight:.0%} of the loss; the hard labels the rest){made}."
+    )
+    lines = [
+        intro,
+        "",
+        "| | dev " + metric + " |",
+        "|---|---:|",
+        f"| teacher | {teacher:.4f} |" if teacher is not None else "| teacher | - |",
+        f"| this model | {student:.4f} |" if student is not None else "| this model | - |",
+        f"| retention | {kept:.1%} |" if kept is not None else "| retention | - |",
+    ]
+    return "\n".join(lines)

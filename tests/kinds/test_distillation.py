@@ -1,0 +1,209 @@
+"""Distillation (recipe section `distillation`, kinds/distillation.py): a fine-tuned teacher's logits as soft targets
+mixed with the hard labels, the teacher labelling unlabelled_text too, a student made of some of its blocks
+(model.keep_layers), an exact --resume, a teacher with another tokenizer, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional
+from transformers import AutoModelForSequenceClassification
+from typer.testing import CliRunner
+
+from finetune import predict
+from finetune.cli import app
+from finetune.kinds.distillation import NO_CLASS, TEACHER_FILE, distillation_loss
+from finetune.recipes import load_recipe
+from finetune.run_dir import read_metrics
+from finetune.stages.finetune import RESULT_FILE, run_finetune
+from tests.conftest import finetune_recipe, interrupted_at_step, one_error_line, save_tiny_masked_lm, write_yaml
+from tests.tiny_families import save_tiny_checkpoint
+
+CE = functional.cross_entropy
+UNLABELLED = ["the film was great .", "the plot was awful .", "really dull"]
+
+
+def test_the_loss_mixes_the_teachers_soft_targets_with_the_hard_labels():
+    torch.manual_seed(0)
+    student, teacher, labels = torch.randn(4, 3), torch.randn(4, 3), torch.tensor([0, 2, 1, 1])
+    temperature = 2.0
+    kl = (
+        torch.softmax(teacher / temperature, -1)
+        * (torch.log_softmax(teacher / temperature, -1) - torch.log_softmax(student / temperature, -1))
+    ).sum(-1)
+    soft = (kl * temperature**2).mean()
+    assert torch.allclose(distillation_loss(student, teacher, labels, CE, temperature, 1.0), soft)
+    assert torch.allclose(distillation_loss(student, teacher, labels, CE, temperature, 0.0), CE(student, labels))
+    mixed = distillation_loss(student, teacher, labels, CE, temperature, 0.3)
+    assert torch.allclose(mixed, 0.3 * soft + 0.7 * CE(student, labels))
+    assert distillation_loss(teacher, teacher, labels, CE, temperature, 1.0).abs() < 1e-6  # nothing left to learn
+    # A row without a class (unlabelled_text) counts in the soft part only; the hard part weighs its share.
+    unlabelled = torch.tensor([0, NO_CLASS, 1, 1])
+    rows = torch.tensor([0, 2, 3])
+    expected = 0.5 * soft + 0.5 * 0.75 * CE(student[rows], unlabelled[rows])
+    assert torch.allclose(distillation_loss(student, teacher, unlabelled, CE, temperature, 0.5), expected)
+
+
+def test_a_regressions_soft_target_is_the_teachers_score():
+    student, teacher = torch.tensor([[1.0], [2.0], [0.0]]), torch.tensor([[0.0], [2.5], [1.0]])
+    scores = torch.tensor([1.5, float("nan"), 0.0])  # the second: a row of unlabelled_text
+    mse = lambda logits, labels: functional.mse_loss(logits.squeeze(-1), labels)
+    soft = torch.tensor([1.0, 0.25, 1.0]).mean()
+    hard = (2 / 3) * torch.tensor([0.25, 0.0]).mean()
+    assert torch.allclose(distillation_loss(student, teacher, scores, mse, 2.0, 0.4), 0.4 * soft + 0.6 * hard)
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    """A tiny 2-block BERT classifier fine-tuned on the generated task, without dropout: the teacher."""
+    folder = tmp_path_factory.mktemp("teacher")
+    task = write_task_with_more_rows(folder / "task")
+    base = save_tiny_masked_lm(folder / "lm", dropout=0.0)
+    data = finetune_recipe(base, task, folder / "run")
+    data.update({"unfreezing": {"mode": "none"}})
+    data["training"].update({"epochs": 2, "lr": 5e-3})
+    return run_finetune(load_recipe(write_yaml(folder / "teacher.yaml", data)))
+
+
+def write_task_with_more_rows(folder: Path) -> Path:
+    from tests.conftest import write_task
+
+    return write_task(folder, train_rows=48)
+
+
+def student_recipe(teacher: Path, tmp_path: Path, name: str, **distillation) -> dict:
+    """A student of the teacher's own weights (or some of its blocks) taught by it for one epoch of 6 steps."""
+    data = finetune_recipe(teacher, teacher.parent.parent / "task", tmp_path / name)
+    data.update({"unfreezing": {"mode": "none"}, "distillation": {"teacher": str(teacher), **distillation}})
+    data["training"].update({"epochs": 1, "lr": 5e-3})
+    return data
+
+
+def test_a_student_that_is_its_teacher_has_nothing_to_learn_and_the_hard_labels_take_the_rest(teacher, tmp_path):
+    """Before its first update, a student with the teacher's weights (no dropout) gives the teacher's logits: with
+    soft_weight 1 its loss is 0; with soft_weight 0 it is the hard labels' loss of the same run without a teacher."""
+    first_losses = {}
+    for name, distillation in {"soft": {"soft_weight": 1.0}, "hard": {"soft_weight": 0.0}, "none": None}.items():
+        data = student_recipe(teacher, tmp_path, name, **(distillation or {}))
+        if distillation is None:
+            del data["distillation"]
+        run_dir = Path(data["run_dir"])
+        run_finetune(load_recipe(write_yaml(tmp_path / f"{name}.yaml", data)))
+        first_losses[name] = next(
+            record["loss"] for record in read_metrics(run_dir / "metrics.jsonl") if "loss" in record
+        )
+    assert first_losses["soft"] < 1e-6 < first_losses["none"]
+    assert first_losses["hard"] == pytest.approx(first_losses["none"], abs=1e-6)
+
+
+def test_the_teacher_labels_the_training_rows_and_the_unlabelled_text_and_the_student_is_smaller(teacher, tmp_path):
+    (tmp_path / "more.txt").write_text("\n".join(UNLABELLED) + "\n", encoding="utf-8")
+    data = student_recipe(teacher, tmp_path, "run", temperature=3.0, soft_weight=0.7)
+    data.update({"unlabelled_text": str(tmp_path / "more.txt")})
+    data["model"]["keep_layers"] = [1]
+    checkpoint = run_finetune(load_recipe(write_yaml(tmp_path / "recipe.yaml", data)))
+    # Its targets: the teacher's logits of each training row in file order, then of each unlabelled row, the
+    # probabilities `finetune.predict` gives for them.
+    task = teacher.parent.parent / "task"
+    sentences = [line.split("\t")[0] for line in (task / "train.tsv").read_text().splitlines()[1:]]
+    targets = np.load(tmp_path / "run" / TEACHER_FILE)
+    assert targets.shape == (48 + 3, 2)
+    expected = [row["probabilities"]["1"] for row in predict(teacher, sentences + UNLABELLED)]
+    assert np.allclose(torch.softmax(torch.from_numpy(targets), -1)[:, 1].numpy(), expected, atol=1e-5)
+    # result.json and the card: the teacher's score on these dev rows, the student's, the retention.
+    record = json.loads((tmp_path / "run" / RESULT_FILE).read_text())["distillation"]
+    teacher_result = json.loads((teacher.parent / RESULT_FILE).read_text())
+    assert record["teacher_dev"]["dev_accuracy"] == pytest.approx(teacher_result["best"]["dev_accuracy"])
+    assert record["student_dev"] == json.loads((tmp_path / "run" / RESULT_FILE).read_text())["best"]
+    assert record["retention"] == pytest.approx(
+        record["student_dev"]["dev_accuracy"] / record["teacher_dev"]["dev_accuracy"]
+    )
+    card = (checkpoint / "README.md").read_text()
+    assert "## Distillation" in card and "temperature 3.0, 70% of the loss" in card and "blocks [1]" in card
+    student = AutoModelForSequenceClassification.from_pretrained(checkpoint)
+    assert student.config.num_hidden_layers == 1 and len(student.bert.encoder.layer) == 1
+
+
+def test_a_stopped_distillation_resumes_to_the_same_weights(teacher, tmp_path):
+    def recipe_file(name: str) -> Path:
+        data = student_recipe(teacher, tmp_path, name, soft_weight=0.5)
+        data.update({"checkpoint_every": 2})
+        data["model"]["keep_layers"] = "every_other"
+        return write_yaml(tmp_path / f"{name}.yaml", data)
+
+    full = run_finetune(load_recipe(recipe_file("full")))
+    with interrupted_at_step(4):
+        run_finetune(load_recipe(recipe_file("resumed")))
+    resumed = run_finetune(load_recipe(recipe_file("resumed")), resume=True)
+    one, other = (AutoModelForSequenceClassification.from_pretrained(path).state_dict() for path in (full, resumed))
+    assert all(torch.equal(one[name], other[name]) for name in one)
+
+
+def test_a_teacher_with_another_tokenizer_teaches_on_text(teacher, tmp_path):
+    """A RoBERTa-style teacher (byte-level BPE) of the same task teaches the BERT student (WordPiece)."""
+    base = save_tiny_checkpoint(tmp_path / "roberta", "roberta")
+    data = finetune_recipe(base, teacher.parent.parent / "task", tmp_path / "roberta-teacher")
+    data["training"].update({"epochs": 1})
+    roberta = run_finetune(load_recipe(write_yaml(tmp_path / "roberta.yaml", data)))
+    student = student_recipe(teacher, tmp_path, "student")
+    student["distillation"]["teacher"] = str(roberta)
+    run_finetune(load_recipe(write_yaml(tmp_path / "student.yaml", student)))
+    targets = np.load(tmp_path / "student" / TEACHER_FILE)
+    sentences = [
+        line.split("\t")[0] for line in (teacher.parent.parent / "task" / "train.tsv").read_text().splitlines()[1:]
+    ]
+    expected = [row["probabilities"]["1"] for row in predict(roberta, sentences)]
+    assert np.allclose(torch.softmax(torch.from_numpy(targets), -1)[:, 1].numpy(), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda data, tmp: data["distillation"].update(teacher=str(tmp)),
+            r"^error: distillation\.teacher: .+: no finetune_recipe\.yaml: the teacher must be a checkpoint fine-tuned",
+        ),
+        (
+            lambda data, tmp: data["task"].update(labels=["1", "0"]),
+            r"^error: distillation\.teacher: .+: the teacher's labels \(0, 1\) are not the task's \(1, 0\) in the same",
+        ),
+        (
+            lambda data, tmp: data["model"].update(keep_layers=[0, 5]),
+            r"^error: model\.keep_layers: block 5 is out of range: the model has 2 blocks \(0 to 1\)$",
+        ),
+        (lambda data, tmp: data["model"].update(keep_layers=[]), r"model\.keep_layers: an empty list keeps no block"),
+        (
+            lambda data, tmp: data["model"].update(keep_layers=[0], adapter={"kind": "lora"}),
+            r"keep_layers makes a new, smaller model, on which an adapter could not be loaded again",
+        ),
+        (
+            lambda data, tmp: data.update(method="contrastive"),
+            r"method: contrastive pairs labelled rows; with distillation use method plain",
+        ),
+        (
+            lambda data, tmp: data.update(self_training={"rounds": 2}),
+            r"self_training: with distillation the teacher labels unlabelled_text",
+        ),
+        (lambda data, tmp: data["distillation"].update(temperature=0), r"distillation\.temperature"),
+    ],
+)
+def test_what_cannot_teach_is_refused_in_one_line(teacher, tmp_path, change, message):
+    data = student_recipe(teacher, tmp_path, "run")
+    change(data, tmp_path)
+    result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 2, result.output
+    assert re.search(message, one_error_line(result)), one_error_line(result)
+    assert not (tmp_path / "run" / "checkpoint").exists()
+
+
+def test_a_kind_not_distilled_yet_is_refused(teacher, tmp_path):
+    data = student_recipe(teacher, tmp_path, "run")
+    data["task"] = {"kind": "tokens", "name": "tags", "data_dir": str(tmp_path)}
+    result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 2
+    assert "distillation: task kind tokens is not distilled yet (kinds classification, regression are)" in result.output
