@@ -23,9 +23,7 @@ from torch.nn import functional
 
 from finetune.data.examples import TaskExamples
 from finetune.errors import InputError, UserError, recipe_key
-from finetune.inference.predict import logits_to_predictions
 from finetune.recipes import FinetuneRecipe, load_recipe
-from finetune.tasks.metrics import compute_metrics
 from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
@@ -47,13 +45,9 @@ class Teacher:
         """Its logits of `examples`, whose texts are already what a model reads (the task's text template filled)."""
         return np.asarray(self.predictor.logits(examples, name), dtype=np.float32)
 
-    def dev_scores(self, examples: TaskExamples) -> tuple[np.ndarray, dict[str, float]]:
-        """Its logits of the run's dev rows and its scores on them: what the student's retention is measured by."""
-        logits = self.logits(examples, "dev")
-        assert examples.labels is not None  # a dev split holds labels
-        predictions = logits_to_predictions(self.spec, logits)
-        scores = compute_metrics(self.spec, predictions, examples.labels)
-        return logits, {f"dev_{name}": value for name, value in scores.items()}
+    def dev_logits(self, examples: TaskExamples) -> np.ndarray:
+        """Its logits of the run's dev rows, which the run scores as its own (the student's retention)."""
+        return self.logits(examples, "dev")
 
 
 def load_teacher(folder: Path, spec: TaskSpec, batch_size: int, make_predictor: Callable) -> Teacher:
@@ -108,11 +102,17 @@ def trained_scores(folder: Path) -> dict[str, float]:
     return dict(json.loads(result.read_text(encoding="utf-8")).get("best") or {})
 
 
-def unlabelled_rows(unlabelled: TaskExamples, spec: TaskSpec, regression: bool) -> TaskExamples:
-    """unlabelled_text's rows as training rows: the texts a model reads, and no hard label (a class of NO_CLASS, a
-    score of NaN)."""
+def unlabelled_rows(unlabelled: TaskExamples, spec: TaskSpec) -> TaskExamples:
+    """unlabelled_text's rows as training rows: the texts a model reads, and no hard label (a class of NO_CLASS; a
+    score, or a multi-label row, of NaN)."""
     count = len(unlabelled.texts)
-    labels = np.full(count, np.nan, dtype=np.float32) if regression else np.full(count, NO_CLASS, dtype=np.int64)
+    if spec.label_sets:
+        assert spec.labels is not None  # a multi-label task lists its labels
+        labels = np.full((count, len(spec.labels)), np.nan, dtype=np.float32)
+    elif spec.is_regression:
+        labels = np.full(count, np.nan, dtype=np.float32)
+    else:
+        labels = np.full(count, NO_CLASS, dtype=np.int64)
     return TaskExamples(
         [spec.model_texts(tuple(texts)) for texts in unlabelled.texts],
         labels,
@@ -186,9 +186,18 @@ def distillation_loss(
 ) -> torch.Tensor:
     """soft_weight x the soft-target loss (mean over the rows) + (1 - soft_weight) x `hard_loss` over the labelled
     rows, weighed by their share of the batch. Class logits: T^2 x KL(softmax(teacher / T) || softmax(logits / T));
-    a regression's scores (float labels): the squared distance between the two scores."""
+    a multi-label row (float labels, one column per label): T^2 x the binary cross-entropy of sigmoid(logits / T)
+    against sigmoid(teacher / T), its mean over the labels; a regression's scores (float labels): the squared
+    distance between the two scores."""
     teacher = teacher.to(logits.dtype)
-    if labels.is_floating_point():
+    if labels.is_floating_point() and labels.dim() == 2:
+        targets = torch.sigmoid(teacher / temperature)
+        terms = functional.binary_cross_entropy_with_logits(logits / temperature, targets, reduction="none")
+        # Minus the targets' own entropy: the divergence, 0 where the student gives the teacher's probabilities.
+        entropy = functional.binary_cross_entropy_with_logits(teacher / temperature, targets, reduction="none")
+        soft = (terms - entropy).mean(-1) * temperature**2
+        labelled = ~torch.isnan(labels).any(-1)
+    elif labels.is_floating_point():
         soft = (logits.squeeze(-1) - teacher.squeeze(-1)).pow(2)
         labelled = ~torch.isnan(labels)
     else:

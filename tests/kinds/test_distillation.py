@@ -58,6 +58,42 @@ def test_a_regressions_soft_target_is_the_teachers_score():
     assert torch.allclose(distillation_loss(student, teacher, scores, mse, 2.0, 0.4), 0.4 * soft + 0.6 * hard)
 
 
+def test_a_multilabel_rows_soft_targets_are_each_labels_probability():
+    torch.manual_seed(1)
+    student, teacher, temperature = torch.randn(3, 4), torch.randn(3, 4), 2.0
+    labels = torch.tensor([[1.0, 0, 0, 1], [float("nan")] * 4, [0, 1, 0, 0]])  # the second: a row of unlabelled_text
+    bce = functional.binary_cross_entropy_with_logits
+    p, q = torch.sigmoid(teacher / temperature), torch.sigmoid(student / temperature)
+    divergence = (p * (p.log() - q.log()) + (1 - p) * ((1 - p).log() - (1 - q).log())).mean(-1)
+    soft = (divergence * temperature**2).mean()
+    rows = torch.tensor([0, 2])
+    hard = (2 / 3) * bce(student[rows], labels[rows])
+    mixed = distillation_loss(student, teacher, labels, bce, temperature, 0.25)
+    assert torch.allclose(mixed, 0.25 * soft + 0.75 * hard, atol=1e-6)
+    assert distillation_loss(teacher, teacher, labels, bce, temperature, 1.0).abs() < 1e-6
+
+
+def test_a_multilabel_student_learns_from_its_teacher(tmp_path):
+    from tests.kinds.test_multilabel import multilabel_recipe, write_marker_task
+
+    task = write_marker_task(tmp_path / "task")
+    base = save_tiny_masked_lm(tmp_path / "lm", dropout=0.0)
+    data = multilabel_recipe(base, task, tmp_path / "teacher")
+    data["training"]["epochs"] = 2
+    teacher = run_finetune(load_recipe(write_yaml(tmp_path / "teacher.yaml", data)))
+    data = multilabel_recipe(teacher, task, tmp_path / "student")
+    data.update({"distillation": {"teacher": str(teacher), "soft_weight": 1.0}, "unfreezing": {"mode": "none"}})
+    data["training"].update({"epochs": 1, "log_every": 1})
+    run_finetune(load_recipe(write_yaml(tmp_path / "student.yaml", data)))
+    first = next(record["loss"] for record in read_metrics(tmp_path / "student" / "metrics.jsonl") if "loss" in record)
+    assert first < 1e-6  # the student is its teacher (no dropout): nothing to learn before its first update
+    record = json.loads((tmp_path / "student" / RESULT_FILE).read_text())["distillation"]
+    teacher_best = json.loads((teacher.parent / RESULT_FILE).read_text())["best"]
+    # The teacher's score on the same dev rows at the threshold it saved: its own run's best.
+    metric = record["metric"]
+    assert record["teacher_dev"][f"dev_{metric}"] == pytest.approx(teacher_best[f"dev_{metric}"])
+
+
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     """A tiny 2-block BERT classifier fine-tuned on the generated task, without dropout: the teacher."""
@@ -206,4 +242,7 @@ def test_a_kind_not_distilled_yet_is_refused(teacher, tmp_path):
     data["task"] = {"kind": "tokens", "name": "tags", "data_dir": str(tmp_path)}
     result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 2
-    assert "distillation: task kind tokens is not distilled yet (kinds classification, regression are)" in result.output
+    assert (
+        "distillation: task kind tokens is not distilled yet (kinds classification, regression, multilabel are)"
+        in result.output
+    )

@@ -169,10 +169,10 @@ class ClassificationFineTuning(TaskFineTuning):
         """The teacher's logits of every training row, the rows of unlabelled_text joined after the labelled ones
         (read back from the run folder on --resume: the same targets); its scores on the dev rows."""
         if self.distill_unlabelled is not None and len(self.distill_unlabelled.texts):
-            extra = unlabelled_rows(self.distill_unlabelled, self.spec, self.spec.is_regression)
+            extra = unlabelled_rows(self.distill_unlabelled, self.spec)
             say(f"distillation: the teacher labels {len(extra.texts):,} rows of unlabelled_text too")
             self.train_examples = joined(self.train_examples, extra)
-        _, self.teacher_dev = teacher.dev_scores(self.dev_examples)
+        self.teacher_dev = self.teacher_scores(teacher.dev_logits(self.dev_examples), teacher)
         scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.teacher_dev.items())
         say(f"distillation: teacher {teacher.folder}, on this run's dev rows: {scores}")
         rows = len(self.train_examples.texts)
@@ -188,6 +188,13 @@ class ClassificationFineTuning(TaskFineTuning):
         labelled = len(self.train_examples.texts)
         self.train_examples = rows.joined(self.train_examples)
         say(f"self-training: {len(rows.texts):,} pseudo-labelled rows join the {labelled:,} labelled ones")
+
+    def teacher_scores(self, logits: np.ndarray, teacher: Teacher) -> dict[str, float]:
+        """The teacher's scores of its dev `logits`, as evaluate() scores the run's own."""
+        predictions = logits_to_predictions(self.spec, logits)
+        return {
+            f"dev_{name}": value for name, value in compute_metrics(self.spec, predictions, self.dev_labels()).items()
+        }
 
     def start(self, context) -> None:
         super().start(context)

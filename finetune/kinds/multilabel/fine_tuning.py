@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from finetune.kinds.classification.fine_tuning import ClassificationFineTuning, say
@@ -58,6 +59,12 @@ class MultilabelFineTuning(ClassificationFineTuning):
             {f"dev_{name}": scores[name] for name in self.spec.metrics} | {"dev_threshold": float(threshold)},
             {"validation_loss": loss},
         )
+
+    def teacher_scores(self, logits: np.ndarray, teacher) -> dict[str, float]:
+        """The teacher's scores at the decision threshold it was saved with (task.threshold: dev, its own dev's)."""
+        threshold = getattr(teacher.predictor.model.config, THRESHOLD_KEY, None) or DEFAULT_THRESHOLD
+        scores = multilabel_metrics(self.dev_labels(), label_probabilities(logits) > threshold)
+        return {f"dev_{name}": scores[name] for name in self.spec.metrics}
 
     def _save(self, directory: Path) -> None:
         """The weights with the threshold of the evaluation they come from (the newest: a new best, or the last)."""

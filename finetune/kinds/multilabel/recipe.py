@@ -24,6 +24,7 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
     """Any number of labels per example (label_column holding a list, or label_columns of 0/1)."""
 
     kind_name: ClassVar[str] = "multilabel"
+    distils: ClassVar[bool] = True
     loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
     trains_on_pairs: ClassVar[bool] = True  # rows pair by a shared label (SetFit's rule); a regression per label
 
