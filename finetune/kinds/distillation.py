@@ -41,8 +41,9 @@ class Teacher:
     predictor: Any  # its kind's predictor (kinds/classification/predictor.py's): `logits(examples, name)`
     trained_scores: dict[str, float]  # its own result.json's best dev scores ({} when it has none)
 
-    def logits(self, examples: TaskExamples, name: str) -> np.ndarray:
-        """Its logits of `examples`, whose texts are already what a model reads (the task's text template filled)."""
+    def logits(self, examples: TaskExamples, name: str | None) -> np.ndarray:
+        """Its logits of `examples`, whose texts are already what a model reads (the task's text template filled);
+        `name`: what the line on rows longer than its max_length calls them (None: no line)."""
         return np.asarray(self.predictor.logits(examples, name), dtype=np.float32)
 
     def dev_logits(self, examples: TaskExamples) -> np.ndarray:
@@ -106,6 +107,7 @@ def unlabelled_rows(unlabelled: TaskExamples, spec: TaskSpec) -> TaskExamples:
     """unlabelled_text's rows as training rows: the texts a model reads, and no hard label (a class of NO_CLASS; a
     score, or a multi-label row, of NaN)."""
     count = len(unlabelled.texts)
+    labels: np.ndarray
     if spec.label_sets:
         assert spec.labels is not None  # a multi-label task lists its labels
         labels = np.full((count, len(spec.labels)), np.nan, dtype=np.float32)

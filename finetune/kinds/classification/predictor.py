@@ -45,7 +45,7 @@ class Predictor(TextPredictor):
             return []
         return self.results(self.logits(examples))
 
-    def logits(self, examples: TaskExamples, name: str = "input") -> np.ndarray:
+    def logits(self, examples: TaskExamples, name: str | None = "input") -> np.ndarray:
         """The model's logits of examples already read, in their order (`name`: what the line on examples longer
         than max_length calls them)."""
         from accelerate import Accelerator
