@@ -11,8 +11,9 @@ run folder at the start, so a --resume trains on the very same targets without t
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from torch.nn import functional
 
 from finetune.data.examples import TaskExamples
 from finetune.errors import InputError, UserError, recipe_key
+from finetune.models.backbones import stack_of_blocks
+from finetune.models.mean_pooling import backbone_config
 from finetune.recipes import FinetuneRecipe, load_recipe
 from finetune.tasks.specs import TaskSpec, task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
@@ -213,6 +216,45 @@ def distillation_loss(
         share = labelled.float().mean()
         loss = loss + (1 - soft_weight) * share * hard_loss(logits[labelled], labels[labelled])
     return loss
+
+
+@contextlib.contextmanager
+def last_hidden_states(model) -> Iterator[list[torch.Tensor]]:
+    """Inside, each forward of `model` appends the output of its last block (the hidden states DistilBERT's cosine
+    loss aligns): a hook on the model's stack of blocks, whatever its family and head."""
+    found = stack_of_blocks(model.base_model)
+    assert found is not None  # hidden_problem checked the model has one
+    captured: list[torch.Tensor] = []
+
+    def keep(module, inputs, output) -> None:
+        captured.append(output[0] if isinstance(output, tuple) else output)
+
+    handle = found[1][-1].register_forward_hook(keep)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+def hidden_cosine_loss(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """1 - the cosine similarity of the two models' last hidden states, averaged over the real tokens (DistilBERT's
+    cosine embedding loss)."""
+    real = torch.ones(student.shape[:2], dtype=torch.bool, device=student.device) if mask is None else mask.bool()
+    similarity = functional.cosine_similarity(student[real], teacher[real].to(student.dtype), dim=-1)
+    return (1 - similarity).mean()
+
+
+def hidden_problem(teacher, teacher_tokenizer, student, student_tokenizer) -> str | None:
+    """Why the two models' hidden states cannot be compared token by token (distillation.hidden_weight), or None:
+    the same tokens (vocabularies) and the same hidden size, and a stack of blocks in each."""
+    if teacher_tokenizer.get_vocab() != student_tokenizer.get_vocab():
+        return "the teacher and the student tokenize differently, so their hidden states are not of the same tokens"
+    sizes = [getattr(backbone_config(model.config), "hidden_size", None) for model in (teacher, student)]
+    if sizes[0] is None or sizes[0] != sizes[1]:
+        return f"the teacher's hidden size ({sizes[0]}) is not the student's ({sizes[1]})"
+    if stack_of_blocks(teacher.base_model) is None or stack_of_blocks(student.base_model) is None:
+        return "the models have no stack of blocks whose last output to compare"
+    return None
 
 
 def retention(student: dict[str, float], teacher: dict[str, float], metric: str) -> float | None:

@@ -168,6 +168,9 @@ class TaskFineTuning(TrainingJob):
         training = self.recipe.training
         if not training.skip_padding or training.compile or self.recipe.model.adapter is not None:
             return False
+        distillation = self.recipe.distillation
+        if distillation is not None and distillation.hidden_weight > 0:  # compared token by token with the teacher's
+            return False
         return self.accelerator.mixed_precision == "no" and train_without_padding(model)
 
     def _saved_model(self):

@@ -45,6 +45,13 @@ class DistillationConfig(Section):
         "regression: the squared distance to its score); the hard labels' cross-entropy (or squared error) takes the "
         "rest; rows of unlabelled_text have soft targets only; 1: the teacher alone",
     )
+    hidden_weight: float = Field(
+        0.0,
+        ge=0,
+        description="DistilBERT's cosine loss: this weight x (1 - the cosine similarity of the student's and the "
+        "teacher's last hidden states), averaged over the real tokens, added to the loss; needs the same tokenizer "
+        "and hidden size (a student of the teacher's blocks has them) and runs the teacher at each step; 0: off",
+    )
 
 
 def keep_layers_value(value: Any) -> Any:

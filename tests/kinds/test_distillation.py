@@ -94,6 +94,22 @@ def test_a_multilabel_student_learns_from_its_teacher(tmp_path):
     assert record["teacher_dev"][f"dev_{metric}"] == pytest.approx(teacher_best[f"dev_{metric}"])
 
 
+def test_the_cosine_loss_compares_the_real_tokens_last_hidden_states():
+    from finetune.kinds.distillation import hidden_cosine_loss, last_hidden_states
+    from tests.models.test_student import tiny_classifier
+
+    student = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
+    teacher = torch.tensor([[[2.0, 0.0], [1.0, 0.0], [-1.0, 0.0]]])
+    # Token 1: the same direction (0), token 2: orthogonal (1), token 3: padding (left out).
+    assert hidden_cosine_loss(student, teacher, torch.tensor([[1, 1, 0]])) == pytest.approx(0.5)
+    assert hidden_cosine_loss(teacher, teacher, None) == pytest.approx(0.0, abs=1e-6)
+    model, tokenizer = tiny_classifier("bert")
+    inputs = tokenizer(["the film was great ."], return_tensors="pt")
+    with torch.no_grad(), last_hidden_states(model) as states:
+        expected = model(**inputs, output_hidden_states=True).hidden_states[-1]
+    assert len(states) == 1 and torch.equal(states[0], expected)
+
+
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory) -> Path:
     """A tiny 2-block BERT classifier fine-tuned on the generated task, without dropout: the teacher."""
@@ -124,7 +140,13 @@ def test_a_student_that_is_its_teacher_has_nothing_to_learn_and_the_hard_labels_
     """Before its first update, a student with the teacher's weights (no dropout) gives the teacher's logits: with
     soft_weight 1 its loss is 0; with soft_weight 0 it is the hard labels' loss of the same run without a teacher."""
     first_losses = {}
-    for name, distillation in {"soft": {"soft_weight": 1.0}, "hard": {"soft_weight": 0.0}, "none": None}.items():
+    arms = {
+        "soft": {"soft_weight": 1.0},
+        "soft+hidden": {"soft_weight": 1.0, "hidden_weight": 1.0},
+        "hard": {"soft_weight": 0.0},
+        "none": None,
+    }
+    for name, distillation in arms.items():
         data = student_recipe(teacher, tmp_path, name, **(distillation or {}))
         if distillation is None:
             del data["distillation"]
@@ -134,6 +156,7 @@ def test_a_student_that_is_its_teacher_has_nothing_to_learn_and_the_hard_labels_
             record["loss"] for record in read_metrics(run_dir / "metrics.jsonl") if "loss" in record
         )
     assert first_losses["soft"] < 1e-6 < first_losses["none"]
+    assert first_losses["soft+hidden"] < 1e-5  # the same hidden states: a cosine of 1
     assert first_losses["hard"] == pytest.approx(first_losses["none"], abs=1e-6)
 
 
@@ -195,6 +218,16 @@ def test_a_teacher_with_another_tokenizer_teaches_on_text(teacher, tmp_path):
     ]
     expected = [row["probabilities"]["1"] for row in predict(roberta, sentences)]
     assert np.allclose(torch.softmax(torch.from_numpy(targets), -1)[:, 1].numpy(), expected, atol=1e-5)
+    # Their hidden states are of other tokens: the cosine loss is refused in one line.
+    student["distillation"]["hidden_weight"] = 1.0
+    student["run_dir"] = str(tmp_path / "hidden")
+    result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "hidden.yaml", student))])
+    assert result.exit_code == 2
+    assert one_error_line(result) == (
+        "error: distillation.hidden_weight: the teacher and the student tokenize differently, so their hidden "
+        "states are not of the same tokens; set it to 0"
+    )
+    assert not (tmp_path / "hidden" / "checkpoint").exists()
 
 
 @pytest.mark.parametrize(

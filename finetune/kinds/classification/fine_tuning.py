@@ -3,6 +3,7 @@ backbone, its examples read from the task's files with long documents read as ta
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import replace
@@ -32,7 +33,10 @@ from finetune.kinds.distillation import (
     card_section,
     distillation_loss,
     distillation_record,
+    hidden_cosine_loss,
+    hidden_problem,
     joined,
+    last_hidden_states,
     load_teacher,
     saved_targets,
     unlabelled_rows,
@@ -75,6 +79,7 @@ class ClassificationFineTuning(TaskFineTuning):
         if (distillation := self.recipe.distillation) is not None:
             batch = self.recipe.training.batch_size * 2
             self.teacher = load_teacher(distillation.teacher, self.spec, batch, self.kind.predictor)
+            self.teacher.predictor.model.to(self.accelerator.device)  # hidden_weight runs it beside the student
         return len(self.train_examples.texts), len(self.dev_examples.texts)
 
     def training_method(self):
@@ -146,6 +151,7 @@ class ClassificationFineTuning(TaskFineTuning):
         if self.pseudo_labelled is not None:  # after the method and class weights were decided on the labelled rows
             self.join_pseudo_labelled(self.pseudo_labelled)
         if self.teacher is not None:  # the teacher reads the texts, which go below
+            self.check_hidden_states(model)
             self.teacher_targets = self.targets_of_the_teacher(self.teacher)
         train_data = EncodedTask(self.train_examples, self.tokenizer, self.reading, **directions, name="training")
         # The token ids are all that training reads from here on: the texts (~1.8x the file's size) go now, not at
@@ -164,6 +170,17 @@ class ClassificationFineTuning(TaskFineTuning):
             taught = TeacherTargets(train_data, self.teacher_targets)
             return taught, with_teacher_logits(collate), self.dev_batches.loader
         return train_data, collate, self.dev_batches.loader
+
+    def check_hidden_states(self, model) -> None:
+        """distillation.hidden_weight compares the two models' hidden states token by token: refused where it
+        cannot."""
+        config = self.recipe.distillation
+        if self.teacher is None or config is None or config.hidden_weight == 0:
+            return
+        predictor = self.teacher.predictor
+        problem = hidden_problem(predictor.model, predictor.tokenizer, model, self.tokenizer)
+        if problem is not None:
+            raise UserError(f"distillation.hidden_weight: {problem}; set it to 0")
 
     def targets_of_the_teacher(self, teacher: Teacher) -> np.ndarray:
         """The teacher's logits of every training row, the rows of unlabelled_text joined after the labelled ones
@@ -224,15 +241,30 @@ class ClassificationFineTuning(TaskFineTuning):
         return loss, examples, examples
 
     def _distillation_loss(self, model, batch):
-        """The soft targets' loss mixed with the hard labels' (kinds/distillation.py)."""
+        """The soft targets' loss mixed with the hard labels' (kinds/distillation.py), and with hidden_weight
+        DistilBERT's cosine loss between the two models' last hidden states."""
         teacher, labels = batch.pop(TEACHER_LOGITS), batch.pop("labels")
-        if WINDOW_DOCUMENT in batch:
-            logits = windowed_logits(model, batch, self.reading.pool)
-        else:
-            logits = model(**batch).logits
         config = self.recipe.distillation
+        aligned = config.hidden_weight > 0 and self.teacher is not None
+        capture: contextlib.AbstractContextManager[list[torch.Tensor]] = (
+            last_hidden_states(self.accelerator.unwrap_model(model)) if aligned else contextlib.nullcontext([])
+        )
+        with capture as states:
+            if WINDOW_DOCUMENT in batch:
+                logits = windowed_logits(model, batch, self.reading.pool)
+            else:
+                logits = model(**batch).logits
         hard = self.weighted_loss or self.plain_loss
-        return distillation_loss(logits, teacher, labels, hard, config.temperature, config.soft_weight)
+        loss = distillation_loss(logits, teacher, labels, hard, config.temperature, config.soft_weight)
+        if aligned:
+            assert self.teacher is not None
+            inputs = {key: value for key, value in batch.items() if key != WINDOW_DOCUMENT}
+            teacher_model = self.teacher.predictor.model
+            with torch.no_grad(), last_hidden_states(teacher_model) as teacher_states:
+                teacher_model(**inputs)
+            mask = inputs.get("attention_mask")
+            loss = loss + config.hidden_weight * hidden_cosine_loss(states[-1], teacher_states[-1], mask)
+        return loss
 
     def finish(self, context, step: int) -> Path:
         checkpoint = super().finish(context, step)
