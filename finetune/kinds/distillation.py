@@ -27,7 +27,7 @@ from finetune.errors import InputError, UserError, recipe_key
 from finetune.models.backbones import stack_of_blocks
 from finetune.models.mean_pooling import backbone_config
 from finetune.recipes import FinetuneRecipe, load_recipe
-from finetune.tasks.specs import TaskSpec, task_spec
+from finetune.tasks.specs import IGNORE_INDEX, TaskSpec, task_spec
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
 TEACHER_LOGITS = "teacher_logits"  # a batch's key: the teacher's logits of its rows
@@ -72,12 +72,14 @@ def load_teacher(folder: Path, spec: TaskSpec, batch_size: int, make_predictor: 
             raise InputError(f"not a fine-tuned checkpoint ({error})", source=folder) from error
         assert isinstance(recipe, FinetuneRecipe)
         teacher_spec = task_spec(recipe.task)
-        problem = teaching_problem(teacher_spec, spec)
+        if teacher_spec.kind != spec.kind:  # before its predictor of another kind is made
+            raise InputError(f"the teacher is a {teacher_spec.kind} model and this task is {spec.kind}", source=folder)
+        predictor = make_predictor(str(folder), recipe, teacher_spec, batch_size, None)
+        problem = teaching_problem(predictor.spec, spec)  # the predictor's: a tagger's tags are its model's
         if problem is not None:
             raise InputError(problem, source=folder)
         # The rows it is given are the student's model texts (the same template, checked): read as they are.
-        predictor = make_predictor(str(folder), recipe, teacher_spec, batch_size, None)
-        predictor = replace(predictor, spec=replace(teacher_spec, text_template=None))
+        predictor = replace(predictor, spec=replace(predictor.spec, text_template=None))
     return Teacher(Path(folder), teacher_spec, predictor, trained_scores(Path(folder)))
 
 
@@ -216,6 +218,39 @@ def distillation_loss(
         share = labelled.float().mean()
         loss = loss + (1 - soft_weight) * share * hard_loss(logits[labelled], labels[labelled])
     return loss
+
+
+def tagging_distillation_loss(
+    logits: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """The summed soft-target loss of a tagger's batch: T^2 x KL(teacher || student) at each tagged token (a word's,
+    where `labels` is not IGNORE_INDEX), `teacher` holding each sentence's targets of its tagged words in order (NaN
+    rows: a word the teacher did not read, or padding)."""
+    tagged = labels != IGNORE_INDEX
+    rows, positions = tagged.nonzero(as_tuple=True)
+    words = (tagged.long().cumsum(dim=1) - 1)[rows, positions]  # the how-manieth tagged token of its sentence
+    inside = words < teacher.shape[1]
+    rows, positions, words = rows[inside], positions[inside], words[inside]
+    targets = teacher[rows, words].to(logits.dtype)
+    known = ~torch.isnan(targets).any(-1)
+    student_log = functional.log_softmax(logits[rows, positions][known].float() / temperature, dim=-1)
+    teacher_log = functional.log_softmax(targets[known].float() / temperature, dim=-1)
+    return functional.kl_div(student_log, teacher_log, log_target=True, reduction="sum") * temperature**2
+
+
+def tagged_word_targets(teacher_words: list[np.ndarray], student_positions: list[list[int | None]]) -> np.ndarray:
+    """Per sentence, the teacher's logits of the words the student tags, in their order (a word the student does not
+    read has no tagged token), padded with NaN rows to the longest: one array the batches index."""
+    chosen = [
+        words[[word for word, position in enumerate(positions) if position is not None]]
+        for words, positions in zip(teacher_words, student_positions)
+    ]
+    longest = max((len(rows) for rows in chosen), default=0)
+    tags = teacher_words[0].shape[1] if teacher_words else 0
+    targets = np.full((len(chosen), max(longest, 1), tags), np.nan, dtype=np.float32)
+    for sentence, rows in enumerate(chosen):
+        targets[sentence, : len(rows)] = rows
+    return targets
 
 
 @contextlib.contextmanager

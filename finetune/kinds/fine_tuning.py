@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -29,6 +30,7 @@ from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBa
 from finetune.data.task_batches import LengthGroupedSampler, batching_summary, length_pieces
 from finetune.errors import recipe_key
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, write_split
+from finetune.kinds.distillation import TEACHER_FILE, Teacher, card_section, distillation_record
 from finetune.kinds.labelled_rows import training_and_dev_rows, write_record
 from finetune.kinds.method import MethodChoice
 from finetune.models.adapters import attach_adapter, trainable_groups
@@ -40,7 +42,7 @@ from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.models.student import keep_blocks
 from finetune.reporting.dev_predictions import write_rows
-from finetune.reporting.model_card import classifier_card, write_card
+from finetune.reporting.model_card import add_card_section, classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
 from finetune.tasks.specs import task_spec
 from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
@@ -80,8 +82,12 @@ class TaskFineTuning(TrainingJob):
     # Self-training's rows for the round (stages/self_training.py), in the kinds that self-train (classification).
     pseudo_labelled: PseudoLabelled | None = None
     resuming = False  # whether setup() continues a stopped run
-    # With distillation: the rows of unlabelled_text the teacher labels (the stage reads them once for every seed).
+    # With distillation (kinds/distillation.py): the rows of unlabelled_text the teacher labels (the stage reads them
+    # once for every seed), the teacher, its scores on the run's dev rows and the training rows' targets.
     distill_unlabelled: TaskExamples | None = None
+    teacher: Teacher | None = None
+    teacher_dev: dict[str, float] | None = None
+    teacher_targets: np.ndarray | None = None
 
     def __init__(self, recipe, kind):
         super().__init__(recipe)
@@ -281,6 +287,8 @@ class TaskFineTuning(TrainingJob):
             write_split(context.run_dir, self.held_out)
         if self.drawn is not None and self.accelerator.is_main_process:
             write_record(context.run_dir, self.drawn)
+        if self.teacher_targets is not None and not context.resumed and self.accelerator.is_main_process:
+            np.save(context.run_dir / TEACHER_FILE, self.teacher_targets)  # what a --resume trains on
         self.best_dir = context.run_dir / BEST_DIR
         steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
         epochs = math.ceil(context.total_steps / steps_per_epoch)
@@ -380,7 +388,21 @@ class TaskFineTuning(TrainingJob):
                 else "after the last step"
             )
             console.print(f"checkpoint ({which}) saved to {checkpoint}")
+            self._distillation_report(context.run_dir, checkpoint)
         return checkpoint
+
+    def _distillation_report(self, run_dir: Path, checkpoint: Path) -> None:
+        """result.json's `distillation` and the card's Distillation section: the teacher's score, the student's, the
+        retention."""
+        if self.teacher is None or self.teacher_dev is None:
+            return
+        record = distillation_record(self.teacher, self.teacher_dev, self.best.scores, self.metric)
+        result_path = run_dir / RESULT_FILE
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+        result_path.write_text(json.dumps({**result, "distillation": record}, indent=2) + "\n", encoding="utf-8")
+        add_card_section(checkpoint, "Distillation", card_section(record, self.recipe))
+        if record["retention"] is not None:
+            say(f"distillation: the student keeps {record['retention']:.1%} of the teacher's dev {self.metric}")
 
     def calibration(self, checkpoint: Path) -> dict | None:
         """result.json's `calibration` of the saved weights, on the main process (kinds/calibration.py), for the

@@ -40,6 +40,7 @@ class TaskSection(Section):
     trains_on_pairs: ClassVar[bool] = False  # method contrastive (SetFit's pairs of rows of the same class or not)
     self_trains: ClassVar[bool] = False  # unlabelled_text: one class per row, a probability to be confident of
     distils: ClassVar[bool] = False  # distillation: a teacher's logits as soft targets (kinds/distillation.py)
+    distils_unlabelled: ClassVar[bool] = False  # distillation: the teacher labels unlabelled_text for it too
     # The calibration methods (recipes/finetune.py's `calibration`, besides none) that fit the kind's outputs.
     calibrations: ClassVar[tuple[str, ...]] = ()
 

@@ -17,8 +17,8 @@ KEEP_LAYERS_HELP = (
 )
 
 DISTILLATION_HELP = (
-    "a fine-tuned checkpoint of the same task teaches the model (kinds classification, regression, multilabel): the "
-    "loss mixes the teacher's soft targets at a temperature with the hard labels, and the teacher labels "
+    "a fine-tuned checkpoint of the same task teaches the model (kinds classification, regression, multilabel, "
+    "tokens): the loss mixes the teacher's soft targets at a temperature with the hard labels, and the teacher labels "
     "unlabelled_text too (soft targets only); teacher and student may have different tokenizers (the teacher reads "
     "the text); null: no teacher"
 )

@@ -362,6 +362,14 @@ class FinetuneRecipe(TrainingRunRecipe):
         if self.distillation is not None and not self.task.distils:
             owners = ", ".join(kind for kind, section in TASK_SECTIONS.items() if section.distils)
             raise ValueError(f"distillation: task kind {self.task.kind} is not distilled yet (kinds {owners} are)")
+        if self.distillation is not None and self.unlabelled_text and not self.task.distils_unlabelled:
+            kind = self.task.kind
+            raise ValueError(f"unlabelled_text: a teacher of kind {kind} labels the training rows only; remove it")
+        if self.distillation is not None and self.distillation.hidden_weight > 0 and self.task.own_head is not None:
+            raise ValueError(
+                f"distillation.hidden_weight: the cosine loss is for pooled sequence classifiers, not kind "
+                f"{self.task.kind}; set it to 0"
+            )
         if self.distillation is not None and self.method == "contrastive":
             raise ValueError("method: contrastive pairs labelled rows; with distillation use method plain (or auto)")
         return self

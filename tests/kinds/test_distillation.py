@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch.nn import functional
 from transformers import AutoModelForSequenceClassification
 from typer.testing import CliRunner
@@ -272,10 +273,132 @@ def test_what_cannot_teach_is_refused_in_one_line(teacher, tmp_path, change, mes
 
 def test_a_kind_not_distilled_yet_is_refused(teacher, tmp_path):
     data = student_recipe(teacher, tmp_path, "run")
-    data["task"] = {"kind": "tokens", "name": "tags", "data_dir": str(tmp_path)}
+    data["task"] = {"kind": "choices", "name": "arc", "data_dir": str(tmp_path)}
     result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
     assert result.exit_code == 2
-    assert (
-        "distillation: task kind tokens is not distilled yet (kinds classification, regression, multilabel are)"
-        in result.output
-    )
+    owners = "classification, regression, multilabel, tokens"
+    assert f"distillation: task kind choices is not distilled yet (kinds {owners} are)" in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# Taggers (kind tokens): a soft target per word, across tokenizers by the words themselves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_taggers_soft_targets_are_the_teachers_logits_of_the_words_it_tags():
+    from finetune.kinds.distillation import tagged_word_targets, tagging_distillation_loss
+
+    nan = float("nan")
+    teacher_words = [np.array([[1.0, 0], [0, 1], [2, 2]], dtype=np.float32), np.array([[0.0, 3]], dtype=np.float32)]
+    # The student tags words 0 and 2 of the first sentence (word 1 not read) and the second's only word.
+    targets = tagged_word_targets(teacher_words, [[1, None, 4], [1]])
+    expected = np.array([[[1.0, 0], [2, 2]], [[0, 3], [nan, nan]]], dtype=np.float32)
+    assert np.array_equal(targets, expected, equal_nan=True)
+    logits = torch.zeros(2, 6, 2)
+    logits[0, 1], logits[0, 4], logits[1, 1] = torch.tensor([1.0, 0]), torch.tensor([2.0, 2]), torch.tensor([0.0, 3])
+    labels = torch.full((2, 6), -100)
+    labels[0, 1], labels[0, 4], labels[1, 1] = 0, 1, 1
+    # The student gives the teacher's logits at every word it tags: nothing to learn.
+    assert tagging_distillation_loss(logits, torch.from_numpy(targets), labels, 2.0) == pytest.approx(0, abs=1e-6)
+    logits[1, 1] = torch.tensor([3.0, 0])
+    p, q = torch.softmax(torch.tensor([0.0, 3]) / 2, -1), torch.softmax(torch.tensor([3.0, 0]) / 2, -1)
+    by_hand = 4 * (p * (p.log() - q.log())).sum()
+    assert tagging_distillation_loss(logits, torch.from_numpy(targets), labels, 2.0) == pytest.approx(float(by_hand))
+
+
+@pytest.fixture(scope="module")
+def tagging_teacher(tmp_path_factory) -> tuple[Path, Path]:
+    """(a tiny BERT tagger without dropout trained on the generated CoNLL task, the task)."""
+    from tests.kinds.test_tagging import tagging_recipe, write_conll
+
+    folder = tmp_path_factory.mktemp("tagging-teacher")
+    for split, count, seed in (("train", 48, 1), ("dev", 16, 2)):
+        write_conll(folder / "task" / f"{split}.txt", count, seed)
+    base = save_tiny_masked_lm(folder / "lm", dropout=0.0)
+    data = tagging_recipe(base, folder / "task", folder / "run")
+    data["training"].update({"epochs": 2})
+    return run_finetune(load_recipe(write_yaml(folder / "teacher.yaml", data))), folder / "task"
+
+
+def test_a_tagger_that_is_its_teacher_has_nothing_to_learn_and_resumes_exactly(tagging_teacher, tmp_path):
+    from tests.kinds.test_tagging import tagging_recipe
+
+    teacher, task = tagging_teacher
+
+    def recipe_file(name: str, **keys) -> Path:
+        data = tagging_recipe(teacher, task, tmp_path / name)
+        data.update({"distillation": {"teacher": str(teacher), **keys}, "unfreezing": {"mode": "none"}})
+        data["training"].update({"epochs": 1, "log_every": 1, "batch_size": 8})
+        return write_yaml(tmp_path / f"{name}.yaml", data)
+
+    run_finetune(load_recipe(recipe_file("same", soft_weight=1.0)))
+    first = next(record["loss"] for record in read_metrics(tmp_path / "same" / "metrics.jsonl") if "loss" in record)
+    assert first < 1e-6
+    record = json.loads((tmp_path / "same" / RESULT_FILE).read_text())["distillation"]
+    teacher_best = json.loads((teacher.parent / RESULT_FILE).read_text())["best"]
+    assert record["teacher_dev"]["dev_f1"] == pytest.approx(teacher_best["dev_f1"])
+    full = run_finetune(load_recipe(recipe_file("full", soft_weight=0.5, temperature=3.0)))
+    stopped = load_recipe(recipe_file("resumed", soft_weight=0.5, temperature=3.0))
+    stopped = stopped.model_copy(update={"checkpoint_every": 2})
+    with interrupted_at_step(4):
+        run_finetune(stopped)
+    resumed = run_finetune(stopped, resume=True)
+    one, other = load_file(full / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert all(torch.equal(one[name], other[name]) for name in one)
+
+
+def test_a_tagger_of_another_tokenizer_teaches_by_the_words(tagging_teacher, tmp_path):
+    from tests.kinds.test_tagging import tagging_recipe
+
+    bert_teacher, task = tagging_teacher
+    base = save_tiny_checkpoint(tmp_path / "roberta", "roberta")
+    data = tagging_recipe(base, task, tmp_path / "roberta-teacher")
+    data["training"].update({"epochs": 1})
+    roberta = run_finetune(load_recipe(write_yaml(tmp_path / "roberta.yaml", data)))
+    student = tagging_recipe(bert_teacher, task, tmp_path / "student")
+    student.update({"distillation": {"teacher": str(roberta)}})
+    student["training"].update({"epochs": 1})
+    run_finetune(load_recipe(write_yaml(tmp_path / "student.yaml", student)))
+    targets = np.load(tmp_path / "student" / TEACHER_FILE)
+    sentences = [
+        " ".join(line.split()[0] for line in block.splitlines())
+        for block in (task / "train.txt").read_text().split("\n\n")[1:]
+        if block.strip()
+    ]
+    tags = [row["tags"] for row in predict(roberta, sentences)]
+    names = json.loads((roberta / "config.json").read_text())["id2label"]
+    assert len(targets) == len(sentences)
+    for sentence_targets, sentence_tags in zip(targets, tags):  # every word of these short sentences is read
+        read = sentence_targets[~np.isnan(sentence_targets).any(-1)]
+        assert [names[str(index)] for index in read.argmax(-1)] == sentence_tags
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda data, tmp: data.update(unlabelled_text=str(tmp / "more.txt")),
+            "a teacher of kind tokens labels the training rows only",
+        ),
+        (
+            lambda data, tmp: data["distillation"].update(hidden_weight=1.0),
+            "the cosine loss is for pooled sequence classifiers, not kind tokens",
+        ),
+        (
+            lambda data, tmp: data["task"].update(labels=["O", "B-ORG", "I-ORG"]),
+            "the teacher's labels (.+) are not the task's",
+        ),
+    ],
+)
+def test_what_cannot_teach_a_tagger_is_refused_in_one_line(tagging_teacher, tmp_path, change, message):
+    from tests.kinds.test_tagging import tagging_recipe
+
+    teacher, task = tagging_teacher
+    (tmp_path / "more.txt").write_text("some text\n")
+    data = tagging_recipe(teacher, task, tmp_path / "run")
+    data["distillation"] = {"teacher": str(teacher)}
+    change(data, tmp_path)
+    result = CliRunner().invoke(app, ["finetune", str(write_yaml(tmp_path / "recipe.yaml", data))])
+    assert result.exit_code == 2, result.output
+    assert re.search(message, one_error_line(result)), one_error_line(result)
+    assert not (tmp_path / "run" / "checkpoint").exists()

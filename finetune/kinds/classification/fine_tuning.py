@@ -4,7 +4,6 @@ backbone, its examples read from the task's files with long documents read as ta
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,13 +25,10 @@ from finetune.kinds.calibration import calibrate_checkpoint, keep_best_logits, t
 from finetune.kinds.classifier_keys import classifier_keys
 from finetune.kinds.contrastive import decided_method, read_as_the_sentence_model, train_contrastively
 from finetune.kinds.distillation import (
-    TEACHER_FILE,
     TEACHER_LOGITS,
     Teacher,
     TeacherTargets,
-    card_section,
     distillation_loss,
-    distillation_record,
     hidden_cosine_loss,
     hidden_problem,
     joined,
@@ -42,11 +38,10 @@ from finetune.kinds.distillation import (
     unlabelled_rows,
     with_teacher_logits,
 )
-from finetune.kinds.fine_tuning import RESULT_FILE, TaskFineTuning, say
+from finetune.kinds.fine_tuning import TaskFineTuning, say
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length, load_classifier
 from finetune.reporting.dev_predictions import classifier_rows, row_keys, score_rows
-from finetune.reporting.model_card import add_card_section
 from finetune.tasks.metrics import class_report, compute_metrics
 from finetune.training.imbalance import Loss, class_weight_vector, cross_entropy_loss, described_weights, in_place_of
 from finetune.training.self_training import PseudoLabelled
@@ -60,10 +55,6 @@ class ClassificationFineTuning(TaskFineTuning):
     weighted_loss: Loss | None = None  # with class weights or label smoothing: the loss trained instead
     last_dev_logits: np.ndarray | None = None  # of the last dev evaluation, for a kind that calibrates
     predicts_rows = True
-    # With distillation: the teacher, its scores on the run's dev rows and the training rows' targets.
-    teacher: Teacher | None = None
-    teacher_dev: dict[str, float] | None = None
-    teacher_targets: np.ndarray | None = None
 
     def read_task(self) -> tuple[int, int]:
         """Read the training and dev splits (dev held out of train with task.dev_split, stratified by class);
@@ -215,8 +206,6 @@ class ClassificationFineTuning(TaskFineTuning):
 
     def start(self, context) -> None:
         super().start(context)
-        if self.teacher_targets is not None and not context.resumed and self.accelerator.is_main_process:
-            np.save(context.run_dir / TEACHER_FILE, self.teacher_targets)
         rows = self.pseudo_labelled
         if rows is not None and not context.resumed and self.accelerator.is_main_process:
             assert self.spec.labels is not None
@@ -265,18 +254,6 @@ class ClassificationFineTuning(TaskFineTuning):
             mask = inputs.get("attention_mask")
             loss = loss + config.hidden_weight * hidden_cosine_loss(states[-1], teacher_states[-1], mask)
         return loss
-
-    def finish(self, context, step: int) -> Path:
-        checkpoint = super().finish(context, step)
-        if self.teacher is not None and self.teacher_dev is not None and self.accelerator.is_main_process:
-            record = distillation_record(self.teacher, self.teacher_dev, self.best.scores, self.metric)
-            result_path = context.run_dir / RESULT_FILE
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-            result_path.write_text(json.dumps({**result, "distillation": record}, indent=2) + "\n", encoding="utf-8")
-            add_card_section(checkpoint, "Distillation", card_section(record, self.recipe))
-            if record["retention"] is not None:
-                say(f"distillation: the student keeps {record['retention']:.1%} of the teacher's dev {self.metric}")
-        return checkpoint
 
     def dev_logits(self) -> np.ndarray:
         """The model's logits (or scores) for the dev examples, in file order."""

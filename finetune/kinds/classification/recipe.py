@@ -23,6 +23,7 @@ class ClassificationSection(GlueOrCustomSection, DrawnRowsKeys):
     trains_on_pairs: ClassVar[bool] = True
     self_trains: ClassVar[bool] = True
     distils: ClassVar[bool] = True
+    distils_unlabelled: ClassVar[bool] = True
     calibrations: ClassVar[tuple[str, ...]] = ("temperature",)  # one softmax over the classes: one scalar fits it
 
     kind: Literal["classification"] = Field(

@@ -25,6 +25,7 @@ class MultilabelSection(TextTaskSection, DrawnRowsKeys):
 
     kind_name: ClassVar[str] = "multilabel"
     distils: ClassVar[bool] = True
+    distils_unlabelled: ClassVar[bool] = True
     loss_keys: ClassVar[tuple[str, ...]] = ("pos_weight",)
     trains_on_pairs: ClassVar[bool] = True  # rows pair by a shared label (SetFit's rule); a regression per label
 

@@ -17,6 +17,7 @@ class RegressionSection(GlueOrCustomSection):
 
     kind_name: ClassVar[str] = "regression"
     distils: ClassVar[bool] = True
+    distils_unlabelled: ClassVar[bool] = True
 
     kind: Literal["regression"] = Field("regression", description="regression: a score per example")
     metrics: list[Literal["pearson", "spearman"]] | None = Field(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from transformers import DataCollatorForTokenClassification
@@ -13,7 +14,16 @@ from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
-from finetune.kinds.fine_tuning import TaskFineTuning
+from finetune.kinds.distillation import (
+    TEACHER_LOGITS,
+    TeacherTargets,
+    load_teacher,
+    saved_targets,
+    tagged_word_targets,
+    tagging_distillation_loss,
+    with_teacher_logits,
+)
+from finetune.kinds.fine_tuning import TaskFineTuning, say
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_tagger
@@ -35,6 +45,9 @@ class TaggingFineTuning(TaskFineTuning):
         tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
         self.tags = tuple(tags)
         self.spec = replace(self.spec, labels=self.tags)
+        if (distillation := self.recipe.distillation) is not None:  # its tags must be these, in this order
+            batch = self.recipe.training.batch_size * 2
+            self.teacher = load_teacher(distillation.teacher, self.spec, batch, self.kind.predictor)
         return len(self.train_sentences.words), len(self.dev_sentences.words)
 
     def task_model(self):
@@ -68,7 +81,29 @@ class TaggingFineTuning(TaskFineTuning):
         self.tagging_dev_loader = DataLoader(
             self.dev_data, batch_size=self.recipe.training.batch_size * 2, collate_fn=collate
         )
+        if self.teacher is not None:  # each sentence's targets, of the words this model tags, travel with it
+            self.teacher_targets = self.targets_of_the_teacher(self.teacher, train_data)
+            taught = TeacherTargets(train_data, self.teacher_targets)
+            return taught, with_teacher_logits(collate), self.tagging_dev_loader
         return train_data, collate, self.tagging_dev_loader
+
+    def targets_of_the_teacher(self, teacher, train_data: EncodedTagging) -> np.ndarray:
+        """The teacher's logits of each training word this model tags (read back from the run folder on --resume);
+        its entity-level scores on the dev sentences."""
+        dev_words = teacher.predictor.word_logits(self.dev_sentences, "dev")
+        predicted = [[self.tags[int(index)] for index in np.nan_to_num(words).argmax(-1)] for words in dev_words]
+        predicted = [["O" if np.isnan(row).any() else tag for row, tag in zip(words, tags)]
+                     for words, tags in zip(dev_words, predicted)]  # fmt: skip
+        assert self.dev_sentences.tags is not None
+        scores = tagging_metrics(self.dev_sentences.tags, predicted)
+        self.teacher_dev = {f"dev_{name}": scores[name] for name in self.spec.metrics}
+        shown = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.teacher_dev.items())
+        say(f"distillation: teacher {teacher.folder}, on this run's dev sentences: {shown}")
+        rows = len(train_data.items)
+        saved = saved_targets(self.recipe.run_dir, rows) if self.resuming else None
+        if saved is not None:
+            return saved
+        return tagged_word_targets(teacher.predictor.word_logits(self.train_sentences), train_data.word_positions)
 
     def splits_by_length(self, train_data) -> bool:
         return True
@@ -97,10 +132,15 @@ class TaggingFineTuning(TaskFineTuning):
         with shuffled batches.
         """
         examples = batch.pop(REAL_EXAMPLES)  # 0 in a padding batch (data/step_batches.py): its loss counts 0 times
+        teacher = batch.pop(TEACHER_LOGITS, None)
         logits = model(**{key: value for key, value in batch.items() if key != "labels"}).logits
         summed = torch.nn.functional.cross_entropy(
             logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=IGNORED, reduction="sum"
         )
+        if teacher is not None:  # distillation: the teacher's soft targets of the same words, mixed in
+            config = self.recipe.distillation
+            soft = tagging_distillation_loss(logits, teacher, batch["labels"], config.temperature)
+            summed = config.soft_weight * soft + (1 - config.soft_weight) * summed
         terms = examples * self.words_per_sentence
         return summed / max(terms, 1e-9), terms, examples
 

@@ -19,6 +19,7 @@ class TokensSection(OwnFilesSection):
     """A tagging task: CoNLL column files, each line a word and its columns, a blank line between sentences."""
 
     kind_name: ClassVar[str] = "tokens"
+    distils: ClassVar[bool] = True
     auto_class_name: ClassVar[str] = "AutoModelForTokenClassification"
     reads: ClassVar[str] = "CoNLL column files"
     own_head: ClassVar[OwnHead | None] = OwnHead(
