@@ -89,7 +89,8 @@ def example_logits(
     """
     # Inference needs no wrapping by `accelerator.prepare`, which would also keep every model alive. Moved only when
     # elsewhere: `to` walks every module even when nothing moves (~5 ms a call for MiniLM, a batch of one's cost).
-    if next(model.parameters()).device != accelerator.device:
+    parameter = next(model.parameters(), None)  # an ONNX graph's wrapper (commands/quantize.py) holds none
+    if parameter is None or parameter.device != accelerator.device:
         model.to(accelerator.device)
     reading = reading if isinstance(reading, DocumentReading) else DocumentReading(reading)
     reading = replace(reading, max_length=fitted_max_length(reading.max_length, model))
