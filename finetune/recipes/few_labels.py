@@ -35,7 +35,9 @@ class ContrastiveConfig(Section):
 
 
 UNLABELLED_TEXT_HELP = (
-    "self-training: text without labels that the classifier labels for itself (kind classification): .txt one text "
+    "text without labels: with distillation, what the teacher labels for the student (soft targets; kinds "
+    "classification, regression, multilabel); else self-training's, which the classifier labels for itself (kind "
+    "classification): .txt one text "
     "a line (a task of one text column), or .tsv / .csv / .jsonl holding the task's text columns by name (other "
     "columns, a label column too, are ignored); one file or a list; []: none"
 )
