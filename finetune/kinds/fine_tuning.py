@@ -164,7 +164,7 @@ class TaskFineTuning(TrainingJob):
         model = self.task_model()
         if (keep := self.recipe.model.keep_layers) is not None:  # a smaller model of some of the checkpoint's blocks
             with recipe_key("model.keep_layers"):
-                say(keep_blocks(model, keep))
+                say(f"model.keep_layers: {keep_blocks(model, keep)}")
         name_the_padding_token(model, self.tokenizer)  # decoders pool at the last non-pad token
         return model
 

@@ -36,8 +36,8 @@ def kept_blocks(keep: str | Sequence[int], depth: int) -> list[int]:
 
 
 def keep_blocks(model: PreTrainedModel, keep: str | Sequence[int]) -> str:
-    """Make `model` the model of the blocks `keep` names (model.keep_layers), in place; returns the line that says
-    what it kept. Refusals are InputErrors for the caller to name the key (errors.recipe_key)."""
+    """Make `model` the model of the blocks `keep` names (model.keep_layers), in place; returns what it kept, for the
+    caller to say after its key. Refusals are InputErrors for the caller to name the key (errors.recipe_key)."""
     config = backbone_config(model.config)
     found = stack_of_blocks(model.base_model)
     depth_key = next((key for key in DEPTH_KEYS if isinstance(getattr(config, key, None), int)), None)
@@ -62,4 +62,4 @@ def keep_blocks(model: PreTrainedModel, keep: str | Sequence[int]) -> str:
         values = getattr(config, key, None)
         if isinstance(values, list) and len(values) == depth:
             setattr(config, key, [values[block] for block in blocks])
-    return f"model.keep_layers: {len(blocks)} of the {depth} blocks kept ({', '.join(map(str, blocks))})"
+    return f"{len(blocks)} of the {depth} blocks kept ({', '.join(map(str, blocks))})"

@@ -30,7 +30,7 @@ def test_kept_blocks_save_as_a_shallower_model_that_reloads_with_the_same_logits
     model, tokenizer = tiny_classifier(family)
     before = {name: value.clone() for name, value in model.state_dict().items()}
     line = keep_blocks(model, "every_other")
-    assert line == "model.keep_layers: 2 of the 4 blocks kept (0, 2)"
+    assert line == "2 of the 4 blocks kept (0, 2)"
     after = model.state_dict()
     # The second block kept is block 2 of the four, its own weights; the embeddings and head are untouched.
     moved = [name for name in after if ".1." in name and name.replace(".1.", ".2.", 1) in before]
