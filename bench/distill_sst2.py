@@ -14,8 +14,10 @@ DistilBERT's initialisation), one epoch on the same rows with the same recipe:
 - distilled: `distillation.teacher` the teacher (temperature --temperature, soft_weight --soft-weight);
 - distilled + unlabelled: also the next --unlabelled-rows SST-2 training sentences as unlabelled_text, which the
   teacher labels (their labels are never read).
-Each arm's dev accuracy on SST-2's 872 dev sentences is its run's result.json; its throughput is `finetune bench`'s
-finetune torch fp32 figure at batch 32 over the dev sentences, its parameters counted from the checkpoint.
+Each arm's dev accuracy on SST-2's 872 dev sentences is its run's result.json; its throughput is that of finetune's
+predictor (`finetune bench`'s torch fp32 engine) at batch 32 over the dev sentences repeated to --throughput-inputs,
+the arms timed in turn --repeats times in one process, the median of each; its parameters counted from the
+checkpoint.
 
 A record per arm goes to WORK/runs.jsonl (--work, default runs/bench-distill) and with --update-results to
 bench/results/distill_sst2.jsonl. The machine is shared: run it alone (throughput is timed). --smoke: 32 rows.
@@ -63,23 +65,45 @@ def student(teacher: Path, arm: str, data: Path, work: Path, args) -> Path:
     return run_dir
 
 
-def measured(checkpoint: Path, run_dir: Path | None, work: Path, args) -> dict:
-    """The arm's dev accuracy (its result.json), parameters, blocks and torch fp32 throughput (finetune bench)."""
+def measured(checkpoint: Path, run_dir: Path | None) -> dict:
+    """The arm's dev accuracy (its result.json), parameters and blocks."""
     from safetensors import safe_open
 
-    record_file = work / f"bench-{checkpoint.parent.name}.json"
-    finetune_cli("bench", checkpoint, "--batch-size", 32, "--latency-inputs", args.latency_inputs,
-                 "--throughput-inputs", args.throughput_inputs, "--json", record_file, echo=True)  # fmt: skip
-    engines = json.loads(record_file.read_text())["engines"]
-    ours = next(engine for engine in engines if engine["engine"] == "finetune, torch fp32")
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as weights:
         parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
     config = json.loads((checkpoint / "config.json").read_text())
     encoder = config.get("encoder", config)
     result = json.loads(((run_dir or checkpoint.parent) / "result.json").read_text())
-    return {"accuracy": result["last"]["dev_accuracy"], "parameters": parameters,
-            "blocks": encoder["num_hidden_layers"], "inputs_per_second": ours["inputs_per_second"],
-            "median_ms": ours["median_ms"]}  # fmt: skip
+    accuracy = result["last"]["dev_accuracy"]
+    return {"accuracy": accuracy, "parameters": parameters, "blocks": encoder["num_hidden_layers"]}
+
+
+def throughputs(checkpoints: dict[str, Path], args) -> dict[str, float]:
+    """Each checkpoint's inputs/s through finetune's predictor (`finetune bench`'s torch fp32 engine) at batch 32 over
+    the dev sentences repeated to --throughput-inputs, the arms timed in turn --repeats times in this process: the
+    median of each (one timing per arm moved by 15-35% between arms of the same model on this shared machine)."""
+    import statistics
+    import sys
+    import time
+
+    sys.path.insert(0, str(harness.ROOT))
+    from finetune.commands.latency import read_inputs, repeat_to
+    from finetune.commands.predict import load_predictor
+    from finetune.console import silenced
+
+    predictors = {arm: load_predictor(str(checkpoint), 32) for arm, checkpoint in checkpoints.items()}
+    first = next(iter(checkpoints.values()))
+    inputs = repeat_to(read_inputs(next(iter(predictors.values())), first, None), args.throughput_inputs)
+    rates: dict[str, list[float]] = {arm: [] for arm in predictors}
+    with silenced():
+        for predictor in predictors.values():
+            predictor.predict(inputs[:32])  # warm-up
+        for _ in range(args.repeats):
+            for arm, predictor in predictors.items():
+                started = time.perf_counter()
+                predictor.predict(inputs)
+                rates[arm].append(len(inputs) / (time.perf_counter() - started))
+    return {arm: statistics.median(values) for arm, values in rates.items()}
 
 
 def table(records: list[dict], machine: dict) -> str:
@@ -106,23 +130,25 @@ def main() -> None:
     parser.add_argument("--unlabelled-rows", type=int, default=8000, help="the next SST-2 sentences, unlabelled")
     parser.add_argument("--temperature", type=float, default=2.0, help="distillation.temperature")
     parser.add_argument("--soft-weight", type=float, default=0.5, help="distillation.soft_weight")
-    parser.add_argument("--latency-inputs", type=int, default=50, help="calls of one sentence (finetune bench)")
-    parser.add_argument("--throughput-inputs", type=int, default=872, help="sentences for the throughput")
+    parser.add_argument("--throughput-inputs", type=int, default=1744, help="sentences per timing (dev, repeated)")
+    parser.add_argument("--repeats", type=int, default=5, help="timings of each arm, in turn; their median")
     args = parser.parse_args()
     if args.smoke:
-        args.train_rows, args.unlabelled_rows, args.latency_inputs, args.throughput_inputs = 32, 32, 3, 64
+        args.train_rows, args.unlabelled_rows, args.throughput_inputs, args.repeats = 32, 32, 64, 1
     work = harness.work_folder(args, "distill")
     require(GLUE / "SST-2" / "train.tsv", "SST-2's training file")
     machine = describe_machine()
     teacher = make_checkpoint("sst2", args.train_rows, work, dict(os.environ), pooling="mean")
     data = truncated_task("sst2", args.train_rows, work / "data")
     runs = {"teacher": None, **{arm: student(teacher, arm, data, work, args) for arm in ARMS[1:]}}
+    checkpoints = {arm: teacher if run_dir is None else run_dir / "checkpoint" for arm, run_dir in runs.items()}
+    rates = throughputs(checkpoints, args)
     records = []
     for arm, run_dir in runs.items():
-        checkpoint = teacher if run_dir is None else run_dir / "checkpoint"
         record = {"arm": arm, "train_rows": args.train_rows, "unlabelled_rows": args.unlabelled_rows,
-                  "temperature": args.temperature, "soft_weight": args.soft_weight,
-                  **measured(checkpoint, run_dir, work, args)}  # fmt: skip
+                  "temperature": args.temperature, "soft_weight": args.soft_weight, "repeats": args.repeats,
+                  "throughput_inputs": args.throughput_inputs, "inputs_per_second": rates[arm],
+                  **measured(checkpoints[arm], run_dir)}  # fmt: skip
         records.append(record)
         harness.record_run(work, record, "distill_sst2" if args.update_results else None, machine_fields(machine))
     print(table(records, machine))
