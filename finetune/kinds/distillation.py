@@ -12,7 +12,6 @@ run folder at the start, so a --resume trains on the very same targets without t
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +31,7 @@ from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
 TEACHER_LOGITS = "teacher_logits"  # a batch's key: the teacher's logits of its rows
 TEACHER_FILE = "teacher_logits.npy"  # in the run folder: the training rows' targets, what --resume reads back
-NO_CLASS = -100  # the hard label of a row of unlabelled_text: none (its loss is the soft targets')
+NO_CLASS = IGNORE_INDEX  # the hard label of a row of unlabelled_text: none (its loss is the soft targets')
 
 
 @dataclass
@@ -40,9 +39,7 @@ class Teacher:
     """A fine-tuned checkpoint of the task, ready to give its logits for rows as the student's task reads them."""
 
     folder: Path
-    spec: TaskSpec
     predictor: Any  # its kind's predictor (kinds/classification/predictor.py's): `logits(examples, name)`
-    trained_scores: dict[str, float]  # its own result.json's best dev scores ({} when it has none)
 
     def logits(self, examples: TaskExamples, name: str | None) -> np.ndarray:
         """Its logits of `examples`, whose texts are already what a model reads (the task's text template filled);
@@ -80,13 +77,11 @@ def load_teacher(folder: Path, spec: TaskSpec, batch_size: int, make_predictor: 
             raise InputError(problem, source=folder)
         # The rows it is given are the student's model texts (the same template, checked): read as they are.
         predictor = replace(predictor, spec=replace(predictor.spec, text_template=None))
-    return Teacher(Path(folder), teacher_spec, predictor, trained_scores(Path(folder)))
+    return Teacher(Path(folder), predictor)
 
 
 def teaching_problem(teacher: TaskSpec, student: TaskSpec) -> str | None:
-    """Why a teacher of task `teacher` cannot teach task `student`, or None."""
-    if teacher.kind != student.kind:
-        return f"the teacher is a {teacher.kind} model and this task is {student.kind}"
+    """Why a teacher of task `teacher` (of the same kind: load_teacher checked) cannot teach task `student`, or None."""
     if teacher.labels != student.labels:
         return (
             f"the teacher's labels ({', '.join(teacher.labels or ())}) are not the task's "
@@ -98,14 +93,6 @@ def teaching_problem(teacher: TaskSpec, student: TaskSpec) -> str | None:
             "both the same"
         )
     return None
-
-
-def trained_scores(folder: Path) -> dict[str, float]:
-    """The teacher's own best dev scores (the result.json its run wrote beside its checkpoint, when there)."""
-    result = folder.parent / "result.json"
-    if not result.is_file():
-        return {}
-    return dict(json.loads(result.read_text(encoding="utf-8")).get("best") or {})
 
 
 def unlabelled_rows(unlabelled: TaskExamples, spec: TaskSpec) -> TaskExamples:
@@ -208,10 +195,7 @@ def distillation_loss(
         soft = (logits.squeeze(-1) - teacher.squeeze(-1)).pow(2)
         labelled = ~torch.isnan(labels)
     else:
-        student_log = functional.log_softmax(logits / temperature, dim=-1)
-        teacher_log = functional.log_softmax(teacher / temperature, dim=-1)
-        kl = functional.kl_div(student_log, teacher_log, log_target=True, reduction="none").sum(-1)
-        soft = kl * temperature**2
+        soft = softened_divergence(logits, teacher, temperature)
         labelled = labels != NO_CLASS
     loss = soft_weight * soft.mean()
     if soft_weight < 1 and bool(labelled.any()):
@@ -233,9 +217,15 @@ def tagging_distillation_loss(
     rows, positions, words = rows[inside], positions[inside], words[inside]
     targets = teacher[rows, words].to(logits.dtype)
     known = ~torch.isnan(targets).any(-1)
-    student_log = functional.log_softmax(logits[rows, positions][known].float() / temperature, dim=-1)
-    teacher_log = functional.log_softmax(targets[known].float() / temperature, dim=-1)
-    return functional.kl_div(student_log, teacher_log, log_target=True, reduction="sum") * temperature**2
+    return softened_divergence(logits[rows, positions][known].float(), targets[known].float(), temperature).sum()
+
+
+def softened_divergence(logits: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Each row's T^2 x KL(softmax(teacher / T) || softmax(logits / T)): Hinton et al.'s soft-target loss, T^2 keeping
+    its gradients' size whatever T."""
+    student_log = functional.log_softmax(logits / temperature, dim=-1)
+    teacher_log = functional.log_softmax(teacher / temperature, dim=-1)
+    return functional.kl_div(student_log, teacher_log, log_target=True, reduction="none").sum(-1) * temperature**2
 
 
 def tagged_word_targets(teacher_words: list[np.ndarray], student_positions: list[list[int | None]]) -> np.ndarray:
