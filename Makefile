@@ -1,6 +1,8 @@
 # Two commands set everything up on a fresh machine:
 #   make quickstart   create .venv, install, pretrain -> fine-tune -> eval on data/quickstart (CPU, minutes)
-#   make test         install the dev dependencies, run the checks (make lint), then the test suite
+#   make test         install the dev dependencies, run the checks (make lint), then the test suite (not the slow tests)
+#   make test-slow    the slow tests alone (several processes, killed runs, fresh interpreters, a server, a wheel)
+#   make test-all     the checks, then every test (what CI runs: .ci/run)
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 #   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
 #   make test-flaky   the suite 5 times in fresh clones, tests in random order, on 1 and 2 workers (an hour)
@@ -14,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 
-.PHONY: install dev quickstart lint format test test-flaky docs-check bench-smoke gpu-check dist clean
+.PHONY: install dev quickstart lint format test test-slow test-all test-flaky docs-check bench-smoke gpu-check dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +51,13 @@ format: dev  # what a contributor runs before committing: fix what ruff can, the
 	$(BIN)/ruff format .
 
 test: lint
-	$(BIN)/python -m pytest -q -n auto  # pytest-xdist: a worker per core, a thread each (tests/conftest.py)
+	$(BIN)/python -m pytest -q -n auto -m "not slow"  # pytest-xdist: a worker per core, a thread each (tests/conftest.py)
+
+test-slow: dev  # the tests marked slow (pyproject.toml): processes of their own, so minutes of start-up
+	$(BIN)/python -m pytest -q -n auto -m slow
+
+test-all: lint
+	$(BIN)/python -m pytest -q -n auto
 
 test-flaky: dev  # RUNS=N for another count; each run a fresh clone of HEAD with its own .venv (tests/flaky_check.py)
 	$(BIN)/python -m tests.flaky_check --runs $(or $(RUNS),5)

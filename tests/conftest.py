@@ -20,6 +20,9 @@ import yaml
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the suite never downloads anything
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# No end-of-run plots (finetune/reporting/finish.py): about a second of matplotlib in each of the few hundred runs the
+# suite makes, 40% of the time of tests/kinds and tests/stages. The tests about plots ask for them (`plots_drawn`).
+os.environ.setdefault("FINETUNE_PLOTS", "0")
 # Under pytest-xdist (`make test` runs `-n auto`) each worker gets an equal share of the cores, set before torch is
 # imported and inherited by the CLI subprocesses a test starts: tiny models gain nothing from a second thread, and
 # two workers of two threads each on two cores wait on each other's descheduled threads.
@@ -56,6 +59,21 @@ def _auto_classes_restored() -> Iterator[None]:
     for mapping, content in zip(mappings, saved):
         mapping._extra_content.clear()
         mapping._extra_content.update(content)
+
+
+@contextlib.contextmanager
+def drawing_plots() -> Iterator[None]:
+    """Runs made inside draw their end-of-run plots, as they do outside the suite (for a module's fixture)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FINETUNE_PLOTS", "1")
+        yield
+
+
+@pytest.fixture
+def plots_drawn() -> Iterator[None]:
+    """Runs in this test draw their end-of-run plots, as they do outside the suite."""
+    with drawing_plots():
+        yield
 
 
 SUBJECTS = ["the film", "the plot", "the acting", "the music", "the ending", "the story", "the cast", "the script"]

@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.flaky_check                 # 5 runs (about an hour on 2 cores): what make test-flaky runs
     .venv/bin/python -m tests.flaky_check --runs 2        # fewer
     .venv/bin/python -m tests.flaky_check --reuse-venv    # this checkout's .venv instead of a new one per clone
+    .venv/bin/python -m tests.flaky_check --all           # the slow tests too (make test-all's set; CI runs them)
 
 Each run is a fresh clone of the committed HEAD (what CI checks out: untracked files and leftovers of earlier runs
 play no part) in a temporary folder, set up as `make test` sets it up (its own .venv, the dev dependencies), then the
@@ -30,10 +31,11 @@ def workers(run: int) -> int:
     return 1 if run % 2 else 2
 
 
-def pytest_command(python: Path, run: int) -> list[str]:
-    """The suite in the random order of seed `run`, on workers(run) workers."""
+def pytest_command(python: Path, run: int, everything: bool = False) -> list[str]:
+    """The suite (make test's tests, or every one) in the random order of seed `run`, on workers(run) workers."""
     order = ["-p", "random_order", "--random-order-bucket=global", f"--random-order-seed={run}"]
-    return [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *order, "-n", str(workers(run))]
+    selection = [] if everything else ["-m", "not slow"]
+    return [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *order, *selection, "-n", str(workers(run))]
 
 
 def fresh_clone(folder: Path) -> Path:
@@ -51,12 +53,12 @@ def set_up(clone: Path, reuse_venv: bool) -> Path:
     return clone / ".venv" / "bin" / "python"
 
 
-def one_run(run: int, reuse_venv: bool) -> bool:
+def one_run(run: int, reuse_venv: bool, everything: bool) -> bool:
     """Run `run` in its own clone; True when the suite passed (its clone removed), False when it failed (kept)."""
     folder = Path(tempfile.mkdtemp(prefix=f"finetune-flaky-{run}-"))
     clone = fresh_clone(folder)
     python = set_up(clone, reuse_venv)
-    command = pytest_command(python, run)
+    command = pytest_command(python, run, everything)
     print(f"run {run}: {' '.join(command[1:])} in {clone}", flush=True)
     started = time.monotonic()
     # Reusing this checkout's .venv, its editable install would import this checkout: the clone's code goes first.
@@ -74,9 +76,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs of the suite, each in a fresh clone (default 5)")
     parser.add_argument("--reuse-venv", action="store_true", help="this checkout's .venv, not one per clone")
+    parser.add_argument("--all", action="store_true", help="the slow tests too (make test leaves them out)")
     arguments = parser.parse_args()
     for run in range(1, arguments.runs + 1):
-        if not one_run(run, arguments.reuse_venv):
+        if not one_run(run, arguments.reuse_venv, arguments.all):
             sys.exit(f"flaky check: run {run} of {arguments.runs} failed (seed {run}, {workers(run)} worker(s))")
     print(f"flaky check: {arguments.runs} runs passed, each in a fresh clone, in random order, on 1 and 2 workers")
 

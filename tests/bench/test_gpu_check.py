@@ -12,6 +12,7 @@ from tests.conftest import REPO_ROOT
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the command runs the whole check (make gpu-check)")
+@pytest.mark.slow
 def test_without_cuda_it_says_so_in_one_line_and_succeeds():
     finished = subprocess.run(
         [sys.executable, str(REPO_ROOT / "bench" / "gpu_check.py")], capture_output=True, text=True, check=False

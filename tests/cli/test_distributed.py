@@ -27,10 +27,13 @@ from tests.conftest import (
     write_yaml,
 )
 
-pytestmark = pytest.mark.skipif(
-    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
-    reason="needs torch.distributed with gloo",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+        reason="needs torch.distributed with gloo",
+    ),
+    pytest.mark.slow,  # ranks started by accelerate launch (make test-slow; CI runs it too)
+]
 
 # Runs the CLI under torchrun; reports each process's view so the test can check all of them.
 LAUNCHER = textwrap.dedent("""

@@ -280,6 +280,7 @@ def lock_content(run: Path) -> str:
         return ""
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_busy_run_dir_fails_before_touching_it(workspace):
     """The second run (overwrite on) must not wipe the first, which must finish with its own metrics only."""
     # The CLI imports a stage's code only after its recipe is read: loaded here first, so that the second run reaches
@@ -340,6 +341,7 @@ def test_a_lock_from_another_host_is_respected(workspace):
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_says_what_to_do(workspace):
     """kill -9 before any checkpoint: --resume and a plain rerun each say, in one line, to start again with overwrite;
     that rerun takes over the dead run's lock."""

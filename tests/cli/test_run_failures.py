@@ -142,6 +142,7 @@ def finetune_recipe_file(reference: Path, tmp_path: Path, **extra) -> Path:
     return write_yaml(tmp_path / "recipe.yaml", data)
 
 
+@pytest.mark.slow
 def test_sigkill_at_an_arbitrary_step_then_resume_gives_the_uninterrupted_finetune_run(finetune_reference, tmp_path):
     path = finetune_recipe_file(finetune_reference, tmp_path)
     process = launch(tmp_path, "finetune", str(path), step_delay=0.08)
@@ -159,6 +160,7 @@ def test_sigkill_at_an_arbitrary_step_then_resume_gives_the_uninterrupted_finetu
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_gives_the_uninterrupted_pretrain_run(tmp_path, corpus_file, tokenizers):
     for name in ("full", "run"):
         write_yaml(tmp_path / f"{name}.yaml", family_recipe("gpt2", corpus_file, tmp_path / name, tokenizers["gpt2"]))
@@ -179,6 +181,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_pretrain_run(tmp_path, corp
     assert comparable_metrics(tmp_path / "full") == comparable_metrics(tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_resume_finishes_the_run(finetune_reference, tmp_path):
     path = finetune_recipe_file(finetune_reference, tmp_path, checkpoint_every=None)  # no periodic checkpoints
     process = launch(tmp_path, "finetune", str(path), step_delay=0.08)
@@ -201,6 +204,7 @@ def test_ctrl_c_saves_a_checkpoint_at_the_step_boundary_and_resume_finishes_the_
     assert_same_run(finetune_reference / "full", tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_save_leaves_the_previous_checkpoint_and_nothing_that_looks_complete(
     finetune_reference, tmp_path
 ):

@@ -44,6 +44,8 @@ from tests.conftest import (
     write_yaml,
 )
 
+pytestmark = pytest.mark.slow  # a live server in a process of its own (make test-slow; CI runs it too)
+
 httpx = pytest.importorskip("httpx", reason="the dev extra (httpx) is not installed")
 pytest.importorskip("fastapi", reason="the serve extra (fastapi) is not installed")
 pytest.importorskip("uvicorn", reason="the serve extra (uvicorn) is not installed")

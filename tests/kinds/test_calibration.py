@@ -23,7 +23,7 @@ from finetune.recipes import load_recipe
 from finetune.reporting.plots import PLOTS_DIR, RELIABILITY_PLOT
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.tasks.specs import task_spec
-from tests.conftest import eval_recipe, finetune_recipe, one_error_line, write_task, write_yaml
+from tests.conftest import drawing_plots, eval_recipe, finetune_recipe, one_error_line, write_task, write_yaml
 from tests.reporting.test_plots import EXPECTED_SIZE, png_size
 from tests.training.test_resume_finetune import Stopped, assert_same_run, resumable_recipe, stop_after_checkpoint
 
@@ -68,7 +68,8 @@ def calibrated(tmp_path_factory, pretrained) -> dict:
     data.update(pooling="mean", unfreezing={"mode": "none"}, discriminative={"factor": 1.0})
     data["training"].update(epochs=4, lr=1e-2)
     recipe = write_yaml(root / "r.yaml", data)
-    result = runner.invoke(app, ["finetune", str(recipe)])
+    with drawing_plots():  # the tests look at its reliability diagram
+        result = runner.invoke(app, ["finetune", str(recipe)])
     assert result.exit_code == 0, result.output
     return {"run": root / "run", "output": result.output}
 
@@ -132,6 +133,7 @@ def test_an_ensemble_averages_its_members_calibrated_probabilities(calibrated, t
     np.testing.assert_array_equal(calibrated_member, plain_member / np.float32(temperature))
 
 
+@pytest.mark.usefixtures("plots_drawn")
 def test_calibration_none_measures_the_model_own_probabilities(tmp_path, pretrained, task_dir):
     data = calibrated_recipe(pretrained, task_dir, tmp_path / "run", calibration="none")
     data["keep_best"] = False  # the last weights: their logits are the last evaluation's

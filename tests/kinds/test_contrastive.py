@@ -287,6 +287,7 @@ def test_a_multilabel_contrastive_checkpoint_loads_predicts_and_evaluates(multil
     assert json.loads((tmp_path / "eval" / "report.json").read_text())["results"]["ml"]["threshold"] == saved
 
 
+@pytest.mark.slow
 def test_a_multilabel_contrastive_checkpoint_loads_without_finetune_and_exports(multilabel_run, tmp_path):
     import json
     import os

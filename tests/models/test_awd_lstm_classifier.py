@@ -171,6 +171,7 @@ def test_layer_groups_embedding_each_layer_then_head():
     assert {id(p) for p in groups[-1]} == {id(p) for p in model.classifier.parameters()}
 
 
+@pytest.mark.slow
 def test_every_stage_brings_the_registration_with_it():
     """A fresh interpreter that imports only a stage knows awd_lstm checkpoints (eval once did not)."""
     import subprocess

@@ -122,6 +122,7 @@ def loaded_without_finetune(checkpoints, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("pooling", ["mean", "scalar_mix"])
+@pytest.mark.slow
 def test_a_process_without_finetune_loads_the_same_classifier(checkpoints, loaded_without_finetune, pooling):
     folder = checkpoints[pooling]
     assert loaded_without_finetune["imported"] == []

@@ -20,6 +20,7 @@ from tests.conftest import finetune_recipe, write_task, write_yaml
 from tests.tiny_families import save_tiny_checkpoint
 
 pytest.importorskip("onnxruntime", reason="the export extra (onnxruntime) is not installed")
+pytestmark = pytest.mark.slow  # fresh interpreters that never import finetune (make test-slow; CI runs it too)
 
 runner = CliRunner()
 TEXTS = ["the film was really great .", "the plot was so dull .", "a cast that was quite awful"]

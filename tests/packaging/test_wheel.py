@@ -37,6 +37,8 @@ import pytest
 from finetune import __version__
 from tests.conftest import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # a wheel and an sdist built and installed (make test-slow; CI runs it too)
+
 
 def _major_version(distribution: str) -> int:
     try:

@@ -30,7 +30,7 @@ from finetune.stages.seeds import RunKey, summarise_runs
 from finetune.training.checkpoints import save_checkpoint
 from finetune.training.loop import make_accelerator
 from tests.cli.test_cli import assert_user_error, invoke
-from tests.conftest import REPO_ROOT, finetune_recipe, write_yaml
+from tests.conftest import REPO_ROOT, drawing_plots, finetune_recipe, write_yaml
 from tests.reporting.test_plots import EXPECTED_SIZE, PLOT_NAMES, png_size, unfreeze_positions
 
 QUICKSTART_TASK = REPO_ROOT / "data" / "quickstart" / "task"  # 400 train, 600 dev sentences
@@ -67,7 +67,8 @@ def runs(checkpoint, tmp_path_factory) -> dict[str, Path]:
     paths = {}
     for name, lr in (("low", 2e-3), ("high", 5e-3)):
         data = quickstart_run(checkpoint, folder / name, lr)
-        run_finetune(load_recipe(write_yaml(folder / f"{name}.yaml", data)))
+        with drawing_plots():  # test_every_finished_run_writes_its_plots_timing_and_dev_loss looks at them
+            run_finetune(load_recipe(write_yaml(folder / f"{name}.yaml", data)))
         paths[name] = folder / name
     return paths
 
@@ -136,6 +137,19 @@ def test_every_finished_run_writes_its_plots_timing_and_dev_loss(runs):
         # The second epoch thaws a second group at step 4: the LR plot marks it there.
         assert [record["step"] for record in records if record["phase"] == "unfreeze"] == [0, 4]
         assert unfreeze_positions(learning_rate_figure(records)) == [4]
+
+
+def test_plots_turned_off_are_said_and_finetune_plot_draws_them_later(checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("FINETUNE_PLOTS", "off")
+    run_dir = tmp_path / "run"
+    recipe = write_yaml(tmp_path / "recipe.yaml", quickstart_run(checkpoint, run_dir, 2e-3, epochs=1))
+    result = invoke("finetune", recipe)
+    assert result.exit_code == 0, result.output
+    assert f"plots not drawn (FINETUNE_PLOTS=off): `finetune plot {run_dir}` draws them" in result.output
+    assert not (run_dir / PLOTS_DIR).exists() and (run_dir / TIMING_FILE).is_file()
+    result = invoke("plot", run_dir)
+    assert result.exit_code == 0, result.output
+    assert png_size(run_dir / PLOTS_DIR / "learning_rates.png") == EXPECTED_SIZE
 
 
 def test_tracker_values_flatten_every_record():

@@ -81,6 +81,7 @@ def test_early_stopping_ends_the_run_when_patience_runs_out(pretrained, task_dir
     assert max(train_steps) == 3  # of the 15 planned
 
 
+@pytest.mark.usefixtures("plots_drawn")
 def test_multi_seed_runs_each_seed_and_summarises(pretrained, task_dir, tmp_path):
     data = finetune_recipe(pretrained, task_dir, tmp_path / "run")
     data["seeds"] = [3, 4, 5]

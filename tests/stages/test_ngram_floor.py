@@ -30,6 +30,7 @@ def run(tmp_path, corpus_file, name: str, model: dict, **top) -> list[dict]:
     ],
     ids=["gpt2", "awd_lstm"],
 )
+@pytest.mark.usefixtures("plots_drawn")
 def test_the_floor_is_the_ngram_familys_own_score_on_the_same_tokens(tmp_path, corpus_file, model):
     """The floor a gpt2 / awd_lstm run logs equals what `model.family: ngram` scores on the same corpus."""
     records = run(tmp_path, corpus_file, "network", model, ngram_floor=2)

@@ -12,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
@@ -85,6 +86,7 @@ def kill_during_the_first_pruning(tmp_path: Path, recipe: Path) -> None:
     assert process.wait(timeout=30) == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_sigkill_during_pruning_leaves_complete_checkpoints_and_resume_sweeps_the_rest(
     tmp_path, corpus_file, tokenizers
 ):

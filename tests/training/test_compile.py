@@ -16,7 +16,10 @@ from tests.conftest import finetune_recipe, write_yaml
 from tests.stages.test_pretrain_families import family_recipe
 from tests.training.test_mixed_precision import train_losses
 
-pytestmark = pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="nn.Module.compile needs torch >= 2.2")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="nn.Module.compile needs torch >= 2.2"),
+    pytest.mark.slow,  # torch.compile compiles each model (make test-slow; CI runs it too)
+]
 # Fused kernels sum in another order than eager's; a dozen steps of a tiny model keep the loss within this.
 COMPILED_TOLERANCE = 1e-3
 

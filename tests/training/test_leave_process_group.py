@@ -19,6 +19,7 @@ pytestmark = [
         not torch.distributed.is_available() or not torch.distributed.is_gloo_available(), reason="needs gloo"
     ),
     pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc"),
+    pytest.mark.slow,  # a gloo process group in a process of its own (make test-slow; CI runs it too)
 ]
 
 # One process: a gloo group, then what a stage does with it (DDP and a gather), then the teardown; prints the names

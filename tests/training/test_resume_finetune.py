@@ -217,6 +217,7 @@ TWO_PROCESS_LAUNCHER = textwrap.dedent("""
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="needs torch.distributed with gloo",
 )
+@pytest.mark.slow
 def test_resume_on_two_processes(pretrained, task_dir, tmp_path):
     """2 processes x 8 examples, an epoch of 3 steps (16, 16, 8): resumed after step 2, before the short step.
 

@@ -100,6 +100,7 @@ def group_names(checkpoint: Path) -> list[list[str]]:
     return [[names[id(parameter)] for parameter in group] for group in layer_groups(model)]
 
 
+@pytest.mark.usefixtures("plots_drawn")
 def test_every_2_steps_on_the_quickstart_task_thaws_at_those_steps_and_frozen_weights_stay(pretrained, tmp_path):
     """8 steps, 4 groups, a checkpoint after every step: group g trains from step 2 x (3 - g) + 1 on, not before."""
     data = stepwise_recipe(pretrained, QUICKSTART_TASK, tmp_path / "run", {"every_steps": 2})
@@ -243,6 +244,7 @@ def test_thawing_waits_for_the_end_of_an_accumulation_cycle(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="needs torch.distributed with gloo",
 )
+@pytest.mark.slow
 def test_every_steps_on_two_processes(tmp_path):
     """torchrun, 2 CPU processes: 3 steps per epoch, 6 in all; every process freezes the same groups (DDP would
     hang or fail otherwise) and the main process logs one record per change."""
