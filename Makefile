@@ -5,7 +5,7 @@
 #   make test-all     the checks, then every test (what CI runs: .ci/run)
 #   make lint         ruff (lint and format) on the whole tree, mypy on finetune/
 #   make docs-check   run every shell command of README.md and docs/ as a reader would (minutes)
-#   make test-flaky   the suite 5 times in fresh clones, tests in random order, on 1 and 2 workers (an hour)
+#   make test-flaky   the suite 5 times in fresh clones, tests in random order, on 1 and 2 workers (~35 min)
 #   make bench-smoke  every benchmark with --smoke: tiny runs that check the scripts still work (NAMES="a b" for some)
 #   make gpu-check    on a CUDA machine: pretraining, fine-tuning and prediction against the Trainer, bf16, all GPUs
 #   make dist         the wheel and sdist a user can `pip install` into dist/, the recipes inside

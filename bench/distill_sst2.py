@@ -65,17 +65,20 @@ def student(teacher: Path, arm: str, data: Path, work: Path, args) -> Path:
     return run_dir
 
 
-def measured(checkpoint: Path, run_dir: Path | None) -> dict:
-    """The arm's dev accuracy (its result.json), parameters and blocks."""
+def checkpoint_size(checkpoint: Path) -> dict:
+    """The checkpoint's parameters (counted from its weights file) and blocks (its config)."""
     from safetensors import safe_open
 
     with safe_open(str(checkpoint / "model.safetensors"), "pt") as weights:
         parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())  # noqa: SIM118
     config = json.loads((checkpoint / "config.json").read_text())
-    encoder = config.get("encoder", config)
+    return {"parameters": parameters, "blocks": config.get("encoder", config)["num_hidden_layers"]}
+
+
+def measured(checkpoint: Path, run_dir: Path | None) -> dict:
+    """The arm's dev accuracy (its result.json), parameters and blocks."""
     result = json.loads(((run_dir or checkpoint.parent) / "result.json").read_text())
-    accuracy = result["last"]["dev_accuracy"]
-    return {"accuracy": accuracy, "parameters": parameters, "blocks": encoder["num_hidden_layers"]}
+    return {"accuracy": result["last"]["dev_accuracy"], **checkpoint_size(checkpoint)}
 
 
 def throughputs(checkpoints: dict[str, Path], args) -> dict[str, float]:

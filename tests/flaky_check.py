@@ -4,12 +4,14 @@
     .venv/bin/python -m tests.flaky_check --runs 2        # fewer
     .venv/bin/python -m tests.flaky_check --reuse-venv    # this checkout's .venv instead of a new one per clone
     .venv/bin/python -m tests.flaky_check --all           # the slow tests too (make test-all's set; CI runs them)
+    .venv/bin/python -m tests.flaky_check --bucket global # any test beside any other (hours on 2 cores)
 
 Each run is a fresh clone of the committed HEAD (what CI checks out: untracked files and leftovers of earlier runs
 play no part) in a temporary folder, set up as `make test` sets it up (its own .venv, the dev dependencies), then the
 suite with the tests in a random order (pytest-random-order, seeded by the run: `--random-order-seed N`, so a failing
-order can be replayed) on 1 worker for odd runs and 2 for even ones (pytest-xdist; tests/conftest.py gives each
-worker one thread). It stops at the first failing run and prints how to replay it; the clone is kept then.
+order can be replayed; the modules and each module's tests shuffled, pytest-randomly's order) on 1 worker for odd
+runs and 2 for even ones (pytest-xdist; tests/conftest.py gives each worker one thread).
+It stops at the first failing run and prints how to replay it; the clone is kept then.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ def workers(run: int) -> int:
     return 1 if run % 2 else 2
 
 
-def pytest_command(python: Path, run: int, everything: bool = False) -> list[str]:
-    """The suite (make test's tests, or every one) in the random order of seed `run`, on workers(run) workers."""
-    order = ["-p", "random_order", "--random-order-bucket=global", f"--random-order-seed={run}"]
+def pytest_command(python: Path, run: int, everything: bool = False, bucket: str = "module") -> list[str]:
+    """The suite (make test's tests, or every one) in the random order of seed `run`, on workers(run) workers.
+    bucket module (pytest-randomly's order too): the modules shuffled and each module's tests, a module's tests kept
+    together, so its fixtures are made once; global: any test beside any other, module fixtures made again each time
+    a module's tests are apart (a 1-worker run took 75 minutes)."""
+    order = ["-p", "random_order", f"--random-order-bucket={bucket}", f"--random-order-seed={run}"]
     selection = [] if everything else ["-m", "not slow"]
     return [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *order, *selection, "-n", str(workers(run))]
 
@@ -53,12 +58,12 @@ def set_up(clone: Path, reuse_venv: bool) -> Path:
     return clone / ".venv" / "bin" / "python"
 
 
-def one_run(run: int, reuse_venv: bool, everything: bool) -> bool:
+def one_run(run: int, reuse_venv: bool, everything: bool, bucket: str) -> bool:
     """Run `run` in its own clone; True when the suite passed (its clone removed), False when it failed (kept)."""
     folder = Path(tempfile.mkdtemp(prefix=f"finetune-flaky-{run}-"))
     clone = fresh_clone(folder)
     python = set_up(clone, reuse_venv)
-    command = pytest_command(python, run, everything)
+    command = pytest_command(python, run, everything, bucket)
     print(f"run {run}: {' '.join(command[1:])} in {clone}", flush=True)
     started = time.monotonic()
     # Reusing this checkout's .venv, its editable install would import this checkout: the clone's code goes first.
@@ -77,9 +82,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs of the suite, each in a fresh clone (default 5)")
     parser.add_argument("--reuse-venv", action="store_true", help="this checkout's .venv, not one per clone")
     parser.add_argument("--all", action="store_true", help="the slow tests too (make test leaves them out)")
+    parser.add_argument("--bucket", choices=("module", "global"), default="module", help="what is shuffled (module)")
     arguments = parser.parse_args()
     for run in range(1, arguments.runs + 1):
-        if not one_run(run, arguments.reuse_venv, arguments.all):
+        if not one_run(run, arguments.reuse_venv, arguments.all, arguments.bucket):
             sys.exit(f"flaky check: run {run} of {arguments.runs} failed (seed {run}, {workers(run)} worker(s))")
     print(f"flaky check: {arguments.runs} runs passed, each in a fresh clone, in random order, on 1 and 2 workers")
 

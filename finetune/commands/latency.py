@@ -32,7 +32,6 @@ from finetune.commands.predict import load_predictor
 from finetune.commands.quantize import QUANTIZED_FILE, GraphClassifier
 from finetune.console import silenced
 from finetune.errors import UserError
-from finetune.kinds.dev_split import dev_examples
 from finetune.models.flops import cpu_model
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import FinetuneRecipe, load_recipe
@@ -66,14 +65,14 @@ def read_inputs(predictor: Any, checkpoint: Path, source: Path | None) -> list:
         if not source.is_file():
             raise UserError(f"--input: no such file: {source}")
         examples = predictor.read_source(str(source), None)
+        inputs = [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
     else:
         recipe = load_recipe(checkpoint / HYPERPARAMETERS_FILE, expected_stage="finetune", check_paths=False)
         assert isinstance(recipe, FinetuneRecipe)  # expected_stage: any other recipe is refused
         try:
-            examples = dev_examples(predictor.spec, recipe.task, [checkpoint])
+            inputs = predictor.dev_inputs(recipe.task, checkpoint)
         except UserError as error:
             raise UserError(f"{error}; give the inputs to time with --input FILE") from None
-    inputs = [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
     if not inputs:
         raise UserError("no inputs to time: --input (or the dev rows) holds no example")
     return inputs

@@ -168,11 +168,15 @@ def split_to_score(spec: TaskSpec, task: Any, recipe: Any) -> TaskExamples:
     return dev_examples(spec, task, checkpoints)
 
 
-def dev_examples(spec: TaskSpec, task: Any, checkpoints: Sequence[str | Path]) -> TaskExamples:
+def dev_examples(
+    spec: TaskSpec, task: Any, checkpoints: Sequence[str | Path], read: Callable[[str], Any] | None = None
+) -> Any:
     """The dev rows the runs of `checkpoints` were scored on: the task's dev file, or with task.dev_split the
-    training rows they held out (the same for all of them)."""
+    training rows they held out (the same for all of them). `read(split)` reads a split's file: a table of the
+    task's columns unless the kind reads another layout (a tagger's CoNLL columns)."""
+    read = read or (lambda split: read_task_split(spec, task.data_dir, split))
     if getattr(task, "dev_split", None) is None:
-        return read_task_split(spec, task.data_dir, "dev")
+        return read("dev")
     refuse_a_dev_file(spec, task.data_dir)
-    examples = read_task_split(spec, task.data_dir, "train")
+    examples = read("train")
     return take_rows(examples, recorded_dev_rows(checkpoints, row_count(examples)))

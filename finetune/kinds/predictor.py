@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TextIO
 from finetune.data.examples import TaskExamples
 from finetune.data.unlabelled_text import is_table, plain_lines, read_unlabelled_file
 from finetune.errors import UserError
+from finetune.kinds.dev_split import dev_examples
 from finetune.tasks.specs import TaskSpec
 
 STDIO = "-"  # --input and --output: standard input and output
@@ -38,6 +39,12 @@ class TaskPredictor(ABC):
     @abstractmethod
     def predict_source(self, source: str, stdin: TextIO) -> list[dict]:
         """The output rows for a file, or `-`: standard input; one per example, in the input's order."""
+
+    def dev_inputs(self, task: Any, checkpoint: Path) -> list:
+        """The dev rows `checkpoint` was scored on, as `predict` takes them (a text, or a tuple of the task's texts):
+        what `finetune bench` times and `export --quantize` scores when given no inputs."""
+        examples = dev_examples(self.spec, task, [checkpoint])
+        return [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
 
 
 class TextPredictor(TaskPredictor):

@@ -16,12 +16,13 @@ from transformers import AutoModelForTokenClassification, AutoTokenizer
 from typer.testing import CliRunner
 
 from finetune.cli import app
-from finetune.commands.predict import predict
+from finetune.commands.predict import load_predictor, predict
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.errors import InputError
 from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_indices, tag_set, word_tokens
 from finetune.kinds.tokens.fine_tuning import TaggingFineTuning
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
+from finetune.recipes import load_recipe
 from tests.conftest import (
     FILLERS,
     NEGATIVE,
@@ -444,3 +445,13 @@ def test_a_gpt2_tagger_reads_its_byte_level_pieces(tagging_task, tmp_path):
     assert json.loads((tmp_path / "run" / "result.json").read_text())["best"]["dev_f1"] > 0.8
     rows = predict(str(tmp_path / "run" / "checkpoint"), ["the plot was so dreadful ."])
     assert len(rows[0]["tags"]) == 6 and rows[0]["tags"][4] == "B-NEG"
+
+
+def test_a_taggers_dev_inputs_are_its_dev_sentences_as_predict_takes_them(tagger_run, tagging_task):
+    """What a benchmark times when given no inputs (bench/distill_conll.py): the dev file read in its CoNLL columns,
+    not as a table of texts, each sentence its words joined by spaces."""
+    checkpoint = tagger_run / "checkpoint"
+    predictor = load_predictor(str(checkpoint))
+    inputs = predictor.dev_inputs(load_recipe(checkpoint / "finetune_recipe.yaml", check_paths=False).task, checkpoint)
+    assert inputs == [" ".join(words) for words in read_conll(tagging_task / "dev.txt").words] and len(inputs) == 24
+    assert [len(result["tags"]) for result in predictor.predict(inputs)] == [len(text.split()) for text in inputs]

@@ -15,6 +15,8 @@ def test_the_runs_alternate_workers_and_seed_the_order():
     assert command[command.index("-n") + 1] == "2" and "--random-order-seed=4" in command
     assert "not slow" in command  # what make test runs; --all adds the slow tests
     assert "not slow" not in flaky_check.pytest_command(Path("python"), 4, everything=True)
+    assert "--random-order-bucket=module" in command  # modules and each module's tests shuffled
+    assert "--random-order-bucket=global" in flaky_check.pytest_command(Path("python"), 4, bucket="global")
 
 
 def test_pytest_takes_the_order_flags_and_replays_an_order(tmp_path):
