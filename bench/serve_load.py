@@ -244,8 +244,9 @@ def main() -> None:
     by_arm = {record["arm"]: record for record in records}
     speedup = by_arm["batched"]["requests_per_s"] / by_arm["unbatched"]["requests_per_s"]
     overhead = by_arm["one client"]["median_ms"] - by_arm["predictor"]["median_ms"]
+    ratio = by_arm["one client"]["median_ms"] / by_arm["predictor"]["median_ms"]
     print(f"\nbatched / unbatched throughput: {speedup:.2f}x; one client's median latency over the predictor's: "
-          f"{overhead:+.2f} ms; errors: {sum(record['errors'] for record in records)}")  # fmt: skip
+          f"{overhead:+.2f} ms ({ratio:.2f}x); errors: {sum(record['errors'] for record in records)}")  # fmt: skip
     for record in records:
         harness.record_run(work, record, "serve_load" if args.update_results else None, machine)
     if any(record["errors"] for record in records):

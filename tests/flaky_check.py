@@ -4,7 +4,7 @@
     .venv/bin/python -m tests.flaky_check --runs 2        # fewer
     .venv/bin/python -m tests.flaky_check --reuse-venv    # this checkout's .venv instead of a new one per clone
     .venv/bin/python -m tests.flaky_check --all           # the slow tests too (make test-all's set; CI runs them)
-    .venv/bin/python -m tests.flaky_check --bucket global # any test beside any other (hours on 2 cores)
+    .venv/bin/python -m tests.flaky_check --bucket global # any test beside any other (slower)
 
 Each run is a fresh clone of the committed HEAD (what CI checks out: untracked files and leftovers of earlier runs
 play no part) in a temporary folder, set up as `make test` sets it up (its own .venv, the dev dependencies), then the
