@@ -79,7 +79,9 @@ def main() -> None:
     parser = harness.benchmark_parser(__doc__, "distill-conll", smoke="64 training and 32 dev sentences")
     parser.add_argument("--train-sentences", type=int, default=2000)
     parser.add_argument("--dev-sentences", type=int, default=1000)
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument(
+        "--epochs", type=int, default=3, help="every arm (the shipped recipe's; 1 leaves the teacher at 29 F1)"
+    )
     parser.add_argument("--temperature", type=float, default=2.0, help="distillation.temperature")
     parser.add_argument("--soft-weight", type=float, default=0.5, help="distillation.soft_weight")
     parser.add_argument("--throughput-inputs", type=int, default=2000, help="sentences per timing (dev, repeated)")
