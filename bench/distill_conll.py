@@ -29,7 +29,7 @@ from pathlib import Path
 import _harness as harness
 from _common import describe_machine, finetune_cli, last_record, machine_fields, minilm_checkpoint, require
 from conll_ner import CONLL, RECIPE, SMOKE, budget_overrides, write_subset
-from distill_sst2 import checkpoint_size, throughputs
+from distill_sst2 import checkpoint_size, retention_table, throughputs
 
 ARMS = ("teacher", "student, alone", "student, distilled")
 
@@ -60,22 +60,10 @@ def measured(run_dir: Path) -> dict:
 
 
 def table(records: list[dict], machine: dict) -> str:
-    teacher = next(record for record in records if record["arm"] == "teacher")
     title = (f"CoNLL-2003 valid ({records[0]['dev_sentences']:,} sentences), {records[0]['train_sentences']:,} "
              f"training sentences; {machine['cpu']}, {machine['cores']} cores, "
              f"matmul {machine['matmul_gflops_fp32']:.0f} GFLOP/s (fp32)")  # fmt: skip
-    columns = {
-        "arm": "arm",
-        "blocks": "blocks",
-        "parameters (M)": lambda record: record["parameters"] / 1e6,
-        "dev entity F1": lambda record: 100 * record["f1"],
-        "retention": lambda record: 100 * record["f1"] / teacher["f1"],
-        "sentences/s (batch 32)": "inputs_per_second",
-        "speed-up": lambda record: record["inputs_per_second"] / teacher["inputs_per_second"],
-    }
-    formats = {"blocks": "{:.0f}", "dev entity F1": "{:.2f}", "retention": "{:.1f}%",
-               "sentences/s (batch 32)": "{:,.0f}", "speed-up": "{:.2f}x"}  # fmt: skip
-    return title + "\n\n" + harness.markdown_table(records, columns, formats=formats)
+    return retention_table(records, title, ("f1", "dev entity F1"), "sentences")
 
 
 def main() -> None:
