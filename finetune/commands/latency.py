@@ -32,6 +32,7 @@ from finetune.commands.predict import load_predictor
 from finetune.commands.quantize import QUANTIZED_FILE, GraphClassifier
 from finetune.console import silenced
 from finetune.errors import UserError
+from finetune.kinds.predictor import predict_inputs
 from finetune.models.flops import cpu_model
 from finetune.models.heads import fitted_max_length
 from finetune.recipes import FinetuneRecipe, load_recipe
@@ -64,8 +65,7 @@ def read_inputs(predictor: Any, checkpoint: Path, source: Path | None) -> list:
     if source is not None:
         if not source.is_file():
             raise UserError(f"--input: no such file: {source}")
-        examples = predictor.read_source(str(source), None)
-        inputs = [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
+        inputs = predict_inputs(predictor.read_source(str(source), None))
     else:
         recipe = load_recipe(checkpoint / HYPERPARAMETERS_FILE, expected_stage="finetune", check_paths=False)
         assert isinstance(recipe, FinetuneRecipe)  # expected_stage: any other recipe is refused

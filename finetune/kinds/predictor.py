@@ -41,10 +41,14 @@ class TaskPredictor(ABC):
         """The output rows for a file, or `-`: standard input; one per example, in the input's order."""
 
     def dev_inputs(self, task: Any, checkpoint: Path) -> list:
-        """The dev rows `checkpoint` was scored on, as `predict` takes them (a text, or a tuple of the task's texts):
-        what `finetune bench` times and `export --quantize` scores when given no inputs."""
-        examples = dev_examples(self.spec, task, [checkpoint])
-        return [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
+        """The dev rows `checkpoint` was scored on, as `predict` takes them: what `finetune bench` times when given
+        no inputs."""
+        return predict_inputs(dev_examples(self.spec, task, [checkpoint]))
+
+
+def predict_inputs(examples: TaskExamples) -> list:
+    """Examples as `predict` takes them: each a text, or a tuple of the task's texts."""
+    return [texts[0] if len(texts) == 1 else tuple(texts) for texts in examples.texts]
 
 
 class TextPredictor(TaskPredictor):

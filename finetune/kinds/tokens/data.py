@@ -16,7 +16,10 @@ import numpy as np
 
 from finetune.console import console
 from finetune.data.examples import EncodedItems
+from finetune.data.task_files import task_file
 from finetune.errors import DataFileError, InputError
+from finetune.kinds.tokens.spec import tagging_spec
+from finetune.tasks.specs import TaskSpec
 
 IGNORED = -100  # the label of sub-tokens after a word's first, and of special tokens: no loss, no score
 DOCUMENT_START = "-DOCSTART-"
@@ -31,6 +34,11 @@ class TaggedSentences:
     tags: list[list[str]] | None
     lines: list[int]
     source: Path
+
+
+def read_tagged_split(spec: TaskSpec, data_dir: Path | None, split: str) -> TaggedSentences:
+    """A split's file of the tagging task `spec`, its tags read from the task's tag column."""
+    return read_conll(task_file(spec, data_dir, split), tagging_spec(spec).tag_column)
 
 
 def read_conll(path: Path, tag_column: int = -1, with_tags: bool = True) -> TaggedSentences:

@@ -12,7 +12,6 @@ from transformers import DataCollatorForTokenClassification
 
 from finetune.console import console
 from finetune.data.step_batches import REAL_EXAMPLES
-from finetune.data.task_files import task_file
 from finetune.errors import recipe_key
 from finetune.kinds.distillation import (
     TEACHER_LOGITS,
@@ -24,10 +23,9 @@ from finetune.kinds.distillation import (
     with_teacher_logits,
 )
 from finetune.kinds.fine_tuning import TaskFineTuning, say
-from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_conll, tag_set
+from finetune.kinds.tokens.data import IGNORED, EncodedTagging, read_tagged_split, tag_set
 from finetune.kinds.tokens.metrics import entity_types_table, tagging_metrics
 from finetune.kinds.tokens.model import load_tagger
-from finetune.kinds.tokens.spec import tagging_spec
 from finetune.kinds.tokens.training import sentence_logits
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
@@ -38,9 +36,9 @@ class TaggingFineTuning(TaskFineTuning):
     """`finetune finetune` for a task of kind tokens (see the module docstring)."""
 
     def read_task(self) -> tuple[int, int]:
-        data_dir, column = self.recipe.task.data_dir, tagging_spec(self.spec).tag_column
+        data_dir = self.recipe.task.data_dir
         self.train_sentences, self.dev_sentences = self.train_and_dev(
-            lambda split: read_conll(task_file(self.spec, data_dir, split), column)
+            lambda split: read_tagged_split(self.spec, data_dir, split)
         )
         tags = self.spec.labels or tag_set(self.train_sentences)  # the recipe's task.labels, else the training file's
         self.tags = tuple(tags)

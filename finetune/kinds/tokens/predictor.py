@@ -13,11 +13,9 @@ from torch.utils.data import DataLoader
 from transformers import DataCollatorForTokenClassification
 
 from finetune.data.examples import TaskExamples
-from finetune.data.task_files import task_file
 from finetune.kinds.dev_split import dev_examples
 from finetune.kinds.predictor import TextPredictor
-from finetune.kinds.tokens.data import IGNORED, EncodedTagging, TaggedSentences, read_conll
-from finetune.kinds.tokens.spec import tagging_spec
+from finetune.kinds.tokens.data import IGNORED, EncodedTagging, TaggedSentences, read_tagged_split
 from finetune.kinds.tokens.training import sentence_logits, tag_sentences
 from finetune.models.families import reads_left_to_right
 from finetune.models.heads import fitted_max_length
@@ -45,8 +43,7 @@ class TaggingPredictor(TextPredictor):
     def dev_inputs(self, task: Any, checkpoint: Path) -> list:
         """The dev sentences `checkpoint` was scored on (its task's CoNLL columns), each as its words joined by
         spaces: what `predict` takes."""
-        column = tagging_spec(self.spec).tag_column
-        read = lambda split: read_conll(task_file(self.spec, task.data_dir, split), column)
+        read = lambda split: read_tagged_split(self.spec, task.data_dir, split)
         return [" ".join(words) for words in dev_examples(self.spec, task, [checkpoint], read).words]
 
     def word_logits(self, sentences: TaggedSentences, name: str | None = None) -> list[np.ndarray]:
