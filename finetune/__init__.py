@@ -1,8 +1,9 @@
 """finetune: transfer learning for NLP in the line of ULMFiT, GPT and BERT.
 
-From Python (a notebook): `finetune.pretrain`, `finetune.finetune`, `finetune.ulmfit` and `finetune.evaluate` run the
-stages as the CLI does and return a `finetune.RunResult` (finetune/api/); `finetune.predict` labels texts. Importing
-the package imports none of the libraries they need: each is loaded when first used.
+From Python (a notebook): `finetune.pretrain`, `finetune.finetune`, `finetune.ulmfit`, `finetune.intermediate` and
+`finetune.evaluate` run the stages as the CLI does and return a `finetune.RunResult` (finetune/api/);
+`finetune.predict` labels texts. Importing the package imports none of the libraries they need: each is loaded when
+first used.
 """
 
 import os
@@ -10,9 +11,10 @@ from typing import Any
 
 from finetune._version import __version__
 
-_API = ("RunResult", "evaluate", "finetune", "pretrain", "ulmfit")  # finetune/api/, imported when first asked for
+# finetune/api/, imported when first asked for
+_API = ("RunResult", "evaluate", "finetune", "intermediate", "pretrain", "ulmfit")
 
-__all__ = ["RunResult", "__version__", "evaluate", "finetune", "predict", "pretrain", "ulmfit"]
+__all__ = ["RunResult", "__version__", "evaluate", "finetune", "intermediate", "predict", "pretrain", "ulmfit"]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,7 @@ RECIPE_COMMANDS = {
     "pretrain": ("pretrain",),
     "finetune": ("finetune",),
     "ulmfit": ("ulmfit",),
+    "intermediate": ("intermediate",),
     "eval": ("eval",),
     "lr-find": ("pretrain", "finetune"),
     "profile": ("pretrain", "finetune"),

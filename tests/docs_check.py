@@ -66,7 +66,14 @@ BUDGET = {
         "task.data_dir={budget_data}/imdb",
     ],
     "recipes/pretrain/gpt2-mini-wikitext2.yaml": [],  # the docs' own command reads data/quickstart, 20 steps
+    "recipes/intermediate/minilm-rte-cb.yaml": [
+        "intermediate.training.max_steps=2",
+        "target.training.max_steps=2",
+        "target.seeds=[0, 1]",
+    ],
 }
+# Where a recipe names its backbone when that is not model.checkpoint (a flow's section): the local MiniLM goes there.
+MODEL_KEY = {"recipes/intermediate/minilm-rte-cb.yaml": "intermediate.model.checkpoint"}
 QUICKSTART_RUNS = ("pretrain", "finetune", "finetune-random-init", "eval")  # under runs/quickstart
 SETUP_TARGETS = {
     "test": "the suite, which CI runs",
@@ -160,7 +167,7 @@ def budget(args: list[str]) -> list[str]:
         return []
     extra = [override.format(budget_data=os.environ[BUDGET_DATA]) for override in BUDGET[recipe]]
     if LOCAL_MINILM_HUB_NAME in recipe_strings(Path(recipe), [arg for arg in args if "=" in arg]):
-        extra.append(f"model.checkpoint={local_minilm()}")
+        extra.append(f"{MODEL_KEY.get(recipe, 'model.checkpoint')}={local_minilm()}")
     return extra
 
 

@@ -71,10 +71,26 @@ def ulmfit(recipe: RecipeGiven, overrides: OverridesGiven = None, resume: bool =
     from finetune.stages.ulmfit import run_ulmfit
 
     loaded = _loaded(recipe, overrides, "ulmfit")
-    checkpoint = run_ulmfit(loaded, resume=resume)
-    classifier_dir = checkpoint.parent if checkpoint.name == CHECKPOINT_DIR else checkpoint  # seeds: the stage's
-    flow = RunResult.of_run(loaded.run_dir, None)
-    return replace(RunResult.of_run(classifier_dir, checkpoint), run_dir=Path(loaded.run_dir), report=flow.metrics)
+    return _flow_result(loaded.run_dir, run_ulmfit(loaded, resume=resume))
+
+
+def _flow_result(run_dir: Path, checkpoint: Path) -> RunResult:
+    """A flow's result: its last fine-tuning stage's (`checkpoint`, or with seeds that stage's folder), with the
+    flow's folder as run_dir and its summary as report."""
+    stage_dir = checkpoint.parent if checkpoint.name == CHECKPOINT_DIR else checkpoint  # seeds: the stage's
+    flow = RunResult.of_run(run_dir, None)
+    return replace(RunResult.of_run(stage_dir, checkpoint), run_dir=Path(run_dir), report=flow.metrics)
+
+
+def intermediate(recipe: RecipeGiven, overrides: OverridesGiven = None, resume: bool = False) -> RunResult:
+    """`finetune intermediate RECIPE [overrides] [--resume]`: the intermediate task, then the target from its
+    encoder (and without it, to compare); the result is the target's (its checkpoint, dev scores and history), with
+    the flow's folder as run_dir and its summary (RUN_DIR/result.json, every stage's scores and the gain) as
+    report."""
+    from finetune.stages.intermediate import run_intermediate
+
+    loaded = _loaded(recipe, overrides, "intermediate")
+    return _flow_result(loaded.run_dir, run_intermediate(loaded, resume=resume))
 
 
 def evaluate(recipe: RecipeGiven | RunResult, overrides: OverridesGiven = None) -> RunResult:

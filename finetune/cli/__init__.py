@@ -25,6 +25,7 @@ app = typer.Typer(
 app.command()(training.pretrain)
 app.command()(training.finetune)
 app.command()(training.ulmfit)
+app.command()(training.intermediate)
 app.command(name="lr-find")(training.lr_find)
 app.command()(training.profile)
 app.command()(search.search)

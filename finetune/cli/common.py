@@ -56,8 +56,9 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _finished_stages_kept(stage: str, command: str) -> str:
-    """What an interrupted ulmfit flow still has: the stages it finished, which --resume keeps."""
-    return f"; the flow's finished stages are kept: continue with: {command}" if stage == "ulmfit" else ""
+    """What an interrupted flow (ulmfit, intermediate) still has: the stages it finished, which --resume keeps."""
+    flows = ("ulmfit", "intermediate")
+    return f"; the flow's finished stages are kept: continue with: {command}" if stage in flows else ""
 
 
 def _run_stage(

@@ -32,7 +32,7 @@ def recipes(
         typer.Option(
             "--keys",
             help="Instead of listing recipes, explain every key of a stage's "
-            "recipes: pretrain, finetune, eval or ulmfit.",
+            "recipes: pretrain, finetune, eval, ulmfit or intermediate.",
             show_default=False,
         ),
     ] = None,
@@ -53,10 +53,10 @@ def recipes(
     if keys is not None:
         if keys not in RECIPE_TYPES:
             _fail(f"--keys: expected one of {', '.join(RECIPE_TYPES)} (got '{keys}')")
-        if keys == "ulmfit":  # its sections are whole stage recipes: their keys are listed under those stages
+        if keys in ("ulmfit", "intermediate"):  # flows: their sections' keys are listed under those stages
             from finetune.stages.ulmfit import describe_flow_keys
 
-            rows = describe_flow_keys()
+            rows = describe_flow_keys(keys)
         else:
             rows = describe_keys(RECIPE_TYPES[keys])
         _print_table(console, ("key", "type", "default", "meaning"), rows, f"{keys} recipe keys")

@@ -1,4 +1,4 @@
-"""The commands that train, or size a training run: pretrain, finetune, ulmfit, lr-find, profile."""
+"""The commands that train, or size a training run: pretrain, finetune, ulmfit, intermediate, lr-find, profile."""
 
 from __future__ import annotations
 
@@ -75,6 +75,35 @@ def ulmfit(
         run_ulmfit(loaded, resume=resume)
 
     _run_stage("ulmfit", recipe, overrides, run)
+
+
+def intermediate(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
+            "one continues from its newest periodic checkpoint, the later ones run.",
+        ),
+    ] = False,
+) -> None:
+    """Intermediate-task training (STILTs): task A, then task B from A's encoder under a new head.
+
+    Stage 1: the intermediate task from intermediate.model.checkpoint; stage 2: the target task from stage 1's
+    encoder; stage 3 (compare: true): the target task from intermediate.model.checkpoint alone, to compare
+    (RUN_DIR/1-intermediate, 2-target, 3-target-alone).
+
+    Overrides reach into the stages (target.training.epochs=2); RUN_DIR/report.md compares B with and without A.
+    """
+
+    def run(loaded) -> None:
+        from finetune.stages.intermediate import run_intermediate  # after the recipe is checked
+
+        run_intermediate(loaded, resume=resume)
+
+    _run_stage("intermediate", recipe, overrides, run)
 
 
 def lr_find(

@@ -41,6 +41,7 @@ from finetune.models.mean_pooling import backbone_config
 from finetune.models.packed_bert import train_without_padding
 from finetune.models.padding import give_a_padding_token, name_the_padding_token
 from finetune.models.student import keep_blocks
+from finetune.models.task_heads import renew_head
 from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import add_card_section, classifier_card, write_card
 from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
@@ -162,6 +163,8 @@ class TaskFineTuning(TrainingJob):
     def _model(self):
         """The kind's model on the backbone, of the blocks model.keep_layers keeps."""
         model = self.task_model()
+        if self.recipe.model.new_head and not self.resuming:  # a resumed run's checkpoint holds the head it trained
+            say(f"model.new_head: the head's {renew_head(model):,} parameters start anew; the backbone carries over")
         if (keep := self.recipe.model.keep_layers) is not None:  # a smaller model of some of the checkpoint's blocks
             with recipe_key("model.keep_layers"):
                 say(f"model.keep_layers: {keep_blocks(model, keep)}")

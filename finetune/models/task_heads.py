@@ -17,6 +17,7 @@ import transformers
 from transformers import AutoConfig
 
 from finetune.errors import CheckpointError
+from finetune.models.backbones import layer_groups
 from finetune.models.hub import load_pretrained, resolve_checkpoint
 from finetune.models.loading import load_model
 from finetune.recipes.task import TASK_SECTIONS
@@ -128,3 +129,23 @@ class TaskHead:
                 source=name,
             )
         return load_model(self.auto_class, source, trust_remote_code=trust_remote_code, config=config)
+
+
+def renew_head(model) -> int:
+    """Fresh weights for the task head a fine-tuned checkpoint brought, which `model.new_head` replaces even where
+    its labels are the task's (an intermediate task's head must not carry over to the target task: STILTs trains the
+    target's head anew). The head is what lies outside the backbone (`model.base_model`, so a BERT pooler stays as
+    pretrained) and in the top layer group (so a bidirectional AWD-LSTM's backward encoder stays too). Returns the
+    parameters renewed."""
+    head = {id(parameter) for parameter in layer_groups(model)[-1]}
+    head -= {id(parameter) for parameter in model.base_model.parameters()}
+    renewed = 0
+    for module in model.modules():
+        own = list(module.parameters(recurse=False))
+        if not own or any(id(parameter) not in head for parameter in own):
+            continue
+        for parameter in own:
+            parameter._is_hf_initialized = False  # transformers skips tensors so marked
+        model._init_weights(module)
+        renewed += sum(parameter.numel() for parameter in own)
+    return renewed

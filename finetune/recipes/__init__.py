@@ -20,6 +20,7 @@ from finetune.recipes.base import (
 from finetune.recipes.describe import describe_keys, type_label
 from finetune.recipes.evaluation import EvalRecipe, GlueTaskEntry
 from finetune.recipes.finetune import BackboneConfig, FinetuneRecipe, UnfreezingConfig
+from finetune.recipes.intermediate import INTERMEDIATE_STAGE_FOLDERS, IntermediateRecipe
 from finetune.recipes.language_models import AWDLSTMModelConfig, CausalLMModelConfig, MaskedLMModelConfig
 from finetune.recipes.loader import (
     RECIPE_TYPES,
@@ -38,6 +39,7 @@ from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, TaskConfig, task_co
 from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel, UlmfitRecipe
 
 __all__ = [
+    "INTERMEDIATE_STAGE_FOLDERS",
     "RECIPE_TYPES",
     "TASK_KINDS",
     "TASK_SECTIONS",
@@ -50,6 +52,7 @@ __all__ = [
     "EvalRecipe",
     "FinetuneRecipe",
     "GlueTaskEntry",
+    "IntermediateRecipe",
     "MaskedLMModelConfig",
     "MaskingConfig",
     "PretrainRecipe",

@@ -152,6 +152,13 @@ class BackboneConfig(Section):
     )
     adapter: AdapterConfig | None = Field(None, description=ADAPTER_HELP)
     keep_layers: KeepLayers = Field(None, description=KEEP_LAYERS_HELP)
+    new_head: bool = Field(
+        False,
+        strict=True,
+        description="a fresh task head even where model.checkpoint is a fine-tuned model whose labels are the "
+        "task's (its head is kept then, else replaced): only the backbone carries over; the intermediate flow's "
+        "target sets it",
+    )
 
     @field_validator("keep_layers", mode="before")
     @classmethod

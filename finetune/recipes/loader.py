@@ -20,18 +20,20 @@ from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.describe import KeyField, key_fields
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
+from finetune.recipes.intermediate import IntermediateRecipe
 from finetune.recipes.language_models import MODEL_FAMILIES
 from finetune.recipes.pretrain import PretrainRecipe
 from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, task_kind
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
-Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe | UlmfitRecipe
+Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe | UlmfitRecipe | IntermediateRecipe
 RECIPE_TYPES: dict[str, type[Recipe]] = {
     "pretrain": PretrainRecipe,
     "finetune": FinetuneRecipe,
     "eval": EvalRecipe,
     "ulmfit": UlmfitRecipe,
+    "intermediate": IntermediateRecipe,
 }
 
 
@@ -132,8 +134,20 @@ OTHER_TOOLS_NAMES = {
 def recipe_key_fields(stage: str) -> list[KeyField]:
     """Every dotted key a recipe of `stage` may hold with its field, once per model family or task kind it belongs to
     (an ulmfit flow's sections: their stage's keys; what `finetune recipes --keys` lists)."""
-    from finetune.recipes.ulmfit import FLOW_SET_KEYS, ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel
+    from finetune.recipes.flow_sections import FLOW_SET_KEYS
+    from finetune.recipes.intermediate import INTERMEDIATE_SECTIONS
+    from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel
 
+    if stage == "intermediate":  # its own keys, and each section's: a finetune recipe's
+        fields = [KeyField(name, field, ()) for name, field in IntermediateRecipe.model_fields.items()
+                  if name not in INTERMEDIATE_SECTIONS]  # fmt: skip
+        for section in INTERMEDIATE_SECTIONS:
+            fields += [
+                KeyField(f"{section}.{key}", field, tuple((f"{section}.{tag}", value) for tag, value in variant))
+                for key, field, variant in recipe_key_fields("finetune")
+                if key not in FLOW_SET_KEYS and (section, key) != ("target", "model.checkpoint")
+            ]
+        return fields
     if stage != "ulmfit":
         return key_fields(RECIPE_TYPES[stage])
     fields = [

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed
 from finetune.recipes.finetune import FinetuneRecipe
+from finetune.recipes.flow_sections import FLOW_SET_KEYS, refuse_flow_keys
 from finetune.recipes.language_models import MODEL_SECTIONS
 from finetune.recipes.pretrain import PretrainRecipe
 from finetune.recipes.task import TaskConfig
@@ -17,7 +18,6 @@ from finetune.recipes.task import TaskConfig
 # Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint (the stages' CHECKPOINT_DIR).
 ULMFIT_STAGE_FOLDERS = {"general_lm": "1-general-lm", "target_lm": "2-target-lm", "classifier": "3-classifier"}
 ULMFIT_UPSTREAM = {"target_lm": "general_lm", "classifier": "target_lm"}  # whose checkpoint a stage starts from
-FLOW_SET_KEYS = ("stage", "run_dir", "description", "overwrite")  # a section's keys that the flow sets itself
 ULMFIT_STAGE_DESCRIPTIONS = {  # fixed, so that a new top-level description does not stop --resume of a stage
     "general_lm": "ulmfit stage 1 of 3: general-domain language model",
     "target_lm": "ulmfit stage 2 of 3: the language model fine-tuned on the target task's text",
@@ -94,7 +94,8 @@ class UlmfitRecipe(RunRecipe):
             if not isinstance(body, dict) or (section == "general_lm" and skipped):
                 continue
             model = body.get("model", {})
-            _refuse_flow_keys(section, body, model, base / folder)
+            upstream = ULMFIT_UPSTREAM.get(section)
+            refuse_flow_keys("ulmfit", section, body, base / folder, upstream and f"the {upstream} stage's checkpoint")
             if data.get("task") is not None:
                 body = _with_the_task(section, body, data["task"])
             body = {
@@ -217,20 +218,3 @@ def _with_the_task(section: str, body: dict[str, Any], task: Any) -> dict[str, A
     if corpus.get("train_files") or corpus.get("dataset"):  # the language model reads other text, as the user chose
         return body
     return {**body, "corpus": {**corpus, "task": task}}
-
-
-def _refuse_flow_keys(section: str, body: dict[str, Any], model: Any, folder: Path) -> None:
-    """A section may not set what the flow wires: one line naming the first such key and what the flow uses."""
-    given = [key for key in FLOW_SET_KEYS if key in body]
-    if given:
-        key = given[0]
-        why = {
-            "stage": "the ulmfit flow knows each section's stage",
-            "run_dir": f"the ulmfit flow runs this stage in {folder}",
-        }.get(key, f"only the ulmfit recipe's own (top-level) {key} applies")
-        raise ValueError(f"{section}.{key}: {why}; remove it")
-    if section in ULMFIT_UPSTREAM and isinstance(model, dict) and "checkpoint" in model:
-        raise ValueError(
-            f"{section}.model.checkpoint: the ulmfit flow starts this stage from the "
-            f"{ULMFIT_UPSTREAM[section]} stage's checkpoint; remove it"
-        )

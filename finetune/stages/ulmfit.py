@@ -5,61 +5,30 @@
 2. that model fine-tuned on the target task's own text (`run_pretrain` into RUN_DIR/2-target-lm);
 3. the classifier on it, with gradual unfreezing (`run_finetune` into RUN_DIR/3-classifier).
 
-The recipe wired the checkpoints and validated every section when it loaded; every stage's inputs are read here
-before the first stage starts, so a broken dev file is not found hours in. A user mistake that only a stage can
-find keeps the stages finished before it; `--resume` keeps finished stages (their recipes unchanged), continues
-the stopped one from its periodic checkpoint and runs the rest. RUN_DIR holds the flow's recipe.yaml and, at the
-end, result.json: each stage's checkpoint and main scores.
+The recipe wired the checkpoints and validated every section when it loaded; stages/flows.py runs the stages as
+every flow does (inputs read before the first stage, finished stages kept by --resume, a stopped one continued).
+RUN_DIR holds the flow's recipe.yaml and, at the end, result.json: each stage's checkpoint and main scores.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import torch
-from accelerate import PartialState
-
-from finetune import run_lock
 from finetune.console import console
-from finetune.data.pretraining_text import SingleDocumentError
-from finetune.data.task_files import read_labelled_split
-from finetune.data.task_paths import training_splits
-from finetune.errors import UserError, recipe_key
 from finetune.recipes import (
     ULMFIT_STAGE_FOLDERS,
     FinetuneRecipe,
+    IntermediateRecipe,
     PretrainedLanguageModel,
-    PretrainRecipe,
-    TrainingRunRecipe,
     UlmfitRecipe,
-    path_problems,
-    read_yaml,
-    recipe_to_yaml,
     type_label,
 )
-from finetune.run_dir import (
-    METRICS_FILE,
-    RECIPE_FILE,
-    check_run_dir_free,
-    claim_run_dir,
-    flatten_keys,
-    is_finished,
-    prepare_run_dir,
-    read_metrics,
-    remove_own_entries,
-)
+from finetune.recipes.ulmfit import ULMFIT_UPSTREAM
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from finetune.stages.pretrain import CHECKPOINT_DIR, check_model_fits_in_memory, run_pretrain
-from finetune.stages.pretrain_data import read_corpus
-from finetune.stages.seeds import SUMMARY_JSON, several_runs
-from finetune.tasks.specs import task_spec
-from finetune.training.checkpoints import latest_training_checkpoint
-from finetune.training.techniques import describe_backbone, resolve_techniques
+from finetune.stages.flows import FlowShape, fine_tuned_output, fine_tuned_scores, last_validation, run_flow
+from finetune.stages.pretrain import CHECKPOINT_DIR, run_pretrain
 
-StageAction = Literal["keep", "resume", "run"]
 STAGE_TITLES = {
     "general_lm": "general-domain language model",
     "target_lm": "language model on the task's text",
@@ -67,209 +36,30 @@ STAGE_TITLES = {
 }
 
 
-@dataclass
-class StagePlan:
-    """What the flow does with one stage: keep it (finished before), resume it, or run it (anew)."""
-
-    section: str
-    recipe: PretrainRecipe | FinetuneRecipe
-    action: StageAction
-
-
 def run_ulmfit(recipe: UlmfitRecipe, resume: bool = False) -> Path:
     """Run the flow (or, `resume`, finish a stopped one); returns the classifier's checkpoint folder (seeds: the
     classifier stage's folder)."""
-    # 1. decide and check everything before the first stage starts
-    if resume:
-        check_flow_resumable(recipe)
-    else:
-        check_run_dir_free(recipe, latest_stage_checkpoint)
-    plans = plan_stages(recipe, resume)
-    check_inputs_early(plans)
-    to_run = [plan for plan in plans if plan.action != "keep"]
-    if not to_run and is_finished(recipe.run_dir):  # else it stopped after stage 3, before its summary
-        console.print(f"{recipe.run_dir} finished before: nothing to resume")
-        return classifier_output(recipe.classifier)
-    # Under several processes only the main one creates (or locks) the folder, after every process has checked it.
-    device = (to_run or plans)[0].recipe.training.device
-    state = PartialState(cpu=device == "cpu" or not torch.cuda.is_available())
-    state.wait_for_everyone()
-    main = state.is_main_process
-    run_dir = open_flow_dir(recipe, resume, main)
-    state.wait_for_everyone()
+    return run_flow(recipe, ULMFIT, resume)
 
-    # 2. the stages, each by its own stage code; 3. the summary
+
+def stage_code(section: str):
+    """The stage code that runs a section (looked up here when it runs, so that a test may stand in for it)."""
+    return run_finetune if section == "classifier" else run_pretrain
+
+
+def announce_given_model(recipe: UlmfitRecipe) -> None:
+    """A general_lm given as {checkpoint: PATH} is not trained: say so where stage 1 would have started."""
     if isinstance(recipe.general_lm, PretrainedLanguageModel):
         console.print(
             f"[bold]ulmfit stage 1 of 3: {STAGE_TITLES['general_lm']}[/bold]: {recipe.general_lm.checkpoint} as "
             f"given (not trained again); stage 2 continues it (model.family {recipe.target_lm.model.family}: "
             f"{'masked' if recipe.target_lm.model.masked_lm else 'next-token'} language modelling)"
         )
-    try:
-        for plan in plans:
-            run_stage(plan)
-        if main:
-            summary = summarise_flow(recipe)
-            (run_dir / RESULT_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-            console.print(summary_line(summary, run_dir))
-    except UserError as error:
-        raise flow_user_error(error, recipe, resume, main) from None
-    finally:
-        if main:
-            run_lock.release(run_dir)
-    return classifier_output(recipe.classifier)
-
-
-def plan_stages(recipe: UlmfitRecipe, resume: bool) -> list[StagePlan]:
-    """Each stage's action: with `resume`, finished stages are kept (unchanged ones only) and the stopped one
-    continues; every stage after one that runs runs anew (it would start from a checkpoint that changes)."""
-    plans, anew = [], not resume
-    for section, stage in recipe.stage_recipes().items():
-        if stage is None:  # general_lm: {checkpoint: PATH}
-            continue
-        action: StageAction
-        if not anew and is_finished(stage.run_dir):
-            check_unchanged(section, stage)
-            action = "keep"
-        elif not anew and stage_resumable(stage):
-            action = "resume"
-        else:
-            action = "run"
-            # A stopped stage without a checkpoint to continue from, or one after a stage that runs: replaced.
-            stage = stage.model_copy(update={"overwrite": recipe.overwrite or resume})
-            check_run_dir_free(stage)
-        anew = anew or action != "keep"
-        plans.append(StagePlan(section, stage, action))
-    return plans
-
-
-def check_flow_resumable(recipe: UlmfitRecipe) -> None:
-    """For `--resume`: run_dir must hold a ulmfit flow that no other run is using."""
-    path = Path(recipe.run_dir)
-    if not (path / RECIPE_FILE).is_file():
-        raise UserError(f"--resume: run_dir {path} holds no run to resume (no {RECIPE_FILE})")
-    stage = read_yaml(path / RECIPE_FILE).get("stage")
-    if stage != "ulmfit":
-        raise UserError(
-            f"--resume: run_dir {path} holds a {stage} run, not a ulmfit flow: run it with `finetune {stage}`"
-        )
-    run_lock.check_not_locked(path)
-
-
-def check_unchanged(section: str, stage: TrainingRunRecipe) -> None:
-    """A finished stage is kept only if its section still asks for what it did (or the flow would mix recipes).
-
-    The stage's saved recipe is compared as written, not loaded again: a continued model's saved recipe holds the
-    architecture keys with their defaults, which a recipe with model.checkpoint may not give.
-    """
-    path = Path(stage.run_dir)
-    run_lock.check_not_locked(path)
-    if isinstance(stage, FinetuneRecipe):  # the stage saved its techniques as its backbone decided them
-        stage = resolve_techniques(
-            stage, describe_backbone(stage.model.checkpoint, stage.model.trust_remote_code)
-        ).recipe
-    saved = flatten_keys(read_yaml(path / RECIPE_FILE))
-    given = flatten_keys(stage.model_dump(mode="json"))
-    changed = sorted(
-        key for key in given.keys() | saved.keys() if key != "overwrite" and given.get(key) != saved.get(key)
-    )
-    if changed:
-        keys = ", ".join(f"{section}.{key}" for key in changed[:5]) + (
-            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
-        )
-        raise UserError(
-            f"--resume: {keys} changed since stage {path} finished; a finished stage is kept only "
-            f"unchanged: overwrite=true runs every stage again, or delete {path} to run the flow again "
-            "from there"
-        )
-
-
-def stage_resumable(stage: TrainingRunRecipe) -> bool:
-    """True when the stage's own `--resume` can continue it: a periodic checkpoint, or (seeds, draws) a started
-    run."""
-    if several_runs(stage):  # run_each keeps finished runs and continues or restarts the others
-        return (Path(stage.run_dir) / RECIPE_FILE).is_file()
-    return latest_training_checkpoint(stage.run_dir) is not None
-
-
-def latest_stage_checkpoint(run_dir: Path) -> Path | None:
-    """What `--resume` of a stopped flow would keep or continue from: the newest stage's periodic checkpoint or
-    finished checkpoint (a seed's too), for the message that refuses a rerun into a used run_dir."""
-    for folder in reversed(ULMFIT_STAGE_FOLDERS.values()):
-        stage_dir = Path(run_dir) / folder
-        runs = [*stage_dir.glob("seed-*"), *stage_dir.glob("draw-*/seed-*")]
-        for candidate in (stage_dir, *sorted(runs, reverse=True)):
-            checkpoint = latest_training_checkpoint(candidate)
-            if checkpoint is None and (candidate / CHECKPOINT_DIR).is_dir():
-                checkpoint = candidate / CHECKPOINT_DIR
-            if checkpoint is not None:
-                return checkpoint
-    return None
-
-
-def check_inputs_early(plans: list[StagePlan]) -> None:
-    """The cheap checks of what each stage reads and writes, so that a mistake in stage 3's data stops the flow
-    before stages 1 and 2 train for hours, and none leaves the flow's folder behind (the text is read twice)."""
-    for plan in plans:
-        stage = plan.recipe
-        if plan.action != "run":  # kept, or resumed: its inputs were read when it started
-            continue
-        for key, problem in path_problems(stage):  # e.g. a cache_dir that is a file
-            raise UserError(f"{plan.section}.{key}: {problem}")
-        if isinstance(stage, PretrainRecipe) and stage.model.checkpoint is None:
-            check_model_fits_in_memory(stage)
-        if isinstance(stage, PretrainRecipe) and stage.corpus.dataset is None:  # a dataset would be downloaded here
-            with recipe_key("corpus.document", SingleDocumentError):
-                read_corpus(stage).check()  # text files streamed once: not UTF-8, no text, a single document
-        elif isinstance(stage, FinetuneRecipe) and stage.task.data_dir is not None:
-            spec = task_spec(stage.task)
-            for split in training_splits(stage.task):
-                read_labelled_split(spec, stage.task.data_dir, split)
-
-
-def open_flow_dir(recipe: UlmfitRecipe, resume: bool, main: bool) -> Path:
-    """Create (or, resuming, lock) the flow's folder and save the flow recipe: as this run uses it (a resumed flow
-    may have changed the sections of the stages it had not finished)."""
-    if not resume:
-        return prepare_run_dir(recipe, main)
-    path = claim_run_dir(recipe, main)
-    if main:
-        (path / RECIPE_FILE).write_text(recipe_to_yaml(recipe), encoding="utf-8")
-    return path
 
 
 def classifier_output(classifier: FinetuneRecipe) -> Path:
-    """What stage 3 leaves: its checkpoint folder, or with seeds (draws) its run directory (a checkpoint per seed-N,
-    or draw-D/seed-S)."""
-    run_dir = Path(classifier.run_dir)
-    return run_dir if several_runs(classifier) else run_dir / CHECKPOINT_DIR
-
-
-def run_stage(plan: StagePlan) -> Path:
-    """One stage by its own code: `run_pretrain` or `run_finetune`, which save their recipe in their folder."""
-    number = list(ULMFIT_STAGE_FOLDERS).index(plan.section) + 1
-    heading = f"[bold]ulmfit stage {number} of 3: {STAGE_TITLES[plan.section]}[/bold] ({plan.recipe.run_dir})"
-    if plan.action == "keep":
-        console.print(f"{heading}: finished before, kept")
-        return Path(plan.recipe.run_dir) / CHECKPOINT_DIR
-    console.print(heading + (": resuming" if plan.action == "resume" else ""))
-    run = run_finetune if plan.section == "classifier" else run_pretrain
-    return run(plan.recipe, resume=plan.action == "resume")
-
-
-def flow_user_error(error: UserError, recipe: UlmfitRecipe, resume: bool, main: bool) -> UserError:
-    """A user mistake found by a stage: a fresh flow that finished no stage leaves nothing behind; one that did
-    keeps its finished stages, and the message says how to continue from them."""
-    run_dir = Path(recipe.run_dir)
-    stage_dirs = [run_dir / folder for folder in ULMFIT_STAGE_FOLDERS.values()]
-    if any(is_finished(folder) for folder in stage_dirs):
-        return UserError(f"{error} (the finished stages are kept: fix this and continue with --resume)")
-    if main and not resume and run_dir.is_dir() and not any(folder.exists() for folder in stage_dirs):
-        run_lock.release(run_dir)
-        remove_own_entries(run_dir)
-        if not any(run_dir.iterdir()):
-            run_dir.rmdir()
-    return error
+    """What stage 3 leaves: its checkpoint folder, or with seeds (draws) its run directory."""
+    return fine_tuned_output(classifier)
 
 
 def summarise_flow(recipe: UlmfitRecipe) -> dict:
@@ -282,36 +72,11 @@ def summarise_flow(recipe: UlmfitRecipe) -> dict:
             continue
         entry: dict[str, Any] = {"run_dir": str(stage.run_dir), "checkpoint": str(Path(stage.run_dir) / CHECKPOINT_DIR)}
         if isinstance(stage, FinetuneRecipe):
-            entry.update(classifier_scores(stage))
+            entry.update(fine_tuned_scores(stage))
         else:
             entry.update(last_validation(Path(stage.run_dir)))
         summary[section] = entry
     return summary
-
-
-def last_validation(run_dir: Path) -> dict:
-    """The language model's last evaluation in metrics.jsonl: validation loss, perplexity, accuracy."""
-    evaluations = [record for record in read_metrics(run_dir / METRICS_FILE) if record.get("phase") == "eval"]
-    if not evaluations:
-        return {}
-    return {key: value for key, value in evaluations[-1].items() if key not in ("phase", "epoch")}
-
-
-def classifier_scores(stage: FinetuneRecipe) -> dict:
-    """The saved checkpoint's dev scores (result.json), or with seeds (draws) the mean over the runs (seeds.json)."""
-    main_metric = stage.selection_metric()
-    run_dir = Path(stage.run_dir)
-    if several_runs(stage):
-        seeds = json.loads((run_dir / SUMMARY_JSON).read_text(encoding="utf-8"))
-        return {
-            "checkpoint": None,
-            "checkpoints": [str(run_dir / run / CHECKPOINT_DIR) for run in seeds["runs"]],
-            "main_metric": main_metric,
-            "dev": {name: values["mean"] for name, values in seeds["metrics"].items()},
-            "dev_over": "mean of the seeds",
-        }
-    result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
-    return {"main_metric": main_metric, "dev": result["best" if result["saved"] == "best" else "last"]}
 
 
 def summary_line(summary: dict, run_dir: Path) -> str:
@@ -335,35 +100,41 @@ def summary_line(summary: dict, run_dir: Path) -> str:
     return f"ulmfit: {', '.join(parts)}; {saved}; summary in {run_dir / RESULT_FILE}"
 
 
-def describe_flow_keys() -> list[tuple[str, str, str, str]]:
-    """Rows for `finetune recipes --keys ulmfit`: the flow's own keys, and each section pointing at its stage's keys
-    (listing them again under every section would triple a long table)."""
+def describe_flow_keys(flow: str = "ulmfit") -> list[tuple[str, str, str, str]]:
+    """Rows for `finetune recipes --keys ulmfit` (or intermediate): the flow's own keys, and each section pointing at
+    its stage's keys (listing them again under every section would triple a long table)."""
+    recipe_class, sections = (
+        (UlmfitRecipe, {"general_lm": "pretrain", "target_lm": "pretrain", "classifier": "finetune"})
+        if flow == "ulmfit"
+        else (IntermediateRecipe, {"intermediate": "finetune", "target": "finetune"})
+    )
     rows = []
-    for name, field in UlmfitRecipe.model_fields.items():
+    for name, field in recipe_class.model_fields.items():
         if name == "task":  # a whole task section: its keys are the finetune recipe's task.*
-            rows.append(
-                (
-                    "task.*",
-                    "task section",
-                    repr(field.default),
-                    f"{field.description}; its keys: finetune recipes --keys finetune",
-                )
-            )
+            keys = f"{field.description}; its keys: finetune recipes --keys finetune"
+            rows.append(("task.*", "task section", repr(field.default), keys))
             continue
-        if name not in ULMFIT_STAGE_FOLDERS:
+        if name not in sections:
             default = "(required)" if field.is_required() else repr(field.default)
             rows.append((name, type_label(field.annotation), default, field.description or ""))
             continue
-        stage = "finetune" if name == "classifier" else "pretrain"
-        rows.append(
-            (
-                f"{name}.*",
-                f"{stage} recipe",
-                "(required)",
-                f"{field.description}; its keys: finetune recipes --keys {stage}",
-            )
-        )
+        stage = sections[name]
+        keys = f"{field.description}; its keys: finetune recipes --keys {stage}"
+        rows.append((f"{name}.*", f"{stage} recipe", "(required)", keys))
         if name == "general_lm":
             checkpoint = PretrainedLanguageModel.model_fields["checkpoint"]
             rows.append(("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description or ""))
     return rows
+
+
+ULMFIT = FlowShape(
+    name="ulmfit",
+    folders=ULMFIT_STAGE_FOLDERS,
+    titles=STAGE_TITLES,
+    run_stage=stage_code,
+    output=lambda recipe: classifier_output(recipe.classifier),
+    summarise=summarise_flow,
+    summary_line=summary_line,
+    upstream=ULMFIT_UPSTREAM,
+    announce=announce_given_model,
+)

@@ -33,6 +33,7 @@ from tests.conftest import (
     write_task,
     write_yaml,
 )
+from tests.stages.test_intermediate_flow import intermediate_recipe
 from tests.stages.test_ulmfit_flow import ulmfit_recipe
 
 
@@ -682,6 +683,25 @@ CASES = {
     "empty corpus of the ulmfit general LM": Case(
         "ulmfit", writing("corpus/train.txt", b"\n\n"), ("train.txt", "no text")
     ),
+    # `finetune intermediate`: each section validated as a finetune recipe, the flow's wiring not given twice
+    "unknown key in an intermediate section": Case(
+        "intermediate", setting("target.training.bogus", 1), ("target.training.bogus", "unknown key")
+    ),
+    "intermediate section with a run_dir": Case(
+        "intermediate", setting("target.run_dir", "elsewhere"), ("target.run_dir", "2-target", "remove it")
+    ),
+    "intermediate target with the checkpoint the flow wires": Case(
+        "intermediate", setting("target.model.checkpoint", "mine"), ("target.model.checkpoint", "remove it")
+    ),
+    "intermediate stage of several seeds": Case(
+        "intermediate", setting("intermediate.seeds", [0, 1]), ("intermediate.seeds", "one intermediate checkpoint")
+    ),
+    "intermediate compare not a boolean": Case("intermediate", setting("compare", "sometimes"), ("compare",)),
+    "bad label in the target's dev file, found before stage 1 trains": Case(
+        "intermediate",
+        writing("task/dev.tsv", b"sentence\tlabel\n" + GOOD_ROW + b"meh .\tmaybe\n"),
+        ("dev.tsv line 3", "maybe"),
+    ),
     # Few labels (issue 57): task.labels_per_class, draw and draws
     "draws without labels_per_class": Case("finetune", setting("draws", 2), ("draws", "set task.labels_per_class")),
     "draw without labels_per_class": Case("finetune", setting("draw", 1), ("draw", "set labels_per_class")),
@@ -728,6 +748,7 @@ def test_bad_input_is_one_line_and_exit_code_2(case: Case, tmp_path: Path, check
         "finetune": lambda: finetune_recipe(checkpoint, paths.task, run_dir),
         "eval": lambda: eval_recipe(paths.task, run_dir, {"model": str(checkpoint)}),
         "ulmfit": lambda: ulmfit_recipe(paths.corpus, paths.task, run_dir),
+        "intermediate": lambda: intermediate_recipe(checkpoint, paths.task, paths.task, run_dir),
     }[case.stage]()
     recipe = case.change(data, paths) or write_yaml(tmp_path / "recipe.yaml", data)
     before = listing(tmp_path)

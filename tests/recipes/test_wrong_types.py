@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+import finetune.recipes  # noqa: F401  (first: finetune.kinds.recipe alone is imported halfway through it)
 from finetune.errors import UserError
 from finetune.kinds.recipe import GlueOrCustomSection
 from finetune.recipes import TASK_SECTIONS
@@ -74,7 +75,14 @@ BASES: dict[str, dict[str, Any]] = {
         "target_lm": {},
         "classifier": {},
     },
+    "intermediate": {
+        "stage": "intermediate",
+        "run_dir": "runs/t",
+        "intermediate": {"model": {"checkpoint": "c"}, "task": TASKS["regression"]},
+        "target": {"task": TASKS["regression"]},
+    },
 }
+FLOW_SECTIONS = {"ulmfit": ("general_lm", "target_lm", "classifier"), "intermediate": ("intermediate", "target")}
 
 
 def _accepted_types(field: Any) -> set[str]:
@@ -121,7 +129,8 @@ def _base(stage: str, key_field: KeyField) -> dict[str, Any]:
             if stage == "ulmfit":  # stage 2 continues stage 1's model: both of the family
                 for other in ("general_lm", "target_lm"):
                     set_key(data, f"{other}.model.family", value, SOURCE)
-    prefix = key.split(".")[0] + "." if stage == "ulmfit" and key.split(".")[0] in BASES["ulmfit"] else ""
+    section_name = key.split(".")[0]
+    prefix = section_name + "." if section_name in FLOW_SECTIONS.get(stage, ()) else ""
     if ".task." in f".{key}" and "corpus.task" in key:  # the corpus is a task's text, not files
         corpus = _section(data, f"{prefix}corpus")
         corpus.pop("train_files", None)
@@ -130,7 +139,8 @@ def _base(stage: str, key_field: KeyField) -> dict[str, Any]:
         task = data.pop("task")  # given in the sections instead of at the top level
         _section(data, "classifier").setdefault("task", copy.deepcopy(task))
         _section(data, "target_lm.corpus").setdefault("task", copy.deepcopy(task))
-    if ".adapter." in key and not (stage == "ulmfit" and not key.startswith("general_lm.")):
+    flow_wired = (stage == "ulmfit" and not key.startswith("general_lm.")) or key.startswith("target.")
+    if ".adapter." in key and not flow_wired:  # a flow's later stage starts from the checkpoint the flow wires
         _section(data, f"{prefix}model").setdefault("checkpoint", "c")
     if key == "general_lm.checkpoint":  # the other form of general_lm: no stage 1
         data["general_lm"] = {"checkpoint": "c"}
@@ -149,13 +159,13 @@ def _key_fields(stage: str) -> list[KeyField]:
 
 
 def _cases(stage: str) -> list[tuple[KeyField, str]]:
-    """(key, wrong YAML type) pairs. An ulmfit section's keys are a pretrain or finetune recipe's, whose classes the
+    """(key, wrong YAML type) pairs. A flow's section's keys are a pretrain or finetune recipe's, whose classes the
     other stages' runs try with every wrong type; here the flow's wiring is tried with one wrong type per section key
     (every type for the flow's own keys), which keeps the test at seconds."""
     cases = []
     for key_field in _key_fields(stage):
         wrong = [kind for kind in WRONG_VALUES if kind not in _accepted_types(key_field.field)]
-        in_a_section = stage == "ulmfit" and key_field.key.split(".")[0] in BASES["ulmfit"]
+        in_a_section = key_field.key.split(".")[0] in FLOW_SECTIONS.get(stage, ())
         cases += [(key_field, kind) for kind in (wrong[:1] if in_a_section else wrong)]
     return cases
 
