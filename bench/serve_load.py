@@ -5,6 +5,7 @@ the server adds to a single client against calling the predictor in Python.
                                                                # run also makes the quickstart checkpoint
     .venv/bin/python bench/serve_load.py --checkpoint runs/bench-predict/checkpoints/sst2-320-rows/checkpoint
     .venv/bin/python bench/serve_load.py --clients 20 --requests 2000 --max-batch 64 --threads 1
+    .venv/bin/python bench/serve_load.py --pin-clients         # the clients on a core of their own
     .venv/bin/python bench/serve_load.py --smoke               # a 2-step checkpoint, 4 clients, 40 requests
 
 The checkpoint: --checkpoint, or the quickstart's classifier (recipes/quickstart, data/quickstart), made once in
@@ -21,7 +22,10 @@ stopped with Ctrl-C after it:
 - one client: one client sends --latency-requests requests one after another, the server with --max-batch 1;
 - predictor: the same texts through `load_predictor(CHECKPOINT).predict([text])` in this process, no server.
 Every arm reports its errors (a request not answered 200 with one prediction: must be 0), requests per second,
-the median and 95th percentile latency (ms), and the server's model calls (GET /health) and mean batch. The table
+the median and 95th percentile latency (ms), the server's model calls (GET /health) and mean batch, and the CPU
+seconds the server and the clients spent (the clients' share is what a load generator on the same cores takes
+from the server; --pin-clients puts the clients on the last core and the server, with a torch thread per core
+left, and the predictor arm on the others). The table
 gives batched / unbatched throughput and the one-client latency over the predictor's. An arm stops sending after
 --time-limit seconds (the record says how many requests it sent).
 
@@ -84,13 +88,16 @@ def task_texts(checkpoint: Path) -> list:
 class Server:
     """`finetune serve CHECKPOINT --port 0 OPTIONS` in a subprocess, from start (its /health answers) to Ctrl-C."""
 
-    def __init__(self, checkpoint: Path, options: list[str], threads: int | None):
+    def __init__(self, checkpoint: Path, options: list[str], threads: int | None, cpus: set[int] | None = None):
         command = [sys.executable, "-m", "finetune", "serve", str(checkpoint), "--host", HOST, "--port", "0"]
         print("$ finetune " + shlex.join(command[3:] + options), file=sys.stderr, flush=True)
         environment = {**os.environ, "PYTHONPATH": str(ROOT)}
         if threads:
             environment["OMP_NUM_THREADS"] = str(threads)  # torch's intra-op threads in the server
-        self.process = subprocess.Popen(command + options, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=environment)
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None  # before exec: every thread inherits it
+        self.process = subprocess.Popen(
+            command + options, cwd=ROOT, stdout=subprocess.PIPE, text=True, env=environment, preexec_fn=pin
+        )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line.startswith("serving "):
@@ -116,6 +123,13 @@ class Server:
         import httpx
 
         return httpx.get(f"{self.url}/health", timeout=30).json()["served"]
+
+    def cpu_seconds(self) -> float:
+        """The server's CPU time so far (user + system, all its threads)."""
+        import psutil
+
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGINT)
@@ -170,20 +184,31 @@ def rates(latencies: list[float], seconds: float) -> dict:
 
 def served_arm(arm: str, checkpoint: Path, texts: list, options: list[str], clients: int, requests: int, args) -> dict:
     """One arm on a fresh server: the load's figures and the server's model calls."""
-    server = Server(checkpoint, options, args.threads)
+    server = Server(checkpoint, options, args.threads, args.server_cpus)
     try:
-        before = server.served()
+        before, server_cpu, client_cpu = server.served(), server.cpu_seconds(), time.process_time()
         figures = asyncio.run(load(server.url, texts, clients, requests, args.time_limit))
+        client_cpu, server_cpu = time.process_time() - client_cpu, server.cpu_seconds() - server_cpu
         after = server.served()
     finally:
         server.stop()
     calls = after["model_calls"] - before["model_calls"]
     answered = after["requests"] - before["requests"]
     return {"arm": arm, "clients": clients, "server_options": options, **figures, "model_calls": calls,
-            "mean_batch": round(answered / calls, 2) if calls else None}  # fmt: skip
+            "mean_batch": round(answered / calls, 2) if calls else None, "server_cpu_s": round(server_cpu, 1),
+            "clients_cpu_s": round(client_cpu, 1)}  # fmt: skip
 
 
-def predictor_arm(checkpoint: Path, texts: list, requests: int, threads: int | None) -> dict:
+def pin_clients() -> set[int]:
+    """--pin-clients: this process (the clients) on the last core; the cores left to the server and the predictor."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        sys.exit("bench: --pin-clients needs 2 cores or more (one for the clients, the rest for the server)")
+    os.sched_setaffinity(0, {cores[-1]})
+    return set(cores[:-1])
+
+
+def predictor_arm(checkpoint: Path, texts: list, requests: int, threads: int | None, cpus: set[int] | None) -> dict:
     """The same one-text predictions through the predictor in this process: the latency without a server."""
     import torch
 
@@ -192,6 +217,8 @@ def predictor_arm(checkpoint: Path, texts: list, requests: int, threads: int | N
 
     if threads:
         torch.set_num_threads(threads)
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # the predictor on the server's cores, as the server's model ran
     quiet_library_chatter()
     predictor = load_predictor(str(checkpoint))
     predictor.predict([texts[0] if isinstance(texts[0], str) else tuple(texts[0])])  # warm-up, as the server's first
@@ -218,9 +245,14 @@ def main() -> None:
     add("--max-wait-ms", type=float, default=5.0, help="the batched arm's --max-wait-ms")
     add("--time-limit", type=float, default=600.0, help="seconds an arm sends requests, at most")
     add("--threads", type=int, help="torch threads of the servers and the predictor arm (default: torch's)")
+    add("--pin-clients", action="store_true",
+        help="the clients on the last core, the server and the predictor on the others (Linux)")  # fmt: skip
     args = parser.parse_args()
     if args.smoke:
         args.clients, args.requests, args.latency_requests, args.time_limit = 4, 40, 10, 60.0
+    args.server_cpus = pin_clients() if args.pin_clients else None
+    if args.server_cpus:
+        args.threads = args.threads or len(args.server_cpus)
     work = harness.work_folder(args, "serve-load")
     machine = describe_machine()  # the figures below belong to this machine
     if args.checkpoint is not None:
@@ -228,18 +260,20 @@ def main() -> None:
     checkpoint = args.checkpoint or quickstart_checkpoint(work, args.smoke)
     texts = task_texts(checkpoint)
     batching = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
-    common = {"command": shlex.join(sys.argv), "checkpoint": str(checkpoint), "threads": args.threads}
+    common = {"command": shlex.join(sys.argv), "checkpoint": str(checkpoint), "threads": args.threads,
+              "pinned": args.pin_clients}  # fmt: skip
     records = [
         served_arm("batched", checkpoint, texts, batching, args.clients, args.requests, args),
         served_arm("unbatched", checkpoint, texts, ["--max-batch", "1"], args.clients, args.requests, args),
         served_arm("one client", checkpoint, texts, ["--max-batch", "1"], 1, args.latency_requests, args),
-        predictor_arm(checkpoint, texts, args.latency_requests, args.threads),
+        predictor_arm(checkpoint, texts, args.latency_requests, args.threads, args.server_cpus),
     ]
     records = [common | record for record in records]
     print(f"$ python {shlex.join(sys.argv)}\n")
     columns = {"arm": "arm", "clients": "clients", "requests": "requests", "errors": "errors",
                "requests/s": "requests_per_s", "median ms": "median_ms", "p95 ms": "p95_ms",
-               "model calls": "model_calls", "mean batch": "mean_batch"}  # fmt: skip
+               "model calls": "model_calls", "mean batch": "mean_batch", "server CPU s": "server_cpu_s",
+               "clients CPU s": "clients_cpu_s"}  # fmt: skip
     print(harness.markdown_table(records, columns))
     by_arm = {record["arm"]: record for record in records}
     speedup = by_arm["batched"]["requests_per_s"] / by_arm["unbatched"]["requests_per_s"]

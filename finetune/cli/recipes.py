@@ -53,10 +53,14 @@ def recipes(
     if keys is not None:
         if keys not in RECIPE_TYPES:
             _fail(f"--keys: expected one of {', '.join(RECIPE_TYPES)} (got '{keys}')")
-        if keys in ("ulmfit", "intermediate"):  # flows: their sections' keys are listed under those stages
+        if keys == "ulmfit":  # a flow: its sections' keys are listed under their stages
             from finetune.stages.ulmfit import describe_flow_keys
 
-            rows = describe_flow_keys(keys)
+            rows = describe_flow_keys()
+        elif keys == "intermediate":
+            from finetune.stages.intermediate import describe_flow_keys as describe_intermediate_keys
+
+            rows = describe_intermediate_keys()
         else:
             rows = describe_keys(RECIPE_TYPES[keys])
         _print_table(console, ("key", "type", "default", "meaning"), rows, f"{keys} recipe keys")

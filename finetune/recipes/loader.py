@@ -20,6 +20,7 @@ from finetune.recipes.base import ECHO, MustExist, RunRecipe
 from finetune.recipes.describe import KeyField, key_fields
 from finetune.recipes.evaluation import EvalRecipe
 from finetune.recipes.finetune import FinetuneRecipe
+from finetune.recipes.flow_sections import FLOW_SET_KEYS
 from finetune.recipes.intermediate import IntermediateRecipe
 from finetune.recipes.language_models import MODEL_FAMILIES
 from finetune.recipes.pretrain import PretrainRecipe
@@ -133,8 +134,7 @@ OTHER_TOOLS_NAMES = {
 
 def recipe_key_fields(stage: str) -> list[KeyField]:
     """Every dotted key a recipe of `stage` may hold with its field, once per model family or task kind it belongs to
-    (an ulmfit flow's sections: their stage's keys; what `finetune recipes --keys` lists)."""
-    from finetune.recipes.flow_sections import FLOW_SET_KEYS
+    (a flow's sections, ulmfit's and intermediate's: their stage's keys; what `finetune recipes --keys` lists)."""
     from finetune.recipes.intermediate import INTERMEDIATE_SECTIONS
     from finetune.recipes.ulmfit import ULMFIT_STAGE_FOLDERS, PretrainedLanguageModel
 
@@ -142,11 +142,7 @@ def recipe_key_fields(stage: str) -> list[KeyField]:
         fields = [KeyField(name, field, ()) for name, field in IntermediateRecipe.model_fields.items()
                   if name not in INTERMEDIATE_SECTIONS]  # fmt: skip
         for section in INTERMEDIATE_SECTIONS:
-            fields += [
-                KeyField(f"{section}.{key}", field, tuple((f"{section}.{tag}", value) for tag, value in variant))
-                for key, field, variant in recipe_key_fields("finetune")
-                if key not in FLOW_SET_KEYS and (section, key) != ("target", "model.checkpoint")
-            ]
+            fields += _section_fields(section, "finetune", ("model.checkpoint",) if section == "target" else ())
         return fields
     if stage != "ulmfit":
         return key_fields(RECIPE_TYPES[stage])
@@ -158,12 +154,18 @@ def recipe_key_fields(stage: str) -> list[KeyField]:
     fields += [field for field in recipe_key_fields("finetune") if field.key.startswith("task.")]  # stage 3's task
     fields.append(KeyField("general_lm.checkpoint", PretrainedLanguageModel.model_fields["checkpoint"], ()))
     for section in ULMFIT_STAGE_FOLDERS:
-        fields += [
-            KeyField(f"{section}.{key}", field, tuple((f"{section}.{tag}", value) for tag, value in variant))
-            for key, field, variant in recipe_key_fields("finetune" if section == "classifier" else "pretrain")
-            if key not in FLOW_SET_KEYS
-        ]
+        fields += _section_fields(section, "finetune" if section == "classifier" else "pretrain")
     return fields
+
+
+def _section_fields(section: str, stage: str, wired: tuple[str, ...] = ()) -> list[KeyField]:
+    """The keys of a flow's section, the body of a `stage` recipe, without those the flow sets (FLOW_SET_KEYS and
+    `wired`), each under `section.`."""
+    return [
+        KeyField(f"{section}.{key}", field, tuple((f"{section}.{tag}", value) for tag, value in variant))
+        for key, field, variant in recipe_key_fields(stage)
+        if key not in FLOW_SET_KEYS + wired
+    ]
 
 
 def recipe_keys(stage: str) -> list[str]:

@@ -28,7 +28,15 @@ from finetune.data.pretraining_text import SingleDocumentError
 from finetune.data.task_files import read_labelled_split
 from finetune.data.task_paths import training_splits
 from finetune.errors import UserError, recipe_key
-from finetune.recipes import FinetuneRecipe, PretrainRecipe, TrainingRunRecipe, path_problems, read_yaml, recipe_to_yaml
+from finetune.recipes import (
+    FinetuneRecipe,
+    PretrainRecipe,
+    TrainingRunRecipe,
+    path_problems,
+    read_yaml,
+    recipe_to_yaml,
+    type_label,
+)
 from finetune.run_dir import (
     METRICS_FILE,
     RECIPE_FILE,
@@ -300,3 +308,21 @@ def fine_tuned_scores(stage: FinetuneRecipe) -> dict:
         }
     result = json.loads((run_dir / RESULT_FILE).read_text(encoding="utf-8"))
     return {"main_metric": main_metric, "dev": result["best" if result["saved"] == "best" else "last"]}
+
+
+def section_key_rows(recipe_class: Any, sections: dict[str, str]) -> list[tuple[str, str, str, str]]:
+    """Rows for `finetune recipes --keys FLOW`: the flow's own keys, and each section (`sections`: its name -> the
+    stage whose recipe it is) pointing at its stage's keys (listing them again under every section would triple a
+    long table)."""
+    rows = []
+    for name, described in recipe_class.model_fields.items():
+        if name == "task":  # a whole task section: its keys are the finetune recipe's task.*
+            keys = f"{described.description}; its keys: finetune recipes --keys finetune"
+            rows.append(("task.*", "task section", repr(described.default), keys))
+        elif name in sections:
+            keys = f"{described.description}; its keys: finetune recipes --keys {sections[name]}"
+            rows.append((f"{name}.*", f"{sections[name]} recipe", "(required)", keys))
+        else:
+            default = "(required)" if described.is_required() else repr(described.default)
+            rows.append((name, type_label(described.annotation), default, described.description or ""))
+    return rows

@@ -20,7 +20,7 @@ from typing import Any
 from finetune.recipes import IntermediateRecipe, read_yaml
 from finetune.recipes.intermediate import INTERMEDIATE_STAGE_FOLDERS, INTERMEDIATE_UPSTREAM
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from finetune.stages.flows import FlowShape, fine_tuned_output, fine_tuned_scores, run_flow
+from finetune.stages.flows import FlowShape, fine_tuned_output, fine_tuned_scores, run_flow, section_key_rows
 from finetune.stages.pretrain import CHECKPOINT_DIR
 from finetune.training.checkpoints import HYPERPARAMETERS_FILE
 
@@ -41,6 +41,11 @@ def run_intermediate(recipe: IntermediateRecipe, resume: bool = False) -> Path:
 def stage_code(section: str):
     """The stage code that runs a section (looked up here when it runs, so that a test may stand in for it)."""
     return run_finetune
+
+
+def describe_flow_keys() -> list[tuple[str, str, str, str]]:
+    """Rows for `finetune recipes --keys intermediate` (stages/flows.py's)."""
+    return section_key_rows(IntermediateRecipe, {"intermediate": "finetune", "target": "finetune"})
 
 
 def summarise(recipe: IntermediateRecipe) -> dict:

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from finetune.console import console
-from finetune.recipes import (
-    ULMFIT_STAGE_FOLDERS,
-    FinetuneRecipe,
-    IntermediateRecipe,
-    PretrainedLanguageModel,
-    UlmfitRecipe,
-    type_label,
-)
+from finetune.recipes import ULMFIT_STAGE_FOLDERS, FinetuneRecipe, PretrainedLanguageModel, UlmfitRecipe
 from finetune.recipes.ulmfit import ULMFIT_UPSTREAM
 from finetune.stages.finetune import RESULT_FILE, run_finetune
-from finetune.stages.flows import FlowShape, fine_tuned_output, fine_tuned_scores, last_validation, run_flow
+from finetune.stages.flows import (
+    FlowShape,
+    fine_tuned_output,
+    fine_tuned_scores,
+    last_validation,
+    run_flow,
+    section_key_rows,
+)
 from finetune.stages.pretrain import CHECKPOINT_DIR, run_pretrain
 
 STAGE_TITLES = {
@@ -100,30 +100,13 @@ def summary_line(summary: dict, run_dir: Path) -> str:
     return f"ulmfit: {', '.join(parts)}; {saved}; summary in {run_dir / RESULT_FILE}"
 
 
-def describe_flow_keys(flow: str = "ulmfit") -> list[tuple[str, str, str, str]]:
-    """Rows for `finetune recipes --keys ulmfit` (or intermediate): the flow's own keys, and each section pointing at
-    its stage's keys (listing them again under every section would triple a long table)."""
-    recipe_class, sections = (
-        (UlmfitRecipe, {"general_lm": "pretrain", "target_lm": "pretrain", "classifier": "finetune"})
-        if flow == "ulmfit"
-        else (IntermediateRecipe, {"intermediate": "finetune", "target": "finetune"})
-    )
-    rows = []
-    for name, field in recipe_class.model_fields.items():
-        if name == "task":  # a whole task section: its keys are the finetune recipe's task.*
-            keys = f"{field.description}; its keys: finetune recipes --keys finetune"
-            rows.append(("task.*", "task section", repr(field.default), keys))
-            continue
-        if name not in sections:
-            default = "(required)" if field.is_required() else repr(field.default)
-            rows.append((name, type_label(field.annotation), default, field.description or ""))
-            continue
-        stage = sections[name]
-        keys = f"{field.description}; its keys: finetune recipes --keys {stage}"
-        rows.append((f"{name}.*", f"{stage} recipe", "(required)", keys))
-        if name == "general_lm":
-            checkpoint = PretrainedLanguageModel.model_fields["checkpoint"]
-            rows.append(("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description or ""))
+def describe_flow_keys() -> list[tuple[str, str, str, str]]:
+    """Rows for `finetune recipes --keys ulmfit`: stages/flows.py's, with general_lm's other form."""
+    sections = {"general_lm": "pretrain", "target_lm": "pretrain", "classifier": "finetune"}
+    rows = section_key_rows(UlmfitRecipe, sections)
+    checkpoint = PretrainedLanguageModel.model_fields["checkpoint"]
+    at = next(index for index, row in enumerate(rows) if row[0] == "general_lm.*") + 1
+    rows.insert(at, ("general_lm.checkpoint", "Path", "(instead of the recipe)", checkpoint.description or ""))
     return rows
 
 
