@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from finetune import __version__
+from finetune.recipes import RECIPE_TYPES
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.slow  # a wheel and an sdist built and installed (make test-slow; CI runs it too)
@@ -163,7 +164,7 @@ def test_the_installed_wheel_runs_from_anywhere_with_its_own_recipes(venv, elsew
     listed = in_venv(venv, elsewhere, "finetune", "recipes").stdout.splitlines()  # piped: tab-separated
     assert listed[0] == "recipe\tstage\tdescription"
     assert sorted(line.split("\t")[0] for line in listed[1:]) == sorted(name.removesuffix(".yaml") for name in RECIPES)
-    assert all(line.split("\t")[1] in ("pretrain", "finetune", "eval", "ulmfit") for line in listed[1:])
+    assert all(line.split("\t")[1] in RECIPE_TYPES for line in listed[1:])
 
 
 def test_every_shipped_recipe_validates_from_the_wheel(venv, elsewhere):
