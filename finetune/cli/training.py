@@ -147,7 +147,8 @@ def profile(
         typer.Option(min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction)."),
     ] = 0.5,
 ) -> None:
-    """What a pretrain, finetune or ulmfit recipe will cost, before any training: parameters, FLOPs, memory, time.
+    """What a pretrain, finetune, ulmfit or intermediate recipe will cost, before any training: parameters, FLOPs,
+    memory, time (a flow's: each stage's).
 
     Builds the recipe's model on PyTorch's meta device (no weights, no data read, nothing written or downloaded)
     and prints its parameters (total, trainable at the start, embeddings), training FLOPs per token and per step,
@@ -158,7 +159,7 @@ def profile(
         if loaded.stage == "eval":
             raise UserError(
                 f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
-                "ulmfit); an eval recipe trains nothing"
+                "ulmfit, intermediate); an eval recipe trains nothing"
             )
         from finetune.commands.profile import profile_recipe  # after the recipe is checked: a mistake needs no torch
         from finetune.reporting.profile_report import profile_tables
@@ -170,4 +171,5 @@ def profile(
         for table in profile_tables(report, str(recipe)):
             Console().print(table)
 
-    _run_stage("profile", recipe, overrides, show, recipe_stages=("pretrain", "finetune", "ulmfit", "eval"))
+    stages = ("pretrain", "finetune", "ulmfit", "intermediate", "eval")
+    _run_stage("profile", recipe, overrides, show, recipe_stages=stages)

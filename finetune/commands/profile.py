@@ -44,7 +44,9 @@ from finetune.models.sizes import (
     parameter_count,
     transformer_layer_activation_bytes,
 )
-from finetune.recipes import FinetuneRecipe, PretrainRecipe, UlmfitRecipe
+from finetune.recipes import FinetuneRecipe, IntermediateRecipe, PretrainRecipe, UlmfitRecipe
+from finetune.recipes.intermediate import INTERMEDIATE_UPSTREAM
+from finetune.recipes.ulmfit import ULMFIT_UPSTREAM
 from finetune.training.loop import device_and_precision
 from finetune.training.techniques import backbone_of, resolve_techniques
 from finetune.training.unfreezing import trainable_group_count, trainable_group_count_at_step
@@ -74,18 +76,22 @@ class BuiltModel:
 
 
 def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAULT_MFU) -> dict:
-    """The profile of a pretrain or finetune recipe, or of each stage of an ulmfit recipe (under "stages")."""
+    """The profile of a pretrain or finetune recipe, or of each stage of a flow (ulmfit, intermediate) under
+    "stages": a stage that starts from an earlier one's checkpoint is sized on that stage's model, not run yet."""
     rates = MatmulRates(matmul_rate)
-    if isinstance(recipe, UlmfitRecipe):
-        profiles, upstream = [], None
+    if isinstance(recipe, (UlmfitRecipe, IntermediateRecipe)):
+        upstream_of = ULMFIT_UPSTREAM if isinstance(recipe, UlmfitRecipe) else INTERMEDIATE_UPSTREAM
+        profiles = []
+        models: dict[str, PreTrainedModel] = {}  # each stage's model: what a later stage starting from it is sized on
         for section, stage in recipe.stage_recipes().items():
             if stage is None:  # general_lm: {checkpoint: PATH}: stage 2 reads that checkpoint's config
                 continue
+            upstream = models.get(upstream_of.get(section, ""))
             stage = with_techniques(stage, upstream, section)
             built = stage_model(stage, upstream, section)
             profiles.append({"section": section, **stage_profile(stage, built, rates, mfu)})
-            upstream = built.model
-        return {"stage": "ulmfit", "stages": profiles}
+            models[section] = built.model
+        return {"stage": recipe.stage, "stages": profiles}
     if not isinstance(recipe, (PretrainRecipe, FinetuneRecipe)):
         raise TypeError(f"profile_recipe takes a training recipe, not a {type(recipe).__name__}")
     recipe = with_techniques(recipe)

@@ -165,6 +165,21 @@ def test_ulmfit_profiles_each_stage_from_the_one_before():
     )
 
 
+def test_intermediate_profiles_the_target_on_the_intermediate_stages_model(tmp_path):
+    from tests.conftest import write_task, write_yaml
+    from tests.stages.test_intermediate_flow import intermediate_recipe
+
+    checkpoint = save_tiny_masked_lm(tmp_path / "base")
+    data = intermediate_recipe(checkpoint, write_task(tmp_path / "a"), write_task(tmp_path / "b"), tmp_path / "run")
+    data["target"]["task"] |= {"labels": ["0", "1", "2"], "metrics": ["accuracy"]}  # a head of 3: 33 more weights
+    profile = profile_json(write_yaml(tmp_path / "flow.yaml", data))
+    assert profile["stage"] == "intermediate"
+    assert [stage["section"] for stage in profile["stages"]] == ["intermediate", "target", "target_alone"]
+    first, target, alone = profile["stages"]
+    assert "previous stage" in target["model"]["source"] and str(checkpoint) in alone["model"]["source"]
+    assert target["parameters"]["total"] == alone["parameters"]["total"] == first["parameters"]["total"] + 33
+
+
 # ---------------------------------------------------------------------------------------------
 # FLOPs against hand counts
 # ---------------------------------------------------------------------------------------------
