@@ -39,6 +39,14 @@ OverridesArgument = Annotated[
         show_default=False,
     ),
 ]
+FlowResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
+        "one continues from its newest periodic checkpoint, the later ones run.",
+    ),
+]
 ResumeOption = Annotated[
     bool,
     typer.Option(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from finetune.cli.common import OverridesArgument, RecipeArgument, ResumeOption, _run_stage
+from finetune.cli.common import FlowResumeOption, OverridesArgument, RecipeArgument, ResumeOption, _run_stage
 from finetune.errors import UserError
 
 
@@ -49,18 +49,7 @@ def finetune(recipe: RecipeArgument, overrides: OverridesArgument = None, resume
     _run_stage("finetune", recipe, overrides, run, check=check)
 
 
-def ulmfit(
-    recipe: RecipeArgument,
-    overrides: OverridesArgument = None,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
-            "one continues from its newest periodic checkpoint, the later ones run.",
-        ),
-    ] = False,
-) -> None:
+def ulmfit(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: FlowResumeOption = False) -> None:
     """Run ULMFiT's three stages in one go, each starting from the checkpoint of the one before.
 
     Stage 1: a general-domain language model (or general_lm.checkpoint); stage 2: that model fine-tuned on the
@@ -77,18 +66,7 @@ def ulmfit(
     _run_stage("ulmfit", recipe, overrides, run)
 
 
-def intermediate(
-    recipe: RecipeArgument,
-    overrides: OverridesArgument = None,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help="Finish a stopped flow: finished stages are kept (their sections unchanged), the stopped "
-            "one continues from its newest periodic checkpoint, the later ones run.",
-        ),
-    ] = False,
-) -> None:
+def intermediate(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: FlowResumeOption = False) -> None:
     """Intermediate-task training (STILTs): task A, then task B from A's encoder under a new head.
 
     Stage 1: the intermediate task from intermediate.model.checkpoint; stage 2: the target task from stage 1's

@@ -4,14 +4,13 @@ starting checkpoint without A."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
 from finetune.recipes.base import RunRecipe, Seed
 from finetune.recipes.finetune import FinetuneRecipe
-from finetune.recipes.flow_sections import FLOW_SET_KEYS, refuse_flow_keys
+from finetune.recipes.flow_sections import FLOW_SET_KEYS, flow_base, refuse_flow_keys, with_flow_seed
 
 # Each stage's folder inside the flow's run_dir; a stage's checkpoint is FOLDER/checkpoint.
 INTERMEDIATE_STAGE_FOLDERS = {"intermediate": "1-intermediate", "target": "2-target", "target_alone": "3-target-alone"}
@@ -55,9 +54,7 @@ class IntermediateRecipe(RunRecipe):
         """Give each section what the flow decides for it, so that FinetuneRecipe validates it as written."""
         if not isinstance(data, dict):
             return data
-        run_dir = data.get("run_dir")
-        # An unusable run_dir is reported at the top level; a placeholder keeps the sections from repeating it.
-        base = Path(run_dir).expanduser() if isinstance(run_dir, str) and run_dir.strip() else Path("run_dir")
+        base = flow_base(data)
         seed = data.get("seed", 0)
         wired = dict(data)
         for section in INTERMEDIATE_SECTIONS:
@@ -74,8 +71,7 @@ class IntermediateRecipe(RunRecipe):
                 "run_dir": str(base / INTERMEDIATE_STAGE_FOLDERS[section]),
                 "description": STAGE_DESCRIPTIONS[section],
             }
-            if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
-                body["seed"] = seed  # an invalid top-level seed is reported once, at the top level
+            body = with_flow_seed(body, seed)
             if section == "target" and isinstance(model, dict):
                 stage_1 = base / INTERMEDIATE_STAGE_FOLDERS["intermediate"] / "checkpoint"
                 model = {"new_head": True, **model, "checkpoint": str(stage_1)}

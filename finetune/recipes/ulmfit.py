@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from finetune.recipes.base import InputFolder, RunRecipe, Section, Seed
 from finetune.recipes.finetune import FinetuneRecipe
-from finetune.recipes.flow_sections import FLOW_SET_KEYS, refuse_flow_keys
+from finetune.recipes.flow_sections import FLOW_SET_KEYS, flow_base, refuse_flow_keys, with_flow_seed
 from finetune.recipes.language_models import MODEL_SECTIONS
 from finetune.recipes.pretrain import PretrainRecipe
 from finetune.recipes.task import TaskConfig
@@ -66,9 +66,7 @@ class UlmfitRecipe(RunRecipe):
         """Give each section what the flow decides for it, so the stage recipe classes validate it as written."""
         if not isinstance(data, dict):
             return data
-        run_dir = data.get("run_dir")
-        # An unusable run_dir is reported at the top level; a placeholder keeps the sections from repeating it.
-        base = Path(run_dir).expanduser() if isinstance(run_dir, str) and run_dir.strip() else Path("run_dir")
+        base = flow_base(data)
         general = data.get("general_lm")
         general_body: dict[Any, Any] = general if isinstance(general, dict) else {}  # {}: not a section, refused later
         skipped = "checkpoint" in general_body
@@ -104,8 +102,7 @@ class UlmfitRecipe(RunRecipe):
                 "run_dir": str(base / folder),
                 "description": ULMFIT_STAGE_DESCRIPTIONS[section],
             }
-            if "seed" not in body and isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32:
-                body["seed"] = seed  # an invalid top-level seed is reported once, at the top level
+            body = with_flow_seed(body, seed)
             if isinstance(model, dict) and section != "classifier":
                 model = {"family": family, **model}
             if isinstance(model, dict) and section in ULMFIT_UPSTREAM:
