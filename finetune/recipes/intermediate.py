@@ -65,12 +65,7 @@ class IntermediateRecipe(RunRecipe):
             upstream = "the intermediate stage's checkpoint (and, to compare, intermediate.model.checkpoint)"
             folder = base / INTERMEDIATE_STAGE_FOLDERS[section]
             refuse_flow_keys("intermediate", section, body, folder, upstream if section == "target" else None)
-            body = {
-                **body,
-                "stage": "finetune",
-                "run_dir": str(base / INTERMEDIATE_STAGE_FOLDERS[section]),
-                "description": STAGE_DESCRIPTIONS[section],
-            }
+            body = {**body, "stage": "finetune", "run_dir": str(folder), "description": STAGE_DESCRIPTIONS[section]}
             body = with_flow_seed(body, seed)
             if section == "target" and isinstance(model, dict):
                 stage_1 = base / INTERMEDIATE_STAGE_FOLDERS["intermediate"] / "checkpoint"

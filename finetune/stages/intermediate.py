@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from finetune.recipes import IntermediateRecipe, read_yaml
-from finetune.recipes.intermediate import INTERMEDIATE_STAGE_FOLDERS, INTERMEDIATE_UPSTREAM
+from finetune.recipes.intermediate import INTERMEDIATE_SECTIONS, INTERMEDIATE_STAGE_FOLDERS, INTERMEDIATE_UPSTREAM
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.stages.flows import FlowShape, fine_tuned_output, fine_tuned_scores, run_flow, section_key_rows
 from finetune.stages.pretrain import CHECKPOINT_DIR
@@ -45,7 +45,7 @@ def stage_code(section: str):
 
 def describe_flow_keys() -> list[tuple[str, str, str, str]]:
     """Rows for `finetune recipes --keys intermediate` (stages/flows.py's)."""
-    return section_key_rows(IntermediateRecipe, {"intermediate": "finetune", "target": "finetune"})
+    return section_key_rows(IntermediateRecipe, dict.fromkeys(INTERMEDIATE_SECTIONS, "finetune"))
 
 
 def summarise(recipe: IntermediateRecipe) -> dict:
