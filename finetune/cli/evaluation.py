@@ -54,7 +54,17 @@ def predict_command(
         console.print(f"{count:,} predictions written to {output_file}")
 
 
-def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> None:
+def evaluate(
+    recipe: RecipeArgument,
+    overrides: OverridesArgument = None,
+    allow_incomplete: Annotated[
+        bool,
+        typer.Option(
+            "--allow-incomplete",
+            help="GLUE tasks: leave out those without data or checkpoints (allow_incomplete=true).",
+        ),
+    ] = False,
+) -> None:
     """Score fine-tuned checkpoints on a task split, or on GLUE tasks; write RUN_DIR/report.json and report.md.
 
     With `tasks` (GLUE task -> checkpoints) the report has each task's dev scores over its runs, the
@@ -72,7 +82,8 @@ def evaluate(recipe: RecipeArgument, overrides: OverridesArgument = None) -> Non
 
         run_eval(loaded)
 
-    _run_stage("eval", recipe, overrides, run, check=check)
+    given = [*(overrides or []), *(["allow_incomplete=true"] if allow_incomplete else [])]
+    _run_stage("eval", recipe, given, run, check=check)
 
 
 def validate_submission_command(

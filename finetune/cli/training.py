@@ -84,6 +84,29 @@ def intermediate(recipe: RecipeArgument, overrides: OverridesArgument = None, re
     _run_stage("intermediate", recipe, overrides, run)
 
 
+def multitask(recipe: RecipeArgument, overrides: OverridesArgument = None, resume: ResumeOption = False) -> None:
+    """Fine-tune several tasks at once: one shared encoder, a head per task (MT-DNN).
+
+    Each optimizer step trains one task, drawn by `sampling` (proportional to its rows, a temperature on that, or
+    equal), its loss times its `loss_weights` entry; each evaluation scores every task, and their mean (or
+    metric_for_best's task) keeps the best. Writes RUN_DIR/checkpoint/TASK for each task: a Hugging Face checkpoint
+    of the encoder with that task's head, which predict, eval, export and finetune take as they are.
+    """
+
+    from finetune.data.task_paths import check_task_files, training_splits
+
+    def run(loaded) -> None:
+        from finetune.stages.multitask import run_multitask  # after the recipe is checked: a mistake needs no torch
+
+        run_multitask(loaded, resume=resume)
+
+    def check(loaded) -> None:  # every task's files, found before the libraries that read them load
+        for task in loaded.tasks:
+            check_task_files(task.task, training_splits(task.task))
+
+    _run_stage("multitask", recipe, overrides, run, check=check)
+
+
 def lr_find(
     recipe: RecipeArgument,
     overrides: OverridesArgument = None,

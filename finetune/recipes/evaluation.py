@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from finetune.glue.specs import GLUE_TASKS
 from finetune.recipes.base import InputFolder, RunRecipe, Section
+from finetune.recipes.multitask_checkpoints import multitask_tasks, task_checkpoint
 from finetune.recipes.task import TaskConfig
 
 
@@ -64,7 +66,7 @@ class GlueTaskEntry(Section):
         return self
 
 
-GLUE_ONLY_EVAL_KEYS = ("glue_dir", "source", "max_length", "submission", "allow_incomplete")
+GLUE_ONLY_EVAL_KEYS = ("glue_dir", "source", "max_length", "submission", "allow_incomplete", "multitask_checkpoint")
 SINGLE_TASK_EVAL_KEYS = ("models", "ensembles", "split", "write_predictions")
 
 
@@ -97,6 +99,11 @@ class EvalRecipe(RunRecipe):
         description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
         "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX",
     )
+    multitask_checkpoint: str | None = Field(
+        None,
+        description="instead of tasks: a multi-task checkpoint (finetune multitask's RUN_DIR/checkpoint); every GLUE "
+        "task it has a head for is scored (and with submission predicted) by that head",
+    )
     glue_dir: InputFolder | None = Field(
         None,
         description="tasks: the GLUE root in download_glue_data.py's layout (CoLA/, SST-2/, ..., MNLI/, diagnostic/)",
@@ -126,6 +133,53 @@ class EvalRecipe(RunRecipe):
         description="run Python code shipped with the checkpoints (their config's auto_map); "
         "only for code you have read: false refuses such checkpoints",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tasks_of_a_multitask_checkpoint(cls, data: Any) -> Any:
+        """multitask_checkpoint: the map of tasks to checkpoints, one per GLUE task the checkpoint has a head for."""
+        if not isinstance(data, dict) or not isinstance(data.get("multitask_checkpoint"), str):
+            return data
+        folder = data["multitask_checkpoint"]
+        if data.get("tasks") is not None or data.get("task") is not None:
+            raise ValueError("multitask_checkpoint: it gives the tasks; leave task and tasks out")
+        heads = multitask_tasks(folder)
+        if heads is None:
+            raise ValueError(f"multitask_checkpoint: {folder} is not a multi-task checkpoint (no multitask.json in it)")
+        glue = {name: str(Path(folder) / entry["folder"]) for name, entry in heads.items() if name in GLUE_TASKS}
+        if not glue:
+            raise ValueError(f"multitask_checkpoint: {folder} has no GLUE task's head (it has {', '.join(heads)})")
+        return {**data, "tasks": glue}
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: Any) -> dict[str, Any]:
+        """With multitask_checkpoint, the recipe without the tasks it gave, so that a saved recipe loads again."""
+        data = handler(self)
+        if self.multitask_checkpoint is not None:
+            data["tasks"] = None
+        return data
+
+    @model_validator(mode="after")
+    def _each_task_of_a_multitask_checkpoint(self) -> EvalRecipe:
+        """A multi-task checkpoint named for a task is that task's head (the folder's task folder)."""
+        try:
+            for name, entry in (self.tasks or {}).items():
+                for key in ("checkpoints", "ensemble"):
+                    folders = getattr(entry, key)
+                    if folders and (resolved := [task_checkpoint(folder, name) for folder in folders]) != folders:
+                        setattr(entry, key, resolved)  # assigned only when changed: assignment validates again
+            if self.task is not None and self.models is not None:
+                models = {row: task_checkpoint(folder, self.task.name) for row, folder in self.models.items()}
+                if models != self.models:
+                    self.models = models
+            if self.task is not None and self.ensembles is not None:
+                ensembles = {row: [task_checkpoint(folder, self.task.name) for folder in members]
+                             for row, members in self.ensembles.items()}  # fmt: skip
+                if ensembles != self.ensembles:
+                    self.ensembles = ensembles
+        except ValueError as error:
+            raise ValueError(str(error)) from None
+        return self
 
     @model_validator(mode="after")
     def _one_task_or_a_map(self) -> EvalRecipe:

@@ -34,6 +34,7 @@ from finetune.recipes.few_labels import (
     SelfTrainingConfig,
     self_training_problem,
 )
+from finetune.recipes.multitask_checkpoints import task_checkpoint
 from finetune.recipes.task import TASK_SECTIONS, TaskConfig
 from finetune.recipes.unfreezing import BY_BACKBONE, UnfreezingConfig
 
@@ -411,4 +412,16 @@ class FinetuneRecipe(TrainingRunRecipe):
                     raise ValueError(
                         f"training.{key}: unknown label '{unknown[0]}' (labels: {', '.join(dict.fromkeys(labels))})"
                     )
+        return self
+
+    @model_validator(mode="after")
+    def _the_task_of_a_multitask_checkpoint(self) -> FinetuneRecipe:
+        """A multi-task checkpoint (`finetune multitask`'s RUN_DIR/checkpoint) continues as its task's checkpoint: the
+        shared encoder with that task's head (MT-DNN's second step); one line where it has no head for the task."""
+        try:
+            resolved = task_checkpoint(self.model.checkpoint, self.task.name)
+        except ValueError as error:
+            raise ValueError(f"model.checkpoint: {error}; name one of those tasks, or use one task's folder") from None
+        if resolved != self.model.checkpoint:
+            self.model = self.model.model_copy(update={"checkpoint": resolved})
         return self

@@ -23,18 +23,21 @@ from finetune.recipes.finetune import FinetuneRecipe
 from finetune.recipes.flow_sections import FLOW_SET_KEYS
 from finetune.recipes.intermediate import IntermediateRecipe
 from finetune.recipes.language_models import MODEL_FAMILIES
+from finetune.recipes.multitask import MultiTaskRecipe, multitask_key_fields, multitask_location
+from finetune.recipes.other_names import OTHER_TOOLS_NAMES
 from finetune.recipes.pretrain import PretrainRecipe
 from finetune.recipes.task import TASK_KINDS, TASK_SECTIONS, task_kind
 from finetune.recipes.ulmfit import UlmfitRecipe
 from finetune.safe_yaml import YAMLProblem, load_yaml
 
-Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe | UlmfitRecipe | IntermediateRecipe
+Recipe = PretrainRecipe | FinetuneRecipe | EvalRecipe | UlmfitRecipe | IntermediateRecipe | MultiTaskRecipe
 RECIPE_TYPES: dict[str, type[Recipe]] = {
     "pretrain": PretrainRecipe,
     "finetune": FinetuneRecipe,
     "eval": EvalRecipe,
     "ulmfit": UlmfitRecipe,
     "intermediate": IntermediateRecipe,
+    "multitask": MultiTaskRecipe,
 }
 
 
@@ -84,52 +87,28 @@ def apply_override(data: dict[str, Any], override: str, source: Path) -> None:
 
 def set_key(data: dict[str, Any], key: str, value: Any, source: Path) -> None:
     """Set one dotted key of the raw recipe to `value` (sections made on the way), as an override does."""
-    node = data
+    node: Any = data
     parts = key.split(".")
     for depth, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        child = _item(node, part) if isinstance(node, list) else node.setdefault(part, {})
+        if not isinstance(child, (dict, list)) or (isinstance(child, list) and not parts[depth + 1].isdigit()):
             raise UserError(f"recipe {source}: override '{key}': '{'.'.join(parts[: depth + 1])}' is not a section")
         node = child
-    node[parts[-1]] = value
+    if isinstance(node, list):  # a list's item by its place (tasks.0.name)
+        node[_place(node, parts[-1], key, source)] = value
+    else:
+        node[parts[-1]] = value
 
 
-# The names other tools (the Hugging Face Trainer, run_glue.py, fastai) give to keys this toolkit names otherwise:
-# what a newcomer types first.
-OTHER_TOOLS_NAMES = {
-    "learning_rate": "lr",
-    "num_train_epochs": "epochs",
-    "num_epochs": "epochs",
-    "n_epochs": "epochs",
-    "per_device_train_batch_size": "batch_size",
-    "train_batch_size": "batch_size",
-    "bs": "batch_size",
-    "warmup_ratio": "warmup_fraction",
-    "lr_scheduler_type": "kind",
-    "scheduler": "kind",
-    "max_seq_length": "max_length",
-    "max_seq_len": "max_length",
-    "seq_len": "max_length",
-    "model_name_or_path": "checkpoint",
-    "model_name": "checkpoint",
-    "output_dir": "run_dir",
-    "save_steps": "checkpoint_every",
-    "logging_steps": "log_every",
-    "eval_steps": "eval_every",
-    "fp16": "mixed_precision",
-    "bf16": "mixed_precision",
-    "max_grad": "max_grad_norm",
-    "grad_clip": "max_grad_norm",
-    "label_names": "labels",
-    "text_column": "text_columns",
-    "wd": "weight_decay",
-    "r": "rank",  # peft's LoraConfig names
-    "lora_alpha": "alpha",
-    "lora_dropout": "dropout",
-    "moms": "momentum",
-    "stride": "overlap",
-    "doc_stride": "overlap",
-}
+def _item(items: list, part: str) -> Any:
+    """A list's item by its place in a dotted key (tasks.1), or None where there is none."""
+    return items[int(part)] if part.isdigit() and int(part) < len(items) else None
+
+
+def _place(items: list, part: str, key: str, source: Path) -> int:
+    if not (part.isdigit() and int(part) < len(items)):
+        raise UserError(f"recipe {source}: override '{key}': the list has {len(items)} item(s), counted from 0")
+    return int(part)
 
 
 def recipe_key_fields(stage: str) -> list[KeyField]:
@@ -144,6 +123,8 @@ def recipe_key_fields(stage: str) -> list[KeyField]:
         for section in INTERMEDIATE_SECTIONS:
             fields += _section_fields(section, "finetune", ("model.checkpoint",) if section == "target" else ())
         return fields
+    if stage == "multitask":
+        return multitask_key_fields(recipe_key_fields("finetune"))
     if stage != "ulmfit":
         return key_fields(RECIPE_TYPES[stage])
     fields = [
@@ -207,6 +188,8 @@ def _format_validation_error(error: ValidationError, source: Path, stage: str = 
         copied = next((key.removeprefix(prefix) for prefix in FLOW_TASK_COPIES if key.startswith(prefix)), None)
         if copied is not None and any(known == copied for known, _, _ in problems.values()):
             continue  # an ulmfit flow's top-level task, reported once rather than again in each section it fills
+        if (key, [message], got) in problems.values():
+            continue  # a shared key of a multitask recipe, reported once rather than once per task
         if alternative and (key, "alternatives") in problems:
             problems[key, "alternatives"][1].append(message.removeprefix("Input should be "))
         else:
@@ -232,6 +215,8 @@ def _problem(item: Any, stage: str) -> tuple[str, str, str, bool]:
     tags = {index: loc[index] for index in range(1, len(loc)) if _is_union_tag(loc[index - 1], loc[index])}
     members = {index for index, part in enumerate(loc) if isinstance(part, str) and _TYPE_TAG.match(part)}
     location = [part for index, part in enumerate(loc) if index not in tags and index not in members]
+    if stage == "multitask":  # each task is a finetune recipe of the shared keys: named as the user wrote them
+        location = multitask_location(location)
     key = ".".join(str(part) for part in location)  # empty for checks of the whole recipe: they name their keys
     message, got = item["msg"].removeprefix("Value error, "), ""
     if item["type"] == "union_tag_invalid":
@@ -293,7 +278,7 @@ def _is_union_tag(section: object, part: object) -> bool:
 
 def _unknown_tag(key: str, tag: str) -> tuple[str, str]:
     """The key and message of a section whose family (model) or kind (task) is none of those there are."""
-    if key.rpartition(".")[2] == "task":
+    if key.rpartition(".")[2] == "task" or re.fullmatch(r"tasks\.\d+", key):  # a multitask recipe's tasks.N
         return f"{key}.kind", f"unknown task kind {tag} (expected {', '.join(TASK_KINDS)})"
     return f"{key}.family", f"unknown model family {tag} (expected {', '.join(MODEL_FAMILIES)})"
 

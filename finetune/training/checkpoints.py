@@ -36,6 +36,7 @@ from finetune.models.checkpoint_files import check_checkpoint_files
 from finetune.models.loading import ADAPTER_WEIGHTS_FILE
 from finetune.recipes import recipe_to_yaml
 from finetune.recipes.base import LongDocumentsConfig
+from finetune.recipes.multitask_checkpoints import multitask_tasks
 from finetune.run_dir import CHECKPOINT_DIR, round_folders
 from finetune.training.state import PROGRESS_FILE, TRAIN_PHASE, TrainingState, read_training_state
 
@@ -293,9 +294,12 @@ def training_checkpoints(folder: Path) -> list[Path]:
 
 def _has_weights(folder: Path) -> bool:
     """Whether all the weights of a model folder are there: model.safetensors (a LoRA adapter's file), or every
-    shard its index names."""
+    shard its index names; of a multi-task checkpoint, every task's folder's."""
     if (folder / WEIGHTS_FILE).is_file() or (folder / ADAPTER_WEIGHTS_FILE).is_file():
         return True
+    tasks = multitask_tasks(folder)
+    if tasks is not None:
+        return all(_has_weights(folder / entry["folder"]) for entry in tasks.values())
     index = folder / WEIGHTS_INDEX_FILE
     if not index.is_file():
         return False

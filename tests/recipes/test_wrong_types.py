@@ -81,6 +81,12 @@ BASES: dict[str, dict[str, Any]] = {
         "intermediate": {"model": {"checkpoint": "c"}, "task": TASKS["regression"]},
         "target": {"task": TASKS["regression"]},
     },
+    "multitask": {
+        "stage": "multitask",
+        "run_dir": "runs/t",
+        "model": {"checkpoint": "c"},
+        "tasks": [TASKS["regression"], {**TASKS["regression"], "name": "t2"}],
+    },
 }
 FLOW_SECTIONS = {"ulmfit": ("general_lm", "target_lm", "classifier"), "intermediate": ("intermediate", "target")}
 
@@ -111,7 +117,7 @@ def _accepted_types(field: Any) -> set[str]:
 def _section(data: dict[str, Any], dotted: str) -> dict[str, Any]:
     """The mapping at a dotted section path, made on the way."""
     for part in dotted.split("."):
-        data = data.setdefault(part, {})
+        data = data[int(part)] if isinstance(data, list) else data.setdefault(part, {})
     return data
 
 
@@ -155,6 +161,10 @@ def _key_fields(stage: str) -> list[KeyField]:
     """The keys of `stage` with their variants; an ulmfit flow of the ngram family is never valid (stage 2 cannot
     continue a counted model), so its ngram keys are tried in the pretrain stage only."""
     fields = recipe_key_fields(stage)
+    if stage == "multitask":  # a task's keys are listed under tasks.N: tried on the first task
+        fields = [KeyField(field.key.replace("tasks.N.", "tasks.0."), field.field,
+                           tuple((tag.replace("tasks.N", "tasks.0"), value) for tag, value in field.variant))
+                  for field in fields]  # fmt: skip
     return [field for field in fields if stage != "ulmfit" or "ngram" not in dict(field.variant).values()]
 
 
