@@ -76,11 +76,13 @@ class MultiTaskModel(nn.Module):
         """Each tensor once, under its first name (the shared encoder's under task 0's model): a resumable
         checkpoint stores the encoder once, and safetensors refuses a file with one tensor under two names."""
         whole = super().state_dict(*arguments, **keywords)
-        seen: set[int] = set()
+        seen: set[tuple] = set()
         kept = type(whole)()
         for name, tensor in whole.items():
-            if id(tensor) not in seen:  # state_dict hands the tensors themselves: one id per shared tensor
-                seen.add(id(tensor))
+            # state_dict hands detached views: a shared tensor is known by its memory, not its object
+            where = (tensor.data_ptr(), tuple(tensor.shape), tensor.dtype) if tensor.numel() else (name,)
+            if where not in seen:
+                seen.add(where)
                 kept[name] = tensor
         return kept
 
@@ -91,7 +93,7 @@ class MultiTaskModel(nn.Module):
         missing = [name for name in result.missing_keys if name not in aliases]
         if strict and (missing or result.unexpected_keys):
             raise RuntimeError(f"multi-task state: missing {missing[:3]}, unexpected {result.unexpected_keys[:3]}")
-        return result
+        return type(result)(missing, result.unexpected_keys)  # the aliases are not missing: they were loaded
 
 
 class TaskView:
