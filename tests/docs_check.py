@@ -66,6 +66,10 @@ BUDGET = {
         "task.data_dir={budget_data}/imdb",
     ],
     "recipes/pretrain/gpt2-mini-wikitext2.yaml": [],  # the docs' own command reads data/quickstart, 20 steps
+    "recipes/multitask/minilm-glue5.yaml": [
+        "training.max_steps=2",
+        *(f"tasks.{index}.max_length=32" for index in range(5)),
+    ],
     "recipes/intermediate/minilm-rte-cb.yaml": [
         "intermediate.training.max_steps=2",
         "target.training.max_steps=2",
