@@ -99,7 +99,7 @@ class EvalRecipe(RunRecipe):
         description="GLUE task -> checkpoint folder, list of folders (runs/seeds, aggregated), "
         "or {checkpoints, data_dir}: dev scores, GLUE scores; mnli also scores mnli-mm and predicts AX",
     )
-    multitask_checkpoint: str | None = Field(
+    multitask_checkpoint: InputFolder | None = Field(
         None,
         description="instead of tasks: a multi-task checkpoint (finetune multitask's RUN_DIR/checkpoint); every GLUE "
         "task it has a head for is scored (and with submission predicted) by that head",
@@ -144,6 +144,8 @@ class EvalRecipe(RunRecipe):
         if data.get("tasks") is not None or data.get("task") is not None:
             raise ValueError("multitask_checkpoint: it gives the tasks; leave task and tasks out")
         heads = multitask_tasks(folder)
+        if heads is None and not Path(folder).exists():
+            return data  # the path checks name the missing folder (a recipe checked without them stays valid)
         if heads is None:
             raise ValueError(f"multitask_checkpoint: {folder} is not a multi-task checkpoint (no multitask.json in it)")
         glue = {name: str(Path(folder) / entry["folder"]) for name, entry in heads.items() if name in GLUE_TASKS}
@@ -183,6 +185,8 @@ class EvalRecipe(RunRecipe):
 
     @model_validator(mode="after")
     def _one_task_or_a_map(self) -> EvalRecipe:
+        if self.multitask_checkpoint is not None and self.tasks is None:
+            return self  # its folder is not there yet: the path checks refuse it before anything runs
         if (self.task is None) == (self.tasks is None):
             raise ValueError(
                 "give task and models (one task) or tasks (GLUE task -> checkpoints), not both"
