@@ -9,9 +9,7 @@ kind (finetune/kinds/K/fine_tuning.py) supplies its `read_task`,
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import shutil
 from abc import abstractmethod
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from finetune.data.task_batches import LengthGroupedSampler, batching_summary, l
 from finetune.errors import recipe_key
 from finetune.kinds.dev_split import DEV_SPLIT_FILE, Rows, write_split
 from finetune.kinds.distillation import TEACHER_FILE, Teacher, card_section, distillation_record
+from finetune.kinds.head_training import HeadTrainingJob, say
 from finetune.kinds.labelled_rows import training_and_dev_rows, write_record
 from finetune.kinds.method import MethodChoice
 from finetune.models.adapters import attach_adapter, trainable_groups
@@ -44,25 +43,23 @@ from finetune.models.student import keep_blocks
 from finetune.models.task_heads import renew_head
 from finetune.reporting.dev_predictions import write_rows
 from finetune.reporting.model_card import add_card_section, classifier_card, write_card
-from finetune.run_dir import CHECKPOINT_DIR, DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
+from finetune.run_dir import DEV_PREDICTIONS_FILE, METRICS_FILE, read_metrics
 from finetune.tasks.specs import task_spec
 from finetune.training.budget import StepPlan, few_steps_note, plan_steps, steps_summary
-from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
-from finetune.training.driver import RunContext, TrainingJob, TrainingSetup
+from finetune.training.driver import RunContext, TrainingSetup
 from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import training_optimizer
 from finetune.training.self_training import PseudoLabelled
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
-from finetune.training.unfreezing import GradualUnfreezing, freeze_below, frozen_groups_note, thaw_interval
+from finetune.training.unfreezing import GradualUnfreezing, thaw_interval
 
 RESULT_FILE = "result.json"  # the dev scores of the saved checkpoint and of the last evaluation
-BEST_DIR = Path("checkpoints") / "best"  # inside the run directory: the best evaluation's weights until the end
 # Beside the best weights until the end: their evaluation's per-class report, which a --resume reads back.
 CLASSES_FILE = "best_classes.json"
 
 
-class TaskFineTuning(TrainingJob):
+class TaskFineTuning(HeadTrainingJob):
     """A task head on a pretrained backbone: discriminative LRs over its layer groups, STLR, gradual unfreezing per
     epoch or every N steps, dev evaluation with keep-best and early stopping. Subclasses are the task kinds."""
 
@@ -216,8 +213,7 @@ class TaskFineTuning(TrainingJob):
     def _step_plan(self, rows: int) -> StepPlan:
         """The run's epochs and passes over its `rows` training rows (training/budget.py)."""
         training = self.recipe.training
-        step_examples = training.batch_size * self.accelerator.num_processes * training.gradient_accumulation_steps
-        return plan_steps(rows, step_examples, training.epochs, training.max_steps, training.min_steps)
+        return plan_steps(rows, self.step_examples(), training.epochs, training.max_steps, training.min_steps)
 
     def training_method(self):
         """The recipe the run trains with once the task is read: method auto decided (plain for kinds without
@@ -241,7 +237,7 @@ class TaskFineTuning(TrainingJob):
         recipe, accelerator, training = self.recipe, self.accelerator, self.recipe.training
         # Grouped by the examples of a whole optimizer step, so its split into processes and micro-batches changes
         # nothing.
-        step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
+        step_examples = self.step_examples()
         # By default grouped only where padding costs: a model that skips it gains little from grouping (attention
         # alone reads the padded layout) and would pay grouping's quality cost (bench/grouped_batches.py).
         self.grouped = not self.skips_padding if training.group_by_length is None else training.group_by_length
@@ -283,7 +279,6 @@ class TaskFineTuning(TrainingJob):
         )
 
     def start(self, context: RunContext) -> None:
-        self.context = context
         for record in self.method_records:  # the pair training's losses, before the loop's first record
             context.log.write(record)
         if self.held_out is not None and self.accelerator.is_main_process:  # the run folder is the run's now
@@ -292,31 +287,12 @@ class TaskFineTuning(TrainingJob):
             write_record(context.run_dir, self.drawn)
         if self.teacher_targets is not None and not context.resumed and self.accelerator.is_main_process:
             np.save(context.run_dir / TEACHER_FILE, self.teacher_targets)  # what a --resume trains on
-        self.best_dir = context.run_dir / BEST_DIR
-        steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
-        epochs = math.ceil(context.total_steps / steps_per_epoch)
-        by_epoch = self.unfreezing.thaw_every is None and not context.resumed
-        if by_epoch and (note := frozen_groups_note(self.recipe.unfreezing, len(self.groups), epochs)):
-            say(note)  # said, not silently left: the lower groups keep their pretrained weights
-
-    def best_so_far(self) -> BestSoFar:
-        return self.best
-
-    def subscribers(self) -> list:
-        return [self.unfreezing]  # gradual unfreezing decides, per epoch or per step, how many groups learn
-
-    def attachments(self, run_dir: Path) -> dict[str, Path]:
-        return {"best": run_dir / BEST_DIR}  # the best evaluation's weights travel with every periodic checkpoint
-
-    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
-        self.train_loader.set_epoch(epoch)
-        self.order.set_epoch(epoch)
-        self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
+        super().start(context)
 
     def on_new_best(self, loop, control) -> None:
         self.best_classes = self.last_classes
+        super().on_new_best(loop, control)
         if self.recipe.keep_best:
-            self._save(self.best_dir)
             if self.accelerator.is_main_process and self.last_classes is not None:
                 (self.best_dir / CLASSES_FILE).write_text(json.dumps(self.last_classes), encoding="utf-8")
             if self.accelerator.is_main_process and self.last_predictions is not None:  # travels with the weights
@@ -327,30 +303,13 @@ class TaskFineTuning(TrainingJob):
         trainable = self.unfreezing.trainable_in_last_step(loop.step)
         scores = ", ".join(f"{name.removeprefix('dev_')} {value:.4f}" for name, value in self.best.last.items())
         console.print(f"epoch {epoch + 1}: {trainable}/{groups} groups trainable; dev {scores}")
-        if self.best.patience_exhausted:
-            console.print(
-                f"early stopping: no better dev {self.metric} in {self.recipe.early_stopping_patience} evaluations"
-            )
-
-    def _save(self, directory: Path) -> None:
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            save_checkpoint(self._saved_model(), self.tokenizer, directory, self.recipe)
+        self.say_early_stopping()
 
     def finish(self, context: RunContext, step: int) -> Path:
         """The best evaluation's weights (in RUN_DIR/checkpoints/best until now), or the last ones; result.json and
         the model card."""
         recipe, accelerator, best, run_dir = self.recipe, self.accelerator, self.best, context.run_dir
-        checkpoint = run_dir / CHECKPOINT_DIR
-        freeze_below(self.groups, len(self.groups))  # every parameter trainable again, as in any loaded checkpoint
-        if recipe.keep_best:
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                commit_checkpoint(self.best_dir, checkpoint)  # every run ends with an evaluation: the best exists
-                with contextlib.suppress(OSError):  # the folder stays when it holds periodic checkpoints
-                    self.best_dir.parent.rmdir()
-        else:
-            self._save(checkpoint)
+        checkpoint = self.kept_checkpoint(run_dir)
         calibration = self.calibration(checkpoint)  # every process: it may predict the dev set again
         self.write_dev_predictions(run_dir, checkpoint)
         if accelerator.is_main_process:
@@ -425,10 +384,3 @@ class TaskFineTuning(TrainingJob):
             kept.replace(run_dir / DEV_PREDICTIONS_FILE)
         elif not self.recipe.keep_best and self.last_predictions is not None:
             write_rows(run_dir / DEV_PREDICTIONS_FILE, self.last_predictions)
-
-    def finished_result(self, run_dir: Path) -> Path:
-        return run_dir / CHECKPOINT_DIR
-
-
-def say(line: str) -> None:
-    console.print(line, markup=False, highlight=False, soft_wrap=True)

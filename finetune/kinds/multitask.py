@@ -13,9 +13,7 @@ multitask.json, the list of them.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -26,26 +24,25 @@ from finetune.console import console
 from finetune.data.step_batches import CountingCollator, PaddableDataset, StepBatches
 from finetune.data.task_mixing import TASK_KEY, MixedCollator, MixedTaskOrder, MixedTasks, steps_per_epoch, task_shares
 from finetune.errors import recipe_key
-from finetune.kinds.fine_tuning import BEST_DIR, RESULT_FILE, TaskFineTuning, say
+from finetune.kinds.fine_tuning import RESULT_FILE, TaskFineTuning
+from finetune.kinds.head_training import HeadTrainingJob, say
 from finetune.kinds.multitask_checkpoint import SavedTasks, write_task_cards
 from finetune.kinds.registry import kind_named
 from finetune.models.hub import load_tokenizer
 from finetune.models.padding import give_a_padding_token
 from finetune.models.shared_encoder import MultiTaskModel, TaskView, share_encoder, shared_layer_groups
 from finetune.recipes.multitask import MEAN, MultiTaskRecipe
-from finetune.run_dir import CHECKPOINT_DIR
 from finetune.tasks.specs import task_spec
 from finetune.training.budget import few_steps_note, plan_steps, steps_summary
-from finetune.training.checkpoints import commit_checkpoint, save_checkpoint
-from finetune.training.driver import RunContext, TrainingJob, TrainingSetup
+from finetune.training.driver import RunContext, TrainingSetup
 from finetune.training.loop import make_accelerator, total_optimizer_steps
 from finetune.training.optim import training_optimizer
 from finetune.training.state import BestSoFar
 from finetune.training.techniques import techniques_summary
-from finetune.training.unfreezing import GradualUnfreezing, freeze_below, frozen_groups_note, thaw_interval
+from finetune.training.unfreezing import GradualUnfreezing, thaw_interval
 
 
-class MultiTaskFineTuning(TrainingJob):
+class MultiTaskFineTuning(HeadTrainingJob):
     """The tasks' fine-tuning jobs on one shared encoder (see the module docstring)."""
 
     result_file = RESULT_FILE
@@ -72,14 +69,15 @@ class MultiTaskFineTuning(TrainingJob):
         self.models = models
         say(f"multi-task: {len(models)} tasks share the encoder's {shared:,} parameters; each has its own head")
         console.print(techniques_summary(recipe.tasks[0]), markup=False, highlight=False, soft_wrap=True)
-        optimizer = training_optimizer(MultiTaskModel(models), self.groups, recipe.tasks[0])
+        wrapper = MultiTaskModel(models)  # one module over the tasks' models: what accelerate prepares
+        optimizer = training_optimizer(wrapper, self.groups, recipe.tasks[0])
         encoded = [self._encoded(member, model) for member, model in zip(self.members, models)]
         if resume_from is None:  # a resumed run's checkpoint holds what this gave the models
             for member, model, (train_data, collate, _) in zip(self.members, models, encoded):
                 member.before_training(model, train_data, collate)
         loader = self._mixed_batches([len(train_data) for train_data, _, _ in encoded], encoded)
         prepared, optimizer, self.train_loader, *dev_loaders = accelerator.prepare(
-            MultiTaskModel(models), optimizer, loader, *(dev_loader for _, _, dev_loader in encoded)
+            wrapper, optimizer, loader, *(dev_loader for _, _, dev_loader in encoded)
         )
         self.model = prepared
         for member, model, dev_loader in zip(self.members, models, dev_loaders):
@@ -121,7 +119,7 @@ class MultiTaskFineTuning(TrainingJob):
     def _mixed_batches(self, sizes: list[int], encoded) -> DataLoader:
         """Each optimizer step one task's examples, the task drawn by the sampling rule (data/task_mixing.py)."""
         recipe, accelerator, training = self.recipe, self.accelerator, self.recipe.training
-        step_examples = training.batch_size * accelerator.num_processes * training.gradient_accumulation_steps
+        step_examples = self.step_examples()
         self.plan = plan_steps(sum(sizes), step_examples, training.epochs, training.max_steps, training.min_steps)
         shares = task_shares(sizes, recipe.sampling.rule, recipe.sampling.temperature)
         steps = steps_per_epoch(sizes, step_examples, self.plan.passes)
@@ -172,62 +170,19 @@ class MultiTaskFineTuning(TrainingJob):
         scores["dev_mean"] = sum(mains) / len(mains)
         return scores, others
 
-    def start(self, context: RunContext) -> None:
-        self.context, self.best_dir = context, context.run_dir / BEST_DIR
-        steps_per_epoch = math.ceil(len(self.train_loader) / self.recipe.training.gradient_accumulation_steps)
-        epochs = math.ceil(context.total_steps / steps_per_epoch)
-        by_epoch = self.unfreezing.thaw_every is None and not context.resumed
-        if by_epoch and (note := frozen_groups_note(self.recipe.unfreezing, len(self.groups), epochs)):
-            say(note)
-
-    def best_so_far(self) -> BestSoFar:
-        return self.best
-
-    def subscribers(self) -> list:
-        return [self.unfreezing]
-
-    def attachments(self, run_dir: Path) -> dict[str, Path]:
-        return {"best": run_dir / BEST_DIR}
-
-    def on_epoch_begin(self, loop, control, epoch: int, batches_done: int) -> None:
-        self.train_loader.set_epoch(epoch)
-        self.order.set_epoch(epoch)
-        self.order.skip_batches(batches_done, self.recipe.training.batch_size, self.accelerator.num_processes)
-
-    def on_new_best(self, loop, control) -> None:
-        if self.recipe.keep_best:
-            self._save(self.best_dir)
-
     def on_epoch_end(self, loop, control, epoch: int, record: dict) -> None:
         last = self.best.last
         scores = ", ".join(
             f"{name} {last[f'dev_{name}_{member.metric}']:.4f}" for name, member in zip(self.names, self.members)
         )
         console.print(f"epoch {epoch + 1}: dev {scores}; mean {last['dev_mean']:.4f}", markup=False, highlight=False)
-        if self.best.patience_exhausted:
-            console.print(
-                f"early stopping: no better dev {self.metric} in {self.recipe.early_stopping_patience} evaluations"
-            )
-
-    def _save(self, directory: Path) -> None:
-        self.accelerator.wait_for_everyone()
-        if self.accelerator.is_main_process:
-            save_checkpoint(self._saved_model(), self.tokenizer, directory, self.recipe)
+        self.say_early_stopping()
 
     def finish(self, context: RunContext, step: int) -> Path:
         """The best evaluation's checkpoints (or the last ones), result.json with every task's scores, each task's
         model card."""
         recipe, accelerator, best, run_dir = self.recipe, self.accelerator, self.best, context.run_dir
-        checkpoint = run_dir / CHECKPOINT_DIR
-        freeze_below(self.groups, len(self.groups))
-        if recipe.keep_best:
-            accelerator.wait_for_everyone()
-            if accelerator.is_main_process:
-                commit_checkpoint(self.best_dir, checkpoint)
-                with contextlib.suppress(OSError):
-                    self.best_dir.parent.rmdir()
-        else:
-            self._save(checkpoint)
+        checkpoint = self.kept_checkpoint(run_dir)
         if accelerator.is_main_process:
             result = self._result(step)
             (run_dir / RESULT_FILE).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -255,9 +210,6 @@ class MultiTaskFineTuning(TrainingJob):
             "main_metric": self.metric, "saved": saved, "best_step": best.step, "best": best.scores, "last_step": step,
             "last": best.last, "tasks": tasks,
         }  # fmt: skip
-
-    def finished_result(self, run_dir: Path) -> Path:
-        return run_dir / CHECKPOINT_DIR
 
 
 def task_scores(scores: dict[str, float], name: str) -> dict[str, float]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch import nn
 
 from finetune.errors import CheckpointError
@@ -111,13 +110,5 @@ class TaskView:
     def __getattr__(self, name: str):
         return getattr(self._model, name)
 
-    @property
-    def module(self) -> nn.Module:  # what accelerate's unwrap_model would reach of a wrapped model
-        return self._model
-
     def forward(self, *arguments, **inputs):
         return self(*arguments, **inputs)
-
-
-def count(parameters: Sequence[torch.Tensor]) -> int:
-    return sum(parameter.numel() for parameter in parameters)

@@ -12,6 +12,7 @@ from finetune.data.sampling import ResumableSampler
 from finetune.data.step_batches import REAL_EXAMPLES
 from finetune.data.task_batches import LengthGroupedSampler
 from finetune.kinds.fine_tuning import TaskFineTuning
+from finetune.kinds.head_training import HeadTrainingJob
 from finetune.recipes.base import TrainingConfig
 from finetune.training.budget import StepPlan
 
@@ -38,6 +39,9 @@ def training_loader(splits: bool = True, note: str | None = None, skips_padding:
         splits_by_length=lambda train_data: splits,
         batching_note=lambda grouped: note if grouped else None,
     )
+    stage.step_examples = lambda: HeadTrainingJob.step_examples(
+        stage
+    )  # the job's own: batch x processes x accumulation
     lengths = np.random.default_rng(0).integers(1, 400, size=100).tolist()
     examples = Examples({"input_ids": [7] * length} for length in lengths)
     loader = TaskFineTuning._training_batches(

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import finetune
 from finetune.cli import app
 from finetune.errors import UserError
-from finetune.kinds import fine_tuning as task_stage
+from finetune.kinds import head_training as task_stage  # where a fine-tuning job saves its checkpoints
 from finetune.kinds.registry import KINDS
 from finetune.models.backbones import layer_groups
 from finetune.reporting import finish
