@@ -274,6 +274,11 @@ def check_resumable(recipe, latest_checkpoint) -> Path:
     return checkpoint
 
 
+# Keys a resume may change: they split the same optimizer step over another launch (a run saved on 2 processes
+# resumed on 1 doubles batch_size); training/relaunch.py refuses a change of the step's examples.
+LAUNCH_KEYS = ("training.batch_size", "training.gradient_accumulation_steps")
+
+
 def check_same_recipe(recipe) -> Path:
     """For `--resume`: the run directory, once its saved recipe equals `recipe` (else an error naming the keys)."""
     from finetune.recipes import load_recipe  # late import: recipes imports nothing from here
@@ -284,9 +289,9 @@ def check_same_recipe(recipe) -> Path:
     run_lock.check_not_locked(path)
     started = flatten_keys(load_recipe(path / RECIPE_FILE, check_paths=False).model_dump(mode="json"))
     given = flatten_keys(recipe.model_dump(mode="json"))
-    changed = sorted(
-        key for key in given.keys() | started.keys() if key != "overwrite" and given.get(key) != started.get(key)
-    )
+    free = {"overwrite", *LAUNCH_KEYS}
+    keys = given.keys() | started.keys()
+    changed = sorted(key for key in keys if key not in free and given.get(key) != started.get(key))
     if changed:
         raise UserError(f"--resume: the recipe differs from the one {path} was started with in: {', '.join(changed)}")
     return path

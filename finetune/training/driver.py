@@ -57,6 +57,7 @@ from finetune.training.keep_best import EarlyStopping, KeepBest
 from finetune.training.listeners import ReportedEvaluations
 from finetune.training.loop import LossFunction, TrainingLoop, compile_model, total_optimizer_steps
 from finetune.training.optim import LearningRates
+from finetune.training.relaunch import check_relaunch
 from finetune.training.state import TRAIN_PHASE, BestSoFar, TrainingState
 
 
@@ -251,6 +252,9 @@ class RunDriver:
             check_run_dir_free(recipe, latest_training_checkpoint)
         job.check()
         self.accelerator = accelerator = processes_ready(job.create_accelerator())
+        # resumed on another launch (process count, batch split): the same global batch, or one line
+        state = read_checkpoint_state(accelerator, resume_from) if resume_from is not None else TrainingState()
+        relaunch = check_relaunch(accelerator, resume_from, state, recipe.training) if resume_from else None
         set_seed(recipe.seed)
         self.setup = setup = job.setup(accelerator, resume_from)
         compile_model(accelerator, setup.model, recipe.training)
@@ -263,7 +267,9 @@ class RunDriver:
         rates = LearningRates.scheduled(setup.optimizer, recipe.schedule, total_steps)
         self.loop = self._new_loop(rates, total_steps, events=self.events)
         job.start(self.context)
-        state = read_checkpoint_state(accelerator, resume_from) if resume_from is not None else TrainingState()
+        if relaunch is not None:
+            console.print(relaunch.note(carries_state=bool(state.carried)), soft_wrap=True)
+            state = relaunch.adapt(state, len(setup.train_loader), accelerator.process_index)
         # The phase before training runs in a new run, and in one resumed from a checkpoint taken during it.
         warmup = self._warmup_loop() if setup.warmup and (not resume_from or state.phase != TRAIN_PHASE) else None
         if resume_from is not None:

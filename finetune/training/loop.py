@@ -311,6 +311,9 @@ class TrainingLoop:
             window_seconds=self._window_seconds,
             training_seconds=time.perf_counter() - self.started,
             running_sums=self._sums,
+            processes=self.accelerator.num_processes,
+            batch_size=self.config.batch_size,
+            accumulation=self.config.gradient_accumulation_steps,
         )
 
     def restore(self, state: TrainingState, checkpoint: Path) -> None:

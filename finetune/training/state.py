@@ -29,7 +29,7 @@ from finetune.errors import UserError
 PROGRESS_FILE = "progress.json"  # inside training_state/
 STATE_FORMAT = 2  # 1: progress.json without "format" and one flat tensor namespace (finetune <= 0.x of 2026-11)
 TRAIN_PHASE = "train"  # the run's own training; a phase before it (head_warmup) has its own name and step count
-_SUMS = "loop.sums"  # the loop's name in a process's tensors file; every other name is a carried tensor
+SUMS = "loop.sums"  # the loop's name in a process's tensors file; every other name is a carried tensor
 _FORMAT_1_SUMS = "training_loop_sums"
 
 
@@ -98,16 +98,20 @@ class TrainingState:
     first_evaluation: list[float] | None = None  # [step, validation loss] of the first one: divergence is past it
     running_sums: torch.Tensor | None = None  # this process's loss sums: log window's, then epoch's
     carried: dict[str, torch.Tensor] = field(default_factory=dict)  # this process's tensors carried between batches
+    # The launch an optimizer step was split by (training/relaunch.py): None in checkpoints saved before it was kept.
+    processes: int | None = None
+    batch_size: int | None = None  # per process
+    accumulation: int | None = None
 
     def write(self, folder: Path, process_index: int, main_process: bool) -> None:
         """Write this process's tensors, and (main process) progress.json, into a training_state/ folder."""
         tensors = dict(self.carried)
         if self.running_sums is not None:
-            tensors[_SUMS] = self.running_sums
+            tensors[SUMS] = self.running_sums
         if tensors:
             save_file(
                 {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()},
-                str(folder / _tensors_file(process_index)),
+                str(folder / tensors_file(process_index)),
             )
         if main_process:
             progress = dict(_shared_fields(self))
@@ -125,17 +129,25 @@ def read_training_state(folder: Path, process_index: int, device: torch.device |
             f"--resume: {folder.parent} was saved by a newer finetune (training state format "
             f"{version}; this version reads up to {STATE_FORMAT}): upgrade finetune to resume it"
         )
-    tensors_file = folder / _tensors_file(process_index)
+    own_file = folder / tensors_file(process_index)
     # Read on the CPU, then moved: safetensors refuses some device names (e.g. "cpu:0" under MULTI_CPU).
-    tensors = load_file(str(tensors_file)) if tensors_file.is_file() else {}
+    tensors = load_file(str(own_file)) if own_file.is_file() else {}
     tensors = {name: tensor.to(device) for name, tensor in tensors.items()}
     if version == 1:
         progress, tensors = _from_format_1(progress, tensors)
     known = {item.name for item in dataclasses.fields(TrainingState)}
     state = TrainingState(**{name: value for name, value in progress.items() if name in known})
-    state.running_sums = tensors.pop(_SUMS, None)
+    state.running_sums = tensors.pop(SUMS, None)
     state.carried = tensors
     return state
+
+
+def read_running_sums(folder: Path, process_index: int) -> torch.Tensor | None:
+    """Process `process_index`'s loss sums in a training_state/ folder (None if it saved none): a resume on fewer
+    processes counts every saved process's share (training/relaunch.py)."""
+    path = Path(folder) / tensors_file(process_index)
+    tensors = load_file(str(path)) if path.is_file() else {}
+    return tensors.get(SUMS, tensors.get(_FORMAT_1_SUMS))
 
 
 def _from_format_1(progress: dict[str, Any], tensors: dict[str, torch.Tensor]):
@@ -143,7 +155,7 @@ def _from_format_1(progress: dict[str, Any], tensors: dict[str, torch.Tensor]):
     record, and no training time in the oldest checkpoints."""
     sums = tensors.pop(_FORMAT_1_SUMS, None)
     if sums is not None:
-        tensors[_SUMS] = sums
+        tensors[SUMS] = sums
     else:  # saved before the window was kept: a resumed run starts a new log window
         progress.pop("window_items", None), progress.pop("window_seconds", None)
     best = progress.get("best")
@@ -158,5 +170,5 @@ def _shared_fields(state: TrainingState) -> dict[str, Any]:
     return {item.name: getattr(state, item.name) for item in dataclasses.fields(state) if item.name not in per_process}
 
 
-def _tensors_file(process_index: int) -> str:
+def tensors_file(process_index: int) -> str:
     return f"process_tensors_{process_index}.safetensors"
