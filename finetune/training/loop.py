@@ -35,6 +35,7 @@ from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
 from finetune.training.divergence import diverged
+from finetune.training.engines import check_distributed_engine
 from finetune.training.events import Events
 from finetune.training.optim import LearningRates
 from finetune.training.state import TRAIN_PHASE, TrainingState
@@ -91,6 +92,7 @@ def make_accelerator(
     if precision != "no" and on_cpu:
         warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
     check_trackers_installed(training_config.log_with)  # before accelerate drops a missing one with a warning
+    check_distributed_engine()  # a DeepSpeed or FSDP launch the loop cannot train correctly: one line
     _forget_other_precision(precision)
     accelerator = Accelerator(
         cpu=on_cpu,

@@ -1,0 +1,60 @@
+"""accelerate's distributed engines a recipe may run under, checked before the accelerator is made.
+
+`accelerate launch` tells the processes which engine to use through the environment (ACCELERATE_USE_DEEPSPEED,
+ACCELERATE_USE_FSDP and their settings, from `accelerate config` or its flags); the Accelerator reads them. Two
+settings cannot train a recipe correctly, so they are refused in one line before anything is built:
+- DeepSpeed ZeRO stages 2 and 3 partition the gradients and keep them in the engine's own buffers, where the loop's
+  exact averaging over a step's examples (it rescales `param.grad`, training/loop.py) never reaches them: every
+  step would be weighted wrongly, silently. DDP (the default launch) is the tested path.
+- FSDP without `use_orig_params` flattens each wrapped module's parameters into one: the optimizer's parameter
+  group per layer group (discriminative LRs) and gradual unfreezing's frozen groups cannot be told apart in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from finetune.errors import UserError
+
+DEEPSPEED_DEFAULT_STAGE = 2  # accelerate's stage when neither the launch nor a config file names one
+
+
+def check_distributed_engine(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse an engine the training loop cannot run correctly (see the module docstring), in one line."""
+    environ = os.environ if environ is None else environ
+    if _flag(environ, "ACCELERATE_USE_DEEPSPEED"):
+        stage = deepspeed_zero_stage(environ)
+        if stage >= 2:
+            raise UserError(
+                f"accelerate launch: DeepSpeed ZeRO stage {stage} keeps the gradients in its own partitioned buffers, "
+                "where finetune's exact averaging of a step's examples cannot reach them: launch without DeepSpeed "
+                "(DDP, `accelerate launch --multi_gpu`), or with ZeRO stage 0 or 1"
+            )
+    if _flag(environ, "ACCELERATE_USE_FSDP") and not _flag(environ, "FSDP_USE_ORIG_PARAMS"):
+        raise UserError(
+            "accelerate launch: FSDP without use_orig_params flattens the parameters, so the layer groups' learning "
+            "rates and gradual unfreezing cannot reach them: set fsdp_use_orig_params: true in the accelerate "
+            "config (or --fsdp_use_orig_params true)"
+        )
+
+
+def deepspeed_zero_stage(environ: Mapping[str, str]) -> int:
+    """The ZeRO stage accelerate will use: the launch's, else the DeepSpeed config file's, else its default."""
+    if environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        return int(environ["ACCELERATE_DEEPSPEED_ZERO_STAGE"])
+    config = environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "none")
+    if config != "none" and Path(config).is_file():
+        try:
+            stage = json.loads(Path(config).read_text(encoding="utf-8")).get("zero_optimization", {}).get("stage")
+        except (json.JSONDecodeError, AttributeError):
+            raise UserError(f"accelerate launch: the DeepSpeed config file {config} is not a JSON object") from None
+        if isinstance(stage, int):
+            return stage
+    return DEEPSPEED_DEFAULT_STAGE
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "false").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,68 @@
+"""accelerate's engines a launch names (training/engines.py): DeepSpeed ZeRO 2-3 and FSDP without use_orig_params
+are refused in one line before anything is built; what passes is left to accelerate."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from finetune.cli import app
+from finetune.errors import UserError
+from finetune.training.engines import check_distributed_engine, deepspeed_zero_stage
+from tests.conftest import finetune_recipe, write_yaml
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    "environ, stage",
+    [
+        ({"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, 3),
+        ({"ACCELERATE_DEEPSPEED_ZERO_STAGE": "1"}, 1),
+        ({}, 2),  # accelerate's default
+    ],
+)
+def test_the_zero_stage_is_read_as_accelerate_reads_it(environ, stage):
+    assert deepspeed_zero_stage(environ) == stage
+
+
+def test_the_zero_stage_comes_from_the_deepspeed_config_file(tmp_path):
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"zero_optimization": {"stage": 1}}))
+    assert deepspeed_zero_stage({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(config)}) == 1
+    config.write_text("[1, 2]")
+    with pytest.raises(UserError, match="is not a JSON object"):
+        deepspeed_zero_stage({"ACCELERATE_DEEPSPEED_CONFIG_FILE": str(config)})
+
+
+@pytest.mark.parametrize(
+    "environ, refused",
+    [
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}, "DeepSpeed ZeRO stage 2"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, "DeepSpeed ZeRO stage 3"),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "1"}, None),
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_USE_ORIG_PARAMS": "false"}, "FSDP without use_orig_params"),
+        ({"ACCELERATE_USE_FSDP": "true", "FSDP_USE_ORIG_PARAMS": "true"}, None),
+        ({"ACCELERATE_USE_DEEPSPEED": "false", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, None),
+    ],
+)
+def test_engines_the_loop_cannot_train_are_refused(environ, refused):
+    if refused is None:
+        check_distributed_engine(environ)
+    else:
+        with pytest.raises(UserError, match=refused):
+            check_distributed_engine(environ)
+
+
+def test_a_zero_3_launch_stops_the_cli_in_one_line_before_the_run_folder(pretrained, task_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    path = write_yaml(tmp_path / "recipe.yaml", finetune_recipe(pretrained, task_dir, tmp_path / "run"))
+    result = runner.invoke(app, ["finetune", str(path)])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "DeepSpeed ZeRO stage 3 keeps the gradients in its own partitioned buffers" in line
+    assert "launch without DeepSpeed" in line and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
