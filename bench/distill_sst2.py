@@ -178,10 +178,13 @@ def main() -> None:
     machine = describe_machine()
     teacher = make_checkpoint("sst2", args.train_rows, work, dict(os.environ), pooling="mean")
     data = truncated_task("sst2", args.train_rows, work / "data")
-    runs = {"teacher": None, **{arm: student(teacher, arm, data, work, args) for arm in ARMS[1:]}}
+    # Without unlabelled rows the "+ unlabelled" arms would be the taught ones again, seed for seed: left out.
+    taught = [arm for arm in ARMS[1:] if args.unlabelled_rows or not arm.endswith("unlabelled")]
+    runs = {"teacher": None, **{arm: student(teacher, arm, data, work, args) for arm in taught}}
     if args.bert_mini:
         mini = pretrained_mini(work, args)
-        runs |= {arm: student(teacher, arm, data, work, args, mini) for arm in MINI_ARMS}
+        mini_arms = [arm for arm in MINI_ARMS if args.unlabelled_rows or not arm.endswith("unlabelled")]
+        runs |= {arm: student(teacher, arm, data, work, args, mini) for arm in mini_arms}
     checkpoints = {arm: teacher if run_dir is None else run_dir / "checkpoint" for arm, run_dir in runs.items()}
     rates = throughputs(checkpoints, args)
     records = []
