@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
+
+import torch
+import torch.distributed
 
 from finetune.errors import UserError
 
@@ -54,6 +58,34 @@ def deepspeed_zero_stage(environ: Mapping[str, str]) -> int:
         if isinstance(stage, int):
             return stage
     return DEEPSPEED_DEFAULT_STAGE
+
+
+# What torch's process-group backends say when another process (or its machine) went away mid-collective.
+_LOST_PROCESS_SIGNS = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+)
+
+
+def is_lost_process(error: BaseException) -> bool:
+    """Whether a collective failed because another process of the run stopped (killed, crashed, its machine gone)."""
+    distributed_error = getattr(torch.distributed, "DistNetworkError", ())
+    return isinstance(error, distributed_error) or any(sign in str(error) for sign in _LOST_PROCESS_SIGNS)
+
+
+def lost_process_message(error: BaseException, step: int, checkpoint: Path | None) -> str:
+    """One line for the surviving main process: what happened, where the run stands, how to go on."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    # gloo's: "[.../pair.cc:553] Connection closed by peer [127.0.0.1]:6019. This is typically caused by ...": the cause
+    first = re.sub(r"^\[[^\]]*\]\s*", "", text).split(". ")[0]
+    where = (
+        f"the newest checkpoint is {checkpoint}: start every process again with --resume"
+        if checkpoint is not None
+        else "no periodic checkpoint was saved yet (checkpoint_every): start the run again"
+    )
+    return f"another process stopped after {step} optimizer step(s) ({first}); {where}"
 
 
 def _flag(environ: Mapping[str, str], name: str) -> bool:

@@ -35,7 +35,7 @@ from finetune.errors import RunFailed, RunInterrupted, UserError
 from finetune.reporting.trackers import check_trackers_installed
 from finetune.run_dir import MetricsLog
 from finetune.training.divergence import diverged
-from finetune.training.engines import check_distributed_engine
+from finetune.training.engines import check_distributed_engine, is_lost_process, lost_process_message
 from finetune.training.events import Events
 from finetune.training.optim import LearningRates
 from finetune.training.state import TRAIN_PHASE, TrainingState
@@ -356,6 +356,10 @@ class TrainingLoop:
                 "by the same factor (the effective batch stays the same), shorten the sequences (task.max_length "
                 "or corpus.block_size), or use training.mixed_precision=bf16"
             ) from None
+        except RuntimeError as error:
+            if not is_lost_process(error):
+                raise
+            raise RunFailed(lost_process_message(error, self.step, self.last_checkpoint)) from None
         finally:
             if in_main_thread:
                 signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)

@@ -10,7 +10,12 @@ from typer.testing import CliRunner
 
 from finetune.cli import app
 from finetune.errors import UserError
-from finetune.training.engines import check_distributed_engine, deepspeed_zero_stage
+from finetune.training.engines import (
+    check_distributed_engine,
+    deepspeed_zero_stage,
+    is_lost_process,
+    lost_process_message,
+)
 from tests.conftest import finetune_recipe, write_yaml
 
 runner = CliRunner()
@@ -66,3 +71,17 @@ def test_a_zero_3_launch_stops_the_cli_in_one_line_before_the_run_folder(pretrai
     assert "DeepSpeed ZeRO stage 3 keeps the gradients in its own partitioned buffers" in line
     assert "launch without DeepSpeed" in line and "Traceback" not in result.output
     assert not (tmp_path / "run").exists()
+
+
+def test_a_lost_process_is_told_apart_and_said_in_one_line(tmp_path):
+    gloo = RuntimeError(
+        "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+        "[127.0.0.1]:6019. This is typically caused by a remote worker crashing. Check the logs."
+    )
+    assert is_lost_process(gloo) and not is_lost_process(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    message = lost_process_message(gloo, 7, tmp_path / "checkpoints" / "step-00000006")
+    assert message == (
+        "another process stopped after 7 optimizer step(s) (Connection closed by peer [127.0.0.1]:6019); the newest "
+        f"checkpoint is {tmp_path / 'checkpoints' / 'step-00000006'}: start every process again with --resume"
+    )
+    assert "no periodic checkpoint was saved yet" in lost_process_message(gloo, 0, None)
