@@ -25,7 +25,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SHELL_FENCES = ("bash", "sh", "shell", "console")
 # Programs a block may call, each recorded instead of run. Anything else that is not a shell builtin or a basic
 # tool (echo, grep, cat) is recorded by bash's command_not_found_handle and refused as unknown.
-RECORDED = ("finetune", "make", "accelerate", "pip", "python", "python3", "git", "tensorboard", "curl")
+RECORDED = (
+    "finetune", "make", "accelerate", "pip", "python", "python3", "git", "tensorboard", "curl", "srun", "scontrol"
+)  # fmt: skip
 RECORDED_PATHS = (".venv/bin/python", ".venv/bin/pip", ".venv/bin/pre-commit", ".venv/bin/finetune")
 # finetune subcommands that take a recipe, and the recipe stages each accepts (None: its own name).
 RECIPE_COMMANDS = {
@@ -154,8 +156,9 @@ def check_command(command: Command, recipes_dir: Path) -> None:
         "make": check_make,
         ".venv/bin/python": check_python,
         "python": check_python,
+        "srun": check_srun,
     }
-    external = {"pip", ".venv/bin/pip", ".venv/bin/pre-commit", "tensorboard", "git", "curl"}  # not ours to check
+    external = {"pip", ".venv/bin/pip", ".venv/bin/pre-commit", "tensorboard", "git", "curl", "scontrol"}  # not ours
     if command.program in external:
         return
     check = checks.get(command.program)
@@ -225,6 +228,15 @@ def check_accelerate(args: list[str], recipes_dir: Path) -> None:
     module = args.index("-m") + 1
     assert args[module : module + 1] == ["finetune"], "accelerate launches `-m finetune`"
     check_finetune(args[module + 1 :], recipes_dir)
+
+
+def check_srun(args: list[str], recipes_dir: Path) -> None:
+    """SLURM's `srun [OPTIONS] accelerate launch ...`: the command it runs on every machine, checked as typed alone
+    (the docs give srun options in --name=value form)."""
+    while args and args[0].startswith("-"):
+        args = args[1:]
+    assert args[:1] == ["accelerate"], "srun runs `accelerate launch ... -m finetune` in the docs"
+    check_accelerate(args[1:], recipes_dir)
 
 
 def make_targets() -> set[str]:
