@@ -2,12 +2,15 @@
 
 `accelerate launch` tells the processes which engine to use through the environment (ACCELERATE_USE_DEEPSPEED,
 ACCELERATE_USE_FSDP and their settings, from `accelerate config` or its flags); the Accelerator reads them. Two
-settings cannot train a recipe correctly, so they are refused in one line before anything is built:
+settings cannot train a recipe correctly, and one is not what it says, so they are refused in one line before
+anything is built:
 - DeepSpeed ZeRO stages 2 and 3 partition the gradients and keep them in the engine's own buffers, where the loop's
   exact averaging over a step's examples (it rescales `param.grad`, training/loop.py) never reaches them: every
   step would be weighted wrongly, silently. DDP (the default launch) is the tested path.
 - FSDP without `use_orig_params` flattens each wrapped module's parameters into one: the optimizer's parameter
   group per layer group (discriminative LRs) and gradual unfreezing's frozen groups cannot be told apart in it.
+- FSDP or DeepSpeed on CPU processes: accelerate takes either plugin only for GPU-like devices; on CPUs (MULTI_CPU)
+  it runs DDP without a word, each process holding the whole model, which is what the user asked them to avoid.
 """
 
 from __future__ import annotations
@@ -24,11 +27,20 @@ import torch.distributed
 from finetune.errors import UserError
 
 DEEPSPEED_DEFAULT_STAGE = 2  # accelerate's stage when neither the launch nor a config file names one
+_ENGINE_FLAGS = {"DeepSpeed": "ACCELERATE_USE_DEEPSPEED", "FSDP": "ACCELERATE_USE_FSDP"}
 
 
-def check_distributed_engine(environ: Mapping[str, str] | None = None) -> None:
-    """Refuse an engine the training loop cannot run correctly (see the module docstring), in one line."""
+def check_distributed_engine(on_cpu: bool, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse an engine the training loop cannot run correctly (see the module docstring), in one line; `on_cpu`:
+    the run trains on CPU processes."""
     environ = os.environ if environ is None else environ
+    asked = [name for name, flag in _ENGINE_FLAGS.items() if _flag(environ, flag)]
+    if on_cpu and asked:
+        raise UserError(
+            f"accelerate launch: {asked[0]} on CPU processes is not what it says: accelerate takes its {asked[0]} "
+            "plugin on GPUs only and runs DDP (a whole copy of the model per process) on CPUs; launch on GPUs, or "
+            f"without {asked[0]}"
+        )
     if _flag(environ, "ACCELERATE_USE_DEEPSPEED"):
         stage = deepspeed_zero_stage(environ)
         if stage >= 2:

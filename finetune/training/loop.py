@@ -92,7 +92,7 @@ def make_accelerator(
     if precision != "no" and on_cpu:
         warnings.warn(f"mixed_precision={precision} on a CPU is usually far slower than fp32", stacklevel=2)
     check_trackers_installed(training_config.log_with)  # before accelerate drops a missing one with a warning
-    check_distributed_engine()  # a DeepSpeed or FSDP launch the loop cannot train correctly: one line
+    check_distributed_engine(on_cpu)  # a DeepSpeed or FSDP launch the loop cannot train correctly: one line
     _forget_other_precision(precision)
     accelerator = Accelerator(
         cpu=on_cpu,

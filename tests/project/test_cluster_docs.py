@@ -41,7 +41,7 @@ def test_each_configuration_reads_in_accelerate_and_passes_the_engine_check(name
     if fsdp:
         environ["FSDP_USE_ORIG_PARAMS"] = str(config.fsdp_config["fsdp_use_orig_params"]).lower()
         assert config.fsdp_config["fsdp_sharding_strategy"] == "FULL_SHARD"
-    check_distributed_engine(environ)
+    check_distributed_engine(False, environ)  # the GPUs' launch
 
 
 def test_the_slurm_script_launches_once_per_machine_with_the_files_config():

@@ -55,21 +55,33 @@ def test_the_zero_stage_comes_from_the_deepspeed_config_file(tmp_path):
 )
 def test_engines_the_loop_cannot_train_are_refused(environ, refused):
     if refused is None:
-        check_distributed_engine(environ)
+        check_distributed_engine(False, environ)
     else:
         with pytest.raises(UserError, match=refused):
-            check_distributed_engine(environ)
+            check_distributed_engine(False, environ)
 
 
-def test_a_zero_3_launch_stops_the_cli_in_one_line_before_the_run_folder(pretrained, task_dir, tmp_path, monkeypatch):
+def test_fsdp_on_cpu_processes_is_refused_as_accelerate_would_run_ddp():
+    """Measured with accelerate 1.x under torchrun: ACCELERATE_USE_FSDP on CPU processes gives MULTI_CPU (DDP)."""
+    environ = {"ACCELERATE_USE_FSDP": "true", "FSDP_USE_ORIG_PARAMS": "true"}
+    with pytest.raises(UserError, match="FSDP on CPU processes is not what it says"):
+        check_distributed_engine(True, environ)
+    check_distributed_engine(False, environ)  # on GPUs it is accelerate's FSDP
+    with pytest.raises(UserError, match="DeepSpeed on CPU processes"):
+        check_distributed_engine(True, {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "1"})
+
+
+def test_a_deepspeed_launch_on_cpus_stops_the_cli_in_one_line_before_the_run_folder(
+    pretrained, task_dir, tmp_path, monkeypatch
+):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
     path = write_yaml(tmp_path / "recipe.yaml", finetune_recipe(pretrained, task_dir, tmp_path / "run"))
     result = runner.invoke(app, ["finetune", str(path)])
     assert result.exit_code == 2, result.output
     line = " ".join(result.output.split())
-    assert "DeepSpeed ZeRO stage 3 keeps the gradients in its own partitioned buffers" in line
-    assert "launch without DeepSpeed" in line and "Traceback" not in result.output
+    assert "DeepSpeed on CPU processes is not what it says" in line
+    assert "launch on GPUs, or without DeepSpeed" in line and "Traceback" not in result.output
     assert not (tmp_path / "run").exists()
 
 
