@@ -16,7 +16,10 @@ launch` for ours, `torchrun` for the peer scripts of ../shared/bench/peers as sh
 - fine-tuning: SST-2's first 20,000 training rows, 128 tokens, 32 a GPU, 1 epoch, from the masked LM ours just
   trained (hf_glue_finetune.py);
 - prediction: SST-2 dev with the fine-tuned model on one GPU, fp32 on both sides (`finetune eval`/`predict` have
-  no precision setting; hf_predict.py is run as bench/predict_speed.py runs it).
+  no precision setting; hf_predict.py is run as bench/predict_speed.py runs it);
+- then ours alone: the fine-tuning again under accelerate's FSDP (full sharding, use_orig_params, 2 epochs with
+  gradual unfreezing and discriminative LRs) on every GPU, its rate beside DDP's, and its checkpoint loaded by
+  transformers (left out of --smoke: accelerate shards on GPUs only).
 Precision: ours `training.mixed_precision=bf16`; the peers have no flag for it, so they run under accelerate's
 ACCELERATE_MIXED_PRECISION=bf16, which the Trainer's accelerator reads as `accelerate launch --mixed_precision bf16`
 would set it. Throughput: tokens/s or examples/s of all GPUs together (the peers' pretraining scripts print one
@@ -174,6 +177,57 @@ def finetuning(args, checkpoint: Path, work: Path) -> tuple[Result, Path]:
     return Result("fine-tuning", "examples", ours, peer, None, memory), data_dir
 
 
+FSDP_CONFIG = """compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+num_processes: {gpus}
+num_machines: 1
+machine_rank: 0
+main_process_port: 29500
+rdzv_backend: static
+same_network: true
+mixed_precision: bf16
+use_cpu: false
+fsdp_config:
+  fsdp_version: 1
+  fsdp_sharding_strategy: FULL_SHARD
+  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP
+  fsdp_use_orig_params: true
+  fsdp_state_dict_type: SHARDED_STATE_DICT
+  fsdp_sync_module_states: true
+  fsdp_cpu_ram_efficient_loading: true
+  fsdp_offload_params: false
+  fsdp_backward_prefetch: BACKWARD_PRE
+"""  # docs/gpus-and-clusters.md's fsdp-8gpus.yaml, on this machine's GPUs
+
+
+def fsdp_finetuning(args, checkpoint: Path, data_dir: Path, work: Path) -> Result | None:
+    """The fine-tuning workload again under accelerate's FSDP (full sharding) on every GPU, ours only, with the
+    shipped recipe's discriminative LRs and gradual unfreezing: its rate beside DDP's, and whether transformers
+    loads the checkpoint it wrote. None where FSDP cannot run (the smoke run's CPU: refused there)."""
+    if args.smoke:
+        print("(fine-tuning under FSDP: needs GPUs, left out of the smoke run)", file=sys.stderr)
+        return None
+    config = work / "fsdp.yaml"
+    config.write_text(FSDP_CONFIG.format(gpus=args.gpus), encoding="utf-8")
+    run_dir = work / "finetune-fsdp"
+    recipe = ROOT / "recipes" / "finetune" / "bert-base-sst2.yaml"
+    overrides = [f"run_dir={run_dir}", "overwrite=true", f"model.checkpoint={checkpoint}", f"task.data_dir={data_dir}"]
+    overrides += ["training.epochs=2", "training.batch_size=32", "keep_best=false", "training.log_every=5"]
+    overrides += ["unfreezing.mode=gradual", "discriminative.factor=2.6", "training.mixed_precision=bf16"]
+    command = ["accelerate", "launch", "--config_file", config, "-m", "finetune", "finetune", recipe, *overrides]
+    memory: dict = {}
+    timed(args, command, memory, "ours")
+    if args.dry_run:
+        return Result("fine-tuning, FSDP full shard (ours; no peer)", "examples", 0.0, 0.0, None, memory)
+    from transformers import AutoModelForSequenceClassification
+
+    AutoModelForSequenceClassification.from_pretrained(
+        run_dir / "checkpoint"
+    )  # the whole model, as transformers reads it
+    rate = steady_rate(run_dir, "examples")
+    return Result("fine-tuning, FSDP full shard (ours; no peer)", "examples", rate, 0.0, None, memory)
+
+
 def prediction(args, checkpoint: Path, data_dir: Path, work: Path) -> Result:
     import predict_speed  # its two sides as they are measured on the CPU
 
@@ -237,6 +291,8 @@ def main() -> None:
     results.append(pretraining(args, "clm", corpus, bpe, work))
     tuned, data_dir = finetuning(args, work / "mlm" / "checkpoint", work)
     results += [tuned, prediction(args, work / "finetune" / "checkpoint", data_dir, work)]
+    sharded = fsdp_finetuning(args, work / "mlm" / "checkpoint", data_dir, work)
+    results += [sharded] if sharded is not None else []
     report = table(results, peak, args.gpus)
     summary = {"device": device, "gpus": args.gpus, "peak_gflops": round(peak, 1), "smoke": args.smoke}
     summary["results"] = [vars(result) for result in results]
