@@ -1,9 +1,9 @@
 """finetune: transfer learning for NLP in the line of ULMFiT, GPT and BERT.
 
-From Python (a notebook): `finetune.pretrain`, `finetune.finetune`, `finetune.ulmfit`, `finetune.intermediate` and
-`finetune.evaluate` run the stages as the CLI does and return a `finetune.RunResult` (finetune/api/);
-`finetune.predict` labels texts. Importing the package imports none of the libraries they need: each is loaded when
-first used.
+From Python (a notebook): `finetune.pretrain`, `finetune.finetune`, `finetune.ulmfit`, `finetune.intermediate`,
+`finetune.multitask` and `finetune.evaluate` run the stages as the CLI does and return a `finetune.RunResult`
+(finetune/api/); `finetune.predict` labels texts. Importing the package imports none of the libraries they need:
+each is loaded when first used.
 """
 
 import os
@@ -12,9 +12,11 @@ from typing import Any
 from finetune._version import __version__
 
 # finetune/api/, imported when first asked for
-_API = ("RunResult", "evaluate", "finetune", "intermediate", "pretrain", "ulmfit")
+_API = ("RunResult", "evaluate", "finetune", "intermediate", "multitask", "pretrain", "ulmfit")
 
-__all__ = ["RunResult", "__version__", "evaluate", "finetune", "intermediate", "predict", "pretrain", "ulmfit"]
+__all__ = [
+    "RunResult", "__version__", "evaluate", "finetune", "intermediate", "multitask", "predict", "pretrain", "ulmfit"
+]  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

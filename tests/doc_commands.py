@@ -37,7 +37,8 @@ RECIPE_COMMANDS = {
     "intermediate": ("intermediate",),
     "eval": ("eval",),
     "lr-find": ("pretrain", "finetune"),
-    "profile": ("pretrain", "finetune"),
+    "profile": ("pretrain", "finetune", "ulmfit", "intermediate", "multitask"),
+    "multitask": ("multitask",),
     "search": ("finetune",),
     "cv": ("finetune",),
 }

@@ -5,6 +5,6 @@
 """
 
 from finetune.api.result import RunResult
-from finetune.api.runs import evaluate, finetune, intermediate, pretrain, ulmfit
+from finetune.api.runs import evaluate, finetune, intermediate, multitask, pretrain, ulmfit
 
-__all__ = ["RunResult", "evaluate", "finetune", "intermediate", "pretrain", "ulmfit"]
+__all__ = ["RunResult", "evaluate", "finetune", "intermediate", "multitask", "pretrain", "ulmfit"]

@@ -93,6 +93,16 @@ def intermediate(recipe: RecipeGiven, overrides: OverridesGiven = None, resume: 
     return _flow_result(loaded.run_dir, run_intermediate(loaded, resume=resume))
 
 
+def multitask(recipe: RecipeGiven, overrides: OverridesGiven = None, resume: bool = False) -> RunResult:
+    """`finetune multitask RECIPE [overrides] [--resume]`: one encoder, a head per task; the result's checkpoint is
+    RUN_DIR/checkpoint (a folder per task in it), its metrics every task's dev scores (dev_TASK_METRIC) and their
+    mean (dev_mean) at the kept evaluation."""
+    from finetune.stages.multitask import run_multitask
+
+    loaded = _loaded(recipe, overrides, "multitask")
+    return RunResult.of_run(loaded.run_dir, run_multitask(loaded, resume=resume))
+
+
 def evaluate(recipe: RecipeGiven | RunResult, overrides: OverridesGiven = None) -> RunResult:
     """`finetune eval RECIPE [overrides]`; or, given a finished finetune run (its RunResult or folder), its checkpoint
     scored on its own task's dev split (`overrides={"split": "test"}` for another), written to RUN_DIR-eval."""

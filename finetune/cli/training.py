@@ -148,8 +148,8 @@ def profile(
         typer.Option(min=0.001, max=1.0, help="The model FLOP utilisation assumed for the time estimate (a fraction)."),
     ] = 0.5,
 ) -> None:
-    """What a pretrain, finetune, ulmfit or intermediate recipe will cost, before any training: parameters, FLOPs,
-    memory, time (a flow's: each stage's).
+    """What a pretrain, finetune, ulmfit, intermediate or multitask recipe will cost, before any training:
+    parameters, FLOPs, memory, time (a flow's: each stage's; a multitask recipe's: each task's step).
 
     Builds the recipe's model on PyTorch's meta device (no weights, no data read, nothing written or downloaded)
     and prints its parameters (total, trainable at the start, embeddings), training FLOPs per token and per step,
@@ -160,7 +160,7 @@ def profile(
         if loaded.stage == "eval":
             raise UserError(
                 f"recipe {recipe}: `finetune profile` is for training recipes (pretrain, finetune, "
-                "ulmfit, intermediate); an eval recipe trains nothing"
+                "ulmfit, intermediate, multitask); an eval recipe trains nothing"
             )
         from finetune.commands.profile import profile_recipe  # after the recipe is checked: a mistake needs no torch
         from finetune.reporting.profile_report import profile_tables
@@ -172,5 +172,5 @@ def profile(
         for table in profile_tables(report, str(recipe)):
             Console().print(table)
 
-    stages = ("pretrain", "finetune", "ulmfit", "intermediate", "eval")
+    stages = ("pretrain", "finetune", "ulmfit", "intermediate", "multitask", "eval")
     _run_stage("profile", recipe, overrides, show, recipe_stages=stages)

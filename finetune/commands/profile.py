@@ -46,6 +46,7 @@ from finetune.models.sizes import (
 )
 from finetune.recipes import FinetuneRecipe, IntermediateRecipe, PretrainRecipe, UlmfitRecipe
 from finetune.recipes.intermediate import INTERMEDIATE_UPSTREAM
+from finetune.recipes.multitask import MultiTaskRecipe
 from finetune.recipes.ulmfit import ULMFIT_UPSTREAM
 from finetune.training.loop import device_and_precision
 from finetune.training.techniques import backbone_of, resolve_techniques
@@ -77,7 +78,8 @@ class BuiltModel:
 
 def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAULT_MFU) -> dict:
     """The profile of a pretrain or finetune recipe, or of each stage of a flow (ulmfit, intermediate) under
-    "stages": a stage that starts from an earlier one's checkpoint is sized on that stage's model, not run yet."""
+    "stages": a stage that starts from an earlier one's checkpoint is sized on that stage's model, not run yet; of a
+    multitask recipe, each task's step (the encoder with that task's head) under "stages"."""
     rates = MatmulRates(matmul_rate)
     if isinstance(recipe, (UlmfitRecipe, IntermediateRecipe)):
         upstream_of = ULMFIT_UPSTREAM if isinstance(recipe, UlmfitRecipe) else INTERMEDIATE_UPSTREAM
@@ -91,6 +93,13 @@ def profile_recipe(recipe, matmul_rate: float | None = None, mfu: float = DEFAUL
             built = stage_model(stage, upstream, section)
             profiles.append({"section": section, **stage_profile(stage, built, rates, mfu)})
             models[section] = built.model
+        return {"stage": recipe.stage, "stages": profiles}
+    if isinstance(recipe, MultiTaskRecipe):  # a step trains one task: each task's step, on the shared encoder
+        profiles = []
+        for index, task in enumerate(recipe.tasks):
+            task = with_techniques(task)
+            section = f"tasks.{index} ({task.task.name})"
+            profiles.append({"section": section, **stage_profile(task, stage_model(task), rates, mfu)})
         return {"stage": recipe.stage, "stages": profiles}
     if not isinstance(recipe, (PretrainRecipe, FinetuneRecipe)):
         raise TypeError(f"profile_recipe takes a training recipe, not a {type(recipe).__name__}")

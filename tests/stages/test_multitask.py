@@ -17,6 +17,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 from typer.testing import CliRunner
 
 from finetune.cli import app
+from finetune.errors import UserError
 from finetune.recipes import load_recipe
 from finetune.stages.multitask import run_multitask
 from tests.conftest import interrupted_at_step, one_error_line, save_tiny_masked_lm, write_yaml
@@ -238,3 +239,29 @@ def test_a_saved_recipe_loads_again_as_it_ran(finished):
     assert saved.task_names() == list(TASKS) and saved.loss_weight("tags") == 0.5 and saved.sampling.rule == "equal"
     copy = shutil.copy(finished / "recipe.yaml", finished.parent / "again.yaml")
     assert load_recipe(copy).model_dump(mode="json") == saved.model_dump(mode="json")
+
+
+def test_the_python_api_runs_the_stage_and_returns_every_tasks_scores(inputs, tmp_path):
+    import finetune
+
+    result = finetune.multitask(multitask_recipe(inputs, tmp_path / "api"), {"training.max_steps": 4})
+    assert result.checkpoint == tmp_path / "api" / "checkpoint"
+    assert json.loads((result.checkpoint / "multitask.json").read_text())["tasks"]
+    assert {"dev_mean", "dev_rte_accuracy", "dev_stsb_pearson", "dev_tags_f1"} <= set(result.metrics)
+    saved = json.loads((tmp_path / "api" / "result.json").read_text())["best"]
+    assert result.metrics == saved
+    with pytest.raises(UserError, match=r"sampling\.temperature"):  # the CLI's one line, raised
+        finetune.multitask(multitask_recipe(inputs, tmp_path / "bad"), {"sampling.rule": "temperature",
+                                                                        "sampling.temperature": 0})  # fmt: skip
+    assert not (tmp_path / "bad").exists()
+
+
+def test_profile_sizes_each_tasks_step_on_the_shared_encoder(inputs, tmp_path):
+    path = write_yaml(tmp_path / "recipe.yaml", multitask_recipe(inputs, tmp_path / "run"))
+    result = runner.invoke(app, ["profile", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["stage"] == "multitask"
+    assert [stage["section"] for stage in report["stages"]] == ["tasks.0 (rte)", "tasks.1 (stsb)", "tasks.2 (tags)"]
+    assert all(stage["compute"]["flops_per_step"] > 0 and stage["memory_mb"] for stage in report["stages"]), report
+    assert not (tmp_path / "run").exists()  # sized, nothing run or written
