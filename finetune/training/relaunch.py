@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 
 from finetune.errors import UserError
-from finetune.training.checkpoints import TRAINING_STATE_DIR
+from finetune.recipes.loader import read_yaml
+from finetune.training.checkpoints import HYPERPARAMETERS_FILE, TRAINING_STATE_DIR
 from finetune.training.state import TrainingState, read_running_sums
 
 
@@ -104,7 +105,10 @@ def check_relaunch(accelerator, checkpoint: Path, state: TrainingState, training
     """The Relaunch for resuming `checkpoint` under this launch, None when the launch is the saved one (or was not
     recorded); a different global batch is refused in one line naming what to set. `state`: the checkpoint's."""
     saved, now = Launch.saved(state), Launch.current(accelerator, training)
-    if saved is None or saved == now:
+    if saved is None:
+        _check_unrecorded_launch(checkpoint, training)
+        return None
+    if saved == now:
         return None
     if saved.global_batch != now.global_batch:
         per_process, remainder = divmod(saved.global_batch, now.processes * now.accumulation)
@@ -119,3 +123,17 @@ def check_relaunch(accelerator, checkpoint: Path, state: TrainingState, training
             f"({saved.describe()}), this launch makes them {now.global_batch} ({now.describe()}): {advice}"
         )
     return Relaunch(Path(checkpoint), saved, now)
+
+
+def _check_unrecorded_launch(checkpoint: Path, training) -> None:
+    """A checkpoint saved before launches were recorded resumes only with the batch keys it was saved with (the
+    recipe beside its weights has them): its process count is unknown, so no other split can be checked."""
+    path = Path(checkpoint) / HYPERPARAMETERS_FILE
+    saved = (read_yaml(path).get("training") or {}) if path.is_file() else {}
+    keys = {"batch_size": training.batch_size, "gradient_accumulation_steps": training.gradient_accumulation_steps}
+    changed = [f"training.{key}={saved[key]}" for key, value in keys.items() if key in saved and saved[key] != value]
+    if changed:
+        raise UserError(
+            f"--resume: {checkpoint} was saved by a finetune that did not record how its steps were split over the "
+            f"processes: resume it with the launch and batch it was saved with ({', '.join(changed)})"
+        )

@@ -5,7 +5,10 @@ the start of one task's run; --resume; and the recipes it refuses."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from finetune.cli import app
 from finetune.errors import UserError
 from finetune.recipes import load_recipe
 from finetune.stages.multitask import run_multitask
-from tests.conftest import interrupted_at_step, one_error_line, save_tiny_masked_lm, write_yaml
+from tests.conftest import REPO_ROOT, interrupted_at_step, one_error_line, save_tiny_masked_lm, write_yaml
 from tests.data.test_glue_data import write_glue_root
 from tests.kinds.test_tagging import write_conll
 
@@ -265,3 +268,61 @@ def test_profile_sizes_each_tasks_step_on_the_shared_encoder(inputs, tmp_path):
     assert [stage["section"] for stage in report["stages"]] == ["tasks.0 (rte)", "tasks.1 (stsb)", "tasks.2 (tags)"]
     assert all(stage["compute"]["flops_per_step"] > 0 and stage["memory_mb"] for stage in report["stages"]), report
     assert not (tmp_path / "run").exists()  # sized, nothing run or written
+
+
+# Under torchrun: the whole run with a checkpoint every 2 steps; then (the main process) the state of a run killed
+# after the step-4 checkpoint: later checkpoints and the end of the run removed; then `--resume`, in the same start-up.
+TWO_PROCESS_LAUNCHER = """
+import shutil, sys
+from pathlib import Path
+from accelerate import PartialState
+from finetune.cli import app
+
+state = PartialState(cpu=True)
+print(f"NUM_PROCESSES {state.num_processes}", flush=True)
+recipe, run, reference = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+app(["multitask", recipe], prog_name="finetune", standalone_mode=False)
+if state.is_main_process:
+    reference.mkdir()
+    for name in ("checkpoint", "metrics.jsonl", "result.json"):
+        (shutil.copytree if (run / name).is_dir() else shutil.copy)(run / name, reference / name)
+    for folder in sorted((run / "checkpoints").iterdir()):
+        if int(folder.name.split("-")[-1]) > 4:
+            shutil.rmtree(folder)
+    shutil.rmtree(run / "checkpoint")
+    (run / "result.json").unlink()
+state.wait_for_everyone()
+app(["multitask", recipe, "--resume"], prog_name="finetune", standalone_mode=False)
+"""
+
+
+@pytest.mark.skipif(
+    not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+    reason="needs torch.distributed with gloo",
+)
+@pytest.mark.slow  # ranks started by torchrun (make test-slow; CI runs it too)
+def test_resume_on_two_processes_continues_bit_for_bit(inputs, tmp_path):
+    """2 processes x batch 2, one task a step (never mixed across the processes), stopped after step 4 of 8."""
+    from tests.stages.test_pretrain_families import comparable_metrics
+
+    data = multitask_recipe(inputs, tmp_path / "run", checkpoint_every=2, keep_checkpoints=4, eval_every=3)
+    path = write_yaml(tmp_path / "recipe.yaml", data)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(TWO_PROCESS_LAUNCHER, encoding="utf-8")
+    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(launcher)]
+    result = subprocess.run(
+        [*command, str(path), str(tmp_path / "run"), str(tmp_path / "reference")],
+        capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
+    assert "resuming from" in output and "(step 4," in " ".join(output.split())
+    for name in TASKS:
+        full = load_file(tmp_path / "reference" / "checkpoint" / name / "model.safetensors")
+        resumed = load_file(tmp_path / "run" / "checkpoint" / name / "model.safetensors")
+        assert full.keys() == resumed.keys() and all(torch.equal(full[key], resumed[key]) for key in full), name
+    assert comparable_metrics(tmp_path / "reference") == comparable_metrics(tmp_path / "run")
+    full, resumed = (json.loads((tmp_path / name / "result.json").read_text()) for name in ("reference", "run"))
+    assert full["best"] == resumed["best"] and full["tasks"] == resumed["tasks"]

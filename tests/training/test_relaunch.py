@@ -180,3 +180,22 @@ def test_a_run_saved_on_one_process_count_resumes_on_another(
     assert f"resuming a run saved on {before} on {after}: each optimizer step holds the same 8 examples" in said
     assert f"random draws (dropout) came from {first} generator(s) and now from {then}" in said
     assert_close_runs(tmp_path / "reference", tmp_path / "run")
+
+
+def test_a_checkpoint_that_predates_the_record_resumes_only_as_it_was_launched(
+    pretrained_without_dropout, task_dir, tmp_path, monkeypatch
+):
+    data = plain_recipe(pretrained_without_dropout, task_dir, tmp_path / "run")
+    checkpoint = stopped_run(data, tmp_path / "run.yaml", monkeypatch, 3)
+    progress_file = checkpoint / TRAINING_STATE_DIR / PROGRESS_FILE
+    progress = json.loads(progress_file.read_text())
+    for key in ("processes", "batch_size", "accumulation"):  # as an older finetune wrote it
+        del progress[key]
+    progress_file.write_text(json.dumps(progress))
+    split = ["training.batch_size=4", "training.gradient_accumulation_steps=2"]
+    result = runner.invoke(app, ["finetune", str(tmp_path / "run.yaml"), *split, "--resume"])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "did not record how its steps were split" in line and "(training.batch_size=8" in line
+    result = runner.invoke(app, ["finetune", str(tmp_path / "run.yaml"), "--resume"])
+    assert result.exit_code == 0, result.output
