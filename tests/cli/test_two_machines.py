@@ -138,7 +138,9 @@ def test_a_killed_machine_stops_the_run_with_a_message_and_a_checkpoint_to_resum
     assert code != 0, log[-2000:]
     said = " ".join(log.split())
     checkpoint = latest_training_checkpoint(tmp_path / "run")
-    assert re.search(r"error: another process stopped after \d+ optimizer step\(s\) \(Connection closed by peer", said)
+    # The line is ours; its cause in brackets is gloo's, whose words vary with where the death is seen
+    # ("Connection closed by peer", "Read error ...: Connection reset by peer", a broken pipe).
+    assert re.search(r"error: another process stopped after \d+ optimizer step\(s\) \(.+\); the newest", said)
     unwrapped = "".join(log.split())  # the console wraps long lines, paths included
     assert f"thenewestcheckpointis{checkpoint}:starteveryprocessagainwith--resume" in unwrapped
     # The checkpoint resumes, here on one process with the same global batch (2 x 8 = 1 x 16).
