@@ -7,6 +7,7 @@ import contextlib
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -368,6 +369,22 @@ def interrupted_at_step(
         patch.setattr(loop_module.TrainingLoop, "__init__", init_that_interrupts)
         with pytest.raises(error):
             yield
+
+
+def two_processes(
+    tmp_path: Path, launcher_source: str, *arguments: str, timeout: float = 240
+) -> subprocess.CompletedProcess:
+    """`launcher_source` (a script taking `arguments`) on 2 CPU processes under torchrun (gloo, one thread each), run
+    in `tmp_path`; its output captured, never raising on failure (the caller's assertion shows the output)."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(launcher_source, encoding="utf-8")
+    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
+                   "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(launcher)]
+    return subprocess.run(
+        [*command, *arguments], capture_output=True, text=True, timeout=timeout, env=environment, cwd=tmp_path,
+        check=False,
+    )  # fmt: skip
 
 
 # Fixtures that several test modules use (module-scoped ones are built once per module, as before).

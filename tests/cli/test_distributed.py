@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,10 +16,10 @@ from finetune.data.corpus import read_documents
 from finetune.data.tokenizers import train_wordpiece
 from finetune.run_dir import read_metrics
 from tests.conftest import (
-    REPO_ROOT,
     finetune_recipe,
     pretrain_recipe,
     save_tiny_masked_lm,
+    two_processes,
     write_corpus,
     write_task,
     write_yaml,
@@ -66,27 +64,7 @@ LAUNCHER = textwrap.dedent("""
 
 def torchrun(tmp_path: Path, *arguments: str, launcher_source: str = LAUNCHER) -> subprocess.CompletedProcess:
     """`launcher_source` (a script taking the CLI's arguments) on 2 CPU processes, one thread each."""
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(launcher_source, encoding="utf-8")
-    environment = {
-        **os.environ,
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        str(launcher),
-        *arguments,
-    ]
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path, check=False
-    )
+    return two_processes(tmp_path, launcher_source, *arguments)
 
 
 def check_two_processes(result: subprocess.CompletedProcess) -> None:

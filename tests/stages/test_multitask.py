@@ -5,10 +5,7 @@ the start of one task's run; --resume; and the recipes it refuses."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ from finetune.cli import app
 from finetune.errors import UserError
 from finetune.recipes import load_recipe
 from finetune.stages.multitask import run_multitask
-from tests.conftest import REPO_ROOT, interrupted_at_step, one_error_line, save_tiny_masked_lm, write_yaml
+from tests.conftest import interrupted_at_step, one_error_line, save_tiny_masked_lm, two_processes, write_yaml
 from tests.data.test_glue_data import write_glue_root
 from tests.kinds.test_tagging import write_conll
 
@@ -307,15 +304,8 @@ def test_resume_on_two_processes_continues_bit_for_bit(inputs, tmp_path):
 
     data = multitask_recipe(inputs, tmp_path / "run", checkpoint_every=2, keep_checkpoints=4, eval_every=3)
     path = write_yaml(tmp_path / "recipe.yaml", data)
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(TWO_PROCESS_LAUNCHER, encoding="utf-8")
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(launcher)]
-    result = subprocess.run(
-        [*command, str(path), str(tmp_path / "run"), str(tmp_path / "reference")],
-        capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path, check=False,
-    )  # fmt: skip
+    folders = (str(tmp_path / "run"), str(tmp_path / "reference"))
+    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, str(path), *folders)
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
     assert "resuming from" in output and "(step 4," in " ".join(output.split())

@@ -5,9 +5,6 @@ under torchrun."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -22,7 +19,7 @@ from finetune.recipes import load_recipe
 from finetune.run_dir import read_metrics
 from finetune.stages.finetune import run_finetune
 from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, latest_training_checkpoint
-from tests.conftest import REPO_ROOT, finetune_recipe, write_yaml
+from tests.conftest import finetune_recipe, two_processes, write_yaml
 from tests.training.test_resume_finetune import Stopped, stop_after_checkpoint
 
 runner = CliRunner()
@@ -139,14 +136,7 @@ LAUNCHER = textwrap.dedent("""
 
 
 def torchrun(tmp_path: Path, *arguments: str) -> str:
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(LAUNCHER, encoding="utf-8")
-    environment = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-                   "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(launcher)]
-    result = subprocess.run(
-        [*command, *arguments], capture_output=True, text=True, timeout=240, env=environment, cwd=tmp_path, check=False
-    )
+    result = two_processes(tmp_path, LAUNCHER, *arguments)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and output.count("NUM_PROCESSES 2") == 2, output[-3000:]
     return output

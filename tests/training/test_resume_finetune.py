@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -23,7 +20,7 @@ from finetune.run_dir import read_metrics
 from finetune.stages.finetune import RESULT_FILE, run_finetune
 from finetune.training import loop as loop_module
 from finetune.training.checkpoints import PROGRESS_FILE, TRAINING_STATE_DIR, latest_training_checkpoint
-from tests.conftest import REPO_ROOT, finetune_recipe, write_yaml
+from tests.conftest import finetune_recipe, two_processes, write_yaml
 from tests.stages.test_pretrain_families import comparable_metrics
 
 runner = CliRunner()
@@ -227,34 +224,8 @@ def test_resume_on_two_processes(pretrained, task_dir, tmp_path):
     data.update({"checkpoint_every": 1, "keep_checkpoints": 3, "eval_every": 2})
     data["training"].update({"epochs": 1, "log_every": 3})
     path = write_yaml(tmp_path / "recipe.yaml", data)
-    launcher = tmp_path / "launch.py"
-    launcher.write_text(TWO_PROCESS_LAUNCHER, encoding="utf-8")
-    environment = {
-        **os.environ,
-        "TOKENIZERS_PARALLELISM": "false",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            str(launcher),
-            str(path),
-            str(tmp_path / "run"),
-            str(tmp_path / "reference"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=environment,
-        cwd=tmp_path,
-        check=False,  # the assertion below shows its output
-    )
+    folders = (str(tmp_path / "run"), str(tmp_path / "reference"))
+    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, str(path), *folders)
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
     assert "resuming from" in output and "(step 2, epoch 1)" in " ".join(output.split())
