@@ -100,32 +100,16 @@ def test_a_resume_with_another_global_batch_is_refused_in_one_line(
 # `resume` continues one with the overrides that follow.
 LAUNCHER = textwrap.dedent("""
     import sys
+    import pytest
     from accelerate import PartialState
     from finetune.cli import app
-    from finetune.training import loop as loop_module
-
-    class Stopped(Exception):
-        pass
+    from tests.training.test_resume_finetune import Stopped, stop_after_checkpoint
 
     state = PartialState(cpu=True)
     print(f"NUM_PROCESSES {state.num_processes}", flush=True)
     mode, recipe, *rest = sys.argv[1:]
     if mode == "run":
-        stop, original_init = int(rest[0]), loop_module.TrainingLoop.__init__
-
-        def init_that_stops(self, *arguments, **keywords):
-            original_init(self, *arguments, **keywords)
-            save = self.save_checkpoint
-
-            def save_then_stop(progress):
-                folder = save(progress)
-                if progress.step == stop:
-                    raise Stopped
-                return folder
-
-            self.save_checkpoint = save_then_stop
-
-        loop_module.TrainingLoop.__init__ = init_that_stops
+        stop_after_checkpoint(pytest.MonkeyPatch(), int(rest[0]))
         try:
             app(["finetune", recipe], prog_name="finetune", standalone_mode=False)
         except Stopped:
