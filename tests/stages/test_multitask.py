@@ -267,32 +267,6 @@ def test_profile_sizes_each_tasks_step_on_the_shared_encoder(inputs, tmp_path):
     assert not (tmp_path / "run").exists()  # sized, nothing run or written
 
 
-# Under torchrun: the whole run with a checkpoint every 2 steps; then (the main process) the state of a run killed
-# after the step-4 checkpoint: later checkpoints and the end of the run removed; then `--resume`, in the same start-up.
-TWO_PROCESS_LAUNCHER = """
-import shutil, sys
-from pathlib import Path
-from accelerate import PartialState
-from finetune.cli import app
-
-state = PartialState(cpu=True)
-print(f"NUM_PROCESSES {state.num_processes}", flush=True)
-recipe, run, reference = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-app(["multitask", recipe], prog_name="finetune", standalone_mode=False)
-if state.is_main_process:
-    reference.mkdir()
-    for name in ("checkpoint", "metrics.jsonl", "result.json"):
-        (shutil.copytree if (run / name).is_dir() else shutil.copy)(run / name, reference / name)
-    for folder in sorted((run / "checkpoints").iterdir()):
-        if int(folder.name.split("-")[-1]) > 4:
-            shutil.rmtree(folder)
-    shutil.rmtree(run / "checkpoint")
-    (run / "result.json").unlink()
-state.wait_for_everyone()
-app(["multitask", recipe, "--resume"], prog_name="finetune", standalone_mode=False)
-"""
-
-
 @pytest.mark.skipif(
     not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
     reason="needs torch.distributed with gloo",
@@ -301,11 +275,13 @@ app(["multitask", recipe, "--resume"], prog_name="finetune", standalone_mode=Fal
 def test_resume_on_two_processes_continues_bit_for_bit(inputs, tmp_path):
     """2 processes x batch 2, one task a step (never mixed across the processes), stopped after step 4 of 8."""
     from tests.stages.test_pretrain_families import comparable_metrics
+    from tests.training.test_resume_finetune import TWO_PROCESS_LAUNCHER
 
     data = multitask_recipe(inputs, tmp_path / "run", checkpoint_every=2, keep_checkpoints=4, eval_every=3)
     path = write_yaml(tmp_path / "recipe.yaml", data)
     folders = (str(tmp_path / "run"), str(tmp_path / "reference"))
-    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, str(path), *folders)
+    # tests/training/test_resume_finetune.py's launcher: the whole run, then one killed after step 4, resumed
+    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, "multitask", str(path), *folders, "4")
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
     assert "resuming from" in output and "(step 4," in " ".join(output.split())

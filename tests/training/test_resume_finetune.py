@@ -185,9 +185,9 @@ def test_samplers_skip_what_a_stopped_run_read(sampler):
     assert len(list(sampler)) == 23 and list(sampler) != order
 
 
-# Under torchrun: a whole run with periodic checkpoints; then (the main process) the state of a run killed after
-# the step-2 checkpoint: the step-3 checkpoint and the end of the run removed, metrics.jsonl left as it was;
-# then `--resume`. Both runs in one start-up of the 2 processes.
+# Under torchrun: a whole run of COMMAND with periodic checkpoints; then (the main process) the state of a run killed
+# after the step-STOP checkpoint: later checkpoints and the end of the run removed, metrics.jsonl left as it was; then
+# `--resume`. Both runs in one start-up of the 2 processes. Arguments: COMMAND RECIPE RUN_DIR REFERENCE STOP.
 TWO_PROCESS_LAUNCHER = textwrap.dedent("""
     import shutil, sys
     from pathlib import Path
@@ -196,17 +196,19 @@ TWO_PROCESS_LAUNCHER = textwrap.dedent("""
 
     state = PartialState(cpu=True)
     print(f"NUM_PROCESSES {state.num_processes}", flush=True)
-    recipe, run, reference = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    app(["finetune", recipe], prog_name="finetune", standalone_mode=False)
+    command, recipe, run, reference, stop = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4]), sys.argv[5]
+    app([command, recipe], prog_name="finetune", standalone_mode=False)
     if state.is_main_process:
         reference.mkdir()
         for name in ("checkpoint", "metrics.jsonl", "result.json"):
             (shutil.copytree if (run / name).is_dir() else shutil.copy)(run / name, reference / name)
-        for name in ("checkpoints/step-00000003", "checkpoint"):
-            shutil.rmtree(run / name)
+        for folder in (run / "checkpoints").iterdir():
+            if int(folder.name.split("-")[-1]) > int(stop):
+                shutil.rmtree(folder)
+        shutil.rmtree(run / "checkpoint")
         (run / "result.json").unlink()
     state.wait_for_everyone()
-    app(["finetune", recipe, "--resume"], prog_name="finetune", standalone_mode=False)
+    app([command, recipe, "--resume"], prog_name="finetune", standalone_mode=False)
 """)
 
 
@@ -225,7 +227,7 @@ def test_resume_on_two_processes(pretrained, task_dir, tmp_path):
     data["training"].update({"epochs": 1, "log_every": 3})
     path = write_yaml(tmp_path / "recipe.yaml", data)
     folders = (str(tmp_path / "run"), str(tmp_path / "reference"))
-    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, str(path), *folders)
+    result = two_processes(tmp_path, TWO_PROCESS_LAUNCHER, "finetune", str(path), *folders, "2")
     output = result.stdout + result.stderr
     assert output.count("NUM_PROCESSES 2") == 2 and result.returncode == 0, output[-3000:]
     assert "resuming from" in output and "(step 2, epoch 1)" in " ".join(output.split())
