@@ -35,19 +35,20 @@ def plain_recipe(checkpoint: Path, task: Path, run_dir: Path, **training) -> dic
     return data
 
 
-def assert_close_runs(reference: Path, resumed: Path) -> None:
-    """The same steps logged, the same losses and weights within float rounding, the same LRs."""
+def assert_close_runs(reference: Path, resumed: Path, tolerance: float = TOLERANCE) -> None:
+    """The same steps logged, the same losses and weights within float rounding (`tolerance`, relative), the same
+    LRs."""
     one, two = (
         [record for record in read_metrics(path / "metrics.jsonl") if record["phase"] == "train"]
         for path in (reference, resumed)
     )
     assert [record["step"] for record in one] == [record["step"] for record in two] and one
     for first, second in zip(one, two):
-        assert second["loss"] == pytest.approx(first["loss"], rel=TOLERANCE), first["step"]
+        assert second["loss"] == pytest.approx(first["loss"], rel=tolerance), first["step"]
         assert second["lr"] == pytest.approx(first["lr"])
     weights = [load_file(path / "checkpoint" / "model.safetensors") for path in (reference, resumed)]
     for name, weight in weights[0].items():
-        assert torch.allclose(weight, weights[1][name], rtol=TOLERANCE, atol=1e-6), name
+        assert torch.allclose(weight, weights[1][name], rtol=tolerance, atol=1e-6), name
 
 
 def stopped_run(data: dict, path: Path, monkeypatch, step: int) -> Path:
